@@ -1,0 +1,47 @@
+# yunion-mps-daemon. `make demo` and `make test` need nothing but Go and gcc.
+GO       ?= go
+BIN      ?= bin
+MODULE   := yunion.io/x/mps-daemon
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X $(MODULE)/pkg/version.Version=$(VERSION)
+# Packages that must build without cgo: everything but the NVML adapter's cgo files.
+export GOFLAGS ?= -buildvcs=false
+# go-nvml's header marks some vGPU calls deprecated; we call none of them.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+
+.PHONY: all build test vet nocgo unit e2e demo gpu-bundle clean
+
+all: build
+
+# mps-daemon links go-nvml (cgo, dlopens libnvidia-ml.so.1 at run time); the
+# inventory and climc are pure Go and static.
+build:
+	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/mps-daemon ./cmd/mps-daemon
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/mps-inventory ./cmd/mps-inventory
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/climc ./cmd/climc
+
+test: vet nocgo unit
+
+vet:
+	$(GO) vet ./...
+
+# cgo stays in pkg/gpu/nvml: the whole module must build and vet without it.
+nocgo:
+	CGO_ENABLED=0 $(GO) build ./...
+	CGO_ENABLED=0 $(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 ./...
+
+demo: build
+	BIN=$(BIN) ./scripts/demo.sh
+
+# What tests/gpu/run.sh needs on the GPU machine (which has no Go): the
+# binaries and the MPS contract test, built here for x86-64.
+gpu-bundle: build
+	mkdir -p .gpu-bundle
+	cp $(BIN)/mps-daemon $(BIN)/mps-inventory $(BIN)/climc .gpu-bundle/
+	CGO_ENABLED=0 $(GO) test -c -o .gpu-bundle/mps.test ./pkg/mps
+
+clean:
+	rm -rf $(BIN) .gpu-bundle

@@ -1,0 +1,362 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/inventory/client"
+	"yunion.io/x/mps-daemon/pkg/inventory/server"
+	"yunion.io/x/mps-daemon/pkg/inventory/store"
+	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/pci"
+)
+
+// fakeBackend stands in for NVML: the GPU is the one thing CI simulates.
+type fakeBackend struct {
+	mu       sync.Mutex
+	gpus     []gpu.Info
+	setModes []string
+	setErr   error
+}
+
+func (b *fakeBackend) Devices(context.Context) ([]gpu.Info, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]gpu.Info(nil), b.gpus...), nil
+}
+
+func (b *fakeBackend) SetComputeMode(_ context.Context, uuid string, m gpu.ComputeMode) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.setErr != nil {
+		return b.setErr
+	}
+	for i := range b.gpus {
+		if b.gpus[i].UUID == uuid {
+			b.gpus[i].ComputeMode = m
+			b.setModes = append(b.setModes, uuid+"="+m.String())
+			return nil
+		}
+	}
+	return fmt.Errorf("no GPU %s", uuid)
+}
+
+func (b *fakeBackend) Close() error { return nil }
+
+func twoGPUs() []gpu.Info {
+	mk := func(i int, bus uint8) gpu.Info {
+		return gpu.Info{
+			Index: i, Minor: i, UUID: fmt.Sprintf("GPU-0000000%d-aaaa-bbbb-cccc-dddddddddddd", i), Name: "NVIDIA H200",
+			PCI: pci.Address{Bus: bus}, PCIVendorID: 0x10de, PCIDeviceID: 0x2335, MemoryTotalBytes: 143771 << 20,
+			Architecture: gpu.ArchHopper, NUMANode: -1, PCIeGeneration: 5, PCIeWidth: 16,
+		}
+	}
+	return []gpu.Info{mk(0, 0x1a), mk(1, 0xdb)}
+}
+
+// recordingInventory is the real client, plus a check made at the moment of
+// each sync: every device offered must have its caps already enforced by MPS.
+type recordingInventory struct {
+	*client.Client
+	check func(desired []api.IsolatedDevice) error
+	fail  error
+}
+
+func (r *recordingInventory) SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (client.SyncResult, error) {
+	if r.fail != nil {
+		return client.SyncResult{}, r.fail
+	}
+	if r.check != nil {
+		if err := r.check(desired); err != nil {
+			return client.SyncResult{}, err
+		}
+	}
+	return r.Client.SyncDevices(ctx, hostID, desired)
+}
+
+type harness struct {
+	t       *testing.T
+	dir     string
+	backend *fakeBackend
+	runner  *mps.SimRunner
+	inv     *recordingInventory
+	agent   *Agent
+	cfg     *Config
+}
+
+// newHarness builds an agent over a fake NVML, the simulated MPS control and
+// a real inventory (SQLite file, HTTP on loopback, the real client).
+func newHarness(t *testing.T, hostConf, devices string) *harness {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "agt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	st, err := store.OpenSQLite(context.Background(), filepath.Join(dir, "inv.db"), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := httptest.NewServer(server.New(st, server.Options{}, slog.New(slog.DiscardHandler)))
+	t.Cleanup(srv.Close)
+
+	hc := fmt.Sprintf("enable_cuda_mps: true\ncuda_mps_pipe_directory: %s/pipe\ncuda_mps_log_directory: %s/log\nmps_state_directory: %s/state\nmps_host_name: node-1\nmps_inventory_url: %s\n%s",
+		dir, dir, dir, srv.URL, hostConf)
+	h := &harness{t: t, dir: dir, backend: &fakeBackend{gpus: twoGPUs()}, runner: mps.NewSimRunner(slog.New(slog.DiscardHandler))}
+	hcParsed, err := config.ParseHostConf(filepath.Join(dir, "host.conf"), []byte(hc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.cfg = &Config{Host: hcParsed}
+	if devices != "" {
+		df, err := config.ParseDevices(filepath.Join(dir, "devices.yml"), []byte(devices))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.cfg.Devices = df
+	}
+	h.inv = &recordingInventory{Client: client.New(client.Options{URL: srv.URL, Retries: -1})}
+	h.agent, err = New(Options{Config: h.cfg, Backend: h.backend, Runner: h.runner, Inventory: h.inv, SysfsRoot: dir + "/nosys", DevRoot: dir + "/nodev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (h *harness) pipeDir(i int) string {
+	return filepath.Join(h.dir, "pipe", twoGPUs()[i].UUID)
+}
+
+func (h *harness) devices() []api.IsolatedDevice {
+	h.t.Helper()
+	l, err := h.inv.ListIsolatedDevices(context.Background(), client.ListOptions{Limit: 100})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return l.IsolatedDevices
+}
+
+// controlDefaults reads a GPU's default limits the way an operator would,
+// through the (simulated) control daemon.
+func (h *harness) controlDefaults(i int) (mps.Limits, error) {
+	c := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(i), VisibleDevices: twoGPUs()[i].UUID}, 5*time.Second, nil)
+	return c.Defaults(context.Background())
+}
+
+const fourAndTwo = `devices:
+- path: 0000:1A:00.0
+  type: NVIDIA_MPS
+  virtual_number: 4
+- path: GPU-00000001-AAAA-BBBB-CCCC-DDDDDDDDDDDD
+  type: NVIDIA_MPS
+  virtual_number: 2
+`
+
+func TestCapsAreEnforcedBeforeAnyDeviceIsOffered(t *testing.T) {
+	h := newHarness(t, "", fourAndTwo)
+	checked := 0
+	h.inv.check = func(desired []api.IsolatedDevice) error {
+		for _, d := range desired {
+			i := 0
+			if d.DevicePath == twoGPUs()[1].UUID {
+				i = 1
+			}
+			lim, err := h.controlDefaults(i)
+			if err != nil {
+				return fmt.Errorf("device %s offered before its control daemon answers: %w", d.Addr, err)
+			}
+			// The control reads limits back in whole GiB (docs/gpu-runs).
+			if mps.DisplayMemLimit(lim.PinnedMemMiB) != mps.DisplayMemLimit(d.MPSMemoryLimit) {
+				return fmt.Errorf("device %s offered with cap %d MiB but MPS holds %d", d.Addr, d.MPSMemoryLimit, lim.PinnedMemMiB)
+			}
+			if int(lim.ThreadPercentage) != d.MPSThreadPercentage {
+				return fmt.Errorf("device %s offered with %d%% but MPS holds %.1f", d.Addr, d.MPSThreadPercentage, lim.ThreadPercentage)
+			}
+			checked++
+		}
+		return nil
+	}
+	if err := h.agent.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if checked != 6 {
+		t.Fatalf("checked %d devices at sync time, want 6", checked)
+	}
+	devs := h.devices()
+	if len(devs) != 6 {
+		t.Fatalf("%d devices in the inventory, want 6", len(devs))
+	}
+	if devs[0].Addr != "1a:00.0-0" || devs[0].MPSMemoryLimit != 143771/4 || devs[0].MPSThreadPercentage != 25 || devs[4].Addr != "db:00.0-0" || devs[4].MPSMemoryLimit != 143771/2 {
+		t.Errorf("devices not as planned: %+v", devs)
+	}
+	if !h.agent.Status().Ready {
+		t.Error("agent not ready after a full reconcile")
+	}
+}
+
+func TestComputeModeIsSetOnceAndTheOriginalRemembered(t *testing.T) {
+	h := newHarness(t, "", fourAndTwo)
+	h.backend.gpus[1].ComputeMode = gpu.ComputeModeProhibited
+	for range 2 {
+		if err := h.agent.Reconcile(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(h.backend.setModes) != 2 {
+		t.Fatalf("compute mode set %v; want each GPU once", h.backend.setModes)
+	}
+	modes, err := (&stateDir{path: h.cfg.Host.StateDirectory}).previousModes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{twoGPUs()[0].UUID: "Default", twoGPUs()[1].UUID: "Prohibited"}
+	if fmt.Sprint(modes) != fmt.Sprint(want) {
+		t.Errorf("remembered %v, want %v", modes, want)
+	}
+}
+
+func TestComputeModeLeftAloneWhenConfigured(t *testing.T) {
+	h := newHarness(t, "mps_set_exclusive_compute_mode: false\n", fourAndTwo)
+	h.backend.setErr = errors.New("must not be called")
+	if err := h.agent.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(h.cfg.Host.StateDirectory, computeModeFile)); !os.IsNotExist(err) {
+		t.Errorf("nothing to remember, but %s exists", computeModeFile)
+	}
+}
+
+// failingRunner is the simulated control with one GPU's daemon unable to start.
+type failingRunner struct {
+	*mps.SimRunner
+	badPipe string
+}
+
+func (f failingRunner) Start(ctx context.Context, env mps.Env) error {
+	if env.PipeDir == f.badPipe {
+		return errors.New("nvidia-cuda-mps-control: cannot start")
+	}
+	return f.SimRunner.Start(ctx, env)
+}
+
+func TestAGPUWhoseMPSFailsIsNotOfferedAndTheOthersAre(t *testing.T) {
+	h := newHarness(t, "", fourAndTwo)
+	h.agent.opts.Runner = failingRunner{SimRunner: h.runner, badPipe: h.pipeDir(1)}
+	err := h.agent.Reconcile(context.Background())
+	if err == nil || !strings.Contains(err.Error(), twoGPUs()[1].UUID) {
+		t.Fatalf("want an error naming the failed GPU, got %v", err)
+	}
+	devs := h.devices()
+	if len(devs) != 4 {
+		t.Fatalf("%d devices offered, want only the 4 of the healthy GPU", len(devs))
+	}
+	for _, d := range devs {
+		if d.DevicePath != twoGPUs()[0].UUID {
+			t.Errorf("device of the failed GPU offered: %+v", d)
+		}
+	}
+	st := h.agent.Status()
+	if st.Ready || st.GPUs[1].Enforced || !st.GPUs[0].Enforced || st.GPUs[1].Error == "" {
+		t.Errorf("status should show GPU 1 failed and not ready: %+v", st)
+	}
+}
+
+func TestInvalidPlanChangesNothing(t *testing.T) {
+	h := newHarness(t, "", fourAndTwo)
+	if err := h.agent.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := h.devices()
+	// The second GPU disappears (pulled, or fell off the bus): the entry
+	// naming it no longer resolves. Nothing may be torn down for that.
+	h.backend.gpus = h.backend.gpus[:1]
+	err := h.agent.Reconcile(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "devices.yml:5") {
+		t.Fatalf("want an error naming devices.yml:5, got %v", err)
+	}
+	if after := h.devices(); len(after) != len(before) {
+		t.Errorf("an invalid plan removed devices: %d -> %d", len(before), len(after))
+	}
+	if h.agent.Status().Ready {
+		t.Error("ready despite an invalid configuration")
+	}
+}
+
+func TestMPSKeepsWorkingWhileTheInventoryIsAway(t *testing.T) {
+	h := newHarness(t, "", fourAndTwo)
+	h.inv.fail = errors.New("connection refused")
+	if err := h.agent.Reconcile(context.Background()); err == nil {
+		t.Fatal("reconcile should report the inventory failure")
+	}
+	for i := range 2 {
+		if lim, err := h.controlDefaults(i); err != nil || lim.PinnedMemMiB == 0 {
+			t.Errorf("GPU %d: MPS should be up with caps during an inventory outage: %+v %v", i, lim, err)
+		}
+	}
+	h.inv.fail = nil
+	if err := h.agent.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.devices()); n != 6 {
+		t.Errorf("%d devices after the inventory came back, want 6", n)
+	}
+}
+
+func TestReplicasWhenNoEntryNamesAGPU(t *testing.T) {
+	h := newHarness(t, "cuda_mps_replicas: 3\n", "")
+	if err := h.agent.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	devs := h.devices()
+	if len(devs) != 6 || devs[0].MPSThreadPercentage != 33 || devs[0].MPSMemoryLimit != 143771/3 {
+		t.Errorf("want 3 devices per GPU at 33%% and total/3: %+v", devs)
+	}
+}
+
+func TestHealthEndpoints(t *testing.T) {
+	h := newHarness(t, "", fourAndTwo)
+	srv := httptest.NewServer(h.agent.Handler())
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz before the first reconcile: %d, want 503", code)
+	}
+	if err := h.agent.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz after reconcile: %d", code)
+	}
+	code, body := get("/status")
+	var st Status
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil || st.VirtualDevices != 6 || len(st.GPUs) != 2 || st.GPUs[0].MemoryLimitMiB != 35942 {
+		t.Errorf("/status: %d %s", code, body)
+	}
+	if _, body := get("/metrics"); !strings.Contains(body, "mps_daemon_virtual_devices 6") || !strings.Contains(body, `mps_daemon_reconciles_total{result="ok"} 1`) {
+		t.Errorf("/metrics lacks the reconcile figures:\n%s", body)
+	}
+}

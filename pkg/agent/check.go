@@ -1,0 +1,42 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/plan"
+)
+
+// CheckConfig validates the configuration against the GPUs the backend
+// reports and writes the plan (GPU, N, cap per device) to w. It touches
+// neither MPS nor the inventory nor the compute mode: it is what
+// `mps-daemon check-config` runs before an operator reloads.
+func CheckConfig(ctx context.Context, cfg *Config, backend gpu.Backend, sysfsRoot, devRoot string, w io.Writer) error {
+	if sysfsRoot == "" {
+		sysfsRoot = cfg.Host.SysfsRoot
+	}
+	if devRoot == "" {
+		devRoot = cfg.Host.DevRoot
+	}
+	gpus, err := backend.Devices(ctx)
+	if err != nil {
+		return fmt.Errorf("listing GPUs: %w", err)
+	}
+	gpu.FillNUMA(sysfsRoot, gpus)
+	p, err := plan.Build(cfg.Host, cfg.Devices, gpus, gpu.Resolver{SysfsRoot: sysfsRoot, DevRoot: devRoot})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "host.conf: %s\n", cfg.Host.Path)
+	if cfg.Devices != nil {
+		fmt.Fprintf(w, "devices:   %s\n", cfg.Devices.Path)
+		for _, e := range cfg.Devices.Skipped {
+			fmt.Fprintf(w, "skipped:   %s:%d: type %q belongs to another agent\n", cfg.Devices.Path, e.Line, e.Type)
+		}
+	}
+	fmt.Fprintln(w)
+	p.Write(w)
+	return nil
+}

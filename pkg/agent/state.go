@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"yunion.io/x/mps-daemon/pkg/gpu"
+)
+
+// computeModeFile keeps, per GPU UUID, the compute mode the GPU had before this
+// daemon first changed it, so that tearing down can put it back. It survives
+// restarts and upgrades of the daemon (it lives in the state directory).
+const computeModeFile = "compute-modes.json"
+
+// stateDir is the daemon's directory of persistent state.
+type stateDir struct {
+	path string
+	mu   sync.Mutex
+}
+
+// previousModes reads the remembered compute modes; none remembered is an
+// empty map.
+func (s *stateDir) previousModes() (map[string]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.readModes()
+}
+
+func (s *stateDir) readModes() (map[string]string, error) {
+	modes := map[string]string{}
+	b, err := os.ReadFile(filepath.Join(s.path, computeModeFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return modes, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading state: %w", err)
+	}
+	if err := json.Unmarshal(b, &modes); err != nil {
+		return nil, fmt.Errorf("reading state %s: %w", filepath.Join(s.path, computeModeFile), err)
+	}
+	return modes, nil
+}
+
+// rememberMode records mode as the GPU's original compute mode unless one is
+// already recorded: the first reading is the one to restore.
+func (s *stateDir) rememberMode(uuid string, mode gpu.ComputeMode) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	modes, err := s.readModes()
+	if err != nil {
+		return err
+	}
+	if _, ok := modes[uuid]; ok {
+		return nil
+	}
+	modes[uuid] = mode.String()
+	return writeFileAtomic(filepath.Join(s.path, computeModeFile), modes)
+}
+
+// writeFileAtomic writes v as JSON through a temporary file and a rename, so
+// a crash leaves either the old or the new file, never half of one.
+func writeFileAtomic(path string, v any) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("creating state directory: %w", err)
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}

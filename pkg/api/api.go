@@ -1,0 +1,110 @@
+// Package api holds the REST types shared by the inventory server, the host
+// agent and climc. It mirrors Cloudpods' region API (`hosts`,
+// `isolated_devices`): the same JSON envelopes and snake_case field names, so
+// tools written for Cloudpods read it unchanged. It imports nothing of ours.
+package api
+
+import "time"
+
+// DevTypeNvidiaMPS is the dev_type of an MPS virtual device, as Cloudpods names it.
+const DevTypeNvidiaMPS = "NVIDIA_MPS"
+
+// Host is one GPU host that registers its devices.
+type Host struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	AccessIP  string    `json:"access_ip,omitempty"`
+	HostType  string    `json:"host_type,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// PCIEInfo is the `pcie_info` object of an isolated device. Field order is
+// alphabetical, as Cloudpods prints it.
+type PCIEInfo struct {
+	LaneWidth           int    `json:"lane_width"`
+	Throughput          string `json:"throughput"`
+	TransferRatePerLane string `json:"transfer_rate_per_lane"`
+	Version             string `json:"version"`
+}
+
+// IsolatedDevice is one row of the `isolated_devices` resource: for MPS, one
+// virtual device (one slice of a physical GPU).
+type IsolatedDevice struct {
+	ID             string    `json:"id"`
+	Name           string    `json:"name"`
+	HostID         string    `json:"host_id"`
+	DevType        string    `json:"dev_type"`
+	Model          string    `json:"model"`
+	Addr           string    `json:"addr"`
+	VendorDeviceID string    `json:"vendor_device_id"`
+	MdevID         string    `json:"mdev_id,omitempty"`
+	DevicePath     string    `json:"device_path"`
+	RenderPath     string    `json:"render_path,omitempty"`
+	NumaNode       int       `json:"numa_node"`
+	PCIEInfo       *PCIEInfo `json:"pcie_info,omitempty"`
+	Index          int       `json:"index"`
+	DeviceMinor    int       `json:"device_minor"`
+	// MPSMemoryLimit is the device's cap in MiB: memory.total / N.
+	MPSMemoryLimit int `json:"mps_memory_limit"`
+	// MPSMemoryTotal is the physical GPU's memory in MiB.
+	MPSMemoryTotal int `json:"mps_memory_total"`
+	// MPSThreadPercentage is the active thread percentage: 100 / N.
+	MPSThreadPercentage int `json:"mps_thread_percentage"`
+	// GuestID is who holds the device; empty when free.
+	GuestID   string    `json:"guest_id"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+
+	// Filled only in lists and shows asked for with details=true.
+	Host        string `json:"host,omitempty"`
+	Guest       string `json:"guest,omitempty"`
+	GuestStatus string `json:"guest_status,omitempty"`
+}
+
+// IsolatedDeviceList is the answer of GET /isolated_devices.
+type IsolatedDeviceList struct {
+	IsolatedDevices []IsolatedDevice `json:"isolated_devices"`
+	Total           int              `json:"total"`
+	Limit           int              `json:"limit"`
+	Offset          int              `json:"offset"`
+}
+
+// IsolatedDeviceBody wraps one device, in requests and answers.
+type IsolatedDeviceBody struct {
+	IsolatedDevice IsolatedDevice `json:"isolated_device"`
+}
+
+// HostList is the answer of GET /hosts.
+type HostList struct {
+	Hosts  []Host `json:"hosts"`
+	Total  int    `json:"total"`
+	Limit  int    `json:"limit"`
+	Offset int    `json:"offset"`
+}
+
+// HostBody wraps one host, in requests and answers.
+type HostBody struct {
+	Host Host `json:"host"`
+}
+
+// Error is the body of every error answer, as Cloudpods shapes it.
+type Error struct {
+	Code    int    `json:"code"`
+	Class   string `json:"class"`
+	Details string `json:"details"`
+}
+
+// Error classes used by the inventory.
+const (
+	ClassInputParameter = "InputParameterError"
+	ClassNotFound       = "ResourceNotFoundError"
+	ClassDuplicate      = "DuplicateResourceError"
+	ClassInvalidStatus  = "InvalidStatusError"
+	ClassUnauthorized   = "UnauthorizedError"
+	ClassForbidden      = "ForbiddenError"
+	ClassInternal       = "InternalServerError"
+)
+
+// MsgDeviceUsedByServer is Cloudpods' text for refusing to remove a held device.
+const MsgDeviceUsedByServer = "Isolated device used by server"

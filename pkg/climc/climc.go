@@ -1,0 +1,166 @@
+// Package climc is the command line client of the inventory. It keeps
+// Cloudpods' climc command names, options and table layout so that an
+// operator's habits and runbooks (`climc isolated-device-list --host h1`)
+// work unchanged against this project's inventory.
+package climc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/inventory/client"
+	"yunion.io/x/mps-daemon/pkg/version"
+)
+
+// Exit codes of Run.
+const (
+	ExitOK      = 0
+	ExitRuntime = 1 // the command ran and failed: server error, unreachable inventory
+	ExitUsage   = 2 // the command line is wrong
+)
+
+const rootLong = `climc talks to the GPU inventory (Cloudpods' isolated_devices resource).
+
+Finding the inventory, first match wins, for the URL and the token each:
+  1. --url / --token
+  2. the environment: MPS_INVENTORY_URL / MPS_INVENTORY_TOKEN
+  3. host.conf (--host-conf, else MPS_HOST_CONF, else /etc/yunion/host.conf):
+     mps_inventory_url, and mps_inventory_token_file or mps_inventory_token.
+     A missing or unreadable host.conf is skipped silently; a broken one is
+     skipped with a warning.
+  4. ` + DefaultURL + `, no token.`
+
+// runtimeError marks an error of a command that parsed and ran, so that Run
+// can tell it (exit 1) from an error of the command line (exit 2).
+type runtimeError struct{ err error }
+
+func (e runtimeError) Error() string { return e.err.Error() }
+func (e runtimeError) Unwrap() error { return e.err }
+
+// app is one invocation: the streams, the environment and the global flags.
+type app struct {
+	env    func(string) string
+	stdout io.Writer
+	stderr io.Writer
+
+	url      string
+	token    string
+	hostConf string
+	timeout  time.Duration
+	output   string
+
+	// endpoint is resolved once the flags are parsed.
+	endpoint endpoint
+}
+
+// Run executes climc with args (without the program name) and returns the
+// process exit code. env is os.Getenv in production; tests pass their own so
+// that they can run in parallel without touching the process environment.
+func Run(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) int {
+	a := &app{env: env, stdout: stdout, stderr: stderr}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	if _, ok := errors.AsType[runtimeError](err); ok {
+		fmt.Fprintln(stderr, a.errorLine(err))
+		return ExitRuntime
+	}
+	fmt.Fprintf(stderr, "Error: %v\nRun 'climc --help' for usage.\n", err)
+	return ExitUsage
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "climc",
+		Short:         "Command line client of the GPU inventory",
+		Long:          rootLong,
+		Version:       version.Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			return a.setup()
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+
+	hostConfDefault := first(a.env(EnvHostConf), config.DefaultHostConfPath)
+	f := root.PersistentFlags()
+	f.StringVar(&a.url, "url", "", "inventory URL (env "+EnvURL+")")
+	f.StringVar(&a.token, "token", "", "inventory bearer token (env "+EnvToken+")")
+	f.StringVar(&a.hostConf, "host-conf", hostConfDefault, "host.conf to find the local inventory in (env "+EnvHostConf+")")
+	f.DurationVar(&a.timeout, "timeout", 10*time.Second, "timeout of each request to the inventory")
+	f.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
+
+	root.AddCommand(a.isolatedDeviceListCommand(), a.isolatedDeviceShowCommand(), a.hostListCommand())
+	return root
+}
+
+// setup checks the global flags and finds the inventory. Its errors are
+// usage errors.
+func (a *app) setup() error {
+	if a.output != "table" && a.output != "json" {
+		return fmt.Errorf("invalid --output %q: want table or json", a.output)
+	}
+	if a.timeout <= 0 {
+		return fmt.Errorf("invalid --timeout %s: must be positive", a.timeout)
+	}
+	ep, warnings := resolveEndpoint(endpointInputs{
+		FlagURL:   a.url,
+		FlagToken: a.token,
+		HostConf:  a.hostConf,
+		Env:       a.env,
+	}, config.LoadHostConf)
+	for _, w := range warnings {
+		fmt.Fprintln(a.stderr, w)
+	}
+	if err := checkURL(ep.URL); err != nil {
+		return err
+	}
+	a.endpoint = ep
+	return nil
+}
+
+// checkURL refuses a URL the client could not use, as a usage error: it
+// comes from --url or MPS_INVENTORY_URL (host.conf's is checked by pkg/config).
+func checkURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("invalid inventory URL %q: want http(s)://host[:port]", raw)
+	}
+	return nil
+}
+
+// client builds the inventory client. A command line tool does not retry:
+// the user is waiting and can run it again.
+func (a *app) client() *client.Client {
+	return client.New(client.Options{
+		URL:     a.endpoint.URL,
+		Token:   a.endpoint.Token,
+		Timeout: a.timeout,
+		Retries: -1,
+		Log:     slog.New(slog.DiscardHandler),
+	})
+}
+
+// runE wraps a command body so that its errors count as runtime errors.
+func runE(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := fn(cmd, args); err != nil {
+			return runtimeError{err}
+		}
+		return nil
+	}
+}

@@ -1,0 +1,111 @@
+package climc
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+
+	"yunion.io/x/mps-daemon/pkg/config"
+)
+
+// Environment variables climc reads; the names are part of its interface.
+const (
+	EnvURL      = "MPS_INVENTORY_URL"
+	EnvToken    = "MPS_INVENTORY_TOKEN"
+	EnvHostConf = "MPS_HOST_CONF"
+)
+
+// DefaultURL is the inventory climc talks to when nothing names one: the
+// mps-inventory of the local host.
+const DefaultURL = "http://127.0.0.1:9330"
+
+// endpointInputs is what the user said on the command line and in the
+// environment.
+type endpointInputs struct {
+	FlagURL, FlagToken string
+	// HostConf is the path of host.conf after --host-conf and MPS_HOST_CONF.
+	HostConf string
+	Env      func(string) string
+}
+
+// endpoint is the inventory climc will talk to.
+type endpoint struct {
+	URL   string
+	Token string
+}
+
+// loadHostConfFunc reads host.conf; config.LoadHostConf in production.
+type loadHostConfFunc func(path string) (*config.HostConf, error)
+
+// resolveEndpoint finds the inventory. URL and token are each taken from the
+// first of: flag, environment, host.conf, default (DefaultURL, no token).
+// host.conf is read only when a flag or variable leaves something open. A
+// host.conf that is missing or not readable (climc run as non-root on a host
+// whose host.conf is root-only) is skipped silently, as if absent; one that
+// is readable but broken gives a single warning and is otherwise ignored, so
+// a typo in a key of the host service does not take climc down.
+func resolveEndpoint(in endpointInputs, load loadHostConfFunc) (ep endpoint, warnings []string) {
+	ep.URL = first(in.FlagURL, in.Env(EnvURL))
+	ep.Token = first(in.FlagToken, in.Env(EnvToken))
+	if ep.URL != "" && ep.Token != "" {
+		return ep, nil
+	}
+	hc, warn := readHostConf(in.HostConf, load)
+	if warn != "" {
+		warnings = append(warnings, warn)
+	}
+	if hc != nil {
+		if ep.URL == "" {
+			ep.URL = hc.InventoryURL
+		}
+		if ep.Token == "" {
+			tok, err := hc.TokenValue()
+			if err != nil {
+				warnings = append(warnings, oneLine(fmt.Sprintf("Warning: %s: no inventory token: %v", in.HostConf, err)))
+			}
+			ep.Token = tok
+		}
+	}
+	if ep.URL == "" {
+		ep.URL = DefaultURL
+	}
+	return ep, warnings
+}
+
+// readHostConf loads host.conf, returning nil and no warning when the file is
+// absent or unreadable, nil and a warning when it is broken.
+func readHostConf(path string, load loadHostConfFunc) (*config.HostConf, string) {
+	if path == "" {
+		return nil, ""
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			return nil, ""
+		}
+		return nil, oneLine(fmt.Sprintf("Warning: ignoring %s: %v", path, err))
+	}
+	f.Close()
+	hc, err := load(path)
+	if err != nil {
+		return nil, oneLine(fmt.Sprintf("Warning: ignoring %s: %v", path, err))
+	}
+	return hc, ""
+}
+
+func first(vals ...string) string {
+	for _, v := range vals {
+		if v = strings.TrimSpace(v); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// oneLine folds a possibly multi-line message (config errors are joined with
+// newlines) into the single line climc promises on stderr.
+func oneLine(s string) string {
+	return strings.ReplaceAll(strings.TrimSpace(s), "\n", "; ")
+}

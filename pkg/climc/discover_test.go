@@ -1,0 +1,128 @@
+package climc
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"yunion.io/x/mps-daemon/pkg/config"
+)
+
+// envMap is a fake environment for one test.
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestResolveEndpoint(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := writeFile(t, dir, "token", "secret-from-file\n")
+	withURL := writeFile(t, dir, "url.conf",
+		"# shared with the Cloudpods host service\nlisten_interface: br0\nmps_inventory_url: http://10.0.0.5:9330\nmps_inventory_token: conf-token\n")
+	withTokenFile := writeFile(t, dir, "tokenfile.conf", "mps_inventory_url: http://10.0.0.6:9330\nmps_inventory_token_file: "+tokenFile+"\n")
+	noKeys := writeFile(t, dir, "nokeys.conf", "enable_cuda_mps: true\n")
+	broken := writeFile(t, dir, "broken.conf", "mps_inventory_url: ftp://nowhere\ncuda_mps_replicas: 0\n")
+	badTokenFile := writeFile(t, dir, "badtoken.conf", "mps_inventory_url: http://10.0.0.7:9330\nmps_inventory_token_file: "+filepath.Join(dir, "absent")+"\n")
+	missing := filepath.Join(dir, "no-such.conf")
+
+	tests := []struct {
+		name      string
+		in        endpointInputs
+		want      endpoint
+		wantWarns []string // substrings, one per expected warning line
+	}{
+		{
+			name: "flag beats env and host.conf",
+			in: endpointInputs{FlagURL: "http://flag:1", FlagToken: "flag-token", HostConf: withURL,
+				Env: envMap(map[string]string{EnvURL: "http://env:2", EnvToken: "env-token"})},
+			want: endpoint{URL: "http://flag:1", Token: "flag-token"},
+		},
+		{
+			name: "env beats host.conf",
+			in: endpointInputs{HostConf: withURL,
+				Env: envMap(map[string]string{EnvURL: "http://env:2", EnvToken: "env-token"})},
+			want: endpoint{URL: "http://env:2", Token: "env-token"},
+		},
+		{
+			name: "host.conf beats default",
+			in:   endpointInputs{HostConf: withURL, Env: envMap(nil)},
+			want: endpoint{URL: "http://10.0.0.5:9330", Token: "conf-token"},
+		},
+		{
+			name: "URL and token are resolved each on its own",
+			in:   endpointInputs{FlagURL: "http://flag:1", HostConf: withURL, Env: envMap(nil)},
+			want: endpoint{URL: "http://flag:1", Token: "conf-token"},
+		},
+		{
+			name: "token file",
+			in:   endpointInputs{HostConf: withTokenFile, Env: envMap(nil)},
+			want: endpoint{URL: "http://10.0.0.6:9330", Token: "secret-from-file"},
+		},
+		{
+			name: "host.conf without our keys gives the default URL",
+			in:   endpointInputs{HostConf: noKeys, Env: envMap(nil)},
+			want: endpoint{URL: DefaultURL},
+		},
+		{
+			name: "missing host.conf is silent",
+			in:   endpointInputs{HostConf: missing, Env: envMap(nil)},
+			want: endpoint{URL: DefaultURL},
+		},
+		{
+			name:      "broken host.conf warns once and is ignored",
+			in:        endpointInputs{HostConf: broken, Env: envMap(nil)},
+			want:      endpoint{URL: DefaultURL},
+			wantWarns: []string{"Warning: ignoring " + broken},
+		},
+		{
+			name: "broken host.conf is not read when flags say everything",
+			in:   endpointInputs{FlagURL: "http://flag:1", FlagToken: "t", HostConf: broken, Env: envMap(nil)},
+			want: endpoint{URL: "http://flag:1", Token: "t"},
+		},
+		{
+			name:      "unreadable token file warns, keeps the URL",
+			in:        endpointInputs{HostConf: badTokenFile, Env: envMap(nil)},
+			want:      endpoint{URL: "http://10.0.0.7:9330"},
+			wantWarns: []string{"no inventory token"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, warns := resolveEndpoint(tt.in, config.LoadHostConf)
+			if got != tt.want {
+				t.Errorf("endpoint = %+v, want %+v", got, tt.want)
+			}
+			if len(warns) != len(tt.wantWarns) {
+				t.Fatalf("warnings = %q, want %d", warns, len(tt.wantWarns))
+			}
+			for i, w := range warns {
+				if !strings.Contains(w, tt.wantWarns[i]) || strings.Contains(w, "\n") {
+					t.Errorf("warning %d = %q, want one line containing %q", i, w, tt.wantWarns[i])
+				}
+			}
+		})
+	}
+}
+
+func TestResolveEndpointUnreadableHostConf(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root reads files whatever their mode")
+	}
+	p := writeFile(t, t.TempDir(), "host.conf", "mps_inventory_url: http://10.0.0.5:9330\n")
+	if err := os.Chmod(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	got, warns := resolveEndpoint(endpointInputs{HostConf: p, Env: envMap(nil)}, config.LoadHostConf)
+	if got.URL != DefaultURL || len(warns) != 0 {
+		t.Errorf("got %+v, warnings %q; want the default and no warning", got, warns)
+	}
+}

@@ -1,0 +1,116 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestLoadDevicesMixedHost(t *testing.T) {
+	df, err := LoadDevices("testdata/host_container_device.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &DeviceFile{
+		Path: "testdata/host_container_device.yml",
+		Entries: []DeviceEntry{
+			{Index: 0, Line: 4, Path: "/dev/dri/renderD128", Type: "NVIDIA_MPS", VirtualNumber: 4},
+			{Index: 1, Line: 7, Path: "/dev/dri/by-path/pci-0000:3b:00.0-render", Type: "NVIDIA_MPS", VirtualNumber: 2},
+		},
+		// Other agents' entries are kept as written, bad values included.
+		Skipped: []DeviceEntry{
+			{Index: 2, Line: 11, Path: "/dev/dri/renderD130", Type: "NVIDIA_GPU_SHARE", VirtualNumber: 8},
+			{Index: 3, Line: 14, Type: "CPH_AOSP_BINDER", VirtualNumber: 16},
+			{Index: 4, Line: 16, Path: "/dev/dri/renderD131", Type: "CPH_AMD_GPU"},
+			{Index: 5, Line: 19, Path: "/dev/vastai0", Type: "VASTAITECH_GPU"},
+			{Index: 6, Line: 21, Path: "/dev/nvme1", Type: "NETINT_CA_QUADRA"},
+		},
+	}
+	if !reflect.DeepEqual(df, want) {
+		t.Errorf("got  %+v\nwant %+v", df, want)
+	}
+}
+
+func TestParseDevicesNoEntries(t *testing.T) {
+	for _, tc := range []struct{ name, in string }{
+		{"empty", ""},
+		{"comments only", "# no devices on this host\n"},
+		{"no devices key", "other_agent: {enabled: true}\n"},
+		{"devices empty", "devices:\n"},
+		{"devices empty list", "devices: []\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			df, err := ParseDevices("dev.yml", []byte(tc.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(df.Entries) != 0 || len(df.Skipped) != 0 || df.Path != "dev.yml" {
+				t.Errorf("want an empty file, got %+v", df)
+			}
+		})
+	}
+}
+
+func TestParseDevicesQuotedNumber(t *testing.T) {
+	df, err := ParseDevices("dev.yml", []byte("devices:\n- {path: GPU-1, type: Nvidia_Mps, virtual_number: \"3\", owner: x}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []DeviceEntry{{Index: 0, Line: 2, Path: "GPU-1", Type: "NVIDIA_MPS", VirtualNumber: 3}}
+	if !reflect.DeepEqual(df.Entries, want) {
+		t.Errorf("got %+v, want %+v", df.Entries, want)
+	}
+}
+
+func TestParseDevicesErrors(t *testing.T) {
+	const head = "devices:\n- path: /dev/dri/renderD128\n  type: NVIDIA_MPS\n  virtual_number: 2\n" // lines 1-4, valid
+	for _, tc := range []struct {
+		name, in string
+		want     []string
+	}{
+		{"syntax", "devices:\n- path: [\n", []string{`dev.yml:2: invalid YAML: did not find expected node content`}},
+		{"top level list", "- path: /dev/dri/renderD128\n", []string{`dev.yml:1: want a mapping with a devices list at the top level, got a list`}},
+		{"devices a mapping", "devices:\n  path: /dev/dri/renderD128\n", []string{`dev.yml:2: devices: want a list of devices, got a mapping`}},
+		{"entry a string", head + "- /dev/dri/renderD129\n", []string{`dev.yml:5: devices[1]: want a mapping with path, type and virtual_number, got "/dev/dri/renderD129"`}},
+		{"no path", head + "- type: NVIDIA_MPS\n  virtual_number: 2\n", []string{`dev.yml:5: devices[1].path: missing: an NVIDIA_MPS entry must name its GPU`}},
+		{"empty path", head + "- type: NVIDIA_MPS\n  path: \"\"\n  virtual_number: 2\n", []string{`dev.yml:6: devices[1].path: must not be empty`}},
+		{"path a list", head + "- type: NVIDIA_MPS\n  path: [a, b]\n  virtual_number: 2\n", []string{`dev.yml:6: devices[1].path: want a single value, got a list`}},
+		{"no virtual_number", head + "- type: NVIDIA_MPS\n  path: /dev/nvidia1\n", []string{`dev.yml:5: devices[1].virtual_number: missing: say how many virtual devices to split the GPU into`}},
+		{"virtual_number text", head + "- type: NVIDIA_MPS\n  path: /dev/nvidia1\n  virtual_number: four\n", []string{`dev.yml:7: devices[1].virtual_number: want a whole number, got "four"`}},
+		{"virtual_number zero", head + "- type: NVIDIA_MPS\n  path: /dev/nvidia1\n  virtual_number: 0\n", []string{`dev.yml:7: devices[1].virtual_number: must be at least 1, got 0`}},
+		{"virtual_number negative", head + "- type: NVIDIA_MPS\n  path: /dev/nvidia1\n  virtual_number: -2\n", []string{`dev.yml:7: devices[1].virtual_number: must be at least 1, got -2`}},
+		{"every error reported", head +
+			"- type: NVIDIA_MPS\n  virtual_number: 0\n" + // 5-6
+			"- type: CPH_AMD_GPU\n  virtual_number: 0\n" + // 7-8, not ours
+			"- type: nvidia_mps\n  path: /dev/nvidia3\n", // 9-10
+			[]string{
+				`dev.yml:5: devices[1].path: missing: an NVIDIA_MPS entry must name its GPU`,
+				`dev.yml:6: devices[1].virtual_number: must be at least 1, got 0`,
+				`dev.yml:9: devices[3].virtual_number: missing: say how many virtual devices to split the GPU into`,
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			df, err := ParseDevices("dev.yml", []byte(tc.in))
+			if err == nil {
+				t.Fatalf("no error; got %+v", df)
+			}
+			if got, want := err.Error(), strings.Join(tc.want, "\n"); got != want {
+				t.Errorf("got\n%s\nwant\n%s", got, want)
+			}
+			var ce *Error
+			if !errors.As(err, &ce) || ce.File != "dev.yml" {
+				t.Errorf("want a *config.Error naming the file, got %#v", err)
+			}
+		})
+	}
+}
+
+func TestLoadDevicesMissing(t *testing.T) {
+	_, err := LoadDevices(filepath.Join(t.TempDir(), "host_container_device.yml"))
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("want fs.ErrNotExist, got %v", err)
+	}
+}

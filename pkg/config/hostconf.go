@@ -1,0 +1,289 @@
+// Package config reads the two files an operator edits: host.conf, which this
+// daemon shares with the Cloudpods host service, and the container device YAML
+// that says how many virtual devices each GPU is split into. Both are parsed
+// into YAML node trees so every error names the file, the line and the key.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// DefaultHostConfPath is where Cloudpods keeps host.conf.
+const DefaultHostConfPath = "/etc/yunion/host.conf"
+
+// HostConf holds the host.conf keys this daemon reads. The first five are
+// Cloudpods' own keys with Cloudpods' defaults; the mps_* keys are ours.
+type HostConf struct {
+	// Path is the file that was read; empty for DefaultHostConf.
+	Path string
+
+	EnableCudaMPS bool
+	// ContainerDeviceConfigFile is the device YAML; a relative value in the
+	// file is resolved against host.conf's directory. Empty: none.
+	ContainerDeviceConfigFile string
+	CudaMPSPipeDirectory      string
+	CudaMPSLogDirectory       string
+	// CudaMPSReplicas is N for every GPU when no device YAML entry names one.
+	CudaMPSReplicas int
+
+	InventoryURL       string
+	InventoryToken     string
+	InventoryTokenFile string
+	InventoryTimeout   time.Duration
+	// ListenAddress serves metrics and health checks.
+	ListenAddress           string
+	StateDirectory          string
+	SetExclusiveComputeMode bool
+	ControlBinary           string
+	ControlTimeout          time.Duration
+	SyncInterval            time.Duration
+	// HostName is the name registered in the inventory; empty means the
+	// caller uses os.Hostname.
+	HostName  string
+	SysfsRoot string
+	DevRoot   string
+
+	// Unknown lists the keys this daemon does not read, in file order. Most
+	// belong to the Cloudpods host service; callers log them at debug level
+	// so a misspelt key of ours can still be found.
+	Unknown []string
+
+	// lines maps each key set in the file to its line.
+	lines map[string]int
+}
+
+// DefaultHostConf is the configuration of an empty host.conf.
+func DefaultHostConf() *HostConf {
+	return &HostConf{
+		CudaMPSPipeDirectory:    "/tmp/nvidia-mps/pipe",
+		CudaMPSLogDirectory:     "/tmp/nvidia-mps/log",
+		CudaMPSReplicas:         10,
+		InventoryURL:            "http://127.0.0.1:9330",
+		InventoryTimeout:        10 * time.Second,
+		ListenAddress:           "127.0.0.1:9331",
+		StateDirectory:          "/var/lib/yunion-mps",
+		SetExclusiveComputeMode: true,
+		ControlBinary:           "nvidia-cuda-mps-control",
+		ControlTimeout:          10 * time.Second,
+		SyncInterval:            30 * time.Second,
+		SysfsRoot:               "/sys",
+		DevRoot:                 "/dev",
+	}
+}
+
+// Line is the line of key in the file, 0 when the file does not set it. Other
+// packages use it to point their own errors at the setting that caused them.
+func (hc *HostConf) Line(key string) int {
+	return hc.lines[key]
+}
+
+// TokenValue is the inventory token: the trimmed content of
+// mps_inventory_token_file when that is set (so the secret can live in a file
+// readable by root only), else mps_inventory_token.
+func (hc *HostConf) TokenValue() (string, error) {
+	if hc.InventoryTokenFile == "" {
+		return strings.TrimSpace(hc.InventoryToken), nil
+	}
+	data, err := os.ReadFile(hc.InventoryTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("reading mps_inventory_token_file: %w", err)
+	}
+	token := strings.TrimSpace(string(data))
+	if token == "" {
+		return "", fmt.Errorf("mps_inventory_token_file %s is empty", hc.InventoryTokenFile)
+	}
+	return token, nil
+}
+
+// LoadHostConf reads and checks host.conf. A missing file is an error that
+// satisfies errors.Is(err, fs.ErrNotExist).
+func LoadHostConf(path string) (*HostConf, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading host config: %w", err)
+	}
+	return ParseHostConf(path, data)
+}
+
+// hostConfKeys are the keys this daemon reads; anything else is Cloudpods'.
+var hostConfKeys = map[string]bool{
+	"enable_cuda_mps": true, "container_device_config_file": true,
+	"cuda_mps_pipe_directory": true, "cuda_mps_log_directory": true, "cuda_mps_replicas": true,
+	"mps_inventory_url": true, "mps_inventory_token": true, "mps_inventory_token_file": true,
+	"mps_inventory_timeout": true, "mps_listen_address": true, "mps_state_directory": true,
+	"mps_set_exclusive_compute_mode": true, "mps_control_binary": true, "mps_control_timeout": true,
+	"mps_sync_interval": true, "mps_host_name": true, "mps_sysfs_root": true, "mps_dev_root": true,
+}
+
+// set stores the value of one of hostConfKeys, or says what is wrong with it.
+func (hc *HostConf) set(key string, v *yaml.Node) error {
+	var err error
+	switch key {
+	case "enable_cuda_mps":
+		hc.EnableCudaMPS, err = boolValue(v)
+	case "container_device_config_file":
+		hc.ContainerDeviceConfigFile, err = scalarValue(v)
+	case "cuda_mps_pipe_directory":
+		hc.CudaMPSPipeDirectory, err = absPath(v)
+	case "cuda_mps_log_directory":
+		hc.CudaMPSLogDirectory, err = absPath(v)
+	case "cuda_mps_replicas":
+		hc.CudaMPSReplicas, err = replicas(v)
+	case "mps_inventory_url":
+		hc.InventoryURL, err = httpURL(v)
+	case "mps_inventory_token":
+		hc.InventoryToken, err = scalarValue(v)
+	case "mps_inventory_token_file":
+		hc.InventoryTokenFile, err = scalarValue(v)
+	case "mps_inventory_timeout":
+		hc.InventoryTimeout, err = durationValue(v)
+	case "mps_listen_address":
+		hc.ListenAddress, err = hostPort(v)
+	case "mps_state_directory":
+		hc.StateDirectory, err = absPath(v)
+	case "mps_set_exclusive_compute_mode":
+		hc.SetExclusiveComputeMode, err = boolValue(v)
+	case "mps_control_binary":
+		hc.ControlBinary, err = nonEmpty(v)
+	case "mps_control_timeout":
+		hc.ControlTimeout, err = durationValue(v)
+	case "mps_sync_interval":
+		hc.SyncInterval, err = durationValue(v)
+	case "mps_host_name":
+		hc.HostName, err = scalarValue(v)
+	case "mps_sysfs_root":
+		hc.SysfsRoot, err = absPath(v)
+	case "mps_dev_root":
+		hc.DevRoot, err = absPath(v)
+	default:
+		return fmt.Errorf("unknown key %q", key) // hostConfKeys and set disagree
+	}
+	return err
+}
+
+// ParseHostConf checks host.conf's content; path is only used in messages
+// and to resolve relative file names. Every problem is reported, joined with
+// errors.Join, each as an *Error with its line.
+func ParseHostConf(path string, data []byte) (*HostConf, error) {
+	hc := DefaultHostConf()
+	hc.Path = path
+	hc.lines = map[string]int{}
+	root, err := parseDocument(path, data)
+	if err != nil {
+		return nil, err
+	}
+	if root == nil {
+		return hc, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, errorf(path, root.Line, "", "want key: value lines at the top level, got %s", describe(root))
+	}
+	var errs []error
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], deref(root.Content[i+1])
+		key := k.Value
+		if !hostConfKeys[key] {
+			hc.Unknown = append(hc.Unknown, key)
+			continue
+		}
+		if first, dup := hc.lines[key]; dup {
+			errs = append(errs, errorf(path, k.Line, key, "set again (first at line %d)", first))
+			continue
+		}
+		hc.lines[key] = k.Line
+		if isNull(v) {
+			continue // `key:` with nothing after it keeps the default
+		}
+		if err := hc.set(key, v); err != nil {
+			errs = append(errs, errorf(path, v.Line, key, "%v", err))
+		}
+	}
+	dir := filepath.Dir(path)
+	if f := hc.ContainerDeviceConfigFile; f != "" && !filepath.IsAbs(f) {
+		hc.ContainerDeviceConfigFile = filepath.Join(dir, f)
+	}
+	if f := hc.InventoryTokenFile; f != "" && !filepath.IsAbs(f) {
+		hc.InventoryTokenFile = filepath.Join(dir, f)
+	}
+	if hc.InventoryToken != "" && hc.InventoryTokenFile != "" {
+		errs = append(errs, errorf(path, hc.lines["mps_inventory_token_file"], "mps_inventory_token_file",
+			"set only one of mps_inventory_token (line %d) and mps_inventory_token_file", hc.lines["mps_inventory_token"]))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return hc, nil
+}
+
+// replicas reads cuda_mps_replicas: 0 would split a GPU into nothing.
+func replicas(v *yaml.Node) (int, error) {
+	n, err := intValue(v)
+	if err != nil {
+		return 0, err
+	}
+	if n < 1 {
+		return 0, fmt.Errorf("must be at least 1, got %d", n)
+	}
+	return n, nil
+}
+
+// absPath requires an absolute path: the daemon runs from systemd with /
+// as its working directory, so a relative one would land somewhere unexpected.
+func absPath(v *yaml.Node) (string, error) {
+	s, err := scalarValue(v)
+	if err != nil {
+		return "", err
+	}
+	if !filepath.IsAbs(s) {
+		return "", fmt.Errorf("want an absolute path, got %s", describe(v))
+	}
+	return filepath.Clean(s), nil
+}
+
+func nonEmpty(v *yaml.Node) (string, error) {
+	s, err := scalarValue(v)
+	if err != nil {
+		return "", err
+	}
+	if strings.TrimSpace(s) == "" {
+		return "", errors.New("must not be empty")
+	}
+	return s, nil
+}
+
+func httpURL(v *yaml.Node) (string, error) {
+	s, err := scalarValue(v)
+	if err != nil {
+		return "", err
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return "", fmt.Errorf("want an http:// or https:// URL with a host, got %s", describe(v))
+	}
+	return s, nil
+}
+
+func hostPort(v *yaml.Node) (string, error) {
+	s, err := scalarValue(v)
+	if err != nil {
+		return "", err
+	}
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", fmt.Errorf("want host:port, got %s", describe(v))
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return "", fmt.Errorf("want host:port with a port number from 0 to 65535, got %s", describe(v))
+	}
+	return s, nil
+}

@@ -1,0 +1,220 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sameConf compares what a caller sees, leaving out the line bookkeeping.
+func sameConf(t *testing.T, got, want *HostConf) {
+	t.Helper()
+	g, w := *got, *want
+	g.lines, w.lines = nil, nil
+	if !reflect.DeepEqual(g, w) {
+		t.Errorf("got  %+v\nwant %+v", g, w)
+	}
+}
+
+func TestParseHostConfDefaults(t *testing.T) {
+	for _, tc := range []struct{ name, in string }{
+		{"empty", ""},
+		{"comments only", "# managed by ansible\n\n# nothing here yet\n"},
+		{"empty document", "---\n"},
+		{"only Cloudpods keys", "port: 8885\nzone: zone0\n"},
+		{"empty values keep defaults", "cuda_mps_replicas:\nmps_sync_interval: ~\nenable_cuda_mps: null\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseHostConf("/etc/yunion/host.conf", []byte(tc.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := DefaultHostConf()
+			want.Path = "/etc/yunion/host.conf"
+			got.Unknown = nil
+			sameConf(t, got, want)
+		})
+	}
+}
+
+func TestDefaultHostConf(t *testing.T) {
+	hc := DefaultHostConf()
+	if hc.EnableCudaMPS || hc.CudaMPSReplicas != 10 || hc.CudaMPSPipeDirectory != "/tmp/nvidia-mps/pipe" ||
+		hc.CudaMPSLogDirectory != "/tmp/nvidia-mps/log" || hc.ContainerDeviceConfigFile != "" {
+		t.Errorf("Cloudpods' defaults changed: %+v", hc)
+	}
+	if hc.Line("cuda_mps_replicas") != 0 {
+		t.Errorf("a default has no line")
+	}
+}
+
+func TestLoadHostConfCloudpodsFile(t *testing.T) {
+	hc, err := LoadHostConf("testdata/host.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultHostConf()
+	want.Path = "testdata/host.conf"
+	want.EnableCudaMPS = true
+	want.ContainerDeviceConfigFile = filepath.Join("testdata", "host_container_device.yml")
+	want.CudaMPSPipeDirectory = "/run/nvidia-mps/pipe"
+	want.CudaMPSReplicas = 4
+	want.InventoryURL = "https://inventory.example.com:9330"
+	want.InventoryTokenFile = "/etc/yunion/mps.token"
+	want.InventoryTimeout = 5 * time.Second
+	want.ListenAddress = "[::1]:9331"
+	want.SetExclusiveComputeMode = false
+	want.ControlTimeout = 90 * time.Second
+	want.SyncInterval = 45 * time.Second
+	want.HostName = "gpu-node-07"
+	want.Unknown = []string{"port", "address", "master_address", "zone", "servers_path", "images_path",
+		"local_image_path", "networks", "hostname", "report_interval", "enable_remote_executor"}
+	sameConf(t, hc, want)
+	if got := hc.Line("cuda_mps_replicas"); got != 20 {
+		t.Errorf("cuda_mps_replicas is on line 20, Line says %d", got)
+	}
+}
+
+func TestParseHostConfValues(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     func(*HostConf)
+	}{
+		{"duration as seconds", "mps_control_timeout: 3", func(h *HostConf) { h.ControlTimeout = 3 * time.Second }},
+		{"duration quoted", `mps_sync_interval: "2m"`, func(h *HostConf) { h.SyncInterval = 2 * time.Minute }},
+		{"bool yes", "enable_cuda_mps: yes", func(h *HostConf) { h.EnableCudaMPS = true }},
+		{"bool True", "enable_cuda_mps: True", func(h *HostConf) { h.EnableCudaMPS = true }},
+		{"quoted number", `cuda_mps_replicas: "7"`, func(h *HostConf) { h.CudaMPSReplicas = 7 }},
+		{"directory cleaned", "mps_state_directory: /var/lib//mps/", func(h *HostConf) { h.StateDirectory = "/var/lib/mps" }},
+		{"absolute device file kept", "container_device_config_file: /etc/x.yml", func(h *HostConf) { h.ContainerDeviceConfigFile = "/etc/x.yml" }},
+		{"relative device file", "container_device_config_file: dev.yml", func(h *HostConf) { h.ContainerDeviceConfigFile = "/etc/yunion/dev.yml" }},
+		{"relative token file", "mps_inventory_token_file: mps.token", func(h *HostConf) { h.InventoryTokenFile = "/etc/yunion/mps.token" }},
+		{"listen on all addresses", "mps_listen_address: :9331", func(h *HostConf) { h.ListenAddress = ":9331" }},
+		{"alias", "x: &n 6\ncuda_mps_replicas: *n", func(h *HostConf) { h.CudaMPSReplicas = 6; h.Unknown = []string{"x"} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseHostConf("/etc/yunion/host.conf", []byte(tc.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := DefaultHostConf()
+			want.Path = "/etc/yunion/host.conf"
+			tc.want(want)
+			sameConf(t, got, want)
+		})
+	}
+}
+
+func TestParseHostConfErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     []string
+	}{
+		{"replicas not a number", "cuda_mps_replicas: abc", []string{`host.conf:1: cuda_mps_replicas: want a whole number, got "abc"`}},
+		{"replicas zero", "port: 1\ncuda_mps_replicas: 0", []string{`host.conf:2: cuda_mps_replicas: must be at least 1, got 0`}},
+		{"replicas a list", "cuda_mps_replicas:\n- 1\n", []string{`host.conf:2: cuda_mps_replicas: want a single value, got a list`}},
+		{"replicas a fraction", "cuda_mps_replicas: 2.5", []string{`host.conf:1: cuda_mps_replicas: want a whole number, got "2.5"`}},
+		{"bool", "enable_cuda_mps: maybe", []string{`host.conf:1: enable_cuda_mps: want true or false, got "maybe"`}},
+		{"duration unit", "mps_sync_interval: 10x", []string{`host.conf:1: mps_sync_interval: want a duration such as "10s" or a number of seconds, got "10x"`}},
+		{"duration zero", "mps_sync_interval: 0", []string{`host.conf:1: mps_sync_interval: must be positive, got "0"`}},
+		{"duration negative", "mps_inventory_timeout: -5s", []string{`host.conf:1: mps_inventory_timeout: must be positive, got "-5s"`}},
+		{"relative directory", "cuda_mps_pipe_directory: run/mps", []string{`host.conf:1: cuda_mps_pipe_directory: want an absolute path, got "run/mps"`}},
+		{"relative sysfs", "mps_sysfs_root: sys", []string{`host.conf:1: mps_sysfs_root: want an absolute path, got "sys"`}},
+		{"url scheme", "mps_inventory_url: ftp://inv:21", []string{`host.conf:1: mps_inventory_url: want an http:// or https:// URL with a host, got "ftp://inv:21"`}},
+		{"url without scheme", "mps_inventory_url: 127.0.0.1:9330", []string{`host.conf:1: mps_inventory_url: want an http:// or https:// URL with a host, got "127.0.0.1:9330"`}},
+		{"listen port only", "mps_listen_address: 9331", []string{`host.conf:1: mps_listen_address: want host:port, got "9331"`}},
+		{"listen port name", "mps_listen_address: localhost:http", []string{`host.conf:1: mps_listen_address: want host:port with a port number from 0 to 65535, got "localhost:http"`}},
+		{"empty binary", `mps_control_binary: ""`, []string{`host.conf:1: mps_control_binary: must not be empty`}},
+		{"top level list", "- enable_cuda_mps\n", []string{`host.conf:1: want key: value lines at the top level, got a list`}},
+		{"top level scalar", "enable_cuda_mps\n", []string{`host.conf:1: want key: value lines at the top level, got "enable_cuda_mps"`}},
+		{"syntax", "port: 1\nzone: [a,\n", []string{`host.conf:2: invalid YAML: did not find expected node content`}},
+		{"duplicate", "cuda_mps_replicas: 2\nzone: z\ncuda_mps_replicas: 3\n", []string{`host.conf:3: cuda_mps_replicas: set again (first at line 1)`}},
+		{"two documents", "enable_cuda_mps: true\n---\nenable_cuda_mps: false\n", []string{`host.conf:2: holds more than one YAML document (a second one starts here)`}},
+		{"token twice", "mps_inventory_token: s3cret\nmps_inventory_token_file: /etc/t\n", []string{`host.conf:2: mps_inventory_token_file: set only one of mps_inventory_token (line 1) and mps_inventory_token_file`}},
+		{"every error reported", "cuda_mps_replicas: -1\nzone: z\nmps_sync_interval: soon\nmps_dev_root: dev\n", []string{
+			`host.conf:1: cuda_mps_replicas: must be at least 1, got -1`,
+			`host.conf:3: mps_sync_interval: want a duration such as "10s" or a number of seconds, got "soon"`,
+			`host.conf:4: mps_dev_root: want an absolute path, got "dev"`,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hc, err := ParseHostConf("host.conf", []byte(tc.in))
+			if err == nil {
+				t.Fatalf("no error; got %+v", hc)
+			}
+			if got, want := err.Error(), strings.Join(tc.want, "\n"); got != want {
+				t.Errorf("got\n%s\nwant\n%s", got, want)
+			}
+			var ce *Error
+			if !errors.As(err, &ce) || ce.File != "host.conf" {
+				t.Errorf("want a *config.Error naming the file, got %#v", err)
+			}
+		})
+	}
+}
+
+func TestLoadHostConfMissing(t *testing.T) {
+	_, err := LoadHostConf(filepath.Join(t.TempDir(), "host.conf"))
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("want fs.ErrNotExist, got %v", err)
+	}
+}
+
+func TestTokenValue(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name        string
+		token, file string
+		want        string
+		wantErr     string
+	}{
+		{name: "none", want: ""},
+		{name: "inline", token: " abc \n", want: "abc"},
+		{name: "file trimmed", file: write("tok", "s3cret\n"), want: "s3cret"},
+		{name: "empty file", file: write("empty", "\n\n"), wantErr: "is empty"},
+		{name: "missing file", file: filepath.Join(dir, "nope"), wantErr: "no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hc := DefaultHostConf()
+			hc.InventoryToken, hc.InventoryTokenFile = tc.token, tc.file
+			got, err := hc.TokenValue()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("want error containing %q, got %v", tc.wantErr, err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestErrorString(t *testing.T) {
+	for _, tc := range []struct {
+		e    Error
+		want string
+	}{
+		{Error{"h.conf", 3, "k", "bad"}, "h.conf:3: k: bad"},
+		{Error{"h.conf", 0, "k", "bad"}, "h.conf: k: bad"},
+		{Error{"h.conf", 3, "", "bad"}, "h.conf:3: bad"},
+		{Error{"h.conf", 0, "", "bad"}, "h.conf: bad"},
+	} {
+		if got := tc.e.Error(); got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}

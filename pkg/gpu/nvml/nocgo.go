@@ -1,0 +1,50 @@
+//go:build !cgo
+
+package nvml
+
+import (
+	"context"
+	"log/slog"
+
+	"yunion.io/x/mps-daemon/pkg/gpu"
+)
+
+// Adapter stands in for the NVML adapter in a build without cgo; it cannot be
+// made, as every constructor returns ErrNoCgo.
+type Adapter struct{}
+
+var _ gpu.Backend = (*Adapter)(nil)
+
+// New returns ErrNoCgo: NVML needs a cgo build.
+func New(log *slog.Logger) (*Adapter, error) { return nil, ErrNoCgo }
+
+// NewSimulated returns ErrNoCgo: go-nvml's mock machines need a cgo build.
+func NewSimulated(profile, root string, log *slog.Logger) (*Adapter, *SimHost, error) {
+	return nil, nil, ErrNoCgo
+}
+
+// Devices returns ErrNoCgo.
+func (a *Adapter) Devices(ctx context.Context) ([]gpu.Info, error) { return nil, ErrNoCgo }
+
+// SetComputeMode returns ErrNoCgo.
+func (a *Adapter) SetComputeMode(ctx context.Context, uuid string, mode gpu.ComputeMode) error {
+	return ErrNoCgo
+}
+
+// Close does nothing.
+func (a *Adapter) Close() error { return nil }
+
+// SimHost stands in for the simulated host in a build without cgo.
+type SimHost struct{}
+
+// Profile returns "".
+func (h *SimHost) Profile() string { return "" }
+
+// SysfsRoot returns "".
+func (h *SimHost) SysfsRoot() string { return "" }
+
+// DevRoot returns "".
+func (h *SimHost) DevRoot() string { return "" }
+
+// GPUs returns nil.
+func (h *SimHost) GPUs() []gpu.Info { return nil }

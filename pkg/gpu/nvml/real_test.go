@@ -1,0 +1,48 @@
+//go:build cgo
+
+package nvml
+
+import (
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+
+	"yunion.io/x/mps-daemon/pkg/gpu"
+)
+
+// TestRealNVML reads the GPUs of the host it runs on. It needs the NVIDIA
+// driver, so it runs only when asked: MPS_DAEMON_REAL_NVML=1 go test -run Real.
+func TestRealNVML(t *testing.T) {
+	if os.Getenv("MPS_DAEMON_REAL_NVML") == "" {
+		t.Skip("set MPS_DAEMON_REAL_NVML=1 on a host with an NVIDIA GPU")
+	}
+	a, err := New(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := a.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	got, err := a.Devices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 {
+		t.Fatal("no GPUs")
+	}
+	for _, g := range got {
+		t.Logf("%+v pci=%s vendor:device=%s memory=%dMiB arch=%s mode=%s", g, g.PCI, g.VendorDeviceID(), g.MemoryTotalMiB(), g.Architecture, g.ComputeMode)
+		if !strings.HasPrefix(g.UUID, "GPU-") || g.PCIVendorID != 0x10de || g.MemoryTotalBytes == 0 ||
+			g.Architecture == gpu.ArchUnknown || g.Name == "" {
+			t.Errorf("implausible GPU %+v", g)
+		}
+		// Setting the mode it already has exercises the call without
+		// changing the host.
+		if err := a.SetComputeMode(t.Context(), g.UUID, g.ComputeMode); err != nil {
+			t.Errorf("SetComputeMode(%s, %s): %v", g.UUID, g.ComputeMode, err)
+		}
+	}
+}

@@ -1,0 +1,270 @@
+// Package client talks to the inventory's REST API (mps-inventory, or a
+// Cloudpods region that serves the same resources). Every attempt is bounded
+// by a timeout; connection errors and 5xx/429 answers are retried with
+// exponential backoff and jitter, other answers never are. On top of the
+// plain calls it offers what a host agent needs: EnsureHost and an
+// idempotent SyncDevices.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"yunion.io/x/mps-daemon/pkg/api"
+)
+
+// Options configures a Client.
+type Options struct {
+	// URL is the API root, e.g. http://127.0.0.1:9330.
+	URL string
+	// Token, when set, is sent as `Authorization: Bearer <token>`.
+	Token string
+	// Timeout bounds each attempt (connect, send, read the answer); 0 means 10s.
+	Timeout time.Duration
+	// Retries is how many times a failed attempt is repeated; 0 means 3,
+	// negative means none.
+	Retries int
+	// HTTPClient is used when set (its own Timeout should be 0: Timeout
+	// above bounds attempts).
+	HTTPClient *http.Client
+	Log        *slog.Logger
+}
+
+const (
+	defaultTimeout = 10 * time.Second
+	defaultRetries = 3
+	// maxAnswerBytes bounds what is read of an answer; a page of 2048
+	// devices is about 1.5 MB.
+	maxAnswerBytes = 32 << 20
+	// maxRetryAfter caps how long a Retry-After header may make us wait.
+	maxRetryAfter = 30 * time.Second
+)
+
+// Client is an inventory API client; it is safe for concurrent use.
+type Client struct {
+	base    string // URL without a trailing slash
+	baseErr error  // a bad Options.URL, returned by every call
+	token   string
+	timeout time.Duration
+	retries int
+	http    *http.Client
+	log     *slog.Logger
+	// backoffBase is the first retry's delay; it doubles each retry up to
+	// backoffMax.
+	backoffBase, backoffMax time.Duration
+	// pageSize is SyncDevices' page size.
+	pageSize int
+}
+
+// New returns a client. A malformed URL is reported by the first call.
+func New(o Options) *Client {
+	c := &Client{
+		base: strings.TrimRight(o.URL, "/"), token: o.Token, timeout: o.Timeout, retries: o.Retries,
+		http: o.HTTPClient, log: o.Log, backoffBase: 100 * time.Millisecond, backoffMax: 5 * time.Second,
+		pageSize: syncPageSize,
+	}
+	if u, err := url.Parse(c.base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		c.baseErr = fmt.Errorf("inventory URL %q: want http(s)://host[:port][/path]", o.URL)
+	}
+	if c.timeout <= 0 {
+		c.timeout = defaultTimeout
+	}
+	switch {
+	case c.retries == 0:
+		c.retries = defaultRetries
+	case c.retries < 0:
+		c.retries = 0
+	}
+	if c.http == nil {
+		c.http = &http.Client{}
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// APIError is an error answer of the API. (It spells out api.Error's fields
+// instead of embedding it: an embedded api.Error would be a field named
+// Error, which cannot sit beside the Error method.)
+type APIError struct {
+	Status  int
+	Code    int
+	Class   string
+	Details string
+	// retryAfter is the answer's Retry-After, if any.
+	retryAfter time.Duration
+}
+
+// Error returns the server's details.
+func (e *APIError) Error() string {
+	if e.Details != "" {
+		return e.Details
+	}
+	return fmt.Sprintf("inventory answered %d %s", e.Status, http.StatusText(e.Status))
+}
+
+// IsNotFound reports whether err is a 404 answer.
+func IsNotFound(err error) bool { return hasStatus(err, http.StatusNotFound) }
+
+// IsConflict reports whether err is a 409 answer (a duplicate, or a device
+// held by a guest).
+func IsConflict(err error) bool { return hasStatus(err, http.StatusConflict) }
+
+// IsDeviceInUse reports whether err refuses to remove a device a guest
+// holds ("Isolated device used by server"), whatever the status code (the
+// inventory answers 409; the text is what Cloudpods keeps stable).
+func IsDeviceInUse(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500 && ae.Details == api.MsgDeviceUsedByServer
+}
+
+func hasStatus(err error, status int) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Status == status
+}
+
+// transportError is a failed exchange: no answer, or an answer cut short.
+type transportError struct{ err error }
+
+func (e *transportError) Error() string { return e.err.Error() }
+func (e *transportError) Unwrap() error { return e.err }
+
+// do sends one request, retrying what may succeed on another try. in is
+// marshalled as the body, the answer unmarshalled into out (both optional).
+// Error answers come back as *APIError, unwrapped.
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, in, out any) error {
+	if c.baseErr != nil {
+		return c.baseErr
+	}
+	var payload []byte
+	if in != nil {
+		var err error
+		if payload, err = json.Marshal(in); err != nil {
+			return fmt.Errorf("encoding %s %s: %w", method, path, err)
+		}
+	}
+	target := c.base + path
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
+	for attempt := 0; ; attempt++ {
+		err := c.attempt(ctx, method, target, payload, out)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s %s: %w", method, path, errors.Join(ctx.Err(), err))
+		}
+		if !retryable(err) || attempt >= c.retries {
+			var ae *APIError
+			if errors.As(err, &ae) {
+				return ae
+			}
+			return fmt.Errorf("%s %s: %w", method, path, err)
+		}
+		delay := c.backoff(attempt, err)
+		c.log.Debug("retrying inventory request", "method", method, "path", path,
+			"attempt", attempt+1, "delay", delay, "error", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s %s: %w", method, path, errors.Join(ctx.Err(), err))
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Client) attempt(ctx context.Context, method, target string, payload []byte, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var body io.Reader
+	if payload != nil {
+		body = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	if err != nil {
+		return fmt.Errorf("building request: %w", err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if payload != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return &transportError{err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err != nil {
+		return &transportError{fmt.Errorf("reading answer: %w", err)}
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return apiError(resp, b)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("decoding answer: %w", err)
+		}
+	}
+	return nil
+}
+
+// apiError reads an error answer; one that is not an api.Error (a proxy's
+// page) keeps its first bytes as details.
+func apiError(resp *http.Response, b []byte) *APIError {
+	e := &APIError{Status: resp.StatusCode}
+	var body api.Error
+	if json.Unmarshal(b, &body) == nil && (body.Class != "" || body.Details != "") {
+		e.Code, e.Class, e.Details = body.Code, body.Class, body.Details
+	} else {
+		e.Code, e.Class = resp.StatusCode, http.StatusText(resp.StatusCode)
+		e.Details = strings.TrimSpace(string(b[:min(len(b), 200)]))
+	}
+	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+		e.retryAfter = min(time.Duration(secs)*time.Second, maxRetryAfter)
+	}
+	return e
+}
+
+// retryable: no answer, a server error, or "too many requests". A 4xx will
+// answer the same next time.
+func retryable(err error) bool {
+	var te *transportError
+	if errors.As(err, &te) {
+		return true
+	}
+	var ae *APIError
+	return errors.As(err, &ae) && (ae.Status >= 500 || ae.Status == http.StatusTooManyRequests)
+}
+
+// backoff is base*2^attempt capped at max, of which the upper half is
+// random (so agents that failed together do not retry together), or the
+// server's Retry-After when that is longer.
+func (c *Client) backoff(attempt int, err error) time.Duration {
+	d := c.backoffMax
+	if attempt < 30 {
+		d = min(c.backoffBase<<attempt, c.backoffMax)
+	}
+	d = d/2 + rand.N(d/2+1)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.retryAfter > d {
+		d = ae.retryAfter
+	}
+	return d
+}

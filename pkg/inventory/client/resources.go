@@ -1,0 +1,160 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+
+	"yunion.io/x/mps-daemon/pkg/api"
+)
+
+// ListHostsOptions selects hosts. Limit 0 leaves the page size to the
+// server (20).
+type ListHostsOptions struct {
+	Name          string
+	Limit, Offset int
+}
+
+// ListOptions selects isolated devices, with climc's options: HostID is a
+// host's id or name, GPU the physical GPU (device_path), Unused the devices
+// no guest holds, Details asks for the host's name. Limit 0 leaves the page
+// size to the server (20).
+type ListOptions struct {
+	HostID, DevType, Model, Addr, GPU, GuestID string
+	Unused, Details                            bool
+	Limit, Offset                              int
+}
+
+func (o ListOptions) query() url.Values {
+	q := url.Values{}
+	for _, p := range []struct{ name, v string }{
+		{"host_id", o.HostID}, {"dev_type", o.DevType}, {"model", o.Model},
+		{"addr", o.Addr}, {"gpu", o.GPU}, {"guest_id", o.GuestID},
+	} {
+		if p.v != "" {
+			q.Set(p.name, p.v)
+		}
+	}
+	if o.Unused {
+		q.Set("unused", "true")
+	}
+	if o.Details {
+		q.Set("details", "true")
+	}
+	setPage(q, o.Limit, o.Offset)
+	return q
+}
+
+func setPage(q url.Values, limit, offset int) {
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if offset != 0 {
+		q.Set("offset", strconv.Itoa(offset))
+	}
+}
+
+func devicePath(id string) string { return "/isolated_devices/" + url.PathEscape(id) }
+
+// ListHosts returns one page of hosts.
+func (c *Client) ListHosts(ctx context.Context, o ListHostsOptions) (*api.HostList, error) {
+	q := url.Values{}
+	if o.Name != "" {
+		q.Set("name", o.Name)
+	}
+	setPage(q, o.Limit, o.Offset)
+	var list api.HostList
+	if err := c.do(ctx, "GET", "/hosts", q, nil, &list); err != nil {
+		return nil, err
+	}
+	return &list, nil
+}
+
+// GetHost reads a host by id or name.
+func (c *Client) GetHost(ctx context.Context, idOrName string) (api.Host, error) {
+	var b api.HostBody
+	err := c.do(ctx, "GET", "/hosts/"+url.PathEscape(idOrName), nil, nil, &b)
+	return b.Host, err
+}
+
+// CreateHost registers a host; the server assigns its id.
+func (c *Client) CreateHost(ctx context.Context, h api.Host) (api.Host, error) {
+	var b api.HostBody
+	err := c.do(ctx, "POST", "/hosts", nil, api.HostBody{Host: h}, &b)
+	return b.Host, err
+}
+
+// EnsureHost returns the host called name, creating it when missing. When
+// another process creates it at the same moment (409), the winner's host is
+// read back, so concurrent callers all get the same id.
+func (c *Client) EnsureHost(ctx context.Context, name string) (api.Host, error) {
+	if h, ok, err := c.hostByName(ctx, name); err != nil || ok {
+		return h, err
+	}
+	h, err := c.CreateHost(ctx, api.Host{Name: name})
+	if err == nil {
+		c.log.Info("registered host", "host", name, "host_id", h.ID)
+		return h, nil
+	}
+	if !IsConflict(err) {
+		return api.Host{}, fmt.Errorf("creating host %s: %w", name, err)
+	}
+	h, ok, rerr := c.hostByName(ctx, name)
+	if rerr != nil {
+		return api.Host{}, rerr
+	}
+	if !ok {
+		return api.Host{}, fmt.Errorf("creating host %s: %w (and no host has that name)", name, err)
+	}
+	return h, nil
+}
+
+func (c *Client) hostByName(ctx context.Context, name string) (api.Host, bool, error) {
+	list, err := c.ListHosts(ctx, ListHostsOptions{Name: name, Limit: 1})
+	if err != nil {
+		return api.Host{}, false, fmt.Errorf("looking up host %s: %w", name, err)
+	}
+	if len(list.Hosts) == 0 {
+		return api.Host{}, false, nil
+	}
+	return list.Hosts[0], true, nil
+}
+
+// ListIsolatedDevices returns one page of devices.
+func (c *Client) ListIsolatedDevices(ctx context.Context, o ListOptions) (*api.IsolatedDeviceList, error) {
+	var list api.IsolatedDeviceList
+	if err := c.do(ctx, "GET", "/isolated_devices", o.query(), nil, &list); err != nil {
+		return nil, err
+	}
+	return &list, nil
+}
+
+// GetIsolatedDevice reads one device.
+func (c *Client) GetIsolatedDevice(ctx context.Context, id string) (api.IsolatedDevice, error) {
+	var b api.IsolatedDeviceBody
+	err := c.do(ctx, "GET", devicePath(id), nil, nil, &b)
+	return b.IsolatedDevice, err
+}
+
+// CreateIsolatedDevice registers a device; the server assigns its id.
+func (c *Client) CreateIsolatedDevice(ctx context.Context, d api.IsolatedDevice) (api.IsolatedDevice, error) {
+	var b api.IsolatedDeviceBody
+	err := c.do(ctx, "POST", "/isolated_devices", nil, api.IsolatedDeviceBody{IsolatedDevice: d}, &b)
+	return b.IsolatedDevice, err
+}
+
+// UpdateIsolatedDevice replaces every writable field of device id with d's,
+// guest_id included: read the device, change it, send it back. (id, host_id
+// and created_at are accepted only unchanged or empty.)
+func (c *Client) UpdateIsolatedDevice(ctx context.Context, id string, d api.IsolatedDevice) (api.IsolatedDevice, error) {
+	var b api.IsolatedDeviceBody
+	err := c.do(ctx, "PUT", devicePath(id), nil, api.IsolatedDeviceBody{IsolatedDevice: d}, &b)
+	return b.IsolatedDevice, err
+}
+
+// DeleteIsolatedDevice removes a device. A device a guest holds is refused:
+// IsDeviceInUse(err) is true.
+func (c *Client) DeleteIsolatedDevice(ctx context.Context, id string) error {
+	return c.do(ctx, "DELETE", devicePath(id), nil, nil, nil)
+}

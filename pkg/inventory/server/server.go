@@ -1,0 +1,201 @@
+// Package server is the inventory's REST API: Cloudpods' `hosts` and
+// `isolated_devices` resources with the same paths, JSON envelopes, field
+// names and error bodies, so climc and scripts written for Cloudpods work
+// against it. Storage is pkg/inventory/store.
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/inventory/store"
+)
+
+// Options configures the API.
+type Options struct {
+	// Tokens, when not empty, are the bearer tokens the API accepts; every
+	// call but /healthz and /readyz must carry one.
+	Tokens []string
+	// MaxBodyBytes bounds request bodies; 0 means 1 MiB.
+	MaxBodyBytes int64
+}
+
+const (
+	defaultMaxBody = 1 << 20
+	// readyTimeout bounds the database ping of /readyz.
+	readyTimeout = 2 * time.Second
+)
+
+type server struct {
+	st      *store.Store
+	log     *slog.Logger
+	maxBody int64
+	// tokens are SHA-256 digests, so comparing them takes the same time
+	// whatever the length of the token presented.
+	tokens [][sha256.Size]byte
+}
+
+// New returns the API's handler over st.
+func New(st *store.Store, opts Options, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &server{st: st, log: log, maxBody: opts.MaxBodyBytes}
+	if s.maxBody <= 0 {
+		s.maxBody = defaultMaxBody
+	}
+	for _, t := range opts.Tokens {
+		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
+	}
+
+	apiMux := http.NewServeMux()
+	routes := map[string]handlerFunc{
+		"GET /hosts":                        s.listHosts,
+		"POST /hosts":                       s.createHost,
+		"GET /hosts/{id}":                   s.getHost,
+		"PUT /hosts/{id}":                   s.updateHost,
+		"DELETE /hosts/{id}":                s.deleteHost,
+		"GET /isolated_devices":             s.listDevices,
+		"POST /isolated_devices":            s.createDevice,
+		"GET /isolated_devices/{id}":        s.getDevice,
+		"PUT /isolated_devices/{id}":        s.updateDevice,
+		"DELETE /isolated_devices/{id}":     s.deleteDevice,
+		"POST /isolated_devices/{id}/purge": s.deleteDevice,
+		"/":                                 s.noRoute,
+	}
+	for pattern, h := range routes {
+		apiMux.Handle(pattern, s.handle(h))
+	}
+
+	root := http.NewServeMux()
+	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeText(w, http.StatusOK, "ok")
+	})
+	root.HandleFunc("GET /readyz", s.ready)
+	root.Handle("/", s.authenticate(apiMux))
+	return s.logRequests(root)
+}
+
+// handlerFunc is an API handler; an error it returns becomes the JSON error
+// answer (see writeError).
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+func (s *server) handle(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			s.writeError(w, err)
+		}
+	})
+}
+
+func (s *server) noRoute(_ http.ResponseWriter, r *http.Request) error {
+	return &httpError{http.StatusNotFound, api.ClassNotFound, "no such API: " + r.Method + " " + r.URL.Path}
+}
+
+func (s *server) ready(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	if err := s.st.Ping(ctx); err != nil {
+		recordError(w, err)
+		writeText(w, http.StatusServiceUnavailable, "database unavailable")
+		return
+	}
+	writeText(w, http.StatusOK, "ok")
+}
+
+// authenticate lets a request through when no tokens are configured or when
+// it carries one of them as `Authorization: Bearer <token>`.
+func (s *server) authenticate(next http.Handler) http.Handler {
+	if len(s.tokens) == 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="mps-inventory"`)
+			s.writeError(w, &httpError{http.StatusUnauthorized, api.ClassUnauthorized, "missing bearer token"})
+			return
+		}
+		sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+		match := 0
+		for _, t := range s.tokens {
+			match |= subtle.ConstantTimeCompare(sum[:], t[:])
+		}
+		if match != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="mps-inventory", error="invalid_token"`)
+			s.writeError(w, &httpError{http.StatusUnauthorized, api.ClassUnauthorized, "invalid token"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// recorder keeps what the request log line needs: the status and the cause
+// of an error answer (which the client does not see for a 500).
+type recorder struct {
+	http.ResponseWriter
+	status int
+	err    error
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// recordError hands the cause of an error answer to the request log.
+func recordError(w http.ResponseWriter, err error) {
+	if rec, ok := w.(*recorder); ok {
+		rec.err = err
+	}
+}
+
+// logRequests writes one line per request: debug when it went well, warn
+// for the client's errors, error for the server's.
+func (s *server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &recorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r)
+		if rec.status == 0 {
+			rec.status = http.StatusOK
+		}
+		level := slog.LevelDebug
+		switch {
+		case rec.status >= 500:
+			level = slog.LevelError
+		case rec.status >= 400:
+			level = slog.LevelWarn
+		}
+		attrs := []slog.Attr{
+			slog.String("method", r.Method),
+			slog.String("path", r.URL.Path),
+			slog.Int("status", rec.status),
+			slog.Duration("duration", time.Since(start)),
+		}
+		if r.URL.RawQuery != "" {
+			attrs = append(attrs, slog.String("query", r.URL.RawQuery))
+		}
+		if rec.err != nil {
+			attrs = append(attrs, slog.String("error", rec.err.Error()))
+		}
+		s.log.LogAttrs(r.Context(), level, "request", attrs...)
+	})
+}

@@ -1,0 +1,200 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"yunion.io/x/mps-daemon/pkg/api"
+)
+
+// HostFilter selects hosts for ListHosts. Limit 0 returns no rows (only the
+// total); negative values are refused.
+type HostFilter struct {
+	Name          string
+	Limit, Offset int
+}
+
+// HostUpdate names the fields to change; nil leaves a field as it is. ID and
+// CreatedAt may be given only with their current value (a client echoing
+// the host it read back); any other value is refused.
+type HostUpdate struct {
+	ID        *string
+	CreatedAt *time.Time
+	Name      *string
+	AccessIP  *string
+	HostType  *string
+}
+
+const hostColumns = `id, name, access_ip, host_type, created_at, updated_at`
+
+// CreateHost adds a host; the store assigns its id and timestamps.
+func (s *Store) CreateHost(ctx context.Context, h api.Host) (api.Host, error) {
+	if h.ID != "" {
+		return api.Host{}, refuse(ErrInvalid, "id is assigned by the server")
+	}
+	if h.Name == "" {
+		return api.Host{}, missing("name")
+	}
+	h.ID = uuid.NewString()
+	h.CreatedAt = s.timestamp()
+	h.UpdatedAt = h.CreatedAt
+	_, err := s.db.ExecContext(ctx, s.d.bind(`INSERT INTO hosts (`+hostColumns+`) VALUES (?, ?, ?, ?, ?, ?)`),
+		h.ID, h.Name, h.AccessIP, h.HostType, formatTime(h.CreatedAt), formatTime(h.UpdatedAt))
+	if err != nil {
+		if errors.Is(s.d.constraint(err), ErrDuplicate) {
+			return api.Host{}, refuse(ErrDuplicate, "host %q already exists", h.Name)
+		}
+		return api.Host{}, fmt.Errorf("inserting host %s: %w", h.Name, err)
+	}
+	return h, nil
+}
+
+// GetHost finds a host by id or, failing that, by name.
+func (s *Store) GetHost(ctx context.Context, idOrName string) (api.Host, error) {
+	return s.getHost(ctx, s.db, idOrName)
+}
+
+func (s *Store) getHost(ctx context.Context, q querier, idOrName string) (api.Host, error) {
+	row := q.QueryRowContext(ctx, s.d.bind(`SELECT `+hostColumns+` FROM hosts
+		WHERE id = ? OR name = ? ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1`),
+		idOrName, idOrName, idOrName)
+	h, err := scanHost(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return api.Host{}, refuse(ErrNotFound, "host %q not found", idOrName)
+	}
+	if err != nil {
+		return api.Host{}, fmt.Errorf("reading host %s: %w", idOrName, err)
+	}
+	return h, nil
+}
+
+// ListHosts returns one page of hosts ordered by name, and how many match.
+func (s *Store) ListHosts(ctx context.Context, f HostFilter) ([]api.Host, int, error) {
+	if err := checkPage(f.Limit, f.Offset); err != nil {
+		return nil, 0, err
+	}
+	where, args := "", []any{}
+	if f.Name != "" {
+		where, args = " WHERE name = ?", append(args, f.Name)
+	}
+	var hosts []api.Host
+	var total int
+	err := s.inTx(ctx, true, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, s.d.bind(`SELECT COUNT(*) FROM hosts`+where), args...).Scan(&total); err != nil {
+			return fmt.Errorf("counting hosts: %w", err)
+		}
+		if f.Limit == 0 || f.Offset >= total {
+			return nil
+		}
+		rows, err := tx.QueryContext(ctx, s.d.bind(`SELECT `+hostColumns+` FROM hosts`+where+` ORDER BY name LIMIT ? OFFSET ?`),
+			append(args, f.Limit, f.Offset)...)
+		if err != nil {
+			return fmt.Errorf("listing hosts: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			h, err := scanHost(rows)
+			if err != nil {
+				return fmt.Errorf("reading host row: %w", err)
+			}
+			hosts = append(hosts, h)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return hosts, total, nil
+}
+
+// UpdateHost changes the fields u names.
+func (s *Store) UpdateHost(ctx context.Context, idOrName string, u HostUpdate) (api.Host, error) {
+	var h api.Host
+	err := s.inTx(ctx, false, func(tx *sql.Tx) error {
+		var err error
+		if h, err = s.getHost(ctx, tx, idOrName); err != nil {
+			return err
+		}
+		if u.ID != nil && *u.ID != h.ID {
+			return refuse(ErrInvalid, "id cannot be changed")
+		}
+		if u.CreatedAt != nil && !u.CreatedAt.Equal(h.CreatedAt) {
+			return refuse(ErrInvalid, "created_at cannot be changed")
+		}
+		setIf(&h.Name, u.Name)
+		setIf(&h.AccessIP, u.AccessIP)
+		setIf(&h.HostType, u.HostType)
+		if h.Name == "" {
+			return missing("name")
+		}
+		h.UpdatedAt = s.timestamp()
+		_, err = tx.ExecContext(ctx, s.d.bind(`UPDATE hosts SET name = ?, access_ip = ?, host_type = ?, updated_at = ? WHERE id = ?`),
+			h.Name, h.AccessIP, h.HostType, formatTime(h.UpdatedAt), h.ID)
+		if err != nil {
+			if errors.Is(s.d.constraint(err), ErrDuplicate) {
+				return refuse(ErrDuplicate, "host %q already exists", h.Name)
+			}
+			return fmt.Errorf("updating host %s: %w", h.ID, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return api.Host{}, err
+	}
+	return h, nil
+}
+
+// DeleteHost removes a host. A host that still has isolated devices is kept
+// (ErrInUse): its devices must go first, so no row points at a missing host.
+func (s *Store) DeleteHost(ctx context.Context, idOrName string) error {
+	return s.inTx(ctx, false, func(tx *sql.Tx) error {
+		h, err := s.getHost(ctx, tx, idOrName)
+		if err != nil {
+			return err
+		}
+		var n int
+		if err := tx.QueryRowContext(ctx, s.d.bind(`SELECT COUNT(*) FROM isolated_devices WHERE host_id = ?`), h.ID).Scan(&n); err != nil {
+			return fmt.Errorf("counting devices of host %s: %w", h.ID, err)
+		}
+		if n > 0 {
+			return refuse(ErrInUse, "host %q still has %d isolated devices", h.Name, n)
+		}
+		if _, err := tx.ExecContext(ctx, s.d.bind(`DELETE FROM hosts WHERE id = ?`), h.ID); err != nil {
+			return fmt.Errorf("deleting host %s: %w", h.ID, err)
+		}
+		return nil
+	})
+}
+
+type rowScanner interface{ Scan(dest ...any) error }
+
+func scanHost(r rowScanner) (api.Host, error) {
+	var h api.Host
+	var created, updated dbTime
+	if err := r.Scan(&h.ID, &h.Name, &h.AccessIP, &h.HostType, &created, &updated); err != nil {
+		return api.Host{}, err
+	}
+	h.CreatedAt, h.UpdatedAt = created.t, updated.t
+	return h, nil
+}
+
+func checkPage(limit, offset int) error {
+	if limit < 0 {
+		return refuse(ErrInvalid, "limit must not be negative")
+	}
+	if offset < 0 {
+		return refuse(ErrInvalid, "offset must not be negative")
+	}
+	return nil
+}
+
+func setIf[T any](dst *T, v *T) {
+	if v != nil {
+		*dst = *v
+	}
+}

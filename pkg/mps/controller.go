@@ -1,0 +1,252 @@
+package mps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// maxSocketPath is the longest unix socket path that binds: sun_path holds
+// 108 bytes with the terminating NUL. A longer pipe directory makes the
+// daemon fail with nothing but "Cannot find MPS control daemon process".
+const maxSocketPath = 107
+
+// pollInterval is how often Ensure and Quit ask whether the daemon is up.
+const pollInterval = 100 * time.Millisecond
+
+// deviceOrdinal is the device the default pinned memory limit is set on: the
+// daemon runs with CUDA_VISIBLE_DEVICES=<one uuid>, so it sees one device, 0.
+const deviceOrdinal = "0"
+
+// Limits are the defaults a control daemon gives every server it starts.
+type Limits struct {
+	PinnedMemMiB     int     // set_default_device_pinned_mem_limit 0 <n>M; 0 = none
+	ThreadPercentage float64 // set_default_active_thread_percentage, (0, 100]
+}
+
+// Controller manages the control daemon of one GPU.
+type Controller struct {
+	r       Runner
+	env     Env
+	timeout time.Duration
+	log     *slog.Logger
+}
+
+// NewController returns a controller for the daemon living in env. Every
+// control call runs under its own timeout: a wedged daemon hangs the client.
+func NewController(r Runner, env Env, timeout time.Duration, log *slog.Logger) *Controller {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Controller{r: r, env: env, timeout: timeout, log: log}
+}
+
+// command runs one control command under the timeout and classifies its
+// answer; it returns stdout of answers that are not known failures.
+func (c *Controller) command(ctx context.Context, command string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	start := time.Now()
+	out, err := c.r.Run(ctx, c.env, command)
+	d := time.Since(start).Round(time.Microsecond).String()
+	if err != nil {
+		c.log.Debug("mps control", "command", command, "exit_code", out.ExitCode, "duration", d, "error", err)
+		return "", err
+	}
+	c.log.Debug("mps control", "command", command, "exit_code", out.ExitCode, "duration", d)
+	if err := checkOutput(command, out); err != nil {
+		return "", err
+	}
+	return out.Stdout, nil
+}
+
+// Running reports whether a control daemon answers in the pipe directory.
+func (c *Controller) Running(ctx context.Context) (bool, error) {
+	_, err := c.command(ctx, "get_server_list")
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, ErrNoDaemon):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// Ensure makes sure a control daemon runs: one that already answers is
+// adopted (adopted == true; after our own restart the daemon and its clients
+// live on), otherwise one is started and waited for.
+func (c *Controller) Ensure(ctx context.Context) (adopted bool, err error) {
+	if err := CheckPipeDir(c.env.PipeDir); err != nil {
+		return false, err
+	}
+	up, err := c.Running(ctx)
+	if err != nil {
+		return false, fmt.Errorf("asking for a running MPS control daemon: %w", err)
+	}
+	if up {
+		return true, nil
+	}
+	for _, dir := range []string{c.env.PipeDir, c.env.LogDir} {
+		if dir == "" {
+			continue
+		}
+		// Servers run as the client's UID, which must traverse both
+		// directories: the leaf gets 0755 whatever the umask.
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return false, fmt.Errorf("creating MPS directory: %w", err)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return false, fmt.Errorf("making MPS directory traversable: %w", err)
+		}
+	}
+	startCtx, cancel := context.WithTimeout(ctx, c.timeout)
+	err = c.r.Start(startCtx, c.env)
+	cancel()
+	if err != nil {
+		return false, err
+	}
+	if err := c.waitRunning(ctx, true); err != nil {
+		return false, fmt.Errorf("MPS control daemon for %s did not come up (see %s): %w",
+			c.env.PipeDir, filepath.Join(c.env.LogDir, "control.log"), err)
+	}
+	c.log.Debug("mps control daemon up", "pipe_directory", c.env.PipeDir)
+	return false, nil
+}
+
+// waitRunning polls Running until it reports want or the timeout passes.
+func (c *Controller) waitRunning(ctx context.Context, want bool) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	var last error
+	for {
+		up, err := c.Running(ctx)
+		if err == nil && up == want {
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return fmt.Errorf("waited %s: %w", c.timeout, last)
+			}
+			return fmt.Errorf("waited %s", c.timeout)
+		case <-tick.C:
+		}
+	}
+}
+
+// CheckPipeDir refuses a pipe directory whose sockets could not bind.
+func CheckPipeDir(dir string) error {
+	if dir == "" {
+		return errors.New("MPS pipe directory is empty")
+	}
+	sock := filepath.Join(dir, "control_privileged")
+	if len(sock) > maxSocketPath {
+		return fmt.Errorf("MPS pipe directory %s is too long: %s is %d bytes, unix sockets allow %d",
+			dir, sock, len(sock), maxSocketPath)
+	}
+	return nil
+}
+
+// SetDefaults applies l as the daemon's defaults and reads them back. The
+// control exits 0 whatever happens and echoes the OLD percentage when it
+// refuses one, so only the echo and the read-back tell whether it worked.
+// Servers already running keep their values (NVIDIA's documentation).
+func (c *Controller) SetDefaults(ctx context.Context, l Limits) error {
+	p := strconv.FormatFloat(l.ThreadPercentage, 'f', -1, 64)
+	out, err := c.command(ctx, "set_default_active_thread_percentage "+p)
+	if err != nil {
+		return fmt.Errorf("setting active thread percentage: %w", err)
+	}
+	echo, err := ParseThreadPercentage(out)
+	if err != nil {
+		return fmt.Errorf("setting active thread percentage: %w", err)
+	}
+	// The range check also catches what the echo cannot: 100.04 is refused
+	// but echoes an unchanged 100.0 as "100.0".
+	inRange := l.ThreadPercentage > 0 && l.ThreadPercentage <= 100
+	if !inRange || formatThreadPercentage(echo) != formatThreadPercentage(l.ThreadPercentage) {
+		return fmt.Errorf("mps refused active thread percentage %s (valid: above 0, at most 100): it still reads %s",
+			p, formatThreadPercentage(echo))
+	}
+	cmd := "set_default_device_pinned_mem_limit " + deviceOrdinal + " " + FormatMemLimit(l.PinnedMemMiB)
+	out, err = c.command(ctx, cmd)
+	if err != nil {
+		return fmt.Errorf("setting pinned memory limit: %w", err)
+	}
+	if s := strings.TrimSpace(out); s != "" {
+		c.log.Warn("unexpected answer from mps control", "command", cmd, "stdout", s)
+	}
+	got, err := c.Defaults(ctx)
+	if err != nil {
+		return fmt.Errorf("reading back mps limits: %w", err)
+	}
+	if g, w := formatThreadPercentage(got.ThreadPercentage), formatThreadPercentage(l.ThreadPercentage); g != w {
+		return fmt.Errorf("mps limits not applied: active thread percentage reads back %s, want %s", g, w)
+	}
+	if g, w := DisplayMemLimit(got.PinnedMemMiB), DisplayMemLimit(l.PinnedMemMiB); g != w {
+		return fmt.Errorf("mps limits not applied: pinned memory reads back %s, want %s", orNone(g), orNone(w))
+	}
+	return nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// Defaults reads the daemon's defaults. PinnedMemMiB is what the control
+// prints, rounded down to whole GiB from 1 GiB on (see DisplayMemLimit); 0
+// means no limit.
+func (c *Controller) Defaults(ctx context.Context) (Limits, error) {
+	out, err := c.command(ctx, "get_default_active_thread_percentage")
+	if err != nil {
+		return Limits{}, err
+	}
+	p, err := ParseThreadPercentage(out)
+	if err != nil {
+		return Limits{}, err
+	}
+	out, err = c.command(ctx, "get_default_device_pinned_mem_limit "+deviceOrdinal)
+	if err != nil {
+		return Limits{}, err
+	}
+	mib, _, err := ParseMemLimit(out)
+	if err != nil {
+		return Limits{}, err
+	}
+	return Limits{PinnedMemMiB: mib, ThreadPercentage: p}, nil
+}
+
+// Servers lists the daemon's MPS server PIDs; servers start lazily with the
+// first client, so the list is empty until then.
+func (c *Controller) Servers(ctx context.Context) ([]int, error) {
+	out, err := c.command(ctx, "get_server_list")
+	if err != nil {
+		return nil, err
+	}
+	return ParsePIDList(out)
+}
+
+// Quit stops the daemon, its servers and their clients, and waits until it
+// no longer answers. A daemon that is not running is already stopped.
+func (c *Controller) Quit(ctx context.Context) error {
+	if _, err := c.command(ctx, "quit"); err != nil && !errors.Is(err, ErrNoDaemon) {
+		return fmt.Errorf("stopping MPS control daemon: %w", err)
+	}
+	if err := c.waitRunning(ctx, false); err != nil {
+		return fmt.Errorf("MPS control daemon for %s did not stop: %w", c.env.PipeDir, err)
+	}
+	return nil
+}

@@ -1,0 +1,193 @@
+package mps
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func simEnv(t *testing.T) Env {
+	dir := t.TempDir()
+	return Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l"), VisibleDevices: "GPU-1"}
+}
+
+func TestEnsureRefusesLongPipeDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+	c := NewController(NewSimRunner(nil), Env{PipeDir: dir}, time.Second, nil)
+	_, err := c.Ensure(t.Context())
+	if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "107") {
+		t.Fatalf("Ensure = %v, want an error naming the directory and the 107-byte limit", err)
+	}
+	if _, statErr := os.Stat(dir); statErr == nil {
+		t.Error("Ensure created a pipe directory it refused")
+	}
+}
+
+func TestEnsureMakesDirectoriesTraversable(t *testing.T) {
+	env := simEnv(t)
+	// A leaf left 0700 (by hand, or a umask) would lock out clients of other UIDs.
+	if err := os.Mkdir(env.PipeDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c := NewController(NewSimRunner(nil), env, 5*time.Second, nil)
+	if _, err := c.Ensure(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{env.PipeDir, env.LogDir} {
+		fi, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o755 {
+			t.Errorf("%s has mode %v, want 0755", d, fi.Mode().Perm())
+		}
+	}
+}
+
+// deadRunner is a control whose daemon never comes up.
+type deadRunner struct{}
+
+func (deadRunner) Run(context.Context, Env, string) (Output, error) {
+	return Output{Stderr: msgNoDaemon + "\n", ExitCode: 1}, nil
+}
+func (deadRunner) Start(context.Context, Env) error { return nil }
+
+func TestEnsureDaemonNeverComesUp(t *testing.T) {
+	env := simEnv(t)
+	c := NewController(deadRunner{}, env, 300*time.Millisecond, nil)
+	_, err := c.Ensure(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "did not come up") ||
+		!strings.Contains(err.Error(), filepath.Join(env.LogDir, "control.log")) {
+		t.Fatalf("Ensure = %v, want 'did not come up' pointing at control.log", err)
+	}
+}
+
+// ignoringRunner is a control that acknowledges memory limits and drops them.
+type ignoringRunner struct{ *SimRunner }
+
+func (r ignoringRunner) Run(ctx context.Context, env Env, command string) (Output, error) {
+	if strings.HasPrefix(command, "set_default_device_pinned_mem_limit ") {
+		return Output{}, nil
+	}
+	return r.SimRunner.Run(ctx, env, command)
+}
+
+func TestSetDefaultsReadsBack(t *testing.T) {
+	cases := []struct {
+		name    string
+		limits  Limits
+		wantErr string // "" = success
+	}{
+		{"applied", Limits{PinnedMemMiB: 20389, ThreadPercentage: 25}, ""},
+		{"fraction", Limits{PinnedMemMiB: 512, ThreadPercentage: 33.5}, ""},
+		{"no memory limit", Limits{ThreadPercentage: 100}, ""},
+		{"percentage too high", Limits{PinnedMemMiB: 512, ThreadPercentage: 150}, "150"},
+		{"percentage zero", Limits{PinnedMemMiB: 512, ThreadPercentage: 0}, "refused active thread percentage 0"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctl := NewController(NewSimRunner(nil), simEnv(t), 5*time.Second, nil)
+			if _, err := ctl.Ensure(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			err := ctl.SetDefaults(t.Context(), c.limits)
+			if c.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := ctl.Defaults(t.Context())
+				if err != nil || got.ThreadPercentage != c.limits.ThreadPercentage ||
+					DisplayMemLimit(got.PinnedMemMiB) != DisplayMemLimit(c.limits.PinnedMemMiB) {
+					t.Fatalf("Defaults = %+v, %v after SetDefaults(%+v)", got, err, c.limits)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Fatalf("SetDefaults = %v, want an error containing %q", err, c.wantErr)
+			}
+		})
+	}
+}
+
+func TestSetDefaultsDetectsDroppedMemoryLimit(t *testing.T) {
+	env := simEnv(t)
+	ctl := NewController(ignoringRunner{NewSimRunner(nil)}, env, 5*time.Second, nil)
+	if _, err := ctl.Ensure(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	err := ctl.SetDefaults(t.Context(), Limits{PinnedMemMiB: 35942, ThreadPercentage: 25})
+	want := "mps limits not applied: pinned memory reads back none, want 35G"
+	if err == nil || err.Error() != want {
+		t.Fatalf("SetDefaults = %v, want %q", err, want)
+	}
+}
+
+// blockingRunner answers nothing until its context ends, like a wedged daemon.
+type blockingRunner struct{}
+
+func (blockingRunner) Run(ctx context.Context, _ Env, _ string) (Output, error) {
+	<-ctx.Done()
+	return Output{}, ctx.Err()
+}
+func (blockingRunner) Start(ctx context.Context, _ Env) error { <-ctx.Done(); return ctx.Err() }
+
+func TestControllerCallsHaveTimeouts(t *testing.T) {
+	c := NewController(blockingRunner{}, simEnv(t), 50*time.Millisecond, nil)
+	if _, err := c.Servers(t.Context()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Servers on a wedged daemon = %v, want a deadline error", err)
+	}
+	if _, err := c.Ensure(t.Context()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Ensure on a wedged daemon = %v, want a deadline error", err)
+	}
+}
+
+func TestControllerLogsEachCommand(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c := NewController(NewSimRunner(nil), simEnv(t), 5*time.Second, log)
+	if up, err := c.Running(t.Context()); err != nil || up {
+		t.Fatalf("Running = %v, %v", up, err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatalf("want one JSON log line, got %q: %v", buf.String(), err)
+	}
+	if rec["command"] != "get_server_list" || rec["exit_code"] != float64(1) || rec["duration"] == nil || rec["level"] != "DEBUG" {
+		t.Fatalf("log line %v lacks command, exit code or duration", rec)
+	}
+}
+
+func TestQuitWithoutDaemon(t *testing.T) {
+	c := NewController(NewSimRunner(nil), simEnv(t), time.Second, nil)
+	if err := c.Quit(t.Context()); err != nil {
+		t.Fatalf("Quit with no daemon = %v, want nil (already stopped)", err)
+	}
+}
+
+func TestEnsureAdoptsAfterRestart(t *testing.T) {
+	env := simEnv(t)
+	first := NewController(NewSimRunner(nil), env, 5*time.Second, nil)
+	if adopted, err := first.Ensure(t.Context()); err != nil || adopted {
+		t.Fatalf("first Ensure = %v, %v", adopted, err)
+	}
+	if err := first.SetDefaults(t.Context(), Limits{PinnedMemMiB: 20389, ThreadPercentage: 25}); err != nil {
+		t.Fatal(err)
+	}
+	// The agent restarted: new runner, new controller, same pipe directory.
+	second := NewController(NewSimRunner(nil), env, 5*time.Second, nil)
+	adopted, err := second.Ensure(t.Context())
+	if err != nil || !adopted {
+		t.Fatalf("Ensure after restart = %v, %v; want the daemon adopted", adopted, err)
+	}
+	got, err := second.Defaults(t.Context())
+	if err != nil || got != (Limits{PinnedMemMiB: 19 * 1024, ThreadPercentage: 25}) {
+		t.Fatalf("adopted daemon's defaults = %+v, %v", got, err)
+	}
+}

@@ -1,0 +1,82 @@
+package pci
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestParseNormalisesCaseAndDomain(t *testing.T) {
+	// Every spelling of the same function must compare equal: this is the
+	// upper-case hex bug (Cloudpods issue 24931) that left bus 0x1a unmatched.
+	want := Address{Domain: 0, Bus: 0x1a, Device: 0, Function: 0}
+	for _, in := range []string{"00000000:1A:00.0", "0000:1a:00.0", "1a:00.0", "1A:00.0", "0:1a:0.0", " 0000:1A:00.0\n"} {
+		t.Run(in, func(t *testing.T) {
+			got, err := Parse(in)
+			if err != nil {
+				t.Fatalf("Parse(%q): %v", in, err)
+			}
+			if got != want {
+				t.Fatalf("Parse(%q) = %+v, want %+v", in, got, want)
+			}
+		})
+	}
+}
+
+func TestFormats(t *testing.T) {
+	a, err := Parse("00000001:DB:1F.7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.String(); got != "0001:db:1f.7" {
+		t.Errorf("String = %q", got)
+	}
+	if got := a.Short(); got != "db:1f.7" {
+		t.Errorf("Short = %q", got)
+	}
+	if got := a.NVML(); got != "00000001:DB:1F.7" {
+		t.Errorf("NVML = %q", got)
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	for _, in := range []string{"", "1a", "1a:00", "zz:00.0", "1a:00.8", "1a:20.0", "123:00.0", "000000000:1a:00.0", "1a:00.00", "a:b:c:d.0"} {
+		t.Run(in, func(t *testing.T) {
+			if a, err := Parse(in); err == nil {
+				t.Fatalf("Parse(%q) = %+v, want an error", in, a)
+			}
+		})
+	}
+}
+
+func TestLess(t *testing.T) {
+	a, _ := Parse("0000:1a:00.0")
+	b, _ := Parse("0000:9a:00.0")
+	if !a.Less(b) || b.Less(a) || a.Less(a) {
+		t.Fatal("ordering by bus is wrong")
+	}
+}
+
+func TestLinkInfoMatchesCloudpods(t *testing.T) {
+	cases := []struct {
+		gen, width int
+		want       string
+	}{
+		// The exact object of the Cloudpods documentation for a Tesla P40.
+		{3, 16, `{"lane_width":16,"throughput":"15.76 GB/s","transfer_rate_per_lane":"8GT/s","version":"3.0"}`},
+		{1, 16, `{"lane_width":16,"throughput":"4.00 GB/s","transfer_rate_per_lane":"2.5GT/s","version":"1.0"}`},
+		{4, 4, `{"lane_width":4,"throughput":"7.88 GB/s","transfer_rate_per_lane":"16GT/s","version":"4.0"}`},
+		{5, 16, `{"lane_width":16,"throughput":"63.01 GB/s","transfer_rate_per_lane":"32GT/s","version":"5.0"}`},
+	}
+	for _, c := range cases {
+		b, err := json.Marshal(LinkInfo(c.gen, c.width))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != c.want {
+			t.Errorf("LinkInfo(%d, %d) = %s, want %s", c.gen, c.width, b, c.want)
+		}
+	}
+	if LinkInfo(0, 16) != nil || LinkInfo(3, 0) != nil {
+		t.Error("unknown generation or width must give no pcie_info")
+	}
+}

@@ -1,0 +1,147 @@
+// Package plan decides, from host.conf, the device YAML and the GPUs NVML
+// sees, how many virtual devices each GPU is split into. It is where the
+// checks that need the GPUs live (does the path name a GPU, does N fit the
+// GPU's MPS client limit), so `mps-daemon check-config` and the daemon report
+// the same problems, each pointing at the line that causes it.
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/pci"
+	"yunion.io/x/mps-daemon/pkg/vdev"
+)
+
+// SourceReplicas is GPUPlan.Source when N is host.conf's cuda_mps_replicas.
+const SourceReplicas = "cuda_mps_replicas"
+
+// GPUPlan is what one GPU becomes.
+type GPUPlan struct {
+	GPU gpu.Info
+	N   int
+	// Source says where N came from: "FILE:LINE" of the device YAML entry,
+	// or SourceReplicas.
+	Source  string
+	Devices []vdev.Device
+}
+
+// Plan is the whole host's sharing plan.
+type Plan struct {
+	// Enabled is host.conf's enable_cuda_mps. When false no GPU is shared,
+	// whatever the device YAML says.
+	Enabled bool
+	// GPUs are the shared GPUs, sorted by PCI address.
+	GPUs []GPUPlan
+	// Unshared are the GPUs that no NVIDIA_MPS entry names, when the device
+	// YAML has such entries: they stay whole, and saying so saves an
+	// operator from wondering where a GPU went.
+	Unshared []gpu.Info
+	// Skipped are the device YAML entries of other agents, for the caller to
+	// log.
+	Skipped []config.DeviceEntry
+}
+
+// Build makes the plan. When the device YAML has NVIDIA_MPS entries, exactly
+// the GPUs they name are shared, each into its virtual_number; when it has
+// none (or there is no file, df nil), every GPU is split into
+// cuda_mps_replicas, as Cloudpods does.
+//
+// Every problem is reported, joined, as *config.Error pointing at the line
+// responsible. The plan returned alongside an error still holds the GPUs that
+// had none, so a caller may choose to go on sharing those.
+func Build(hc *config.HostConf, df *config.DeviceFile, gpus []gpu.Info, r gpu.Resolver) (*Plan, error) {
+	if hc == nil {
+		hc = config.DefaultHostConf()
+	}
+	p := &Plan{Enabled: hc.EnableCudaMPS}
+	if !p.Enabled {
+		return p, nil
+	}
+	if df != nil {
+		p.Skipped = df.Skipped
+	}
+	var errs []error
+	if df == nil || len(df.Entries) == 0 {
+		file := hc.Path
+		if file == "" {
+			file = "host.conf"
+		}
+		for _, g := range gpus {
+			if msg := overLimit(g, hc.CudaMPSReplicas); msg != "" {
+				errs = append(errs, &config.Error{File: file, Line: hc.Line(SourceReplicas), Field: SourceReplicas, Msg: msg})
+				continue
+			}
+			p.GPUs = append(p.GPUs, newGPUPlan(g, hc.CudaMPSReplicas, SourceReplicas))
+		}
+	} else {
+		claimed := map[pci.Address]config.DeviceEntry{}
+		for _, e := range df.Entries {
+			g, err := r.Resolve(e.Path, gpus)
+			if err != nil {
+				errs = append(errs, &config.Error{File: df.Path, Line: e.Line, Field: e.Field("path"), Msg: err.Error()})
+				continue
+			}
+			if first, dup := claimed[g.PCI]; dup {
+				errs = append(errs, &config.Error{File: df.Path, Line: e.Line, Field: e.Field("path"),
+					Msg: fmt.Sprintf("names GPU %s (%s) again: the entry at line %d already shares it", g.PCI, g.UUID, first.Line)})
+				continue
+			}
+			claimed[g.PCI] = e
+			if msg := overLimit(g, e.VirtualNumber); msg != "" {
+				errs = append(errs, &config.Error{File: df.Path, Line: e.Line, Field: e.Field("virtual_number"), Msg: msg})
+				continue
+			}
+			p.GPUs = append(p.GPUs, newGPUPlan(g, e.VirtualNumber, fmt.Sprintf("%s:%d", df.Path, e.Line)))
+		}
+		for _, g := range gpus {
+			if _, named := claimed[g.PCI]; !named {
+				p.Unshared = append(p.Unshared, g)
+			}
+		}
+		slices.SortFunc(p.Unshared, func(a, b gpu.Info) int { return comparePCI(a.PCI, b.PCI) })
+	}
+	slices.SortFunc(p.GPUs, func(a, b GPUPlan) int { return comparePCI(a.GPU.PCI, b.GPU.PCI) })
+	return p, errors.Join(errs...)
+}
+
+// VirtualDevices counts the virtual devices of the plan.
+func (p *Plan) VirtualDevices() int {
+	n := 0
+	for _, g := range p.GPUs {
+		n += len(g.Devices)
+	}
+	return n
+}
+
+func newGPUPlan(g gpu.Info, n int, source string) GPUPlan {
+	return GPUPlan{GPU: g, N: n, Source: source, Devices: vdev.Split(g, n)}
+}
+
+// overLimit explains why n virtual devices do not fit on g, or returns "".
+// Each virtual device is at least one MPS client, and a device accepts only
+// so many client contexts; past that, clients fail to start.
+func overLimit(g gpu.Info, n int) string {
+	if n < 1 {
+		return fmt.Sprintf("%d virtual devices: must be at least 1", n)
+	}
+	if limit := g.Architecture.MaxMPSClients(); n > limit {
+		return fmt.Sprintf("%d virtual devices exceed the %d MPS clients a %s GPU accepts (%s %s at %s)",
+			n, limit, g.Architecture, g.Name, g.UUID, g.PCI)
+	}
+	return ""
+}
+
+// comparePCI orders addresses as the bus enumerates them.
+func comparePCI(a, b pci.Address) int {
+	switch {
+	case a.Less(b):
+		return -1
+	case b.Less(a):
+		return 1
+	}
+	return 0
+}

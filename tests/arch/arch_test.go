@@ -1,0 +1,140 @@
+// Package arch checks the boundaries the design rests on: cgo (go-nvml) only
+// in the NVML adapter, os/exec only in the MPS package, the API types a leaf,
+// and dependencies pointing one way.
+package arch
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "yunion.io/x/mps-daemon/"
+
+// imports maps each non-test Go package directory (relative to the module
+// root) to the set of packages its files import.
+func imports(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]bool{}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		if out[rel] == nil {
+			out[rel] = map[string]bool{}
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			out[rel][p] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) < 10 {
+		t.Fatalf("found only %d packages: wrong root?", len(out))
+	}
+	return out
+}
+
+func TestOnlyTheNVMLAdapterUsesCgoAndGoNVML(t *testing.T) {
+	for dir, imps := range imports(t) {
+		for p := range imps {
+			if (p == "C" || strings.HasPrefix(p, "github.com/NVIDIA/go-nvml")) && dir != "pkg/gpu/nvml" {
+				t.Errorf("%s imports %s: cgo and go-nvml belong in pkg/gpu/nvml only", dir, p)
+			}
+		}
+	}
+}
+
+func TestOnlyTheMPSPackageRunsCommands(t *testing.T) {
+	for dir, imps := range imports(t) {
+		if imps["os/exec"] && dir != "pkg/mps" {
+			t.Errorf("%s imports os/exec: running programs belongs in pkg/mps", dir)
+		}
+	}
+}
+
+func TestDependenciesPointOneWay(t *testing.T) {
+	// Which of our packages each package may import. cmd/* wires anything.
+	allowed := map[string][]string{
+		"pkg/api":              {},
+		"pkg/version":          {},
+		"pkg/logging":          {},
+		"pkg/pci":              {"pkg/api"},
+		"pkg/gpu":              {"pkg/pci"},
+		"pkg/gpu/nvml":         {"pkg/gpu", "pkg/pci"},
+		"pkg/config":           {},
+		"pkg/vdev":             {"pkg/api", "pkg/gpu", "pkg/pci"},
+		"pkg/plan":             {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/pci"},
+		"pkg/mps":              {},
+		"pkg/inventory/store":  {"pkg/api"},
+		"pkg/inventory/server": {"pkg/api", "pkg/inventory/store"},
+		"pkg/inventory/client": {"pkg/api"},
+		"pkg/climc":            {"pkg/api", "pkg/config", "pkg/inventory/client", "pkg/version"},
+		"pkg/agent":            {"pkg/api", "pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/pci"},
+	}
+	for dir, imps := range imports(t) {
+		if strings.HasPrefix(dir, "cmd/") || strings.HasPrefix(dir, "tests/") {
+			continue
+		}
+		ok, known := allowed[dir]
+		if !known {
+			t.Errorf("package %s is not in the dependency map of tests/arch: add it with what it may import", dir)
+			continue
+		}
+		for p := range imps {
+			if !strings.HasPrefix(p, module) {
+				continue
+			}
+			ours := strings.TrimPrefix(p, module)
+			found := false
+			for _, a := range ok {
+				found = found || a == ours
+			}
+			if !found {
+				t.Errorf("%s imports %s, against the direction of dependencies", dir, ours)
+			}
+		}
+	}
+}
+
+func TestMainsAreThin(t *testing.T) {
+	entries, err := os.ReadDir("../../cmd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("../../cmd", e.Name(), "main.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), "\n"); n > 200 {
+			t.Errorf("cmd/%s/main.go has %d lines: wiring only, logic belongs in pkg/", e.Name(), n)
+		}
+	}
+}
