@@ -92,6 +92,7 @@ func New(opts Options) (*Agent, error) {
 // the CUDA clients they serve.
 func (a *Agent) Run(ctx context.Context) error {
 	hc := a.opts.Config.Host
+	a.logConfig()
 	var srvErr chan error
 	if hc.ListenAddress != "" {
 		ln, err := net.Listen("tcp", hc.ListenAddress)
@@ -132,6 +133,22 @@ func (a *Agent) Run(ctx context.Context) error {
 			return fmt.Errorf("health and metrics server: %w", err)
 		case <-t.C:
 		}
+	}
+}
+
+// logConfig says once what the daemon leaves to others: host.conf keys of
+// other services (debug: there are dozens) and device entries of other agents
+// (one info line each).
+func (a *Agent) logConfig() {
+	cfg := a.opts.Config
+	if len(cfg.Host.Unknown) > 0 {
+		a.log.Debug("host.conf keys left to other services", "file", cfg.Host.Path, "keys", cfg.Host.Unknown)
+	}
+	if cfg.Devices == nil {
+		return
+	}
+	for _, e := range cfg.Devices.Skipped {
+		a.log.Info("device entry skipped: its type belongs to another agent", "file", cfg.Devices.Path, "line", e.Line, "type", e.Type, "path", e.Path)
 	}
 }
 
