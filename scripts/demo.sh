@@ -23,17 +23,21 @@ trap cleanup EXIT
 trap 'exit 0' INT TERM
 
 echo "demo: working directory $DIR"
-"$BIN/mps-inventory" --listen 127.0.0.1:0 --db "$DIR/inventory.db" --address-file "$DIR/inventory.addr" 2>"$DIR/inventory.log" &
+# The inventory writes its admin token (mode 0600) before the address file.
+"$BIN/mps-inventory" --listen 127.0.0.1:0 --db "$DIR/inventory.db" --admin-token-file "$DIR/admin.token" \
+	--address-file "$DIR/inventory.addr" 2>"$DIR/inventory.log" &
 INV_PID=$!
 for _ in $(seq 100); do [ -s "$DIR/inventory.addr" ] && break; sleep 0.1; done
 [ -s "$DIR/inventory.addr" ] || { echo "demo: inventory did not start:"; cat "$DIR/inventory.log"; exit 1; }
 URL="http://$(cat "$DIR/inventory.addr")"
 
-# The example host.conf with every path moved into the demo directory.
+# The example host.conf with every path moved into the demo directory, the
+# token file included (the daemon and climc read the admin token there).
 sed -e "s|^container_device_config_file:.*|container_device_config_file: $DIR/host_container_device.yml|" \
     -e "s|^cuda_mps_pipe_directory:.*|cuda_mps_pipe_directory: $DIR/pipe|" \
     -e "s|^cuda_mps_log_directory:.*|cuda_mps_log_directory: $DIR/log|" \
     -e "s|^mps_inventory_url:.*|mps_inventory_url: $URL|" \
+    -e "s|^#* *mps_inventory_token_file:.*|mps_inventory_token_file: $DIR/admin.token|" \
     -e "s|^mps_listen_address:.*|mps_listen_address: 127.0.0.1:0|" \
     -e "s|^mps_state_directory:.*|mps_state_directory: $DIR/state|" \
     etc/host.conf >"$DIR/host.conf"
@@ -43,7 +47,8 @@ cp etc/host_container_device.yml "$DIR/"
 "$BIN/mps-daemon" --config "$DIR/host.conf" --simulate "$PROFILE" 2>"$DIR/daemon.log" &
 DAEMON_PID=$!
 
-export MPS_INVENTORY_URL=$URL
+# climc finds the inventory and its token through host.conf, as on a host.
+export MPS_HOST_CONF=$DIR/host.conf
 total() { "$BIN/climc" -o json isolated-device-list --limit 1 2>/dev/null | sed -n 's/.*"total": *\([0-9]*\).*/\1/p'; }
 last=-1
 for _ in $(seq 150); do
@@ -57,7 +62,7 @@ echo
 echo "\$ climc isolated-device-list"
 "$BIN/climc" isolated-device-list
 echo
-echo "demo: inventory at $URL (MPS_INVENTORY_URL=$URL $BIN/climc ...); daemon log: $DIR/daemon.log"
+echo "demo: inventory at $URL (MPS_HOST_CONF=$DIR/host.conf $BIN/climc ...); daemon log: $DIR/daemon.log"
 if [ -n "${DEMO_SECONDS:-}" ]; then
 	sleep "$DEMO_SECONDS"
 else

@@ -1,12 +1,14 @@
 // Command mps-inventory serves the REST inventory (Cloudpods' `hosts` and
-// `isolated_devices` resources) from a SQLite database, for sites without a
-// Cloudpods region.
+// `isolated_devices` resources) from a SQLite file or a PostgreSQL database
+// (which several processes may serve at once), for sites without a Cloudpods
+// region, and manages its API tokens (`mps-inventory token`).
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
@@ -25,26 +28,28 @@ import (
 )
 
 type flags struct {
-	listen      string
-	db          string
-	tokenFile   string
-	logLevel    string
-	addressFile string
+	listen         string
+	db             string
+	adminTokenFile string
+	logLevel       string
+	addressFile    string
 }
 
 // shutdownTimeout is how long requests in flight get to finish on SIGTERM.
 const shutdownTimeout = 10 * time.Second
 
 func main() {
-	os.Exit(run())
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run() int {
+// run is the whole command with its streams, so that tests run it
+// in-process.
+func run(args []string, stdout, stderr io.Writer) int {
 	var f flags
-	serveCmd := func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), f) }
+	serveCmd := func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), f, stderr) }
 	root := &cobra.Command{
 		Use:           "mps-inventory",
-		Short:         "Serve the isolated-device inventory (Cloudpods' hosts and isolated_devices API) from SQLite",
+		Short:         "Serve the isolated-device inventory (Cloudpods' hosts and isolated_devices API) from SQLite or PostgreSQL",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version.Version,
@@ -52,39 +57,43 @@ func run() int {
 		RunE:          serveCmd,
 	}
 	pf := root.PersistentFlags()
-	pf.StringVar(&f.listen, "listen", "127.0.0.1:9330", "address to serve the API on")
-	pf.StringVar(&f.db, "db", "/var/lib/yunion-mps/inventory.db", "SQLite database file (created when missing)")
-	pf.StringVar(&f.tokenFile, "token-file", "", "file of accepted bearer tokens, one per line (# comments); none: no authentication")
+	pf.StringVar(&f.db, "db", "/var/lib/yunion-mps/inventory.db",
+		"database: a SQLite file path (created when missing; also sqlite://PATH or file:PATH), or a PostgreSQL DSN "+
+			"(postgres://user:pass@host/db or \"host=... dbname=...\"), which several mps-inventory processes may share")
 	pf.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	pf.StringVar(&f.addressFile, "address-file", "", "write the address actually bound (useful with port 0) to this file")
-	root.AddCommand(&cobra.Command{
+	serveC := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the API (the default command)",
 		Args:  cobra.NoArgs,
 		RunE:  serveCmd,
-	})
+	}
+	for _, c := range []*cobra.Command{root, serveC} {
+		fl := c.Flags()
+		fl.StringVar(&f.listen, "listen", "127.0.0.1:9330", "address to serve the API on")
+		fl.StringVar(&f.addressFile, "address-file", "", "write the address actually bound (useful with port 0) to this file")
+		fl.StringVar(&f.adminTokenFile, "admin-token-file", "/var/lib/yunion-mps/admin.token",
+			"keep a valid admin token in this file (mode 0600), created at start when missing; empty: none")
+	}
+	root.AddCommand(serveC, tokenCommand(&f, stdout, stderr))
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "mps-inventory:", err)
+		fmt.Fprintln(stderr, "mps-inventory:", err)
 		return 1
 	}
 	return 0
 }
 
-func serve(ctx context.Context, f flags) error {
-	log, err := logging.FromEnv(os.Stderr, f.logLevel, os.Getenv)
+func serve(ctx context.Context, f flags, stderr io.Writer) error {
+	log, err := logging.FromEnv(stderr, f.logLevel, os.Getenv)
 	if err != nil {
 		return err
 	}
-	var tokens []string
-	if f.tokenFile != "" {
-		if tokens, err = server.LoadTokens(f.tokenFile); err != nil {
-			return err
-		}
-	}
-	st, err := store.OpenSQLite(ctx, f.db, log.With("component", "store"))
+	st, err := openStore(ctx, f.db, log)
 	if err != nil {
 		return err
 	}
@@ -93,13 +102,16 @@ func serve(ctx context.Context, f flags) error {
 			log.Error("closing the database", "error", err)
 		}
 	}()
+	if err := server.EnsureAdminTokenFile(ctx, st, f.adminTokenFile, log.With("component", "auth")); err != nil {
+		return err
+	}
 
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", f.listen, err)
 	}
 	srv := &http.Server{
-		Handler:           server.New(st, server.Options{Tokens: tokens}, log.With("component", "api")),
+		Handler:           server.New(st, server.Options{}, log.With("component", "api")),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
@@ -114,7 +126,12 @@ func serve(ctx context.Context, f flags) error {
 			return err
 		}
 	}
-	log.Info("serving", "address", ln.Addr().String(), "db", f.db, "authentication", len(tokens) > 0)
+	log.Info("serving", "address", ln.Addr().String(), "db", store.RedactDSN(f.db), "backend", st.Dialect())
+	// systemd (Type=notify): ready once the admin token file is written and
+	// the API answers, so a daemon ordered after this unit finds both.
+	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
+		log.Warn("sd_notify", "error", err)
+	}
 
 	select {
 	case err := <-served:
@@ -131,6 +148,12 @@ func serve(ctx context.Context, f flags) error {
 		return fmt.Errorf("serving: %w", err)
 	}
 	return nil
+}
+
+// openStore opens the --db database, for serve and the token commands
+// alike.
+func openStore(ctx context.Context, dsn string, log *slog.Logger) (*store.Store, error) {
+	return store.Open(ctx, dsn, log.With("component", "store"))
 }
 
 // writeAddress writes the file whole (temporary file, then rename), so a

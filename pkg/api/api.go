@@ -52,9 +52,17 @@ type IsolatedDevice struct {
 	// MPSThreadPercentage is the active thread percentage: 100 / N.
 	MPSThreadPercentage int `json:"mps_thread_percentage"`
 	// GuestID is who holds the device; empty when free.
-	GuestID   string    `json:"guest_id"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	GuestID string `json:"guest_id"`
+	// Unhealthy is set by the host while the GPU's MPS is not serving (a
+	// dead control daemon, a server in FAULT): such a device is not handed
+	// out, and it comes back by itself once the host reports it healthy.
+	Unhealthy bool `json:"unhealthy"`
+	// PendingRemoval marks a device the host no longer wants (resize down,
+	// GPU removed from the config) that a guest still holds: it is not handed
+	// out again and is removed once released.
+	PendingRemoval bool      `json:"pending_removal"`
+	CreatedAt      time.Time `json:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at"`
 
 	// Filled only in lists and shows asked for with details=true.
 	Host        string `json:"host,omitempty"`

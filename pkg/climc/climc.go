@@ -36,7 +36,8 @@ Finding the inventory, first match wins, for the URL and the token each:
      mps_inventory_url, and mps_inventory_token_file or mps_inventory_token.
      A missing or unreadable host.conf is skipped silently; a broken one is
      skipped with a warning.
-  4. ` + DefaultURL + `, no token.`
+  4. ` + DefaultURL + `, and the admin token a local mps-inventory keeps in
+     ` + config.DefaultInventoryTokenFile + ` (readable by root) when that file exists.`
 
 // runtimeError marks an error of a command that parsed and ran, so that Run
 // can tell it (exit 1) from an error of the command line (exit 2).
@@ -105,6 +106,7 @@ func (a *app) rootCommand() *cobra.Command {
 	f.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 
 	root.AddCommand(a.isolatedDeviceListCommand(), a.isolatedDeviceShowCommand(), a.hostListCommand())
+	root.AddCommand(a.allocCommands()...)
 	return root
 }
 

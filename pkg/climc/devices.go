@@ -32,8 +32,9 @@ func (l *listFlags) check() error {
 
 func (a *app) isolatedDeviceListCommand() *cobra.Command {
 	var (
-		page listFlags
-		opts client.ListOptions
+		page                     listFlags
+		opts                     client.ListOptions
+		unhealthy, pendingRemove bool
 	)
 	cmd := &cobra.Command{
 		Use:   "isolated-device-list",
@@ -44,6 +45,12 @@ func (a *app) isolatedDeviceListCommand() *cobra.Command {
 		},
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			opts.Limit, opts.Offset = page.limit, page.offset
+			if unhealthy {
+				opts.Unhealthy = &unhealthy
+			}
+			if pendingRemove {
+				opts.PendingRemoval = &pendingRemove
+			}
 			list, err := a.client().ListIsolatedDevices(cmd.Context(), opts)
 			if err != nil {
 				return fmt.Errorf("listing isolated devices: %w", err)
@@ -70,6 +77,8 @@ func (a *app) isolatedDeviceListCommand() *cobra.Command {
 	f.StringVar(&opts.GuestID, "server", "", "only devices held by this server (guest id)")
 	f.BoolVar(&opts.Unused, "unused", false, "only devices no server holds")
 	f.BoolVar(&opts.Details, "details", false, "ask for details (fills the Host column)")
+	f.BoolVar(&unhealthy, "unhealthy", false, "only devices whose GPU's MPS is not serving (not handed out)")
+	f.BoolVar(&pendingRemove, "pending-removal", false, "only devices their host no longer offers, kept while a server holds them")
 	page.register(cmd)
 	return cmd
 }

@@ -28,6 +28,9 @@ type endpointInputs struct {
 	// HostConf is the path of host.conf after --host-conf and MPS_HOST_CONF.
 	HostConf string
 	Env      func(string) string
+	// DefaultTokenFile replaces config.DefaultInventoryTokenFile when set
+	// (tests cannot write that path); empty in production.
+	DefaultTokenFile string
 }
 
 // endpoint is the inventory climc will talk to.
@@ -40,12 +43,17 @@ type endpoint struct {
 type loadHostConfFunc func(path string) (*config.HostConf, error)
 
 // resolveEndpoint finds the inventory. URL and token are each taken from the
-// first of: flag, environment, host.conf, default (DefaultURL, no token).
-// host.conf is read only when a flag or variable leaves something open. A
-// host.conf that is missing or not readable (climc run as non-root on a host
-// whose host.conf is root-only) is skipped silently, as if absent; one that
-// is readable but broken gives a single warning and is otherwise ignored, so
-// a typo in a key of the host service does not take climc down.
+// first of: flag, environment, host.conf, default (DefaultURL, and the
+// token in config.DefaultInventoryTokenFile, where a local mps-inventory
+// keeps its admin token, when that file exists). host.conf is read only
+// when a flag or variable leaves something open. A host.conf that is
+// missing or not readable (climc run as non-root on a host whose host.conf
+// is root-only) is skipped silently, as if absent; one that is readable but
+// broken gives a single warning and is otherwise ignored, so a typo in a
+// key of the host service does not take climc down. Either way host.conf's
+// defaults apply, the default token file included: root on the host of the
+// inventory needs no setting at all. A token file that exists but cannot
+// be read gives a warning (run as root, or give a token).
 func resolveEndpoint(in endpointInputs, load loadHostConfFunc) (ep endpoint, warnings []string) {
 	ep.URL = first(in.FlagURL, in.Env(EnvURL))
 	ep.Token = first(in.FlagToken, in.Env(EnvToken))
@@ -56,17 +64,25 @@ func resolveEndpoint(in endpointInputs, load loadHostConfFunc) (ep endpoint, war
 	if warn != "" {
 		warnings = append(warnings, warn)
 	}
-	if hc != nil {
-		if ep.URL == "" {
-			ep.URL = hc.InventoryURL
-		}
-		if ep.Token == "" {
-			tok, err := hc.TokenValue()
-			if err != nil {
-				warnings = append(warnings, oneLine(fmt.Sprintf("Warning: %s: no inventory token: %v", in.HostConf, err)))
+	if hc == nil {
+		hc = config.DefaultHostConf()
+	}
+	if in.DefaultTokenFile != "" && hc.InventoryTokenFile == config.DefaultInventoryTokenFile && hc.Line("mps_inventory_token_file") == 0 {
+		hc.InventoryTokenFile = in.DefaultTokenFile
+	}
+	if ep.URL == "" {
+		ep.URL = hc.InventoryURL
+	}
+	if ep.Token == "" {
+		tok, err := hc.TokenValue()
+		if err != nil {
+			where := ""
+			if hc.Path != "" {
+				where = hc.Path + ": "
 			}
-			ep.Token = tok
+			warnings = append(warnings, oneLine(fmt.Sprintf("Warning: %sno inventory token: %v", where, err)))
 		}
+		ep.Token = tok
 	}
 	if ep.URL == "" {
 		ep.URL = DefaultURL

@@ -33,6 +33,9 @@ func TestResolveEndpoint(t *testing.T) {
 	broken := writeFile(t, dir, "broken.conf", "mps_inventory_url: ftp://nowhere\ncuda_mps_replicas: 0\n")
 	badTokenFile := writeFile(t, dir, "badtoken.conf", "mps_inventory_url: http://10.0.0.7:9330\nmps_inventory_token_file: "+filepath.Join(dir, "absent")+"\n")
 	missing := filepath.Join(dir, "no-such.conf")
+	// Stand-ins for config.DefaultInventoryTokenFile.
+	adminToken := writeFile(t, dir, "admin.token", "local-admin-token\n")
+	noAdminToken := filepath.Join(dir, "no-admin.token")
 
 	tests := []struct {
 		name      string
@@ -94,9 +97,49 @@ func TestResolveEndpoint(t *testing.T) {
 			want:      endpoint{URL: "http://10.0.0.7:9330"},
 			wantWarns: []string{"no inventory token"},
 		},
+		{
+			name: "no host.conf: the local inventory's admin token",
+			in:   endpointInputs{HostConf: missing, Env: envMap(nil), DefaultTokenFile: adminToken},
+			want: endpoint{URL: DefaultURL, Token: "local-admin-token"},
+		},
+		{
+			name: "host.conf without our keys: the local inventory's admin token",
+			in:   endpointInputs{HostConf: noKeys, Env: envMap(nil), DefaultTokenFile: adminToken},
+			want: endpoint{URL: DefaultURL, Token: "local-admin-token"},
+		},
+		{
+			name:      "broken host.conf: warned about, the admin token still found",
+			in:        endpointInputs{HostConf: broken, Env: envMap(nil), DefaultTokenFile: adminToken},
+			want:      endpoint{URL: DefaultURL, Token: "local-admin-token"},
+			wantWarns: []string{"Warning: ignoring " + broken},
+		},
+		{
+			name: "token file named in host.conf beats the admin token",
+			in:   endpointInputs{HostConf: withTokenFile, Env: envMap(nil), DefaultTokenFile: adminToken},
+			want: endpoint{URL: "http://10.0.0.6:9330", Token: "secret-from-file"},
+		},
+		{
+			name: "inline token in host.conf beats the admin token",
+			in:   endpointInputs{HostConf: withURL, Env: envMap(nil), DefaultTokenFile: adminToken},
+			want: endpoint{URL: "http://10.0.0.5:9330", Token: "conf-token"},
+		},
+		{
+			name: "environment beats the admin token",
+			in:   endpointInputs{HostConf: missing, Env: envMap(map[string]string{EnvToken: "env-token"}), DefaultTokenFile: adminToken},
+			want: endpoint{URL: DefaultURL, Token: "env-token"},
+		},
+		{
+			name:      "admin token file not readable: one warning",
+			in:        endpointInputs{HostConf: missing, Env: envMap(nil), DefaultTokenFile: dir},
+			want:      endpoint{URL: DefaultURL},
+			wantWarns: []string{"Warning: no inventory token: reading mps_inventory_token_file: "},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.in.DefaultTokenFile == "" {
+				tt.in.DefaultTokenFile = noAdminToken // no local inventory
+			}
 			got, warns := resolveEndpoint(tt.in, config.LoadHostConf)
 			if got != tt.want {
 				t.Errorf("endpoint = %+v, want %+v", got, tt.want)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"yunion.io/x/mps-daemon/pkg/inventory/store"
+	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
 // deadURL is a loopback URL where nothing listens: a port that was just free.
@@ -25,74 +27,76 @@ func deadURL(t *testing.T) string {
 // reached: the seeded one lists 8 devices, a dead URL gives the cannot-reach
 // line naming it.
 func TestFindInventory(t *testing.T) {
-	t.Parallel()
-	inv := newInventory(t, "s3cret")
-	dead := deadURL(t)
-	dir := t.TempDir()
-	tokenFile := writeFile(t, dir, "inventory.token", "s3cret\n")
-	goodConf := writeFile(t, dir, "good.conf",
-		"# Cloudpods host service keys, unknown to climc\nlisten_interface: br0\nport: 8885\n"+
-			"mps_inventory_url: "+inv.URL+"\nmps_inventory_token_file: "+tokenFile+"\n")
-	deadConf := writeFile(t, dir, "dead.conf", "mps_inventory_url: "+dead+"\nmps_inventory_token: wrong\n")
-	deadURLGoodToken := writeFile(t, dir, "token-only.conf", "mps_inventory_url: "+dead+"\nmps_inventory_token_file: "+tokenFile+"\n")
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		t.Parallel()
+		inv := newInventory(t, open())
+		dead := deadURL(t)
+		dir := t.TempDir()
+		tokenFile := writeFile(t, dir, "inventory.token", inv.Token+"\n")
+		goodConf := writeFile(t, dir, "good.conf",
+			"# Cloudpods host service keys, unknown to climc\nlisten_interface: br0\nport: 8885\n"+
+				"mps_inventory_url: "+inv.URL+"\nmps_inventory_token_file: "+tokenFile+"\n")
+		deadConf := writeFile(t, dir, "dead.conf", "mps_inventory_url: "+dead+"\nmps_inventory_token: wrong\n")
+		deadURLGoodToken := writeFile(t, dir, "token-only.conf", "mps_inventory_url: "+dead+"\nmps_inventory_token_file: "+tokenFile+"\n")
 
-	tests := []struct {
-		name string
-		env  map[string]string
-		args []string
-		// reached is true when climc must have listed the seeded inventory,
-		// false when it must have tried the dead one.
-		reached bool
-	}{
-		{
-			name:    "host.conf names the inventory and its token file",
-			env:     map[string]string{EnvHostConf: goodConf},
-			reached: true,
-		},
-		{
-			name:    "--host-conf flag",
-			args:    []string{"--host-conf", goodConf},
-			reached: true,
-		},
-		{
-			name:    "environment beats host.conf",
-			env:     map[string]string{EnvHostConf: deadConf, EnvURL: inv.URL, EnvToken: "s3cret"},
-			reached: true,
-		},
-		{
-			name:    "flags beat the environment",
-			env:     map[string]string{EnvHostConf: deadConf, EnvURL: dead, EnvToken: "wrong"},
-			args:    []string{"--url", inv.URL, "--token", "s3cret"},
-			reached: true,
-		},
-		{
-			name:    "environment URL, host.conf token",
-			env:     map[string]string{EnvHostConf: deadURLGoodToken, EnvURL: inv.URL},
-			reached: true,
-		},
-		{
-			name: "host.conf beats the default",
-			env:  map[string]string{EnvHostConf: deadConf},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := runClimc(t, tt.env, append(tt.args, "isolated-device-list")...)
-			if tt.reached {
-				if r.Code != ExitOK || r.Stderr != "" {
-					t.Fatalf("exit %d, stderr %q", r.Code, r.Stderr)
+		tests := []struct {
+			name string
+			env  map[string]string
+			args []string
+			// reached is true when climc must have listed the seeded inventory,
+			// false when it must have tried the dead one.
+			reached bool
+		}{
+			{
+				name:    "host.conf names the inventory and its token file",
+				env:     map[string]string{EnvHostConf: goodConf},
+				reached: true,
+			},
+			{
+				name:    "--host-conf flag",
+				args:    []string{"--host-conf", goodConf},
+				reached: true,
+			},
+			{
+				name:    "environment beats host.conf",
+				env:     map[string]string{EnvHostConf: deadConf, EnvURL: inv.URL, EnvToken: inv.Token},
+				reached: true,
+			},
+			{
+				name:    "flags beat the environment",
+				env:     map[string]string{EnvHostConf: deadConf, EnvURL: dead, EnvToken: "wrong"},
+				args:    []string{"--url", inv.URL, "--token", inv.Token},
+				reached: true,
+			},
+			{
+				name:    "environment URL, host.conf token",
+				env:     map[string]string{EnvHostConf: deadURLGoodToken, EnvURL: inv.URL},
+				reached: true,
+			},
+			{
+				name: "host.conf beats the default",
+				env:  map[string]string{EnvHostConf: deadConf},
+			},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				r := runClimc(t, tt.env, append(tt.args, "isolated-device-list")...)
+				if tt.reached {
+					if r.Code != ExitOK || r.Stderr != "" {
+						t.Fatalf("exit %d, stderr %q", r.Code, r.Stderr)
+					}
+					if got := footer(r.Stdout); !strings.HasPrefix(got, "*** Total: 8 ") {
+						t.Errorf("footer = %q, want the seeded inventory's 8 devices", got)
+					}
+					return
 				}
-				if got := footer(r.Stdout); !strings.HasPrefix(got, "*** Total: 8 ") {
-					t.Errorf("footer = %q, want the seeded inventory's 8 devices", got)
+				want := "Error: cannot reach the inventory at " + dead + ": "
+				if r.Code != ExitRuntime || !strings.HasPrefix(r.Stderr, want) {
+					t.Errorf("exit %d, stderr %q; want exit 1 and %q", r.Code, r.Stderr, want)
 				}
-				return
-			}
-			want := "Error: cannot reach the inventory at " + dead + ": "
-			if r.Code != ExitRuntime || !strings.HasPrefix(r.Stderr, want) {
-				t.Errorf("exit %d, stderr %q; want exit 1 and %q", r.Code, r.Stderr, want)
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 // TestDefaultInventory: with no flag, no variable and a broken host.conf,

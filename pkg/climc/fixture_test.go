@@ -20,36 +20,35 @@ const (
 	guestID  = "e1f2a3b4-c5d6-4e7f-8091-a2b3c4d5e6f7"
 )
 
-// inventory is a real mps-inventory (HTTP server over a SQLite file) seeded
+// inventory is a real mps-inventory (HTTP server over a database) seeded
 // with two hosts:
 //
 //	gpu-node-1: 4 MPS slices of a Tesla P40, slice 2 held by guestID
 //	gpu-node-2: 3 MPS slices of an H100, and one non-MPS T4
 type inventory struct {
-	URL   string
+	URL string
+	// Token is an admin token of this inventory.
+	Token string
 	Host1 api.Host
 	Host2 api.Host
 	// Devices in creation order, as the server answered.
 	Devices []api.IsolatedDevice
 }
 
-func newInventory(t *testing.T, tokens ...string) *inventory {
+// newInventory serves st (a new, empty database of either backend: see
+// storetest.ForEachBackend) and seeds it.
+func newInventory(t *testing.T, st *store.Store) *inventory {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "inventory.db"), nil)
+	srv := httptest.NewServer(server.New(st, server.Options{}, nil))
+	t.Cleanup(srv.Close)
+
+	token, _, err := st.CreateToken(ctx, store.NewToken{Name: "climc tests", Role: store.RoleAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
-	srv := httptest.NewServer(server.New(st, server.Options{Tokens: tokens}, nil))
-	t.Cleanup(srv.Close)
-
-	token := ""
-	if len(tokens) > 0 {
-		token = tokens[0]
-	}
 	c := client.New(client.Options{URL: srv.URL, Token: token, Retries: -1})
-	inv := &inventory{URL: srv.URL}
+	inv := &inventory{URL: srv.URL, Token: token}
 	if inv.Host1, err = c.CreateHost(ctx, api.Host{Name: "gpu-node-1", AccessIP: "10.0.0.11"}); err != nil {
 		t.Fatal(err)
 	}

@@ -89,6 +89,12 @@ func Cell(raw json.RawMessage) (text string, ok bool) {
 // footer, so a user sees what they would have got and that the total is 0,
 // instead of a bare footer.
 func ListTable(cols []Column, rows []Object, p Page) string {
+	return Table(cols, rows) + Footer(p) + "\n"
+}
+
+// Table is ListTable without the paging footer, for commands that print the
+// rows they changed rather than a page of a list.
+func Table(cols []Column, rows []Object) string {
 	shown := visibleColumns(cols, rows)
 	headers := make([]string, len(shown))
 	for i, c := range shown {
@@ -101,7 +107,7 @@ func ListTable(cols []Column, rows []Object, p Page) string {
 			cells[r][i], _ = Cell(o[c.Field])
 		}
 	}
-	return FormatTable(headers, cells) + Footer(p) + "\n"
+	return FormatTable(headers, cells)
 }
 
 // visibleColumns keeps the columns that some row fills; with no rows, the

@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -20,6 +21,11 @@ import (
 
 // DefaultHostConfPath is where Cloudpods keeps host.conf.
 const DefaultHostConfPath = "/etc/yunion/host.conf"
+
+// DefaultInventoryTokenFile is mps_inventory_token_file's default: where a
+// local mps-inventory keeps its admin token (its --admin-token-file
+// default), so the daemon and climc on that host find it with no setting.
+const DefaultInventoryTokenFile = "/var/lib/yunion-mps/admin.token"
 
 // HostConf holds the host.conf keys this daemon reads. The first five are
 // Cloudpods' own keys with Cloudpods' defaults; the mps_* keys are ours.
@@ -47,6 +53,9 @@ type HostConf struct {
 	ControlBinary           string
 	ControlTimeout          time.Duration
 	SyncInterval            time.Duration
+	// HealthInterval is how often each GPU's control daemon and servers
+	// are probed (a dead daemon, a server in FAULT).
+	HealthInterval time.Duration
 	// HostName is the name registered in the inventory; empty means the
 	// caller uses os.Hostname.
 	HostName  string
@@ -69,6 +78,7 @@ func DefaultHostConf() *HostConf {
 		CudaMPSLogDirectory:     "/tmp/nvidia-mps/log",
 		CudaMPSReplicas:         10,
 		InventoryURL:            "http://127.0.0.1:9330",
+		InventoryTokenFile:      DefaultInventoryTokenFile,
 		InventoryTimeout:        10 * time.Second,
 		ListenAddress:           "127.0.0.1:9331",
 		StateDirectory:          "/var/lib/yunion-mps",
@@ -76,6 +86,7 @@ func DefaultHostConf() *HostConf {
 		ControlBinary:           "nvidia-cuda-mps-control",
 		ControlTimeout:          10 * time.Second,
 		SyncInterval:            30 * time.Second,
+		HealthInterval:          10 * time.Second,
 		SysfsRoot:               "/sys",
 		DevRoot:                 "/dev",
 	}
@@ -87,14 +98,20 @@ func (hc *HostConf) Line(key string) int {
 	return hc.lines[key]
 }
 
-// TokenValue is the inventory token: the trimmed content of
-// mps_inventory_token_file when that is set (so the secret can live in a file
-// readable by root only), else mps_inventory_token.
+// TokenValue is the inventory token: mps_inventory_token when set, else the
+// trimmed content of mps_inventory_token_file (so the secret can live in a
+// file readable by root only). When host.conf does not set the file, it is
+// DefaultInventoryTokenFile, and that file missing means no token (no
+// local inventory wrote one), not an error; a file host.conf names must
+// exist. `mps_inventory_token_file: ""` turns the default off.
 func (hc *HostConf) TokenValue() (string, error) {
-	if hc.InventoryTokenFile == "" {
-		return strings.TrimSpace(hc.InventoryToken), nil
+	if token := strings.TrimSpace(hc.InventoryToken); token != "" || hc.InventoryTokenFile == "" {
+		return token, nil
 	}
 	data, err := os.ReadFile(hc.InventoryTokenFile)
+	if errors.Is(err, fs.ErrNotExist) && hc.Line("mps_inventory_token_file") == 0 {
+		return "", nil
+	}
 	if err != nil {
 		return "", fmt.Errorf("reading mps_inventory_token_file: %w", err)
 	}
@@ -122,7 +139,7 @@ var hostConfKeys = map[string]bool{
 	"mps_inventory_url": true, "mps_inventory_token": true, "mps_inventory_token_file": true,
 	"mps_inventory_timeout": true, "mps_listen_address": true, "mps_state_directory": true,
 	"mps_set_exclusive_compute_mode": true, "mps_control_binary": true, "mps_control_timeout": true,
-	"mps_sync_interval": true, "mps_host_name": true, "mps_sysfs_root": true, "mps_dev_root": true,
+	"mps_sync_interval": true, "mps_health_interval": true, "mps_host_name": true, "mps_sysfs_root": true, "mps_dev_root": true,
 }
 
 // set stores the value of one of hostConfKeys, or says what is wrong with it.
@@ -159,6 +176,8 @@ func (hc *HostConf) set(key string, v *yaml.Node) error {
 		hc.ControlTimeout, err = durationValue(v)
 	case "mps_sync_interval":
 		hc.SyncInterval, err = durationValue(v)
+	case "mps_health_interval":
+		hc.HealthInterval, err = durationValue(v)
 	case "mps_host_name":
 		hc.HostName, err = scalarValue(v)
 	case "mps_sysfs_root":
@@ -215,7 +234,7 @@ func ParseHostConf(path string, data []byte) (*HostConf, error) {
 	if f := hc.InventoryTokenFile; f != "" && !filepath.IsAbs(f) {
 		hc.InventoryTokenFile = filepath.Join(dir, f)
 	}
-	if hc.InventoryToken != "" && hc.InventoryTokenFile != "" {
+	if hc.InventoryToken != "" && hc.InventoryTokenFile != "" && hc.Line("mps_inventory_token_file") > 0 {
 		errs = append(errs, errorf(path, hc.lines["mps_inventory_token_file"], "mps_inventory_token_file",
 			"set only one of mps_inventory_token (line %d) and mps_inventory_token_file", hc.lines["mps_inventory_token"]))
 	}

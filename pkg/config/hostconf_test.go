@@ -174,21 +174,33 @@ func TestTokenValue(t *testing.T) {
 		}
 		return p
 	}
+	absent := filepath.Join(dir, "nope")
+	defaultFile := write("default.token", "from-default\n")
 	for _, tc := range []struct {
-		name        string
-		token, file string
-		want        string
-		wantErr     string
+		name string
+		// conf is host.conf's content; defaultFile stands in for
+		// DefaultInventoryTokenFile, which a test cannot write.
+		conf, defaultFile string
+		want, wantErr     string
 	}{
-		{name: "none", want: ""},
-		{name: "inline", token: " abc \n", want: "abc"},
-		{name: "file trimmed", file: write("tok", "s3cret\n"), want: "s3cret"},
-		{name: "empty file", file: write("empty", "\n\n"), wantErr: "is empty"},
-		{name: "missing file", file: filepath.Join(dir, "nope"), wantErr: "no such file"},
+		{name: "none", conf: `mps_inventory_token_file: ""`, defaultFile: defaultFile, want: ""},
+		{name: "inline", conf: "mps_inventory_token: \" abc \"", defaultFile: absent, want: "abc"},
+		{name: "inline beats the default file", conf: "mps_inventory_token: abc", defaultFile: defaultFile, want: "abc"},
+		{name: "file trimmed", conf: "mps_inventory_token_file: " + write("tok", "s3cret\n"), want: "s3cret"},
+		{name: "empty file", conf: "mps_inventory_token_file: " + write("empty", "\n\n"), wantErr: "is empty"},
+		{name: "missing file named in host.conf", conf: "mps_inventory_token_file: " + absent, wantErr: "no such file"},
+		{name: "missing file at the default path", conf: "", defaultFile: absent, want: ""},
+		{name: "the default file", conf: "enable_cuda_mps: true", defaultFile: defaultFile, want: "from-default"},
+		{name: "the default file, empty", conf: "", defaultFile: write("empty-default", ""), wantErr: "is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			hc := DefaultHostConf()
-			hc.InventoryToken, hc.InventoryTokenFile = tc.token, tc.file
+			hc, err := ParseHostConf("/etc/yunion/host.conf", []byte(tc.conf))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hc.InventoryTokenFile == DefaultInventoryTokenFile {
+				hc.InventoryTokenFile = tc.defaultFile
+			}
 			got, err := hc.TokenValue()
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -200,6 +212,9 @@ func TestTokenValue(t *testing.T) {
 				t.Errorf("got %q, %v; want %q", got, err, tc.want)
 			}
 		})
+	}
+	if DefaultHostConf().InventoryTokenFile != "/var/lib/yunion-mps/admin.token" {
+		t.Errorf("default token file %q, want mps-inventory's --admin-token-file default", DefaultHostConf().InventoryTokenFile)
 	}
 }
 

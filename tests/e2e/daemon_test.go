@@ -61,7 +61,8 @@ mps_listen_address: %s
 mps_state_directory: %s/state
 mps_host_name: e2e-host
 mps_sync_interval: 1s
-`, e.devices, dir, dir, inventoryURL, listen, dir)
+mps_inventory_token_file: %s
+`, e.devices, dir, dir, inventoryURL, listen, dir, filesFor(t, inventoryURL).tokenFile)
 	if err := os.WriteFile(e.hostConf, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -76,18 +77,19 @@ func (e *env) writeDevices(t *testing.T, n3a int) {
 	}
 }
 
+// startInventory starts mps-inventory; its database and admin token file
+// are those newEnv provisioned for its URL, or new ones (see auth_test.go).
 func startInventory(t *testing.T, listen string) (*proc, string) {
 	t.Helper()
-	dir := t.TempDir()
-	addrFile := filepath.Join(dir, "addr")
-	p := start(t, "mps-inventory", "--listen", listen, "--db", filepath.Join(dir, "inventory.db"), "--address-file", addrFile)
-	var addr string
-	eventually(t, "inventory address file", func() (bool, string) {
-		b, err := os.ReadFile(addrFile)
-		addr = strings.TrimSpace(string(b))
-		return err == nil && addr != "", p.Output()
-	})
-	return p, "http://" + addr
+	f, known := inventories.Load("http://" + listen)
+	if !known {
+		f = newInventoryFiles(t)
+	}
+	p, url := startInventoryWith(t, listen, f.(*inventoryFiles))
+	if !known {
+		registerInventory(t, url, f.(*inventoryFiles))
+	}
+	return p, url
 }
 
 func startDaemon(t *testing.T, e *env) *proc {
@@ -100,7 +102,7 @@ func reconciles(p *proc) int { return strings.Count(p.Output(), "msg=reconciled"
 
 func listAll(t *testing.T, url string) api.IsolatedDeviceList {
 	t.Helper()
-	out, errOut, code := run(t, []string{"MPS_INVENTORY_URL=" + url}, "climc", "-o", "json", "isolated-device-list", "--limit", "100")
+	out, errOut, code := run(t, climcEnv(t, url), "climc", "-o", "json", "isolated-device-list", "--limit", "100")
 	if code != 0 {
 		t.Fatalf("climc list: exit %d: %s", code, errOut)
 	}
@@ -155,7 +157,7 @@ func TestDaemonRegistersDevicesRestartsAndResizes(t *testing.T) {
 	}
 
 	// The table a Cloudpods user reads.
-	table, _, code := run(t, []string{"MPS_INVENTORY_URL=" + url}, "climc", "isolated-device-list")
+	table, _, code := run(t, climcEnv(t, url), "climc", "isolated-device-list")
 	if code != 0 {
 		t.Fatalf("climc exit %d", code)
 	}

@@ -18,11 +18,13 @@ type ListHostsOptions struct {
 
 // ListOptions selects isolated devices, with climc's options: HostID is a
 // host's id or name, GPU the physical GPU (device_path), Unused the devices
-// no guest holds, Details asks for the host's name. Limit 0 leaves the page
-// size to the server (20).
+// no guest holds, Details asks for the host's name; Unhealthy and
+// PendingRemoval, when set, keep the devices whose flag has that value.
+// Limit 0 leaves the page size to the server (20).
 type ListOptions struct {
 	HostID, DevType, Model, Addr, GPU, GuestID string
 	Unused, Details                            bool
+	Unhealthy, PendingRemoval                  *bool
 	Limit, Offset                              int
 }
 
@@ -41,6 +43,14 @@ func (o ListOptions) query() url.Values {
 	}
 	if o.Details {
 		q.Set("details", "true")
+	}
+	for _, p := range []struct {
+		name string
+		v    *bool
+	}{{"unhealthy", o.Unhealthy}, {"pending_removal", o.PendingRemoval}} {
+		if p.v != nil {
+			q.Set(p.name, strconv.FormatBool(*p.v))
+		}
 	}
 	setPage(q, o.Limit, o.Offset)
 	return q

@@ -9,7 +9,9 @@ import (
 )
 
 // SyncResult says what a SyncDevices call changed. Held lists the ids of
-// rows that should have gone but a guest holds; they stay until released.
+// rows that should have gone but a guest holds; they stay, marked
+// pending_removal (so they are not handed out again), until released, and
+// the first sync after that deletes them.
 type SyncResult struct {
 	Created, Updated, Deleted, Unchanged int
 	Held                                 []string
@@ -27,6 +29,9 @@ func keyOf(d api.IsolatedDevice) deviceKey { return deviceKey{d.VendorDeviceID, 
 // owned are the fields a host's sync owns, and the body of its updates.
 // guest_id is not among them: a sync never attaches or detaches a guest, so
 // it cannot undo an attach that happened since it listed the rows.
+// unhealthy and pending_removal are: the host reports its GPUs' health, and
+// a desired row is never pending removal (a device that comes back, after a
+// resize down and up again, is offered again).
 type owned struct {
 	Name                string        `json:"name"`
 	Model               string        `json:"model"`
@@ -39,6 +44,8 @@ type owned struct {
 	MPSMemoryLimit      int           `json:"mps_memory_limit"`
 	MPSMemoryTotal      int           `json:"mps_memory_total"`
 	MPSThreadPercentage int           `json:"mps_thread_percentage"`
+	Unhealthy           bool          `json:"unhealthy"`
+	PendingRemoval      bool          `json:"pending_removal"`
 }
 
 func ownedOf(d api.IsolatedDevice) owned {
@@ -47,6 +54,7 @@ func ownedOf(d api.IsolatedDevice) owned {
 		NumaNode: d.NumaNode, PCIEInfo: d.PCIEInfo, Index: d.Index, DeviceMinor: d.DeviceMinor,
 		MPSMemoryLimit: d.MPSMemoryLimit, MPSMemoryTotal: d.MPSMemoryTotal,
 		MPSThreadPercentage: d.MPSThreadPercentage,
+		Unhealthy:           d.Unhealthy, PendingRemoval: d.PendingRemoval,
 	}
 }
 
@@ -59,7 +67,8 @@ func (a owned) equal(b owned) bool {
 // SyncDevices makes the host's NVIDIA_MPS rows match desired, matching rows
 // on (vendor_device_id, addr): missing devices are created in the order
 // given, rows whose owned fields differ are updated, rows not desired are
-// deleted. A row a guest holds is kept and reported in Held, not an error.
+// deleted. A row a guest holds is kept, marked pending_removal and reported
+// in Held, not an error.
 // Rows of other dev_types are never touched. With the same desired set a
 // second call changes nothing. On error, the result counts what was done.
 func (c *Client) SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (SyncResult, error) {
@@ -128,7 +137,13 @@ func (c *Client) SyncDevices(ctx context.Context, hostID string, desired []api.I
 			c.log.Debug("deleted isolated device", "addr", d.Addr, "id", d.ID)
 		case IsDeviceInUse(err):
 			res.Held = append(res.Held, d.ID)
-			c.log.Info("kept isolated device a guest holds", "addr", d.Addr, "id", d.ID, "guest_id", d.GuestID)
+			if d.PendingRemoval {
+				continue // marked by an earlier sync
+			}
+			if err := c.markPendingRemoval(ctx, d.ID); err != nil {
+				return res, fmt.Errorf("marking isolated device %s (%s) pending removal: %w", d.Addr, d.ID, err)
+			}
+			c.log.Info("kept isolated device a guest holds, pending removal", "addr", d.Addr, "id", d.ID, "guest_id", d.GuestID)
 		case IsNotFound(err):
 			// Removed by someone else since we listed: already as wanted.
 		default:
@@ -160,7 +175,7 @@ func prepareDesired(hostID string, desired []api.IsolatedDevice) ([]api.Isolated
 		}
 		seen[keyOf(d)] = true
 		d.HostID, d.DevType = hostID, api.DevTypeNvidiaMPS
-		d.ID, d.GuestID = "", ""
+		d.ID, d.GuestID, d.PendingRemoval = "", "", false
 		want[i] = d
 	}
 	return want, nil
@@ -203,4 +218,17 @@ func (c *Client) findDevice(ctx context.Context, hostID string, k deviceKey) (ap
 		}
 	}
 	return api.IsolatedDevice{}, false, nil
+}
+
+// markPendingRemoval sets pending_removal on a row the host no longer wants
+// but a guest holds. Only that field is sent: a detach that happens
+// meanwhile is not undone, and the row, free by then, is still not handed
+// out; the next sync deletes it. A row deleted meanwhile is as wanted.
+func (c *Client) markPendingRemoval(ctx context.Context, id string) error {
+	body := map[string]map[string]bool{"isolated_device": {"pending_removal": true}}
+	err := c.do(ctx, "PUT", devicePath(id), nil, body, nil)
+	if IsNotFound(err) {
+		return nil
+	}
+	return err
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -13,25 +12,28 @@ import (
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
+	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
-// inventory is a real mps-inventory (server over a SQLite file) on loopback.
+// inventory is a real mps-inventory (server over a SQLite file or a
+// PostgreSQL database, see storetest.ForEachBackend) on loopback.
 type inventory struct {
 	st  *store.Store
 	api http.Handler
 	url string
+	// token is an admin token of this inventory.
+	token string
 }
 
-// newInventory starts one; wrap, when set, sits in front of the API (to
-// inject failures or races).
-func newInventory(t *testing.T, opts server.Options, wrap func(next http.Handler) http.Handler) *inventory {
+// newInventory starts one over st; wrap, when set, sits in front of the API
+// (to inject failures or races).
+func newInventory(t *testing.T, st *store.Store, opts server.Options, wrap func(next http.Handler) http.Handler) *inventory {
 	t.Helper()
-	st, err := store.OpenSQLite(t.Context(), filepath.Join(t.TempDir(), "inventory.db"), nil)
+	token, _, err := st.CreateToken(t.Context(), store.NewToken{Name: "client tests", Role: store.RoleAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = st.Close() })
-	inv := &inventory{st: st, api: server.New(st, opts, nil)}
+	inv := &inventory{st: st, api: server.New(st, opts, nil), token: token}
 	h := inv.api
 	if wrap != nil {
 		h = wrap(h)
@@ -85,173 +87,181 @@ func mustSync(t *testing.T, c *Client, hostID string, want []api.IsolatedDevice,
 }
 
 func TestSyncDevices(t *testing.T) {
-	ctx := t.Context()
-	inv := newInventory(t, server.Options{}, nil)
-	c := New(Options{URL: inv.url})
-	h, err := c.EnsureHost(ctx, "gpu-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if again, err := c.EnsureHost(ctx, "gpu-1"); err != nil || again.ID != h.ID {
-		t.Fatalf("second EnsureHost = %+v, %v; want host %s", again, err, h.ID)
-	}
-	other, _ := c.EnsureHost(ctx, "gpu-2")
-
-	// Rows the sync must never touch: another dev_type on this host (same
-	// GPU address even) and MPS rows of another host.
-	share := gpuSlices("06", 1)[0]
-	share.HostID, share.DevType, share.VendorDeviceID = h.ID, "NVIDIA_GPU_SHARE", "10de:ffff"
-	if _, err := c.CreateIsolatedDevice(ctx, share); err != nil {
-		t.Fatal(err)
-	}
-	mustSync(t, c, other.ID, gpuSlices("06", 2), SyncResult{Created: 2})
-	untouched := func() {
-		t.Helper()
-		if r := rows(t, c, h.ID); r["NVIDIA_GPU_SHARE 06:00.0-0"].ID == "" {
-			t.Errorf("the NVIDIA_GPU_SHARE row is gone")
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		ctx := t.Context()
+		inv := newInventory(t, open(), server.Options{}, nil)
+		c := New(Options{URL: inv.url, Token: inv.token})
+		h, err := c.EnsureHost(ctx, "gpu-1")
+		if err != nil {
+			t.Fatal(err)
 		}
-		if r := rows(t, c, other.ID); len(r) != 2 {
-			t.Errorf("other host has %d rows, want its 2", len(r))
+		if again, err := c.EnsureHost(ctx, "gpu-1"); err != nil || again.ID != h.ID {
+			t.Fatalf("second EnsureHost = %+v, %v; want host %s", again, err, h.ID)
 		}
-	}
+		other, _ := c.EnsureHost(ctx, "gpu-2")
 
-	// First sync creates, in the order given.
-	want := append(gpuSlices("06", 4), gpuSlices("1a", 2)...)
-	mustSync(t, c, h.ID, want, SyncResult{Created: 6})
-	list, _ := c.ListIsolatedDevices(ctx, ListOptions{HostID: h.ID, DevType: api.DevTypeNvidiaMPS})
-	var order []string
-	for _, d := range list.IsolatedDevices {
-		order = append(order, d.Addr)
-	}
-	if fmt.Sprint(order) != "[06:00.0-0 06:00.0-1 06:00.0-2 06:00.0-3 1a:00.0-0 1a:00.0-1]" {
-		t.Errorf("rows in order %v", order)
-	}
-	first := rows(t, c, h.ID)
+		// Rows the sync must never touch: another dev_type on this host (same
+		// GPU address even) and MPS rows of another host.
+		share := gpuSlices("06", 1)[0]
+		share.HostID, share.DevType, share.VendorDeviceID = h.ID, "NVIDIA_GPU_SHARE", "10de:ffff"
+		if _, err := c.CreateIsolatedDevice(ctx, share); err != nil {
+			t.Fatal(err)
+		}
+		mustSync(t, c, other.ID, gpuSlices("06", 2), SyncResult{Created: 2})
+		untouched := func() {
+			t.Helper()
+			if r := rows(t, c, h.ID); r["NVIDIA_GPU_SHARE 06:00.0-0"].ID == "" {
+				t.Errorf("the NVIDIA_GPU_SHARE row is gone")
+			}
+			if r := rows(t, c, other.ID); len(r) != 2 {
+				t.Errorf("other host has %d rows, want its 2", len(r))
+			}
+		}
 
-	// Second sync with the same set: nothing written.
-	mustSync(t, c, h.ID, want, SyncResult{Unchanged: 6})
-	if again := rows(t, c, h.ID); !reflect.DeepEqual(again, first) {
-		t.Errorf("an idempotent sync changed rows")
-	}
+		// First sync creates, in the order given.
+		want := append(gpuSlices("06", 4), gpuSlices("1a", 2)...)
+		mustSync(t, c, h.ID, want, SyncResult{Created: 6})
+		list, _ := c.ListIsolatedDevices(ctx, ListOptions{HostID: h.ID, DevType: api.DevTypeNvidiaMPS})
+		var order []string
+		for _, d := range list.IsolatedDevices {
+			order = append(order, d.Addr)
+		}
+		if fmt.Sprint(order) != "[06:00.0-0 06:00.0-1 06:00.0-2 06:00.0-3 1a:00.0-0 1a:00.0-1]" {
+			t.Errorf("rows in order %v", order)
+		}
+		first := rows(t, c, h.ID)
 
-	// GPU 06 goes from 4 slices to 2 while a guest holds slice 3; GPU 1a
-	// loses its PCIe info.
-	held := first["NVIDIA_MPS 06:00.0-3"]
-	held.GuestID = "guest-1"
-	if _, err := c.UpdateIsolatedDevice(ctx, held.ID, held); err != nil {
-		t.Fatal(err)
-	}
-	want = append(gpuSlices("06", 2), gpuSlices("1a", 2)...)
-	want[3].PCIEInfo = nil
-	mustSync(t, c, h.ID, want, SyncResult{Updated: 3, Unchanged: 1, Deleted: 1, Held: []string{held.ID}})
-	r := rows(t, c, h.ID)
-	if got := r["NVIDIA_MPS 06:00.0-0"]; got.MPSMemoryLimit != 12288 || got.MPSThreadPercentage != 50 || got.ID != first["NVIDIA_MPS 06:00.0-0"].ID {
-		t.Errorf("slice 0 after the change: %+v; want the same row with limit 12288, 50%%", got)
-	}
-	if got := r["NVIDIA_MPS 1a:00.0-1"]; got.PCIEInfo != nil {
-		t.Errorf("pcie_info not cleared: %+v", got.PCIEInfo)
-	}
-	if _, ok := r["NVIDIA_MPS 06:00.0-2"]; ok {
-		t.Errorf("free slice 2 not deleted")
-	}
-	if got := r["NVIDIA_MPS 06:00.0-3"]; got.GuestID != "guest-1" {
-		t.Errorf("held slice 3: %+v; want kept with its guest", got)
-	}
-	untouched()
+		// Second sync with the same set: nothing written.
+		mustSync(t, c, h.ID, want, SyncResult{Unchanged: 6})
+		if again := rows(t, c, h.ID); !reflect.DeepEqual(again, first) {
+			t.Errorf("an idempotent sync changed rows")
+		}
 
-	// The held row is reported again until released, then deleted.
-	mustSync(t, c, h.ID, want, SyncResult{Unchanged: 4, Held: []string{held.ID}})
-	held.GuestID = ""
-	if _, err := c.UpdateIsolatedDevice(ctx, held.ID, held); err != nil {
-		t.Fatal(err)
-	}
-	mustSync(t, c, h.ID, want, SyncResult{Unchanged: 4, Deleted: 1})
-	untouched()
+		// GPU 06 goes from 4 slices to 2 while a guest holds slice 3; GPU 1a
+		// loses its PCIe info.
+		held := first["NVIDIA_MPS 06:00.0-3"]
+		held.GuestID = "guest-1"
+		if _, err := c.UpdateIsolatedDevice(ctx, held.ID, held); err != nil {
+			t.Fatal(err)
+		}
+		want = append(gpuSlices("06", 2), gpuSlices("1a", 2)...)
+		want[3].PCIEInfo = nil
+		mustSync(t, c, h.ID, want, SyncResult{Updated: 3, Unchanged: 1, Deleted: 1, Held: []string{held.ID}})
+		r := rows(t, c, h.ID)
+		if got := r["NVIDIA_MPS 06:00.0-0"]; got.MPSMemoryLimit != 12288 || got.MPSThreadPercentage != 50 || got.ID != first["NVIDIA_MPS 06:00.0-0"].ID {
+			t.Errorf("slice 0 after the change: %+v; want the same row with limit 12288, 50%%", got)
+		}
+		if got := r["NVIDIA_MPS 1a:00.0-1"]; got.PCIEInfo != nil {
+			t.Errorf("pcie_info not cleared: %+v", got.PCIEInfo)
+		}
+		if _, ok := r["NVIDIA_MPS 06:00.0-2"]; ok {
+			t.Errorf("free slice 2 not deleted")
+		}
+		if got := r["NVIDIA_MPS 06:00.0-3"]; got.GuestID != "guest-1" {
+			t.Errorf("held slice 3: %+v; want kept with its guest", got)
+		}
+		untouched()
 
-	// An empty desired set removes every MPS row of the host, and only those.
-	mustSync(t, c, h.ID, nil, SyncResult{Deleted: 4})
-	if r := rows(t, c, h.ID); len(r) != 1 {
-		t.Errorf("rows left: %v, want only the NVIDIA_GPU_SHARE one", r)
-	}
-	untouched()
+		// The held row is reported again until released, then deleted.
+		mustSync(t, c, h.ID, want, SyncResult{Unchanged: 4, Held: []string{held.ID}})
+		held.GuestID = ""
+		if _, err := c.UpdateIsolatedDevice(ctx, held.ID, held); err != nil {
+			t.Fatal(err)
+		}
+		mustSync(t, c, h.ID, want, SyncResult{Unchanged: 4, Deleted: 1})
+		untouched()
+
+		// An empty desired set removes every MPS row of the host, and only those.
+		mustSync(t, c, h.ID, nil, SyncResult{Deleted: 4})
+		if r := rows(t, c, h.ID); len(r) != 1 {
+			t.Errorf("rows left: %v, want only the NVIDIA_GPU_SHARE one", r)
+		}
+		untouched()
+	})
 }
 
 // The host's rows are read page by page: rows past the first page are
 // matched too, not created twice or left behind.
 func TestSyncPagesThroughAllRows(t *testing.T) {
-	inv := newInventory(t, server.Options{}, nil)
-	c := New(Options{URL: inv.url})
-	c.pageSize = 3
-	h, err := c.EnsureHost(t.Context(), "gpu-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := append(gpuSlices("06", 5), gpuSlices("07", 5)...)
-	mustSync(t, c, h.ID, want, SyncResult{Created: 10})
-	mustSync(t, c, h.ID, want, SyncResult{Unchanged: 10})
-	mustSync(t, c, h.ID, want[:4], SyncResult{Unchanged: 4, Deleted: 6})
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		inv := newInventory(t, open(), server.Options{}, nil)
+		c := New(Options{URL: inv.url, Token: inv.token})
+		c.pageSize = 3
+		h, err := c.EnsureHost(t.Context(), "gpu-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := append(gpuSlices("06", 5), gpuSlices("07", 5)...)
+		mustSync(t, c, h.ID, want, SyncResult{Created: 10})
+		mustSync(t, c, h.ID, want, SyncResult{Unchanged: 10})
+		mustSync(t, c, h.ID, want[:4], SyncResult{Unchanged: 4, Deleted: 6})
+	})
 }
 
 // A create that loses a race (409: the row appeared since the list) adopts
 // the row instead of failing the sync.
 func TestSyncAdoptsRowCreatedConcurrently(t *testing.T) {
-	var inv *inventory
-	var once sync.Once
-	inv = newInventory(t, server.Options{}, func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == "POST" && r.URL.Path == "/isolated_devices" {
-				once.Do(func() {
-					// Another agent's sync wins the race, with stale fields.
-					d := gpuSlices("06", 1)[0]
-					d.HostID, d.DevType, d.MPSMemoryLimit = "gpu-1", api.DevTypeNvidiaMPS, 1
-					if _, err := inv.st.CreateDevice(r.Context(), d); err != nil {
-						t.Errorf("racing create: %v", err)
-					}
-				})
-			}
-			next.ServeHTTP(w, r)
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		var inv *inventory
+		var once sync.Once
+		inv = newInventory(t, open(), server.Options{}, func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == "POST" && r.URL.Path == "/isolated_devices" {
+					once.Do(func() {
+						// Another agent's sync wins the race, with stale fields.
+						d := gpuSlices("06", 1)[0]
+						d.HostID, d.DevType, d.MPSMemoryLimit = "gpu-1", api.DevTypeNvidiaMPS, 1
+						if _, err := inv.st.CreateDevice(r.Context(), d); err != nil {
+							t.Errorf("racing create: %v", err)
+						}
+					})
+				}
+				next.ServeHTTP(w, r)
+			})
 		})
+		c := New(Options{URL: inv.url, Token: inv.token})
+		h, err := c.EnsureHost(t.Context(), "gpu-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := gpuSlices("06", 2)
+		want[0].MPSMemoryLimit = 12288
+		mustSync(t, c, h.ID, want, SyncResult{Created: 1, Updated: 1})
+		mustSync(t, c, h.ID, want, SyncResult{Unchanged: 2})
 	})
-	c := New(Options{URL: inv.url})
-	h, err := c.EnsureHost(t.Context(), "gpu-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := gpuSlices("06", 2)
-	want[0].MPSMemoryLimit = 12288
-	mustSync(t, c, h.ID, want, SyncResult{Created: 1, Updated: 1})
-	mustSync(t, c, h.ID, want, SyncResult{Unchanged: 2})
 }
 
 // Two agents syncing one host at once end with exactly the desired rows.
 func TestConcurrentSyncs(t *testing.T) {
-	inv := newInventory(t, server.Options{}, nil)
-	c := New(Options{URL: inv.url})
-	h, err := c.EnsureHost(t.Context(), "gpu-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := gpuSlices("06", 8)
-	var wg sync.WaitGroup
-	results := make([]SyncResult, 4)
-	for i := range results {
-		wg.Go(func() {
-			var err error
-			if results[i], err = New(Options{URL: inv.url}).SyncDevices(t.Context(), h.ID, want); err != nil {
-				t.Errorf("sync %d: %v", i, err)
-			}
-		})
-	}
-	wg.Wait()
-	created := 0
-	for _, r := range results {
-		created += r.Created
-	}
-	r := rows(t, c, h.ID)
-	if created != 8 || len(r) != 8 {
-		t.Errorf("%d creates in all, %d rows; want 8 and 8 (results %+v)", created, len(r), results)
-	}
-	mustSync(t, c, h.ID, want, SyncResult{Unchanged: 8})
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		inv := newInventory(t, open(), server.Options{}, nil)
+		c := New(Options{URL: inv.url, Token: inv.token})
+		h, err := c.EnsureHost(t.Context(), "gpu-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := gpuSlices("06", 8)
+		var wg sync.WaitGroup
+		results := make([]SyncResult, 4)
+		for i := range results {
+			wg.Go(func() {
+				var err error
+				if results[i], err = New(Options{URL: inv.url, Token: inv.token}).SyncDevices(t.Context(), h.ID, want); err != nil {
+					t.Errorf("sync %d: %v", i, err)
+				}
+			})
+		}
+		wg.Wait()
+		created := 0
+		for _, r := range results {
+			created += r.Created
+		}
+		r := rows(t, c, h.ID)
+		if created != 8 || len(r) != 8 {
+			t.Errorf("%d creates in all, %d rows; want 8 and 8 (results %+v)", created, len(r), results)
+		}
+		mustSync(t, c, h.ID, want, SyncResult{Unchanged: 8})
+	})
 }
 
 func TestSyncRefusesBadDesiredSets(t *testing.T) {

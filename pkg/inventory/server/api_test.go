@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/inventory/store"
+	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
 // checkError asserts an api.Error answer.
@@ -24,144 +26,150 @@ func checkError(t *testing.T, status int, body []byte, wantStatus int, wantClass
 }
 
 func TestErrorAnswers(t *testing.T) {
-	e := newEnv(t, Options{MaxBodyBytes: 4096})
-	_, d := e.seed()
-	dev := func(fields string) string {
-		return `{"isolated_device":{"host_id":"gpu-1","dev_type":"NVIDIA_MPS","addr":"00:07.0-0","vendor_device_id":"10de:1b38"` + fields + `}}`
-	}
-	big := dev(`,"name":"` + strings.Repeat("x", 5000) + `"`)
-	const bad, nf, dup = http.StatusBadRequest, http.StatusNotFound, http.StatusConflict
-	tests := []struct {
-		name, method, path, body string
-		status                   int
-		class, details           string
-	}{
-		{"truncated JSON", "POST", "/isolated_devices", `{"isolated_device":{`, bad, api.ClassInputParameter, "malformed JSON"},
-		{"syntax error", "POST", "/isolated_devices", `{"isolated_device":{x}}`, bad, api.ClassInputParameter, "malformed JSON at byte"},
-		{"empty body", "POST", "/isolated_devices", ``, bad, api.ClassInputParameter, "request body is empty"},
-		{"two values", "POST", "/isolated_devices", dev("") + `{}`, bad, api.ClassInputParameter, "more than one JSON value"},
-		{"unknown field", "POST", "/isolated_devices", dev(`,"bogus":1`), bad, api.ClassInputParameter, `unknown field "bogus"`},
-		{"unknown envelope", "POST", "/isolated_devices", `{"device":{}}`, bad, api.ClassInputParameter, `unknown field "device"`},
-		{"unknown pcie field", "POST", "/isolated_devices", dev(`,"pcie_info":{"lanes":1}`), bad, api.ClassInputParameter, "field pcie_info"},
-		{"missing envelope", "POST", "/isolated_devices", `{}`, bad, api.ClassInputParameter, "missing field isolated_device"},
-		{"missing dev_type", "POST", "/isolated_devices", `{"isolated_device":{"host_id":"gpu-1","addr":"a","vendor_device_id":"v"}}`, bad, api.ClassInputParameter, "missing required field dev_type"},
-		{"missing host_id", "POST", "/isolated_devices", `{"isolated_device":{"dev_type":"NVIDIA_MPS","addr":"a","vendor_device_id":"v"}}`, bad, api.ClassInputParameter, "missing required field host_id"},
-		{"wrong type", "POST", "/isolated_devices", dev(`,"numa_node":"zero"`), bad, api.ClassInputParameter, "field isolated_device.numa_node"},
-		{"oversized body", "POST", "/isolated_devices", big, bad, api.ClassInputParameter, "larger than 4096 bytes"},
-		{"negative limit", "GET", "/isolated_devices?limit=-1", "", bad, api.ClassInputParameter, "query parameter limit"},
-		{"text limit", "GET", "/isolated_devices?limit=ten", "", bad, api.ClassInputParameter, "query parameter limit"},
-		{"negative offset", "GET", "/hosts?offset=-5", "", bad, api.ClassInputParameter, "query parameter offset"},
-		{"bad unused", "GET", "/isolated_devices?unused=maybe", "", bad, api.ClassInputParameter, "query parameter unused"},
-		{"bad details", "GET", "/isolated_devices/" + d.ID + "?details=2", "", bad, api.ClassInputParameter, "query parameter details"},
-		{"move device", "PUT", "/isolated_devices/" + d.ID, `{"isolated_device":{"host_id":"other"}}`, bad, api.ClassInputParameter, "host_id cannot be changed"},
-		{"host without name", "POST", "/hosts", `{"host":{}}`, bad, api.ClassInputParameter, "missing required field name"},
-		{"unknown device", "GET", "/isolated_devices/nope", "", nf, api.ClassNotFound, `isolated device "nope" not found`},
-		{"delete unknown device", "DELETE", "/isolated_devices/nope", "", nf, api.ClassNotFound, "not found"},
-		{"unknown host", "GET", "/hosts/nope", "", nf, api.ClassNotFound, `host "nope" not found`},
-		{"device on unknown host", "POST", "/isolated_devices", strings.Replace(dev(""), "gpu-1", "gpu-9", 1), nf, api.ClassNotFound, `host "gpu-9" not found`},
-		{"list of unknown host", "GET", "/isolated_devices?host_id=gpu-9", "", nf, api.ClassNotFound, `host "gpu-9" not found`},
-		{"no route", "GET", "/servers", "", nf, api.ClassNotFound, "no such API: GET /servers"},
-		{"duplicate device", "POST", "/isolated_devices", p40Slice, dup, api.ClassDuplicate, "already exists"},
-		{"duplicate host", "POST", "/hosts", `{"host":{"name":"gpu-1"}}`, dup, api.ClassDuplicate, `host "gpu-1" already exists`},
-		{"host with devices", "DELETE", "/hosts/gpu-1", "", dup, api.ClassInvalidStatus, "still has 1 isolated devices"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			status, body := e.call(tt.method, tt.path, tt.body)
-			checkError(t, status, body, tt.status, tt.class, tt.details)
-		})
-	}
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		e := newEnvOn(t, open(), Options{MaxBodyBytes: 4096})
+		_, d := e.seed()
+		dev := func(fields string) string {
+			return `{"isolated_device":{"host_id":"gpu-1","dev_type":"NVIDIA_MPS","addr":"00:07.0-0","vendor_device_id":"10de:1b38"` + fields + `}}`
+		}
+		big := dev(`,"name":"` + strings.Repeat("x", 5000) + `"`)
+		const bad, nf, dup = http.StatusBadRequest, http.StatusNotFound, http.StatusConflict
+		tests := []struct {
+			name, method, path, body string
+			status                   int
+			class, details           string
+		}{
+			{"truncated JSON", "POST", "/isolated_devices", `{"isolated_device":{`, bad, api.ClassInputParameter, "malformed JSON"},
+			{"syntax error", "POST", "/isolated_devices", `{"isolated_device":{x}}`, bad, api.ClassInputParameter, "malformed JSON at byte"},
+			{"empty body", "POST", "/isolated_devices", ``, bad, api.ClassInputParameter, "request body is empty"},
+			{"two values", "POST", "/isolated_devices", dev("") + `{}`, bad, api.ClassInputParameter, "more than one JSON value"},
+			{"unknown field", "POST", "/isolated_devices", dev(`,"bogus":1`), bad, api.ClassInputParameter, `unknown field "bogus"`},
+			{"unknown envelope", "POST", "/isolated_devices", `{"device":{}}`, bad, api.ClassInputParameter, `unknown field "device"`},
+			{"unknown pcie field", "POST", "/isolated_devices", dev(`,"pcie_info":{"lanes":1}`), bad, api.ClassInputParameter, "field pcie_info"},
+			{"missing envelope", "POST", "/isolated_devices", `{}`, bad, api.ClassInputParameter, "missing field isolated_device"},
+			{"missing dev_type", "POST", "/isolated_devices", `{"isolated_device":{"host_id":"gpu-1","addr":"a","vendor_device_id":"v"}}`, bad, api.ClassInputParameter, "missing required field dev_type"},
+			{"missing host_id", "POST", "/isolated_devices", `{"isolated_device":{"dev_type":"NVIDIA_MPS","addr":"a","vendor_device_id":"v"}}`, bad, api.ClassInputParameter, "missing required field host_id"},
+			{"wrong type", "POST", "/isolated_devices", dev(`,"numa_node":"zero"`), bad, api.ClassInputParameter, "field isolated_device.numa_node"},
+			{"oversized body", "POST", "/isolated_devices", big, bad, api.ClassInputParameter, "larger than 4096 bytes"},
+			{"negative limit", "GET", "/isolated_devices?limit=-1", "", bad, api.ClassInputParameter, "query parameter limit"},
+			{"text limit", "GET", "/isolated_devices?limit=ten", "", bad, api.ClassInputParameter, "query parameter limit"},
+			{"negative offset", "GET", "/hosts?offset=-5", "", bad, api.ClassInputParameter, "query parameter offset"},
+			{"bad unused", "GET", "/isolated_devices?unused=maybe", "", bad, api.ClassInputParameter, "query parameter unused"},
+			{"bad details", "GET", "/isolated_devices/" + d.ID + "?details=2", "", bad, api.ClassInputParameter, "query parameter details"},
+			{"move device", "PUT", "/isolated_devices/" + d.ID, `{"isolated_device":{"host_id":"other"}}`, bad, api.ClassInputParameter, "host_id cannot be changed"},
+			{"host without name", "POST", "/hosts", `{"host":{}}`, bad, api.ClassInputParameter, "missing required field name"},
+			{"unknown device", "GET", "/isolated_devices/" + unknownUUID, "", nf, api.ClassNotFound, `isolated device "` + unknownUUID + `" not found`},
+			{"delete unknown device", "DELETE", "/isolated_devices/" + unknownUUID, "", nf, api.ClassNotFound, "not found"},
+			{"unknown host", "GET", "/hosts/nope", "", nf, api.ClassNotFound, `host "nope" not found`},
+			{"device on unknown host", "POST", "/isolated_devices", strings.Replace(dev(""), "gpu-1", "gpu-9", 1), nf, api.ClassNotFound, `host "gpu-9" not found`},
+			{"list of unknown host", "GET", "/isolated_devices?host_id=gpu-9", "", nf, api.ClassNotFound, `host "gpu-9" not found`},
+			{"no route", "GET", "/servers", "", nf, api.ClassNotFound, "no such API: GET /servers"},
+			{"duplicate device", "POST", "/isolated_devices", p40Slice, dup, api.ClassDuplicate, "already exists"},
+			{"duplicate host", "POST", "/hosts", `{"host":{"name":"gpu-1"}}`, dup, api.ClassDuplicate, `host "gpu-1" already exists`},
+			{"host with devices", "DELETE", "/hosts/gpu-1", "", dup, api.ClassInvalidStatus, "still has 1 isolated devices"},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				status, body := e.call(tt.method, tt.path, tt.body)
+				checkError(t, status, body, tt.status, tt.class, tt.details)
+			})
+		}
+	})
 }
 
 func TestUpdateHeldDeviceAndDelete(t *testing.T) {
-	e := newEnv(t, Options{})
-	_, d := e.seed()
-	path := "/isolated_devices/" + d.ID
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		e := newEnvOn(t, open(), Options{})
+		_, d := e.seed()
+		path := "/isolated_devices/" + d.ID
 
-	// A PUT changes only the fields it sends.
-	var got api.IsolatedDeviceBody
-	e.mustCall("PUT", path, `{"isolated_device":{"guest_id":"guest-1"}}`, &got)
-	want := d
-	want.GuestID, want.UpdatedAt = "guest-1", got.IsolatedDevice.UpdatedAt
-	if !reflect.DeepEqual(got.IsolatedDevice, want) {
-		t.Errorf("after PUT guest_id:\n%+v\nwant\n%+v", got.IsolatedDevice, want)
-	}
-
-	for _, req := range []struct{ method, path string }{{"DELETE", path}, {"POST", path + "/purge"}} {
-		status, body := e.call(req.method, req.path, "")
-		checkError(t, status, body, http.StatusConflict, api.ClassInvalidStatus, api.MsgDeviceUsedByServer)
-		var ae api.Error
-		_ = json.Unmarshal(body, &ae)
-		if ae.Details != api.MsgDeviceUsedByServer {
-			t.Errorf("%s %s details = %q, want exactly %q", req.method, req.path, ae.Details, api.MsgDeviceUsedByServer)
+		// A PUT changes only the fields it sends.
+		var got api.IsolatedDeviceBody
+		e.mustCall("PUT", path, `{"isolated_device":{"guest_id":"guest-1"}}`, &got)
+		want := d
+		want.GuestID, want.UpdatedAt = "guest-1", got.IsolatedDevice.UpdatedAt
+		if !reflect.DeepEqual(got.IsolatedDevice, want) {
+			t.Errorf("after PUT guest_id:\n%+v\nwant\n%+v", got.IsolatedDevice, want)
 		}
-	}
 
-	// A client may send back the whole device it read: read-only fields
-	// with their current values are accepted. pcie_info null clears it.
-	got.IsolatedDevice.GuestID = ""
-	got.IsolatedDevice.Host = "gpu-1"
-	full, _ := json.Marshal(api.IsolatedDeviceBody{IsolatedDevice: got.IsolatedDevice})
-	fullNoPCIE := strings.Replace(string(full), `"pcie_info":{"lane_width":16,"throughput":"15.76 GB/s","transfer_rate_per_lane":"8GT/s","version":"3.0"}`, `"pcie_info":null`, 1)
-	var cleared api.IsolatedDeviceBody
-	e.mustCall("PUT", path, fullNoPCIE, &cleared)
-	if c := cleared.IsolatedDevice; c.GuestID != "" || c.PCIEInfo != nil || c.Host != "" || c.Model != d.Model {
-		t.Errorf("after full PUT: %+v; want guest and pcie_info cleared, the rest kept", c)
-	}
+		for _, req := range []struct{ method, path string }{{"DELETE", path}, {"POST", path + "/purge"}} {
+			status, body := e.call(req.method, req.path, "")
+			checkError(t, status, body, http.StatusConflict, api.ClassInvalidStatus, api.MsgDeviceUsedByServer)
+			var ae api.Error
+			_ = json.Unmarshal(body, &ae)
+			if ae.Details != api.MsgDeviceUsedByServer {
+				t.Errorf("%s %s details = %q, want exactly %q", req.method, req.path, ae.Details, api.MsgDeviceUsedByServer)
+			}
+		}
 
-	e.mustCall("POST", path+"/purge", "", &got)
-	if got.IsolatedDevice.ID != d.ID {
-		t.Errorf("purge answered %+v, want the purged device", got.IsolatedDevice)
-	}
-	status, body := e.call("GET", path, "")
-	checkError(t, status, body, http.StatusNotFound, api.ClassNotFound, "not found")
-	e.mustCall("DELETE", "/hosts/gpu-1", "", nil)
+		// A client may send back the whole device it read: read-only fields
+		// with their current values are accepted. pcie_info null clears it.
+		got.IsolatedDevice.GuestID = ""
+		got.IsolatedDevice.Host = "gpu-1"
+		full, _ := json.Marshal(api.IsolatedDeviceBody{IsolatedDevice: got.IsolatedDevice})
+		fullNoPCIE := strings.Replace(string(full), `"pcie_info":{"lane_width":16,"throughput":"15.76 GB/s","transfer_rate_per_lane":"8GT/s","version":"3.0"}`, `"pcie_info":null`, 1)
+		var cleared api.IsolatedDeviceBody
+		e.mustCall("PUT", path, fullNoPCIE, &cleared)
+		if c := cleared.IsolatedDevice; c.GuestID != "" || c.PCIEInfo != nil || c.Host != "" || c.Model != d.Model {
+			t.Errorf("after full PUT: %+v; want guest and pcie_info cleared, the rest kept", c)
+		}
+
+		e.mustCall("POST", path+"/purge", "", &got)
+		if got.IsolatedDevice.ID != d.ID {
+			t.Errorf("purge answered %+v, want the purged device", got.IsolatedDevice)
+		}
+		status, body := e.call("GET", path, "")
+		checkError(t, status, body, http.StatusNotFound, api.ClassNotFound, "not found")
+		e.mustCall("DELETE", "/hosts/gpu-1", "", nil)
+	})
 }
 
 func TestListQueryParameters(t *testing.T) {
-	e := newEnv(t, Options{})
-	_, held := e.seed()
-	for i := range 3 {
-		body := strings.NewReplacer("00:06.0-1", fmt.Sprintf("00:07.0-%d", i), "Tesla P40", "NVIDIA H100", "GPU-76", "GPU-99").Replace(p40Slice)
-		e.mustCall("POST", "/isolated_devices", body, nil)
-	}
-	e.mustCall("PUT", "/isolated_devices/"+held.ID, `{"isolated_device":{"guest_id":"guest-1"}}`, nil)
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		e := newEnvOn(t, open(), Options{})
+		_, held := e.seed()
+		for i := range 3 {
+			body := strings.NewReplacer("00:06.0-1", fmt.Sprintf("00:07.0-%d", i), "Tesla P40", "NVIDIA H100", "GPU-76", "GPU-99").Replace(p40Slice)
+			e.mustCall("POST", "/isolated_devices", body, nil)
+		}
+		e.mustCall("PUT", "/isolated_devices/"+held.ID, `{"isolated_device":{"guest_id":"guest-1"}}`, nil)
 
-	tests := []struct {
-		query      string
-		wantAddrs  string
-		wantTotal  int
-		wantLimit  int
-		wantOffset int
-	}{
-		{"", "00:06.0-1 00:07.0-0 00:07.0-1 00:07.0-2", 4, 20, 0},
-		{"?limit=2&offset=1", "00:07.0-0 00:07.0-1", 4, 2, 1},
-		{"?limit=0", "", 4, 0, 0},
-		{"?limit=5000", "00:06.0-1 00:07.0-0 00:07.0-1 00:07.0-2", 4, 2048, 0},
-		{"?host_id=gpu-1&dev_type=NVIDIA_MPS&model=NVIDIA+H100", "00:07.0-0 00:07.0-1 00:07.0-2", 3, 20, 0},
-		{"?addr=00:07.0-1", "00:07.0-1", 1, 20, 0},
-		{"?gpu=GPU-76aef7ff-372d-2432-b4b4-beca4d8d3400", "00:06.0-1", 1, 20, 0},
-		{"?guest_id=guest-1", "00:06.0-1", 1, 20, 0},
-		{"?unused=true&limit=1", "00:07.0-0", 3, 1, 0},
-		{"?dev_type=NVIDIA_GPU_SHARE", "", 0, 20, 0},
-		{"?scope=system", "00:06.0-1 00:07.0-0 00:07.0-1 00:07.0-2", 4, 20, 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.query, func(t *testing.T) {
-			var list api.IsolatedDeviceList
-			b := e.mustCall("GET", "/isolated_devices"+tt.query, "", &list)
-			var addrs []string
-			for _, d := range list.IsolatedDevices {
-				addrs = append(addrs, d.Addr)
-			}
-			if got := strings.Join(addrs, " "); got != tt.wantAddrs || list.Total != tt.wantTotal ||
-				list.Limit != tt.wantLimit || list.Offset != tt.wantOffset {
-				t.Errorf("got %q total %d limit %d offset %d\nwant %q total %d limit %d offset %d",
-					got, list.Total, list.Limit, list.Offset, tt.wantAddrs, tt.wantTotal, tt.wantLimit, tt.wantOffset)
-			}
-			if !strings.Contains(string(b), `"isolated_devices":[`) {
-				t.Errorf("isolated_devices is not an array: %s", b)
-			}
-		})
-	}
+		tests := []struct {
+			query      string
+			wantAddrs  string
+			wantTotal  int
+			wantLimit  int
+			wantOffset int
+		}{
+			{"", "00:06.0-1 00:07.0-0 00:07.0-1 00:07.0-2", 4, 20, 0},
+			{"?limit=2&offset=1", "00:07.0-0 00:07.0-1", 4, 2, 1},
+			{"?limit=0", "", 4, 0, 0},
+			{"?limit=5000", "00:06.0-1 00:07.0-0 00:07.0-1 00:07.0-2", 4, 2048, 0},
+			{"?host_id=gpu-1&dev_type=NVIDIA_MPS&model=NVIDIA+H100", "00:07.0-0 00:07.0-1 00:07.0-2", 3, 20, 0},
+			{"?addr=00:07.0-1", "00:07.0-1", 1, 20, 0},
+			{"?gpu=GPU-76aef7ff-372d-2432-b4b4-beca4d8d3400", "00:06.0-1", 1, 20, 0},
+			{"?guest_id=guest-1", "00:06.0-1", 1, 20, 0},
+			{"?unused=true&limit=1", "00:07.0-0", 3, 1, 0},
+			{"?dev_type=NVIDIA_GPU_SHARE", "", 0, 20, 0},
+			{"?scope=system", "00:06.0-1 00:07.0-0 00:07.0-1 00:07.0-2", 4, 20, 0},
+		}
+		for _, tt := range tests {
+			t.Run(tt.query, func(t *testing.T) {
+				var list api.IsolatedDeviceList
+				b := e.mustCall("GET", "/isolated_devices"+tt.query, "", &list)
+				var addrs []string
+				for _, d := range list.IsolatedDevices {
+					addrs = append(addrs, d.Addr)
+				}
+				if got := strings.Join(addrs, " "); got != tt.wantAddrs || list.Total != tt.wantTotal ||
+					list.Limit != tt.wantLimit || list.Offset != tt.wantOffset {
+					t.Errorf("got %q total %d limit %d offset %d\nwant %q total %d limit %d offset %d",
+						got, list.Total, list.Limit, list.Offset, tt.wantAddrs, tt.wantTotal, tt.wantLimit, tt.wantOffset)
+				}
+				if !strings.Contains(string(b), `"isolated_devices":[`) {
+					t.Errorf("isolated_devices is not an array: %s", b)
+				}
+			})
+		}
+	})
 }

@@ -1,46 +1,114 @@
 package server
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/inventory/store"
+	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
-func TestTokens(t *testing.T) {
-	e := newEnv(t, Options{Tokens: []string{"first-token", "second"}})
-	tests := []struct {
-		name, path, auth string
-		want             int
-		details          string
-	}{
-		{"no header", "/isolated_devices", "", http.StatusUnauthorized, "missing bearer token"},
-		{"wrong scheme", "/isolated_devices", "Basic Zmlyc3Q6dG9rZW4=", http.StatusUnauthorized, "missing bearer token"},
-		{"wrong token", "/isolated_devices", "Bearer first-tokem", http.StatusUnauthorized, "invalid token"},
-		{"prefix of a token", "/isolated_devices", "Bearer first", http.StatusUnauthorized, "invalid token"},
-		{"unknown route still needs a token", "/nothing", "", http.StatusUnauthorized, "missing bearer token"},
-		{"first token", "/isolated_devices", "Bearer first-token", http.StatusOK, ""},
-		{"second token, lower-case scheme", "/hosts", "bearer second", http.StatusOK, ""},
-		{"healthz is open", "/healthz", "", http.StatusOK, ""},
-		{"readyz is open", "/readyz", "", http.StatusOK, ""},
+// callFull is call returning the answer's headers too.
+func (e *env) callFull(method, path, body string, header ...string) (int, http.Header, []byte) {
+	e.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var hdr []string
-			if tt.auth != "" {
-				hdr = []string{"Authorization", tt.auth}
-			}
-			status, body := e.call("GET", tt.path, "", hdr...)
-			if tt.want != http.StatusOK {
-				checkError(t, status, body, tt.want, api.ClassUnauthorized, tt.details)
-				return
-			}
-			if status != http.StatusOK {
-				t.Errorf("status %d %s, want 200", status, body)
-			}
-		})
+	req, err := http.NewRequestWithContext(e.t.Context(), method, e.srv.URL+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
 	}
+	req.Header.Set("Authorization", "Bearer "+e.admin)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, b
+}
+
+func TestAuthentication(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		e := newEnvOn(t, open(), Options{})
+		viewer, tok, err := e.st.CreateToken(t.Context(), store.NewToken{Name: "v", Role: store.RoleViewer})
+		if err != nil {
+			t.Fatal(err)
+		}
+		revoked, rtok, err := e.st.CreateToken(t.Context(), store.NewToken{Name: "gone", Role: store.RoleAdmin})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.st.RevokeToken(t.Context(), rtok.ID); err != nil {
+			t.Fatal(err)
+		}
+		wrongSecret := viewer[:len(viewer)-4] + "beef"
+		if wrongSecret == viewer {
+			wrongSecret = viewer[:len(viewer)-4] + "dead"
+		}
+		unknownID := "mpsi_0123456789abcdef" + viewer[len("mpsi_")+16:]
+
+		const missing, invalid = `Bearer realm="mps-inventory"`, `Bearer realm="mps-inventory", error="invalid_token"`
+		tests := []struct {
+			name, path, auth string
+			want             int
+			details, chal    string
+		}{
+			{"no header", "/isolated_devices", "", 401, "missing bearer token", missing},
+			{"basic scheme", "/isolated_devices", "Basic Zmlyc3Q6dG9rZW4=", 401, "missing bearer token", missing},
+			{"bearer without token", "/isolated_devices", "Bearer ", 401, "missing bearer token", missing},
+			{"garbage token", "/isolated_devices", "Bearer first-token", 401, "invalid token", invalid},
+			{"wrong secret", "/isolated_devices", "Bearer " + wrongSecret, 401, "invalid token", invalid},
+			{"unknown id", "/isolated_devices", "Bearer " + unknownID, 401, "invalid token", invalid},
+			{"revoked token", "/hosts", "Bearer " + revoked, 401, "invalid token", invalid},
+			{"unknown route needs a token first", "/nothing", "", 401, "missing bearer token", missing},
+			{"unknown route, invalid token", "/nothing", "Bearer " + wrongSecret, 401, "invalid token", invalid},
+			{"valid token", "/isolated_devices", "Bearer " + viewer, 200, "", ""},
+			{"lower-case scheme, spaces around", "/hosts", "bearer  " + viewer + " ", 200, "", ""},
+			{"unknown route once authenticated", "/nothing", "Bearer " + viewer, 404, "no such API: GET /nothing", ""},
+			{"healthz is open", "/healthz", "", 200, "", ""},
+			{"readyz is open", "/readyz", "", 200, "", ""},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				status, hdr, body := e.callFull("GET", tt.path, "", "Authorization", tt.auth)
+				switch tt.want {
+				case 200:
+					if status != 200 {
+						t.Errorf("status %d %s, want 200", status, body)
+					}
+				case 401:
+					checkError(t, status, body, 401, api.ClassUnauthorized, tt.details)
+				default:
+					checkError(t, status, body, tt.want, api.ClassNotFound, tt.details)
+				}
+				if got := hdr.Get("WWW-Authenticate"); got != tt.chal {
+					t.Errorf("WWW-Authenticate = %q, want %q", got, tt.chal)
+				}
+			})
+		}
+
+		// The request log names the token by its public id, never the token.
+		log := e.log.String()
+		if !strings.Contains(log, "token_id="+tok.ID+" role=viewer") {
+			t.Errorf("request log lacks the viewer's token id:\n%s", log)
+		}
+		for _, secret := range []string{viewer, viewer[len(viewer)-64:], wrongSecret[len(wrongSecret)-64:], revoked} {
+			if strings.Contains(log, secret) {
+				t.Fatalf("request log contains a token or secret:\n%s", log)
+			}
+		}
+	})
 }
 
 func TestHealthAndRequestLog(t *testing.T) {
@@ -51,11 +119,11 @@ func TestHealthAndRequestLog(t *testing.T) {
 		}
 	}
 	e.call("GET", "/isolated_devices?limit=1", "")
-	e.call("GET", "/isolated_devices/nope", "")
+	e.call("GET", "/isolated_devices/0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b", "")
 	log := e.log.String()
 	for _, want := range []string{
 		`level=DEBUG msg=request method=GET path=/isolated_devices status=200 duration=`,
-		`level=WARN msg=request method=GET path=/isolated_devices/nope status=404 duration=`,
+		`level=WARN msg=request method=GET path=/isolated_devices/0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b status=404 duration=`,
 		`query="limit=1"`,
 	} {
 		if !strings.Contains(log, want) {
@@ -63,8 +131,8 @@ func TestHealthAndRequestLog(t *testing.T) {
 		}
 	}
 
-	// With the database gone, the client gets a generic 500 and the log
-	// the cause; readiness fails.
+	// With the database gone, the client gets a generic 500 (the token
+	// cannot be checked either) and the log the cause; readiness fails.
 	_ = e.st.Close()
 	status, body := e.call("GET", "/isolated_devices", "")
 	checkError(t, status, body, http.StatusInternalServerError, api.ClassInternal, "internal server error")

@@ -81,6 +81,8 @@ type deviceInput struct {
 	MPSMemoryTotal      *int            `json:"mps_memory_total"`
 	MPSThreadPercentage *int            `json:"mps_thread_percentage"`
 	GuestID             *string         `json:"guest_id"`
+	Unhealthy           *bool           `json:"unhealthy"`
+	PendingRemoval      *bool           `json:"pending_removal"`
 	CreatedAt           *time.Time      `json:"created_at"`
 	UpdatedAt           *time.Time      `json:"updated_at"`
 	Host                *string         `json:"host"`
@@ -136,6 +138,13 @@ func (in *deviceInput) create() (api.IsolatedDevice, error) {
 			*f.dst = *f.v
 		}
 	}
+	for _, f := range []struct{ dst, v *bool }{
+		{&d.Unhealthy, u.Unhealthy}, {&d.PendingRemoval, u.PendingRemoval},
+	} {
+		if f.v != nil {
+			*f.dst = *f.v
+		}
+	}
 	d.PCIEInfo = u.PCIEInfo
 	return d, nil
 }
@@ -156,7 +165,8 @@ func (in *deviceInput) update() (store.DeviceUpdate, error) {
 		NumaNode: in.NumaNode, Index: in.Index, DeviceMinor: in.DeviceMinor,
 		MPSMemoryLimit: in.MPSMemoryLimit, MPSMemoryTotal: in.MPSMemoryTotal,
 		MPSThreadPercentage: in.MPSThreadPercentage,
-		SetPCIEInfo:         set, PCIEInfo: info,
+		Unhealthy:           in.Unhealthy, PendingRemoval: in.PendingRemoval,
+		SetPCIEInfo: set, PCIEInfo: info,
 	}
 	if in.CreatedAt != nil && !in.CreatedAt.IsZero() {
 		u.CreatedAt = in.CreatedAt

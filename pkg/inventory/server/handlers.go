@@ -33,6 +33,9 @@ func (s *server) createHost(w http.ResponseWriter, r *http.Request) error {
 	if body.Host == nil {
 		return badInput("missing field host")
 	}
+	if err := s.mayRegisterHost(r, body.Host.Name); err != nil {
+		return err
+	}
 	h, err := s.st.CreateHost(r.Context(), body.Host.create())
 	if err != nil {
 		return err
@@ -99,6 +102,9 @@ func (s *server) createDevice(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.mayCreateDevice(r, in); err != nil {
+		return err
+	}
 	d, err := in.create()
 	if err != nil {
 		return err
@@ -135,6 +141,9 @@ func (s *server) updateDevice(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.mayChangeDevice(r, r.PathValue("id"), in); err != nil {
+		return err
+	}
 	u, err := in.update()
 	if err != nil {
 		return err
@@ -147,9 +156,12 @@ func (s *server) updateDevice(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// deleteDevice serves DELETE and purge alike: a device held by a guest is
-// refused with 409 "Isolated device used by server".
+// deleteDevice serves DELETE: a device held by a guest is refused with 409
+// "Isolated device used by server" (only purge may force, see alloc.go).
 func (s *server) deleteDevice(w http.ResponseWriter, r *http.Request) error {
+	if err := s.mayChangeDevice(r, r.PathValue("id"), nil); err != nil {
+		return err
+	}
 	d, err := s.st.GetDevice(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err

@@ -53,6 +53,15 @@ func parseBool(q url.Values, name string) (bool, error) {
 	return b, nil
 }
 
+// parseOptionalBool is parseBool for a filter that is off when absent.
+func parseOptionalBool(q url.Values, name string) (*bool, error) {
+	if q.Get(name) == "" {
+		return nil, nil
+	}
+	b, err := parseBool(q, name)
+	return &b, err
+}
+
 // deviceFilter reads the list parameters climc sends. Parameters this API
 // does not know (Cloudpods clients send some, like scope) are ignored.
 func deviceFilter(q url.Values) (store.DeviceFilter, error) {
@@ -72,6 +81,12 @@ func deviceFilter(q url.Values) (store.DeviceFilter, error) {
 		return f, err
 	}
 	if f.Details, err = parseBool(q, "details"); err != nil {
+		return f, err
+	}
+	if f.Unhealthy, err = parseOptionalBool(q, "unhealthy"); err != nil {
+		return f, err
+	}
+	if f.PendingRemoval, err = parseOptionalBool(q, "pending_removal"); err != nil {
 		return f, err
 	}
 	f.Limit, f.Offset, err = parsePage(q)

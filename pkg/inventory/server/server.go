@@ -6,22 +6,18 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 )
 
-// Options configures the API.
+// Options configures the API. There is no way to turn authentication off:
+// every call but /healthz and /readyz needs a bearer token of the store's
+// token table (see auth.go and auth_policy.go).
 type Options struct {
-	// Tokens, when not empty, are the bearer tokens the API accepts; every
-	// call but /healthz and /readyz must carry one.
-	Tokens []string
 	// MaxBodyBytes bounds request bodies; 0 means 1 MiB.
 	MaxBodyBytes int64
 }
@@ -36,9 +32,8 @@ type server struct {
 	st      *store.Store
 	log     *slog.Logger
 	maxBody int64
-	// tokens are SHA-256 digests, so comparing them takes the same time
-	// whatever the length of the token presented.
-	tokens [][sha256.Size]byte
+	// policy is routePolicy(): who may call each route.
+	policy map[string]access
 }
 
 // New returns the API's handler over st.
@@ -46,12 +41,9 @@ func New(st *store.Store, opts Options, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{st: st, log: log, maxBody: opts.MaxBodyBytes}
+	s := &server{st: st, log: log, maxBody: opts.MaxBodyBytes, policy: routePolicy()}
 	if s.maxBody <= 0 {
 		s.maxBody = defaultMaxBody
-	}
-	for _, t := range opts.Tokens {
-		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
 	}
 
 	apiMux := http.NewServeMux()
@@ -66,11 +58,12 @@ func New(st *store.Store, opts Options, log *slog.Logger) http.Handler {
 		"GET /isolated_devices/{id}":        s.getDevice,
 		"PUT /isolated_devices/{id}":        s.updateDevice,
 		"DELETE /isolated_devices/{id}":     s.deleteDevice,
-		"POST /isolated_devices/{id}/purge": s.deleteDevice,
+		"POST /isolated_devices/{id}/purge": s.purgeDevice,
 		"/":                                 s.noRoute,
 	}
+	s.addAllocRoutes(routes) // attach, detach: alloc.go
 	for pattern, h := range routes {
-		apiMux.Handle(pattern, s.handle(h))
+		apiMux.Handle(pattern, s.handle(s.authorize(pattern, h)))
 	}
 
 	root := http.NewServeMux()
@@ -109,39 +102,15 @@ func (s *server) ready(w http.ResponseWriter, r *http.Request) {
 	writeText(w, http.StatusOK, "ok")
 }
 
-// authenticate lets a request through when no tokens are configured or when
-// it carries one of them as `Authorization: Bearer <token>`.
-func (s *server) authenticate(next http.Handler) http.Handler {
-	if len(s.tokens) == 0 {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mps-inventory"`)
-			s.writeError(w, &httpError{http.StatusUnauthorized, api.ClassUnauthorized, "missing bearer token"})
-			return
-		}
-		sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
-		match := 0
-		for _, t := range s.tokens {
-			match |= subtle.ConstantTimeCompare(sum[:], t[:])
-		}
-		if match != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mps-inventory", error="invalid_token"`)
-			s.writeError(w, &httpError{http.StatusUnauthorized, api.ClassUnauthorized, "invalid token"})
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
 // recorder keeps what the request log line needs: the status and the cause
 // of an error answer (which the client does not see for a 500).
 type recorder struct {
 	http.ResponseWriter
 	status int
 	err    error
+	// tokenID and role say who called (the token's public id, never the
+	// token); empty before authentication.
+	tokenID, role string
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -164,6 +133,13 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 func recordError(w http.ResponseWriter, err error) {
 	if rec, ok := w.(*recorder); ok {
 		rec.err = err
+	}
+}
+
+// recordPrincipal hands the caller's token id and role to the request log.
+func recordPrincipal(w http.ResponseWriter, t store.Token) {
+	if rec, ok := w.(*recorder); ok {
+		rec.tokenID, rec.role = t.ID, string(t.Role)
 	}
 }
 
@@ -192,6 +168,9 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 		}
 		if r.URL.RawQuery != "" {
 			attrs = append(attrs, slog.String("query", r.URL.RawQuery))
+		}
+		if rec.tokenID != "" {
+			attrs = append(attrs, slog.String("token_id", rec.tokenID), slog.String("role", rec.role))
 		}
 		if rec.err != nil {
 			attrs = append(attrs, slog.String("error", rec.err.Error()))

@@ -17,16 +17,21 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
+	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
-// env is a real server over a real SQLite file.
+// env is a real server over a real database (a SQLite file or a PostgreSQL
+// database: see newEnvOn).
 type env struct {
 	t   *testing.T
 	srv *httptest.Server
 	st  *store.Store
 	log *syncBuffer
+	// admin is an admin token, sent by call unless the caller sets an
+	// Authorization header itself.
+	admin string
 }
 
 type syncBuffer struct {
@@ -46,6 +51,9 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
+// newEnv is an env over a new SQLite file. A test that should hold on both
+// backends (most do) runs in storetest.ForEachBackend and calls newEnvOn
+// with open().
 func newEnv(t *testing.T, opts Options) *env {
 	t.Helper()
 	st, err := store.OpenSQLite(t.Context(), filepath.Join(t.TempDir(), "inventory.db"), nil)
@@ -53,14 +61,26 @@ func newEnv(t *testing.T, opts Options) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
+	return newEnvOn(t, st, opts)
+}
+
+// newEnvOn is newEnv over a store of any backend.
+func newEnvOn(t *testing.T, st *store.Store, opts Options) *env {
+	t.Helper()
 	buf := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv := httptest.NewServer(New(st, opts, log))
 	t.Cleanup(srv.Close)
-	return &env{t: t, srv: srv, st: st, log: buf}
+	admin, _, err := st.CreateToken(t.Context(), store.NewToken{Name: "test-admin", Role: store.RoleAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, srv: srv, st: st, log: buf, admin: admin}
 }
 
-// call sends a request and returns the status and body.
+// call sends a request and returns the status and body. header is pairs of
+// name and value; without an Authorization pair the admin token is sent
+// ("Authorization", "" sends none).
 func (e *env) call(method, path, body string, header ...string) (int, []byte) {
 	e.t.Helper()
 	var rd io.Reader
@@ -71,6 +91,7 @@ func (e *env) call(method, path, body string, header ...string) (int, []byte) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	req.Header.Set("Authorization", "Bearer "+e.admin)
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
@@ -121,30 +142,32 @@ func (e *env) seed() (api.Host, api.IsolatedDevice) {
 // The JSON a Cloudpods client reads, byte for byte, with the values that
 // change from run to run (ids, timestamps) replaced by placeholders.
 func TestEnvelopesGolden(t *testing.T) {
-	e := newEnv(t, Options{})
-	h, d := e.seed()
-	normalise := func(b []byte) []byte {
-		for old, placeholder := range map[string]string{
-			d.ID: "DEVICE_ID", h.ID: "HOST_ID",
-			d.CreatedAt.Format(timeJSON): "TIMESTAMP", d.UpdatedAt.Format(timeJSON): "TIMESTAMP",
-			h.CreatedAt.Format(timeJSON): "TIMESTAMP", h.UpdatedAt.Format(timeJSON): "TIMESTAMP",
-		} {
-			b = bytes.ReplaceAll(b, []byte(old), []byte(placeholder))
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		e := newEnvOn(t, open(), Options{})
+		h, d := e.seed()
+		normalise := func(b []byte) []byte {
+			for old, placeholder := range map[string]string{
+				d.ID: "DEVICE_ID", h.ID: "HOST_ID",
+				d.CreatedAt.Format(timeJSON): "TIMESTAMP", d.UpdatedAt.Format(timeJSON): "TIMESTAMP",
+				h.CreatedAt.Format(timeJSON): "TIMESTAMP", h.UpdatedAt.Format(timeJSON): "TIMESTAMP",
+			} {
+				b = bytes.ReplaceAll(b, []byte(old), []byte(placeholder))
+			}
+			return b
 		}
-		return b
-	}
-	tests := []struct{ name, path string }{
-		{"device_show", "/isolated_devices/" + d.ID},
-		{"device_show_details", "/isolated_devices/" + d.ID + "?details=true"},
-		{"device_list", "/isolated_devices?host=gpu-1&details=true"},
-		{"host_list", "/hosts"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := normalise(e.mustCall("GET", tt.path, "", nil))
-			golden(t, filepath.Join("testdata", tt.name+".golden.json"), got)
-		})
-	}
+		tests := []struct{ name, path string }{
+			{"device_show", "/isolated_devices/" + d.ID},
+			{"device_show_details", "/isolated_devices/" + d.ID + "?details=true"},
+			{"device_list", "/isolated_devices?host=gpu-1&details=true"},
+			{"host_list", "/hosts"},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				got := normalise(e.mustCall("GET", tt.path, "", nil))
+				golden(t, filepath.Join("testdata", tt.name+".golden.json"), got)
+			})
+		}
+	})
 }
 
 // timeJSON is how encoding/json writes a time.Time.

@@ -22,8 +22,12 @@ type DeviceFilter struct {
 	// DevicePath is the physical GPU (its UUID for MPS): climc's --gpu.
 	DevicePath string
 	GuestID    string
-	// Unused keeps the devices no guest holds.
+	// Unused keeps the devices no guest holds (Cloudpods' meaning: an
+	// unhealthy or pending_removal device with no guest is "unused" too).
 	Unused bool
+	// Unhealthy and PendingRemoval, when set, keep the devices whose flag
+	// has that value.
+	Unhealthy, PendingRemoval *bool
 	// Details fills Host (the host's name). Guest and GuestStatus stay
 	// empty: guests live outside this inventory.
 	Details       bool
@@ -51,6 +55,18 @@ func (f DeviceFilter) where(hostID string) (string, []any) {
 	}
 	if f.Unused {
 		conds = append(conds, "d.guest_id = ''")
+	}
+	for _, c := range []struct {
+		col string
+		v   *bool
+	}{{"d.unhealthy", f.Unhealthy}, {"d.pending_removal", f.PendingRemoval}} {
+		switch {
+		case c.v == nil:
+		case *c.v:
+			conds = append(conds, c.col)
+		default:
+			conds = append(conds, "NOT "+c.col)
+		}
 	}
 	if len(conds) == 0 {
 		return "", nil

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -28,6 +29,8 @@ type DeviceUpdate struct {
 	NumaNode, Index, DeviceMinor                       *int
 	MPSMemoryLimit, MPSMemoryTotal                     *int
 	MPSThreadPercentage                                *int
+	// Unhealthy and PendingRemoval are the host's to set (see api.IsolatedDevice).
+	Unhealthy, PendingRemoval *bool
 
 	SetPCIEInfo bool
 	PCIEInfo    *api.PCIEInfo
@@ -39,7 +42,7 @@ const (
 	deviceColumns = `d.id, d.name, d.host_id, d.dev_type, d.model, d.addr, d.vendor_device_id, d.mdev_id,
 		d.device_path, d.render_path, d.numa_node, d.pcie_info, d.dev_index, d.device_minor,
 		d.mps_memory_limit, d.mps_memory_total, d.mps_thread_percentage, d.guest_id,
-		d.created_at, d.updated_at, h.name`
+		d.unhealthy, d.pending_removal, d.created_at, d.updated_at, h.name`
 	deviceFrom = ` FROM isolated_devices d JOIN hosts h ON h.id = d.host_id`
 )
 
@@ -71,11 +74,13 @@ func (s *Store) CreateDevice(ctx context.Context, d api.IsolatedDevice) (api.Iso
 		d.HostID = h.ID
 		_, err = tx.ExecContext(ctx, s.d.bind(`INSERT INTO isolated_devices (id, name, host_id, dev_type, model, addr,
 			vendor_device_id, mdev_id, device_path, render_path, numa_node, pcie_info, dev_index, device_minor,
-			mps_memory_limit, mps_memory_total, mps_thread_percentage, guest_id, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			mps_memory_limit, mps_memory_total, mps_thread_percentage, guest_id, unhealthy, pending_removal,
+			created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			d.ID, d.Name, d.HostID, d.DevType, d.Model, d.Addr, d.VendorDeviceID, d.MdevID, d.DevicePath,
 			d.RenderPath, d.NumaNode, pcie, d.Index, d.DeviceMinor, d.MPSMemoryLimit, d.MPSMemoryTotal,
-			d.MPSThreadPercentage, d.GuestID, formatTime(d.CreatedAt), formatTime(d.UpdatedAt))
+			d.MPSThreadPercentage, d.GuestID, d.Unhealthy, d.PendingRemoval,
+			formatTime(d.CreatedAt), formatTime(d.UpdatedAt))
 		return s.deviceWriteError(err, d)
 	})
 	if err != nil {
@@ -91,7 +96,17 @@ func (s *Store) GetDevice(ctx context.Context, id string) (api.IsolatedDevice, e
 }
 
 func (s *Store) getDevice(ctx context.Context, q querier, id string) (api.IsolatedDevice, error) {
-	row := q.QueryRowContext(ctx, s.d.bind(`SELECT `+deviceColumns+deviceFrom+` WHERE d.id = ?`), id)
+	return s.readDevice(ctx, q, id, "")
+}
+
+// lockDevice is getDevice for a write transaction that then changes the
+// row: on PostgreSQL it locks the row, so the write cannot find it changed.
+func (s *Store) lockDevice(ctx context.Context, tx *sql.Tx, id string) (api.IsolatedDevice, error) {
+	return s.readDevice(ctx, tx, id, s.d.forUpdate("d"))
+}
+
+func (s *Store) readDevice(ctx context.Context, q querier, id, lock string) (api.IsolatedDevice, error) {
+	row := q.QueryRowContext(ctx, s.d.bind(`SELECT `+deviceColumns+deviceFrom+` WHERE d.id = ?`+lock), id)
 	d, err := scanDevice(row, false)
 	if errors.Is(err, sql.ErrNoRows) {
 		return api.IsolatedDevice{}, refuse(ErrNotFound, "isolated device %q not found", id)
@@ -103,29 +118,47 @@ func (s *Store) getDevice(ctx context.Context, q querier, id string) (api.Isolat
 }
 
 // UpdateDevice changes the fields u names and returns the device as stored.
+// It may give a free device a guest or free a held one, but not move a
+// device from one guest to another (ErrInUse: detach it first). The row is
+// read locked and the write is conditional on the guest_id read (see
+// alloc.go), so an attach or detach that commits in between is never
+// overwritten with the old guest_id.
 func (s *Store) UpdateDevice(ctx context.Context, id string, u DeviceUpdate) (api.IsolatedDevice, error) {
 	var d api.IsolatedDevice
-	err := s.inTx(ctx, false, func(tx *sql.Tx) error {
-		var err error
-		if d, err = s.getDevice(ctx, tx, id); err != nil {
-			return err
-		}
-		if err := applyDeviceUpdate(&d, u); err != nil {
-			return err
-		}
-		pcie, err := encodePCIE(d.PCIEInfo)
-		if err != nil {
-			return err
-		}
-		d.UpdatedAt = s.timestamp()
-		_, err = tx.ExecContext(ctx, s.d.bind(`UPDATE isolated_devices SET name = ?, dev_type = ?, model = ?, addr = ?,
-			vendor_device_id = ?, mdev_id = ?, device_path = ?, render_path = ?, numa_node = ?, pcie_info = ?,
-			dev_index = ?, device_minor = ?, mps_memory_limit = ?, mps_memory_total = ?, mps_thread_percentage = ?,
-			guest_id = ?, updated_at = ? WHERE id = ?`),
-			d.Name, d.DevType, d.Model, d.Addr, d.VendorDeviceID, d.MdevID, d.DevicePath, d.RenderPath,
-			d.NumaNode, pcie, d.Index, d.DeviceMinor, d.MPSMemoryLimit, d.MPSMemoryTotal,
-			d.MPSThreadPercentage, d.GuestID, formatTime(d.UpdatedAt), d.ID)
-		return s.deviceWriteError(err, d)
+	err := s.retryRaces(ctx, "updating isolated device "+id, func() error {
+		return s.inTx(ctx, false, func(tx *sql.Tx) error {
+			cur, err := s.lockDevice(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			d = cur
+			if err := applyDeviceUpdate(&d, u); err != nil {
+				return err
+			}
+			if cur.GuestID != "" && d.GuestID != "" && d.GuestID != cur.GuestID {
+				return refuse(ErrInUse, "%s %s: detach it before giving it to %s", api.MsgDeviceUsedByServer, cur.GuestID, d.GuestID)
+			}
+			pcie, err := encodePCIE(d.PCIEInfo)
+			if err != nil {
+				return err
+			}
+			d.UpdatedAt = s.timestamp()
+			res, err := tx.ExecContext(ctx, s.d.bind(`UPDATE isolated_devices SET name = ?, dev_type = ?, model = ?, addr = ?,
+				vendor_device_id = ?, mdev_id = ?, device_path = ?, render_path = ?, numa_node = ?, pcie_info = ?,
+				dev_index = ?, device_minor = ?, mps_memory_limit = ?, mps_memory_total = ?, mps_thread_percentage = ?,
+				guest_id = ?, unhealthy = ?, pending_removal = ?, updated_at = ? WHERE id = ? AND guest_id = ?`),
+				d.Name, d.DevType, d.Model, d.Addr, d.VendorDeviceID, d.MdevID, d.DevicePath, d.RenderPath,
+				d.NumaNode, pcie, d.Index, d.DeviceMinor, d.MPSMemoryLimit, d.MPSMemoryTotal,
+				d.MPSThreadPercentage, d.GuestID, d.Unhealthy, d.PendingRemoval, formatTime(d.UpdatedAt),
+				d.ID, cur.GuestID)
+			if err := s.deviceWriteError(err, d); err != nil {
+				return err
+			}
+			if n, err := rowsAffected(res); err != nil || n == 0 {
+				return cmp.Or(err, errRace)
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return api.IsolatedDevice{}, err
@@ -157,6 +190,8 @@ func applyDeviceUpdate(d *api.IsolatedDevice, u DeviceUpdate) error {
 	} {
 		setIf(f.dst, f.v)
 	}
+	setIf(&d.Unhealthy, u.Unhealthy)
+	setIf(&d.PendingRemoval, u.PendingRemoval)
 	if u.SetPCIEInfo {
 		d.PCIEInfo = u.PCIEInfo
 	}
@@ -165,25 +200,11 @@ func applyDeviceUpdate(d *api.IsolatedDevice, u DeviceUpdate) error {
 
 // DeleteDevice removes a device. A device held by a guest (guest_id set) is
 // kept and ErrInUse returned with Cloudpods' message, so a host's sync never
-// pulls a device from under a running guest.
+// pulls a device from under a running guest. It never forces: that is
+// PurgeDevice's.
 func (s *Store) DeleteDevice(ctx context.Context, id string) error {
-	return s.inTx(ctx, false, func(tx *sql.Tx) error {
-		var guest string
-		err := tx.QueryRowContext(ctx, s.d.bind(`SELECT guest_id FROM isolated_devices WHERE id = ?`), id).Scan(&guest)
-		if errors.Is(err, sql.ErrNoRows) {
-			return refuse(ErrNotFound, "isolated device %q not found", id)
-		}
-		if err != nil {
-			return fmt.Errorf("reading isolated device %s: %w", id, err)
-		}
-		if guest != "" {
-			return refuse(ErrInUse, "%s", api.MsgDeviceUsedByServer)
-		}
-		if _, err := tx.ExecContext(ctx, s.d.bind(`DELETE FROM isolated_devices WHERE id = ?`), id); err != nil {
-			return fmt.Errorf("deleting isolated device %s: %w", id, err)
-		}
-		return nil
-	})
+	_, _, err := s.PurgeDevice(ctx, id, false)
+	return err
 }
 
 // validateDevice checks what every stored device must satisfy.
@@ -242,7 +263,7 @@ func scanDevice(r rowScanner, details bool) (api.IsolatedDevice, error) {
 	err := r.Scan(&d.ID, &d.Name, &d.HostID, &d.DevType, &d.Model, &d.Addr, &d.VendorDeviceID, &d.MdevID,
 		&d.DevicePath, &d.RenderPath, &d.NumaNode, &pcie, &d.Index, &d.DeviceMinor,
 		&d.MPSMemoryLimit, &d.MPSMemoryTotal, &d.MPSThreadPercentage, &d.GuestID,
-		&created, &updated, &hostName)
+		&d.Unhealthy, &d.PendingRemoval, &created, &updated, &hostName)
 	if err != nil {
 		return api.IsolatedDevice{}, err
 	}

@@ -60,8 +60,22 @@ func (s *Store) GetHost(ctx context.Context, idOrName string) (api.Host, error) 
 }
 
 func (s *Store) getHost(ctx context.Context, q querier, idOrName string) (api.Host, error) {
+	return s.readHost(ctx, q, idOrName, "")
+}
+
+// lockHost is getHost for a write transaction that then changes or deletes
+// the host: on PostgreSQL the row stays locked until the transaction ends,
+// so a concurrent UpdateHost waits instead of overwriting this one's
+// fields, and a concurrent CreateDevice on the host (whose foreign key
+// check takes a share lock on the row) waits for the delete and then fails
+// with ErrNotFound.
+func (s *Store) lockHost(ctx context.Context, tx *sql.Tx, idOrName string) (api.Host, error) {
+	return s.readHost(ctx, tx, idOrName, s.d.forUpdate())
+}
+
+func (s *Store) readHost(ctx context.Context, q querier, idOrName, lock string) (api.Host, error) {
 	row := q.QueryRowContext(ctx, s.d.bind(`SELECT `+hostColumns+` FROM hosts
-		WHERE id = ? OR name = ? ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1`),
+		WHERE id = ? OR name = ? ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1`+lock),
 		idOrName, idOrName, idOrName)
 	h, err := scanHost(row)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -117,7 +131,7 @@ func (s *Store) UpdateHost(ctx context.Context, idOrName string, u HostUpdate) (
 	var h api.Host
 	err := s.inTx(ctx, false, func(tx *sql.Tx) error {
 		var err error
-		if h, err = s.getHost(ctx, tx, idOrName); err != nil {
+		if h, err = s.lockHost(ctx, tx, idOrName); err != nil {
 			return err
 		}
 		if u.ID != nil && *u.ID != h.ID {
@@ -151,9 +165,11 @@ func (s *Store) UpdateHost(ctx context.Context, idOrName string, u HostUpdate) (
 
 // DeleteHost removes a host. A host that still has isolated devices is kept
 // (ErrInUse): its devices must go first, so no row points at a missing host.
+// The host's row is locked before its devices are counted (see lockHost),
+// so no device can be added between the count and the delete.
 func (s *Store) DeleteHost(ctx context.Context, idOrName string) error {
 	return s.inTx(ctx, false, func(tx *sql.Tx) error {
-		h, err := s.getHost(ctx, tx, idOrName)
+		h, err := s.lockHost(ctx, tx, idOrName)
 		if err != nil {
 			return err
 		}
@@ -165,6 +181,10 @@ func (s *Store) DeleteHost(ctx context.Context, idOrName string) error {
 			return refuse(ErrInUse, "host %q still has %d isolated devices", h.Name, n)
 		}
 		if _, err := tx.ExecContext(ctx, s.d.bind(`DELETE FROM hosts WHERE id = ?`), h.ID); err != nil {
+			if errors.Is(s.d.constraint(err), ErrNotFound) {
+				// The foreign key of a device row: the host is still in use.
+				return refuse(ErrInUse, "host %q still has isolated devices", h.Name)
+			}
 			return fmt.Errorf("deleting host %s: %w", h.ID, err)
 		}
 		return nil

@@ -61,51 +61,68 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 	return ms, nil
 }
 
+// migrationTimeout bounds one migration, waiting for the lock included: a
+// schema change may rewrite or index every row of a large table.
+const migrationTimeout = 10 * time.Minute
+
 // migrate applies the migrations the database lacks, each in its own
 // transaction together with its schema_migrations row, so a crash leaves the
 // schema at a known version. Opening an up-to-date database changes nothing.
+//
+// Several processes may open one database at once (mps-inventory processes
+// sharing a PostgreSQL database start together). Each transaction therefore
+// takes the dialect's migration lock first, and only then creates
+// schema_migrations (CREATE TABLE IF NOT EXISTS itself races on
+// PostgreSQL), reads the version and applies the next file: a process that
+// waited on the lock sees what the other applied and skips it.
 func (s *Store) migrate(ctx context.Context) error {
 	ms, err := loadMigrations(s.d.migrations)
 	if err != nil {
 		return err
 	}
-	if _, err := s.db.ExecContext(ctx, s.d.bind(`CREATE TABLE IF NOT EXISTS schema_migrations (
-		version    INTEGER PRIMARY KEY,
-		name       TEXT NOT NULL,
-		applied_at TEXT NOT NULL)`)); err != nil {
-		return fmt.Errorf("creating schema_migrations: %w", err)
-	}
-	current, err := s.schemaVersion(ctx, s.db)
-	if err != nil {
-		return err
-	}
-	if current > len(ms) {
-		return fmt.Errorf("%w: database is at version %d, this binary knows up to %d; use a newer mps-inventory",
-			ErrSchemaTooNew, current, len(ms))
-	}
-	for _, m := range ms[current:] {
-		err := s.inTx(ctx, false, func(tx *sql.Tx) error {
-			// Another process may have applied it since we looked.
-			v, err := s.schemaVersion(ctx, tx)
-			if err != nil || v >= m.version {
+	for {
+		var applied *migration
+		err := s.inTxWithin(ctx, migrationTimeout, false, func(tx *sql.Tx) error {
+			if err := s.d.migrationLock(ctx, tx); err != nil {
 				return err
 			}
+			if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+				version    INTEGER PRIMARY KEY,
+				name       TEXT NOT NULL,
+				applied_at TEXT NOT NULL)`); err != nil {
+				return fmt.Errorf("creating schema_migrations: %w", err)
+			}
+			current, err := s.schemaVersion(ctx, tx)
+			if err != nil {
+				return err
+			}
+			if current > len(ms) {
+				return fmt.Errorf("%w: database is at version %d, this binary knows up to %d; use a newer mps-inventory",
+					ErrSchemaTooNew, current, len(ms))
+			}
+			if current == len(ms) {
+				return nil
+			}
+			m := ms[current]
 			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-				return fmt.Errorf("applying: %w", err)
+				return fmt.Errorf("migration %s: applying: %w", m.name, err)
 			}
 			_, err = tx.ExecContext(ctx, s.d.bind(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`),
 				m.version, m.name, formatTime(s.timestamp()))
 			if err != nil {
-				return fmt.Errorf("recording: %w", err)
+				return fmt.Errorf("migration %s: recording: %w", m.name, err)
 			}
+			applied = &m
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
+			return err
 		}
-		s.log.Info("applied database migration", "version", m.version, "name", m.name, "dialect", s.d.name)
+		if applied == nil {
+			return nil
+		}
+		s.log.Info("applied database migration", "version", applied.version, "name", applied.name, "dialect", s.d.name)
 	}
-	return nil
 }
 
 func (s *Store) schemaVersion(ctx context.Context, q querier) (int, error) {

@@ -1,8 +1,29 @@
 // Package store keeps the inventory's hosts and isolated devices in a SQL
-// database. SQLite (pure Go, modernc.org/sqlite) is the backend today; every
-// statement lives in this package behind methods, and the few things that
-// differ between SQL dialects (placeholders, constraint errors, migrations)
-// sit in a dialect value, so a PostgreSQL backend can be added beside it.
+// database: a SQLite file (pure Go, modernc.org/sqlite), the default for one
+// inventory on one host, or PostgreSQL (pgx through database/sql), which
+// several mps-inventory processes may serve at once. Every statement lives
+// in this package behind methods; the few things that differ between the
+// backends (placeholders, constraint errors, transaction options, row locks,
+// the migration lock, the migration files) sit in a dialect value.
+//
+// What each backend relies on for concurrent writers:
+//   - SQLite: one writer at a time. Every write transaction starts with
+//     BEGIN IMMEDIATE, so a read-then-write inside it cannot interleave with
+//     another writer; readers see a WAL snapshot.
+//   - PostgreSQL: READ COMMITTED, several writers at once, in this process
+//     and in others. A read-then-write must therefore either lock what it
+//     read (dialect.forUpdate: SELECT ... FOR UPDATE; UpdateHost, DeleteHost,
+//     UpdateDevice), or be a conditional statement whose WHERE re-checks
+//     what was read and whose row count is looked at (an UPDATE or DELETE
+//     that also requires the guest_id it read: see alloc.go), or lean on a
+//     unique constraint (a concurrent duplicate insert fails with 23505,
+//     which becomes ErrDuplicate; a foreign key violation, 23503, becomes
+//     ErrNotFound). Read-only transactions run REPEATABLE READ so a count
+//     and its page come from one snapshot, as on SQLite. Migrations take a
+//     transaction-scoped advisory lock (see migrate).
+//
+// Both backends get the same statements: the rules above hold on SQLite too
+// (forUpdate is empty there, the single writer already gives the lock).
 package store
 
 import (
@@ -12,13 +33,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net/url"
-	"os"
-	"path/filepath"
+	"regexp"
+	"strings"
 	"time"
-
-	sqlite "modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // Store is the inventory database. It is safe for concurrent use.
@@ -40,65 +57,82 @@ type dialect struct {
 	// constraint maps a driver error to ErrDuplicate (unique violation),
 	// ErrNotFound (foreign key violation) or nil (anything else).
 	constraint func(err error) error
+	// txOptions are the options of a read-only or a read-write transaction.
+	txOptions func(readOnly bool) *sql.TxOptions
+	// forUpdate is the row-lock clause to append to a SELECT inside a write
+	// transaction whose rows the transaction then changes: " FOR UPDATE OF
+	// t1, t2" on PostgreSQL (only the named tables' rows are locked, so a
+	// device's row can be locked without its host's), "" on SQLite. Tables
+	// are the aliases or names used in FROM. Statements locking several
+	// rows order them (ORDER BY seq or id) so two transactions take the
+	// locks in the same order and cannot deadlock.
+	forUpdate func(tables ...string) string
+	// migrationLock is run first in each migration transaction; on
+	// PostgreSQL it waits for the other processes migrating the same
+	// database. SQLite's BEGIN IMMEDIATE is the lock there.
+	migrationLock func(ctx context.Context, tx *sql.Tx) error
 }
 
-var sqliteDialect = dialect{
-	name:       "sqlite",
-	migrations: mustSub(migrationFiles, "migrations/sqlite"),
-	bind:       func(q string) string { return q },
-	constraint: func(err error) error {
-		var se *sqlite.Error
-		if !errors.As(err, &se) {
-			return nil
-		}
-		switch se.Code() {
-		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
-			return ErrDuplicate
-		case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
-			return ErrNotFound
-		}
-		return nil
-	},
-}
+// txTimeout bounds one transaction (or one statement outside of one): the
+// callers' contexts are request contexts that may carry no deadline, and a
+// statement stuck behind a lock must not hold a connection of the pool
+// forever. It is generous: it catches a hang, it does not shape latency.
+const txTimeout = 30 * time.Second
 
-// OpenSQLite opens (creating when missing) the SQLite database at path and
-// brings its schema up to date. The database runs in WAL mode so readers never
-// wait for the writer, and every write transaction starts with BEGIN IMMEDIATE
-// so two writers queue on busy_timeout instead of failing with SQLITE_BUSY
-// halfway through.
-func OpenSQLite(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
-	if path == "" {
-		return nil, errors.New("opening sqlite database: empty path")
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, fmt.Errorf("creating directory of %s: %w", path, err)
-	}
-	db, err := sql.Open("sqlite", sqliteDSN(path))
+// Open opens the database dsn names and brings its schema up to date:
+//
+//   - postgres://... or postgresql://... (a URL), or a key=value DSN such as
+//     "host=/run/postgresql dbname=inventory": PostgreSQL, see OpenPostgres;
+//   - sqlite://PATH, file:PATH or a plain PATH: a SQLite file, see OpenSQLite.
+func Open(ctx context.Context, dsn string, log *slog.Logger) (*Store, error) {
+	kind, target, err := ParseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("opening sqlite database %s: %w", path, err)
+		return nil, err
 	}
-	s := &Store{db: db, d: sqliteDialect, log: log, now: time.Now}
-	if err := s.migrate(ctx); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("migrating %s: %w", path, err)
+	if kind == "postgres" {
+		return OpenPostgres(ctx, target, log)
 	}
-	return s, nil
+	return OpenSQLite(ctx, target, log)
 }
 
-// sqliteDSN builds a file: URI; the path is escaped so names holding '?' or
-// '#' stay part of the path.
-func sqliteDSN(path string) string {
-	q := url.Values{}
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "busy_timeout(10000)")
-	q.Add("_pragma", "foreign_keys(1)")
-	q.Set("_txlock", "immediate")
-	u := url.URL{Scheme: "file", Opaque: (&url.URL{Path: path}).EscapedPath(), RawQuery: q.Encode()}
-	return u.String()
+// pgKeyword matches a libpq key=value connection string: its first word is
+// one of the keys a PostgreSQL DSN starts with in practice.
+var pgKeyword = regexp.MustCompile(`^\s*(host|hostaddr|port|dbname|user|password|sslmode|service|connect_timeout|application_name)\s*=`)
+
+// ParseDSN tells which backend dsn is for ("sqlite" or "postgres") and what
+// to hand it: the file path for SQLite, the DSN itself for PostgreSQL.
+func ParseDSN(dsn string) (kind, target string, err error) {
+	switch {
+	case strings.TrimSpace(dsn) == "":
+		return "", "", errors.New("opening database: empty DSN")
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"), pgKeyword.MatchString(dsn):
+		return "postgres", dsn, nil
+	case strings.HasPrefix(dsn, "sqlite://"):
+		target = strings.TrimPrefix(dsn, "sqlite://")
+	case strings.HasPrefix(dsn, "file://"):
+		target = strings.TrimPrefix(dsn, "file://")
+	case strings.HasPrefix(dsn, "file:"):
+		target = strings.TrimPrefix(dsn, "file:")
+	default:
+		target = dsn
+	}
+	if target == "" {
+		return "", "", fmt.Errorf("opening database %q: no file path", dsn)
+	}
+	return "sqlite", target, nil
 }
+
+// RedactDSN returns dsn with any password replaced by "xxxxx", for logs.
+func RedactDSN(dsn string) string {
+	kind, _, err := ParseDSN(dsn)
+	if err != nil || kind != "postgres" {
+		return dsn
+	}
+	return redactPostgresDSN(dsn)
+}
+
+// Dialect is the backend's name: "sqlite" or "postgres".
+func (s *Store) Dialect() string { return s.d.name }
 
 // Close closes the database.
 func (s *Store) Close() error {
@@ -110,6 +144,8 @@ func (s *Store) Close() error {
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, txTimeout)
+	defer cancel()
 	if err := s.db.PingContext(ctx); err != nil {
 		return fmt.Errorf("pinging database: %w", err)
 	}
@@ -123,11 +159,20 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// inTx runs fn in a transaction. Read-only transactions start with a plain
-// BEGIN (a WAL snapshot that takes no write lock); the others with BEGIN
-// IMMEDIATE, as the DSN asks.
+// inTx runs fn in a transaction bounded by txTimeout. Read-only transactions
+// see one snapshot (SQLite: a plain BEGIN on WAL; PostgreSQL: REPEATABLE
+// READ, READ ONLY); the others are SQLite's BEGIN IMMEDIATE (the DSN asks
+// for it) or PostgreSQL's READ COMMITTED (see the package comment for what
+// write paths must do there).
 func (s *Store) inTx(ctx context.Context, readOnly bool, fn func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: readOnly})
+	return s.inTxWithin(ctx, txTimeout, readOnly, fn)
+}
+
+// inTxWithin is inTx with another bound than txTimeout.
+func (s *Store) inTxWithin(ctx context.Context, timeout time.Duration, readOnly bool, fn func(tx *sql.Tx) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tx, err := s.db.BeginTx(ctx, s.d.txOptions(readOnly))
 	if err != nil {
 		return fmt.Errorf("beginning transaction: %w", err)
 	}

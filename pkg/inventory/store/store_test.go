@@ -13,17 +13,6 @@ import (
 	"yunion.io/x/mps-daemon/pkg/api"
 )
 
-// openTest opens a fresh database file under t.TempDir.
-func openTest(t *testing.T) *Store {
-	t.Helper()
-	s, err := OpenSQLite(t.Context(), filepath.Join(t.TempDir(), "db", "inventory.db"), nil)
-	if err != nil {
-		t.Fatalf("OpenSQLite: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
-
 func mustHost(t *testing.T, s *Store, name string) api.Host {
 	t.Helper()
 	h, err := s.CreateHost(t.Context(), api.Host{Name: name})
@@ -64,38 +53,39 @@ func mustDevice(t *testing.T, s *Store, d api.IsolatedDevice) api.IsolatedDevice
 }
 
 func TestOpenMigratesOnceAndReopenKeepsData(t *testing.T) {
-	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "missing", "dir", "inventory.db")
-	s, err := OpenSQLite(ctx, path, nil)
-	if err != nil {
-		t.Fatalf("first open: %v", err)
-	}
-	h := mustHost(t, s, "gpu-1")
-	before := migrationRows(t, s)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	s, err = OpenSQLite(ctx, path, nil)
-	if err != nil {
-		t.Fatalf("reopen: %v", err)
-	}
-	defer s.Close()
-	if after := migrationRows(t, s); after != before {
-		t.Errorf("reopen changed schema_migrations:\nbefore %s\nafter  %s", before, after)
-	}
-	if !strings.HasPrefix(before, "1 0001_init.sql ") {
-		t.Errorf("schema_migrations = %q, want the one migration 0001_init.sql", before)
-	}
-	if got, err := s.GetHost(ctx, "gpu-1"); err != nil || got.ID != h.ID {
-		t.Errorf("host after reopen = %+v, %v; want id %s", got, err, h.ID)
-	}
-	for pragma, want := range map[string]string{"journal_mode": "wal", "foreign_keys": "1", "busy_timeout": "10000"} {
-		var got string
-		if err := s.db.QueryRowContext(ctx, "PRAGMA "+pragma).Scan(&got); err != nil || got != want {
-			t.Errorf("PRAGMA %s = %q, %v; want %s", pragma, got, err, want)
+	forEachBackend(t, func(t *testing.T, open func() *Store) {
+		ctx := t.Context()
+		s := open()
+		h := mustHost(t, s, "gpu-1")
+		before := migrationRows(t, s)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
 		}
-	}
+
+		s = open()
+		if after := migrationRows(t, s); after != before {
+			t.Errorf("reopen changed schema_migrations:\nbefore %s\nafter  %s", before, after)
+		}
+		ms, err := loadMigrations(s.d.migrations)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(before, "1 0001_init.sql ") || strings.Count(before, ";")+1 != len(ms) {
+			t.Errorf("schema_migrations = %q, want the %d migrations from 0001_init.sql on", before, len(ms))
+		}
+		if got, err := s.GetHost(ctx, "gpu-1"); err != nil || got.ID != h.ID {
+			t.Errorf("host after reopen = %+v, %v; want id %s", got, err, h.ID)
+		}
+		if s.Dialect() != "sqlite" {
+			return
+		}
+		for pragma, want := range map[string]string{"journal_mode": "wal", "foreign_keys": "1", "busy_timeout": "10000"} {
+			var got string
+			if err := s.db.QueryRowContext(ctx, "PRAGMA "+pragma).Scan(&got); err != nil || got != want {
+				t.Errorf("PRAGMA %s = %q, %v; want %s", pragma, got, err, want)
+			}
+		}
+	})
 }
 
 func migrationRows(t *testing.T, s *Store) string {
@@ -118,21 +108,17 @@ func migrationRows(t *testing.T, s *Store) string {
 }
 
 func TestOpenRefusesNewerSchema(t *testing.T) {
-	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "inventory.db")
-	s, err := OpenSQLite(ctx, path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO schema_migrations VALUES (99, '0099_future.sql', 'x')`); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-
-	_, err = OpenSQLite(ctx, path, nil)
-	if !errors.Is(err, ErrSchemaTooNew) || !strings.Contains(err.Error(), "version 99") {
-		t.Fatalf("open of a newer database: %v; want ErrSchemaTooNew naming version 99", err)
-	}
+	forEachBackend(t, func(t *testing.T, open func() *Store) {
+		s := open()
+		if _, err := s.db.ExecContext(t.Context(), `INSERT INTO schema_migrations VALUES (99, '0099_future.sql', 'x')`); err != nil {
+			t.Fatal(err)
+		}
+		// What a second process opening the database runs.
+		err := s.migrate(t.Context())
+		if !errors.Is(err, ErrSchemaTooNew) || !strings.Contains(err.Error(), "version 99") {
+			t.Fatalf("migrating a newer database: %v; want ErrSchemaTooNew naming version 99", err)
+		}
+	})
 }
 
 func TestOpenPathWithURICharacters(t *testing.T) {
@@ -182,9 +168,20 @@ func TestLoadMigrations(t *testing.T) {
 			}
 		})
 	}
-	t.Run("embedded sqlite set", func(t *testing.T) {
-		if _, err := loadMigrations(sqliteDialect.migrations); err != nil {
-			t.Fatal(err)
+	// Every schema change exists for both backends, under the same name.
+	t.Run("embedded sets", func(t *testing.T) {
+		var names [2][]string
+		for i, d := range []dialect{sqliteDialect, postgresDialect} {
+			ms, err := loadMigrations(d.migrations)
+			if err != nil {
+				t.Fatalf("%s: %v", d.name, err)
+			}
+			for _, m := range ms {
+				names[i] = append(names[i], m.name)
+			}
+		}
+		if fmt.Sprint(names[0]) != fmt.Sprint(names[1]) {
+			t.Errorf("migrations differ:\nsqlite   %v\npostgres %v", names[0], names[1])
 		}
 	})
 }
@@ -197,11 +194,13 @@ func ctxDone(t *testing.T) context.Context {
 }
 
 func TestCallsHonourCancelledContext(t *testing.T) {
-	s := openTest(t)
-	if _, err := s.CreateHost(ctxDone(t), api.Host{Name: "x"}); !errors.Is(err, context.Canceled) {
-		t.Errorf("CreateHost with cancelled ctx: %v, want context.Canceled", err)
-	}
-	if _, _, err := s.ListDevices(ctxDone(t), DeviceFilter{Limit: 10}); !errors.Is(err, context.Canceled) {
-		t.Errorf("ListDevices with cancelled ctx: %v, want context.Canceled", err)
-	}
+	forEachBackend(t, func(t *testing.T, open func() *Store) {
+		s := open()
+		if _, err := s.CreateHost(ctxDone(t), api.Host{Name: "x"}); !errors.Is(err, context.Canceled) {
+			t.Errorf("CreateHost with cancelled ctx: %v, want context.Canceled", err)
+		}
+		if _, _, err := s.ListDevices(ctxDone(t), DeviceFilter{Limit: 10}); !errors.Is(err, context.Canceled) {
+			t.Errorf("ListDevices with cancelled ctx: %v, want context.Canceled", err)
+		}
+	})
 }

@@ -1,0 +1,228 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/inventory/store"
+)
+
+// Authorization is in two steps:
+//
+//  1. Before the handler, the route's access (the table in routePolicy)
+//     decides from the token's role alone: admin may call every route,
+//     viewer the routes marked viewer, host the routes marked with a host
+//     access. A refusal is a 403 naming the role, method and path; nothing
+//     has been read or written yet.
+//  2. For the routes a host token may call for its own host only (hostOwn),
+//     the handler asks, once it knows which host the request touches, one
+//     of mayRegisterHost, mayCreateDevice or mayChangeDevice. They pass
+//     admin tokens straight through; a host token must name its own host
+//     (by the host's name, as the token stores it) and may not attach or
+//     detach (set guest_id), nor force a purge.
+
+// hostAccess is what a host token may do on a route.
+type hostAccess int
+
+const (
+	hostNone hostAccess = iota // not at all
+	hostAll                    // as any caller (reads)
+	hostOwn                    // only for its own host; the handler checks
+)
+
+// access says who may call a route besides admin, who may call them all.
+type access struct {
+	viewer bool
+	host   hostAccess
+}
+
+// routePolicy is the access of each route pattern registered in New. A
+// pattern missing here is admin-only (see authorize), so a new route is
+// closed until someone opens it here. Every hostOwn route's handler must
+// call one of the may* checks below; TestHostScope sends each of them a
+// host token naming another host.
+func routePolicy() map[string]access {
+	read := access{viewer: true, host: hostAll}
+	own := access{host: hostOwn}
+	admin := access{}
+	return map[string]access{
+		"GET /hosts":      read,
+		"GET /hosts/{id}": read,
+		// A host registers itself (client.EnsureHost); only admin renames
+		// or removes hosts.
+		"POST /hosts":        own,
+		"PUT /hosts/{id}":    admin,
+		"DELETE /hosts/{id}": admin,
+
+		"GET /isolated_devices":      read,
+		"GET /isolated_devices/{id}": read,
+		// A host syncs its own devices (client.SyncDevices); a forced purge,
+		// which detaches the guest, is admin's (mayForce).
+		"POST /isolated_devices":            own,
+		"PUT /isolated_devices/{id}":        own,
+		"DELETE /isolated_devices/{id}":     own,
+		"POST /isolated_devices/{id}/purge": own,
+
+		// Handing devices to guests is the scheduler's (an admin token's).
+		"POST /servers/{guest}/attach-isolated-device": admin,
+		"POST /servers/{guest}/detach-isolated-device": admin,
+
+		// No such route: whoever is authenticated gets the 404.
+		"/": read,
+	}
+}
+
+// authorize wraps the handler of pattern with step 1 and the check of the
+// path's ids. A pattern routePolicy does not list is admin-only.
+func (s *server) authorize(pattern string, h handlerFunc) handlerFunc {
+	acc, listed := s.policy[pattern]
+	if !listed {
+		s.log.Warn("route missing from the access policy (auth_policy.go): admin only", "route", pattern)
+	}
+	return func(w http.ResponseWriter, r *http.Request) error {
+		tok, ok := principal(r)
+		if !ok {
+			return errors.New("authorize: request without a principal") // New wires authenticate first
+		}
+		allowed := tok.Role == store.RoleAdmin ||
+			tok.Role == store.RoleViewer && acc.viewer ||
+			tok.Role == store.RoleHost && acc.host != hostNone
+		if !allowed {
+			return forbidden("role %s may not %s %s", tok.Role, r.Method, r.URL.Path)
+		}
+		if err := checkPathIDs(pattern, r); err != nil {
+			return err
+		}
+		return h(w, r)
+	}
+}
+
+// checkPathIDs refuses, with a 400 naming the parameter, a device id in the
+// path that is not a UUID in the canonical form the store assigns (lower
+// case, dashes): anything else is a client's mistake (a name, an address, a
+// truncated id), not a device that may exist.
+// Hosts are found by id or name, so their {id} is not checked.
+func checkPathIDs(pattern string, r *http.Request) error {
+	if !strings.Contains(pattern, "/isolated_devices/{id}") {
+		return nil
+	}
+	id := r.PathValue("id")
+	if u, err := uuid.Parse(id); err != nil || u.String() != id {
+		return badInput("path parameter id: %q is not an isolated device id (a UUID)", id)
+	}
+	return nil
+}
+
+// ownHost is the host a host token acts for, as registered.
+func (s *server) ownHost(r *http.Request, tok store.Token) (api.Host, error) {
+	hosts, _, err := s.st.ListHosts(r.Context(), store.HostFilter{Name: tok.Host, Limit: 1})
+	if err != nil {
+		return api.Host{}, err
+	}
+	if len(hosts) == 0 {
+		return api.Host{}, forbidden("token for host %s: host %s is not registered yet (POST /hosts first)", tok.Host, tok.Host)
+	}
+	return hosts[0], nil
+}
+
+// scoped returns the token of a request that step 2 must check, or false
+// for an admin token (allowed everything).
+func scoped(r *http.Request) (store.Token, bool, error) {
+	tok, ok := principal(r)
+	switch {
+	case !ok:
+		return store.Token{}, false, errors.New("authorize: request without a principal")
+	case tok.Role == store.RoleAdmin:
+		return tok, false, nil
+	case tok.Role == store.RoleHost:
+		return tok, true, nil
+	}
+	return store.Token{}, false, forbidden("role %s may not %s %s", tok.Role, r.Method, r.URL.Path)
+}
+
+// mayRegisterHost: POST /hosts with name. A host token registers only the
+// host it is for.
+func (s *server) mayRegisterHost(r *http.Request, name *string) error {
+	tok, check, err := scoped(r)
+	if !check || err != nil {
+		return err
+	}
+	if name == nil || *name != tok.Host {
+		return forbidden("token for host %s may not register host %s", tok.Host, deref(name))
+	}
+	return nil
+}
+
+// mayCreateDevice: POST /isolated_devices. A host token creates devices of
+// its own host only, and unattached.
+func (s *server) mayCreateDevice(r *http.Request, in *deviceInput) error {
+	tok, check, err := scoped(r)
+	if !check || err != nil {
+		return err
+	}
+	if in.GuestID != nil && *in.GuestID != "" {
+		return forbidden("token for host %s may not set guest_id: attaching is for admin tokens", tok.Host)
+	}
+	if in.HostID == nil || *in.HostID == "" {
+		return nil // nothing to create: the store refuses it (400)
+	}
+	own, err := s.ownHost(r, tok)
+	if err != nil {
+		return err
+	}
+	if *in.HostID == own.ID || *in.HostID == own.Name {
+		return nil
+	}
+	return forbidden("token for host %s may not create isolated devices of host %s", tok.Host, *in.HostID)
+}
+
+// mayChangeDevice: PUT, DELETE and purge of /isolated_devices/{id}; in is
+// the PUT body, nil for the others. A host token changes its own host's
+// devices only, may not move one to another host, nor attach or detach it.
+func (s *server) mayChangeDevice(r *http.Request, id string, in *deviceInput) error {
+	tok, check, err := scoped(r)
+	if !check || err != nil {
+		return err
+	}
+	d, err := s.st.GetDevice(r.Context(), id)
+	if err != nil {
+		return err // 404: a host token may read every device anyway
+	}
+	own, err := s.ownHost(r, tok)
+	if err != nil {
+		return err
+	}
+	if d.HostID != own.ID {
+		return forbidden("token for host %s may not %s %s: the device belongs to host %s", tok.Host, r.Method, r.URL.Path, d.HostID)
+	}
+	if in == nil {
+		return nil
+	}
+	if in.HostID != nil && *in.HostID != "" && *in.HostID != own.ID && *in.HostID != own.Name {
+		return forbidden("token for host %s may not move isolated device %s to host %s", tok.Host, id, *in.HostID)
+	}
+	if in.GuestID != nil && *in.GuestID != d.GuestID {
+		return forbidden("token for host %s may not change guest_id: attaching and detaching are for admin tokens", tok.Host)
+	}
+	return nil
+}
+
+// mayForce: a purge with force (which detaches the guest) is admin's.
+func (s *server) mayForce(r *http.Request) error {
+	tok, check, err := scoped(r)
+	if !check || err != nil {
+		return err
+	}
+	return forbidden("role %s may not force a purge: it detaches the guest, which is for admin tokens", tok.Role)
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}

@@ -1,0 +1,297 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"time"
+
+	"yunion.io/x/mps-daemon/pkg/api"
+)
+
+// How attaching and detaching stay correct under concurrency, on both
+// backends:
+//
+// Every write that hands a device to a guest, takes it back or removes it is
+// a conditional statement that re-states what it read: attach is
+// `UPDATE ... SET guest_id = G WHERE id = ? AND guest_id = '' AND NOT
+// unhealthy AND NOT pending_removal`, detach `... WHERE id = ? AND guest_id
+// = G`, a delete `... WHERE id = ? AND guest_id = <what was read>`. The
+// statement's row count says whether the row was still as read.
+//
+//   - SQLite: write transactions start with BEGIN IMMEDIATE (see store.go),
+//     so they run one at a time and the read and the write see the same
+//     rows; the condition always holds.
+//   - PostgreSQL, READ COMMITTED: two transactions may read the same free
+//     row. The first UPDATE locks it; the second waits for the first to
+//     commit, then re-evaluates its WHERE on the committed row, finds
+//     guest_id no longer '' and changes nothing (row count 0).
+//
+// A count that falls short means another writer got there first: the
+// transaction rolls back, nothing of it remains, and the whole read-decide-
+// write runs again on fresh rows (errRace, retryRaces). A multi-device
+// attach checks every claim before it commits, so a request for count
+// devices gets all of them or none.
+//
+// The picker is deterministic, so concurrent model-form attaches on one
+// (host, dev_type, model) would all pick the same rows and all but one lose
+// and retry. On PostgreSQL its read therefore locks the group's rows
+// (dialect.forUpdate, in id order): such attaches queue instead, as they do
+// on SQLite, and the conditional claims stay as the guarantee. Every
+// statement that locks several rows locks them in ascending id order (the
+// group read, the claims, detach-all), so two transactions never wait for
+// each other in a cycle.
+
+// Refusals of allocation. Both are kinds of ErrInUse: the server answers
+// them with 409, like a device held by another guest.
+var (
+	// ErrNoCapacity: fewer free devices than asked for, or a device that is
+	// unhealthy or pending removal.
+	ErrNoCapacity = fmt.Errorf("%w: no free device", ErrInUse)
+	// ErrContention: the rows kept changing under the request; it may
+	// succeed if sent again.
+	ErrContention = fmt.Errorf("%w: contention", ErrInUse)
+)
+
+// errRace: a conditional write found its row changed since it was read.
+var errRace = errors.New("row changed concurrently")
+
+const (
+	// raceAttempts bounds retryRaces: many more losses in a row mean a
+	// storm of writers on the same rows, better told to the client.
+	raceAttempts = 10
+	// raceBackoff is the first retry's upper bound; attempt n waits up to
+	// n times it, at random, so the losers do not collide again in step.
+	raceBackoff = 2 * time.Millisecond
+	// MaxAttachCount bounds one model-form attach.
+	MaxAttachCount = 128
+	// claimable is the condition under which a device may be handed out.
+	claimable = ` AND guest_id = '' AND NOT unhealthy AND NOT pending_removal`
+)
+
+// The statements of allocation that must be served by an index (the tests
+// EXPLAIN them on both backends). The pick's row lock is added at run time.
+const (
+	pickQuery = `SELECT id, device_path, numa_node, seq, guest_id, unhealthy, pending_removal
+		FROM isolated_devices WHERE host_id = ? AND dev_type = ? AND model = ? ORDER BY id`
+	claimStmt   = `UPDATE isolated_devices SET guest_id = ?, updated_at = ? WHERE id = ?` + claimable
+	releaseStmt = `UPDATE isolated_devices SET guest_id = '', updated_at = ? WHERE id = ? AND guest_id = ?`
+	heldByQuery = `SELECT id, seq FROM isolated_devices WHERE guest_id = ? ORDER BY id`
+)
+
+// guestPattern is what a guest id may look like: container and pod ids,
+// UUIDs, names like `ns:pod`.
+var guestPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+// CheckGuestID refuses a guest id the API does not accept, with a message
+// naming the field.
+func CheckGuestID(guest string) error {
+	if !guestPattern.MatchString(guest) {
+		return refuse(ErrInvalid, "guest: %q is not a guest id (1 to 128 characters of A-Z a-z 0-9 . _ : -)", guest)
+	}
+	return nil
+}
+
+// AttachRequest asks for Count devices of a model on a host.
+type AttachRequest struct {
+	// DevType defaults to NVIDIA_MPS.
+	DevType string
+	Model   string
+	// Host is the host's id or name.
+	Host string
+	// Count defaults to 1.
+	Count int
+	// NUMANode, when set and not AnyNUMANode, keeps the picks on that node.
+	NUMANode *int
+}
+
+func (r AttachRequest) normalize() (AttachRequest, int, error) {
+	if r.DevType == "" {
+		r.DevType = api.DevTypeNvidiaMPS
+	}
+	if r.Count == 0 {
+		r.Count = 1
+	}
+	numa := AnyNUMANode
+	if r.NUMANode != nil {
+		numa = *r.NUMANode
+	}
+	switch {
+	case r.Model == "":
+		return r, 0, missing("model")
+	case r.Host == "":
+		return r, 0, missing("host")
+	case r.Count < 1 || r.Count > MaxAttachCount:
+		return r, 0, refuse(ErrInvalid, "count: must be between 1 and %d", MaxAttachCount)
+	case numa < AnyNUMANode:
+		return r, 0, refuse(ErrInvalid, "numa_node: must be -1 (any) or a node number")
+	}
+	return r, numa, nil
+}
+
+// AttachDevice gives device id to guest. A device the guest already holds
+// is answered as attached (a retried request succeeds); one that another
+// guest holds, or that is unhealthy or pending removal, is refused.
+func (s *Store) AttachDevice(ctx context.Context, guest, id string) (api.IsolatedDevice, error) {
+	if err := CheckGuestID(guest); err != nil {
+		return api.IsolatedDevice{}, err
+	}
+	var d api.IsolatedDevice
+	err := s.retryRaces(ctx, "attaching isolated device "+id, func() error {
+		return s.inTx(ctx, false, func(tx *sql.Tx) error {
+			n, err := s.claim(ctx, tx, guest, id)
+			if err != nil {
+				return err
+			}
+			if d, err = s.getDevice(ctx, tx, id); err != nil {
+				return err
+			}
+			if n == 1 {
+				return nil
+			}
+			return notClaimable(d, guest)
+		})
+	})
+	if err != nil {
+		return api.IsolatedDevice{}, err
+	}
+	return d, nil
+}
+
+// AttachDevices picks r.Count free devices (see Pick) and gives them all to
+// guest, or refuses and gives none. They are returned in pick order.
+func (s *Store) AttachDevices(ctx context.Context, guest string, r AttachRequest) ([]api.IsolatedDevice, error) {
+	if err := CheckGuestID(guest); err != nil {
+		return nil, err
+	}
+	r, numa, err := r.normalize()
+	if err != nil {
+		return nil, err
+	}
+	var out []api.IsolatedDevice
+	err = s.retryRaces(ctx, "attaching isolated devices", func() error {
+		out = out[:0]
+		return s.inTx(ctx, false, func(tx *sql.Tx) error {
+			h, err := s.getHost(ctx, tx, r.Host)
+			if err != nil {
+				return err
+			}
+			rows, err := s.candidates(ctx, tx, h.ID, r.DevType, r.Model)
+			if err != nil {
+				return err
+			}
+			ids, free := Pick(rows, guest, r.Count, numa)
+			if ids == nil {
+				where := "host " + r.Host
+				if numa != AnyNUMANode {
+					where += fmt.Sprintf(" NUMA node %d", numa)
+				}
+				return refuse(ErrNoCapacity, "need %d free %s %q devices on %s, %d free", r.Count, r.DevType, r.Model, where, free)
+			}
+			for _, id := range slices.Sorted(slices.Values(ids)) {
+				n, err := s.claim(ctx, tx, guest, id)
+				if err != nil {
+					return err
+				}
+				if n != 1 {
+					return errRace
+				}
+			}
+			for _, id := range ids {
+				d, err := s.getDevice(ctx, tx, id)
+				if err != nil {
+					return err
+				}
+				out = append(out, d)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// claim hands device id to guest if it is claimable; it returns the row
+// count (0 or 1).
+func (s *Store) claim(ctx context.Context, tx *sql.Tx, guest, id string) (int64, error) {
+	res, err := tx.ExecContext(ctx, s.d.bind(claimStmt), guest, formatTime(s.timestamp()), id)
+	if err != nil {
+		return 0, fmt.Errorf("attaching isolated device %s: %w", id, err)
+	}
+	return rowsAffected(res)
+}
+
+// notClaimable says why d, read after a claim changed nothing, cannot go
+// to guest: nil when guest holds it already, errRace when it looks free
+// (another writer changed it in between).
+func notClaimable(d api.IsolatedDevice, guest string) error {
+	switch {
+	case d.GuestID == guest:
+		return nil
+	case d.GuestID != "":
+		return refuse(ErrInUse, "%s %s", api.MsgDeviceUsedByServer, d.GuestID)
+	case d.PendingRemoval:
+		return refuse(ErrNoCapacity, "isolated device %s is pending removal: its host no longer offers it", d.ID)
+	case d.Unhealthy:
+		return refuse(ErrNoCapacity, "isolated device %s is unhealthy: its GPU's MPS is not serving", d.ID)
+	}
+	return errRace
+}
+
+// candidates reads, and on PostgreSQL locks, what Pick needs of every row
+// of a (host, dev_type, model); the isolated_devices_pick index serves it.
+func (s *Store) candidates(ctx context.Context, tx *sql.Tx, hostID, devType, model string) ([]Candidate, error) {
+	rows, err := tx.QueryContext(ctx, s.d.bind(pickQuery+s.d.forUpdate()), hostID, devType, model)
+	if err != nil {
+		return nil, fmt.Errorf("reading candidate devices: %w", err)
+	}
+	defer rows.Close()
+	var out []Candidate
+	for rows.Next() {
+		var c Candidate
+		if err := rows.Scan(&c.ID, &c.DevicePath, &c.NUMANode, &c.Seq, &c.GuestID, &c.Unhealthy, &c.PendingRemoval); err != nil {
+			return nil, fmt.Errorf("reading candidate device: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading candidate devices: %w", err)
+	}
+	return out, nil
+}
+
+// retryRaces runs fn until it returns something other than errRace, at most
+// raceAttempts times, with a short random backoff in between.
+func (s *Store) retryRaces(ctx context.Context, what string, fn func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if !errors.Is(err, errRace) {
+			return err
+		}
+		if attempt == raceAttempts {
+			s.log.Warn("giving up on rows that keep changing", "op", what, "attempts", attempt)
+			return refuse(ErrContention, "%s: contention, try again", what)
+		}
+		t := time.NewTimer(rand.N(raceBackoff*time.Duration(attempt)) + 1)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func rowsAffected(res sql.Result) (int64, error) {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("reading row count: %w", err)
+	}
+	return n, nil
+}

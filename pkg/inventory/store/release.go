@@ -1,0 +1,155 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+
+	"yunion.io/x/mps-daemon/pkg/api"
+)
+
+// Releasing devices: detach (by id or all of a guest's) and purge. The
+// concurrency rules are alloc.go's.
+
+// DetachDevice takes device id back from guest and returns it. Detaching a
+// free device changes nothing and returns no device, so a retried detach
+// succeeds; a device another guest holds is refused. A device pending
+// removal is only released here: deleting it is left to its host's next
+// sync, so each host's rows keep one writer.
+func (s *Store) DetachDevice(ctx context.Context, guest, id string) ([]api.IsolatedDevice, error) {
+	if err := CheckGuestID(guest); err != nil {
+		return nil, err
+	}
+	var out []api.IsolatedDevice
+	err := s.retryRaces(ctx, "detaching isolated device "+id, func() error {
+		out = nil
+		return s.inTx(ctx, false, func(tx *sql.Tx) error {
+			n, err := s.release(ctx, tx, guest, id)
+			if err != nil {
+				return err
+			}
+			d, err := s.getDevice(ctx, tx, id)
+			switch {
+			case err != nil:
+				return err
+			case n == 1:
+				out = append(out, d)
+				return nil
+			case d.GuestID == "":
+				return nil
+			case d.GuestID != guest:
+				return refuse(ErrInUse, "%s %s, not by %s", api.MsgDeviceUsedByServer, d.GuestID, guest)
+			}
+			return errRace
+		})
+	})
+	return out, err
+}
+
+// DetachAll takes back every device guest holds and returns them in
+// creation order; none is not an error.
+func (s *Store) DetachAll(ctx context.Context, guest string) ([]api.IsolatedDevice, error) {
+	if err := CheckGuestID(guest); err != nil {
+		return nil, err
+	}
+	type released struct {
+		d   api.IsolatedDevice
+		seq int64
+	}
+	var out []released
+	err := s.inTx(ctx, false, func(tx *sql.Tx) error {
+		out = nil
+		rows, err := s.heldBy(ctx, tx, guest)
+		if err != nil {
+			return err
+		}
+		// Ascending ids, like attach (see the comment at the top). A row
+		// released by a concurrent detach counts 0 and is not ours to
+		// report.
+		for _, c := range rows {
+			n, err := s.release(ctx, tx, guest, c.ID)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				continue
+			}
+			d, err := s.getDevice(ctx, tx, c.ID)
+			if err != nil {
+				return err
+			}
+			out = append(out, released{d, c.Seq})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b released) int { return cmp.Compare(a.seq, b.seq) })
+	devs := make([]api.IsolatedDevice, len(out))
+	for i, r := range out {
+		devs[i] = r.d
+	}
+	return devs, nil
+}
+
+// heldBy lists the ids and seqs of the rows guest holds, by id.
+func (s *Store) heldBy(ctx context.Context, tx *sql.Tx, guest string) ([]Candidate, error) {
+	rows, err := tx.QueryContext(ctx, s.d.bind(heldByQuery), guest)
+	if err != nil {
+		return nil, fmt.Errorf("listing devices of guest %s: %w", guest, err)
+	}
+	defer rows.Close()
+	var out []Candidate
+	for rows.Next() {
+		var c Candidate
+		if err := rows.Scan(&c.ID, &c.Seq); err != nil {
+			return nil, fmt.Errorf("listing devices of guest %s: %w", guest, err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing devices of guest %s: %w", guest, err)
+	}
+	return out, nil
+}
+
+// release frees device id if guest holds it; it returns the row count.
+func (s *Store) release(ctx context.Context, tx *sql.Tx, guest, id string) (int64, error) {
+	res, err := tx.ExecContext(ctx, s.d.bind(releaseStmt), formatTime(s.timestamp()), id, guest)
+	if err != nil {
+		return 0, fmt.Errorf("detaching isolated device %s: %w", id, err)
+	}
+	return rowsAffected(res)
+}
+
+// PurgeDevice removes device id and returns it as it was. A device a guest
+// holds is refused (ErrInUse, "Isolated device used by server") unless
+// force is set; then it is detached and removed, and detachedGuest names
+// the guest that held it.
+func (s *Store) PurgeDevice(ctx context.Context, id string, force bool) (d api.IsolatedDevice, detachedGuest string, err error) {
+	err = s.retryRaces(ctx, "deleting isolated device "+id, func() error {
+		return s.inTx(ctx, false, func(tx *sql.Tx) error {
+			if d, err = s.lockDevice(ctx, tx, id); err != nil {
+				return err
+			}
+			if d.GuestID != "" && !force {
+				return refuse(ErrInUse, "%s", api.MsgDeviceUsedByServer)
+			}
+			res, err := tx.ExecContext(ctx, s.d.bind(`DELETE FROM isolated_devices WHERE id = ? AND guest_id = ?`), id, d.GuestID)
+			if err != nil {
+				return fmt.Errorf("deleting isolated device %s: %w", id, err)
+			}
+			if n, err := rowsAffected(res); err != nil || n == 0 {
+				return cmp.Or(err, errRace)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return api.IsolatedDevice{}, "", err
+	}
+	return d, d.GuestID, nil
+}
