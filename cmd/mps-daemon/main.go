@@ -46,6 +46,15 @@ func run() int {
 	root.PersistentFlags().StringVar(&f.config, "config", "/etc/yunion/host.conf", "path of host.conf")
 	root.PersistentFlags().StringVar(&f.simulate, "simulate", "", "run against a SIMULATED host instead of NVML and nvidia-cuda-mps-control, e.g. 8xH100 (profiles: "+fmt.Sprint(nvml.SimProfiles())+")")
 	root.PersistentFlags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	var force bool
+	teardown := &cobra.Command{
+		Use:   "teardown",
+		Short: "Stop every MPS control daemon, remove the devices from the inventory, restore compute modes (run with the service stopped)",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return tearDown(cmd.Context(), f, force) },
+	}
+	teardown.Flags().BoolVar(&force, "force", false, "also tear down GPUs with connected MPS clients, which kills them")
+	root.AddCommand(teardown)
 	root.AddCommand(&cobra.Command{
 		Use:   "check-config",
 		Short: "Validate host.conf and the device YAML against the GPUs, print the plan, touch nothing",
@@ -100,20 +109,74 @@ func serve(ctx context.Context, f flags) error {
 		return err
 	}
 	defer h.backend.Close()
-	token, err := cfg.Host.TokenValue()
+	inv, err := inventory(cfg, log)
 	if err != nil {
 		return err
 	}
-	inv := client.New(client.Options{URL: cfg.Host.InventoryURL, Token: token, Timeout: cfg.Host.InventoryTimeout, Log: log.With("component", "inventory")})
+	watchdog, err := agent.WatchdogInterval()
+	if err != nil {
+		return err
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	reload := make(chan struct{}, 1)
+	go forward(ctx, hup, reload)
 	a, err := agent.New(agent.Options{
-		Config: cfg, Backend: h.backend, Runner: h.runner, Inventory: inv,
-		SysfsRoot: h.sysfsRoot, DevRoot: h.devRoot, Simulated: f.simulate != "", Log: log,
+		Config: cfg, ConfigPath: f.config, Backend: h.backend, Runner: h.runner, Inventory: inv,
+		SysfsRoot: h.sysfsRoot, DevRoot: h.devRoot, Simulated: f.simulate != "",
+		Notifier: agent.Systemd{}, Watchdog: watchdog, Reload: reload, WatchFiles: true, Log: log,
 	})
 	if err != nil {
 		return err
 	}
-	log.Info("starting", "config", f.config, "inventory", cfg.Host.InventoryURL, "listen", cfg.Host.ListenAddress)
+	log.Info("starting", "version", version.Version, "config", f.config, "inventory", cfg.Host.InventoryURL, "listen", cfg.Host.ListenAddress)
 	return a.Run(ctx)
+}
+
+// forward turns SIGHUPs into reload requests until ctx ends; requests that
+// arrive during a reload collapse into one.
+func forward(ctx context.Context, sigs <-chan os.Signal, reload chan<- struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sigs:
+			select {
+			case reload <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func tearDown(ctx context.Context, f flags, force bool) error {
+	log, err := logging.FromEnv(os.Stderr, f.logLevel, os.Getenv)
+	if err != nil {
+		return err
+	}
+	cfg, err := agent.LoadConfig(f.config)
+	if err != nil {
+		return err
+	}
+	h, err := openHost(f, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer h.backend.Close()
+	inv, err := inventory(cfg, log)
+	if err != nil {
+		return err
+	}
+	return agent.Teardown(ctx, cfg, h.backend, h.runner, inv, force, os.Stdout, log)
+}
+
+func inventory(cfg *agent.Config, log *slog.Logger) (*client.Client, error) {
+	token, err := cfg.Host.TokenValue()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(client.Options{URL: cfg.Host.InventoryURL, Token: token, Timeout: cfg.Host.InventoryTimeout, Log: log.With("component", "inventory")}), nil
 }
 
 func checkConfig(ctx context.Context, f flags) error {

@@ -1,7 +1,8 @@
 // Package agent is the host daemon: it turns the configuration and the GPUs
 // NVML reports into MPS control daemons with enforced caps, and those into
-// virtual devices in the inventory. Everything it touches comes in through
-// Options, so tests run it against simulated GPUs and MPS and a real
+// virtual devices in the inventory; it follows configuration edits, watches
+// MPS health and keeps the inventory in step. Everything it touches comes in
+// through Options, so tests run it against simulated GPUs and MPS and a real
 // inventory.
 package agent
 
@@ -26,21 +27,33 @@ import (
 type Inventory interface {
 	EnsureHost(ctx context.Context, name string) (api.Host, error)
 	SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (client.SyncResult, error)
+	ListIsolatedDevices(ctx context.Context, o client.ListOptions) (*api.IsolatedDeviceList, error)
 }
 
 // Options wires an Agent.
 type Options struct {
-	Config    *Config
-	Backend   gpu.Backend
-	Runner    mps.Runner
-	Inventory Inventory
+	Config *Config
+	// ConfigPath is host.conf, read again on reloads; empty disables them.
+	ConfigPath string
+	Backend    gpu.Backend
+	Runner     mps.Runner
+	Inventory  Inventory
 	// SysfsRoot and DevRoot override host.conf's (the simulated host brings
 	// its own trees); empty means host.conf's.
 	SysfsRoot, DevRoot string
 	// Simulated marks a host whose GPUs and MPS are simulated: said in every
 	// reconcile line and in the status.
 	Simulated bool
-	Log       *slog.Logger
+	// Notifier reaches systemd; nil sends nothing.
+	Notifier Notifier
+	// Watchdog is how often to send WATCHDOG=1; 0 sends none.
+	Watchdog time.Duration
+	// Reload receives a value per SIGHUP.
+	Reload <-chan struct{}
+	// WatchFiles follows edits of host.conf and the device YAML (fsnotify on
+	// their directories, so editors that replace the file are seen).
+	WatchFiles bool
+	Log        *slog.Logger
 }
 
 // Agent is the running daemon.
@@ -49,11 +62,19 @@ type Agent struct {
 	log    *slog.Logger
 	state  *stateDir
 	met    *metrics
-	hostID string
+	notify Notifier
+	// loop-owned: only the Run loop (or a test calling Reconcile) touches
+	// these, never concurrently.
+	hostID    string
+	gpus      map[string]*gpuState // by UUID: every GPU the agent runs MPS for
+	readySent bool
+	// onReload follows a new configuration (the file watcher re-aims).
+	onReload func(*Config)
 
-	mu          sync.Mutex
-	controllers map[string]*mps.Controller // by GPU UUID
-	status      Status
+	mu         sync.Mutex // guards cfg, generation and status, read by HTTP handlers
+	cfg        *Config
+	generation int
+	status     Status
 }
 
 // New checks the options and builds an Agent; it starts nothing.
@@ -67,6 +88,9 @@ func New(opts Options) (*Agent, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
+	if opts.Notifier == nil {
+		opts.Notifier = noNotifier{}
+	}
 	hc := opts.Config.Host
 	if opts.SysfsRoot == "" {
 		opts.SysfsRoot = hc.SysfsRoot
@@ -75,64 +99,129 @@ func New(opts Options) (*Agent, error) {
 		opts.DevRoot = hc.DevRoot
 	}
 	a := &Agent{
-		opts:        opts,
-		log:         opts.Log.With("component", "agent"),
-		state:       &stateDir{path: hc.StateDirectory},
-		met:         newMetrics(),
-		controllers: map[string]*mps.Controller{},
+		opts:       opts,
+		log:        opts.Log.With("component", "agent"),
+		state:      &stateDir{path: hc.StateDirectory},
+		met:        newMetrics(),
+		notify:     opts.Notifier,
+		gpus:       map[string]*gpuState{},
+		cfg:        opts.Config,
+		generation: 1,
 	}
 	a.status.Simulated = opts.Simulated
+	a.status.ConfigGeneration = 1
+	a.met.configGeneration.Set(1)
+	a.met.configOK.Set(1)
 	return a, nil
 }
 
-// Run reconciles at once, then every sync interval, until ctx ends. A failed
-// reconcile is retried sooner, with exponential backoff and jitter. The
-// health and metrics endpoints are served on the configured address. MPS
-// control daemons are left running when Run returns: their death would kill
-// the CUDA clients they serve.
+// config is the configuration in force (the last good one).
+func (a *Agent) config() *Config {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cfg
+}
+
+// Run reconciles at once, then every sync interval, until ctx ends. One loop
+// does everything: reconciles, reloads (SIGHUP or an edit), health probes and
+// watchdog pings, so a stuck step stops the pings and systemd restarts us.
+// A failed reconcile is retried sooner, with exponential backoff and jitter.
+// MPS control daemons are left running when Run returns: their death would
+// kill the CUDA clients they serve.
 func (a *Agent) Run(ctx context.Context) error {
-	hc := a.opts.Config.Host
+	hc := a.config().Host
 	a.logConfig()
-	var srvErr chan error
-	if hc.ListenAddress != "" {
-		ln, err := net.Listen("tcp", hc.ListenAddress)
-		if err != nil {
-			return fmt.Errorf("listening on mps_listen_address %s: %w", hc.ListenAddress, err)
-		}
-		srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute}
-		srvErr = make(chan error, 1)
-		go func() { srvErr <- srv.Serve(ln) }()
-		defer func() {
-			shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(shutCtx)
-		}()
-		a.log.Info("serving health and metrics", "address", ln.Addr().String())
+	srvErr, stopHTTP, err := a.serveHTTP(ctx, hc.ListenAddress)
+	if err != nil {
+		return err
 	}
+	defer stopHTTP()
+
+	var edits <-chan struct{}
+	if a.opts.WatchFiles && a.opts.ConfigPath != "" {
+		w, err := newWatcher(a.log, a.watchedFiles(a.config()))
+		if err != nil {
+			return err
+		}
+		go w.run(ctx)
+		edits = w.events
+		defer w.close()
+		a.onReload = func(cfg *Config) { w.set(a.watchedFiles(cfg)) }
+	}
+	var watchdog <-chan time.Time
+	if a.opts.Watchdog > 0 {
+		t := time.NewTicker(a.opts.Watchdog)
+		defer t.Stop()
+		watchdog = t.C
+	}
+	health := time.NewTicker(hc.HealthInterval)
+	defer health.Stop()
+	next := time.NewTimer(0)
+	defer next.Stop()
+	a.sendNotify("STATUS=starting: first reconcile")
+
 	failures := 0
-	for {
-		wait := hc.SyncInterval
-		if err := a.Reconcile(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+	reconcile := func() {
+		wait := a.config().Host.SyncInterval
+		if err := a.Reconcile(ctx); err != nil && ctx.Err() == nil {
 			failures++
-			wait = backoff(failures, hc.SyncInterval)
+			wait = backoff(failures, wait)
 			a.log.Error("reconcile failed", "err", err, "retry_in", wait.Round(time.Millisecond).String())
 		} else {
 			failures = 0
 		}
-		t := time.NewTimer(wait)
+		next.Reset(wait)
+	}
+	for {
 		select {
 		case <-ctx.Done():
-			t.Stop()
+			a.sendNotify("STOPPING=1")
 			a.log.Info("stopping; MPS control daemons keep running for their clients")
 			return nil
 		case err := <-srvErr:
-			t.Stop()
 			return fmt.Errorf("health and metrics server: %w", err)
-		case <-t.C:
+		case <-watchdog:
+			a.sendNotify("WATCHDOG=1")
+		case <-a.opts.Reload:
+			if a.reload(ctx, "SIGHUP") {
+				reconcile()
+			}
+		case <-edits:
+			if a.reload(ctx, "file changed") {
+				reconcile()
+			}
+		case <-health.C:
+			if a.probe(ctx) {
+				reconcile()
+			}
+		case <-next.C:
+			reconcile()
 		}
+	}
+}
+
+func (a *Agent) serveHTTP(ctx context.Context, addr string) (<-chan error, func(), error) {
+	if addr == "" {
+		return nil, func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listening on mps_listen_address %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	a.log.Info("serving health and metrics", "address", ln.Addr().String())
+	return errc, func() {
+		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutCtx)
+	}, nil
+}
+
+func (a *Agent) sendNotify(state string) {
+	if err := a.notify.Notify(state); err != nil {
+		a.log.Warn("notifying systemd", "err", err)
 	}
 }
 
@@ -140,7 +229,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // other services (debug: there are dozens) and device entries of other agents
 // (one info line each).
 func (a *Agent) logConfig() {
-	cfg := a.opts.Config
+	cfg := a.config()
 	if len(cfg.Host.Unknown) > 0 {
 		a.log.Debug("host.conf keys left to other services", "file", cfg.Host.Path, "keys", cfg.Host.Unknown)
 	}
@@ -171,5 +260,6 @@ func (a *Agent) Status() Status {
 	defer a.mu.Unlock()
 	s := a.status
 	s.GPUs = append([]GPUStatus(nil), a.status.GPUs...)
+	s.Retiring = append([]string(nil), a.status.Retiring...)
 	return s
 }

@@ -90,7 +90,7 @@ func (r *recordingInventory) SyncDevices(ctx context.Context, hostID string, des
 }
 
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	dir     string
 	backend *fakeBackend
 	runner  *mps.SimRunner
@@ -101,7 +101,7 @@ type harness struct {
 
 // newHarness builds an agent over a fake NVML, the simulated MPS control and
 // a real inventory (SQLite file, HTTP on loopback, the real client).
-func newHarness(t *testing.T, hostConf, devices string) *harness {
+func newHarness(t testing.TB, hostConf, devices string) *harness {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "agt")
 	if err != nil {
@@ -115,6 +115,12 @@ func newHarness(t *testing.T, hostConf, devices string) *harness {
 	t.Cleanup(func() { st.Close() })
 	srv := httptest.NewServer(server.New(st, server.Options{}, slog.New(slog.DiscardHandler)))
 	t.Cleanup(srv.Close)
+	// An admin token: the tests also attach and detach (the scheduler's
+	// part) through this client.
+	token, _, err := st.CreateToken(context.Background(), store.NewToken{Name: "agent tests", Role: store.RoleAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	hc := fmt.Sprintf("enable_cuda_mps: true\ncuda_mps_pipe_directory: %s/pipe\ncuda_mps_log_directory: %s/log\nmps_state_directory: %s/state\nmps_host_name: node-1\nmps_inventory_url: %s\n%s",
 		dir, dir, dir, srv.URL, hostConf)
@@ -131,7 +137,7 @@ func newHarness(t *testing.T, hostConf, devices string) *harness {
 		}
 		h.cfg.Devices = df
 	}
-	h.inv = &recordingInventory{Client: client.New(client.Options{URL: srv.URL, Retries: -1})}
+	h.inv = &recordingInventory{Client: client.New(client.Options{URL: srv.URL, Token: token, Retries: -1})}
 	h.agent, err = New(Options{Config: h.cfg, Backend: h.backend, Runner: h.runner, Inventory: h.inv, SysfsRoot: dir + "/nosys", DevRoot: dir + "/nodev"})
 	if err != nil {
 		t.Fatal(err)
@@ -255,7 +261,7 @@ func (f failingRunner) Start(ctx context.Context, env mps.Env) error {
 	return f.SimRunner.Start(ctx, env)
 }
 
-func TestAGPUWhoseMPSFailsIsNotOfferedAndTheOthersAre(t *testing.T) {
+func TestAGPUWhoseMPSFailsIsMarkedUnhealthyAndTheOthersAreOffered(t *testing.T) {
 	h := newHarness(t, "", fourAndTwo)
 	h.agent.opts.Runner = failingRunner{SimRunner: h.runner, badPipe: h.pipeDir(1)}
 	err := h.agent.Reconcile(context.Background())
@@ -263,17 +269,28 @@ func TestAGPUWhoseMPSFailsIsNotOfferedAndTheOthersAre(t *testing.T) {
 		t.Fatalf("want an error naming the failed GPU, got %v", err)
 	}
 	devs := h.devices()
-	if len(devs) != 4 {
-		t.Fatalf("%d devices offered, want only the 4 of the healthy GPU", len(devs))
+	if len(devs) != 6 {
+		t.Fatalf("%d devices, want all 6: a failing GPU's devices stay, marked unhealthy", len(devs))
 	}
 	for _, d := range devs {
-		if d.DevicePath != twoGPUs()[0].UUID {
-			t.Errorf("device of the failed GPU offered: %+v", d)
+		if bad := d.DevicePath == twoGPUs()[1].UUID; d.Unhealthy != bad {
+			t.Errorf("device %s of GPU %s: unhealthy=%v", d.Addr, d.DevicePath, d.Unhealthy)
 		}
 	}
 	st := h.agent.Status()
-	if st.Ready || st.GPUs[1].Enforced || !st.GPUs[0].Enforced || st.GPUs[1].Error == "" {
+	if st.Ready || st.GPUs[1].Enforced || !st.GPUs[0].Enforced || st.GPUs[1].Error == "" || st.GPUs[1].Healthy {
 		t.Errorf("status should show GPU 1 failed and not ready: %+v", st)
+	}
+	// The daemon can start again: the devices come back by themselves.
+	h.agent.opts.Runner = h.runner
+	h.agent.gpus = map[string]*gpuState{}
+	if err := h.agent.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range h.devices() {
+		if d.Unhealthy {
+			t.Errorf("device %s still unhealthy after recovery", d.Addr)
+		}
 	}
 }
 

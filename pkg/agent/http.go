@@ -18,6 +18,12 @@ type metrics struct {
 	ready      prometheus.Gauge
 	gpus       prometheus.Gauge
 	devices    prometheus.Gauge
+
+	healthyGPUs      prometheus.Gauge
+	reloads          *prometheus.CounterVec
+	configOK         prometheus.Gauge
+	configGeneration prometheus.Gauge
+	controlRestarts  prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -34,7 +40,14 @@ func newMetrics() *metrics {
 		gpus:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "mps_daemon_gpus", Help: "GPUs the configuration shares through MPS."}),
 		devices: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mps_daemon_virtual_devices", Help: "Virtual devices offered in the inventory."}),
 	}
-	m.reg.MustRegister(m.reconciles, m.duration, m.ready, m.gpus, m.devices)
+	m.healthyGPUs = prometheus.NewGauge(prometheus.GaugeOpts{Name: "mps_daemon_healthy_gpus", Help: "Planned GPUs whose MPS enforces the caps with no server in FAULT."})
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mps_daemon_config_reloads_total", Help: "Configuration reloads, by result (applied or rejected).",
+	}, []string{"result"})
+	m.configOK = prometheus.NewGauge(prometheus.GaugeOpts{Name: "mps_daemon_config_last_reload_successful", Help: "0 while the last edit of the configuration was rejected and the previous one runs."})
+	m.configGeneration = prometheus.NewGauge(prometheus.GaugeOpts{Name: "mps_daemon_config_generation", Help: "How many configurations this process has taken (1 at start)."})
+	m.controlRestarts = prometheus.NewCounter(prometheus.CounterOpts{Name: "mps_daemon_control_daemon_restarts_total", Help: "MPS control daemons found dead and started again."})
+	m.reg.MustRegister(m.reconciles, m.duration, m.ready, m.gpus, m.devices, m.healthyGPUs, m.reloads, m.configOK, m.configGeneration, m.controlRestarts)
 	return m
 }
 

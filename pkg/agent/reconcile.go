@@ -18,14 +18,20 @@ import (
 type Status struct {
 	// Ready is true once a reconcile registered every planned device with
 	// enforced caps; it stays true until one fails.
-	Ready          bool        `json:"ready"`
-	Simulated      bool        `json:"simulated"`
-	HostID         string      `json:"host_id,omitempty"`
-	HostName       string      `json:"host_name,omitempty"`
-	LastReconcile  time.Time   `json:"last_reconcile"`
-	LastError      string      `json:"last_error,omitempty"`
-	VirtualDevices int         `json:"virtual_devices"`
-	GPUs           []GPUStatus `json:"gpus"`
+	Ready              bool        `json:"ready"`
+	Simulated          bool        `json:"simulated"`
+	HostID             string      `json:"host_id,omitempty"`
+	HostName           string      `json:"host_name,omitempty"`
+	LastReconcile      time.Time   `json:"last_reconcile"`
+	LastError          string      `json:"last_error,omitempty"`
+	InventoryReachable bool        `json:"inventory_reachable"`
+	ConfigGeneration   int         `json:"config_generation"`
+	ConfigError        string      `json:"config_error,omitempty"`
+	VirtualDevices     int         `json:"virtual_devices"`
+	GPUs               []GPUStatus `json:"gpus"`
+	// Retiring lists GPUs taken out of the configuration whose MPS daemon
+	// still runs because a guest holds one of their devices.
+	Retiring []string `json:"retiring,omitempty"`
 }
 
 // GPUStatus is one planned GPU.
@@ -37,63 +43,79 @@ type GPUStatus struct {
 	MemoryLimitMiB   int    `json:"memory_limit_mib"`
 	ThreadPercentage int    `json:"thread_percentage"`
 	PipeDirectory    string `json:"pipe_directory"`
-	// Enforced is true when MPS holds the caps (read back) and the GPU's
-	// devices are offered.
-	Enforced bool   `json:"enforced"`
-	Error    string `json:"error,omitempty"`
+	// Enforced is true when MPS holds the caps (read back).
+	Enforced bool `json:"enforced"`
+	// Healthy is Enforced with no server in FAULT: the devices may be handed out.
+	Healthy bool `json:"healthy"`
+	// Reason says why a GPU with enforced caps is unhealthy (a server in
+	// FAULT); it heals by itself.
+	Reason string `json:"reason,omitempty"`
+	// Error is a failure to get MPS going (retried with backoff).
+	Error string `json:"error,omitempty"`
+}
+
+// gpuState is what the agent keeps per GPU between reconciles.
+type gpuState struct {
+	ctl    *mps.Controller
+	env    mps.Env
+	limits mps.Limits
+	// healthy and reason are the last reconcile's verdict; the health probe
+	// compares against them.
+	healthy bool
+	reason  string
 }
 
 // Reconcile brings MPS and the inventory in line with the configuration once:
-// plan, then per GPU compute mode, control daemon and limits (read back), and
-// only then the inventory, holding only the devices of GPUs whose caps are
-// enforced. A configuration or GPU error changes nothing.
+// plan; per GPU compute mode, control daemon, default limits and the limits
+// of running servers (read back); only then the inventory. A GPU whose MPS
+// fails keeps its devices in the inventory marked unhealthy, so nothing is
+// handed out on it and nothing held is lost. A configuration or GPU error
+// changes nothing.
 func (a *Agent) Reconcile(ctx context.Context) (err error) {
 	start := time.Now()
 	defer func() { a.met.observe(time.Since(start), err) }()
-	hc := a.opts.Config.Host
-
-	gpus, err := a.opts.Backend.Devices(ctx)
-	if err != nil {
-		return a.fail(fmt.Errorf("listing GPUs: %w", err))
-	}
-	gpu.FillNUMA(a.opts.SysfsRoot, gpus)
-	p, err := plan.Build(hc, a.opts.Config.Devices, gpus, gpu.Resolver{SysfsRoot: a.opts.SysfsRoot, DevRoot: a.opts.DevRoot})
+	cfg := a.config()
+	p, err := a.plan(ctx, cfg)
 	if err != nil {
 		return a.fail(fmt.Errorf("invalid configuration, nothing changed: %w", err))
 	}
 
 	// MPS first: it must work even while the inventory is away.
-	var gpuErrs []error
-	var enforced []plan.GPUPlan
 	statuses := make([]GPUStatus, 0, len(p.GPUs))
+	var gpuErrs []error
+	planned := map[string]bool{}
 	for _, gp := range p.GPUs {
-		st := a.prepareGPU(ctx, gp)
+		st := a.prepareGPU(ctx, cfg, gp)
 		statuses = append(statuses, st)
+		planned[gp.GPU.UUID] = true
 		if st.Error != "" {
 			gpuErrs = append(gpuErrs, fmt.Errorf("gpu %s (%s): %s", gp.GPU.PCI, gp.GPU.UUID, st.Error))
-			continue
 		}
-		enforced = append(enforced, gp)
 	}
 
-	hostID, hostName, err := a.ensureHost(ctx)
+	hostID, hostName, err := a.ensureHost(ctx, cfg)
 	if err != nil {
-		a.setGPUs(statuses, 0)
+		a.setGPUs(statuses, 0, false)
 		return a.fail(err)
 	}
 	desired := []api.IsolatedDevice{}
-	for _, gp := range enforced {
+	for i, gp := range p.GPUs {
 		for _, d := range gp.Devices {
-			desired = append(desired, d.API(hostID))
+			row := d.API(hostID)
+			row.Unhealthy = !statuses[i].Healthy
+			desired = append(desired, row)
 		}
 	}
-
 	res, err := a.opts.Inventory.SyncDevices(ctx, hostID, desired)
 	if err != nil {
-		a.setGPUs(statuses, 0)
+		a.setGPUs(statuses, 0, false)
 		return a.fail(fmt.Errorf("syncing devices with the inventory: %w", err))
 	}
-	a.setGPUs(statuses, len(desired))
+	retiring := a.retire(ctx, cfg, planned, hostID)
+	a.setGPUs(statuses, len(desired), true)
+	a.mu.Lock()
+	a.status.Retiring = retiring
+	a.mu.Unlock()
 	a.log.Info("reconciled",
 		"simulated", a.opts.Simulated, "host", hostName, "gpus", len(p.GPUs), "virtual_devices", len(desired),
 		"created", res.Created, "updated", res.Updated, "deleted", res.Deleted, "held", len(res.Held),
@@ -101,20 +123,26 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 	if len(gpuErrs) > 0 {
 		return a.fail(errors.Join(gpuErrs...))
 	}
-	a.mu.Lock()
-	a.status.Ready = true
-	a.status.LastError = ""
-	a.status.LastReconcile = time.Now()
-	a.mu.Unlock()
-	a.met.ready.Set(1)
+	a.succeed()
 	return nil
 }
 
-// prepareGPU gets one GPU to the point where its devices may be offered:
-// compute mode (when configured), a control daemon (adopted or started) and
-// the limits applied and read back.
-func (a *Agent) prepareGPU(ctx context.Context, gp plan.GPUPlan) GPUStatus {
-	hc := a.opts.Config.Host
+// plan lists the GPUs and builds the plan of cfg against them.
+func (a *Agent) plan(ctx context.Context, cfg *Config) (*plan.Plan, error) {
+	gpus, err := a.opts.Backend.Devices(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing GPUs: %w", err)
+	}
+	gpu.FillNUMA(a.opts.SysfsRoot, gpus)
+	return plan.Build(cfg.Host, cfg.Devices, gpus, gpu.Resolver{SysfsRoot: a.opts.SysfsRoot, DevRoot: a.opts.DevRoot})
+}
+
+// prepareGPU gets one GPU to the point where its devices may be handed out:
+// compute mode (when configured), a control daemon (adopted, started, or
+// restarted after a crash), default limits for future servers and the same
+// limits on running servers, in that order, all read back.
+func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GPUStatus {
+	hc := cfg.Host
 	g := gp.GPU
 	log := a.log.With("gpu", g.UUID, "pci", g.PCI.String())
 	st := GPUStatus{UUID: g.UUID, PCI: g.PCI.String(), Model: g.Name, VirtualNumber: gp.N}
@@ -122,60 +150,104 @@ func (a *Agent) prepareGPU(ctx context.Context, gp plan.GPUPlan) GPUStatus {
 		st.MemoryLimitMiB = gp.Devices[0].MemoryLimitMiB
 		st.ThreadPercentage = gp.Devices[0].ThreadPercentage
 	}
-	env := mps.Env{
-		PipeDir:        filepath.Join(hc.CudaMPSPipeDirectory, g.UUID),
-		LogDir:         filepath.Join(hc.CudaMPSLogDirectory, g.UUID),
-		VisibleDevices: g.UUID,
+	gs := a.gpu(cfg, g.UUID, log)
+	st.PipeDirectory = gs.env.PipeDir
+	fail := func(format string, args ...any) GPUStatus {
+		st.Error = fmt.Sprintf(format, args...)
+		a.setHealth(gs, log, false, st.Error)
+		return st
 	}
-	st.PipeDirectory = env.PipeDir
 
 	if hc.SetExclusiveComputeMode && g.ComputeMode != gpu.ComputeModeExclusiveProcess {
 		if err := a.state.rememberMode(g.UUID, g.ComputeMode); err != nil {
-			st.Error = fmt.Sprintf("remembering the compute mode: %v", err)
-			return st
+			return fail("remembering the compute mode: %v", err)
 		}
 		if err := a.opts.Backend.SetComputeMode(ctx, g.UUID, gpu.ComputeModeExclusiveProcess); err != nil {
-			st.Error = fmt.Sprintf("setting compute mode Exclusive_Process (set mps_set_exclusive_compute_mode: false to leave it): %v", err)
-			return st
+			return fail("setting compute mode Exclusive_Process (set mps_set_exclusive_compute_mode: false to leave it): %v", err)
 		}
 		log.Info("compute mode set", "from", g.ComputeMode.String(), "to", gpu.ComputeModeExclusiveProcess.String())
 	}
 
-	ctl := a.controller(g.UUID, env, log)
-	adopted, err := ctl.Ensure(ctx)
+	adopted, err := gs.ctl.Ensure(ctx)
 	if err != nil {
-		st.Error = fmt.Sprintf("MPS control daemon: %v", err)
-		return st
+		return fail("MPS control daemon: %v", err)
 	}
-	if adopted {
-		log.Debug("adopted running MPS control daemon", "pipe_directory", env.PipeDir)
-	} else {
-		log.Info("started MPS control daemon", "pipe_directory", env.PipeDir, "log_directory", env.LogDir)
+	if !adopted {
+		if gs.limits != (mps.Limits{}) {
+			a.met.controlRestarts.Inc()
+			log.Warn("MPS control daemon was gone and is started again; its clients were lost with it", "pipe_directory", gs.env.PipeDir)
+		} else {
+			log.Info("started MPS control daemon", "pipe_directory", gs.env.PipeDir, "log_directory", gs.env.LogDir)
+		}
 	}
 	want := mps.Limits{PinnedMemMiB: st.MemoryLimitMiB, ThreadPercentage: float64(st.ThreadPercentage)}
-	if err := ctl.SetDefaults(ctx, want); err != nil {
-		st.Error = fmt.Sprintf("applying MPS limits: %v", err)
-		return st
+	if err := gs.ctl.SetDefaults(ctx, want); err != nil {
+		return fail("applying MPS limits: %v", err)
+	}
+	if gs.limits != want && gs.limits != (mps.Limits{}) {
+		log.Info("MPS limits changed", "memory_limit_mib", want.PinnedMemMiB, "thread_percentage", want.ThreadPercentage)
+	}
+	gs.limits = want
+	servers, err := gs.ctl.Servers(ctx)
+	if err != nil {
+		return fail("listing MPS servers: %v", err)
 	}
 	st.Enforced = true
+	for _, pid := range servers {
+		got, err := gs.ctl.ServerLimits(ctx, pid)
+		if err != nil {
+			return fail("%v", err)
+		}
+		if !mps.LimitsMatch(got, want) {
+			if err := gs.ctl.SetServerLimits(ctx, pid, want); err != nil {
+				st.Enforced = false
+				return fail("%v", err)
+			}
+			log.Info("limits of running MPS server changed", "server", pid, "memory_limit_mib", want.PinnedMemMiB, "thread_percentage", want.ThreadPercentage)
+		}
+		status, err := gs.ctl.ServerStatus(ctx, pid)
+		if err != nil {
+			return fail("%v", err)
+		}
+		if status != mps.ServerActive {
+			clients, _ := gs.ctl.Clients(ctx, pid)
+			st.Reason = fmt.Sprintf("MPS server %d is %s (clients %v); it recovers once they exit", pid, status, clients)
+			a.setHealth(gs, log, false, st.Reason)
+			return st
+		}
+	}
+	st.Healthy = true
+	a.setHealth(gs, log, true, "")
 	return st
 }
 
-func (a *Agent) controller(uuid string, env mps.Env, log *slog.Logger) *mps.Controller {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if c, ok := a.controllers[uuid]; ok {
-		return c
+// gpu returns the state of one GPU, creating its controller on first sight.
+func (a *Agent) gpu(cfg *Config, uuid string, log *slog.Logger) *gpuState {
+	if gs, ok := a.gpus[uuid]; ok {
+		return gs
 	}
-	c := mps.NewController(a.opts.Runner, env, a.opts.Config.Host.ControlTimeout, log.With("component", "mps"))
-	a.controllers[uuid] = c
-	return c
+	env := cfg.pipeLog(uuid)
+	gs := &gpuState{env: env, ctl: mps.NewController(a.opts.Runner, env, cfg.Host.ControlTimeout, log.With("component", "mps")), healthy: true}
+	a.gpus[uuid] = gs
+	return gs
+}
+
+// setHealth records a GPU's verdict and logs the transitions.
+func (a *Agent) setHealth(gs *gpuState, log *slog.Logger, healthy bool, reason string) {
+	if healthy != gs.healthy {
+		if healthy {
+			log.Info("GPU healthy again: its devices are handed out again")
+		} else {
+			log.Warn("GPU unhealthy: its devices are marked unhealthy and not handed out", "reason", reason)
+		}
+	}
+	gs.healthy, gs.reason = healthy, reason
 }
 
 // ensureHost registers the host once per process; the inventory finds it by
 // name, so a restarted daemon gets the same host row.
-func (a *Agent) ensureHost(ctx context.Context) (id, name string, err error) {
-	name, err = HostName(a.opts.Config.Host)
+func (a *Agent) ensureHost(ctx context.Context, cfg *Config) (id, name string, err error) {
+	name, err = HostName(cfg.Host)
 	if err != nil {
 		return "", "", err
 	}
@@ -194,12 +266,20 @@ func (a *Agent) ensureHost(ctx context.Context) (id, name string, err error) {
 	return h.ID, name, nil
 }
 
-func (a *Agent) setGPUs(gpus []GPUStatus, devices int) {
+func (a *Agent) setGPUs(gpus []GPUStatus, devices int, inventoryOK bool) {
+	healthy := 0
+	for _, g := range gpus {
+		if g.Healthy {
+			healthy++
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.status.GPUs = gpus
 	a.status.VirtualDevices = devices
+	a.status.InventoryReachable = inventoryOK
 	a.met.gpus.Set(float64(len(gpus)))
+	a.met.healthyGPUs.Set(float64(healthy))
 	a.met.devices.Set(float64(devices))
 }
 
@@ -210,5 +290,60 @@ func (a *Agent) fail(err error) error {
 	a.status.LastReconcile = time.Now()
 	a.mu.Unlock()
 	a.met.ready.Set(0)
+	a.sendNotify("STATUS=" + a.statusLine())
 	return err
+}
+
+// succeed records a full reconcile and, the first time, tells systemd the
+// service is ready: every device registered, every cap enforced.
+func (a *Agent) succeed() {
+	a.mu.Lock()
+	a.status.Ready = true
+	a.status.LastError = ""
+	a.status.LastReconcile = time.Now()
+	a.mu.Unlock()
+	a.met.ready.Set(1)
+	a.sendNotify("STATUS=" + a.statusLine())
+	if !a.readySent {
+		a.readySent = true
+		a.sendNotify("READY=1")
+	}
+}
+
+// statusLine is the one line systemctl status shows.
+func (a *Agent) statusLine() string {
+	st := a.Status()
+	unhealthy := 0
+	for _, g := range st.GPUs {
+		if !g.Healthy {
+			unhealthy++
+		}
+	}
+	line := fmt.Sprintf("%d GPUs, %d virtual devices", len(st.GPUs), st.VirtualDevices)
+	if unhealthy > 0 {
+		line += fmt.Sprintf(", %d GPUs unhealthy", unhealthy)
+	}
+	if st.InventoryReachable {
+		line += ", inventory reachable"
+	} else {
+		line += ", inventory unreachable"
+	}
+	if st.Simulated {
+		line = "SIMULATED: " + line
+	}
+	if st.ConfigError != "" {
+		line += "; config error, running the last good one: " + firstLine(st.ConfigError)
+	} else if !st.Ready && st.LastError != "" {
+		line += "; " + firstLine(st.LastError)
+	}
+	return line
+}
+
+// pipeLog gives a GPU its own pipe and log directory under the roots.
+func (c *Config) pipeLog(uuid string) mps.Env {
+	return mps.Env{
+		PipeDir:        filepath.Join(c.Host.CudaMPSPipeDirectory, uuid),
+		LogDir:         filepath.Join(c.Host.CudaMPSLogDirectory, uuid),
+		VisibleDevices: uuid,
+	}
 }

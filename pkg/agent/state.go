@@ -93,3 +93,18 @@ func writeFileAtomic(path string, v any) error {
 	}
 	return nil
 }
+
+// forgetMode drops a GPU's remembered mode once it has been restored.
+func (s *stateDir) forgetMode(uuid string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	modes, err := s.readModes()
+	if err != nil {
+		return err
+	}
+	if _, ok := modes[uuid]; !ok {
+		return nil
+	}
+	delete(modes, uuid)
+	return writeFileAtomic(filepath.Join(s.path, computeModeFile), modes)
+}

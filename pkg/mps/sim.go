@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -231,6 +232,30 @@ func (s *SimRunner) EnforcedLimits(pipeDir string, serverPID int) (Limits, error
 		return false, nil
 	})
 	return l, err
+}
+
+// Fault models a client that hits a fatal GPU exception (an illegal
+// address): its server reports FAULT and every OTHER client of that server
+// dies at once, as measured on an H200 (docs/gpu-runs/mps-probe-fault.txt);
+// the faulting client stays connected until RemoveClient, after which the
+// server is ACTIVE again.
+func (s *SimRunner) Fault(pipeDir string, clientPID int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
+	defer cancel()
+	return s.withState(ctx, pipeDir, func(st **simState) (bool, error) {
+		if *st == nil {
+			return false, fmt.Errorf("simulated MPS control in %s: not running", pipeDir)
+		}
+		for i := range (*st).Servers {
+			srv := &(*st).Servers[i]
+			if slices.ContainsFunc(srv.Clients, func(c simClient) bool { return c.PID == clientPID }) {
+				srv.Fault = true
+				srv.Clients = slices.DeleteFunc(srv.Clients, func(c simClient) bool { return c.PID != clientPID })
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("simulated MPS control in %s: no client %d", pipeDir, clientPID)
+	})
 }
 
 // Kill is `kill -9` of the control daemon: it is gone with its servers and

@@ -67,8 +67,12 @@ func simCommand(st **simState, line string) (stdout string, dirty bool) {
 			return msgPIDRequired + "\n", false
 		}
 		pid := cAtoi(arg(0))
-		if server(d, pid) == nil {
+		srv := server(d, pid)
+		if srv == nil {
 			return notFound(pid), false
+		}
+		if srv.Fault {
+			return "FAULT\n", false
 		}
 		return "ACTIVE\n", false
 
@@ -197,6 +201,11 @@ func removeClient(d *simState, pid int) bool {
 		n := len(srv.Clients)
 		srv.Clients = slices.DeleteFunc(srv.Clients, func(c simClient) bool { return c.PID == pid })
 		if len(srv.Clients) != n {
+			if len(srv.Clients) == 0 {
+				// A faulted server turns ACTIVE again once its last client
+				// has exited, and serves new clients (mps-probe-fault.txt).
+				srv.Fault = false
+			}
 			return true
 		}
 	}

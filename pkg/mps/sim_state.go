@@ -28,7 +28,10 @@ type simState struct {
 }
 
 type simServer struct {
-	PID              int         `json:"pid"`
+	PID int `json:"pid"`
+	// Fault is set by a client's fatal GPU exception; the server reports
+	// FAULT until its last client is gone (mps-probe-fault.txt).
+	Fault            bool        `json:"fault,omitempty"`
 	ThreadPercentage float64     `json:"thread_percentage"`
 	MemLimitMiB      map[int]int `json:"mem_limit_mib"`
 	Clients          []simClient `json:"clients"`

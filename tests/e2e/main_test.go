@@ -71,7 +71,14 @@ func (p *proc) Output() string {
 
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, nil, name, args...)
+}
+
+// startEnv starts a binary with extra environment variables.
+func startEnv(t *testing.T, env []string, name string, args ...string) *proc {
+	t.Helper()
 	p := &proc{cmd: exec.Command(filepath.Join(binDir, name), args...), done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", name, err)

@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/inventory/client"
+)
+
+// retire stops the MPS control daemon of every GPU that is no longer in the
+// plan (taken out of the YAML, or MPS switched off) once nothing needs it: no
+// device of that GPU is held by a guest and no client is connected. Until
+// then the daemon runs on, the held devices stay in the inventory marked
+// pending removal (the sync does that), and the GPU is listed as retiring.
+// Daemons found in the pipe root that this process never started (a GPU
+// removed while the daemon was down) are retired the same way.
+func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[string]bool, hostID string) []string {
+	var retiring []string
+	for _, uuid := range a.unplanned(cfg, planned) {
+		gs := a.gpu(cfg, uuid, a.log.With("gpu", uuid))
+		log := a.log.With("gpu", uuid)
+		up, err := gs.ctl.Running(ctx)
+		if err != nil {
+			log.Warn("asking a retired GPU's MPS control daemon", "err", err)
+			retiring = append(retiring, uuid)
+			continue
+		}
+		if !up {
+			delete(a.gpus, uuid)
+			continue
+		}
+		held, err := a.heldDevices(ctx, hostID, uuid)
+		if err != nil {
+			log.Warn("cannot tell whether a retired GPU's devices are held; keeping its MPS daemon", "err", err)
+			retiring = append(retiring, uuid)
+			continue
+		}
+		clients := a.connectedClients(ctx, gs)
+		if len(held) > 0 || clients > 0 {
+			log.Info("GPU left the configuration; its MPS daemon stays while it is in use", "held_devices", len(held), "clients", clients)
+			retiring = append(retiring, uuid)
+			continue
+		}
+		if err := gs.ctl.Quit(ctx); err != nil {
+			log.Warn("stopping a retired GPU's MPS control daemon", "err", err)
+			retiring = append(retiring, uuid)
+			continue
+		}
+		log.Info("GPU left the configuration and nothing uses it: MPS control daemon stopped")
+		delete(a.gpus, uuid)
+	}
+	sort.Strings(retiring)
+	return retiring
+}
+
+// unplanned lists GPUs with a known or findable control daemon outside the
+// plan: the agent's own, and GPU-* directories in the pipe root.
+func (a *Agent) unplanned(cfg *Config, planned map[string]bool) []string {
+	seen := map[string]bool{}
+	for uuid := range a.gpus {
+		if !planned[uuid] {
+			seen[uuid] = true
+		}
+	}
+	entries, _ := os.ReadDir(cfg.Host.CudaMPSPipeDirectory)
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() && strings.HasPrefix(name, "GPU-") && !planned[name] {
+			if _, err := os.Stat(filepath.Join(cfg.Host.CudaMPSPipeDirectory, name)); err == nil {
+				seen[name] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for uuid := range seen {
+		out = append(out, uuid)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// heldDevices lists the host's devices of one GPU that a guest holds.
+func (a *Agent) heldDevices(ctx context.Context, hostID, uuid string) ([]api.IsolatedDevice, error) {
+	var held []api.IsolatedDevice
+	for offset := 0; ; {
+		l, err := a.opts.Inventory.ListIsolatedDevices(ctx, client.ListOptions{HostID: hostID, DevType: api.DevTypeNvidiaMPS, GPU: uuid, Limit: 1000, Offset: offset})
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range l.IsolatedDevices {
+			if d.GuestID != "" {
+				held = append(held, d)
+			}
+		}
+		offset += len(l.IsolatedDevices)
+		if len(l.IsolatedDevices) == 0 || offset >= l.Total {
+			return held, nil
+		}
+	}
+}
+
+// connectedClients counts the clients of a GPU's servers; an answer that
+// cannot be read counts as one, so a daemon is never stopped on a guess.
+func (a *Agent) connectedClients(ctx context.Context, gs *gpuState) int {
+	servers, err := gs.ctl.Servers(ctx)
+	if err != nil {
+		return 1
+	}
+	n := 0
+	for _, pid := range servers {
+		c, err := gs.ctl.Clients(ctx, pid)
+		if err != nil {
+			return 1
+		}
+		n += len(c)
+	}
+	return n
+}

@@ -1,0 +1,75 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/mps"
+)
+
+// Teardown undoes what the daemon set up on this host, for decommissioning
+// or before taking MPS off: the devices leave the inventory (a device a guest
+// still holds stays, marked pending removal), every MPS control daemon under
+// the pipe root stops, and each GPU gets back the compute mode it had before
+// the daemon first changed it. Run it with the service stopped, or the
+// service starts MPS again. A GPU with connected MPS clients is refused
+// unless force: stopping its daemon kills them.
+func Teardown(ctx context.Context, cfg *Config, backend gpu.Backend, runner mps.Runner, inv Inventory, force bool, out io.Writer, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a, err := New(Options{Config: cfg, Backend: backend, Runner: runner, Inventory: inv, Log: log})
+	if err != nil {
+		return err
+	}
+	uuids := a.unplanned(cfg, map[string]bool{})
+	var busy []error
+	for _, uuid := range uuids {
+		gs := a.gpu(cfg, uuid, a.log.With("gpu", uuid))
+		if n := a.connectedClients(ctx, gs); n > 0 && !force {
+			busy = append(busy, fmt.Errorf("GPU %s: %d MPS clients connected (stop them, or use --force, which kills them)", uuid, n))
+		}
+	}
+	if len(busy) > 0 {
+		return fmt.Errorf("nothing torn down: %w", errors.Join(busy...))
+	}
+
+	var errs []error
+	if hostID, _, err := a.ensureHost(ctx, cfg); err != nil {
+		errs = append(errs, err)
+	} else if res, err := inv.SyncDevices(ctx, hostID, nil); err != nil {
+		errs = append(errs, fmt.Errorf("removing devices from the inventory: %w", err))
+	} else {
+		fmt.Fprintf(out, "inventory: %d devices removed, %d held by guests kept (pending removal)\n", res.Deleted, len(res.Held))
+	}
+	for _, uuid := range uuids {
+		if err := a.gpus[uuid].ctl.Quit(ctx); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		fmt.Fprintf(out, "%s: MPS control daemon stopped\n", uuid)
+	}
+	modes, err := a.state.previousModes()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for uuid, name := range modes {
+		mode, err := gpu.ParseComputeMode(name)
+		if err == nil {
+			err = backend.SetComputeMode(ctx, uuid, mode)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("restoring compute mode of %s: %w", uuid, err))
+			continue
+		}
+		if err := a.state.forgetMode(uuid); err != nil {
+			errs = append(errs, err)
+		}
+		fmt.Fprintf(out, "%s: compute mode restored to %s\n", uuid, name)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,107 @@
+package mps
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ServerStatus is what get_server_status prints for a live server.
+type ServerStatus string
+
+// Statuses seen on an H200 (docs/gpu-runs/mps-probe-fault.txt): a server
+// turns FAULT when a client hits a fatal GPU exception, kills its other
+// clients, and is ACTIVE again once the faulting client has exited.
+const (
+	ServerActive ServerStatus = "ACTIVE"
+	ServerFault  ServerStatus = "FAULT"
+)
+
+// ServerStatus asks for one server's status.
+func (c *Controller) ServerStatus(ctx context.Context, pid int) (ServerStatus, error) {
+	out, err := c.command(ctx, "get_server_status "+strconv.Itoa(pid))
+	if err != nil {
+		return "", fmt.Errorf("status of MPS server %d: %w", pid, err)
+	}
+	s := strings.TrimSpace(out)
+	if s == "" || strings.ContainsAny(s, " \n") {
+		return "", fmt.Errorf("status of MPS server %d: unexpected answer %q", pid, s)
+	}
+	return ServerStatus(s), nil
+}
+
+// Clients lists the client PIDs of one server.
+func (c *Controller) Clients(ctx context.Context, pid int) ([]int, error) {
+	out, err := c.command(ctx, "get_client_list "+strconv.Itoa(pid))
+	if err != nil {
+		return nil, fmt.Errorf("clients of MPS server %d: %w", pid, err)
+	}
+	return ParsePIDList(out)
+}
+
+// ServerLimits reads what a running server enforces for clients that
+// connect from now on; PinnedMemMiB is rounded like the defaults.
+func (c *Controller) ServerLimits(ctx context.Context, pid int) (Limits, error) {
+	p := strconv.Itoa(pid)
+	out, err := c.command(ctx, "get_active_thread_percentage "+p)
+	if err != nil {
+		return Limits{}, fmt.Errorf("thread percentage of MPS server %d: %w", pid, err)
+	}
+	pct, err := ParseThreadPercentage(out)
+	if err != nil {
+		return Limits{}, fmt.Errorf("thread percentage of MPS server %d: %w", pid, err)
+	}
+	out, err = c.command(ctx, "get_device_pinned_mem_limit "+p+" "+deviceOrdinal)
+	if err != nil {
+		return Limits{}, fmt.Errorf("pinned memory limit of MPS server %d: %w", pid, err)
+	}
+	mib, _, err := ParseMemLimit(out)
+	if err != nil {
+		return Limits{}, fmt.Errorf("pinned memory limit of MPS server %d: %w", pid, err)
+	}
+	return Limits{PinnedMemMiB: mib, ThreadPercentage: pct}, nil
+}
+
+// SetServerLimits changes the limits of a RUNNING server (the defaults only
+// reach servers started later) and reads them back. A server changed this way
+// gives the new caps to clients that connect afterwards; measured on an H200:
+// after `set_device_pinned_mem_limit <pid> 0 4G` a new client stopped at 4G.
+func (c *Controller) SetServerLimits(ctx context.Context, pid int, l Limits) error {
+	p := strconv.Itoa(pid)
+	pctText := strconv.FormatFloat(l.ThreadPercentage, 'f', -1, 64)
+	if !(l.ThreadPercentage > 0 && l.ThreadPercentage <= 100) {
+		return fmt.Errorf("active thread percentage %s out of range (0, 100]", pctText)
+	}
+	if _, err := c.command(ctx, "set_active_thread_percentage "+p+" "+pctText); err != nil {
+		return fmt.Errorf("setting thread percentage of MPS server %d: %w", pid, err)
+	}
+	if _, err := c.command(ctx, "set_device_pinned_mem_limit "+p+" "+deviceOrdinal+" "+FormatMemLimit(l.PinnedMemMiB)); err != nil {
+		return fmt.Errorf("setting pinned memory limit of MPS server %d: %w", pid, err)
+	}
+	got, err := c.ServerLimits(ctx, pid)
+	if err != nil {
+		return err
+	}
+	if g, w := formatThreadPercentage(got.ThreadPercentage), formatThreadPercentage(l.ThreadPercentage); g != w {
+		return fmt.Errorf("MPS server %d: active thread percentage reads back %s, want %s", pid, g, w)
+	}
+	if g, w := DisplayMemLimit(got.PinnedMemMiB), DisplayMemLimit(l.PinnedMemMiB); g != w {
+		return fmt.Errorf("MPS server %d: pinned memory reads back %s, want %s", pid, orNone(g), orNone(w))
+	}
+	return nil
+}
+
+// ShutdownServer asks a server to exit once its clients are gone.
+func (c *Controller) ShutdownServer(ctx context.Context, pid int) error {
+	if _, err := c.command(ctx, "shutdown_server "+strconv.Itoa(pid)); err != nil {
+		return fmt.Errorf("shutting down MPS server %d: %w", pid, err)
+	}
+	return nil
+}
+
+// LimitsMatch reports whether got (as read back, rounded) is what want sets.
+func LimitsMatch(got, want Limits) bool {
+	return DisplayMemLimit(got.PinnedMemMiB) == DisplayMemLimit(want.PinnedMemMiB) &&
+		formatThreadPercentage(got.ThreadPercentage) == formatThreadPercentage(want.ThreadPercentage)
+}
