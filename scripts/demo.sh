@@ -40,6 +40,7 @@ sed -e "s|^container_device_config_file:.*|container_device_config_file: $DIR/ho
     -e "s|^#* *mps_inventory_token_file:.*|mps_inventory_token_file: $DIR/admin.token|" \
     -e "s|^mps_listen_address:.*|mps_listen_address: 127.0.0.1:0|" \
     -e "s|^mps_state_directory:.*|mps_state_directory: $DIR/state|" \
+    -e "s|^mps_cdi_directory:.*|mps_cdi_directory: $DIR/cdi|" \
     etc/host.conf >"$DIR/host.conf"
 cp etc/host_container_device.yml "$DIR/"
 

@@ -17,10 +17,12 @@ import (
 	"sync"
 	"time"
 
+	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
 // Inventory is what the agent needs of the inventory.
@@ -50,6 +52,8 @@ type Options struct {
 	Watchdog time.Duration
 	// Reload receives a value per SIGHUP.
 	Reload <-chan struct{}
+	// Killer signals clients that accounting terminates; nil is kill(2).
+	Killer accounting.Killer
 	// WatchFiles follows edits of host.conf and the device YAML (fsnotify on
 	// their directories, so editors that replace the file are seen).
 	WatchFiles bool
@@ -67,6 +71,10 @@ type Agent struct {
 	// these, never concurrently.
 	hostID    string
 	gpus      map[string]*gpuState // by UUID: every GPU the agent runs MPS for
+	planned   map[string][]vdev.Device
+	minors    map[string]int    // GPU UUID -> N of /dev/nvidiaN
+	cdiIDs    map[string]string // <GPU UUID>::<i> -> inventory id, as last seen
+	acct      *accounting.Accountant
 	readySent bool
 	// onReload follows a new configuration (the file watcher re-aims).
 	onReload func(*Config)
@@ -105,6 +113,7 @@ func New(opts Options) (*Agent, error) {
 		met:        newMetrics(),
 		notify:     opts.Notifier,
 		gpus:       map[string]*gpuState{},
+		acct:       accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Killer: opts.Killer, Log: opts.Log}),
 		cfg:        opts.Config,
 		generation: 1,
 	}
@@ -194,6 +203,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			if a.probe(ctx) {
 				reconcile()
 			}
+			a.account(ctx)
 		case <-next.C:
 			reconcile()
 		}

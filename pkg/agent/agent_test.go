@@ -32,6 +32,7 @@ type fakeBackend struct {
 	gpus     []gpu.Info
 	setModes []string
 	setErr   error
+	procs    map[string][]gpu.Process
 }
 
 func (b *fakeBackend) Devices(context.Context) ([]gpu.Info, error) {
@@ -54,6 +55,13 @@ func (b *fakeBackend) SetComputeMode(_ context.Context, uuid string, m gpu.Compu
 		}
 	}
 	return fmt.Errorf("no GPU %s", uuid)
+}
+
+// MPSProcesses lists what a test put in procs (NVML's MPS clients per GPU).
+func (b *fakeBackend) MPSProcesses(_ context.Context, uuid string) ([]gpu.Process, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]gpu.Process(nil), b.procs[uuid]...), nil
 }
 
 func (b *fakeBackend) Close() error { return nil }
@@ -122,8 +130,8 @@ func newHarness(t testing.TB, hostConf, devices string) *harness {
 		t.Fatal(err)
 	}
 
-	hc := fmt.Sprintf("enable_cuda_mps: true\ncuda_mps_pipe_directory: %s/pipe\ncuda_mps_log_directory: %s/log\nmps_state_directory: %s/state\nmps_host_name: node-1\nmps_inventory_url: %s\n%s",
-		dir, dir, dir, srv.URL, hostConf)
+	hc := fmt.Sprintf("enable_cuda_mps: true\ncuda_mps_pipe_directory: %s/pipe\ncuda_mps_log_directory: %s/log\nmps_state_directory: %s/state\nmps_cdi_directory: %s/cdi\nmps_host_name: node-1\nmps_inventory_url: %s\n%s",
+		dir, dir, dir, dir, srv.URL, hostConf)
 	h := &harness{t: t, dir: dir, backend: &fakeBackend{gpus: twoGPUs()}, runner: mps.NewSimRunner(slog.New(slog.DiscardHandler))}
 	hcParsed, err := config.ParseHostConf(filepath.Join(dir, "host.conf"), []byte(hc))
 	if err != nil {

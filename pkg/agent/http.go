@@ -2,8 +2,10 @@ package agent
 
 import (
 	"encoding/json"
+
 	"net/http"
 	"time"
+	"yunion.io/x/mps-daemon/pkg/accounting"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -24,6 +26,7 @@ type metrics struct {
 	configOK         prometheus.Gauge
 	configGeneration prometheus.Gauge
 	controlRestarts  prometheus.Counter
+	enforcementSteps *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -47,8 +50,20 @@ func newMetrics() *metrics {
 	m.configOK = prometheus.NewGauge(prometheus.GaugeOpts{Name: "mps_daemon_config_last_reload_successful", Help: "0 while the last edit of the configuration was rejected and the previous one runs."})
 	m.configGeneration = prometheus.NewGauge(prometheus.GaugeOpts{Name: "mps_daemon_config_generation", Help: "How many configurations this process has taken (1 at start)."})
 	m.controlRestarts = prometheus.NewCounter(prometheus.CounterOpts{Name: "mps_daemon_control_daemon_restarts_total", Help: "MPS control daemons found dead and started again."})
+	m.enforcementSteps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mps_daemon_enforcement_steps_total", Help: "Steps taken against clients that pushed a virtual device over its cap, by step.",
+	}, []string{"step"})
+	m.reg.MustRegister(m.enforcementSteps)
 	m.reg.MustRegister(m.reconciles, m.duration, m.ready, m.gpus, m.devices, m.healthyGPUs, m.reloads, m.configOK, m.configGeneration, m.controlRestarts)
 	return m
+}
+
+// observeAccounting is a placeholder until the per-device series (issue 7):
+// it counts enforcement steps so an operator can alert on them.
+func (m *metrics) observeAccounting(r accounting.Report, _ map[string]uint64) {
+	for _, s := range r.Steps {
+		m.enforcementSteps.WithLabelValues(s.Step).Inc()
+	}
 }
 
 func (m *metrics) observe(d time.Duration, err error) {

@@ -12,6 +12,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/plan"
+	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
 // Status is what the agent last did, for /readyz, /status and the logs.
@@ -32,6 +33,10 @@ type Status struct {
 	// Retiring lists GPUs taken out of the configuration whose MPS daemon
 	// still runs because a guest holds one of their devices.
 	Retiring []string `json:"retiring,omitempty"`
+	// Accounting is the last per-device memory accounting.
+	Accounting *AccountingStatus `json:"accounting,omitempty"`
+	// CDI is the last write of the host's CDI spec.
+	CDI *CDIStatus `json:"cdi,omitempty"`
 }
 
 // GPUStatus is one planned GPU.
@@ -63,6 +68,9 @@ type gpuState struct {
 	// compares against them.
 	healthy bool
 	reason  string
+	// enforced: the caps are applied and read back (accounting measures
+	// only such GPUs).
+	enforced bool
 }
 
 // Reconcile brings MPS and the inventory in line with the configuration once:
@@ -84,15 +92,21 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 	statuses := make([]GPUStatus, 0, len(p.GPUs))
 	var gpuErrs []error
 	planned := map[string]bool{}
+	a.planned = map[string][]vdev.Device{}
 	for _, gp := range p.GPUs {
 		st := a.prepareGPU(ctx, cfg, gp)
 		statuses = append(statuses, st)
 		planned[gp.GPU.UUID] = true
+		a.planned[gp.GPU.UUID] = gp.Devices
+		a.gpus[gp.GPU.UUID].enforced = st.Enforced
 		if st.Error != "" {
 			gpuErrs = append(gpuErrs, fmt.Errorf("gpu %s (%s): %s", gp.GPU.PCI, gp.GPU.UUID, st.Error))
 		}
 	}
 
+	// The CDI spec before the inventory: a device must be startable by its
+	// <GPU UUID>::<i> name before anyone can be given it.
+	a.writeCDI(cfg, p, statuses, nil)
 	hostID, hostName, err := a.ensureHost(ctx, cfg)
 	if err != nil {
 		a.setGPUs(statuses, 0, false)
@@ -110,6 +124,11 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 	if err != nil {
 		a.setGPUs(statuses, 0, false)
 		return a.fail(fmt.Errorf("syncing devices with the inventory: %w", err))
+	}
+	if rows, err := a.hostRows(ctx, hostID); err != nil {
+		a.log.Warn("listing the host's devices for the CDI spec; ids wait for the next reconcile", "err", err)
+	} else {
+		a.writeCDI(cfg, p, statuses, rows)
 	}
 	retiring := a.retire(ctx, cfg, planned, hostID)
 	a.setGPUs(statuses, len(desired), true)
@@ -133,6 +152,11 @@ func (a *Agent) plan(ctx context.Context, cfg *Config) (*plan.Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing GPUs: %w", err)
 	}
+	minors := map[string]int{}
+	for _, g := range gpus {
+		minors[g.UUID] = g.Minor
+	}
+	a.minors = minors
 	gpu.FillNUMA(a.opts.SysfsRoot, gpus)
 	return plan.Build(cfg.Host, cfg.Devices, gpus, gpu.Resolver{SysfsRoot: a.opts.SysfsRoot, DevRoot: a.opts.DevRoot})
 }
@@ -345,5 +369,6 @@ func (c *Config) pipeLog(uuid string) mps.Env {
 		PipeDir:        filepath.Join(c.Host.CudaMPSPipeDirectory, uuid),
 		LogDir:         filepath.Join(c.Host.CudaMPSLogDirectory, uuid),
 		VisibleDevices: uuid,
+		MultiUser:      c.Host.MultiUserServer,
 	}
 }

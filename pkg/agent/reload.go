@@ -80,6 +80,12 @@ func keepRestartOnly(cur, next *config.HostConf) []string {
 	keep("mps_host_name", &cur.HostName, &next.HostName)
 	keep("mps_sysfs_root", &cur.SysfsRoot, &next.SysfsRoot)
 	keep("mps_dev_root", &cur.DevRoot, &next.DevRoot)
+	keep("mps_cdi_directory", &cur.CDIDirectory, &next.CDIDirectory)
+	keep("mps_proc_root", &cur.ProcRoot, &next.ProcRoot)
+	if cur.MultiUserServer != next.MultiUserServer {
+		kept = append(kept, "mps_multiuser_server")
+		next.MultiUserServer = cur.MultiUserServer
+	}
 	if cur.ControlTimeout != next.ControlTimeout {
 		kept = append(kept, "mps_control_timeout")
 		next.ControlTimeout = cur.ControlTimeout

@@ -22,6 +22,10 @@ func isolatedDeviceColumns() []Column {
 		{Header: "PCIE_Info", Field: "pcie_info"},
 		{Header: "Index", Field: "index", Always: true},
 		{Header: "Device_minor", Field: "device_minor", Always: true},
+		// Ours, after Cloudpods' columns and shown only when a row is in
+		// that state: not handed out (GPU unhealthy), or going once released.
+		{Header: "Unhealthy", Field: "unhealthy"},
+		{Header: "Pending_removal", Field: "pending_removal"},
 	}
 }
 

@@ -25,11 +25,14 @@ type Column struct {
 	Always bool
 }
 
-// Page is the paging of a list answer, printed in the footer.
+// Page is the paging of a list answer, printed in the footer. A marker
+// page (MarkerField set) has no total: Total is its row count.
 type Page struct {
 	Total  int
 	Limit  int
 	Offset int
+
+	MarkerField, MarkerOrder, NextMarker string
 }
 
 // ToObjects encodes a slice of API structs into Objects.
@@ -64,7 +67,9 @@ func ToObject(v any) (Object, error) {
 // and arrays print as compact JSON.
 func Cell(raw json.RawMessage) (text string, ok bool) {
 	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
+	// false is unfilled too: a state column (Unhealthy, Pending_removal)
+	// appears only when some row is in that state.
+	if len(raw) == 0 || string(raw) == "null" || string(raw) == "false" {
 		return "", false
 	}
 	if raw[0] == '"' {
@@ -152,7 +157,17 @@ func ShowTable(o Object) string {
 // Footer is the paging line under a list. Pages is ceil(Total/Limit) and Page
 // is Offset/Limit+1, as Cloudpods computes them (so an empty list reads
 // "Pages: 0 ... Page: 1"); a list without a limit is one page.
+//
+// A marker page prints what Cloudpods' climc prints for one: its rows, the
+// order, and the marker of the next page (none after the last).
 func Footer(p Page) string {
+	if p.MarkerField != "" {
+		s := fmt.Sprintf("*** Total: %d Field: %s Order: %s", p.Total, p.MarkerField, p.MarkerOrder)
+		if p.NextMarker != "" {
+			s += " NextMarker: " + p.NextMarker
+		}
+		return s + " ***"
+	}
 	pages, page := 1, 1
 	if p.Limit > 0 {
 		pages = (p.Total + p.Limit - 1) / p.Limit

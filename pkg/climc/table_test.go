@@ -76,6 +76,10 @@ func headerCells(table string) []string {
 func TestListTableGolden(t *testing.T) {
 	withGuest := p40Slices()
 	withGuest[2].GuestID = "e1f2a3b4-c5d6-4e7f-8091-a2b3c4d5e6f7"
+	// After a resize 4 -> 3 while slice 3 is held: it stays, pending removal.
+	pending := p40Slices()
+	pending[3].GuestID = "pod-3"
+	pending[3].PendingRemoval = true
 
 	tests := []struct {
 		name    string
@@ -99,6 +103,14 @@ func TestListTableGolden(t *testing.T) {
 			golden: "isolated-device-list-guest.golden",
 			headers: []string{"ID", "Dev_type", "Model", "Addr", "Vendor_device_id", "Host_id",
 				"numa_node", "Guest_id", "Device_path", "PCIE_Info", "Index", "Device_minor"},
+		},
+		{
+			name:   "held slice pending removal",
+			devs:   pending,
+			page:   Page{Total: 4, Limit: 20, Offset: 0},
+			golden: "isolated-device-list-pending.golden",
+			headers: []string{"ID", "Dev_type", "Model", "Addr", "Vendor_device_id", "Host_id",
+				"numa_node", "Guest_id", "Device_path", "PCIE_Info", "Index", "Device_minor", "Pending_removal"},
 		},
 		{
 			name:   "empty",
@@ -144,6 +156,8 @@ func TestFooter(t *testing.T) {
 		{Page{Total: 45, Limit: 20, Offset: 25}, "*** Total: 45 Pages: 3 Limit: 20 Offset: 25 Page: 2 ***"},
 		{Page{Total: 7, Limit: 0, Offset: 0}, "*** Total: 7 Pages: 1 Limit: 0 Offset: 0 Page: 1 ***"},
 		{Page{Total: 0, Limit: 20, Offset: 0}, "*** Total: 0 Pages: 0 Limit: 20 Offset: 0 Page: 1 ***"},
+		{Page{Total: 20, Limit: 20, MarkerField: "seq", MarkerOrder: "ASC", NextMarker: "41"}, "*** Total: 20 Field: seq Order: ASC NextMarker: 41 ***"},
+		{Page{Total: 3, Limit: 20, MarkerField: "seq", MarkerOrder: "DESC"}, "*** Total: 3 Field: seq Order: DESC ***"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
@@ -166,7 +180,8 @@ func TestCell(t *testing.T) {
 		{`"Tesla P40"`, "Tesla P40", true},
 		{`-1`, "-1", true},
 		{`0`, "0", true},
-		{`false`, "false", true},
+		{`false`, "", false}, // a state a row is not in
+		{`true`, "true", true},
 		{`{ "b": 1,  "a": [1, 2] }`, `{"b":1,"a":[1,2]}`, true},
 		{`"a \"quoted\" name"`, `a "quoted" name`, true},
 	}

@@ -56,6 +56,19 @@ type HostConf struct {
 	// HealthInterval is how often each GPU's control daemon and servers
 	// are probed (a dead daemon, a server in FAULT).
 	HealthInterval time.Duration
+	// MultiUserServer starts control daemons with -multiuser-server, so
+	// containers of different UIDs share a GPU at once (docs/containers.md).
+	MultiUserServer bool
+	// CDIDirectory is where the host's CDI spec is written.
+	CDIDirectory string
+	// CDIShmPath is the host's shared memory mounted into containers at
+	// /dev/shm; "none" leaves it out (docs/containers.md).
+	CDIShmPath string
+	// Accounting is the per-virtual-device memory policy: off, report or
+	// enforce (docs/containers.md).
+	Accounting string
+	// ProcRoot is /proc, read to map MPS clients to virtual devices.
+	ProcRoot string
 	// HostName is the name registered in the inventory; empty means the
 	// caller uses os.Hostname.
 	HostName  string
@@ -87,6 +100,11 @@ func DefaultHostConf() *HostConf {
 		ControlTimeout:          10 * time.Second,
 		SyncInterval:            30 * time.Second,
 		HealthInterval:          10 * time.Second,
+		MultiUserServer:         true,
+		CDIDirectory:            "/var/run/cdi",
+		CDIShmPath:              "/dev/shm",
+		Accounting:              AccountingEnforce,
+		ProcRoot:                "/proc",
 		SysfsRoot:               "/sys",
 		DevRoot:                 "/dev",
 	}
@@ -139,7 +157,8 @@ var hostConfKeys = map[string]bool{
 	"mps_inventory_url": true, "mps_inventory_token": true, "mps_inventory_token_file": true,
 	"mps_inventory_timeout": true, "mps_listen_address": true, "mps_state_directory": true,
 	"mps_set_exclusive_compute_mode": true, "mps_control_binary": true, "mps_control_timeout": true,
-	"mps_sync_interval": true, "mps_health_interval": true, "mps_host_name": true, "mps_sysfs_root": true, "mps_dev_root": true,
+	"mps_sync_interval": true, "mps_health_interval": true, "mps_multiuser_server": true,
+	"mps_cdi_directory": true, "mps_cdi_shm_path": true, "mps_accounting": true, "mps_proc_root": true, "mps_host_name": true, "mps_sysfs_root": true, "mps_dev_root": true,
 }
 
 // set stores the value of one of hostConfKeys, or says what is wrong with it.
@@ -178,6 +197,16 @@ func (hc *HostConf) set(key string, v *yaml.Node) error {
 		hc.SyncInterval, err = durationValue(v)
 	case "mps_health_interval":
 		hc.HealthInterval, err = durationValue(v)
+	case "mps_multiuser_server":
+		hc.MultiUserServer, err = boolValue(v)
+	case "mps_cdi_directory":
+		hc.CDIDirectory, err = absPath(v)
+	case "mps_cdi_shm_path":
+		hc.CDIShmPath, err = shmPath(v)
+	case "mps_accounting":
+		hc.Accounting, err = accountingPolicy(v)
+	case "mps_proc_root":
+		hc.ProcRoot, err = absPath(v)
 	case "mps_host_name":
 		hc.HostName, err = scalarValue(v)
 	case "mps_sysfs_root":
@@ -305,4 +334,31 @@ func hostPort(v *yaml.Node) (string, error) {
 		return "", fmt.Errorf("want host:port with a port number from 0 to 65535, got %s", describe(v))
 	}
 	return s, nil
+}
+
+// Accounting policies (mps_accounting).
+const (
+	AccountingOff     = "off"
+	AccountingReport  = "report"
+	AccountingEnforce = "enforce"
+)
+
+func accountingPolicy(v *yaml.Node) (string, error) {
+	s, err := scalarValue(v)
+	if err != nil {
+		return "", err
+	}
+	switch s {
+	case AccountingOff, AccountingReport, AccountingEnforce:
+		return s, nil
+	}
+	return "", fmt.Errorf("%q: want off, report or enforce", s)
+}
+
+// shmPath is an absolute path, or "none" for no /dev/shm mount.
+func shmPath(v *yaml.Node) (string, error) {
+	if s, err := scalarValue(v); err == nil && s == "none" {
+		return s, nil
+	}
+	return absPath(v)
 }

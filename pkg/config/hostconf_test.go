@@ -95,6 +95,10 @@ func TestParseHostConfValues(t *testing.T) {
 		{"relative device file", "container_device_config_file: dev.yml", func(h *HostConf) { h.ContainerDeviceConfigFile = "/etc/yunion/dev.yml" }},
 		{"relative token file", "mps_inventory_token_file: mps.token", func(h *HostConf) { h.InventoryTokenFile = "/etc/yunion/mps.token" }},
 		{"listen on all addresses", "mps_listen_address: :9331", func(h *HostConf) { h.ListenAddress = ":9331" }},
+		{"health interval", "mps_health_interval: 2s", func(h *HostConf) { h.HealthInterval = 2 * time.Second }},
+		{"per-user MPS servers", "mps_multiuser_server: false", func(h *HostConf) { h.MultiUserServer = false }},
+		{"accounting report", "mps_accounting: report", func(h *HostConf) { h.Accounting = AccountingReport }},
+		{"cdi directory", "mps_cdi_directory: /etc/cdi", func(h *HostConf) { h.CDIDirectory = "/etc/cdi" }},
 		{"alias", "x: &n 6\ncuda_mps_replicas: *n", func(h *HostConf) { h.CudaMPSReplicas = 6; h.Unknown = []string{"x"} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,6 +133,8 @@ func TestParseHostConfErrors(t *testing.T) {
 		{"url without scheme", "mps_inventory_url: 127.0.0.1:9330", []string{`host.conf:1: mps_inventory_url: want an http:// or https:// URL with a host, got "127.0.0.1:9330"`}},
 		{"listen port only", "mps_listen_address: 9331", []string{`host.conf:1: mps_listen_address: want host:port, got "9331"`}},
 		{"listen port name", "mps_listen_address: localhost:http", []string{`host.conf:1: mps_listen_address: want host:port with a port number from 0 to 65535, got "localhost:http"`}},
+		{"accounting policy", "mps_accounting: kill", []string{`host.conf:1: mps_accounting: "kill": want off, report or enforce`}},
+		{"relative cdi directory", "mps_cdi_directory: cdi", []string{`host.conf:1: mps_cdi_directory: want an absolute path, got "cdi"`}},
 		{"empty binary", `mps_control_binary: ""`, []string{`host.conf:1: mps_control_binary: must not be empty`}},
 		{"top level list", "- enable_cuda_mps\n", []string{`host.conf:1: want key: value lines at the top level, got a list`}},
 		{"top level scalar", "enable_cuda_mps\n", []string{`host.conf:1: want key: value lines at the top level, got "enable_cuda_mps"`}},

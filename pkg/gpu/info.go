@@ -6,6 +6,7 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"yunion.io/x/mps-daemon/pkg/pci"
@@ -140,6 +141,26 @@ type Backend interface {
 	// SetComputeMode changes a GPU's compute mode. Callers check config first:
 	// some hosts (shared machines) must never have it changed.
 	SetComputeMode(ctx context.Context, uuid string, mode ComputeMode) error
+	// MPSProcesses lists the MPS client processes running on the GPU with
+	// this UUID and the memory NVML counts for each (the MPS server itself is
+	// not among them). A GPU whose driver cannot answer returns an error
+	// wrapping ErrNotSupported, never an empty list: "nobody uses memory" and
+	// "nobody can tell" must not look alike to accounting.
+	MPSProcesses(ctx context.Context, uuid string) ([]Process, error)
 	// Close releases NVML.
 	Close() error
 }
+
+// Process is one MPS client process on a GPU as NVML lists it. PID is in the
+// host's PID namespace. UsedMemoryBytes is what NVML counts for the process,
+// its CUDA context included; it is also what MPS holds against the client's
+// pinned memory limit: a client capped at 20389 MiB stopped allocating at
+// 20368 MiB used (docs/gpu-runs/mps-probe2.txt).
+type Process struct {
+	PID             int
+	UsedMemoryBytes uint64
+}
+
+// ErrNotSupported is wrapped by Backend calls the GPU or driver cannot answer
+// at all, as opposed to failing to.
+var ErrNotSupported = errors.New("not supported by this GPU or driver")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -91,19 +90,17 @@ func (c *Controller) Ensure(ctx context.Context) (adopted bool, err error) {
 		return false, fmt.Errorf("asking for a running MPS control daemon: %w", err)
 	}
 	if up {
-		return true, nil
+		switched, err := c.switchModeIfIdle(ctx)
+		if err != nil || !switched {
+			return !switched, err
+		}
 	}
 	for _, dir := range []string{c.env.PipeDir, c.env.LogDir} {
 		if dir == "" {
 			continue
 		}
-		// Servers run as the client's UID, which must traverse both
-		// directories: the leaf gets 0755 whatever the umask.
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return false, fmt.Errorf("creating MPS directory: %w", err)
-		}
-		if err := os.Chmod(dir, 0o755); err != nil {
-			return false, fmt.Errorf("making MPS directory traversable: %w", err)
+		if err := prepareDir(dir); err != nil {
+			return false, err
 		}
 	}
 	startCtx, cancel := context.WithTimeout(ctx, c.timeout)
@@ -116,8 +113,42 @@ func (c *Controller) Ensure(ctx context.Context) (adopted bool, err error) {
 		return false, fmt.Errorf("MPS control daemon for %s did not come up (see %s): %w",
 			c.env.PipeDir, filepath.Join(c.env.LogDir, "control.log"), err)
 	}
+	if err := recordMode(c.env.PipeDir, c.env.MultiUser); err != nil {
+		return false, err
+	}
 	c.log.Debug("mps control daemon up", "pipe_directory", c.env.PipeDir)
 	return false, nil
+}
+
+// switchModeIfIdle deals with an adopted daemon whose server mode differs
+// from the configured one. Switching means restarting it, which kills its
+// clients: so it happens only while no MPS server runs (switched = true, the
+// daemon is gone and the caller starts a new one); otherwise the daemon keeps
+// its mode and the switch waits for an idle moment.
+func (c *Controller) switchModeIfIdle(ctx context.Context) (switched bool, err error) {
+	multi, known := recordedMode(c.env.PipeDir)
+	if !known {
+		c.log.Debug("adopted an MPS control daemon started elsewhere; its server mode is unknown and left as is", "pipe_directory", c.env.PipeDir)
+		return false, nil
+	}
+	if multi == c.env.MultiUser {
+		return false, nil
+	}
+	servers, err := c.Servers(ctx)
+	if err != nil {
+		return false, err
+	}
+	if len(servers) > 0 {
+		c.log.Warn("MPS control daemon runs in the other server mode; it switches once its servers are gone",
+			"pipe_directory", c.env.PipeDir, "running", modeName(multi), "configured", modeName(c.env.MultiUser), "servers", servers)
+		return false, nil
+	}
+	c.log.Info("restarting the idle MPS control daemon to switch its server mode",
+		"pipe_directory", c.env.PipeDir, "from", modeName(multi), "to", modeName(c.env.MultiUser))
+	if err := c.Quit(ctx); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // waitRunning polls Running until it reports want or the timeout passes.

@@ -27,6 +27,18 @@ type Env struct {
 	PipeDir        string // CUDA_MPS_PIPE_DIRECTORY
 	LogDir         string // CUDA_MPS_LOG_DIRECTORY
 	VisibleDevices string // CUDA_VISIBLE_DEVICES: one GPU UUID
+	// MultiUser starts the daemon with -multiuser-server: one MPS server
+	// for clients of every UID, instead of one per UID, which makes a second
+	// UID wait until every client of the first has exited (mps-facts.md).
+	MultiUser bool
+}
+
+// startArgs are the control binary's arguments to daemonize for env.
+func startArgs(env Env) []string {
+	if env.MultiUser {
+		return []string{"-d", "-multiuser-server"}
+	}
+	return []string{"-d"}
 }
 
 // Output is what one control client invocation printed.
@@ -102,7 +114,7 @@ func (r *ExecRunner) Run(ctx context.Context, env Env, command string) (Output, 
 // service never signals it) and its stdout/stderr go to /dev/null, never to
 // pipes of ours, which a daemon holding open would keep Wait from returning.
 func (r *ExecRunner) Start(ctx context.Context, env Env) error {
-	cmd := exec.CommandContext(ctx, r.binary, "-d")
+	cmd := exec.CommandContext(ctx, r.binary, startArgs(env)...)
 	cmd.Env = childEnv(os.Environ(), env)
 	// nil Stdin/Stdout/Stderr: os/exec connects them to the null device.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -113,11 +125,11 @@ func (r *ExecRunner) Start(ctx context.Context, env Env) error {
 	}
 	err := cmd.Wait()
 	if ctxErr := ctx.Err(); ctxErr != nil && err != nil {
-		return fmt.Errorf("starting the MPS control daemon: %s -d %s after %s: %w", r.binary, expiredVerb(ctxErr),
+		return fmt.Errorf("starting the MPS control daemon: %s %s %s after %s: %w", r.binary, strings.Join(startArgs(env), " "), expiredVerb(ctxErr),
 			time.Since(start).Round(time.Millisecond), ctxErr)
 	}
 	if err != nil {
-		return fmt.Errorf("starting the MPS control daemon: %s -d: %w (see %s/control.log)", r.binary, err, env.LogDir)
+		return fmt.Errorf("starting the MPS control daemon: %s %s: %w (see %s/control.log)", r.binary, strings.Join(startArgs(env), " "), err, env.LogDir)
 	}
 	return nil
 }

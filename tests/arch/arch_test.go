@@ -96,7 +96,9 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/inventory/server": {"pkg/api", "pkg/inventory/store"},
 		"pkg/inventory/client": {"pkg/api"},
 		"pkg/climc":            {"pkg/api", "pkg/config", "pkg/inventory/client", "pkg/version"},
-		"pkg/agent":            {"pkg/api", "pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/pci"},
+		"pkg/accounting":       {"pkg/gpu", "pkg/vdev"},
+		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/version"},
+		"pkg/agent":            {"pkg/api", "pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/pci", "pkg/accounting", "pkg/cdi"},
 	}
 	for dir, imps := range imports(t) {
 		if strings.HasPrefix(dir, "cmd/") || strings.HasPrefix(dir, "tests/") {

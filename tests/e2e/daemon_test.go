@@ -59,10 +59,11 @@ cuda_mps_log_directory: %s/log
 mps_inventory_url: %s
 mps_listen_address: %s
 mps_state_directory: %s/state
+mps_cdi_directory: %s/cdi
 mps_host_name: e2e-host
 mps_sync_interval: 1s
 mps_inventory_token_file: %s
-`, e.devices, dir, dir, inventoryURL, listen, dir, filesFor(t, inventoryURL).tokenFile)
+`, e.devices, dir, dir, inventoryURL, listen, dir, dir, filesFor(t, inventoryURL).tokenFile)
 	if err := os.WriteFile(e.hostConf, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -7,11 +7,15 @@
 # directories. Results go to $OUT/gpu-suite.md (copied into docs/ by hand).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-suite-out}; mkdir -p "$OUT"
-B=$(cd "$(dirname "$0")/../.." && pwd)/.gpu-bundle
+HERE=$(cd "$(dirname "$0")" && pwd)
+B=$HERE/../../.gpu-bundle
+C=$HERE/clients
 REPORT=$OUT/gpu-suite.md
 W=$(mktemp -d /tmp/gs.XXXX); chmod 755 "$W"
 PIDS=()
 FAIL=0
+DAEMON_ADDR=127.0.0.1:19331
+. "$HERE/lib.sh"
 cleanup() {
 	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
 	sleep 1
@@ -19,21 +23,17 @@ cleanup() {
 	cp "$W"/*.log "$OUT/" 2>/dev/null
 }
 trap cleanup EXIT
-say() { echo "$*" | tee -a "$REPORT"; }
-check() { # check NAME CONDITION-RESULT(0/1) DETAIL
-	if [ "$2" = 0 ]; then say "- PASS: $1 ${3:-}"; else say "- FAIL: $1 ${3:-}"; FAIL=1; fi
-}
-block() { say '```'; tee -a "$REPORT"; say '```'; }
-# http_ok URL: 0 when URL answers 200 (python3 is on every GPU image; curl may not be).
-http_ok() { python3 -c 'import sys,urllib.request; sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=2).status == 200 else 1)' "$1" >/dev/null 2>&1; }
 
 UUID=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
 BUS=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1)
+ADDR=$(echo "$BUS" | tr 'A-F' 'a-f' | sed 's/^[0-9a-f]*://')   # 00:06.0, as Cloudpods' addr
 CM_BEFORE=$(nvidia-smi --query-gpu=compute_mode --format=csv,noheader | head -1)
+PIPE=$W/pipe/$UUID
 : >"$REPORT"
 say "# GPU suite: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 say
 nvidia-smi --query-gpu=name,uuid,pci.bus_id,memory.total,compute_mode,driver_version --format=csv | block
+
 say
 say "## 1. MPS contract: the simulated control's assertions against the real nvidia-cuda-mps-control"
 MPS_CONTRACT_REAL=1 MPS_CONTROL_BINARY=$(command -v nvidia-cuda-mps-control) MPS_CONTRACT_GPU=$UUID \
@@ -42,27 +42,26 @@ check "contract test (real and simulated control answer alike)" "${PIPESTATUS[0]
 
 say
 say "## 2. The daemon on the real GPU, virtual_number 4, compute mode untouched"
-"$B/mps-inventory" --listen 127.0.0.1:0 --db "$W/inventory.db" --address-file "$W/inv.addr" 2>"$W/inventory.log" &
+"$B/mps-inventory" --listen 127.0.0.1:0 --db "$W/inventory.db" --address-file "$W/inv.addr" --admin-token-file "$W/admin.token" 2>"$W/inventory.log" &
 PIDS+=($!)
-for _ in $(seq 100); do [ -s "$W/inv.addr" ] && break; sleep 0.1; done
-URL=http://$(cat "$W/inv.addr")
+for _ in $(seq 100); do [ -s "$W/inv.addr" ] && [ -s "$W/admin.token" ] && break; sleep 0.1; done
+URL=http://$(cat "$W/inv.addr"); TOKEN=$(cat "$W/admin.token")
 cat >"$W/host.conf" <<CONF
 enable_cuda_mps: true
 container_device_config_file: $W/devices.yml
 cuda_mps_pipe_directory: $W/pipe
 cuda_mps_log_directory: $W/log
 mps_inventory_url: $URL
-mps_listen_address: 127.0.0.1:19331
+mps_inventory_token_file: $W/admin.token
+mps_listen_address: $DAEMON_ADDR
 mps_state_directory: $W/state
+mps_cdi_directory: $W/cdi
 mps_set_exclusive_compute_mode: false
 mps_host_name: gpu-suite
+mps_sync_interval: 2s
+mps_health_interval: 1s
 CONF
-cat >"$W/devices.yml" <<YML
-devices:
-- path: /dev/nvidia0
-  type: NVIDIA_MPS
-  virtual_number: 4
-YML
+set_vn 4
 say "check-config with the GPU named as /dev/nvidia0:"
 "$B/mps-daemon" --config "$W/host.conf" check-config 2>&1 | block
 for p in "$BUS" "$(echo "$BUS" | tr 'A-F' 'a-f' | sed 's/^0000//')" "$UUID"; do
@@ -70,59 +69,170 @@ for p in "$BUS" "$(echo "$BUS" | tr 'A-F' 'a-f' | sed 's/^0000//')" "$UUID"; do
 	"$B/mps-daemon" --config "$W/host.conf" check-config >/dev/null 2>&1
 	check "check-config resolves path $p" $?
 done
-sed -i "s|^- path: .*|- path: /dev/nvidia0|" "$W/devices.yml"
+set_vn 4
 
 T0=$(date +%s.%N)
-"$B/mps-daemon" --config "$W/host.conf" --log-level debug 2>"$W/daemon.log" &
-DPID=$!; PIDS+=($DPID)
-READY=1
-for _ in $(seq 300); do http_ok http://127.0.0.1:19331/readyz && { READY=0; break; }; sleep 0.1; done
+start_daemon "$W/daemon.log"
+wait_ready; READY=$?
 T1=$(date +%s.%N)
 check "daemon ready (devices registered with enforced caps)" $READY "in $(python3 -c "print(round($T1-$T0,2))") s"
 say "climc isolated-device-list:"
-MPS_INVENTORY_URL=$URL "$B/climc" isolated-device-list 2>&1 | block
-CAP=$(MPS_INVENTORY_URL=$URL "$B/climc" -o json isolated-device-list | python3 -c 'import json,sys; d=json.load(sys.stdin)["isolated_devices"]; print(d[0]["mps_memory_limit"])')
-N=$(MPS_INVENTORY_URL=$URL "$B/climc" -o json isolated-device-list | python3 -c 'import json,sys; print(json.load(sys.stdin)["total"])')
+climc isolated-device-list 2>&1 | block
+CAP=$(field "$ADDR-0" mps_memory_limit)
+N=$(count)
 check "4 virtual devices registered" "$([ "$N" = 4 ]; echo $?)" "(total $N, cap $CAP MiB each)"
-PIPE=$W/pipe/$UUID
 say "limits read back from the control daemon ($PIPE):"
-for c in get_default_device_pinned_mem_limit\ 0 get_default_active_thread_percentage; do
-	echo "$c -> $(echo "$c" | CUDA_MPS_PIPE_DIRECTORY=$PIPE timeout 10 nvidia-cuda-mps-control)"
-done | block
+for c in "get_default_device_pinned_mem_limit 0" get_default_active_thread_percentage; do echo "$c -> $(ctl "$c")"; done | block
 
 say
 say "## 3. A CUDA client given a virtual device's environment cannot allocate past its cap"
-cat >"$W/alloc.py" <<'PY'
-import torch, sys
-n = 0; bufs = []
-try:
-    while True:
-        bufs.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda")); n += 256
-except RuntimeError as e:
-    pass
-print(n)
-PY
-GOT=$(CUDA_MPS_PIPE_DIRECTORY=$PIPE CUDA_MPS_LOG_DIRECTORY=$W/log/$UUID CUDA_VISIBLE_DEVICES=$UUID python3 "$W/alloc.py" 2>>"$W/client.log")
+GOT=$(env $(client_env) python3 "$C/alloc.py" 2>>"$W/client.log")
 say "client allocated $GOT MiB in 256 MiB blocks; cap $CAP MiB"
 check "allocation stopped at the cap" "$([ -n "$GOT" ] && [ "$GOT" -le "$CAP" ] && [ "$GOT" -gt $((CAP - 1024)) ]; echo $?)" "($GOT <= $CAP, within 1 GiB)"
-GOT2=$(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=200G CUDA_MPS_PIPE_DIRECTORY=$PIPE CUDA_VISIBLE_DEVICES=$UUID python3 "$W/alloc.py" 2>>"$W/client.log")
+GOT2=$(env $(client_env) CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=200G python3 "$C/alloc.py" 2>>"$W/client.log")
 check "a client asking for more (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=200G) still stops at the cap" "$([ -n "$GOT2" ] && [ "$GOT2" -le "$CAP" ]; echo $?)" "($GOT2 MiB)"
 
 say
-say "## 4. Restart adopts, stop leaves MPS running, compute mode untouched"
+say "## 4. Restarting the daemon while a CUDA client runs"
+env $(client_env) python3 "$C/hold.py" 15 1024 >"$W/restart-client.log" 2>&1 &
+CL=$!
+until_ok 60 grep -q started "$W/restart-client.log"
+SERVER_BEFORE=$(ctl get_server_list)
 kill -TERM $DPID; wait $DPID; check "daemon exits 0 on SIGTERM" $?
-echo get_server_list | CUDA_MPS_PIPE_DIRECTORY=$PIPE timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1
-check "MPS control daemon still running after the daemon stopped" $?
-"$B/mps-daemon" --config "$W/host.conf" --log-level debug 2>"$W/daemon2.log" &
-DPID=$!; PIDS+=($DPID)
-for _ in $(seq 300); do http_ok http://127.0.0.1:19331/readyz && break; sleep 0.1; done
-N2=$(MPS_INVENTORY_URL=$URL "$B/climc" -o json isolated-device-list | python3 -c 'import json,sys; print(json.load(sys.stdin)["total"])')
-check "restart: still 4 devices, no duplicates" "$([ "$N2" = 4 ]; echo $?)"
+ctl get_server_list >/dev/null; check "MPS control daemon still running after the daemon stopped" $?
+start_daemon "$W/daemon2.log"
+wait_ready; check "restarted daemon ready" $?
+SERVER_AFTER=$(ctl get_server_list)
+check "the same MPS server serves on (adopted, not restarted)" "$([ "$SERVER_BEFORE" = "$SERVER_AFTER" ]; echo $?)" "($SERVER_BEFORE -> $SERVER_AFTER)"
 ! grep -q "started MPS control daemon" "$W/daemon2.log"; check "restart adopted the control daemon" $?
+wait $CL; RC=$?
+check "the client ran to the end across the restart" "$([ $RC = 0 ] && grep -q finished "$W/restart-client.log"; echo $?)" "($(tail -1 "$W/restart-client.log"))"
+check "still 4 devices, no duplicates" "$([ "$(count)" = 4 ]; echo $?)"
+
+say
+say "## 5. Live resize 4 -> 2 while a guest holds device 3 and its client runs"
+D3=$(field "$ADDR-3" id)
+climc server-attach-isolated-device pod-3 "$D3" >/dev/null; check "device $ADDR-3 attached to pod-3" $?
+env $(client_env) python3 "$C/hold.py" 20 4096 >"$W/resize-client.log" 2>&1 &
+CL=$!
+until_ok 60 grep -q started "$W/resize-client.log"
+SERVER=$(ctl get_server_list | head -1)
+T0=$(date +%s.%N)
+set_vn 2
+three() { [ "$(count)" = 3 ]; }
+until_ok 30 three
+T1=$(date +%s.%N)
+say "inventory after the edit (in $(python3 -c "print(round($T1-$T0,2))") s):"
+climc isolated-device-list 2>&1 | block
+devices | block
+NEWCAP=$(field "$ADDR-0" mps_memory_limit)
+check "free device $ADDR-2 removed" "$([ -z "$(field "$ADDR-2" id)" ]; echo $?)"
+check "held device $ADDR-3 kept, pending removal, still pod-3's" "$([ "$(field "$ADDR-3" pending_removal)" = True ] && [ "$(field "$ADDR-3" guest_id)" = pod-3 ]; echo $?)"
+check "devices 0 and 1 carry the 2-way cap" "$([ "$NEWCAP" -gt "$CAP" ] && [ "$(field "$ADDR-0" mps_thread_percentage)" = 50 ]; echo $?)" "($CAP -> $NEWCAP MiB)"
+say "running server $SERVER after the resize: pinned $(ctl get_device_pinned_mem_limit "$SERVER" 0), threads $(ctl get_active_thread_percentage "$SERVER"); defaults: $(ctl get_default_device_pinned_mem_limit 0), $(ctl get_default_active_thread_percentage)"
+GOT3=$(env $(client_env) python3 "$C/alloc.py" 2>>"$W/client.log")
+check "a new client on the running server gets the new cap" "$([ -n "$GOT3" ] && [ "$GOT3" -le "$NEWCAP" ] && [ "$GOT3" -gt "$CAP" ]; echo $?)" "($GOT3 MiB, cap $NEWCAP)"
+wait $CL; RC=$?
+check "pod-3's client ran to the end through the resize" "$([ $RC = 0 ] && grep -q finished "$W/resize-client.log"; echo $?)" "($(tail -1 "$W/resize-client.log"))"
+climc server-detach-isolated-device pod-3 "$D3" >/dev/null
+until_ok 30 gone "$ADDR-3"; check "device $ADDR-3 removed once pod-3 released it" $?
+
+say
+say "## 6. A faulting client, then recovery"
+env $(client_env) python3 "$C/hold.py" 30 >"$W/victim.log" 2>&1 &
+V=$!
+until_ok 60 grep -q started "$W/victim.log"
+env $(client_env) python3 "$C/fault.py" 6 >"$W/fault.log" 2>&1 &
+F=$!
+until_ok 30 is "$ADDR-0" unhealthy True; check "devices marked unhealthy while the server is in FAULT" $? "($(ctl get_server_status "$(ctl get_server_list | head -1)"))"
+climc server-attach-isolated-device pod-x --host gpu-suite --model "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" >"$W/attach-during-fault.log" 2>&1
+R=$?
+check "no device handed out meanwhile" "$([ $R != 0 ]; echo $?)" "($(head -1 "$W/attach-during-fault.log"))"
+wait $F
+wait $V; say "the other client of the faulted server: $(tail -1 "$W/victim.log") (MPS kills a faulted server's other clients)"
+until_ok 30 is "$ADDR-0" unhealthy False; check "devices healthy again once the faulting client exited" $?
+env $(client_env) python3 "$C/hold.py" 2 >"$W/after-fault.log" 2>&1
+check "a new client works after the recovery" "$(grep -q finished "$W/after-fault.log"; echo $?)"
+grep -E 'GPU (unhealthy|healthy again)|health changed' "$W/daemon2.log" | sed 's/^time=[^ ]* //' | block
+
+say
+say "## 7. The CDI spec: a process started with a device's edits is capped"
+set_vn 4
+four() { [ "$(count)" = 4 ]; }
+until_ok 30 four
+SPEC=$W/cdi/yunion.io-mps-gpu.yaml
+check "CDI spec written" "$([ -s "$SPEC" ]; echo $?)" "($SPEC)"
+say "device names in the spec: $(python3 -c 'import sys,yaml; print(" ".join(d["name"] for d in yaml.safe_load(open(sys.argv[1]))["devices"]))' "$SPEC")"
+python3 "$C/cdi_env.py" "$SPEC" "$UUID::0" >"$W/cdi.env"
+say "environment the spec gives $UUID::0:"
+block <"$W/cdi.env"
+GOT4=$(env -i PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" HOME=/tmp $(cat "$W/cdi.env") python3 "$C/alloc.py" 2>>"$W/client.log")
+CAP4=$(field "$ADDR-0" mps_memory_limit)
+check "a process with exactly the spec's environment stops at the device cap" "$([ -n "$GOT4" ] && [ "$GOT4" -le "$CAP4" ] && [ "$GOT4" -gt $((CAP4 - 1024)) ]; echo $?)" "($GOT4 MiB, cap $CAP4)"
+ATTACH=$(climc server-attach-isolated-device pod-cdi --host gpu-suite --model "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" 2>&1)
+say "attaching a device answers with its CDI name:"
+echo "$ATTACH" | block
+check "the attach answer names the CDI device" "$(echo "$ATTACH" | grep -q 'yunion.io/mps-gpu='; echo $?)"
+climc server-detach-isolated-device pod-cdi --all >/dev/null 2>&1
+
+say
+say "## 8. Containers of two UIDs share one GPU at once (-multiuser-server)"
+env $(client_env) python3 "$C/hold.py" 8 >"$W/uid0.log" 2>&1 &
+U0=$!
+env $(client_env) RUN_AS_UID=65534 HOME=/tmp python3 "$C/hold.py" 8 >"$W/uid65534.log" 2>&1 &
+U1=$!
+sleep 4
+SRV=$(ctl get_server_list | head -1)
+say "MPS server $SRV runs as $(ps -o user= -p "$SRV" 2>/dev/null); clients now: $(ctl get_client_list "$SRV" | tr '\n' ' ')"
+wait $U0; R0=$?; wait $U1; R1=$?
+say "uid 0: $(tr '\n' ' ' <"$W/uid0.log")"
+say "uid 65534: $(tr '\n' ' ' <"$W/uid65534.log")"
+OVERLAP=$(python3 - "$W/uid0.log" "$W/uid65534.log" <<'PY'
+import sys
+def span(p):
+    s = f = None
+    for l in open(p):
+        w = l.split()
+        if w and w[0] == "started": s = float(w[1])
+        if w and w[0] == "finished": f = float(w[2])
+    return s, f
+(a0, a1), (b0, b1) = span(sys.argv[1]), span(sys.argv[2])
+print(0 if None not in (a0, a1, b0, b1) and a0 < b1 and b0 < a1 else 1)
+PY
+)
+check "both UIDs ran to the end" "$([ $R0 = 0 ] && [ $R1 = 0 ]; echo $?)"
+check "their runs overlapped in time (no UID waited for the other)" "$OVERLAP"
+
+say
+say "## 9. A client cannot raise its thread share by changing the variables"
+SM_ALL=$(nvidia-smi -q | grep -m1 -i "multiprocessor" | sed 's/.*: //' || true)
+SM0=$(env $(client_env) python3 "$C/sms.py" 2>>"$W/client.log")
+SM1=$(env $(client_env) CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 python3 "$C/sms.py" 2>>"$W/client.log")
+say "SMs visible to a client: $SM0 by default (25%), $SM1 when it asks for 100%"
+check "asking for 100% gives no more SMs" "$([ -n "$SM0" ] && [ "$SM1" = "$SM0" ] && [ "$SM0" -lt 100 ]; echo $?)"
+
+say
+say "## 10. One cap per virtual device: two processes of one device together past its cap"
+CAPB=$(field "$ADDR-0" mps_memory_limit)
+env $(client_env) YUNION_MPS_VIRTUAL_DEVICE="$UUID::1" python3 "$C/hold.py" 25 20480 >"$W/other-device.log" 2>&1 &
+PC=$!
+env $(client_env) YUNION_MPS_VIRTUAL_DEVICE="$UUID::0" python3 "$C/hold.py" 25 20480 >"$W/first.log" 2>&1 &
+PA=$!
+until_ok 60 grep -q started "$W/first.log"
+sleep 2
+env $(client_env) YUNION_MPS_VIRTUAL_DEVICE="$UUID::0" python3 "$C/hold.py" 25 20480 >"$W/second.log" 2>&1 &
+PB=$!
+wait $PB; RB=$?; wait $PA; RA=$?; wait $PC; RC=$?
+say "device $UUID::0 cap $CAPB MiB; first: $(tail -1 "$W/first.log"); second: $(tail -1 "$W/second.log"); other device: $(tail -1 "$W/other-device.log")"
+check "the process that pushed the device over its cap was terminated" "$([ $RB != 0 ]; echo $?)"
+check "the device's other process ran on" "$([ $RA = 0 ]; echo $?)"
+check "a process on another virtual device ran on undisturbed" "$([ $RC = 0 ]; echo $?)"
+grep -E 'component=accounting' "$W/daemon2.log" | sed 's/^time=[^ ]* //' | block
+
+say
 CM_AFTER=$(nvidia-smi --query-gpu=compute_mode --format=csv,noheader | head -1)
 check "compute mode untouched" "$([ "$CM_BEFORE" = "$CM_AFTER" ]; echo $?)" "($CM_BEFORE -> $CM_AFTER)"
 kill -TERM $DPID; wait $DPID
-
 say
 if [ $FAIL = 0 ]; then say "RESULT: all checks passed"; else say "RESULT: FAILURES above"; fi
 exit $FAIL

@@ -36,6 +36,7 @@ type device interface {
 	GetArchitecture() (nvml.DeviceArchitecture, nvml.Return)
 	GetMaxPcieLinkGeneration() (int, nvml.Return)
 	GetMaxPcieLinkWidth() (int, nvml.Return)
+	GetMPSComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return)
 }
 
 var (

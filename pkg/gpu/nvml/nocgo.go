@@ -31,6 +31,11 @@ func (a *Adapter) SetComputeMode(ctx context.Context, uuid string, mode gpu.Comp
 	return ErrNoCgo
 }
 
+// MPSProcesses returns ErrNoCgo.
+func (a *Adapter) MPSProcesses(ctx context.Context, uuid string) ([]gpu.Process, error) {
+	return nil, ErrNoCgo
+}
+
 // Close does nothing.
 func (a *Adapter) Close() error { return nil }
 
@@ -48,3 +53,6 @@ func (h *SimHost) DevRoot() string { return "" }
 
 // GPUs returns nil.
 func (h *SimHost) GPUs() []gpu.Info { return nil }
+
+// SetMPSProcesses returns ErrNoCgo.
+func (h *SimHost) SetMPSProcesses(uuid string, procs []gpu.Process) error { return ErrNoCgo }

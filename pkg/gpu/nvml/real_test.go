@@ -39,6 +39,12 @@ func TestRealNVML(t *testing.T) {
 			g.Architecture == gpu.ArchUnknown || g.Name == "" {
 			t.Errorf("implausible GPU %+v", g)
 		}
+		// Seen on an H200: an empty list before any MPS client.
+		procs, err := a.MPSProcesses(t.Context(), g.UUID)
+		if err != nil {
+			t.Errorf("MPSProcesses(%s): %v", g.UUID, err)
+		}
+		t.Logf("MPS clients on %s: %+v", g.UUID, procs)
 		// Setting the mode it already has exercises the call without
 		// changing the host.
 		if err := a.SetComputeMode(t.Context(), g.UUID, g.ComputeMode); err != nil {

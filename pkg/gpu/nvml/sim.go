@@ -5,7 +5,9 @@ package nvml
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -81,6 +83,8 @@ type simGPU struct {
 
 	mu   sync.Mutex
 	mode nvml.ComputeMode
+	// procs are the MPS clients NVML lists, as SetMPSProcesses left them.
+	procs []nvml.ProcessInfo
 }
 
 // NewSimulated builds a simulated host from a profile such as "8xH100" (see
@@ -170,6 +174,11 @@ func (g *simGPU) install(d *server.Device) {
 		defer g.mu.Unlock()
 		return g.mode, nvml.SUCCESS
 	}
+	d.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return slices.Clone(g.procs), nvml.SUCCESS
+	}
 	d.SetComputeModeFunc = func(m nvml.ComputeMode) nvml.Return {
 		if m < nvml.COMPUTEMODE_DEFAULT || m >= nvml.COMPUTEMODE_COUNT {
 			return nvml.ERROR_INVALID_ARGUMENT
@@ -248,4 +257,28 @@ func (h *SimHost) GPUs() []gpu.Info {
 		out[i] = g.info()
 	}
 	return out
+}
+
+// SetMPSProcesses sets the MPS clients NVML lists on the GPU with this UUID
+// from now on; nil lists none, as a fresh simulated host does. The simulated
+// MPS control (pkg/mps) knows nothing of NVML: a test or the simulated host
+// keeps the two in step, as the driver does on a real one.
+func (h *SimHost) SetMPSProcesses(uuid string, procs []gpu.Process) error {
+	for _, g := range h.gpus {
+		if g.uuid != uuid {
+			continue
+		}
+		infos := make([]nvml.ProcessInfo, len(procs))
+		for i, p := range procs {
+			if p.PID <= 0 || p.PID > math.MaxUint32 {
+				return fmt.Errorf("simulated host %s: GPU %s: PID %d is not a PID", h.profile, uuid, p.PID)
+			}
+			infos[i] = nvml.ProcessInfo{Pid: uint32(p.PID), UsedGpuMemory: p.UsedMemoryBytes}
+		}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.procs = infos
+		return nil
+	}
+	return fmt.Errorf("simulated host %s: no GPU %s", h.profile, uuid)
 }

@@ -1,0 +1,140 @@
+package accounting
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"yunion.io/x/mps-daemon/pkg/gpu"
+)
+
+// Client is one MPS client process billed to a virtual device.
+type Client struct {
+	PID        int
+	UsedBytes  uint64
+	StartTicks uint64 // see Identity.StartTicks
+}
+
+// DeviceUsage is the memory the clients of one virtual device use together.
+type DeviceUsage struct {
+	GPU       string
+	UsedBytes uint64
+	// PIDs are the clients' PIDs, ascending; Clients the same, with detail.
+	PIDs    []int
+	Clients []Client
+}
+
+// UnknownProcess is an MPS client that is billed to no device: it names
+// none, names one badly, names one of another GPU or one this host does not
+// have, or its /proc entry could not be read. Unknown processes are
+// reported, never terminated.
+type UnknownProcess struct {
+	gpu.Process
+	GPU string
+	// Device is the name it gave, if any.
+	Device string
+	Reason string
+}
+
+// Usage is one sample of accounting.
+type Usage struct {
+	// PerDevice holds every device of caps whose GPU was sampled, those
+	// without clients too (UsedBytes 0). A device missing here was not
+	// measured (its GPU's listing failed), which is not the same as unused.
+	PerDevice map[string]DeviceUsage
+	// Unknown is sorted by GPU then PID.
+	Unknown []UnknownProcess
+}
+
+// LookupFunc names the device of a PID; Mapper.Lookup is one.
+type LookupFunc func(pid int) (Identity, error)
+
+// Account bills each MPS client of procs (GPU UUID -> NVML's list) to its
+// virtual device. caps's keys are the host's virtual devices; their values
+// are not used here. A process is billed only to a device of the GPU NVML
+// saw it on.
+func Account(procs map[string][]gpu.Process, caps map[string]uint64, lookup LookupFunc) Usage {
+	u := Usage{PerDevice: map[string]DeviceUsage{}}
+	for name := range caps {
+		uuid, _, err := ParseDeviceName(name)
+		if err != nil {
+			continue
+		}
+		if _, sampled := procs[uuid]; sampled {
+			u.PerDevice[name] = DeviceUsage{GPU: uuid}
+		}
+	}
+	for _, uuid := range slices.Sorted(maps.Keys(procs)) {
+		for _, p := range procs[uuid] {
+			id, err := lookup(p.PID)
+			unknown := UnknownProcess{Process: p, GPU: uuid, Device: id.Device}
+			switch {
+			case err != nil:
+				unknown.Reason = reason(err)
+			default:
+				devGPU, _, _ := ParseDeviceName(id.Device)
+				d, ok := u.PerDevice[id.Device]
+				switch {
+				case devGPU != uuid:
+					unknown.Reason = fmt.Sprintf("names %s, a device of GPU %s", id.Device, devGPU)
+				case !ok:
+					unknown.Reason = fmt.Sprintf("names %s, which this host does not have", id.Device)
+				default:
+					d.UsedBytes += p.UsedMemoryBytes
+					d.Clients = append(d.Clients, Client{PID: p.PID, UsedBytes: p.UsedMemoryBytes, StartTicks: id.StartTicks})
+					u.PerDevice[id.Device] = d
+					continue
+				}
+			}
+			u.Unknown = append(u.Unknown, unknown)
+		}
+	}
+	slices.SortFunc(u.Unknown, func(a, b UnknownProcess) int {
+		return cmp.Or(cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.PID, b.PID))
+	})
+	for name, d := range u.PerDevice {
+		slices.SortFunc(d.Clients, func(a, b Client) int { return cmp.Compare(a.PID, b.PID) })
+		d.PIDs = make([]int, len(d.Clients))
+		for i, c := range d.Clients {
+			d.PIDs[i] = c.PID
+		}
+		u.PerDevice[name] = d
+	}
+	return u
+}
+
+// reason is an unknown process's reason, short enough for a status field.
+func reason(err error) string {
+	switch {
+	case errors.Is(err, ErrNoDevice):
+		return "names no virtual device (" + EnvVar + " unset or empty)"
+	case errors.Is(err, ErrExited):
+		return "exited before it could be mapped"
+	}
+	return err.Error()
+}
+
+// Lister is what Sample needs of NVML; gpu.Backend is one.
+type Lister interface {
+	MPSProcesses(ctx context.Context, uuid string) ([]gpu.Process, error)
+}
+
+// Sample lists the MPS clients of each GPU. A GPU whose listing fails is
+// left out of the map (its devices then count as not measured, see
+// Usage.PerDevice) and its error joined into the one returned.
+func Sample(ctx context.Context, l Lister, gpus []string) (map[string][]gpu.Process, error) {
+	out := make(map[string][]gpu.Process, len(gpus))
+	var errs []error
+	for _, uuid := range gpus {
+		procs, err := l.MPSProcesses(ctx, uuid)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out[uuid] = procs
+	}
+	return out, errors.Join(errs...)
+}

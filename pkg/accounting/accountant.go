@@ -1,0 +1,145 @@
+package accounting
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"time"
+
+	"yunion.io/x/mps-daemon/pkg/gpu"
+)
+
+// Options wires an Accountant.
+type Options struct {
+	// ProcRoot and Cgroup make its Mapper (see Mapper).
+	ProcRoot string
+	Cgroup   func(cgroup []byte) (device string, ok bool)
+	// Grace, Killer and Now go to its Enforcer (see EnforcerOptions).
+	Grace  time.Duration
+	Killer Killer
+	Now    func() time.Time
+	Log    *slog.Logger
+}
+
+// Accountant is accounting for one agent: it keeps what one tick needs of
+// the last (the previous sample, the terminations under way, what was
+// already reported) and runs Account, Decide and the Enforcer in order. It
+// is used from one goroutine.
+type Accountant struct {
+	mapper Mapper
+	enf    *Enforcer
+	log    *slog.Logger
+	prev   *Usage
+	policy Policy
+	// over and unknown are what was last logged, so a state is logged when
+	// it starts and ends, not every tick.
+	over    map[string]bool
+	unknown map[unknownKey]bool
+}
+
+type unknownKey struct {
+	gpu    string
+	pid    int
+	reason string
+}
+
+// Report is one tick's outcome: the numbers for metrics and status, the
+// devices over their cap, and what was done.
+type Report struct {
+	Policy   Policy
+	Usage    Usage
+	Decision Decision
+	Steps    []Step
+}
+
+// New builds an Accountant.
+func New(o Options) *Accountant {
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "accounting")
+	m := Mapper{ProcRoot: o.ProcRoot, Cgroup: o.Cgroup}
+	// NewEnforcer fails only without Procs, which is set here.
+	enf, _ := NewEnforcer(EnforcerOptions{Grace: o.Grace, Killer: o.Killer, Procs: m, Now: o.Now, Log: log})
+	return &Accountant{mapper: m, enf: enf, log: log, over: map[string]bool{}, unknown: map[unknownKey]bool{}}
+}
+
+// Tick accounts one sample. procs is Sample's answer (GPU UUID -> MPS
+// clients; a GPU left out is not measured), caps the host's devices and
+// their caps (Caps), terms each GPU's MPS control by UUID (used under
+// enforce only). Under off it only forgets: the previous sample and any
+// termination under way, so turning enforce on later starts afresh. The
+// caller skips NVML's listing under off and passes nil procs.
+func (a *Accountant) Tick(ctx context.Context, p Policy, procs map[string][]gpu.Process, caps map[string]uint64, terms map[string]Terminator) Report {
+	if p != a.policy {
+		if a.policy == PolicyEnforce {
+			a.enf.Reset(ctx)
+		}
+		if a.policy != "" {
+			a.log.Info("accounting policy changed", "from", string(a.policy), "to", string(p))
+		}
+		a.policy = p
+	}
+	r := Report{Policy: p}
+	if p != PolicyReport && p != PolicyEnforce {
+		a.prev = nil
+		clear(a.over)
+		clear(a.unknown)
+		return r
+	}
+	r.Usage = Account(procs, caps, a.mapper.Lookup)
+	r.Decision = Decide(r.Usage, caps, p, History{Previous: a.prev, Terminating: a.enf.Terminating()})
+	a.logChanges(ctx, r)
+	if p == PolicyEnforce {
+		r.Steps = a.enf.Run(ctx, r.Usage, r.Decision.Actions, terms)
+	}
+	a.prev = mergeUsage(a.prev, r.Usage)
+	return r
+}
+
+// logChanges logs devices going over or back under their cap, and unknown
+// processes when first seen.
+func (a *Accountant) logChanges(ctx context.Context, r Report) {
+	over := map[string]bool{}
+	for _, o := range r.Decision.Over {
+		over[o.Device] = true
+		if !a.over[o.Device] {
+			a.log.WarnContext(ctx, "virtual device over its memory cap", "device", o.Device, "gpu", o.GPU,
+				"used_mib", o.UsedBytes>>20, "cap_mib", o.CapBytes>>20, "pids", o.PIDs, "policy", string(r.Policy))
+		}
+	}
+	for dev := range a.over {
+		if d, measured := r.Usage.PerDevice[dev]; measured && !over[dev] {
+			a.log.InfoContext(ctx, "virtual device back under its memory cap", "device", dev, "used_mib", d.UsedBytes>>20)
+		} else if !measured {
+			over[dev] = true // not measured this tick: keep the state
+		}
+	}
+	a.over = over
+	unknown := map[unknownKey]bool{}
+	for _, u := range r.Usage.Unknown {
+		k := unknownKey{u.GPU, u.PID, u.Reason}
+		unknown[k] = true
+		if !a.unknown[k] {
+			a.log.WarnContext(ctx, "MPS client billed to no virtual device (reported, never terminated)", "gpu", u.GPU,
+				"pid", u.PID, "used_mib", u.UsedMemoryBytes>>20, "named", u.Device, "reason", u.Reason)
+		}
+	}
+	a.unknown = unknown
+}
+
+// mergeUsage is the "previous sample" for the next tick: this one's
+// devices, and the older figures of devices not measured this time, so a
+// GPU whose listing failed once does not make all its clients look new.
+func mergeUsage(prev *Usage, cur Usage) *Usage {
+	out := Usage{PerDevice: maps.Clone(cur.PerDevice), Unknown: cur.Unknown}
+	if prev != nil {
+		for name, d := range prev.PerDevice {
+			if _, ok := out.PerDevice[name]; !ok {
+				out.PerDevice[name] = d
+			}
+		}
+	}
+	return &out
+}

@@ -1,0 +1,161 @@
+package accounting
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// Policy is what the host does about a device over its cap (host.conf).
+type Policy string
+
+// Policies.
+const (
+	// PolicyOff: no accounting at all; the caller skips even NVML's listing.
+	PolicyOff Policy = "off"
+	// PolicyReport: devices over their cap are reported, nobody is touched.
+	PolicyReport Policy = "report"
+	// PolicyEnforce: the client that pushed a device over is terminated.
+	PolicyEnforce Policy = "enforce"
+)
+
+// ParsePolicy reads a policy as host.conf spells it.
+func ParsePolicy(s string) (Policy, error) {
+	switch p := Policy(s); p {
+	case PolicyOff, PolicyReport, PolicyEnforce:
+		return p, nil
+	}
+	return "", fmt.Errorf("accounting policy %q: want off, report or enforce", s)
+}
+
+// Overage is a device over its cap.
+type Overage struct {
+	Device    string
+	GPU       string
+	UsedBytes uint64
+	CapBytes  uint64
+	PIDs      []int
+}
+
+// Action is one client to terminate.
+type Action struct {
+	PID    int
+	Device string
+	GPU    string
+	// UsedBytes is the client's own usage; DeviceUsedBytes its device's
+	// before any termination; CapBytes the device's cap.
+	UsedBytes       uint64
+	DeviceUsedBytes uint64
+	CapBytes        uint64
+	// StartTicks identifies the process (a reused PID is another one).
+	StartTicks uint64
+	Reason     string
+}
+
+// Decision is what Decide found: the devices over their cap (under report
+// and enforce) and, under enforce, who to terminate.
+type Decision struct {
+	Over    []Overage
+	Actions []Action
+}
+
+// History is what Decide needs of earlier ticks.
+type History struct {
+	// Previous is the last sample; nil on the first, when nobody's growth is
+	// known.
+	Previous *Usage
+	// Terminating are PIDs already being terminated (Enforcer.Terminating):
+	// their memory counts as on its way out, and they are not picked again.
+	Terminating map[int]bool
+}
+
+// Decide finds the devices whose clients together use more than the cap
+// (exactly at the cap is fine) and, under enforce, picks the clients to
+// terminate: the one whose usage grew most since the previous sample (a
+// client new since then grew from zero; with no previous sample nobody's
+// growth is known), ties going to the newest process; then, if the device
+// is still over once that one's memory is gone, the next, and so on. So a
+// device is brought back under its cap by as few terminations as the rule
+// allows, devices under their cap are never touched, and unknown processes
+// (Usage.Unknown) are never picked. A device without a cap (missing or 0)
+// is not judged.
+//
+// A lone client cannot pass the cap on its own while MPS's per-client cap
+// equals the device's: MPS holds NVML's figure for the client to its limit
+// (docs/gpu-runs/mps-probe2.txt: 20368 MiB used under a 20389 MiB limit,
+// 20 MiB free). It can after a resize lowered the device's cap, as running
+// clients keep the cap they started with.
+func Decide(u Usage, caps map[string]uint64, p Policy, h History) Decision {
+	var d Decision
+	if p != PolicyReport && p != PolicyEnforce {
+		return d
+	}
+	prev := map[int]Client{}
+	if h.Previous != nil {
+		for _, du := range h.Previous.PerDevice {
+			for _, c := range du.Clients {
+				prev[c.PID] = c
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(u.PerDevice)) {
+		du := u.PerDevice[name]
+		capBytes := caps[name]
+		if capBytes == 0 || du.UsedBytes <= capBytes {
+			continue
+		}
+		d.Over = append(d.Over, Overage{Device: name, GPU: du.GPU, UsedBytes: du.UsedBytes, CapBytes: capBytes, PIDs: du.PIDs})
+		if p != PolicyEnforce {
+			continue
+		}
+		used := du.UsedBytes
+		var candidates []candidate
+		for _, c := range du.Clients {
+			if h.Terminating[c.PID] {
+				used -= c.UsedBytes
+				continue
+			}
+			cand := candidate{Client: c}
+			if h.Previous != nil {
+				cand.known = true
+				cand.growth = int64(c.UsedBytes)
+				if old, ok := prev[c.PID]; ok && old.StartTicks == c.StartTicks {
+					cand.growth -= int64(old.UsedBytes)
+				}
+			}
+			candidates = append(candidates, cand)
+		}
+		// Most growth first, then the newest, then the larger PID so the
+		// order is total.
+		slices.SortFunc(candidates, func(a, b candidate) int {
+			return cmp.Or(cmp.Compare(b.growth, a.growth), cmp.Compare(b.StartTicks, a.StartTicks), cmp.Compare(b.PID, a.PID))
+		})
+		for _, c := range candidates {
+			if used <= capBytes {
+				break
+			}
+			d.Actions = append(d.Actions, Action{
+				PID: c.PID, Device: name, GPU: du.GPU,
+				UsedBytes: c.UsedBytes, DeviceUsedBytes: du.UsedBytes, CapBytes: capBytes,
+				StartTicks: c.StartTicks, Reason: c.reason(used, capBytes),
+			})
+			used -= c.UsedBytes
+		}
+	}
+	return d
+}
+
+type candidate struct {
+	Client
+	known  bool // growth is known (there was a previous sample)
+	growth int64
+}
+
+func (c candidate) reason(used, capBytes uint64) string {
+	over := fmt.Sprintf("device at %d MiB, over its %d MiB cap", used>>20, capBytes>>20)
+	if !c.known {
+		return over + "; no earlier sample: newest client"
+	}
+	return fmt.Sprintf("%s; grew %+d MiB since the last sample, the most (ties: newest)", over, c.growth/(1<<20))
+}

@@ -1,0 +1,287 @@
+package accounting
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"syscall"
+	"time"
+)
+
+// DefaultGrace is how long a terminated client gets to go before the next
+// step (SIGTERM, then SIGKILL).
+const DefaultGrace = 5 * time.Second
+
+// Terminator is one GPU's MPS control; *mps.Controller is one.
+type Terminator interface {
+	TerminateClient(ctx context.Context, serverPID, clientPID int) error
+	// ClientServers maps client PIDs to their server PIDs.
+	ClientServers(ctx context.Context) (map[int]int, error)
+}
+
+// Killer sends signals; signal 0 only asks whether the process exists.
+type Killer interface {
+	Signal(pid int, sig syscall.Signal) error
+}
+
+// SyscallKiller signals with kill(2).
+type SyscallKiller struct{}
+
+// Signal implements Killer.
+func (SyscallKiller) Signal(pid int, sig syscall.Signal) error { return syscall.Kill(pid, sig) }
+
+// Steps an Enforcer takes, as logged and reported.
+const (
+	StepTerminateClient = "terminate_client" // MPS tore the client's context down
+	StepSIGTERM         = "sigterm"
+	StepSIGKILL         = "sigkill"
+	StepGone            = "gone"    // the process exited
+	StepGaveUp          = "gave_up" // still there after SIGKILL and a grace period
+	StepFailed          = "failed"  // a step failed; the next one follows at once or next tick
+)
+
+// Step is one thing an Enforcer did.
+type Step struct {
+	Action
+	Step string
+	Err  error
+}
+
+// EnforcerOptions wires an Enforcer.
+type EnforcerOptions struct {
+	// Grace is how long each step gets before the next; 0 means DefaultGrace.
+	Grace time.Duration
+	// Killer signals processes; nil means SyscallKiller.
+	Killer Killer
+	// Procs tells whether a PID is still the process an action was about:
+	// Mapper.StartTicks. Required.
+	Procs interface {
+		StartTicks(pid int) (uint64, error)
+	}
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	Log *slog.Logger
+}
+
+// Enforcer carries out Decide's actions. It never waits: Run takes the first
+// step of each new action and records it; each later Run moves a recorded
+// one on once its grace period has passed: the process gone, or still there
+// (alive, or still listed by NVML) and signalled, SIGTERM then SIGKILL. It
+// is used from one goroutine (the agent's loop).
+//
+// Both ends were seen on an H200: after terminate_client a client busy in
+// CUDA died by itself within a second, while a sleeping one kept its memory
+// and stayed listed until SIGTERM (see mps.Controller.TerminateClient).
+type Enforcer struct {
+	grace   time.Duration
+	killer  Killer
+	procs   interface{ StartTicks(int) (uint64, error) }
+	now     func() time.Time
+	log     *slog.Logger
+	pending map[int]*pendingKill
+}
+
+type pendingKill struct {
+	Action
+	step     string // the last step taken
+	deadline time.Time
+}
+
+// NewEnforcer builds an Enforcer.
+func NewEnforcer(o EnforcerOptions) (*Enforcer, error) {
+	if o.Procs == nil {
+		return nil, errors.New("accounting enforcer: no process reader")
+	}
+	e := &Enforcer{grace: o.Grace, killer: o.Killer, procs: o.Procs, now: o.Now, log: o.Log, pending: map[int]*pendingKill{}}
+	if e.grace <= 0 {
+		e.grace = DefaultGrace
+	}
+	if e.killer == nil {
+		e.killer = SyscallKiller{}
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	return e, nil
+}
+
+// Terminating are the PIDs being terminated, for History.Terminating.
+func (e *Enforcer) Terminating() map[int]bool {
+	out := make(map[int]bool, len(e.pending))
+	for pid := range e.pending {
+		out[pid] = true
+	}
+	return out
+}
+
+// Reset forgets the terminations under way (the policy left enforce).
+func (e *Enforcer) Reset(ctx context.Context) {
+	for _, pid := range slices.Sorted(maps.Keys(e.pending)) {
+		e.logStep(ctx, slog.LevelInfo, "accounting: termination dropped, policy no longer enforce", e.pending[pid].Action, e.pending[pid].step, nil)
+	}
+	clear(e.pending)
+}
+
+// Run first moves on the terminations under way whose grace has passed
+// (u is the current sample: a client still listed there has not gone),
+// then starts the new actions; terms has each GPU's MPS control, by UUID.
+// It returns what it did.
+func (e *Enforcer) Run(ctx context.Context, u Usage, actions []Action, terms map[string]Terminator) []Step {
+	var steps []Step
+	now := e.now()
+	listed := listedPIDs(u)
+	for _, pid := range slices.Sorted(maps.Keys(e.pending)) {
+		p := e.pending[pid]
+		if now.Before(p.deadline) {
+			continue
+		}
+		if !e.same(p.Action) {
+			steps = append(steps, e.finish(ctx, p, StepGone, nil))
+			continue
+		}
+		alive := e.alive(pid)
+		if !alive && !listed[pid] {
+			steps = append(steps, e.finish(ctx, p, StepGone, nil))
+			continue
+		}
+		switch p.step {
+		case StepTerminateClient, StepFailed:
+			steps = append(steps, e.signal(ctx, p, syscall.SIGTERM, StepSIGTERM, now))
+		case StepSIGTERM:
+			steps = append(steps, e.signal(ctx, p, syscall.SIGKILL, StepSIGKILL, now))
+		default:
+			err := fmt.Errorf("PID %d still there %s after SIGKILL (alive %t, listed by NVML %t)", pid, e.grace, alive, listed[pid])
+			steps = append(steps, e.finish(ctx, p, StepGaveUp, err))
+		}
+	}
+	servers := map[string]clientServers{}
+	for _, a := range actions {
+		if _, ok := e.pending[a.PID]; ok {
+			continue
+		}
+		if !e.same(a) {
+			steps = append(steps, Step{Action: a, Step: StepGone})
+			e.logStep(ctx, slog.LevelInfo, "accounting: client exited before termination", a, StepGone, nil)
+			continue
+		}
+		p := &pendingKill{Action: a}
+		e.pending[a.PID] = p
+		err := e.terminateClient(ctx, a, terms[a.GPU], servers)
+		if err == nil {
+			p.step, p.deadline = StepTerminateClient, now.Add(e.grace)
+			steps = append(steps, Step{Action: a, Step: StepTerminateClient})
+			e.logStep(ctx, slog.LevelWarn, "accounting: terminating client over its device's cap", a, StepTerminateClient, nil)
+			continue
+		}
+		// No MPS way to stop it: signal at once.
+		p.step = StepFailed
+		steps = append(steps, Step{Action: a, Step: StepFailed, Err: err})
+		e.logStep(ctx, slog.LevelWarn, "accounting: terminate_client failed, signalling", a, StepTerminateClient, err)
+		steps = append(steps, e.signal(ctx, p, syscall.SIGTERM, StepSIGTERM, now))
+	}
+	return steps
+}
+
+// clientServers is one GPU's client -> server map, or why there is none.
+type clientServers struct {
+	m   map[int]int
+	err error
+}
+
+// terminateClient asks the GPU's MPS control to drop the client; servers
+// caches each GPU's client -> server map, or its failure, for this Run, so a
+// wedged control costs one timeout per Run, not one per action.
+func (e *Enforcer) terminateClient(ctx context.Context, a Action, t Terminator, servers map[string]clientServers) error {
+	if t == nil {
+		return fmt.Errorf("no MPS control known for GPU %s", a.GPU)
+	}
+	cs, ok := servers[a.GPU]
+	if !ok {
+		cs.m, cs.err = t.ClientServers(ctx)
+		servers[a.GPU] = cs
+	}
+	if cs.err != nil {
+		return fmt.Errorf("finding the MPS server of PID %d: %w", a.PID, cs.err)
+	}
+	srv, ok := cs.m[a.PID]
+	if !ok {
+		return fmt.Errorf("PID %d is not a client of GPU %s's MPS servers", a.PID, a.GPU)
+	}
+	return t.TerminateClient(ctx, srv, a.PID)
+}
+
+// signal sends sig and records step; a process that is already gone is done.
+func (e *Enforcer) signal(ctx context.Context, p *pendingKill, sig syscall.Signal, step string, now time.Time) Step {
+	err := e.killer.Signal(p.PID, sig)
+	if errors.Is(err, syscall.ESRCH) {
+		return e.finish(ctx, p, StepGone, nil)
+	}
+	p.step, p.deadline = step, now.Add(e.grace)
+	if err != nil {
+		err = fmt.Errorf("sending %s to PID %d: %w", sig, p.PID, err)
+		e.logStep(ctx, slog.LevelError, "accounting: signalling client over its device's cap failed", p.Action, step, err)
+		return Step{Action: p.Action, Step: step, Err: err}
+	}
+	e.logStep(ctx, slog.LevelWarn, "accounting: signalled client over its device's cap", p.Action, step, nil)
+	return Step{Action: p.Action, Step: step}
+}
+
+func (e *Enforcer) finish(ctx context.Context, p *pendingKill, step string, err error) Step {
+	delete(e.pending, p.PID)
+	level, msg := slog.LevelInfo, "accounting: terminated client is gone"
+	if err != nil {
+		level, msg = slog.LevelError, "accounting: client over its device's cap would not go"
+	}
+	e.logStep(ctx, level, msg, p.Action, step, err)
+	return Step{Action: p.Action, Step: step, Err: err}
+}
+
+// same reports whether a.PID is still the process a was about: alive, not a
+// zombie, and started when it did. A reused PID is never signalled.
+func (e *Enforcer) same(a Action) bool {
+	start, err := e.procs.StartTicks(a.PID)
+	if errors.Is(err, ErrExited) {
+		return false
+	}
+	if err != nil {
+		// Unreadable stat: signal 0 and NVML's list decide.
+		e.log.Debug("accounting: cannot read start time", "pid", a.PID, "err", err)
+		return true
+	}
+	return a.StartTicks == 0 || start == a.StartTicks
+}
+
+func (e *Enforcer) alive(pid int) bool {
+	err := e.killer.Signal(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// logStep writes the one line each step gets.
+func (e *Enforcer) logStep(ctx context.Context, level slog.Level, msg string, a Action, step string, err error) {
+	attrs := []any{"device", a.Device, "gpu", a.GPU, "pid", a.PID,
+		"used_mib", a.UsedBytes >> 20, "device_used_mib", a.DeviceUsedBytes >> 20, "cap_mib", a.CapBytes >> 20,
+		"reason", a.Reason, "step", step}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	e.log.Log(ctx, level, msg, attrs...)
+}
+
+func listedPIDs(u Usage) map[int]bool {
+	out := map[int]bool{}
+	for _, d := range u.PerDevice {
+		for _, pid := range d.PIDs {
+			out[pid] = true
+		}
+	}
+	for _, p := range u.Unknown {
+		out[p.PID] = true
+	}
+	return out
+}

@@ -1,0 +1,156 @@
+package cdi
+
+import (
+	"cmp"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"yunion.io/x/mps-daemon/pkg/version"
+)
+
+// Annotations of the spec and its devices: who wrote it, and which virtual
+// device an entry is (the inventory id's entry says it too).
+const (
+	AnnotationGenerator     = "yunion.io/generated-by"
+	AnnotationVersion       = "yunion.io/mps-daemon-version"
+	AnnotationVirtualDevice = "yunion.io/virtual-device"
+	AnnotationInventoryID   = "yunion.io/inventory-id"
+	generator               = "mps-daemon"
+)
+
+// Mount options. The pipe directory is read-only: a client only connects to
+// the sockets in it, which a read-only bind mount allows (connect(2) checks
+// the socket's permissions, not the mount's), and it keeps a container from
+// deleting or replacing the sockets every other container on the GPU uses.
+// The shared memory is writable: a client that uses it creates segments
+// there. Measured, with the reasons: docs/containers.md.
+var (
+	pipeMountOptions = []string{"ro", "nosuid", "nodev", "noexec", "bind"}
+	shmMountOptions  = []string{"rw", "nosuid", "nodev", "noexec", "bind"}
+	maskMountOptions = []string{"ro", "nosuid", "nodev", "noexec", "bind"}
+)
+
+// privilegedSocket is the control daemon's socket for privileged commands
+// (quit, set_default_*, limits of running servers), which it grants to root.
+// Root in a container without a user namespace is root to it: measured, such
+// a process changed the default thread percentage through the read-only
+// pipe directory. CUDA clients use only "control". The spec hides this one
+// under /dev/null; then the daemon refuses root in the container
+// ("Insufficient privileges for UID 0", measured) and clients still work.
+const privilegedSocket = "control_privileged"
+
+// Build is the CDI spec of these virtual devices: one entry per device named
+// "<GPU UUID>::<i>", and a second, identical one named by its inventory id
+// once it has one. It reads only which /dev/nvidia* nodes exist under
+// o.DevRoot and writes nothing. Any input a container could not use, or that
+// would hand out the wrong GPU or caps, is an error wrapping ErrInvalid; an
+// empty list is ErrNoDevices. No error ever comes with a spec.
+func Build(o Options, devs []Device) (*specs.Spec, error) {
+	o = o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if len(devs) == 0 {
+		return nil, ErrNoDevices
+	}
+	if err := validateDevices(devs); err != nil {
+		return nil, err
+	}
+	nodes, err := findNodes(o.DevRoot, minorsOf(devs))
+	if err != nil {
+		return nil, err
+	}
+	s := build(o, devs, nodes)
+	if err := validateSpec(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// build assembles the spec from validated inputs; devices sorted by GPU and
+// slice so the same inputs give the same bytes whatever their order.
+func build(o Options, devs []Device, nodes nodeSet) *specs.Spec {
+	sorted := slices.Clone(devs)
+	slices.SortFunc(sorted, func(a, b Device) int {
+		return cmp.Or(cmp.Compare(a.GPUUUID, b.GPUUUID), cmp.Compare(a.Index, b.Index))
+	})
+	s := &specs.Spec{
+		Kind: o.Kind,
+		Annotations: map[string]string{
+			AnnotationGenerator: generator,
+			AnnotationVersion:   version.Version,
+		},
+	}
+	for _, d := range sorted {
+		// Two names, the same edits: the stable name and the inventory id.
+		// Each entry gets its own copy, so editing one leaves the other.
+		for _, n := range deviceNames(d) {
+			ann := map[string]string{AnnotationVirtualDevice: d.Name()}
+			if d.ID != "" {
+				ann[AnnotationInventoryID] = d.ID
+			}
+			s.Devices = append(s.Devices, specs.Device{
+				Name:           n,
+				Annotations:    ann,
+				ContainerEdits: containerEdits(o, d, nodes),
+			})
+		}
+	}
+	// The oldest version that holds what we use, so older runtimes load it.
+	s.Version, _ = specs.MinimumRequiredVersion(s)
+	return s
+}
+
+// containerEdits is what a container given d gets; docs/containers.md lists
+// the same, and why.
+func containerEdits(o Options, d Device, nodes nodeSet) specs.ContainerEdits {
+	e := specs.ContainerEdits{
+		Env: []string{
+			EnvVisibleDevices + "=" + d.GPUUUID,
+			EnvPipeDirectory + "=" + d.PipeDir,
+			// Device 0: the GPU's control daemon sees only its own GPU.
+			EnvMemoryLimit + "=" + fmt.Sprintf("0=%dM", d.MemoryLimitMiB),
+			EnvThreadPercentage + "=" + strconv.Itoa(d.ThreadPercentage),
+			EnvVirtualDevice + "=" + d.Name(),
+		},
+		Mounts: []*specs.Mount{{
+			HostPath:      d.PipeDir,
+			ContainerPath: d.PipeDir,
+			Type:          "bind",
+			Options:       slices.Clone(pipeMountOptions),
+		}, {
+			// Over the socket, inside the mount above (runtimes mount
+			// shallower paths first). Should the socket be missing, the
+			// runtime would have to create the mount point in the
+			// read-only directory, so the container should fail to start
+			// rather than run CUDA outside MPS, uncapped.
+			HostPath:      "/dev/null",
+			ContainerPath: filepath.Join(d.PipeDir, privilegedSocket),
+			Type:          "bind",
+			Options:       slices.Clone(maskMountOptions),
+		}},
+	}
+	if o.ShmPath != NoShm {
+		e.Mounts = append(e.Mounts, &specs.Mount{
+			HostPath:      o.ShmPath,
+			ContainerPath: "/dev/shm",
+			Type:          "bind",
+			Options:       slices.Clone(shmMountOptions),
+		})
+	}
+	for _, n := range append([]string{"nvidia" + strconv.Itoa(d.Minor)}, controlNodes[:]...) {
+		if !nodes[n] {
+			continue
+		}
+		dn := &specs.DeviceNode{Path: "/dev/" + n, Permissions: "rw"}
+		if host := filepath.Join(o.DevRoot, n); host != dn.Path {
+			dn.HostPath = host
+		}
+		e.DeviceNodes = append(e.DeviceNodes, dn)
+	}
+	return e
+}

@@ -1,0 +1,196 @@
+package cdi
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"tags.cncf.io/container-device-interface/pkg/parser"
+
+	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/vdev"
+)
+
+// TestInvalidStatesNeverWrite: each state is refused with an error naming
+// the problem, Build gives no spec, and Sync leaves the good spec already
+// on disk byte for byte, same inode, with nothing beside it.
+func TestInvalidStatesNeverWrite(t *testing.T) {
+	long := "/" + strings.Repeat("p", 88)
+	tests := []struct {
+		name   string
+		opts   func(*Options)
+		devs   func([]Device) []Device
+		expect string
+	}{
+		{"duplicate device", nil, func(d []Device) []Device { return append(d, d[1]) }, `name "` + gpuA + `::0" is also device 1's`},
+		{"one id on two devices", nil, func(d []Device) []Device { d[2].ID = d[1].ID; return d }, `name "` + idA0 + `" is also device 1's`},
+		{"empty pipe directory", nil, func(d []Device) []Device { d[0].PipeDir = ""; return d }, "pipe directory is empty"},
+		{"relative pipe directory", nil, func(d []Device) []Device { d[0].PipeDir = "tmp/pipe"; return d }, `pipe directory "tmp/pipe" is not an absolute clean path`},
+		{"unclean pipe directory", nil, func(d []Device) []Device { d[0].PipeDir = "/tmp/../pipe"; return d }, "is not an absolute clean path"},
+		{"pipe directory too long for a socket", nil, func(d []Device) []Device { d[0].PipeDir = long; return d }, "would be 108 bytes, over the kernel's 107"},
+		{"memory cap 0", nil, func(d []Device) []Device { d[3].MemoryLimitMiB = 0; return d }, "memory limit 0 MiB: want > 0"},
+		{"thread percentage 0", nil, func(d []Device) []Device { d[3].ThreadPercentage = 0; return d }, "thread percentage 0: want 1..100"},
+		{"thread percentage 101", nil, func(d []Device) []Device { d[3].ThreadPercentage = 101; return d }, "thread percentage 101"},
+		{"GPU UUID without GPU-", nil, func(d []Device) []Device { d[0].GPUUUID = strings.TrimPrefix(gpuB, "GPU-"); return d }, "want GPU-xxxxxxxx"},
+		{"GPU UUID not hex", nil, func(d []Device) []Device { d[1].GPUUUID = "GPU-4baeae3a-899f-8852-bd11-2e4ce3171ezz"; return d }, "invalid UUID"},
+		{"MIG UUID", nil, func(d []Device) []Device { d[1].GPUUUID = "MIG-4baeae3a-899f-8852-bd11-2e4ce3171eb0"; return d }, "want GPU-"},
+		{"inventory id not a UUID", nil, func(d []Device) []Device { d[1].ID = "dev-1"; return d }, `inventory id "dev-1" is not a UUID`},
+		{"negative index", nil, func(d []Device) []Device { d[4].Index = -1; return d }, "slice index -1 is negative"},
+		{"negative minor", nil, func(d []Device) []Device { d[1].Minor = -1; d[2].Minor = -1; return d }, "device minor -1 is negative"},
+		{"one GPU, two pipe directories", nil, func(d []Device) []Device { d[2].PipeDir = "/tmp/other"; return d }, "GPU " + gpuA + ` has minor 0 and pipe directory "/tmp/other" here`},
+		{"two GPUs, one minor", nil, func(d []Device) []Device {
+			for i := range d {
+				d[i].Minor = 0
+			}
+			return d
+		}, "/dev/nvidia0 is also GPU " + gpuB + "'s"},
+		{"kind without class", func(o *Options) { o.Kind = "yunion.io" }, nil, `kind "yunion.io": want vendor/class`},
+		{"kind with a space", func(o *Options) { o.Kind = "yunion.io/mps gpu" }, nil, "invalid character ' '"},
+		{"kind with two slashes", func(o *Options) { o.Kind = "yunion.io/mps/gpu" }, nil, "invalid character '/'"},
+		{"relative shm path", func(o *Options) { o.ShmPath = "dev/shm" }, nil, `shm path "dev/shm" is not an absolute clean path`},
+		{"relative dev root", func(o *Options) { o.DevRoot = "dev" }, nil, `dev root "dev"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := testOptions(t)
+			good, _, err := Sync(o, hostDevices())
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, err := os.ReadFile(good)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := statID(t, good)
+
+			bad, devs := o, hostDevices()
+			if tt.opts != nil {
+				tt.opts(&bad)
+				bad.Dir = o.Dir
+			}
+			if tt.devs != nil {
+				devs = tt.devs(devs)
+			}
+			spec, err := Build(bad, devs)
+			if err == nil || spec != nil {
+				t.Fatalf("Build = %v, %v; want no spec and an error", spec, err)
+			}
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.expect) {
+				t.Fatalf("error %q: want ErrInvalid saying %q", err, tt.expect)
+			}
+			if _, _, err := Sync(bad, devs); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Sync: %v, want ErrInvalid", err)
+			}
+			after, err := os.ReadFile(good)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(before, after) || statID(t, good) != id {
+				t.Error("the good spec was touched")
+			}
+			if names := dirNames(t, o.Dir); len(names) != 1 {
+				t.Errorf("directory holds %q, want only the spec", names)
+			}
+		})
+	}
+}
+
+// TestInvalidReportsEveryProblem: an operator sees all problems at once.
+func TestInvalidReportsEveryProblem(t *testing.T) {
+	d := hostDevices()
+	d[0].MemoryLimitMiB, d[5].PipeDir = 0, ""
+	_, err := Build(testOptions(t), d)
+	for _, want := range []string{"device 0 (" + gpuB + "::2): invalid CDI spec: memory limit 0", "device 5 (" + gpuB + "::3): invalid CDI spec: pipe directory is empty"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v: want it to say %q", err, want)
+		}
+	}
+}
+
+func TestBuildNoDevices(t *testing.T) {
+	if _, err := Build(testOptions(t), nil); !errors.Is(err, ErrNoDevices) {
+		t.Fatalf("Build(no devices) = %v, want ErrNoDevices", err)
+	}
+}
+
+// TestBuildOrderIndependent: the same devices in another order give the same
+// spec, so a reconcile that lists them differently rewrites nothing.
+func TestBuildOrderIndependent(t *testing.T) {
+	o := testOptions(t)
+	a, err := Build(o, hostDevices())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := hostDevices()
+	slices.Reverse(rev)
+	b, err := Build(o, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ea, _ := encode(a)
+	eb, _ := encode(b)
+	if !bytes.Equal(ea, eb) {
+		t.Errorf("order changed the spec:\n%s\n---\n%s", ea, eb)
+	}
+	var names []string
+	for _, d := range a.Devices {
+		names = append(names, d.Name)
+	}
+	want := []string{gpuA + "::0", idA0, gpuA + "::1", idA1, gpuB + "::0", gpuB + "::1", gpuB + "::2", "0f9a3c52-1d7e-4b8a-9e61-3c2d5f7a8b90", gpuB + "::3"}
+	if !slices.Equal(names, want) {
+		t.Errorf("names %q\nwant  %q", names, want)
+	}
+	// Annotations make 0.6.0 the oldest version that holds the spec.
+	if a.Version != "0.6.0" {
+		t.Errorf("cdiVersion %q, want 0.6.0", a.Version)
+	}
+}
+
+func TestNames(t *testing.T) {
+	q := QualifiedName(DefaultKind, VirtualDeviceName(gpuA, 3))
+	if q != "yunion.io/mps-gpu="+gpuA+"::3" {
+		t.Errorf("QualifiedName = %q", q)
+	}
+	vendor, class, name, err := parser.ParseQualifiedName(q)
+	if err != nil || vendor != "yunion.io" || class != "mps-gpu" || name != gpuA+"::3" {
+		t.Errorf("the CDI parser reads %q as %q %q %q %v", q, vendor, class, name, err)
+	}
+	tests := []struct {
+		in    string
+		uuid  string
+		index int
+		ok    bool
+	}{
+		{gpuA + "::3", gpuA, 3, true},
+		{gpuA + "::0", gpuA, 0, true},
+		{gpuA + "::12", gpuA, 12, true},
+		{gpuA + "::-1", "", 0, false},
+		{gpuA + "::03", "", 0, false},
+		{gpuA + "::", "", 0, false},
+		{gpuA + ":3", "", 0, false},
+		{"GPU-x::3", "", 0, false},
+		{"", "", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			u, i, ok := ParseVirtualDeviceName(tt.in)
+			if u != tt.uuid || i != tt.index || ok != tt.ok {
+				t.Errorf("ParseVirtualDeviceName(%q) = %q, %d, %v; want %q, %d, %v", tt.in, u, i, ok, tt.uuid, tt.index, tt.ok)
+			}
+		})
+	}
+}
+
+func TestFromVirtual(t *testing.T) {
+	g := gpu.Info{UUID: gpuA, Minor: 5, MemoryTotalBytes: 143771 << 20}
+	vs := vdev.Split(g, 4)
+	d := FromVirtual(vs[2], idA0, "/run/pipe/"+gpuA)
+	want := Device{GPUUUID: gpuA, Index: 2, ID: idA0, Minor: 5, PipeDir: "/run/pipe/" + gpuA,
+		MemoryLimitMiB: vs[2].MemoryLimitMiB, ThreadPercentage: 25}
+	if d != want || d.Name() != gpuA+"::2" {
+		t.Errorf("FromVirtual = %+v (%s), want %+v", d, d.Name(), want)
+	}
+}

@@ -1,0 +1,135 @@
+// Package cdi writes the host's Container Device Interface spec: one CDI
+// device per MPS virtual device, so `podman run --device
+// yunion.io/mps-gpu=GPU-…::3` (or containerd/CRI-O with CDI enabled) gives a
+// container the GPU's MPS pipe directory, the device's caps in the
+// environment and the name the accounting finds again in /proc/<pid>/environ.
+//
+// Build turns the virtual devices into a spec in memory and refuses every
+// state a runtime could not use or that would hand out the wrong device; Write
+// replaces the spec file atomically and only when its bytes change, after the
+// CDI library has loaded the exact bytes from a temporary file beside it. A
+// runtime therefore sees the old spec or the new one, never a broken one.
+package cdi
+
+import (
+	"strconv"
+	"strings"
+
+	"yunion.io/x/mps-daemon/pkg/vdev"
+)
+
+// Defaults of Options.
+const (
+	// DefaultDir is where CDI runtimes look for generated specs
+	// (the CDI library's DefaultDynamicDir).
+	DefaultDir = "/var/run/cdi"
+	// DefaultKind is the vendor/class of our devices.
+	DefaultKind = "yunion.io/mps-gpu"
+	// DefaultShmPath is the host's POSIX shared memory.
+	DefaultShmPath = "/dev/shm"
+	// DefaultDevRoot is the host's /dev.
+	DefaultDevRoot = "/dev"
+	// NoShm as ShmPath leaves the container's own /dev/shm alone.
+	NoShm = "none"
+)
+
+// Environment variables every container given a virtual device gets.
+const (
+	// EnvVirtualDevice names the virtual device, "<GPU UUID>::<i>"; the
+	// accounting reads it back from /proc/<pid>/environ.
+	EnvVirtualDevice = "YUNION_MPS_VIRTUAL_DEVICE"
+	// EnvPipeDirectory tells the CUDA driver where the MPS control daemon is.
+	EnvPipeDirectory = "CUDA_MPS_PIPE_DIRECTORY"
+	// EnvMemoryLimit is the client's pinned device memory limit.
+	EnvMemoryLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	// EnvThreadPercentage is the client's active thread percentage.
+	EnvThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	// EnvVisibleDevices is read by the NVIDIA container toolkit.
+	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+)
+
+// Options say where the spec goes and what the host looks like. Zero values
+// take the defaults above.
+type Options struct {
+	// Dir is the spec directory (host.conf mps_cdi_directory).
+	Dir string
+	// Kind is "vendor/class"; the file is named "vendor-class.yaml".
+	Kind string
+	// ShmPath is bind-mounted at /dev/shm in the container; NoShm leaves it out.
+	ShmPath string
+	// DevRoot is the host's /dev, where /dev/nvidia* nodes are looked for.
+	DevRoot string
+}
+
+func (o Options) withDefaults() Options {
+	if o.Dir == "" {
+		o.Dir = DefaultDir
+	}
+	if o.Kind == "" {
+		o.Kind = DefaultKind
+	}
+	if o.ShmPath == "" {
+		o.ShmPath = DefaultShmPath
+	}
+	if o.DevRoot == "" {
+		o.DevRoot = DefaultDevRoot
+	}
+	return o
+}
+
+// Device is one virtual device as a container gets it.
+type Device struct {
+	// GPUUUID is the physical GPU, "GPU-<uuid>" as NVML prints it.
+	GPUUUID string
+	// Index is the slice number, as in the inventory's addr ("1a:00.0-3").
+	Index int
+	// ID is the inventory id; empty before the first sync, and then the
+	// device is only reachable by Name.
+	ID string
+	// Minor is N of /dev/nvidiaN.
+	Minor int
+	// PipeDir is the GPU's MPS pipe directory on the host.
+	PipeDir          string
+	MemoryLimitMiB   int
+	ThreadPercentage int
+}
+
+// Name is the device's stable CDI name, "<GPU UUID>::<i>".
+func (d Device) Name() string { return VirtualDeviceName(d.GPUUUID, d.Index) }
+
+// FromVirtual is the CDI view of a planned virtual device; id is its
+// inventory id ("" when not synced yet), pipeDir its GPU's pipe directory.
+func FromVirtual(v vdev.Device, id, pipeDir string) Device {
+	return Device{
+		GPUUUID:          v.GPU.UUID,
+		Index:            v.Index,
+		ID:               id,
+		Minor:            v.GPU.Minor,
+		PipeDir:          pipeDir,
+		MemoryLimitMiB:   v.MemoryLimitMiB,
+		ThreadPercentage: v.ThreadPercentage,
+	}
+}
+
+// VirtualDeviceName is "<GPU UUID>::<i>": the CDI device name and the value
+// of YUNION_MPS_VIRTUAL_DEVICE.
+func VirtualDeviceName(gpuUUID string, index int) string {
+	return gpuUUID + "::" + strconv.Itoa(index)
+}
+
+// ParseVirtualDeviceName splits "<GPU UUID>::<i>" (the accounting's way back
+// from YUNION_MPS_VIRTUAL_DEVICE); ok is false for anything else.
+func ParseVirtualDeviceName(s string) (gpuUUID string, index int, ok bool) {
+	u, i, found := strings.Cut(s, "::")
+	if !found || validGPUUUID(u) != nil {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(i)
+	if err != nil || n < 0 || strconv.Itoa(n) != i {
+		return "", 0, false
+	}
+	return u, n, true
+}
+
+// QualifiedName is what a runtime is given: "yunion.io/mps-gpu=GPU-…::3".
+func QualifiedName(kind, name string) string { return kind + "=" + name }

@@ -1,0 +1,119 @@
+package cdi
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+)
+
+const (
+	gpuA = "GPU-4baeae3a-899f-8852-bd11-2e4ce3171eb0"
+	gpuB = "GPU-76aef7ff-372d-2432-b4b4-beca4d8d3400"
+	idA0 = "604b59e6-745b-4834-8c19-229af27c4333"
+	idA1 = "197c1d98-316a-42e6-889d-68497153cc82"
+)
+
+// hostDevices is a host with two GPUs: A split in two (ids known), B in
+// four, only slice 2 synced.
+func hostDevices() []Device {
+	pipeA := "/tmp/nvidia-mps/pipe/" + gpuA
+	pipeB := "/tmp/nvidia-mps/pipe/" + gpuB
+	return []Device{
+		{GPUUUID: gpuB, Index: 2, ID: "0f9a3c52-1d7e-4b8a-9e61-3c2d5f7a8b90", Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 25},
+		{GPUUUID: gpuA, Index: 0, ID: idA0, Minor: 0, PipeDir: pipeA, MemoryLimitMiB: 71885, ThreadPercentage: 50},
+		{GPUUUID: gpuA, Index: 1, ID: idA1, Minor: 0, PipeDir: pipeA, MemoryLimitMiB: 71885, ThreadPercentage: 50},
+		{GPUUUID: gpuB, Index: 0, Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 25},
+		{GPUUUID: gpuB, Index: 1, Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 25},
+		{GPUUUID: gpuB, Index: 3, Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 25},
+	}
+}
+
+// simDevRoot is a /dev like the simulated host's: the nvidia nodes exist as
+// plain files, which must not become device nodes in the spec.
+func simDevRoot(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, n := range []string{"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o666); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// charDevRoot makes real character devices (the numbers the NVIDIA driver
+// uses) for the names given; the test is skipped where mknod is not allowed.
+func charDevRoot(t *testing.T, names ...string) string {
+	t.Helper()
+	numbers := map[string][2]int{
+		"nvidia0": {195, 0}, "nvidia1": {195, 1}, "nvidiactl": {195, 255},
+		"nvidia-uvm": {510, 0}, "nvidia-uvm-tools": {510, 1},
+	}
+	dir := t.TempDir()
+	for _, n := range names {
+		mm := numbers[n]
+		err := syscall.Mknod(filepath.Join(dir, n), syscall.S_IFCHR|0o666, mm[0]<<8|mm[1])
+		if err == syscall.EPERM {
+			t.Skipf("mknod not permitted here: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func testOptions(t *testing.T) Options {
+	return Options{Dir: t.TempDir(), DevRoot: simDevRoot(t)}
+}
+
+// loadCache loads dir as a runtime does, failing on any spec error.
+func loadCache(t *testing.T, dir string) *cdiapi.Cache {
+	t.Helper()
+	c, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := c.GetErrors(); len(errs) > 0 {
+		t.Fatalf("the CDI library refused the written spec: %v", errs)
+	}
+	return c
+}
+
+// dirNames lists dir, to prove nothing but the spec is there.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	slices.Sort(names)
+	return names
+}
+
+// fileID is what tells a rename (new inode) and a rewrite apart.
+type fileID struct {
+	ino   uint64
+	mtime int64
+}
+
+func statID(t *testing.T, path string) fileID {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		t.Fatal("no inode numbers on this platform")
+	}
+	return fileID{ino: st.Ino, mtime: fi.ModTime().UnixNano()}
+}

@@ -1,0 +1,197 @@
+package cdi
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"gopkg.in/yaml.v3"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// header heads the file, for whoever opens it on the host.
+const header = `# CDI spec of this host's MPS virtual devices, written by mps-daemon.
+# It is rewritten whenever the devices change: edits here do not last.
+# See docs/containers.md of yunion.io/x/mps-daemon.
+`
+
+// Write puts s in o.Dir as "vendor-class.yaml" (CDI's name for a vendor's
+// spec) and reports whether the file changed.
+//
+// Atomic: the bytes go to a temporary file in the same directory (named
+// ".<file>.*.tmp", which CDI runtimes do not read), are synced, loaded back
+// with the CDI library's own loader, and only then renamed over the old
+// file, and the directory synced. A runtime reading the directory sees the
+// old spec or the new one, whole. A spec the library refuses is an error
+// wrapping ErrInvalid and leaves the old file as it was. Bytes equal to the
+// file's are not written at all, so runtimes watching the directory see no
+// event when nothing changed.
+func Write(o Options, s *specs.Spec) (path string, changed bool, err error) {
+	o = o.withDefaults()
+	if err := o.validate(); err != nil {
+		return "", false, err
+	}
+	if err := validateSpec(s); err != nil {
+		return "", false, err
+	}
+	if s.Kind != o.Kind {
+		return "", false, invalidf("spec of kind %q, but this host's kind is %q", s.Kind, o.Kind)
+	}
+	path, err = SpecPath(o)
+	if err != nil {
+		return "", false, err
+	}
+	data, err := encode(s)
+	if err != nil {
+		return "", false, err
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return "", false, fmt.Errorf("creating CDI directory: %w", err)
+	}
+	if err := removeStaleTemps(path); err != nil {
+		return "", false, err
+	}
+	old, err := os.ReadFile(path)
+	switch {
+	case err == nil && bytes.Equal(old, data):
+		return path, false, nil
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return "", false, fmt.Errorf("reading the current CDI spec: %w", err)
+	}
+	if err := replace(path, data); err != nil {
+		return "", false, err
+	}
+	return path, true, nil
+}
+
+// Remove deletes the spec file (when there are no virtual devices: CDI has
+// no valid spec without one). It reports whether there was a file.
+func Remove(o Options) (removed bool, err error) {
+	o = o.withDefaults()
+	path, err := SpecPath(o)
+	if err != nil {
+		return false, err
+	}
+	if err := removeStaleTemps(path); err != nil {
+		return false, err
+	}
+	switch err := os.Remove(path); {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("removing CDI spec: %w", err)
+	}
+	return true, syncDir(o.Dir)
+}
+
+// Sync makes the spec file match devs: Build then Write, or Remove when devs
+// is empty. On any error the file is left as it was.
+func Sync(o Options, devs []Device) (path string, changed bool, err error) {
+	s, err := Build(o, devs)
+	if errors.Is(err, ErrNoDevices) {
+		if path, err = SpecPath(o); err != nil {
+			return "", false, err
+		}
+		changed, err = Remove(o)
+		return path, changed, err
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return Write(o, s)
+}
+
+// SpecPath is the file Write writes: CDI's "vendor-class.yaml" in o.Dir.
+func SpecPath(o Options) (string, error) {
+	o = o.withDefaults()
+	vendor, class, err := splitKind(o.Kind)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(o.Dir, cdiapi.GenerateSpecName(vendor, class)+".yaml"), nil
+}
+
+func encode(s *specs.Spec) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString(header)
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(s); err != nil {
+		return nil, fmt.Errorf("encoding CDI spec: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encoding CDI spec: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+// replace writes data to a temporary file beside path, has the CDI library
+// load it, then renames it over path.
+func replace(path string, data []byte) error {
+	dir, base := filepath.Split(path)
+	tmp, err := os.CreateTemp(dir, "."+base+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("creating temporary CDI spec: %w", err)
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	_, err = tmp.Write(data)
+	if err == nil {
+		// Runtimes, rootless ones too, must read it; nothing in it is secret.
+		err = tmp.Chmod(0o644)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("writing temporary CDI spec: %w", err)
+	}
+	if _, err := cdiapi.ReadSpec(tmp.Name(), 0); err != nil {
+		return invalidf("the CDI library refuses the new spec: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("replacing CDI spec: %w", err)
+	}
+	keep = true
+	return syncDir(dir)
+}
+
+// removeStaleTemps deletes temporary files a crash between create and rename
+// left behind.
+func removeStaleTemps(path string) error {
+	dir, base := filepath.Split(path)
+	stale, err := filepath.Glob(filepath.Join(dir, "."+base+".*.tmp"))
+	if err != nil {
+		return fmt.Errorf("looking for stale temporary CDI specs: %w", err)
+	}
+	for _, f := range stale {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing stale temporary CDI spec: %w", err)
+		}
+	}
+	return nil
+}
+
+// syncDir makes a rename or removal in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("syncing CDI directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing CDI directory: %w", err)
+	}
+	return nil
+}

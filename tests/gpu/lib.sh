@@ -1,0 +1,37 @@
+# Helpers of the GPU suite (sourced by run.sh).
+say() { echo "$*" | tee -a "$REPORT"; }
+check() { # check NAME STATUS(0=pass) [DETAIL]
+	if [ "$2" = 0 ]; then say "- PASS: $1 ${3:-}"; else say "- FAIL: $1 ${3:-}"; FAIL=1; fi
+}
+block() { say '```'; tee -a "$REPORT"; say '```'; }
+# http_ok URL: 0 when URL answers 200 (python3 is on every GPU image; curl may not be).
+http_ok() { python3 -c 'import sys,urllib.request; sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=2).status == 200 else 1)' "$1" >/dev/null 2>&1; }
+wait_ready() { for _ in $(seq 300); do http_ok "http://$DAEMON_ADDR/readyz" && return 0; sleep 0.1; done; return 1; }
+climc() { MPS_INVENTORY_URL=$URL MPS_INVENTORY_TOKEN=$TOKEN "$B/climc" "$@"; }
+# devices: the inventory's devices as JSON lines {addr, id, guest_id, limit, unhealthy, pending}
+devices() {
+	climc -o json isolated-device-list --limit 100 | python3 -c '
+import json, sys
+for d in json.load(sys.stdin)["isolated_devices"]:
+    print(json.dumps({k: d.get(k) for k in ("addr", "id", "guest_id", "mps_memory_limit", "mps_thread_percentage", "unhealthy", "pending_removal", "device_path")}))'
+}
+# field ADDR KEY: one field of one device
+field() { devices | python3 -c 'import json,sys; a,k=sys.argv[1:3]
+for l in sys.stdin:
+    d=json.loads(l)
+    if d["addr"]==a: print(d[k])' "$1" "$2"; }
+count() { devices | wc -l; }
+gone() { [ -z "$(field "$1" id)" ]; }      # gone ADDR
+is() { [ "$(field "$1" "$2")" = "$3" ]; }  # is ADDR KEY VALUE
+# until SECONDS CMD...: poll CMD every 0.2s until it succeeds
+until_ok() { local n=$(( $1 * 5 )); shift; for _ in $(seq "$n"); do "$@" && return 0; sleep 0.2; done; return 1; }
+ctl() { echo "$*" | CUDA_MPS_PIPE_DIRECTORY=$PIPE timeout 10 nvidia-cuda-mps-control 2>&1; }
+client_env() { echo "CUDA_MPS_PIPE_DIRECTORY=$PIPE CUDA_MPS_LOG_DIRECTORY=$W/log/$UUID CUDA_VISIBLE_DEVICES=$UUID"; }
+start_daemon() { # start_daemon LOGFILE
+	"$B/mps-daemon" --config "$W/host.conf" --log-level debug 2>"$1" &
+	DPID=$!; PIDS+=($DPID)
+}
+set_vn() { # set_vn N: rewrite the device YAML atomically, as an editor saves
+	printf 'devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_number: %s\n' "$1" >"$W/devices.yml.new"
+	mv "$W/devices.yml.new" "$W/devices.yml"
+}
