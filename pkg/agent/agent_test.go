@@ -222,6 +222,19 @@ func TestCapsAreEnforcedBeforeAnyDeviceIsOffered(t *testing.T) {
 	if !h.agent.Status().Ready {
 		t.Error("agent not ready after a full reconcile")
 	}
+	if want := "yunion.io/mps-gpu=" + twoGPUs()[0].UUID + "::0"; devs[0].CDIName != want {
+		t.Errorf("cdi_name %q, want %q", devs[0].CDIName, want)
+	}
+	// The host's CDI spec holds every device under both names.
+	spec, err := os.ReadFile(filepath.Join(h.dir, "cdi", "yunion.io-mps-gpu.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs {
+		if !strings.Contains(string(spec), "name: "+d.ID) || !strings.Contains(string(spec), d.DevicePath+"::") {
+			t.Errorf("CDI spec lacks device %s (%s)", d.ID, d.Addr)
+		}
+	}
 }
 
 func TestComputeModeIsSetOnceAndTheOriginalRemembered(t *testing.T) {

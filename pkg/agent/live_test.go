@@ -225,6 +225,9 @@ func TestFaultMarksDevicesUnhealthyUntilTheClientsAreGone(t *testing.T) {
 			t.Errorf("%s unhealthy=%v during GPU 0's fault", d.Addr, d.Unhealthy)
 		}
 	}
+	if spec := h.cdiSpec(t); strings.Contains(spec, twoGPUs()[0].UUID+"::0") || !strings.Contains(spec, twoGPUs()[1].UUID+"::0") {
+		t.Error("the CDI spec must drop the faulted GPU's devices and keep the others")
+	}
 	// Not handed out meanwhile.
 	if _, err := h.inv.AttachIsolatedDevices(ctx, "pod-c", client.AttachRequest{Host: "node-1", Model: "NVIDIA H200", Count: 5}); err == nil {
 		t.Error("5 devices attached while only 2 are healthy")
@@ -243,6 +246,18 @@ func TestFaultMarksDevicesUnhealthyUntilTheClientsAreGone(t *testing.T) {
 			t.Errorf("%s still unhealthy after the recovery", d.Addr)
 		}
 	}
+	if !strings.Contains(h.cdiSpec(t), twoGPUs()[0].UUID+"::0") {
+		t.Error("the recovered GPU's devices should be back in the CDI spec")
+	}
+}
+
+func (h *harness) cdiSpec(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(h.dir, "cdi", "yunion.io-mps-gpu.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func TestRunFollowsEditsAndRejectsBadOnes(t *testing.T) {

@@ -117,6 +117,7 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 		for _, d := range gp.Devices {
 			row := d.API(hostID)
 			row.Unhealthy = !statuses[i].Healthy
+			row.CDIName = CDIName(gp.GPU.UUID, d.Index)
 			desired = append(desired, row)
 		}
 	}

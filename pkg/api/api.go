@@ -31,20 +31,23 @@ type PCIEInfo struct {
 // IsolatedDevice is one row of the `isolated_devices` resource: for MPS, one
 // virtual device (one slice of a physical GPU).
 type IsolatedDevice struct {
-	ID             string    `json:"id"`
-	Name           string    `json:"name"`
-	HostID         string    `json:"host_id"`
-	DevType        string    `json:"dev_type"`
-	Model          string    `json:"model"`
-	Addr           string    `json:"addr"`
-	VendorDeviceID string    `json:"vendor_device_id"`
-	MdevID         string    `json:"mdev_id,omitempty"`
-	DevicePath     string    `json:"device_path"`
-	RenderPath     string    `json:"render_path,omitempty"`
-	NumaNode       int       `json:"numa_node"`
-	PCIEInfo       *PCIEInfo `json:"pcie_info,omitempty"`
-	Index          int       `json:"index"`
-	DeviceMinor    int       `json:"device_minor"`
+	ID             string `json:"id"`
+	Name           string `json:"name"`
+	HostID         string `json:"host_id"`
+	DevType        string `json:"dev_type"`
+	Model          string `json:"model"`
+	Addr           string `json:"addr"`
+	VendorDeviceID string `json:"vendor_device_id"`
+	MdevID         string `json:"mdev_id,omitempty"`
+	DevicePath     string `json:"device_path"`
+	RenderPath     string `json:"render_path,omitempty"`
+	// CDIName is what a container runtime is given to start a container on
+	// the device (`podman run --device <cdi_name>`); set by the host.
+	CDIName     string    `json:"cdi_name,omitempty"`
+	NumaNode    int       `json:"numa_node"`
+	PCIEInfo    *PCIEInfo `json:"pcie_info,omitempty"`
+	Index       int       `json:"index"`
+	DeviceMinor int       `json:"device_minor"`
 	// MPSMemoryLimit is the device's cap in MiB: memory.total / N.
 	MPSMemoryLimit int `json:"mps_memory_limit"`
 	// MPSMemoryTotal is the physical GPU's memory in MiB.
@@ -71,11 +74,33 @@ type IsolatedDevice struct {
 }
 
 // IsolatedDeviceList is the answer of GET /isolated_devices.
+//
+// A request with paging_marker (Cloudpods' marker paging; "" for the first
+// page) is answered with the marker fields instead of total and offset, as
+// Cloudpods answers it: NextMarker is the paging_marker of the next page, ""
+// after the last one, and each page costs the same however deep it is.
+// MarkerField and MarkerOrder say what the pages are ordered by ("seq",
+// the creation order; "ASC" or "DESC"). A client tells the two answers
+// apart by MarkerField.
 type IsolatedDeviceList struct {
 	IsolatedDevices []IsolatedDevice `json:"isolated_devices"`
 	Total           int              `json:"total"`
 	Limit           int              `json:"limit"`
 	Offset          int              `json:"offset"`
+	NextMarker      string           `json:"next_marker,omitempty"`
+	MarkerField     string           `json:"marker_field,omitempty"`
+	MarkerOrder     string           `json:"marker_order,omitempty"`
+}
+
+// IsolatedDeviceMarkerList is the answer of GET /isolated_devices with
+// paging_marker: IsolatedDeviceList's marker form, with next_marker always
+// present (a client decodes either into IsolatedDeviceList).
+type IsolatedDeviceMarkerList struct {
+	IsolatedDevices []IsolatedDevice `json:"isolated_devices"`
+	Limit           int              `json:"limit"`
+	NextMarker      string           `json:"next_marker"`
+	MarkerField     string           `json:"marker_field"`
+	MarkerOrder     string           `json:"marker_order"`
 }
 
 // IsolatedDeviceBody wraps one device, in requests and answers.

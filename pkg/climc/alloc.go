@@ -167,6 +167,6 @@ func (a *app) printDevices(devs []api.IsolatedDevice) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprint(a.stdout, Table(isolatedDeviceColumns(), rows))
+	_, err = fmt.Fprint(a.stdout, Table(isolatedDeviceColumns(true), rows))
 	return err
 }

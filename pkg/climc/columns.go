@@ -1,9 +1,21 @@
 package climc
 
+import "slices"
+
 // isolatedDeviceColumns are the columns of `isolated-device-list`, in
 // Cloudpods' order. Always marks the fields the inventory fills on every row
 // (pcie_info is optional: it is left out when the PCIe link is unknown).
-func isolatedDeviceColumns() []Column {
+// cdi_name, filled on every MPS row, is left to --details so the plain list
+// keeps the layout Cloudpods users know; attach answers always show it.
+func isolatedDeviceColumns(withCDI bool) []Column {
+	cols := allDeviceColumns()
+	if withCDI {
+		return cols
+	}
+	return slices.DeleteFunc(cols, func(c Column) bool { return c.Field == "cdi_name" })
+}
+
+func allDeviceColumns() []Column {
 	return []Column{
 		{Header: "ID", Field: "id", Always: true},
 		{Header: "Dev_type", Field: "dev_type", Always: true},
@@ -22,8 +34,11 @@ func isolatedDeviceColumns() []Column {
 		{Header: "PCIE_Info", Field: "pcie_info"},
 		{Header: "Index", Field: "index", Always: true},
 		{Header: "Device_minor", Field: "device_minor", Always: true},
-		// Ours, after Cloudpods' columns and shown only when a row is in
-		// that state: not handed out (GPU unhealthy), or going once released.
+		// Ours, after Cloudpods' columns and shown only when a row fills
+		// them: the name to give a container runtime, and the states a
+		// device may be in: not handed out (GPU unhealthy), or going once
+		// released.
+		{Header: "CDI_name", Field: "cdi_name"},
 		{Header: "Unhealthy", Field: "unhealthy"},
 		{Header: "Pending_removal", Field: "pending_removal"},
 	}

@@ -35,16 +35,23 @@ func (a *app) isolatedDeviceListCommand() *cobra.Command {
 		page                     listFlags
 		opts                     client.ListOptions
 		unhealthy, pendingRemove bool
+		marker                   string
 	)
 	cmd := &cobra.Command{
 		Use:   "isolated-device-list",
 		Short: "List isolated devices (one row per MPS virtual device)",
 		Args:  cobra.NoArgs,
-		PreRunE: func(*cobra.Command, []string) error {
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("paging-marker") && page.offset != 0 {
+				return fmt.Errorf("give either --offset or --paging-marker")
+			}
 			return page.check()
 		},
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			opts.Limit, opts.Offset = page.limit, page.offset
+			if cmd.Flags().Changed("paging-marker") {
+				opts.PagingMarker = &marker
+			}
 			if unhealthy {
 				opts.Unhealthy = &unhealthy
 			}
@@ -62,8 +69,12 @@ func (a *app) isolatedDeviceListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprint(a.stdout, ListTable(isolatedDeviceColumns(), rows,
-				Page{Total: list.Total, Limit: list.Limit, Offset: list.Offset}))
+			p := Page{Total: list.Total, Limit: list.Limit, Offset: list.Offset,
+				MarkerField: list.MarkerField, MarkerOrder: list.MarkerOrder, NextMarker: list.NextMarker}
+			if p.MarkerField != "" {
+				p.Total = len(list.IsolatedDevices)
+			}
+			_, err = fmt.Fprint(a.stdout, ListTable(isolatedDeviceColumns(opts.Details), rows, p))
 			return err
 		}),
 	}
@@ -76,9 +87,11 @@ func (a *app) isolatedDeviceListCommand() *cobra.Command {
 	f.StringVar(&opts.GPU, "gpu", "", "only slices of this physical GPU (UUID, the device_path)")
 	f.StringVar(&opts.GuestID, "server", "", "only devices held by this server (guest id)")
 	f.BoolVar(&opts.Unused, "unused", false, "only devices no server holds")
-	f.BoolVar(&opts.Details, "details", false, "ask for details (fills the Host column)")
+	f.BoolVar(&opts.Details, "details", false, "ask for details: the Host column, and the CDI name to give a container runtime")
 	f.BoolVar(&unhealthy, "unhealthy", false, "only devices whose GPU's MPS is not serving (not handed out)")
 	f.BoolVar(&pendingRemove, "pending-removal", false, "only devices their host no longer offers, kept while a server holds them")
+	f.StringVar(&marker, "paging-marker", "", "page by marker instead of --offset: \"\" for the first page, then the NextMarker "+
+		"the footer shows (each page costs the same however deep)")
 	page.register(cmd)
 	return cmd
 }

@@ -123,7 +123,7 @@ func TestListTableGolden(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := ListTable(isolatedDeviceColumns(), mustObjects(t, tt.devs), tt.page)
+			got := ListTable(isolatedDeviceColumns(false), mustObjects(t, tt.devs), tt.page)
 			if h := headerCells(got); !slices.Equal(h, tt.headers) {
 				t.Errorf("columns = %q, want %q", h, tt.headers)
 			}
@@ -133,7 +133,7 @@ func TestListTableGolden(t *testing.T) {
 }
 
 func TestListTableReferenceRow(t *testing.T) {
-	got := ListTable(isolatedDeviceColumns(), mustObjects(t, p40Slices()), Page{Total: 4, Limit: 20})
+	got := ListTable(isolatedDeviceColumns(false), mustObjects(t, p40Slices()), Page{Total: 4, Limit: 20})
 	want := "| 604b59e6-745b-4834-8c19-229af27c4333 | NVIDIA_MPS | Tesla P40 | 00:06.0-0 | 10de:1b38        | " +
 		"197c1d98-316a-42e6-889d-68497153cc82 | -1        | GPU-76aef7ff-372d-2432-b4b4-beca4d8d3400 | " +
 		`{"lane_width":16,"throughput":"15.76 GB/s","transfer_rate_per_lane":"8GT/s","version":"3.0"} | -1    | -1           |`

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
+	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
 // allocEnv is a real inventory on loopback with an admin token, and a host
@@ -30,15 +30,11 @@ type allocEnv struct {
 	calls map[string]*atomic.Int64
 }
 
-// newAllocEnv starts one; wrap, when set, sits in front of the API.
-func newAllocEnv(t *testing.T, wrap func(next http.Handler) http.Handler) *allocEnv {
+// newAllocEnv starts one over st, a new database of any backend (tests run
+// in storetest.ForEachBackend); wrap, when set, sits in front of the API.
+func newAllocEnv(t *testing.T, st *store.Store, wrap func(next http.Handler) http.Handler) *allocEnv {
 	t.Helper()
 	ctx := t.Context()
-	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "inventory.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
 	token, _, err := st.CreateToken(ctx, store.NewToken{Name: "admin", Role: store.RoleAdmin})
 	if err != nil {
 		t.Fatal(err)
@@ -96,55 +92,57 @@ func addrsOf(devs []api.IsolatedDevice) []string {
 }
 
 func TestAttachDetachPurge(t *testing.T) {
-	ctx := t.Context()
-	e := newAllocEnv(t, nil)
-	c := e.client(Options{})
-	d0 := e.device(t, "06:00.0-0")
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		ctx := t.Context()
+		e := newAllocEnv(t, open(), nil)
+		c := e.client(Options{})
+		d0 := e.device(t, "06:00.0-0")
 
-	got, err := c.AttachIsolatedDevice(ctx, "pod-a", d0.ID)
-	if err != nil || !slices.Equal(addrsOf(got), []string{"06:00.0-0"}) || got[0].GuestID != "pod-a" {
-		t.Fatalf("attach by id: %+v, %v", got, err)
-	}
-	if _, err := c.AttachIsolatedDevice(ctx, "pod-b", d0.ID); !IsConflict(err) {
-		t.Errorf("attach of a held device: %v, want a 409", err)
-	}
-	numa := 0
-	got, err = c.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 3, NUMANode: &numa})
-	if err != nil || !slices.Equal(addrsOf(got), []string{"07:00.0-0", "06:00.0-1", "07:00.0-1"}) {
-		t.Fatalf("attach by model: %v, %v", addrsOf(got), err)
-	}
-	_, err = c.AttachIsolatedDevices(ctx, "pod-c", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 5})
-	if !IsConflict(err) || err.Error() != `need 5 free NVIDIA_MPS "Tesla P40" devices on host gpu-1, 4 free` {
-		t.Errorf("attach of more than free: %v", err)
-	}
+		got, err := c.AttachIsolatedDevice(ctx, "pod-a", d0.ID)
+		if err != nil || !slices.Equal(addrsOf(got), []string{"06:00.0-0"}) || got[0].GuestID != "pod-a" {
+			t.Fatalf("attach by id: %+v, %v", got, err)
+		}
+		if _, err := c.AttachIsolatedDevice(ctx, "pod-b", d0.ID); !IsConflict(err) {
+			t.Errorf("attach of a held device: %v, want a 409", err)
+		}
+		numa := 0
+		got, err = c.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 3, NUMANode: &numa})
+		if err != nil || !slices.Equal(addrsOf(got), []string{"07:00.0-0", "06:00.0-1", "07:00.0-1"}) {
+			t.Fatalf("attach by model: %v, %v", addrsOf(got), err)
+		}
+		_, err = c.AttachIsolatedDevices(ctx, "pod-c", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 5})
+		if !IsConflict(err) || err.Error() != `need 5 free NVIDIA_MPS "Tesla P40" devices on host gpu-1, 4 free` {
+			t.Errorf("attach of more than free: %v", err)
+		}
 
-	if got, err := c.DetachIsolatedDevice(ctx, "pod-b", d0.ID); !IsConflict(err) || got != nil {
-		t.Errorf("detach of another guest's device: %v, %v", got, err)
-	}
-	if got, err := c.DetachIsolatedDevice(ctx, "pod-a", d0.ID); err != nil || !slices.Equal(addrsOf(got), []string{"06:00.0-0"}) {
-		t.Errorf("detach: %v, %v", addrsOf(got), err)
-	}
-	if got, err := c.DetachIsolatedDevice(ctx, "pod-a", d0.ID); err != nil || len(got) != 0 {
-		t.Errorf("detach of a free device: %v, %v; want nothing", addrsOf(got), err)
-	}
-	if got, err := c.DetachAll(ctx, "pod-b"); err != nil || len(got) != 3 {
-		t.Errorf("detach all: %v, %v", addrsOf(got), err)
-	}
+		if got, err := c.DetachIsolatedDevice(ctx, "pod-b", d0.ID); !IsConflict(err) || got != nil {
+			t.Errorf("detach of another guest's device: %v, %v", got, err)
+		}
+		if got, err := c.DetachIsolatedDevice(ctx, "pod-a", d0.ID); err != nil || !slices.Equal(addrsOf(got), []string{"06:00.0-0"}) {
+			t.Errorf("detach: %v, %v", addrsOf(got), err)
+		}
+		if got, err := c.DetachIsolatedDevice(ctx, "pod-a", d0.ID); err != nil || len(got) != 0 {
+			t.Errorf("detach of a free device: %v, %v; want nothing", addrsOf(got), err)
+		}
+		if got, err := c.DetachAll(ctx, "pod-b"); err != nil || len(got) != 3 {
+			t.Errorf("detach all: %v, %v", addrsOf(got), err)
+		}
 
-	d1 := e.device(t, "06:00.0-1")
-	if _, err := c.AttachIsolatedDevice(ctx, "pod-d", d1.ID); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := c.PurgeIsolatedDevice(ctx, d1.ID, false); !IsDeviceInUse(err) {
-		t.Errorf("purge of a held device: %v, want IsDeviceInUse", err)
-	}
-	dev, guest, err := c.PurgeIsolatedDevice(ctx, d1.ID, true)
-	if err != nil || guest != "pod-d" || dev.ID != d1.ID {
-		t.Errorf("force purge: %+v, %q, %v; want the device, detached from pod-d", dev, guest, err)
-	}
-	if dev, guest, err := c.PurgeIsolatedDevice(ctx, d0.ID, false); err != nil || guest != "" || dev.ID != d0.ID {
-		t.Errorf("purge of a free device: %+v, %q, %v", dev, guest, err)
-	}
+		d1 := e.device(t, "06:00.0-1")
+		if _, err := c.AttachIsolatedDevice(ctx, "pod-d", d1.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := c.PurgeIsolatedDevice(ctx, d1.ID, false); !IsDeviceInUse(err) {
+			t.Errorf("purge of a held device: %v, want IsDeviceInUse", err)
+		}
+		dev, guest, err := c.PurgeIsolatedDevice(ctx, d1.ID, true)
+		if err != nil || guest != "pod-d" || dev.ID != d1.ID {
+			t.Errorf("force purge: %+v, %q, %v; want the device, detached from pod-d", dev, guest, err)
+		}
+		if dev, guest, err := c.PurgeIsolatedDevice(ctx, d0.ID, false); err != nil || guest != "" || dev.ID != d0.ID {
+			t.Errorf("purge of a free device: %+v, %q, %v", dev, guest, err)
+		}
+	})
 }
 
 // loseAnswers serves the requests whose path ends in suffix, answering the
@@ -170,51 +168,56 @@ func loseAnswers(suffix string, n int64, seen *atomic.Int64) func(http.Handler) 
 // would take more devices.
 func TestAllocRetries(t *testing.T) {
 	ctx := t.Context()
-	t.Run("attach by id is retried", func(t *testing.T) {
-		var seen atomic.Int64
-		e := newAllocEnv(t, loseAnswers("/attach-isolated-device", 1, &seen))
-		got, err := e.client(Options{}).AttachIsolatedDevice(ctx, "pod-a", e.device(t, "06:00.0-0").ID)
-		if err != nil || len(got) != 1 || seen.Load() != 2 {
-			t.Errorf("%v, %v after %d requests; want the device after 2", addrsOf(got), err, seen.Load())
-		}
-	})
-	t.Run("attach by model is not", func(t *testing.T) {
-		var seen atomic.Int64
-		e := newAllocEnv(t, loseAnswers("/attach-isolated-device", 1, &seen))
-		_, err := e.client(Options{}).AttachIsolatedDevices(ctx, "pod-a", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 2})
-		if err == nil || seen.Load() != 1 {
-			t.Errorf("%v after %d requests; want the 503 after 1", err, seen.Load())
-		}
-		if held := e.heldBy(t, "pod-a"); len(held) != 2 {
-			t.Errorf("pod-a holds %q; want the 2 of the one request that reached the server", held)
-		}
-	})
-	t.Run("detach all is retried", func(t *testing.T) {
-		var seen atomic.Int64
-		e := newAllocEnv(t, loseAnswers("/detach-isolated-device", 1, &seen))
-		c := e.client(Options{})
-		if _, err := c.AttachIsolatedDevices(ctx, "pod-a", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 2}); err != nil {
-			t.Fatal(err)
-		}
-		// The retry answers what it released: nothing, the lost first
-		// answer had it all.
-		got, err := c.DetachAll(ctx, "pod-a")
-		if err != nil || len(got) != 0 || seen.Load() != 2 || len(e.heldBy(t, "pod-a")) != 0 {
-			t.Errorf("%v, %v after %d requests; want everything released, after 2", addrsOf(got), err, seen.Load())
-		}
-	})
-	t.Run("force purge is not", func(t *testing.T) {
-		var seen atomic.Int64
-		e := newAllocEnv(t, loseAnswers("/purge", 1, &seen))
-		c := e.client(Options{})
-		d := e.device(t, "06:00.0-0")
-		if _, err := c.AttachIsolatedDevice(ctx, "pod-a", d.ID); err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := c.PurgeIsolatedDevice(ctx, d.ID, true); err == nil || seen.Load() != 1 {
-			t.Errorf("%v after %d requests; want the 503 after 1", err, seen.Load())
-		}
-	})
+	// Each case on a database of its own.
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Run("attach by id is retried", func(t *testing.T) {
+				var seen atomic.Int64
+				e := newAllocEnv(t, storetest.Open(t, b.DSN(t)), loseAnswers("/attach-isolated-device", 1, &seen))
+				got, err := e.client(Options{}).AttachIsolatedDevice(ctx, "pod-a", e.device(t, "06:00.0-0").ID)
+				if err != nil || len(got) != 1 || seen.Load() != 2 {
+					t.Errorf("%v, %v after %d requests; want the device after 2", addrsOf(got), err, seen.Load())
+				}
+			})
+			t.Run("attach by model is not", func(t *testing.T) {
+				var seen atomic.Int64
+				e := newAllocEnv(t, storetest.Open(t, b.DSN(t)), loseAnswers("/attach-isolated-device", 1, &seen))
+				_, err := e.client(Options{}).AttachIsolatedDevices(ctx, "pod-a", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 2})
+				if err == nil || seen.Load() != 1 {
+					t.Errorf("%v after %d requests; want the 503 after 1", err, seen.Load())
+				}
+				if held := e.heldBy(t, "pod-a"); len(held) != 2 {
+					t.Errorf("pod-a holds %q; want the 2 of the one request that reached the server", held)
+				}
+			})
+			t.Run("detach all is retried", func(t *testing.T) {
+				var seen atomic.Int64
+				e := newAllocEnv(t, storetest.Open(t, b.DSN(t)), loseAnswers("/detach-isolated-device", 1, &seen))
+				c := e.client(Options{})
+				if _, err := c.AttachIsolatedDevices(ctx, "pod-a", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 2}); err != nil {
+					t.Fatal(err)
+				}
+				// The retry answers what it released: nothing, the lost first
+				// answer had it all.
+				got, err := c.DetachAll(ctx, "pod-a")
+				if err != nil || len(got) != 0 || seen.Load() != 2 || len(e.heldBy(t, "pod-a")) != 0 {
+					t.Errorf("%v, %v after %d requests; want everything released, after 2", addrsOf(got), err, seen.Load())
+				}
+			})
+			t.Run("force purge is not", func(t *testing.T) {
+				var seen atomic.Int64
+				e := newAllocEnv(t, storetest.Open(t, b.DSN(t)), loseAnswers("/purge", 1, &seen))
+				c := e.client(Options{})
+				d := e.device(t, "06:00.0-0")
+				if _, err := c.AttachIsolatedDevice(ctx, "pod-a", d.ID); err != nil {
+					t.Fatal(err)
+				}
+				if _, _, err := c.PurgeIsolatedDevice(ctx, d.ID, true); err == nil || seen.Load() != 1 {
+					t.Errorf("%v after %d requests; want the 503 after 1", err, seen.Load())
+				}
+			})
+		})
+	}
 }
 
 // refuseFirstDial fails the first n connection attempts with ECONNREFUSED,
@@ -234,93 +237,99 @@ func refuseFirstDial(n int64, dials *atomic.Int64) *http.Client {
 // A refused connection proves nothing was sent: even the model-form attach
 // and the force purge are tried again.
 func TestUnrepeatableRetriedOnConnectionRefused(t *testing.T) {
-	ctx := t.Context()
-	e := newAllocEnv(t, nil)
-	var dials atomic.Int64
-	c := e.client(Options{HTTPClient: refuseFirstDial(2, &dials)})
-	got, err := c.AttachIsolatedDevices(ctx, "pod-a", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 2})
-	if err != nil || len(got) != 2 || dials.Load() != 3 {
-		t.Errorf("%v, %v after %d dials; want 2 devices after 3", addrsOf(got), err, dials.Load())
-	}
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		ctx := t.Context()
+		e := newAllocEnv(t, open(), nil)
+		var dials atomic.Int64
+		c := e.client(Options{HTTPClient: refuseFirstDial(2, &dials)})
+		got, err := c.AttachIsolatedDevices(ctx, "pod-a", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 2})
+		if err != nil || len(got) != 2 || dials.Load() != 3 {
+			t.Errorf("%v, %v after %d dials; want 2 devices after 3", addrsOf(got), err, dials.Load())
+		}
 
-	dials.Store(0)
-	none := e.client(Options{HTTPClient: refuseFirstDial(10, &dials), Retries: -1})
-	if _, err := none.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1"}); err == nil || dials.Load() != 1 {
-		t.Errorf("with retries off: %v after %d dials; want the error after 1", err, dials.Load())
-	}
+		dials.Store(0)
+		none := e.client(Options{HTTPClient: refuseFirstDial(10, &dials), Retries: -1})
+		if _, err := none.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1"}); err == nil || dials.Load() != 1 {
+			t.Errorf("with retries off: %v after %d dials; want the error after 1", err, dials.Load())
+		}
+	})
 }
 
 // A host's sync marks a device it no longer wants but a guest holds as
 // pending removal: it stays, is not handed out again, and goes with the
 // first sync after the detach. A device that comes back is offered again.
 func TestSyncPendingRemoval(t *testing.T) {
-	ctx := t.Context()
-	e := newAllocEnv(t, nil)
-	c := e.client(Options{})
-	d3 := e.device(t, "06:00.0-3")
-	if _, err := c.AttachIsolatedDevice(ctx, "pod-a", d3.ID); err != nil {
-		t.Fatal(err)
-	}
-	two := append(gpuSlices("06", 2), gpuSlices("07", 4)...)
-	for i := range 2 {
-		two[i].MPSMemoryLimit, two[i].MPSThreadPercentage = 12288, 50 // as the split in 2 has it
-	}
-	mustSync(t, c, e.host.ID, two, SyncResult{Updated: 2, Unchanged: 4, Deleted: 1, Held: []string{d3.ID}})
-	if got := e.device(t, "06:00.0-3"); !got.PendingRemoval || got.GuestID != "pod-a" {
-		t.Fatalf("held device after the resize: %+v; want kept for pod-a, pending removal", got)
-	}
-	// Reported again, not marked again.
-	mustSync(t, c, e.host.ID, two, SyncResult{Unchanged: 6, Held: []string{d3.ID}})
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		ctx := t.Context()
+		e := newAllocEnv(t, open(), nil)
+		c := e.client(Options{})
+		d3 := e.device(t, "06:00.0-3")
+		if _, err := c.AttachIsolatedDevice(ctx, "pod-a", d3.ID); err != nil {
+			t.Fatal(err)
+		}
+		two := append(gpuSlices("06", 2), gpuSlices("07", 4)...)
+		for i := range 2 {
+			two[i].MPSMemoryLimit, two[i].MPSThreadPercentage = 12288, 50 // as the split in 2 has it
+		}
+		mustSync(t, c, e.host.ID, two, SyncResult{Updated: 2, Unchanged: 4, Deleted: 1, Held: []string{d3.ID}})
+		if got := e.device(t, "06:00.0-3"); !got.PendingRemoval || got.GuestID != "pod-a" {
+			t.Fatalf("held device after the resize: %+v; want kept for pod-a, pending removal", got)
+		}
+		// Reported again, not marked again.
+		mustSync(t, c, e.host.ID, two, SyncResult{Unchanged: 6, Held: []string{d3.ID}})
 
-	if _, err := c.DetachIsolatedDevice(ctx, "pod-a", d3.ID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.AttachIsolatedDevice(ctx, "pod-b", d3.ID); !IsConflict(err) {
-		t.Errorf("attach of a released device pending removal: %v, want a 409", err)
-	}
-	if got, err := c.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 6}); err != nil || slices.Contains(addrsOf(got), "06:00.0-3") {
-		t.Errorf("attach by model: %v, %v; want the 6 wanted devices only", addrsOf(got), err)
-	}
-	if _, err := c.DetachAll(ctx, "pod-b"); err != nil {
-		t.Fatal(err)
-	}
-	mustSync(t, c, e.host.ID, two, SyncResult{Unchanged: 6, Deleted: 1})
+		if _, err := c.DetachIsolatedDevice(ctx, "pod-a", d3.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.AttachIsolatedDevice(ctx, "pod-b", d3.ID); !IsConflict(err) {
+			t.Errorf("attach of a released device pending removal: %v, want a 409", err)
+		}
+		if got, err := c.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 6}); err != nil || slices.Contains(addrsOf(got), "06:00.0-3") {
+			t.Errorf("attach by model: %v, %v; want the 6 wanted devices only", addrsOf(got), err)
+		}
+		if _, err := c.DetachAll(ctx, "pod-b"); err != nil {
+			t.Fatal(err)
+		}
+		mustSync(t, c, e.host.ID, two, SyncResult{Unchanged: 6, Deleted: 1})
 
-	// Held again, pending again, then wanted again: offered again.
-	d1 := e.device(t, "06:00.0-1")
-	if _, err := c.AttachIsolatedDevice(ctx, "pod-c", d1.ID); err != nil {
-		t.Fatal(err)
-	}
-	mustSync(t, c, e.host.ID, slices.Delete(slices.Clone(two), 1, 2), SyncResult{Unchanged: 5, Held: []string{d1.ID}})
-	mustSync(t, c, e.host.ID, two, SyncResult{Updated: 1, Unchanged: 5})
-	if got := e.device(t, "06:00.0-1"); got.PendingRemoval || got.GuestID != "pod-c" {
-		t.Errorf("device wanted again: %+v; want not pending, still pod-c's", got)
-	}
+		// Held again, pending again, then wanted again: offered again.
+		d1 := e.device(t, "06:00.0-1")
+		if _, err := c.AttachIsolatedDevice(ctx, "pod-c", d1.ID); err != nil {
+			t.Fatal(err)
+		}
+		mustSync(t, c, e.host.ID, slices.Delete(slices.Clone(two), 1, 2), SyncResult{Unchanged: 5, Held: []string{d1.ID}})
+		mustSync(t, c, e.host.ID, two, SyncResult{Updated: 1, Unchanged: 5})
+		if got := e.device(t, "06:00.0-1"); got.PendingRemoval || got.GuestID != "pod-c" {
+			t.Errorf("device wanted again: %+v; want not pending, still pod-c's", got)
+		}
+	})
 }
 
 // The host reports its GPUs' health through the sync; an unhealthy device
 // is not handed out.
 func TestSyncCarriesUnhealthy(t *testing.T) {
-	ctx := t.Context()
-	e := newAllocEnv(t, nil)
-	c := e.client(Options{})
-	want := append(gpuSlices("06", 4), gpuSlices("07", 4)...)
-	for i := range 4 {
-		want[i].Unhealthy = true
-	}
-	mustSync(t, c, e.host.ID, want, SyncResult{Updated: 4, Unchanged: 4})
-	got, err := c.AttachIsolatedDevices(ctx, "pod-a", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 4})
-	if err != nil || !slices.Equal(addrsOf(got), []string{"07:00.0-0", "07:00.0-1", "07:00.0-2", "07:00.0-3"}) {
-		t.Errorf("attach with GPU-06 unhealthy: %v, %v", addrsOf(got), err)
-	}
-	if _, err := c.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1"}); !IsConflict(err) {
-		t.Errorf("attach with only unhealthy devices free: %v, want a 409", err)
-	}
-	for i := range 4 {
-		want[i].Unhealthy = false
-	}
-	mustSync(t, c, e.host.ID, want, SyncResult{Updated: 4, Unchanged: 4})
-	if _, err := c.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1"}); err != nil {
-		t.Errorf("attach once healthy again: %v", err)
-	}
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		ctx := t.Context()
+		e := newAllocEnv(t, open(), nil)
+		c := e.client(Options{})
+		want := append(gpuSlices("06", 4), gpuSlices("07", 4)...)
+		for i := range 4 {
+			want[i].Unhealthy = true
+		}
+		mustSync(t, c, e.host.ID, want, SyncResult{Updated: 4, Unchanged: 4})
+		got, err := c.AttachIsolatedDevices(ctx, "pod-a", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 4})
+		if err != nil || !slices.Equal(addrsOf(got), []string{"07:00.0-0", "07:00.0-1", "07:00.0-2", "07:00.0-3"}) {
+			t.Errorf("attach with GPU-06 unhealthy: %v, %v", addrsOf(got), err)
+		}
+		if _, err := c.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1"}); !IsConflict(err) {
+			t.Errorf("attach with only unhealthy devices free: %v, want a 409", err)
+		}
+		for i := range 4 {
+			want[i].Unhealthy = false
+		}
+		mustSync(t, c, e.host.ID, want, SyncResult{Updated: 4, Unchanged: 4})
+		if _, err := c.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1"}); err != nil {
+			t.Errorf("attach once healthy again: %v", err)
+		}
+	})
 }

@@ -20,12 +20,17 @@ type ListHostsOptions struct {
 // host's id or name, GPU the physical GPU (device_path), Unused the devices
 // no guest holds, Details asks for the host's name; Unhealthy and
 // PendingRemoval, when set, keep the devices whose flag has that value.
-// Limit 0 leaves the page size to the server (20).
+// Limit 0 leaves the page size to the server (20). PagingMarker, when set,
+// asks for Cloudpods' marker paging instead of Offset: "" for the first
+// page, then the answer's NextMarker until it is "" (see
+// api.IsolatedDeviceList); each page then costs the server the same
+// however deep it is.
 type ListOptions struct {
 	HostID, DevType, Model, Addr, GPU, GuestID string
 	Unused, Details                            bool
 	Unhealthy, PendingRemoval                  *bool
 	Limit, Offset                              int
+	PagingMarker                               *string
 }
 
 func (o ListOptions) query() url.Values {
@@ -53,6 +58,9 @@ func (o ListOptions) query() url.Values {
 		}
 	}
 	setPage(q, o.Limit, o.Offset)
+	if o.PagingMarker != nil {
+		q.Set("paging_marker", *o.PagingMarker)
+	}
 	return q
 }
 

@@ -37,6 +37,7 @@ type owned struct {
 	Model               string        `json:"model"`
 	DevicePath          string        `json:"device_path"`
 	RenderPath          string        `json:"render_path"`
+	CDIName             string        `json:"cdi_name"`
 	NumaNode            int           `json:"numa_node"`
 	PCIEInfo            *api.PCIEInfo `json:"pcie_info"` // null clears it
 	Index               int           `json:"index"`
@@ -50,7 +51,7 @@ type owned struct {
 
 func ownedOf(d api.IsolatedDevice) owned {
 	return owned{
-		Name: d.Name, Model: d.Model, DevicePath: d.DevicePath, RenderPath: d.RenderPath,
+		Name: d.Name, Model: d.Model, DevicePath: d.DevicePath, RenderPath: d.RenderPath, CDIName: d.CDIName,
 		NumaNode: d.NumaNode, PCIEInfo: d.PCIEInfo, Index: d.Index, DeviceMinor: d.DeviceMinor,
 		MPSMemoryLimit: d.MPSMemoryLimit, MPSMemoryTotal: d.MPSMemoryTotal,
 		MPSThreadPercentage: d.MPSThreadPercentage,
@@ -182,27 +183,42 @@ func prepareDesired(hostID string, desired []api.IsolatedDevice) ([]api.Isolated
 }
 
 // hostMPSDevices lists every NVIDIA_MPS row of the host (those at addr when
-// addr is set), page by page.
+// addr is set), page by page: by marker, so that rows deleted meanwhile
+// shift nothing, or, from an inventory without marker paging (an answer
+// without marker_field), by offset.
 func (c *Client) hostMPSDevices(ctx context.Context, hostID, addr string) ([]api.IsolatedDevice, error) {
 	var all []api.IsolatedDevice
 	seen := map[string]bool{}
+	marker := ""
 	for offset := 0; ; {
-		page, err := c.ListIsolatedDevices(ctx, ListOptions{
-			HostID: hostID, DevType: api.DevTypeNvidiaMPS, Addr: addr, Limit: c.pageSize, Offset: offset,
-		})
+		o := ListOptions{HostID: hostID, DevType: api.DevTypeNvidiaMPS, Addr: addr, Limit: c.pageSize, Offset: offset}
+		if offset == 0 {
+			o.PagingMarker = &marker
+		}
+		page, err := c.ListIsolatedDevices(ctx, o)
 		if err != nil {
 			return nil, fmt.Errorf("listing isolated devices of host %s: %w", hostID, err)
 		}
 		for _, d := range page.IsolatedDevices {
-			// Rows deleted meanwhile shift pages; never count one twice.
+			// Rows deleted meanwhile shift offset pages; never count one twice.
 			if !seen[d.ID] {
 				seen[d.ID] = true
 				all = append(all, d)
 			}
 		}
-		offset += len(page.IsolatedDevices)
-		if len(page.IsolatedDevices) == 0 || offset >= page.Total {
+		switch {
+		case page.MarkerField != "":
+			if page.NextMarker == "" {
+				return all, nil
+			}
+			marker = page.NextMarker
+		case len(page.IsolatedDevices) == 0:
 			return all, nil
+		default:
+			offset += len(page.IsolatedDevices)
+			if offset >= page.Total {
+				return all, nil
+			}
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/api"
@@ -181,20 +182,51 @@ func TestSyncDevices(t *testing.T) {
 }
 
 // The host's rows are read page by page: rows past the first page are
-// matched too, not created twice or left behind.
+// matched too, not created twice or left behind. Pages are walked by
+// marker, or by offset from an inventory that does not know markers (one
+// of before marker paging, which ignores paging_marker).
 func TestSyncPagesThroughAllRows(t *testing.T) {
 	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
-		inv := newInventory(t, open(), server.Options{}, nil)
-		c := New(Options{URL: inv.url, Token: inv.token})
-		c.pageSize = 3
-		h, err := c.EnsureHost(t.Context(), "gpu-1")
-		if err != nil {
-			t.Fatal(err)
+		st := open()
+		for _, tt := range []struct {
+			name, host string
+			oldServer  bool
+		}{{"by marker", "gpu-1", false}, {"by offset", "gpu-2", true}} {
+			t.Run(tt.name, func(t *testing.T) {
+				var markers, offsets atomic.Int32
+				inv := newInventory(t, st, server.Options{}, func(next http.Handler) http.Handler {
+					return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						q := r.URL.Query()
+						if tt.oldServer {
+							q.Del("paging_marker")
+							r.URL.RawQuery = q.Encode()
+						}
+						if q.Has("paging_marker") {
+							markers.Add(1)
+						}
+						if q.Has("offset") {
+							offsets.Add(1)
+						}
+						next.ServeHTTP(w, r)
+					})
+				})
+				c := New(Options{URL: inv.url, Token: inv.token})
+				c.pageSize = 3
+				h, err := c.EnsureHost(t.Context(), tt.host)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := append(gpuSlices("06", 5), gpuSlices("07", 5)...)
+				mustSync(t, c, h.ID, want, SyncResult{Created: 10})
+				mustSync(t, c, h.ID, want, SyncResult{Unchanged: 10})
+				mustSync(t, c, h.ID, want[:4], SyncResult{Unchanged: 4, Deleted: 6})
+				// Three syncs: 1 + 4 + 4 pages of 3 rows.
+				if got := [2]int32{markers.Load(), offsets.Load()}; (!tt.oldServer && got != [2]int32{9, 0}) ||
+					(tt.oldServer && got != [2]int32{0, 6}) {
+					t.Errorf("%d requests by marker, %d by offset", got[0], got[1])
+				}
+			})
 		}
-		want := append(gpuSlices("06", 5), gpuSlices("07", 5)...)
-		mustSync(t, c, h.ID, want, SyncResult{Created: 10})
-		mustSync(t, c, h.ID, want, SyncResult{Unchanged: 10})
-		mustSync(t, c, h.ID, want[:4], SyncResult{Unchanged: 4, Deleted: 6})
 	})
 }
 

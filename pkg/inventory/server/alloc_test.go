@@ -11,6 +11,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
+	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
 // seedGPUs registers host name with gpus GPUs of slices MPS slices each,
@@ -64,214 +65,224 @@ func guestOf(t *testing.T, st *store.Store) map[string]string {
 }
 
 func TestAttachDetachAPI(t *testing.T) {
-	e := newEnv(t, Options{})
-	devs := seedGPUs(t, e.st, "gpu-1", 2, 2) // 1a-0, 1a-1, 1b-0, 1b-1
-	unhealthy := true
-	if _, err := e.st.UpdateDevice(t.Context(), devs[3].ID, store.DeviceUpdate{Unhealthy: &unhealthy}); err != nil {
-		t.Fatal(err)
-	}
-	const model = `"model":"NVIDIA H100 80GB HBM3","host":"gpu-1"`
-	const ok, bad, conflict = http.StatusOK, http.StatusBadRequest, http.StatusConflict
-	attach := func(guest string) string { return "/servers/" + guest + "/attach-isolated-device" }
-	detach := func(guest string) string { return "/servers/" + guest + "/detach-isolated-device" }
-	purge := func(d api.IsolatedDevice) string { return "/isolated_devices/" + d.ID + "/purge" }
-	byID := func(d api.IsolatedDevice) string { return `{"device":"` + d.ID + `"}` }
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		e := newEnvOn(t, open(), Options{})
+		devs := seedGPUs(t, e.st, "gpu-1", 2, 2) // 1a-0, 1a-1, 1b-0, 1b-1
+		unhealthy := true
+		if _, err := e.st.UpdateDevice(t.Context(), devs[3].ID, store.DeviceUpdate{Unhealthy: &unhealthy}); err != nil {
+			t.Fatal(err)
+		}
+		const model = `"model":"NVIDIA H100 80GB HBM3","host":"gpu-1"`
+		const ok, bad, conflict = http.StatusOK, http.StatusBadRequest, http.StatusConflict
+		attach := func(guest string) string { return "/servers/" + guest + "/attach-isolated-device" }
+		detach := func(guest string) string { return "/servers/" + guest + "/detach-isolated-device" }
+		purge := func(d api.IsolatedDevice) string { return "/isolated_devices/" + d.ID + "/purge" }
+		byID := func(d api.IsolatedDevice) string { return `{"device":"` + d.ID + `"}` }
 
-	// Steps run in order: each sees the state the ones before left.
-	steps := []struct {
-		name, method, path, body string
-		status                   int
-		want                     []string // addrs answered, for 200
-		class, details           string   // for errors
-		detached                 string   // detached_guest of a purge
-	}{
-		{name: "attach by id", method: "POST", path: attach("pod-a"), body: byID(devs[0]), status: ok, want: []string{"1a:00.0-0"}},
-		{name: "again by the same guest", method: "POST", path: attach("pod-a"), body: byID(devs[0]), status: ok, want: []string{"1a:00.0-0"}},
-		{name: "held by another guest", method: "POST", path: attach("pod-b"), body: byID(devs[0]), status: conflict,
-			class: api.ClassInvalidStatus, details: api.MsgDeviceUsedByServer + " pod-a"},
-		{name: "unhealthy", method: "POST", path: attach("pod-b"), body: byID(devs[3]), status: conflict,
-			class: api.ClassInvalidStatus, details: "is unhealthy"},
-		{name: "more than free: nothing attached", method: "POST", path: attach("pod-b"), body: `{` + model + `,"count":3}`, status: conflict,
-			class: api.ClassInvalidStatus, details: `need 3 free NVIDIA_MPS "NVIDIA H100 80GB HBM3" devices on host gpu-1, 2 free`},
-		{name: "by model", method: "POST", path: attach("pod-b"), body: `{"dev_type":"NVIDIA_MPS",` + model + `,"count":2}`, status: ok,
-			want: []string{"1a:00.0-1", "1b:00.0-0"}},
-		{name: "by model on a full NUMA node", method: "POST", path: attach("pod-c"), body: `{` + model + `,"numa_node":0}`, status: conflict,
-			class: api.ClassInvalidStatus, details: "NUMA node 0, 0 free"},
-		{name: "unknown device", method: "POST", path: attach("pod-c"), body: `{"device":"no-such-device"}`, status: http.StatusNotFound,
-			class: api.ClassNotFound, details: `isolated device "no-such-device" not found`},
-		{name: "unknown host", method: "POST", path: attach("pod-c"), body: `{"model":"x","host":"gpu-9"}`, status: http.StatusNotFound,
-			class: api.ClassNotFound, details: `host "gpu-9" not found`},
+		// Steps run in order: each sees the state the ones before left.
+		steps := []struct {
+			name, method, path, body string
+			status                   int
+			want                     []string // addrs answered, for 200
+			class, details           string   // for errors
+			detached                 string   // detached_guest of a purge
+		}{
+			{name: "attach by id", method: "POST", path: attach("pod-a"), body: byID(devs[0]), status: ok, want: []string{"1a:00.0-0"}},
+			{name: "again by the same guest", method: "POST", path: attach("pod-a"), body: byID(devs[0]), status: ok, want: []string{"1a:00.0-0"}},
+			{name: "held by another guest", method: "POST", path: attach("pod-b"), body: byID(devs[0]), status: conflict,
+				class: api.ClassInvalidStatus, details: api.MsgDeviceUsedByServer + " pod-a"},
+			{name: "unhealthy", method: "POST", path: attach("pod-b"), body: byID(devs[3]), status: conflict,
+				class: api.ClassInvalidStatus, details: "is unhealthy"},
+			{name: "more than free: nothing attached", method: "POST", path: attach("pod-b"), body: `{` + model + `,"count":3}`, status: conflict,
+				class: api.ClassInvalidStatus, details: `need 3 free NVIDIA_MPS "NVIDIA H100 80GB HBM3" devices on host gpu-1, 2 free`},
+			{name: "by model", method: "POST", path: attach("pod-b"), body: `{"dev_type":"NVIDIA_MPS",` + model + `,"count":2}`, status: ok,
+				want: []string{"1a:00.0-1", "1b:00.0-0"}},
+			{name: "by model on a full NUMA node", method: "POST", path: attach("pod-c"), body: `{` + model + `,"numa_node":0}`, status: conflict,
+				class: api.ClassInvalidStatus, details: "NUMA node 0, 0 free"},
+			{name: "unknown device", method: "POST", path: attach("pod-c"), body: `{"device":"no-such-device"}`, status: http.StatusNotFound,
+				class: api.ClassNotFound, details: `isolated device "no-such-device" not found`},
+			{name: "unknown host", method: "POST", path: attach("pod-c"), body: `{"model":"x","host":"gpu-9"}`, status: http.StatusNotFound,
+				class: api.ClassNotFound, details: `host "gpu-9" not found`},
 
-		{name: "detach another guest's device", method: "POST", path: detach("pod-b"), body: byID(devs[0]), status: conflict,
-			class: api.ClassInvalidStatus, details: api.MsgDeviceUsedByServer + " pod-a, not by pod-b"},
-		{name: "detach by id", method: "POST", path: detach("pod-a"), body: byID(devs[0]), status: ok, want: []string{"1a:00.0-0"}},
-		{name: "detach a free device: nothing to do", method: "POST", path: detach("pod-a"), body: byID(devs[0]), status: ok, want: []string{}},
-		{name: "detach all", method: "POST", path: detach("pod-b"), body: `{"all":true}`, status: ok, want: []string{"1a:00.0-1", "1b:00.0-0"}},
-		{name: "detach all of nothing", method: "POST", path: detach("pod-b"), body: `{"all":true}`, status: ok, want: []string{}},
+			{name: "detach another guest's device", method: "POST", path: detach("pod-b"), body: byID(devs[0]), status: conflict,
+				class: api.ClassInvalidStatus, details: api.MsgDeviceUsedByServer + " pod-a, not by pod-b"},
+			{name: "detach by id", method: "POST", path: detach("pod-a"), body: byID(devs[0]), status: ok, want: []string{"1a:00.0-0"}},
+			{name: "detach a free device: nothing to do", method: "POST", path: detach("pod-a"), body: byID(devs[0]), status: ok, want: []string{}},
+			{name: "detach all", method: "POST", path: detach("pod-b"), body: `{"all":true}`, status: ok, want: []string{"1a:00.0-1", "1b:00.0-0"}},
+			{name: "detach all of nothing", method: "POST", path: detach("pod-b"), body: `{"all":true}`, status: ok, want: []string{}},
 
-		{name: "attach for purge", method: "POST", path: attach("pod-d"), body: byID(devs[1]), status: ok, want: []string{"1a:00.0-1"}},
-		{name: "purge of a held device", method: "POST", path: purge(devs[1]), status: conflict,
-			class: api.ClassInvalidStatus, details: api.MsgDeviceUsedByServer},
-		{name: "purge without force", method: "POST", path: purge(devs[1]), body: `{"force":false}`, status: conflict,
-			class: api.ClassInvalidStatus, details: api.MsgDeviceUsedByServer},
-		{name: "delete never forces", method: "DELETE", path: "/isolated_devices/" + devs[1].ID, body: `{"force":true}`, status: conflict,
-			class: api.ClassInvalidStatus, details: api.MsgDeviceUsedByServer},
-		{name: "force purge", method: "POST", path: purge(devs[1]), body: `{"force":true}`, status: ok, want: []string{"1a:00.0-1"}, detached: "pod-d"},
-		{name: "purge of a free device", method: "POST", path: purge(devs[2]), status: ok, want: []string{"1b:00.0-0"}},
-		{name: "purged is gone", method: "POST", path: purge(devs[2]), status: http.StatusNotFound, class: api.ClassNotFound, details: "not found"},
-	}
-	for _, st := range steps {
-		t.Run(st.name, func(t *testing.T) {
-			status, body := e.call(st.method, st.path, st.body)
-			if st.status != ok {
-				checkError(t, status, body, st.status, st.class, st.details)
-				return
-			}
-			if status != ok {
-				t.Fatalf("%d %s", status, body)
-			}
-			var got []api.IsolatedDevice
-			if strings.HasSuffix(st.path, "/purge") {
-				var pb PurgeBody
-				if err := json.Unmarshal(body, &pb); err != nil {
-					t.Fatal(err)
+			{name: "attach for purge", method: "POST", path: attach("pod-d"), body: byID(devs[1]), status: ok, want: []string{"1a:00.0-1"}},
+			{name: "purge of a held device", method: "POST", path: purge(devs[1]), status: conflict,
+				class: api.ClassInvalidStatus, details: api.MsgDeviceUsedByServer},
+			{name: "purge without force", method: "POST", path: purge(devs[1]), body: `{"force":false}`, status: conflict,
+				class: api.ClassInvalidStatus, details: api.MsgDeviceUsedByServer},
+			{name: "delete never forces", method: "DELETE", path: "/isolated_devices/" + devs[1].ID, body: `{"force":true}`, status: conflict,
+				class: api.ClassInvalidStatus, details: api.MsgDeviceUsedByServer},
+			{name: "force purge", method: "POST", path: purge(devs[1]), body: `{"force":true}`, status: ok, want: []string{"1a:00.0-1"}, detached: "pod-d"},
+			{name: "purge of a free device", method: "POST", path: purge(devs[2]), status: ok, want: []string{"1b:00.0-0"}},
+			{name: "purged is gone", method: "POST", path: purge(devs[2]), status: http.StatusNotFound, class: api.ClassNotFound, details: "not found"},
+		}
+		for _, st := range steps {
+			t.Run(st.name, func(t *testing.T) {
+				status, body := e.call(st.method, st.path, st.body)
+				if st.status != ok {
+					checkError(t, status, body, st.status, st.class, st.details)
+					return
 				}
-				if pb.DetachedGuest != st.detached || pb.IsolatedDevice.GuestID != st.detached {
-					t.Errorf("purge answered detached_guest %q, guest_id %q; want %q", pb.DetachedGuest, pb.IsolatedDevice.GuestID, st.detached)
+				if status != ok {
+					t.Fatalf("%d %s", status, body)
 				}
-				got = []api.IsolatedDevice{pb.IsolatedDevice}
-			} else {
-				var lb DeviceListBody
-				if err := json.Unmarshal(body, &lb); err != nil || lb.IsolatedDevices == nil {
-					t.Fatalf("answer %s: %v (want a list, [] when empty)", body, err)
+				var got []api.IsolatedDevice
+				if strings.HasSuffix(st.path, "/purge") {
+					var pb PurgeBody
+					if err := json.Unmarshal(body, &pb); err != nil {
+						t.Fatal(err)
+					}
+					if pb.DetachedGuest != st.detached || pb.IsolatedDevice.GuestID != st.detached {
+						t.Errorf("purge answered detached_guest %q, guest_id %q; want %q", pb.DetachedGuest, pb.IsolatedDevice.GuestID, st.detached)
+					}
+					got = []api.IsolatedDevice{pb.IsolatedDevice}
+				} else {
+					var lb DeviceListBody
+					if err := json.Unmarshal(body, &lb); err != nil || lb.IsolatedDevices == nil {
+						t.Fatalf("answer %s: %v (want a list, [] when empty)", body, err)
+					}
+					got = lb.IsolatedDevices
 				}
-				got = lb.IsolatedDevices
-			}
-			if !slices.Equal(devAddrs(got), st.want) {
-				t.Errorf("answered %q, want %q", devAddrs(got), st.want)
-			}
-		})
-	}
-	if got, want := guestOf(t, e.st), map[string]string{"1a:00.0-0": "", "1b:00.0-1": ""}; !maps.Equal(got, want) {
-		t.Errorf("final state %v, want %v", got, want)
-	}
+				if !slices.Equal(devAddrs(got), st.want) {
+					t.Errorf("answered %q, want %q", devAddrs(got), st.want)
+				}
+			})
+		}
+		if got, want := guestOf(t, e.st), map[string]string{"1a:00.0-0": "", "1b:00.0-1": ""}; !maps.Equal(got, want) {
+			t.Errorf("final state %v, want %v", got, want)
+		}
+	})
 }
 
 // The purge answer without a guest carries no detached_guest at all.
 func TestPurgeAnswerShape(t *testing.T) {
-	e := newEnv(t, Options{})
-	devs := seedGPUs(t, e.st, "gpu-1", 1, 1)
-	_, body := e.call("POST", "/isolated_devices/"+devs[0].ID+"/purge", "")
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := m["detached_guest"]; ok || m["isolated_device"] == nil || len(m) != 1 {
-		t.Errorf("answer %s: want only isolated_device", body)
-	}
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		e := newEnvOn(t, open(), Options{})
+		devs := seedGPUs(t, e.st, "gpu-1", 1, 1)
+		_, body := e.call("POST", "/isolated_devices/"+devs[0].ID+"/purge", "")
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m["detached_guest"]; ok || m["isolated_device"] == nil || len(m) != 1 {
+			t.Errorf("answer %s: want only isolated_device", body)
+		}
+	})
 }
 
 func TestAttachBadInput(t *testing.T) {
-	e := newEnv(t, Options{MaxBodyBytes: 1024})
-	devs := seedGPUs(t, e.st, "gpu-1", 1, 2)
-	dev := devs[0].ID
-	const bad = http.StatusBadRequest
-	tests := []struct{ name, path, body, details string }{
-		{"guest with a space", "/servers/a%20b/attach-isolated-device", `{"device":"` + dev + `"}`, "guest:"},
-		{"guest too long", "/servers/" + strings.Repeat("g", 129) + "/attach-isolated-device", `{"device":"` + dev + `"}`, "guest:"},
-		{"detach guest with a slash", "/servers/a%2Fb/detach-isolated-device", `{"all":true}`, "guest:"},
-		{"empty body", "/servers/g/attach-isolated-device", ``, "request body is empty"},
-		{"neither form", "/servers/g/attach-isolated-device", `{}`, "missing field device, or model and host"},
-		{"both forms", "/servers/g/attach-isolated-device", `{"device":"` + dev + `","model":"m"}`, "field device: give either"},
-		{"empty device", "/servers/g/attach-isolated-device", `{"device":""}`, "field device: empty"},
-		{"unknown field", "/servers/g/attach-isolated-device", `{"device":"` + dev + `","force":true}`, `unknown field "force"`},
-		{"model without host", "/servers/g/attach-isolated-device", `{"model":"m"}`, "missing required field host"},
-		{"host without model", "/servers/g/attach-isolated-device", `{"host":"gpu-1"}`, "missing required field model"},
-		{"count zero", "/servers/g/attach-isolated-device", `{"model":"m","host":"gpu-1","count":0}`, "field count"},
-		{"count too large", "/servers/g/attach-isolated-device", `{"model":"m","host":"gpu-1","count":1000}`, "count: must be between 1 and 128"},
-		{"count not a number", "/servers/g/attach-isolated-device", `{"model":"m","host":"gpu-1","count":"2"}`, "field count"},
-		{"bad numa node", "/servers/g/attach-isolated-device", `{"model":"m","host":"gpu-1","numa_node":-3}`, "numa_node:"},
-		{"oversized", "/servers/g/attach-isolated-device", `{"model":"` + fmt.Sprintf("%02000d", 0) + `","host":"gpu-1"}`, "larger than 1024 bytes"},
-		{"detach both", "/servers/g/detach-isolated-device", `{"device":"` + dev + `","all":true}`, "give either device or all"},
-		{"detach neither", "/servers/g/detach-isolated-device", `{"all":false}`, "missing field device, or all"},
-		{"purge unknown field", "/isolated_devices/" + dev + "/purge", `{"forced":true}`, `unknown field "forced"`},
-		{"purge malformed", "/isolated_devices/" + dev + "/purge", `{"force":`, "malformed JSON"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			status, body := e.call("POST", tt.path, tt.body)
-			checkError(t, status, body, bad, api.ClassInputParameter, tt.details)
-		})
-	}
-	if got := guestOf(t, e.st); got["1a:00.0-0"] != "" || got["1a:00.0-1"] != "" {
-		t.Errorf("refused requests attached devices: %v", got)
-	}
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		e := newEnvOn(t, open(), Options{MaxBodyBytes: 1024})
+		devs := seedGPUs(t, e.st, "gpu-1", 1, 2)
+		dev := devs[0].ID
+		const bad = http.StatusBadRequest
+		tests := []struct{ name, path, body, details string }{
+			{"guest with a space", "/servers/a%20b/attach-isolated-device", `{"device":"` + dev + `"}`, "guest:"},
+			{"guest too long", "/servers/" + strings.Repeat("g", 129) + "/attach-isolated-device", `{"device":"` + dev + `"}`, "guest:"},
+			{"detach guest with a slash", "/servers/a%2Fb/detach-isolated-device", `{"all":true}`, "guest:"},
+			{"empty body", "/servers/g/attach-isolated-device", ``, "request body is empty"},
+			{"neither form", "/servers/g/attach-isolated-device", `{}`, "missing field device, or model and host"},
+			{"both forms", "/servers/g/attach-isolated-device", `{"device":"` + dev + `","model":"m"}`, "field device: give either"},
+			{"empty device", "/servers/g/attach-isolated-device", `{"device":""}`, "field device: empty"},
+			{"unknown field", "/servers/g/attach-isolated-device", `{"device":"` + dev + `","force":true}`, `unknown field "force"`},
+			{"model without host", "/servers/g/attach-isolated-device", `{"model":"m"}`, "missing required field host"},
+			{"host without model", "/servers/g/attach-isolated-device", `{"host":"gpu-1"}`, "missing required field model"},
+			{"count zero", "/servers/g/attach-isolated-device", `{"model":"m","host":"gpu-1","count":0}`, "field count"},
+			{"count too large", "/servers/g/attach-isolated-device", `{"model":"m","host":"gpu-1","count":1000}`, "count: must be between 1 and 128"},
+			{"count not a number", "/servers/g/attach-isolated-device", `{"model":"m","host":"gpu-1","count":"2"}`, "field count"},
+			{"bad numa node", "/servers/g/attach-isolated-device", `{"model":"m","host":"gpu-1","numa_node":-3}`, "numa_node:"},
+			{"oversized", "/servers/g/attach-isolated-device", `{"model":"` + fmt.Sprintf("%02000d", 0) + `","host":"gpu-1"}`, "larger than 1024 bytes"},
+			{"detach both", "/servers/g/detach-isolated-device", `{"device":"` + dev + `","all":true}`, "give either device or all"},
+			{"detach neither", "/servers/g/detach-isolated-device", `{"all":false}`, "missing field device, or all"},
+			{"purge unknown field", "/isolated_devices/" + dev + "/purge", `{"forced":true}`, `unknown field "forced"`},
+			{"purge malformed", "/isolated_devices/" + dev + "/purge", `{"force":`, "malformed JSON"},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				status, body := e.call("POST", tt.path, tt.body)
+				checkError(t, status, body, bad, api.ClassInputParameter, tt.details)
+			})
+		}
+		if got := guestOf(t, e.st); got["1a:00.0-0"] != "" || got["1a:00.0-1"] != "" {
+			t.Errorf("refused requests attached devices: %v", got)
+		}
+	})
 }
 
 // Attaching, detaching and forcing a purge are admin's: a host token (which
 // may sync its own devices) and a viewer token get 403 and change nothing.
 func TestAllocRoutesAreAdminOnly(t *testing.T) {
-	e := newEnv(t, Options{})
-	devs := seedGPUs(t, e.st, "gpu-1", 1, 2)
-	if _, err := e.st.AttachDevice(t.Context(), "pod-a", devs[1].ID); err != nil {
-		t.Fatal(err)
-	}
-	viewer, _, err := e.st.CreateToken(t.Context(), store.NewToken{Name: "v", Role: store.RoleViewer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, _, err := e.st.CreateToken(t.Context(), store.NewToken{Name: "h", Role: store.RoleHost, Host: "gpu-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls := []struct{ name, path, body string }{
-		{"attach", "/servers/pod-b/attach-isolated-device", `{"device":"` + devs[0].ID + `"}`},
-		{"attach by model", "/servers/pod-b/attach-isolated-device", `{"model":"NVIDIA H100 80GB HBM3","host":"gpu-1"}`},
-		{"detach", "/servers/pod-a/detach-isolated-device", `{"all":true}`},
-		{"force purge", "/isolated_devices/" + devs[1].ID + "/purge", `{"force":true}`},
-	}
-	for _, tok := range []struct{ role, token string }{{"viewer", viewer}, {"host", host}} {
-		for _, c := range calls {
-			t.Run(tok.role+" "+c.name, func(t *testing.T) {
-				status, body := e.call("POST", c.path, c.body, "Authorization", "Bearer "+tok.token)
-				checkError(t, status, body, http.StatusForbidden, api.ClassForbidden, "")
-			})
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		e := newEnvOn(t, open(), Options{})
+		devs := seedGPUs(t, e.st, "gpu-1", 1, 2)
+		if _, err := e.st.AttachDevice(t.Context(), "pod-a", devs[1].ID); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if got := guestOf(t, e.st); got["1a:00.0-0"] != "" || got["1a:00.0-1"] != "pod-a" {
-		t.Errorf("forbidden calls changed the devices: %v", got)
-	}
+		viewer, _, err := e.st.CreateToken(t.Context(), store.NewToken{Name: "v", Role: store.RoleViewer})
+		if err != nil {
+			t.Fatal(err)
+		}
+		host, _, err := e.st.CreateToken(t.Context(), store.NewToken{Name: "h", Role: store.RoleHost, Host: "gpu-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := []struct{ name, path, body string }{
+			{"attach", "/servers/pod-b/attach-isolated-device", `{"device":"` + devs[0].ID + `"}`},
+			{"attach by model", "/servers/pod-b/attach-isolated-device", `{"model":"NVIDIA H100 80GB HBM3","host":"gpu-1"}`},
+			{"detach", "/servers/pod-a/detach-isolated-device", `{"all":true}`},
+			{"force purge", "/isolated_devices/" + devs[1].ID + "/purge", `{"force":true}`},
+		}
+		for _, tok := range []struct{ role, token string }{{"viewer", viewer}, {"host", host}} {
+			for _, c := range calls {
+				t.Run(tok.role+" "+c.name, func(t *testing.T) {
+					status, body := e.call("POST", c.path, c.body, "Authorization", "Bearer "+tok.token)
+					checkError(t, status, body, http.StatusForbidden, api.ClassForbidden, "")
+				})
+			}
+		}
+		if got := guestOf(t, e.st); got["1a:00.0-0"] != "" || got["1a:00.0-1"] != "pod-a" {
+			t.Errorf("forbidden calls changed the devices: %v", got)
+		}
+	})
 }
 
 func TestListFlagFiltersAPI(t *testing.T) {
-	e := newEnv(t, Options{})
-	devs := seedGPUs(t, e.st, "gpu-1", 1, 3)
-	yes := true
-	if _, err := e.st.UpdateDevice(t.Context(), devs[1].ID, store.DeviceUpdate{Unhealthy: &yes}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.st.UpdateDevice(t.Context(), devs[2].ID, store.DeviceUpdate{PendingRemoval: &yes}); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		query string
-		want  []string
-	}{
-		{"unhealthy=true", []string{"1a:00.0-1"}},
-		{"unhealthy=false", []string{"1a:00.0-0", "1a:00.0-2"}},
-		{"pending_removal=1", []string{"1a:00.0-2"}},
-		{"unhealthy=false&pending_removal=false", []string{"1a:00.0-0"}},
-		{"unhealthy=", []string{"1a:00.0-0", "1a:00.0-1", "1a:00.0-2"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.query, func(t *testing.T) {
-			var l api.IsolatedDeviceList
-			e.mustCall("GET", "/isolated_devices?"+tt.query, "", &l)
-			if got := devAddrs(l.IsolatedDevices); !slices.Equal(got, tt.want) || l.Total != len(tt.want) {
-				t.Errorf("got %q (total %d), want %q", got, l.Total, tt.want)
-			}
-		})
-	}
-	status, body := e.call("GET", "/isolated_devices?pending_removal=soon", "")
-	checkError(t, status, body, http.StatusBadRequest, api.ClassInputParameter, "query parameter pending_removal")
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		e := newEnvOn(t, open(), Options{})
+		devs := seedGPUs(t, e.st, "gpu-1", 1, 3)
+		yes := true
+		if _, err := e.st.UpdateDevice(t.Context(), devs[1].ID, store.DeviceUpdate{Unhealthy: &yes}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.st.UpdateDevice(t.Context(), devs[2].ID, store.DeviceUpdate{PendingRemoval: &yes}); err != nil {
+			t.Fatal(err)
+		}
+		tests := []struct {
+			query string
+			want  []string
+		}{
+			{"unhealthy=true", []string{"1a:00.0-1"}},
+			{"unhealthy=false", []string{"1a:00.0-0", "1a:00.0-2"}},
+			{"pending_removal=1", []string{"1a:00.0-2"}},
+			{"unhealthy=false&pending_removal=false", []string{"1a:00.0-0"}},
+			{"unhealthy=", []string{"1a:00.0-0", "1a:00.0-1", "1a:00.0-2"}},
+		}
+		for _, tt := range tests {
+			t.Run(tt.query, func(t *testing.T) {
+				var l api.IsolatedDeviceList
+				e.mustCall("GET", "/isolated_devices?"+tt.query, "", &l)
+				if got := devAddrs(l.IsolatedDevices); !slices.Equal(got, tt.want) || l.Total != len(tt.want) {
+					t.Errorf("got %q (total %d), want %q", got, l.Total, tt.want)
+				}
+			})
+		}
+		status, body := e.call("GET", "/isolated_devices?pending_removal=soon", "")
+		checkError(t, status, body, http.StatusBadRequest, api.ClassInputParameter, "query parameter pending_removal")
+	})
 }

@@ -192,16 +192,18 @@ func testRoleMatrix(t *testing.T, b storetest.Backend, routes []matrixRoute, rol
 // Every route of the policy table exists (a typo in a pattern would leave
 // the real route admin-only and the entry dead).
 func TestPolicyNamesRealRoutes(t *testing.T) {
-	e := newEnv(t, Options{})
-	for pattern := range routePolicy() {
-		method, path, ok := strings.Cut(pattern, " ")
-		if !ok {
-			continue // "/": the no-route handler itself
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		e := newEnvOn(t, open(), Options{})
+		for pattern := range routePolicy() {
+			method, path, ok := strings.Cut(pattern, " ")
+			if !ok {
+				continue // "/": the no-route handler itself
+			}
+			path = strings.NewReplacer("{id}", "0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b", "{guest}", "guest-1").Replace(path)
+			status, body := e.call(method, path, "")
+			if status == http.StatusNotFound && strings.Contains(string(body), "no such API") {
+				t.Errorf("policy entry %q matches no route: %s", pattern, body)
+			}
 		}
-		path = strings.NewReplacer("{id}", "0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b", "{guest}", "guest-1").Replace(path)
-		status, body := e.call(method, path, "")
-		if status == http.StatusNotFound && strings.Contains(string(body), "no such API") {
-			t.Errorf("policy entry %q matches no route: %s", pattern, body)
-		}
-	}
+	})
 }

@@ -112,38 +112,40 @@ func TestAuthentication(t *testing.T) {
 }
 
 func TestHealthAndRequestLog(t *testing.T) {
-	e := newEnv(t, Options{})
-	for _, path := range []string{"/healthz", "/readyz"} {
-		if status, body := e.call("GET", path, ""); status != http.StatusOK || string(body) != "ok" {
-			t.Errorf("GET %s = %d %q, want 200 ok", path, status, body)
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		e := newEnvOn(t, open(), Options{})
+		for _, path := range []string{"/healthz", "/readyz"} {
+			if status, body := e.call("GET", path, ""); status != http.StatusOK || string(body) != "ok" {
+				t.Errorf("GET %s = %d %q, want 200 ok", path, status, body)
+			}
 		}
-	}
-	e.call("GET", "/isolated_devices?limit=1", "")
-	e.call("GET", "/isolated_devices/0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b", "")
-	log := e.log.String()
-	for _, want := range []string{
-		`level=DEBUG msg=request method=GET path=/isolated_devices status=200 duration=`,
-		`level=WARN msg=request method=GET path=/isolated_devices/0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b status=404 duration=`,
-		`query="limit=1"`,
-	} {
-		if !strings.Contains(log, want) {
-			t.Errorf("request log lacks %q:\n%s", want, log)
+		e.call("GET", "/isolated_devices?limit=1", "")
+		e.call("GET", "/isolated_devices/0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b", "")
+		log := e.log.String()
+		for _, want := range []string{
+			`level=DEBUG msg=request method=GET path=/isolated_devices status=200 duration=`,
+			`level=WARN msg=request method=GET path=/isolated_devices/0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b status=404 duration=`,
+			`query="limit=1"`,
+		} {
+			if !strings.Contains(log, want) {
+				t.Errorf("request log lacks %q:\n%s", want, log)
+			}
 		}
-	}
 
-	// With the database gone, the client gets a generic 500 (the token
-	// cannot be checked either) and the log the cause; readiness fails.
-	_ = e.st.Close()
-	status, body := e.call("GET", "/isolated_devices", "")
-	checkError(t, status, body, http.StatusInternalServerError, api.ClassInternal, "internal server error")
-	if strings.Contains(string(body), "database") {
-		t.Errorf("500 answer leaks the cause: %s", body)
-	}
-	if status, _ := e.call("GET", "/readyz", ""); status != http.StatusServiceUnavailable {
-		t.Errorf("readyz with the database closed = %d, want 503", status)
-	}
-	if log := e.log.String(); !strings.Contains(log, `level=ERROR msg=request method=GET path=/isolated_devices status=500`) ||
-		!strings.Contains(log, "database is closed") {
-		t.Errorf("500 not logged with its cause:\n%s", log)
-	}
+		// With the database gone, the client gets a generic 500 (the token
+		// cannot be checked either) and the log the cause; readiness fails.
+		_ = e.st.Close()
+		status, body := e.call("GET", "/isolated_devices", "")
+		checkError(t, status, body, http.StatusInternalServerError, api.ClassInternal, "internal server error")
+		if strings.Contains(string(body), "database") {
+			t.Errorf("500 answer leaks the cause: %s", body)
+		}
+		if status, _ := e.call("GET", "/readyz", ""); status != http.StatusServiceUnavailable {
+			t.Errorf("readyz with the database closed = %d, want 503", status)
+		}
+		if log := e.log.String(); !strings.Contains(log, `level=ERROR msg=request method=GET path=/isolated_devices status=500`) ||
+			!strings.Contains(log, "database is closed") {
+			t.Errorf("500 not logged with its cause:\n%s", log)
+		}
+	})
 }

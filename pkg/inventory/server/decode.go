@@ -73,6 +73,7 @@ type deviceInput struct {
 	MdevID              *string         `json:"mdev_id"`
 	DevicePath          *string         `json:"device_path"`
 	RenderPath          *string         `json:"render_path"`
+	CDIName             *string         `json:"cdi_name"`
 	NumaNode            *int            `json:"numa_node"`
 	PCIEInfo            json.RawMessage `json:"pcie_info"`
 	Index               *int            `json:"index"`
@@ -122,7 +123,7 @@ func (in *deviceInput) create() (api.IsolatedDevice, error) {
 	for _, f := range []struct{ dst, v *string }{
 		{&d.ID, in.ID}, {&d.HostID, in.HostID}, {&d.Name, u.Name}, {&d.DevType, u.DevType},
 		{&d.Model, u.Model}, {&d.Addr, u.Addr}, {&d.VendorDeviceID, u.VendorDeviceID},
-		{&d.MdevID, u.MdevID}, {&d.DevicePath, u.DevicePath}, {&d.RenderPath, u.RenderPath},
+		{&d.MdevID, u.MdevID}, {&d.DevicePath, u.DevicePath}, {&d.RenderPath, u.RenderPath}, {&d.CDIName, u.CDIName},
 		{&d.GuestID, u.GuestID},
 	} {
 		if f.v != nil {
@@ -161,7 +162,7 @@ func (in *deviceInput) update() (store.DeviceUpdate, error) {
 		ID: nonEmpty(in.ID), HostID: nonEmpty(in.HostID),
 		Name: in.Name, DevType: in.DevType, Model: in.Model, Addr: in.Addr,
 		VendorDeviceID: in.VendorDeviceID, MdevID: in.MdevID, DevicePath: in.DevicePath,
-		RenderPath: in.RenderPath, GuestID: in.GuestID,
+		RenderPath: in.RenderPath, CDIName: in.CDIName, GuestID: in.GuestID,
 		NumaNode: in.NumaNode, Index: in.Index, DeviceMinor: in.DeviceMinor,
 		MPSMemoryLimit: in.MPSMemoryLimit, MPSMemoryTotal: in.MPSMemoryTotal,
 		MPSThreadPercentage: in.MPSThreadPercentage,

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/inventory/store"
 )
 
 // Answers are 200 with the resource's envelope, as Cloudpods answers,
@@ -86,6 +87,13 @@ func (s *server) listDevices(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	marker, byMarker, desc, err := markerPaging(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	if byMarker {
+		return s.listDevicesByMarker(w, r, f, marker, desc)
+	}
 	devs, total, err := s.st.ListDevices(r.Context(), f)
 	if err != nil {
 		return err
@@ -94,6 +102,27 @@ func (s *server) listDevices(w http.ResponseWriter, r *http.Request) error {
 		devs = []api.IsolatedDevice{}
 	}
 	writeJSON(w, http.StatusOK, api.IsolatedDeviceList{IsolatedDevices: devs, Total: total, Limit: f.Limit, Offset: f.Offset})
+	return nil
+}
+
+// listDevicesByMarker answers a marker page as Cloudpods does: no total
+// or offset, the next page's marker ("" after the last), what it orders by.
+func (s *server) listDevicesByMarker(w http.ResponseWriter, r *http.Request, f store.DeviceFilter, marker string, desc bool) error {
+	page, err := s.st.ListDevicesByMarker(r.Context(), f, marker, desc)
+	if err != nil {
+		return err
+	}
+	out := api.IsolatedDeviceMarkerList{
+		IsolatedDevices: page.Devices, Limit: f.Limit, NextMarker: page.NextMarker,
+		MarkerField: "seq", MarkerOrder: "ASC",
+	}
+	if desc {
+		out.MarkerOrder = "DESC"
+	}
+	if out.IsolatedDevices == nil {
+		out.IsolatedDevices = []api.IsolatedDevice{}
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package server
 import (
 	"net/url"
 	"strconv"
+	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 )
@@ -98,4 +99,24 @@ func hostFilter(q url.Values) (store.HostFilter, error) {
 	var err error
 	f.Limit, f.Offset, err = parsePage(q)
 	return f, err
+}
+
+// markerPaging reads Cloudpods' marker paging parameters: paging_marker
+// (present, even empty, asks for marker paging; empty is the first page)
+// and paging_order (asc, the default, or desc).
+func markerPaging(q url.Values) (marker string, byMarker, desc bool, err error) {
+	if !q.Has("paging_marker") {
+		if q.Has("paging_order") {
+			return "", false, false, badInput("query parameter paging_order: only with paging_marker")
+		}
+		return "", false, false, nil
+	}
+	switch o := strings.ToLower(q.Get("paging_order")); o {
+	case "", "asc":
+	case "desc":
+		desc = true
+	default:
+		return "", false, false, badInput("query parameter paging_order: %q is not asc or desc", o)
+	}
+	return q.Get("paging_marker"), true, desc, nil
 }

@@ -51,20 +51,8 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
-// newEnv is an env over a new SQLite file. A test that should hold on both
-// backends (most do) runs in storetest.ForEachBackend and calls newEnvOn
-// with open().
-func newEnv(t *testing.T, opts Options) *env {
-	t.Helper()
-	st, err := store.OpenSQLite(t.Context(), filepath.Join(t.TempDir(), "inventory.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	return newEnvOn(t, st, opts)
-}
-
-// newEnvOn is newEnv over a store of any backend.
+// newEnvOn is an env over st, a store of any backend: tests run in
+// storetest.ForEachBackend and pass open().
 func newEnvOn(t *testing.T, st *store.Store, opts Options) *env {
 	t.Helper()
 	buf := &syncBuffer{}

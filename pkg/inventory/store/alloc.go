@@ -80,7 +80,11 @@ const (
 		FROM isolated_devices WHERE host_id = ? AND dev_type = ? AND model = ? ORDER BY id`
 	claimStmt   = `UPDATE isolated_devices SET guest_id = ?, updated_at = ? WHERE id = ?` + claimable
 	releaseStmt = `UPDATE isolated_devices SET guest_id = '', updated_at = ? WHERE id = ? AND guest_id = ?`
-	heldByQuery = `SELECT id, seq FROM isolated_devices WHERE guest_id = ? ORDER BY id`
+	// detachAllStmt frees every row of a guest (updated_at, guest, guest);
+	// %s is the dialect's row lock (see DetachAll).
+	detachAllStmt = `UPDATE isolated_devices SET guest_id = '', updated_at = ?
+		WHERE guest_id = ? AND id IN (SELECT id FROM isolated_devices WHERE guest_id = ? ORDER BY id%s)
+		RETURNING ` + returningColumns
 )
 
 // guestPattern is what a guest id may look like: container and pod ids,
@@ -220,7 +224,7 @@ func (s *Store) AttachDevices(ctx context.Context, guest string, r AttachRequest
 // claim hands device id to guest if it is claimable; it returns the row
 // count (0 or 1).
 func (s *Store) claim(ctx context.Context, tx *sql.Tx, guest, id string) (int64, error) {
-	res, err := tx.ExecContext(ctx, s.d.bind(claimStmt), guest, formatTime(s.timestamp()), id)
+	res, err := s.prep(tx).ExecContext(ctx, s.d.bind(claimStmt), guest, formatTime(s.timestamp()), id)
 	if err != nil {
 		return 0, fmt.Errorf("attaching isolated device %s: %w", id, err)
 	}
@@ -247,7 +251,7 @@ func notClaimable(d api.IsolatedDevice, guest string) error {
 // candidates reads, and on PostgreSQL locks, what Pick needs of every row
 // of a (host, dev_type, model); the isolated_devices_pick index serves it.
 func (s *Store) candidates(ctx context.Context, tx *sql.Tx, hostID, devType, model string) ([]Candidate, error) {
-	rows, err := tx.QueryContext(ctx, s.d.bind(pickQuery+s.d.forUpdate()), hostID, devType, model)
+	rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(pickQuery+s.d.forUpdate()), hostID, devType, model)
 	if err != nil {
 		return nil, fmt.Errorf("reading candidate devices: %w", err)
 	}

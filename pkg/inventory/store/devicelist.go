@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/api"
@@ -74,6 +75,111 @@ func (f DeviceFilter) where(hostID string) (string, []any) {
 	return " WHERE " + strings.Join(conds, " AND "), args
 }
 
+// How a page stays cheap at a million rows (migration 0004):
+//
+//   - the page is ORDER BY seq LIMIT n read from an index whose equality
+//     columns are the filter's and whose next column is seq, so it reads n
+//     (+ offset) entries and sorts nothing; a filter on a host, GPU or guest
+//     may instead sort that host's, GPU's or guest's rows, a few hundred;
+//   - the total comes from the counters of isolated_device_counts when the
+//     filter could match most of the table (see countable), else from
+//     COUNT(*) on the index of the host, GPU, guest or address that bounds
+//     it;
+//   - a deep page costs its OFFSET; a marker page (ListDevicesByMarker)
+//     starts with a seek instead, so a walk over every row costs the same
+//     per page however far it is.
+
+// countable reports whether the counters can answer f's total: f has no
+// filter that bounds the rows to one host, GPU, guest or address. Those are
+// counted with COUNT(*) on their index, a few hundred entries at most; the
+// exception is an address without a host (which climc does not offer):
+// no index has addr first, so that count, like its page, scans.
+func (f DeviceFilter) countable(hostID string) bool {
+	return hostID == "" && f.Addr == "" && f.DevicePath == "" && f.GuestID == ""
+}
+
+// countsWhere builds the WHERE of the counters' sum for a countable f.
+func (f DeviceFilter) countsWhere() (string, []any) {
+	var conds []string
+	var args []any
+	for _, c := range []struct{ col, v string }{{"dev_type", f.DevType}, {"model", f.Model}} {
+		if c.v != "" {
+			conds = append(conds, c.col+" = ?")
+			args = append(args, c.v)
+		}
+	}
+	if f.Unused {
+		conds = append(conds, "NOT held")
+	}
+	for _, c := range []struct {
+		col string
+		v   *bool
+	}{{"unhealthy", f.Unhealthy}, {"pending_removal", f.PendingRemoval}} {
+		switch {
+		case c.v == nil:
+		case *c.v:
+			conds = append(conds, c.col)
+		default:
+			conds = append(conds, "NOT "+c.col)
+		}
+	}
+	if len(conds) == 0 {
+		return "", nil
+	}
+	return " WHERE " + strings.Join(conds, " AND "), args
+}
+
+// countQuery is the statement of f's total.
+func (f DeviceFilter) countQuery(hostID string) (string, []any) {
+	if f.countable(hostID) {
+		where, args := f.countsWhere()
+		return `SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM isolated_device_counts` + where, args
+	}
+	where, args := f.where(hostID)
+	return `SELECT COUNT(*) FROM isolated_devices d` + where, args
+}
+
+// pageQuery selects one page of rows of isolated_devices (all columns):
+// limit rows in seq order, after offset rows, or from the marker seq on
+// (inclusive) when marker >= 0. withHosts makes it the statement run.
+func (f DeviceFilter) pageQuery(hostID string, limit, offset int, marker int64, desc bool) (string, []any) {
+	where, args := f.where(hostID)
+	order := " ORDER BY d.seq"
+	if desc {
+		order += " DESC"
+	}
+	if marker >= 0 {
+		cond := "d.seq >= ?"
+		if desc {
+			cond = "d.seq <= ?"
+		}
+		if where == "" {
+			where = " WHERE " + cond
+		} else {
+			where += " AND " + cond
+		}
+		args = append(args, marker)
+	}
+	inner := `SELECT * FROM isolated_devices d` + where + order + ` LIMIT ?`
+	args = append(args, limit)
+	if offset > 0 {
+		inner += ` OFFSET ?`
+		args = append(args, offset)
+	}
+	return inner, args
+}
+
+// withHosts wraps a page statement (pageQuery) to read pageColumns: the
+// page is chosen on isolated_devices alone and joined to its hosts after,
+// so no planner can start from hosts and sort every device it reaches.
+func withHosts(page string, desc bool) string {
+	order := " ORDER BY d.seq"
+	if desc {
+		order += " DESC"
+	}
+	return `SELECT ` + pageColumns + ` FROM (` + page + `) d JOIN hosts h ON h.id = d.host_id` + order
+}
+
 // ListDevices returns one page of the devices f selects, in creation order,
 // and how many match in all. Count and page come from one snapshot.
 func (s *Store) ListDevices(ctx context.Context, f DeviceFilter) ([]api.IsolatedDevice, int, error) {
@@ -83,39 +189,192 @@ func (s *Store) ListDevices(ctx context.Context, f DeviceFilter) ([]api.Isolated
 	var devs []api.IsolatedDevice
 	var total int
 	err := s.inTx(ctx, true, func(tx *sql.Tx) error {
-		var hostID string
-		if f.HostID != "" {
-			h, err := s.getHost(ctx, tx, f.HostID)
-			if err != nil {
-				return err
-			}
-			hostID = h.ID
-		}
-		where, args := f.where(hostID)
-		err := tx.QueryRowContext(ctx, s.d.bind(`SELECT COUNT(*) FROM isolated_devices d`+where), args...).Scan(&total)
+		hostID, err := s.filterHost(ctx, tx, f)
 		if err != nil {
+			return err
+		}
+		q, args := f.countQuery(hostID)
+		if err := s.prep(tx).QueryRowContext(ctx, s.d.bind(q), args...).Scan(&total); err != nil {
 			return fmt.Errorf("counting isolated devices: %w", err)
 		}
 		if f.Limit == 0 || f.Offset >= total {
 			return nil
 		}
-		rows, err := tx.QueryContext(ctx, s.d.bind(`SELECT `+deviceColumns+deviceFrom+where+` ORDER BY d.seq LIMIT ? OFFSET ?`),
-			append(args, f.Limit, f.Offset)...)
-		if err != nil {
-			return fmt.Errorf("listing isolated devices: %w", err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			d, err := scanDevice(rows, f.Details)
-			if err != nil {
-				return fmt.Errorf("reading isolated device row: %w", err)
-			}
-			devs = append(devs, d)
-		}
-		return rows.Err()
+		q, args = f.pageQuery(hostID, f.Limit, f.Offset, -1, false)
+		devs, err = s.queryDevices(ctx, tx, withHosts(q, false), args, f.Details)
+		return err
 	})
 	if err != nil {
 		return nil, 0, err
 	}
 	return devs, total, nil
+}
+
+// DevicePage is one page of a marker walk.
+type DevicePage struct {
+	Devices []api.IsolatedDevice
+	// NextMarker starts the next page; "" after the last one.
+	NextMarker string
+}
+
+// ListDevicesByMarker returns the page of the devices f selects that starts
+// at marker ("" for the first page, else a NextMarker this method returned),
+// in creation order (newest first when desc), as Cloudpods' paging_marker
+// pages: f.Limit rows, and the marker of the row after them. It counts
+// nothing, and each page costs the same however far into the list it is.
+// A row created during the walk shows up if it sorts after the current page
+// (it always does in ascending order); a row deleted does not shift the
+// pages. f.Offset must be 0.
+func (s *Store) ListDevicesByMarker(ctx context.Context, f DeviceFilter, marker string, desc bool) (DevicePage, error) {
+	if err := checkPage(f.Limit, f.Offset); err != nil {
+		return DevicePage{}, err
+	}
+	if f.Offset != 0 {
+		return DevicePage{}, refuse(ErrInvalid, "offset: give either offset or paging_marker")
+	}
+	from, err := parseMarker(marker)
+	if err != nil {
+		return DevicePage{}, err
+	}
+	var page DevicePage
+	err = s.inTx(ctx, true, func(tx *sql.Tx) error {
+		hostID, err := s.filterHost(ctx, tx, f)
+		if err != nil {
+			return err
+		}
+		q, args := f.pageQuery(hostID, f.Limit+1, 0, from, desc)
+		rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(withHosts(q, desc)), args...)
+		if err != nil {
+			return fmt.Errorf("listing isolated devices: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			d, seq, err := scanDeviceSeq(rows, f.Details)
+			if err != nil {
+				return fmt.Errorf("reading isolated device row: %w", err)
+			}
+			if len(page.Devices) == f.Limit {
+				page.NextMarker = strconv.FormatInt(seq, 10)
+				break
+			}
+			page.Devices = append(page.Devices, d)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return DevicePage{}, err
+	}
+	return page, nil
+}
+
+// parseMarker reads a paging marker: a device's seq in decimal, or "" for
+// the start (-1: no bound).
+func parseMarker(marker string) (int64, error) {
+	if marker == "" {
+		return -1, nil
+	}
+	seq, err := strconv.ParseInt(marker, 10, 64)
+	if err != nil || seq < 0 {
+		return 0, refuse(ErrInvalid, "paging_marker: %q is not a marker this server gave (use next_marker of the previous page)", marker)
+	}
+	return seq, nil
+}
+
+// filterHost resolves f's host (id or name) to its id; "" without one.
+func (s *Store) filterHost(ctx context.Context, q querier, f DeviceFilter) (string, error) {
+	if f.HostID == "" {
+		return "", nil
+	}
+	h, err := s.getHost(ctx, q, f.HostID)
+	if err != nil {
+		return "", err
+	}
+	return h.ID, nil
+}
+
+// queryDevices runs a page statement.
+func (s *Store) queryDevices(ctx context.Context, tx *sql.Tx, q string, args []any, details bool) ([]api.IsolatedDevice, error) {
+	rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(q), args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing isolated devices: %w", err)
+	}
+	defer rows.Close()
+	var devs []api.IsolatedDevice
+	for rows.Next() {
+		d, _, err := scanDeviceSeq(rows, details)
+		if err != nil {
+			return nil, fmt.Errorf("reading isolated device row: %w", err)
+		}
+		devs = append(devs, d)
+	}
+	return devs, rows.Err()
+}
+
+// ExplainListDevices returns the database's plans of the statements
+// ListDevices (or, with byMarker, ListDevicesByMarker) runs for f: the
+// total's, then the page's, as EXPLAIN QUERY PLAN (SQLite) or EXPLAIN
+// (PostgreSQL) print them. It is for checking at scale that they use the
+// indexes (see cmd/mps-inventory-bench).
+func (s *Store) ExplainListDevices(ctx context.Context, f DeviceFilter, byMarker bool) (string, error) {
+	var out strings.Builder
+	err := s.inTx(ctx, true, func(tx *sql.Tx) error {
+		hostID, err := s.filterHost(ctx, tx, f)
+		if err != nil {
+			return err
+		}
+		type stmt struct {
+			what, q string
+			args    []any
+		}
+		var stmts []stmt
+		if byMarker {
+			q, args := f.pageQuery(hostID, f.Limit+1, 0, 0, false)
+			stmts = append(stmts, stmt{"page", withHosts(q, false), args})
+		} else {
+			q, args := f.countQuery(hostID)
+			stmts = append(stmts, stmt{"total", q, args})
+			q, args = f.pageQuery(hostID, f.Limit, f.Offset, -1, false)
+			stmts = append(stmts, stmt{"page", withHosts(q, false), args})
+		}
+		for _, st := range stmts {
+			plan, err := s.explain(ctx, tx, st.q, st.args)
+			if err != nil {
+				return fmt.Errorf("explaining the %s: %w", st.what, err)
+			}
+			fmt.Fprintf(&out, "-- %s: %s\n%s", st.what, st.q, plan)
+		}
+		return nil
+	})
+	return out.String(), err
+}
+
+// explain returns the plan of q, one line per row of the answer.
+func (s *Store) explain(ctx context.Context, tx *sql.Tx, q string, args []any) (string, error) {
+	prefix := "EXPLAIN "
+	if s.d.name == "sqlite" {
+		prefix = "EXPLAIN QUERY PLAN "
+	}
+	rows, err := tx.QueryContext(ctx, s.d.bind(prefix+q), args...)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return "", err
+		}
+		// The plan text is the last column on both backends.
+		fmt.Fprintf(&b, "%s\n", vals[len(vals)-1])
+	}
+	return b.String(), rows.Err()
 }

@@ -1,7 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"errors"
+	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -107,5 +111,201 @@ func TestListDevicesFiltersAndPages(t *testing.T) {
 				t.Errorf("err = %v, want ErrInvalid", err)
 			}
 		})
+	})
+}
+
+// Every list filter climc offers reads its page in seq order from an index
+// (no sort of the matching rows, no scan of the table) and takes its total
+// from the counters or from the index of the host, GPU or guest that bounds
+// it. The plans are asked as in TestAllocQueriesUseIndexes, on a few rows:
+// what is checked is that the indexes exist and fit; the plans at a million
+// rows are in docs/benchmarks.md (mps-inventory-bench -explain).
+func TestListQueriesUseIndexes(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, open func() *Store) {
+		s := open()
+		devs := allocHost(t, s, "gpu-1")
+		hostID := devs[0].HostID
+		yes := true
+		tests := []struct {
+			name string
+			f    DeviceFilter
+			// page is the index the page is read from ("" for the table
+			// itself, in seq order); count is where the total comes from.
+			page, count string
+		}{
+			{"no filter", DeviceFilter{}, "", "isolated_device_counts"},
+			{"--host", DeviceFilter{HostID: hostID}, "isolated_devices_host_seq", "isolated_devices_host_seq"},
+			{"--dev-type", DeviceFilter{DevType: api.DevTypeNvidiaMPS}, "isolated_devices_dev_type", "isolated_device_counts"},
+			{"--model", DeviceFilter{Model: "m"}, "isolated_devices_model", "isolated_device_counts"},
+			{"--dev-type --model", DeviceFilter{DevType: api.DevTypeNvidiaMPS, Model: "m"}, "isolated_devices_model", "isolated_device_counts"},
+			{"--gpu", DeviceFilter{DevicePath: "GPU-06"}, "isolated_devices_device_path", "isolated_devices_device_path"},
+			{"--server", DeviceFilter{GuestID: "g"}, "isolated_devices_guest_id", "isolated_devices_guest_id"},
+			{"--unused", DeviceFilter{Unused: true}, "isolated_devices_guest_id", "isolated_device_counts"},
+			{"--unused --model", DeviceFilter{Unused: true, Model: "m"}, "isolated_devices_free_model", "isolated_device_counts"},
+			{"--unhealthy", DeviceFilter{Unhealthy: &yes}, "isolated_devices_unhealthy", "isolated_device_counts"},
+			{"--pending-removal", DeviceFilter{PendingRemoval: &yes}, "isolated_devices_pending_removal", "isolated_device_counts"},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				// HostID holds the id, as ListDevices resolves it.
+				q, args := tt.f.pageQuery(tt.f.HostID, 20, 0, -1, false)
+				plan := explain(t, s, q, args...)
+				sorted := strings.Contains(plan, "TEMP B-TREE") || strings.Contains(plan, "Sort")
+				if sorted || !strings.Contains(plan, cmp.Or(tt.page, s.pkIndex())) {
+					t.Errorf("page sorts or does not read index %q:\n%s", tt.page, plan)
+				}
+				q, args = tt.f.countQuery(tt.f.HostID)
+				if plan := explain(t, s, q, args...); !strings.Contains(plan, tt.count) || strings.Contains(plan, "SCAN d") {
+					t.Errorf("total is not taken from %q:\n%s", tt.count, plan)
+				}
+			})
+		}
+		// A marker page seeks to its first row.
+		q, args := DeviceFilter{Model: "m"}.pageQuery("", 21, 0, 5, false)
+		if plan := explain(t, s, q, args...); !strings.Contains(plan, "rowid>?") && !strings.Contains(plan, "seq >= ") {
+			t.Errorf("marker page does not seek:\n%s", plan)
+		}
+	})
+}
+
+// pkIndex is how the backend's plan names reading the devices in seq
+// order: SQLite scans the table (its rowid is seq), PostgreSQL the primary
+// key's index.
+func (s *Store) pkIndex() string {
+	if s.d.name == "sqlite" {
+		return "SCAN d"
+	}
+	return "isolated_devices_pkey"
+}
+
+// A marker walk visits every row once, in order, whatever the page size and
+// direction, and a row deleted during the walk shifts nothing.
+func TestListDevicesByMarker(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, open func() *Store) {
+		ctx := t.Context()
+		s := open()
+		devs := allocHost(t, s, "gpu-1") // 06:00.0-0..3, 07:00.0-0..3
+		h2 := mustHost(t, s, "gpu-2")
+		devs = append(devs, mustDevice(t, s, slice(h2.ID, "06", 0)))
+		all := addrs(devs)
+		backward := slices.Clone(all)
+		slices.Reverse(backward)
+
+		walk := func(t *testing.T, f DeviceFilter, desc bool, during func(page int)) []string {
+			t.Helper()
+			var got []string
+			marker := ""
+			for page := 0; ; page++ {
+				p, err := s.ListDevicesByMarker(ctx, f, marker, desc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(p.Devices) > f.Limit || (p.NextMarker != "" && len(p.Devices) != f.Limit) {
+					t.Fatalf("page %d: %d rows, next %q (limit %d)", page, len(p.Devices), p.NextMarker, f.Limit)
+				}
+				got = append(got, addrs(p.Devices)...)
+				if p.NextMarker == "" {
+					return got
+				}
+				if during != nil {
+					during(page)
+				}
+				marker = p.NextMarker
+			}
+		}
+		for _, limit := range []int{1, 2, 3, 9, 20} {
+			t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+				if got := walk(t, DeviceFilter{Limit: limit}, false, nil); !slices.Equal(got, all) {
+					t.Errorf("ascending: %q, want %q", got, all)
+				}
+				if got := walk(t, DeviceFilter{Limit: limit}, true, nil); !slices.Equal(got, backward) {
+					t.Errorf("descending: %q", got)
+				}
+			})
+		}
+		t.Run("filtered", func(t *testing.T) {
+			got := walk(t, DeviceFilter{HostID: "gpu-1", DevicePath: "GPU-07", Details: true, Limit: 3}, false, nil)
+			if !slices.Equal(got, all[4:8]) {
+				t.Errorf("got %q, want %q", got, all[4:8])
+			}
+		})
+		t.Run("a delete during the walk shifts nothing", func(t *testing.T) {
+			got := walk(t, DeviceFilter{Limit: 2}, false, func(page int) {
+				if page == 0 {
+					if err := s.DeleteDevice(ctx, devs[0].ID); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+			if !slices.Equal(got, all) {
+				t.Errorf("got %q, want %q", got, all)
+			}
+		})
+		t.Run("limit 0 gives the first marker", func(t *testing.T) {
+			p, err := s.ListDevicesByMarker(ctx, DeviceFilter{}, "", false)
+			if err != nil || len(p.Devices) != 0 || p.NextMarker == "" {
+				t.Fatalf("%+v, %v", p, err)
+			}
+			p, err = s.ListDevicesByMarker(ctx, DeviceFilter{Limit: 1}, p.NextMarker, false)
+			if err != nil || len(p.Devices) != 1 || p.Devices[0].ID != devs[1].ID {
+				t.Errorf("page at the first marker: %v, %v; want %s", addrs(p.Devices), err, devs[1].Addr)
+			}
+		})
+		for _, tt := range []struct {
+			name   string
+			f      DeviceFilter
+			marker string
+		}{
+			{"not a number", DeviceFilter{Limit: 1}, "abc"},
+			{"negative", DeviceFilter{Limit: 1}, "-3"},
+			{"with an offset", DeviceFilter{Limit: 1, Offset: 2}, ""},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				if _, err := s.ListDevicesByMarker(ctx, tt.f, tt.marker, false); !errors.Is(err, ErrInvalid) {
+					t.Errorf("err = %v, want ErrInvalid", err)
+				}
+			})
+		}
+	})
+}
+
+func TestCreateDevices(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, open func() *Store) {
+		ctx := t.Context()
+		s := open()
+		h := mustHost(t, s, "gpu-1")
+		batch := []api.IsolatedDevice{slice("gpu-1", "06", 1), slice(h.ID, "06", 0)} // by name, by id
+		created, err := s.CreateDevices(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed, _, err := s.ListDevices(ctx, DeviceFilter{Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range listed {
+			if !reflect.DeepEqual(d, created[i]) || d.HostID != h.ID || d.ID == "" {
+				t.Errorf("row %d: listed %+v\ncreated %+v", i, d, created[i])
+			}
+		}
+		if got := addrs(listed); !slices.Equal(got, []string{"06:00.0-1", "06:00.0-0"}) {
+			t.Errorf("list order %q: want the order given", got)
+		}
+
+		// All or nothing.
+		dup := []api.IsolatedDevice{slice(h.ID, "07", 0), slice(h.ID, "06", 0)}
+		if _, err := s.CreateDevices(ctx, dup); !errors.Is(err, ErrDuplicate) {
+			t.Errorf("a batch with an existing device: %v, want ErrDuplicate", err)
+		}
+		if _, err := s.CreateDevices(ctx, []api.IsolatedDevice{slice(h.ID, "07", 0), slice("gpu-9", "07", 1)}); !errors.Is(err, ErrNotFound) {
+			t.Errorf("a batch with an unknown host: %v, want ErrNotFound", err)
+		}
+		if _, err := s.CreateDevices(ctx, make([]api.IsolatedDevice, MaxCreateDevices+1)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("too large a batch: %v, want ErrInvalid", err)
+		}
+		if _, total, _ := s.ListDevices(ctx, DeviceFilter{}); total != 2 {
+			t.Errorf("%d devices after the refused batches, want 2", total)
+		}
+		checkCounts(t, s)
 	})
 }

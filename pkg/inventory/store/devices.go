@@ -25,7 +25,7 @@ type DeviceUpdate struct {
 	CreatedAt *time.Time
 
 	Name, DevType, Model, Addr, VendorDeviceID, MdevID *string
-	DevicePath, RenderPath, GuestID                    *string
+	DevicePath, RenderPath, CDIName, GuestID           *string
 	NumaNode, Index, DeviceMinor                       *int
 	MPSMemoryLimit, MPSMemoryTotal                     *int
 	MPSThreadPercentage                                *int
@@ -40,10 +40,18 @@ type DeviceUpdate struct {
 // details); the order matches scanDevice.
 const (
 	deviceColumns = `d.id, d.name, d.host_id, d.dev_type, d.model, d.addr, d.vendor_device_id, d.mdev_id,
-		d.device_path, d.render_path, d.numa_node, d.pcie_info, d.dev_index, d.device_minor,
+		d.device_path, d.render_path, d.cdi_name, d.numa_node, d.pcie_info, d.dev_index, d.device_minor,
 		d.mps_memory_limit, d.mps_memory_total, d.mps_thread_percentage, d.guest_id,
 		d.unhealthy, d.pending_removal, d.created_at, d.updated_at, h.name`
 	deviceFrom = ` FROM isolated_devices d JOIN hosts h ON h.id = d.host_id`
+	// pageColumns are deviceColumns and the seq a marker page needs.
+	pageColumns = deviceColumns + `, d.seq`
+	// returningColumns are pageColumns for an UPDATE's RETURNING (no host
+	// name: no details).
+	returningColumns = `id, name, host_id, dev_type, model, addr, vendor_device_id, mdev_id,
+		device_path, render_path, cdi_name, numa_node, pcie_info, dev_index, device_minor,
+		mps_memory_limit, mps_memory_total, mps_thread_percentage, guest_id,
+		unhealthy, pending_removal, created_at, updated_at, '', seq`
 )
 
 // CreateDevice adds an isolated device. HostID may be the host's id or name;
@@ -72,15 +80,8 @@ func (s *Store) CreateDevice(ctx context.Context, d api.IsolatedDevice) (api.Iso
 			return err
 		}
 		d.HostID = h.ID
-		_, err = tx.ExecContext(ctx, s.d.bind(`INSERT INTO isolated_devices (id, name, host_id, dev_type, model, addr,
-			vendor_device_id, mdev_id, device_path, render_path, numa_node, pcie_info, dev_index, device_minor,
-			mps_memory_limit, mps_memory_total, mps_thread_percentage, guest_id, unhealthy, pending_removal,
-			created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-			d.ID, d.Name, d.HostID, d.DevType, d.Model, d.Addr, d.VendorDeviceID, d.MdevID, d.DevicePath,
-			d.RenderPath, d.NumaNode, pcie, d.Index, d.DeviceMinor, d.MPSMemoryLimit, d.MPSMemoryTotal,
-			d.MPSThreadPercentage, d.GuestID, d.Unhealthy, d.PendingRemoval,
-			formatTime(d.CreatedAt), formatTime(d.UpdatedAt))
+		_, err = s.prep(tx).ExecContext(ctx, s.d.bind(`INSERT INTO isolated_devices (`+deviceInsertColumns+`) VALUES `+deviceInsertPlaceholders),
+			deviceInsertArgs(d, pcie)...)
 		return s.deviceWriteError(err, d)
 	})
 	if err != nil {
@@ -106,7 +107,7 @@ func (s *Store) lockDevice(ctx context.Context, tx *sql.Tx, id string) (api.Isol
 }
 
 func (s *Store) readDevice(ctx context.Context, q querier, id, lock string) (api.IsolatedDevice, error) {
-	row := q.QueryRowContext(ctx, s.d.bind(`SELECT `+deviceColumns+deviceFrom+` WHERE d.id = ?`+lock), id)
+	row := s.prep(q).QueryRowContext(ctx, s.d.bind(`SELECT `+deviceColumns+deviceFrom+` WHERE d.id = ?`+lock), id)
 	d, err := scanDevice(row, false)
 	if errors.Is(err, sql.ErrNoRows) {
 		return api.IsolatedDevice{}, refuse(ErrNotFound, "isolated device %q not found", id)
@@ -143,11 +144,11 @@ func (s *Store) UpdateDevice(ctx context.Context, id string, u DeviceUpdate) (ap
 				return err
 			}
 			d.UpdatedAt = s.timestamp()
-			res, err := tx.ExecContext(ctx, s.d.bind(`UPDATE isolated_devices SET name = ?, dev_type = ?, model = ?, addr = ?,
-				vendor_device_id = ?, mdev_id = ?, device_path = ?, render_path = ?, numa_node = ?, pcie_info = ?,
+			res, err := s.prep(tx).ExecContext(ctx, s.d.bind(`UPDATE isolated_devices SET name = ?, dev_type = ?, model = ?, addr = ?,
+				vendor_device_id = ?, mdev_id = ?, device_path = ?, render_path = ?, cdi_name = ?, numa_node = ?, pcie_info = ?,
 				dev_index = ?, device_minor = ?, mps_memory_limit = ?, mps_memory_total = ?, mps_thread_percentage = ?,
 				guest_id = ?, unhealthy = ?, pending_removal = ?, updated_at = ? WHERE id = ? AND guest_id = ?`),
-				d.Name, d.DevType, d.Model, d.Addr, d.VendorDeviceID, d.MdevID, d.DevicePath, d.RenderPath,
+				d.Name, d.DevType, d.Model, d.Addr, d.VendorDeviceID, d.MdevID, d.DevicePath, d.RenderPath, d.CDIName,
 				d.NumaNode, pcie, d.Index, d.DeviceMinor, d.MPSMemoryLimit, d.MPSMemoryTotal,
 				d.MPSThreadPercentage, d.GuestID, d.Unhealthy, d.PendingRemoval, formatTime(d.UpdatedAt),
 				d.ID, cur.GuestID)
@@ -179,7 +180,7 @@ func applyDeviceUpdate(d *api.IsolatedDevice, u DeviceUpdate) error {
 	for _, f := range []struct{ dst, v *string }{
 		{&d.Name, u.Name}, {&d.DevType, u.DevType}, {&d.Model, u.Model}, {&d.Addr, u.Addr},
 		{&d.VendorDeviceID, u.VendorDeviceID}, {&d.MdevID, u.MdevID}, {&d.DevicePath, u.DevicePath},
-		{&d.RenderPath, u.RenderPath}, {&d.GuestID, u.GuestID},
+		{&d.RenderPath, u.RenderPath}, {&d.CDIName, u.CDIName}, {&d.GuestID, u.GuestID},
 	} {
 		setIf(f.dst, f.v)
 	}
@@ -256,14 +257,26 @@ func encodePCIE(p *api.PCIEInfo) (sql.NullString, error) {
 }
 
 func scanDevice(r rowScanner, details bool) (api.IsolatedDevice, error) {
+	return scanDeviceInto(r, details)
+}
+
+// scanDeviceSeq scans deviceColumns followed by d.seq (pageColumns).
+func scanDeviceSeq(r rowScanner, details bool) (api.IsolatedDevice, int64, error) {
+	var seq int64
+	d, err := scanDeviceInto(r, details, &seq)
+	return d, seq, err
+}
+
+// scanDeviceInto scans deviceColumns, then extra.
+func scanDeviceInto(r rowScanner, details bool, extra ...any) (api.IsolatedDevice, error) {
 	var d api.IsolatedDevice
 	var pcie sql.NullString
 	var created, updated dbTime
 	var hostName string
-	err := r.Scan(&d.ID, &d.Name, &d.HostID, &d.DevType, &d.Model, &d.Addr, &d.VendorDeviceID, &d.MdevID,
-		&d.DevicePath, &d.RenderPath, &d.NumaNode, &pcie, &d.Index, &d.DeviceMinor,
+	err := r.Scan(append([]any{&d.ID, &d.Name, &d.HostID, &d.DevType, &d.Model, &d.Addr, &d.VendorDeviceID, &d.MdevID,
+		&d.DevicePath, &d.RenderPath, &d.CDIName, &d.NumaNode, &pcie, &d.Index, &d.DeviceMinor,
 		&d.MPSMemoryLimit, &d.MPSMemoryTotal, &d.MPSThreadPercentage, &d.GuestID,
-		&d.Unhealthy, &d.PendingRemoval, &created, &updated, &hostName)
+		&d.Unhealthy, &d.PendingRemoval, &created, &updated, &hostName}, extra...)...)
 	if err != nil {
 		return api.IsolatedDevice{}, err
 	}

@@ -74,7 +74,7 @@ func (s *Store) lockHost(ctx context.Context, tx *sql.Tx, idOrName string) (api.
 }
 
 func (s *Store) readHost(ctx context.Context, q querier, idOrName, lock string) (api.Host, error) {
-	row := q.QueryRowContext(ctx, s.d.bind(`SELECT `+hostColumns+` FROM hosts
+	row := s.prep(q).QueryRowContext(ctx, s.d.bind(`SELECT `+hostColumns+` FROM hosts
 		WHERE id = ? OR name = ? ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1`+lock),
 		idOrName, idOrName, idOrName)
 	h, err := scanHost(row)
@@ -99,13 +99,13 @@ func (s *Store) ListHosts(ctx context.Context, f HostFilter) ([]api.Host, int, e
 	var hosts []api.Host
 	var total int
 	err := s.inTx(ctx, true, func(tx *sql.Tx) error {
-		if err := tx.QueryRowContext(ctx, s.d.bind(`SELECT COUNT(*) FROM hosts`+where), args...).Scan(&total); err != nil {
+		if err := s.prep(tx).QueryRowContext(ctx, s.d.bind(`SELECT COUNT(*) FROM hosts`+where), args...).Scan(&total); err != nil {
 			return fmt.Errorf("counting hosts: %w", err)
 		}
 		if f.Limit == 0 || f.Offset >= total {
 			return nil
 		}
-		rows, err := tx.QueryContext(ctx, s.d.bind(`SELECT `+hostColumns+` FROM hosts`+where+` ORDER BY name LIMIT ? OFFSET ?`),
+		rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(`SELECT `+hostColumns+` FROM hosts`+where+` ORDER BY name LIMIT ? OFFSET ?`),
 			append(args, f.Limit, f.Offset)...)
 		if err != nil {
 			return fmt.Errorf("listing hosts: %w", err)
@@ -147,7 +147,7 @@ func (s *Store) UpdateHost(ctx context.Context, idOrName string, u HostUpdate) (
 			return missing("name")
 		}
 		h.UpdatedAt = s.timestamp()
-		_, err = tx.ExecContext(ctx, s.d.bind(`UPDATE hosts SET name = ?, access_ip = ?, host_type = ?, updated_at = ? WHERE id = ?`),
+		_, err = s.prep(tx).ExecContext(ctx, s.d.bind(`UPDATE hosts SET name = ?, access_ip = ?, host_type = ?, updated_at = ? WHERE id = ?`),
 			h.Name, h.AccessIP, h.HostType, formatTime(h.UpdatedAt), h.ID)
 		if err != nil {
 			if errors.Is(s.d.constraint(err), ErrDuplicate) {
@@ -174,13 +174,13 @@ func (s *Store) DeleteHost(ctx context.Context, idOrName string) error {
 			return err
 		}
 		var n int
-		if err := tx.QueryRowContext(ctx, s.d.bind(`SELECT COUNT(*) FROM isolated_devices WHERE host_id = ?`), h.ID).Scan(&n); err != nil {
+		if err := s.prep(tx).QueryRowContext(ctx, s.d.bind(`SELECT COUNT(*) FROM isolated_devices WHERE host_id = ?`), h.ID).Scan(&n); err != nil {
 			return fmt.Errorf("counting devices of host %s: %w", h.ID, err)
 		}
 		if n > 0 {
 			return refuse(ErrInUse, "host %q still has %d isolated devices", h.Name, n)
 		}
-		if _, err := tx.ExecContext(ctx, s.d.bind(`DELETE FROM hosts WHERE id = ?`), h.ID); err != nil {
+		if _, err := s.prep(tx).ExecContext(ctx, s.d.bind(`DELETE FROM hosts WHERE id = ?`), h.ID); err != nil {
 			if errors.Is(s.d.constraint(err), ErrNotFound) {
 				// The foreign key of a device row: the host is still in use.
 				return refuse(ErrInUse, "host %q still has isolated devices", h.Name)

@@ -50,6 +50,13 @@ func (s *Store) DetachDevice(ctx context.Context, guest, id string) ([]api.Isola
 
 // DetachAll takes back every device guest holds and returns them in
 // creation order; none is not an error.
+//
+// It is one statement (detachAllStmt): its subquery locks the guest's rows
+// in id order, as every statement that locks several device rows does (see
+// alloc.go), and PostgreSQL's counter trigger (migration 0004) then updates
+// the counters of all of them at once, in key order. Releasing the rows one
+// statement at a time would lock counter rows in device order instead,
+// which two guests spread over two hosts could take in opposite orders.
 func (s *Store) DetachAll(ctx context.Context, guest string) ([]api.IsolatedDevice, error) {
 	if err := CheckGuestID(guest); err != nil {
 		return nil, err
@@ -61,28 +68,20 @@ func (s *Store) DetachAll(ctx context.Context, guest string) ([]api.IsolatedDevi
 	var out []released
 	err := s.inTx(ctx, false, func(tx *sql.Tx) error {
 		out = nil
-		rows, err := s.heldBy(ctx, tx, guest)
+		rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(fmt.Sprintf(detachAllStmt, s.d.forUpdate())),
+			formatTime(s.timestamp()), guest, guest)
 		if err != nil {
-			return err
+			return fmt.Errorf("detaching the devices of guest %s: %w", guest, err)
 		}
-		// Ascending ids, like attach (see the comment at the top). A row
-		// released by a concurrent detach counts 0 and is not ours to
-		// report.
-		for _, c := range rows {
-			n, err := s.release(ctx, tx, guest, c.ID)
+		defer rows.Close()
+		for rows.Next() {
+			d, seq, err := scanDeviceSeq(rows, false)
 			if err != nil {
-				return err
+				return fmt.Errorf("detaching the devices of guest %s: %w", guest, err)
 			}
-			if n == 0 {
-				continue
-			}
-			d, err := s.getDevice(ctx, tx, c.ID)
-			if err != nil {
-				return err
-			}
-			out = append(out, released{d, c.Seq})
+			out = append(out, released{d, seq})
 		}
-		return nil
+		return rows.Err()
 	})
 	if err != nil {
 		return nil, err
@@ -95,30 +94,9 @@ func (s *Store) DetachAll(ctx context.Context, guest string) ([]api.IsolatedDevi
 	return devs, nil
 }
 
-// heldBy lists the ids and seqs of the rows guest holds, by id.
-func (s *Store) heldBy(ctx context.Context, tx *sql.Tx, guest string) ([]Candidate, error) {
-	rows, err := tx.QueryContext(ctx, s.d.bind(heldByQuery), guest)
-	if err != nil {
-		return nil, fmt.Errorf("listing devices of guest %s: %w", guest, err)
-	}
-	defer rows.Close()
-	var out []Candidate
-	for rows.Next() {
-		var c Candidate
-		if err := rows.Scan(&c.ID, &c.Seq); err != nil {
-			return nil, fmt.Errorf("listing devices of guest %s: %w", guest, err)
-		}
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("listing devices of guest %s: %w", guest, err)
-	}
-	return out, nil
-}
-
 // release frees device id if guest holds it; it returns the row count.
 func (s *Store) release(ctx context.Context, tx *sql.Tx, guest, id string) (int64, error) {
-	res, err := tx.ExecContext(ctx, s.d.bind(releaseStmt), formatTime(s.timestamp()), id, guest)
+	res, err := s.prep(tx).ExecContext(ctx, s.d.bind(releaseStmt), formatTime(s.timestamp()), id, guest)
 	if err != nil {
 		return 0, fmt.Errorf("detaching isolated device %s: %w", id, err)
 	}
@@ -138,7 +116,7 @@ func (s *Store) PurgeDevice(ctx context.Context, id string, force bool) (d api.I
 			if d.GuestID != "" && !force {
 				return refuse(ErrInUse, "%s", api.MsgDeviceUsedByServer)
 			}
-			res, err := tx.ExecContext(ctx, s.d.bind(`DELETE FROM isolated_devices WHERE id = ? AND guest_id = ?`), id, d.GuestID)
+			res, err := s.prep(tx).ExecContext(ctx, s.d.bind(`DELETE FROM isolated_devices WHERE id = ? AND guest_id = ?`), id, d.GuestID)
 			if err != nil {
 				return fmt.Errorf("deleting isolated device %s: %w", id, err)
 			}

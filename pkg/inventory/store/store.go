@@ -9,7 +9,9 @@
 // What each backend relies on for concurrent writers:
 //   - SQLite: one writer at a time. Every write transaction starts with
 //     BEGIN IMMEDIATE, so a read-then-write inside it cannot interleave with
-//     another writer; readers see a WAL snapshot.
+//     another writer; readers see a WAL snapshot. The writers of one process
+//     queue in Go first (Store.writers), so only other processes meet
+//     busy_timeout.
 //   - PostgreSQL: READ COMMITTED, several writers at once, in this process
 //     and in others. A read-then-write must therefore either lock what it
 //     read (dialect.forUpdate: SELECT ... FOR UPDATE; UpdateHost, DeleteHost,
@@ -20,7 +22,10 @@
 //     which becomes ErrDuplicate; a foreign key violation, 23503, becomes
 //     ErrNotFound). Read-only transactions run REPEATABLE READ so a count
 //     and its page come from one snapshot, as on SQLite. Migrations take a
-//     transaction-scoped advisory lock (see migrate).
+//     transaction-scoped advisory lock (see migrate). The list totals'
+//     counters (migration 0004) are written by a trigger in key order, and
+//     every change of several devices is one statement (see DetachAll), so
+//     their row locks are always taken in one order.
 //
 // Both backends get the same statements: the rules above hold on SQLite too
 // (forUpdate is empty there, the single writer already gives the lock).
@@ -45,6 +50,16 @@ type Store struct {
 	log *slog.Logger
 	// now is the clock for created_at/updated_at.
 	now func() time.Time
+	// writers, on SQLite, holds a token while a write transaction of this
+	// Store runs: SQLite lets one writer in at a time anyway, and one that
+	// finds the database locked polls it with growing sleeps (busy_timeout),
+	// which under a few concurrent writers costs more than the writes. The
+	// writers of this process queue here instead, and enter as soon as the
+	// one before commits; busy_timeout is left for other processes. nil on
+	// PostgreSQL, where writers run at once.
+	writers chan struct{}
+	// stmts are the prepared statements of prep (SQLite); nil on PostgreSQL.
+	stmts *stmtCache
 }
 
 // dialect holds what differs between SQL backends.
@@ -136,6 +151,11 @@ func (s *Store) Dialect() string { return s.d.name }
 
 // Close closes the database.
 func (s *Store) Close() error {
+	if s.stmts != nil {
+		if err := s.stmts.close(); err != nil {
+			return fmt.Errorf("closing prepared statements: %w", err)
+		}
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("closing database: %w", err)
 	}
@@ -172,6 +192,14 @@ func (s *Store) inTx(ctx context.Context, readOnly bool, fn func(tx *sql.Tx) err
 func (s *Store) inTxWithin(ctx context.Context, timeout time.Duration, readOnly bool, fn func(tx *sql.Tx) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if !readOnly && s.writers != nil {
+		select {
+		case s.writers <- struct{}{}:
+			defer func() { <-s.writers }()
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the other writers: %w", ctx.Err())
+		}
+	}
 	tx, err := s.db.BeginTx(ctx, s.d.txOptions(readOnly))
 	if err != nil {
 		return fmt.Errorf("beginning transaction: %w", err)

@@ -202,7 +202,7 @@ func (s *Store) VerifyToken(ctx context.Context, presented string) (Token, error
 	if !ok {
 		return Token{}, refuse(ErrInvalidToken, "malformed token")
 	}
-	row := s.db.QueryRowContext(ctx, s.d.bind(`SELECT `+tokenColumns+`, secret_sha256 FROM api_tokens WHERE id = ?`), id)
+	row := s.prep(s.db).QueryRowContext(ctx, s.d.bind(`SELECT `+tokenColumns+`, secret_sha256 FROM api_tokens WHERE id = ?`), id)
 	t, stored, err := scanToken(row, true)
 	found := err == nil
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {

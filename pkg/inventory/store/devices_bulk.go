@@ -1,0 +1,116 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"yunion.io/x/mps-daemon/pkg/api"
+)
+
+// MaxCreateDevices bounds one CreateDevices call: its rows go in one INSERT
+// statement, whose placeholders both backends cap (SQLite at 32766).
+const MaxCreateDevices = 1000
+
+// deviceInsertColumns are the columns an insert writes, in the order of
+// deviceInsertArgs.
+const deviceInsertColumns = `id, name, host_id, dev_type, model, addr,
+	vendor_device_id, mdev_id, device_path, render_path, cdi_name, numa_node, pcie_info, dev_index, device_minor,
+	mps_memory_limit, mps_memory_total, mps_thread_percentage, guest_id, unhealthy, pending_removal,
+	created_at, updated_at`
+
+// deviceInsertPlaceholders is one row of `?` for deviceInsertColumns.
+var deviceInsertPlaceholders = "(" + strings.TrimSuffix(strings.Repeat("?, ", 23), ", ") + ")"
+
+func deviceInsertArgs(d api.IsolatedDevice, pcie sql.NullString) []any {
+	return []any{d.ID, d.Name, d.HostID, d.DevType, d.Model, d.Addr, d.VendorDeviceID, d.MdevID, d.DevicePath,
+		d.RenderPath, d.CDIName, d.NumaNode, pcie, d.Index, d.DeviceMinor, d.MPSMemoryLimit, d.MPSMemoryTotal,
+		d.MPSThreadPercentage, d.GuestID, d.Unhealthy, d.PendingRemoval,
+		formatTime(d.CreatedAt), formatTime(d.UpdatedAt)}
+}
+
+// CreateDevices adds devs, all or none, in their order (which is their
+// list order), and returns them as stored: CreateDevice for many rows at
+// the cost of one statement, for loading a large inventory (see
+// cmd/mps-inventory-bench). At most MaxCreateDevices at once. Being one
+// statement, it takes PostgreSQL's counter locks in key order like every
+// other write (see migration 0004).
+func (s *Store) CreateDevices(ctx context.Context, devs []api.IsolatedDevice) ([]api.IsolatedDevice, error) {
+	if len(devs) == 0 {
+		return nil, nil
+	}
+	if len(devs) > MaxCreateDevices {
+		return nil, refuse(ErrInvalid, "at most %d devices at once, not %d", MaxCreateDevices, len(devs))
+	}
+	out := make([]api.IsolatedDevice, len(devs))
+	pcies := make([]sql.NullString, len(devs))
+	now := s.timestamp()
+	for i, d := range devs {
+		switch {
+		case d.ID != "":
+			return nil, refuse(ErrInvalid, "device %d: id is assigned by the server", i)
+		case d.HostID == "":
+			return nil, missing("host_id")
+		}
+		if err := validateDevice(d); err != nil {
+			return nil, err
+		}
+		pcie, err := encodePCIE(d.PCIEInfo)
+		if err != nil {
+			return nil, err
+		}
+		d.ID = uuid.NewString()
+		d.CreatedAt, d.UpdatedAt = now, now
+		d.Host, d.Guest, d.GuestStatus = "", "", ""
+		out[i], pcies[i] = d, pcie
+	}
+	err := s.inTx(ctx, false, func(tx *sql.Tx) error {
+		hostIDs := map[string]string{} // as given -> id
+		args := make([]any, 0, 22*len(out))
+		for i := range out {
+			id, ok := hostIDs[out[i].HostID]
+			if !ok {
+				h, err := s.getHost(ctx, tx, out[i].HostID)
+				if err != nil {
+					return err
+				}
+				id = h.ID
+				hostIDs[out[i].HostID] = id
+			}
+			out[i].HostID = id
+			args = append(args, deviceInsertArgs(out[i], pcies[i])...)
+		}
+		values := strings.TrimSuffix(strings.Repeat(deviceInsertPlaceholders+", ", len(out)), ", ")
+		_, err := tx.ExecContext(ctx, s.d.bind(`INSERT INTO isolated_devices (`+deviceInsertColumns+`) VALUES `+values), args...)
+		if err != nil {
+			// Which row broke a constraint is not known: name the first.
+			return fmt.Errorf("creating %d isolated devices: %w", len(out), s.deviceWriteError(err, out[0]))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Analyze refreshes the query planner's statistics. PostgreSQL's autovacuum
+// does it by itself some time after a large change; a loader that has just
+// filled a database calls it so that the plans it measures are the ones
+// the database settles on. SQLite is left alone: its planner picks the
+// list statements' indexes without statistics (and a production database
+// never has any).
+func (s *Store) Analyze(ctx context.Context) error {
+	if s.d.name != "postgres" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, migrationTimeout)
+	defer cancel()
+	if _, err := s.db.ExecContext(ctx, `ANALYZE`); err != nil {
+		return fmt.Errorf("analyzing the database: %w", err)
+	}
+	return nil
+}
