@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
+	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -51,6 +52,7 @@ func (a *Agent) account(ctx context.Context) {
 	if policy == accounting.PolicyOff {
 		a.acct.Tick(ctx, policy, nil, nil, nil)
 		a.setAccounting(AccountingStatus{Policy: string(policy)})
+		a.noteUsage(AccountingStatus{})
 		return
 	}
 	var devs []vdev.Device
@@ -72,7 +74,9 @@ func (a *Agent) account(ctx context.Context) {
 	}
 	caps := accounting.Caps(devs)
 	r := a.acct.Tick(ctx, policy, procs, caps, terms)
-	a.setAccounting(accountingStatus(r, devs, caps))
+	st := accountingStatus(r, devs, caps)
+	a.setAccounting(st)
+	a.noteUsage(st)
 	a.met.observeAccounting(r, caps)
 }
 
@@ -104,4 +108,57 @@ func (a *Agent) setAccounting(st AccountingStatus) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.status.Accounting = &st
+}
+
+// setDevices records the host's virtual devices from the inventory's rows,
+// keeping the last accounting figures of devices that remain. A device gone
+// from the rows is gone from the status (and from /metrics).
+func (a *Agent) setDevices(rows []api.IsolatedDevice, gpus []GPUStatus) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	prev := map[string]DeviceStatus{}
+	for _, d := range a.status.Devices {
+		prev[d.Name] = d
+	}
+	index := map[string]int{}
+	for _, g := range gpus {
+		index[g.UUID] = g.Index
+	}
+	devs := make([]DeviceStatus, 0, len(rows))
+	for _, r := range rows {
+		uuid, i, ok := rowName(r)
+		if !ok {
+			continue
+		}
+		name := accounting.DeviceName(uuid, i)
+		gi, known := index[uuid]
+		if !known {
+			gi = -1
+		}
+		d := DeviceStatus{
+			Name: name, ID: r.ID, Addr: r.Addr, GPU: uuid, GPUIndex: gi,
+			CapBytes: uint64(r.MPSMemoryLimit) << 20, ThreadPercentage: r.MPSThreadPercentage,
+			Guest: r.GuestID, Healthy: !r.Unhealthy, PendingRemoval: r.PendingRemoval, CDIName: r.CDIName,
+		}
+		if p, ok := prev[name]; ok {
+			d.UsedBytes, d.Clients, d.Measured, d.OverCap = p.UsedBytes, p.Clients, p.Measured, p.OverCap
+		}
+		devs = append(devs, d)
+	}
+	a.status.Devices = devs
+}
+
+// noteUsage copies one accounting tick into the devices' status.
+func (a *Agent) noteUsage(st AccountingStatus) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	byName := map[string]DeviceAccounting{}
+	for _, d := range st.Devices {
+		byName[d.Name] = d
+	}
+	for i := range a.status.Devices {
+		d := &a.status.Devices[i]
+		u, ok := byName[d.Name]
+		d.UsedBytes, d.Clients, d.Measured, d.OverCap = u.UsedBytes, len(u.PIDs), ok && u.Measured, u.OverCap
+	}
 }

@@ -271,5 +271,6 @@ func (a *Agent) Status() Status {
 	s := a.status
 	s.GPUs = append([]GPUStatus(nil), a.status.GPUs...)
 	s.Retiring = append([]string(nil), a.status.Retiring...)
+	s.Devices = append([]DeviceStatus(nil), a.status.Devices...)
 	return s
 }

@@ -37,17 +37,56 @@ type Status struct {
 	Accounting *AccountingStatus `json:"accounting,omitempty"`
 	// CDI is the last write of the host's CDI spec.
 	CDI *CDIStatus `json:"cdi,omitempty"`
+	// Devices are the host's virtual devices as the inventory last held
+	// them, with the memory accounting last measured for each.
+	Devices []DeviceStatus `json:"devices,omitempty"`
+}
+
+// DeviceStatus is one virtual device.
+type DeviceStatus struct {
+	Name             string `json:"name"` // <GPU UUID>::<i>
+	ID               string `json:"id"`
+	Addr             string `json:"addr"`
+	GPU              string `json:"gpu"`
+	GPUIndex         int    `json:"gpu_index"`
+	CapBytes         uint64 `json:"cap_bytes"`
+	ThreadPercentage int    `json:"thread_percentage"`
+	// UsedBytes and Clients are the last accounting sample; Measured is
+	// false when there was none (accounting off, or the GPU unreadable).
+	UsedBytes      uint64 `json:"used_bytes"`
+	Clients        int    `json:"clients"`
+	Measured       bool   `json:"measured"`
+	OverCap        bool   `json:"over_cap,omitempty"`
+	Guest          string `json:"guest,omitempty"`
+	Healthy        bool   `json:"healthy"`
+	PendingRemoval bool   `json:"pending_removal,omitempty"`
+	CDIName        string `json:"cdi_name,omitempty"`
+}
+
+// ServerState is one MPS server of a GPU, as last seen.
+type ServerState struct {
+	PID     int    `json:"pid"`
+	Status  string `json:"status"`
+	Clients int    `json:"clients"`
 }
 
 // GPUStatus is one planned GPU.
 type GPUStatus struct {
 	UUID             string `json:"uuid"`
+	Index            int    `json:"index"` // NVML's, as dcgm-exporter's gpu label
+	Minor            int    `json:"minor"` // N of /dev/nvidiaN
 	PCI              string `json:"pci"`
 	Model            string `json:"model"`
-	VirtualNumber    int    `json:"virtual_number"`
-	MemoryLimitMiB   int    `json:"memory_limit_mib"`
-	ThreadPercentage int    `json:"thread_percentage"`
-	PipeDirectory    string `json:"pipe_directory"`
+	MemoryTotalBytes uint64 `json:"memory_total_bytes"`
+	MemoryUsedBytes  uint64 `json:"memory_used_bytes"`
+	ComputeMode      string `json:"compute_mode"`
+	// ControlDaemonUp: the GPU's MPS control daemon answered.
+	ControlDaemonUp  bool          `json:"control_daemon_up"`
+	Servers          []ServerState `json:"servers,omitempty"`
+	VirtualNumber    int           `json:"virtual_number"`
+	MemoryLimitMiB   int           `json:"memory_limit_mib"`
+	ThreadPercentage int           `json:"thread_percentage"`
+	PipeDirectory    string        `json:"pipe_directory"`
 	// Enforced is true when MPS holds the caps (read back).
 	Enforced bool `json:"enforced"`
 	// Healthy is Enforced with no server in FAULT: the devices may be handed out.
@@ -130,6 +169,7 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 		a.log.Warn("listing the host's devices for the CDI spec; ids wait for the next reconcile", "err", err)
 	} else {
 		a.writeCDI(cfg, p, statuses, rows)
+		a.setDevices(rows, statuses)
 	}
 	retiring := a.retire(ctx, cfg, planned, hostID)
 	a.setGPUs(statuses, len(desired), true)
@@ -170,7 +210,8 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 	hc := cfg.Host
 	g := gp.GPU
 	log := a.log.With("gpu", g.UUID, "pci", g.PCI.String())
-	st := GPUStatus{UUID: g.UUID, PCI: g.PCI.String(), Model: g.Name, VirtualNumber: gp.N}
+	st := GPUStatus{UUID: g.UUID, Index: g.Index, Minor: g.Minor, PCI: g.PCI.String(), Model: g.Name, VirtualNumber: gp.N,
+		MemoryTotalBytes: g.MemoryTotalBytes, MemoryUsedBytes: g.MemoryUsedBytes, ComputeMode: g.ComputeMode.String()}
 	if len(gp.Devices) > 0 {
 		st.MemoryLimitMiB = gp.Devices[0].MemoryLimitMiB
 		st.ThreadPercentage = gp.Devices[0].ThreadPercentage
@@ -191,12 +232,14 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 			return fail("setting compute mode Exclusive_Process (set mps_set_exclusive_compute_mode: false to leave it): %v", err)
 		}
 		log.Info("compute mode set", "from", g.ComputeMode.String(), "to", gpu.ComputeModeExclusiveProcess.String())
+		st.ComputeMode = gpu.ComputeModeExclusiveProcess.String()
 	}
 
 	adopted, err := gs.ctl.Ensure(ctx)
 	if err != nil {
 		return fail("MPS control daemon: %v", err)
 	}
+	st.ControlDaemonUp = true
 	if !adopted {
 		if gs.limits != (mps.Limits{}) {
 			a.met.controlRestarts.Inc()
@@ -234,8 +277,12 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 		if err != nil {
 			return fail("%v", err)
 		}
+		clients, err := gs.ctl.Clients(ctx, pid)
+		if err != nil {
+			return fail("%v", err)
+		}
+		st.Servers = append(st.Servers, ServerState{PID: pid, Status: string(status), Clients: len(clients)})
 		if status != mps.ServerActive {
-			clients, _ := gs.ctl.Clients(ctx, pid)
 			st.Reason = fmt.Sprintf("MPS server %d is %s (clients %v); it recovers once they exit", pid, status, clients)
 			a.setHealth(gs, log, false, st.Reason)
 			return st

@@ -112,6 +112,8 @@ type Info struct {
 	PCIVendorID      uint16
 	PCIDeviceID      uint16
 	MemoryTotalBytes uint64
+	// MemoryUsedBytes is what NVML reports in use when the GPU was listed.
+	MemoryUsedBytes uint64
 	ComputeMode      ComputeMode
 	Architecture     Architecture
 	// NUMANode is read from sysfs; -1 when unknown.

@@ -86,6 +86,7 @@ func readDevice(d device, index int) (gpu.Info, error) {
 		return info, callError("nvmlDeviceGetMemoryInfo", ret)
 	}
 	info.MemoryTotalBytes = mem.Total
+	info.MemoryUsedBytes = mem.Used
 	mode, ret := d.GetComputeMode()
 	if ret != nvml.SUCCESS {
 		return info, callError("nvmlDeviceGetComputeMode", ret)
