@@ -69,6 +69,9 @@ type HostConf struct {
 	Accounting string
 	// ProcRoot is /proc, read to map MPS clients to virtual devices.
 	ProcRoot string
+	// ThreadPercentage is the thread policy (auto, even, none, K/N or a
+	// percentage); pkg/plan parses and checks it (vdev.ParseThreadPolicy).
+	ThreadPercentage string
 	// HostName is the name registered in the inventory; empty means the
 	// caller uses os.Hostname.
 	HostName  string
@@ -105,6 +108,7 @@ func DefaultHostConf() *HostConf {
 		CDIShmPath:              "/dev/shm",
 		Accounting:              AccountingEnforce,
 		ProcRoot:                "/proc",
+		ThreadPercentage:        "auto",
 		SysfsRoot:               "/sys",
 		DevRoot:                 "/dev",
 	}
@@ -158,7 +162,7 @@ var hostConfKeys = map[string]bool{
 	"mps_inventory_timeout": true, "mps_listen_address": true, "mps_state_directory": true,
 	"mps_set_exclusive_compute_mode": true, "mps_control_binary": true, "mps_control_timeout": true,
 	"mps_sync_interval": true, "mps_health_interval": true, "mps_multiuser_server": true,
-	"mps_cdi_directory": true, "mps_cdi_shm_path": true, "mps_accounting": true, "mps_proc_root": true, "mps_host_name": true, "mps_sysfs_root": true, "mps_dev_root": true,
+	"mps_cdi_directory": true, "mps_cdi_shm_path": true, "mps_accounting": true, "mps_proc_root": true, "mps_thread_percentage": true, "mps_host_name": true, "mps_sysfs_root": true, "mps_dev_root": true,
 }
 
 // set stores the value of one of hostConfKeys, or says what is wrong with it.
@@ -207,6 +211,8 @@ func (hc *HostConf) set(key string, v *yaml.Node) error {
 		hc.Accounting, err = accountingPolicy(v)
 	case "mps_proc_root":
 		hc.ProcRoot, err = absPath(v)
+	case "mps_thread_percentage":
+		hc.ThreadPercentage, err = scalarValue(v)
 	case "mps_host_name":
 		hc.HostName, err = scalarValue(v)
 	case "mps_sysfs_root":

@@ -43,6 +43,8 @@ type Plan struct {
 	// Skipped are the device YAML entries of other agents, for the caller to
 	// log.
 	Skipped []config.DeviceEntry
+	// Threads is host.conf's thread policy (mps_thread_percentage).
+	Threads vdev.ThreadPolicy
 }
 
 // Build makes the plan. When the device YAML has NVIDIA_MPS entries, exactly
@@ -65,6 +67,15 @@ func Build(hc *config.HostConf, df *config.DeviceFile, gpus []gpu.Info, r gpu.Re
 		p.Skipped = df.Skipped
 	}
 	var errs []error
+	threads, err := vdev.ParseThreadPolicy(hc.ThreadPercentage)
+	if err != nil {
+		file := hc.Path
+		if file == "" {
+			file = "host.conf"
+		}
+		return p, &config.Error{File: file, Line: hc.Line("mps_thread_percentage"), Field: "mps_thread_percentage", Msg: err.Error()}
+	}
+	p.Threads = threads
 	if df == nil || len(df.Entries) == 0 {
 		file := hc.Path
 		if file == "" {
@@ -75,7 +86,7 @@ func Build(hc *config.HostConf, df *config.DeviceFile, gpus []gpu.Info, r gpu.Re
 				errs = append(errs, &config.Error{File: file, Line: hc.Line(SourceReplicas), Field: SourceReplicas, Msg: msg})
 				continue
 			}
-			p.GPUs = append(p.GPUs, newGPUPlan(g, hc.CudaMPSReplicas, SourceReplicas))
+			p.GPUs = append(p.GPUs, newGPUPlan(g, hc.CudaMPSReplicas, SourceReplicas, threads))
 		}
 	} else {
 		claimed := map[pci.Address]config.DeviceEntry{}
@@ -95,7 +106,7 @@ func Build(hc *config.HostConf, df *config.DeviceFile, gpus []gpu.Info, r gpu.Re
 				errs = append(errs, &config.Error{File: df.Path, Line: e.Line, Field: e.Field("virtual_number"), Msg: msg})
 				continue
 			}
-			p.GPUs = append(p.GPUs, newGPUPlan(g, e.VirtualNumber, fmt.Sprintf("%s:%d", df.Path, e.Line)))
+			p.GPUs = append(p.GPUs, newGPUPlan(g, e.VirtualNumber, fmt.Sprintf("%s:%d", df.Path, e.Line), threads))
 		}
 		for _, g := range gpus {
 			if _, named := claimed[g.PCI]; !named {
@@ -117,8 +128,8 @@ func (p *Plan) VirtualDevices() int {
 	return n
 }
 
-func newGPUPlan(g gpu.Info, n int, source string) GPUPlan {
-	return GPUPlan{GPU: g, N: n, Source: source, Devices: vdev.Split(g, n)}
+func newGPUPlan(g gpu.Info, n int, source string, threads vdev.ThreadPolicy) GPUPlan {
+	return GPUPlan{GPU: g, N: n, Source: source, Devices: vdev.SplitThreads(g, n, threads)}
 }
 
 // overLimit explains why n virtual devices do not fit on g, or returns "".

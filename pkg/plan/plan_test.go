@@ -106,7 +106,7 @@ func TestBuild(t *testing.T) {
 	}{
 		{
 			name:     "entries name GPUs",
-			hostConf: "enable_cuda_mps: true\n",
+			hostConf: "enable_cuda_mps: true\nmps_thread_percentage: even\n",
 			devices:  "devices:\n" + entry("/dev/dri/renderD130", 3) + entry("/dev/dri/renderD128", 4),
 			want: []split{
 				{"0000:18:00.0", 4, "dev.yml:5", 35942, 25},
@@ -115,25 +115,25 @@ func TestBuild(t *testing.T) {
 		},
 		{
 			name:     "whole GPU by UUID",
-			hostConf: "enable_cuda_mps: true\n",
+			hostConf: "enable_cuda_mps: true\nmps_thread_percentage: even\n",
 			devices:  "devices:\n" + entry(strings.ToLower(uuidH200), 1),
 			want:     []split{{"0000:18:00.0", 1, "dev.yml:2", 143771, 100}},
 		},
 		{
 			name:     "48 on Hopper",
-			hostConf: "enable_cuda_mps: true\n",
+			hostConf: "enable_cuda_mps: true\nmps_thread_percentage: even\n",
 			devices:  "devices:\n" + entry("AF:00.0", 48),
 			want:     []split{{"0000:af:00.0", 48, "dev.yml:2", 1699, 2}},
 		},
 		{
 			name:     "16 on Pascal",
-			hostConf: "enable_cuda_mps: true\n",
+			hostConf: "enable_cuda_mps: true\nmps_thread_percentage: even\n",
 			devices:  "devices:\n" + entry("/dev/nvidia1", 16),
 			want:     []split{{"0000:3b:00.0", 16, "dev.yml:2", 1536, 6}},
 		},
 		{
 			name:     "no device file: every GPU gets cuda_mps_replicas",
-			hostConf: "enable_cuda_mps: true\ncuda_mps_replicas: 4\n",
+			hostConf: "enable_cuda_mps: true\nmps_thread_percentage: even\ncuda_mps_replicas: 4\n",
 			want: []split{
 				{"0000:18:00.0", 4, "cuda_mps_replicas", 35942, 25},
 				{"0000:3b:00.0", 4, "cuda_mps_replicas", 6144, 25},
@@ -142,7 +142,7 @@ func TestBuild(t *testing.T) {
 		},
 		{
 			name:     "only other agents' entries",
-			hostConf: "enable_cuda_mps: true\n",
+			hostConf: "enable_cuda_mps: true\nmps_thread_percentage: even\n",
 			devices:  "devices:\n- path: /dev/dri/renderD129\n  type: NVIDIA_GPU_SHARE\n  virtual_number: 99\n",
 			want: []split{
 				{"0000:18:00.0", 10, "cuda_mps_replicas", 14377, 10},
@@ -283,6 +283,15 @@ func TestBuildErrors(t *testing.T) {
 				t.Errorf("partial plan shares %v, want %v", got, tc.wantGPUs)
 			}
 		})
+	}
+}
+
+func TestBuildRejectsABadThreadPolicy(t *testing.T) {
+	gpus, r := host(t)
+	_, err := Build(hostConf(t, "enable_cuda_mps: true\nzone: a\nmps_thread_percentage: 120\n"), nil, gpus, r)
+	want := `host.conf:3: mps_thread_percentage: "120": want auto, even, none, K/N or a percentage from 1 to 100`
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v, want %s", err, want)
 	}
 }
 

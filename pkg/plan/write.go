@@ -22,12 +22,12 @@ func (p *Plan) Write(w io.Writer) error {
 	fmt.Fprintln(tw, "PCI ADDRESS\tUUID\tMODEL\tMEMORY MiB\tN\tMiB EACH\tTHREAD %\tSOURCE")
 	for _, g := range p.GPUs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", g.GPU.PCI, g.GPU.UUID, g.GPU.Name,
-			g.GPU.MemoryTotalMiB(), g.N, vdev.MemoryLimitMiB(g.GPU.MemoryTotalMiB(), g.N), vdev.ThreadPercentage(g.N), g.Source)
+			g.GPU.MemoryTotalMiB(), g.N, vdev.MemoryLimitMiB(g.GPU.MemoryTotalMiB(), g.N), p.Threads.Percentage(g.N), g.Source)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing plan: %w", err)
 	}
-	if _, err := fmt.Fprintf(w, "%s, %s\n", count(len(p.GPUs), "GPU"), count(p.VirtualDevices(), "virtual device")); err != nil {
+	if _, err := fmt.Fprintf(w, "%s, %s; thread policy %s\n", count(len(p.GPUs), "GPU"), count(p.VirtualDevices(), "virtual device"), p.Threads); err != nil {
 		return fmt.Errorf("writing plan: %w", err)
 	}
 	for _, g := range p.Unshared {

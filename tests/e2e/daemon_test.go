@@ -60,6 +60,7 @@ mps_inventory_url: %s
 mps_listen_address: %s
 mps_state_directory: %s/state
 mps_cdi_directory: %s/cdi
+mps_thread_percentage: even
 mps_host_name: e2e-host
 mps_sync_interval: 1s
 mps_inventory_token_file: %s

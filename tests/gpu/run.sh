@@ -56,6 +56,7 @@ mps_inventory_token_file: $W/admin.token
 mps_listen_address: $DAEMON_ADDR
 mps_state_directory: $W/state
 mps_cdi_directory: $W/cdi
+mps_thread_percentage: even
 mps_set_exclusive_compute_mode: false
 mps_host_name: gpu-suite
 mps_sync_interval: 2s

@@ -1,0 +1,448 @@
+#!/usr/bin/env python3
+"""What MPS sharing buys, what the thread policy changes, what the daemon costs.
+
+One `device` call, under 10 minutes, after `make gpu-bundle`:
+    python3 tests/gpu/bench.py        (carry .gpu-bundle; results in $OUT/bench.md)
+
+For N = 1, 4, 8 concurrent clients of two workloads (tests/gpu/clients/
+bench_client.py: latency-bound small-batch inference; bursty large batches
+with idle gaps) it measures, on one GPU and in one run:
+  - time-slicing (no MPS),
+  - MPS started by hand: no limits, and thread 100/N + memory total/N,
+  - our virtual devices (mps-daemon + inventory, clients given exactly the
+    environment of the host's CDI spec) under thread policies none, even
+    (100/N), 150/N, 200/N, 300/N; memory total/N throughout,
+then the daemon's own cost: resident memory and CPU idle and while
+reconciling, time from start to READY, and from a saved YAML to the
+inventory updated. It never changes the card's settings.
+"""
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUNDLE = os.path.normpath(os.path.join(HERE, "..", "..", ".gpu-bundle"))
+CLIENT = os.path.join(HERE, "clients", "bench_client.py")
+OUT = os.environ.get("OUT", "/tmp/bench-out")
+SECONDS = float(os.environ.get("BENCH_SECONDS", "4"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
+POLICIES = os.environ.get("BENCH_POLICIES", "none,even,200/N,300/N").split(",")
+# BENCH_MODES narrows a run to some modes (e.g. "vdev-none,vdev-400/N") and
+# BENCH_NS to some N, for a quick check of one question; the full run is the
+# default.
+MODES = set(filter(None, os.environ.get("BENCH_MODES", "").split(",")))
+NS = [int(x) for x in os.environ.get("BENCH_NS", "1,4,8").split(",")]
+WORKLOADS = ["small", "bursty"]
+DAEMON_ADDR = "127.0.0.1:19441"
+os.makedirs(OUT, exist_ok=True)
+W = tempfile.mkdtemp(prefix="/tmp/gb.")
+os.chmod(W, 0o755)
+T0 = time.time()
+
+
+def log(*a):
+    print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
+
+
+def sh(*cmd, env=None, check=True):
+    return subprocess.run(cmd, env=env, check=check, capture_output=True, text=True).stdout
+
+
+def q(field):
+    return sh("nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader,nounits").splitlines()[0].strip()
+
+
+UUID, NAME, MEM_MIB, DRIVER = q("uuid"), q("name"), int(q("memory.total")), q("driver_version")
+CTL = shutil.which("nvidia-cuda-mps-control")
+
+
+def base_env():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_") and k != "CUDA_VISIBLE_DEVICES"}
+    env["CUDA_VISIBLE_DEVICES"] = UUID
+    return env
+
+
+def ctl(pipe, cmd):
+    env = base_env() | {"CUDA_MPS_PIPE_DIRECTORY": pipe}
+    return subprocess.run([CTL], input=cmd + "\n", env=env, capture_output=True, text=True, timeout=10).stdout.strip()
+
+
+def run_clients(label, n, workload, envs):
+    """n clients with envs[i]; all start together; aggregate figures."""
+    tag = f"{label}-{n}-{workload}".replace("/", "_")
+    barrier = f"{W}/go-{tag}"
+    outs, procs = [], []
+    for i in range(n):
+        out = f"{W}/{tag}-{i}.json"
+        outs.append(out)
+        procs.append(subprocess.Popen([sys.executable, CLIENT, workload, str(SECONDS), barrier, out],
+                                      env=envs[i], stdout=subprocess.DEVNULL, stderr=open(out + ".err", "w")))
+    deadline = time.time() + 120
+    while not all(os.path.exists(o + ".ready") for o in outs):
+        if any(p.poll() not in (None, 0) for p in procs) or time.time() > deadline:
+            for p in procs:
+                p.kill()
+            errs = " | ".join(open(o + ".err").read().strip()[-300:] for o in outs)
+            raise RuntimeError(f"{tag}: a client failed to start: {errs}")
+        time.sleep(0.05)
+    open(barrier, "w").close()
+    for p in procs:
+        p.wait(timeout=SECONDS + 60)
+    res = [json.load(open(o)) for o in outs]
+    r = {"mode": label, "n": n, "workload": workload,
+         "steps_per_s": sum(x["steps"] for x in res) / SECONDS,
+         "p50_ms": statistics.median(x["p50_ms"] for x in res),
+         "p99_ms": max(x["p99_ms"] for x in res),
+         "sms": min(x["sms"] for x in res)}
+    log(f"{label:>12} N={n} {workload:6} {r['steps_per_s']:9.0f} steps/s  p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  SMs {r['sms']}")
+    return r
+
+
+def hand_mps(limit_threads=None, limit_mib=None, pipe=None):
+    """Start a control daemon by hand, as an operator would; return its pipe."""
+    pipe = pipe or f"{W}/hp"
+    logd = pipe + "-log"
+    for d in (pipe, logd):
+        os.makedirs(d, exist_ok=True)
+        os.chmod(d, 0o755)
+    env = base_env() | {"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": logd}
+    subprocess.run([CTL, "-d"], env=env, check=True, timeout=20)
+    if limit_threads:
+        ctl(pipe, f"set_default_active_thread_percentage {limit_threads}")
+    if limit_mib:
+        ctl(pipe, f"set_default_device_pinned_mem_limit 0 {limit_mib}M")
+    return pipe
+
+
+def quit_mps(pipe):
+    ctl(pipe, "quit")
+    for _ in range(50):
+        if "Cannot find" in subprocess.run([CTL], input="get_server_list\n", capture_output=True, text=True,
+                                           env=base_env() | {"CUDA_MPS_PIPE_DIRECTORY": pipe}).stderr:
+            return
+        time.sleep(0.1)
+
+
+results = []
+# --- through the daemon --------------------------------------------------
+
+INV_URL = None
+TOKEN = None
+
+
+def climc(*args):
+    env = os.environ | {"MPS_INVENTORY_URL": INV_URL, "MPS_INVENTORY_TOKEN": TOKEN}
+    return sh(os.path.join(BUNDLE, "climc"), *args, env=env)
+
+
+def devices():
+    return json.loads(climc("-o", "json", "isolated-device-list", "--limit", "100"))["isolated_devices"]
+
+
+def write_atomic(path, text):
+    with open(path + ".new", "w") as f:
+        f.write(text)
+    os.rename(path + ".new", path)
+
+
+def write_config(n, policy):
+    write_atomic(f"{W}/host.conf", f"""enable_cuda_mps: true
+container_device_config_file: {W}/devices.yml
+cuda_mps_pipe_directory: {W}/pipe
+cuda_mps_log_directory: {W}/log
+mps_inventory_url: {INV_URL}
+mps_inventory_token_file: {W}/admin.token
+mps_listen_address: {DAEMON_ADDR}
+mps_state_directory: {W}/state
+mps_cdi_directory: {W}/cdi
+mps_set_exclusive_compute_mode: false
+mps_host_name: bench
+mps_thread_percentage: "{policy}"
+mps_health_interval: 2s
+""")
+    write_atomic(f"{W}/devices.yml", f"devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_number: {n}\n")
+
+
+def expected_threads(policy, n):
+    if policy == "none":
+        return 100
+    if policy == "even":
+        return 100 // n
+    return min(100, int(policy.split("/")[0]) // n)
+
+
+def wait_for(cond, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if cond():
+                return True
+        except Exception:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def ready():
+    try:
+        return urllib.request.urlopen(f"http://{DAEMON_ADDR}/readyz", timeout=2).status == 200
+    except Exception:
+        return False
+
+
+def vdev_envs(n):
+    spec = yaml.safe_load(open(f"{W}/cdi/yunion.io-mps-gpu.yaml"))
+    common = spec.get("containerEdits", {}).get("env", [])
+    by_name = {d["name"]: d.get("containerEdits", {}).get("env", []) for d in spec["devices"]}
+    envs = []
+    for i in range(n):
+        env = base_env()
+        for kv in common + by_name[f"{UUID}::{i}"]:
+            k, v = kv.split("=", 1)
+            env[k] = v
+        envs.append(env)
+    return envs
+
+
+def start_daemon(logname):
+    p = subprocess.Popen([os.path.join(BUNDLE, "mps-daemon"), "--config", f"{W}/host.conf"],
+                         stderr=open(f"{W}/{logname}", "w"), stdout=subprocess.DEVNULL)
+    return p
+
+
+def start_services():
+    global INV_URL, TOKEN
+    inv = subprocess.Popen([os.path.join(BUNDLE, "mps-inventory"), "--listen", "127.0.0.1:0", "--db", f"{W}/inv.db",
+                            "--address-file", f"{W}/inv.addr", "--admin-token-file", f"{W}/admin.token"],
+                           stderr=open(f"{W}/inventory.log", "w"))
+    wait_for(lambda: os.path.getsize(f"{W}/inv.addr") > 0 and os.path.getsize(f"{W}/admin.token") > 0)
+    INV_URL, TOKEN = "http://" + open(f"{W}/inv.addr").read().strip(), open(f"{W}/admin.token").read().strip()
+    write_config(4, "even")
+    daemon = start_daemon("daemon.log")
+    if not wait_for(ready, 60):
+        raise RuntimeError("daemon not ready: " + open(f"{W}/daemon.log").read()[-2000:])
+    return inv, daemon
+
+
+def only_server(keep):
+    """Shut down every idle MPS server but keep's, so one server runs at a time."""
+    for pipe in PIPES:
+        if pipe == keep:
+            continue
+        for pid in ctl(pipe, "get_server_list").split():
+            ctl(pipe, f"shutdown_server {pid}")
+
+
+def set_vdev(n, policy):
+    write_config(n, policy)
+    want = expected_threads(policy, n)
+    if not wait_for(lambda: (lambda d: len(d) == n and all(x["mps_thread_percentage"] == want for x in d))(devices())):
+        raise RuntimeError(f"inventory never showed {n} devices at {want}%")
+    vpipe = f"{W}/pipe/{UUID}"
+    for pid in ctl(vpipe, "get_server_list").split():
+        ctl(vpipe, f"shutdown_server {pid}")  # the next clients start a server with the new defaults
+
+
+def bench_rounds(rounds):
+    """Every mode in every round; rounds alternate their order, so a drift of
+    the GPU over the session (clocks, temperature) falls on every mode."""
+    nomps = f"{W}/no-mps"
+    os.makedirs(nomps, exist_ok=True)
+    hand = {"none": hand_mps(pipe=f"{W}/hp-none")}
+    for n in (4, 8):
+        hand[n] = hand_mps(100 // n, MEM_MIB // n, pipe=f"{W}/hp-even{n}")
+    PIPES.extend([hand["none"], hand[4], hand[8], f"{W}/pipe/{UUID}"])
+    vpipe = f"{W}/pipe/{UUID}"
+    plan = []
+    for n in NS:
+        for wl in WORKLOADS:
+            plan.append(("time-slicing", n, wl))
+            plan.append(("mps-hand", n, wl))
+            if n > 1:
+                plan.append(("mps-hand-even", n, wl))
+                plan += [(f"vdev-{p}", n, wl) for p in POLICIES]
+    if MODES:
+        plan = [x for x in plan if x[0] in MODES]
+    for r in range(rounds):
+        order = plan if r % 2 == 0 else list(reversed(plan))
+        log(f"round {r + 1} of {rounds}")
+        for mode, n, wl in order:
+            if mode == "time-slicing":
+                only_server(None)
+                envs = [base_env() | {"CUDA_MPS_PIPE_DIRECTORY": nomps}] * n
+            elif mode == "mps-hand":
+                only_server(hand["none"])
+                envs = [base_env() | {"CUDA_MPS_PIPE_DIRECTORY": hand["none"]}] * n
+            elif mode == "mps-hand-even":
+                only_server(hand[n])
+                envs = [base_env() | {"CUDA_MPS_PIPE_DIRECTORY": hand[n]}] * n
+            else:
+                set_vdev(n, mode.removeprefix("vdev-"))
+                only_server(vpipe)
+                envs = vdev_envs(n)
+            results.append(run_clients(mode, n, wl, envs))
+    for pipe in (hand["none"], hand[4], hand[8]):
+        quit_mps(pipe)
+
+
+PIPES = []
+
+
+# --- the daemon's own cost ------------------------------------------------
+
+def proc_cpu_s(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_rss_mib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0
+
+
+def daemon_cost(daemon):
+    cost = {}
+    write_config(4, "auto")
+    wait_for(lambda: len(devices()) == 4)
+    time.sleep(3)
+    c0 = proc_cpu_s(daemon.pid)
+    time.sleep(20)
+    cost["idle_cpu_percent"] = (proc_cpu_s(daemon.pid) - c0) / 20 * 100
+    cost["idle_rss_mib"] = proc_rss_mib(daemon.pid)
+    lat = []
+    c0 = proc_cpu_s(daemon.pid)
+    for k in range(10):
+        n = 5 if k % 2 == 0 else 4
+        t = time.time()
+        write_config(n, "auto")
+        if not wait_for(lambda: len(devices()) == n, 10):
+            raise RuntimeError("an edit did not reach the inventory")
+        lat.append(time.time() - t)
+    cost["cpu_ms_per_reconcile"] = (proc_cpu_s(daemon.pid) - c0) / 10 * 1000
+    cost["rss_after_reconciles_mib"] = proc_rss_mib(daemon.pid)
+    cost["edit_to_inventory_ms_p50"] = statistics.median(lat) * 1000
+    cost["edit_to_inventory_ms_max"] = max(lat) * 1000
+    # Restart: adopts the running control daemon.
+    daemon.send_signal(signal.SIGTERM)
+    daemon.wait(timeout=30)
+    t = time.time()
+    daemon = start_daemon("daemon-restart.log")
+    wait_for(ready, 60)
+    cost["start_to_ready_adopting_ms"] = (time.time() - t) * 1000
+    daemon.send_signal(signal.SIGTERM)
+    daemon.wait(timeout=30)
+    # Cold: no control daemon yet.
+    quit_mps(f"{W}/pipe/{UUID}")
+    t = time.time()
+    daemon = start_daemon("daemon-cold.log")
+    wait_for(ready, 60)
+    cost["start_to_ready_cold_ms"] = (time.time() - t) * 1000
+    return cost, daemon
+
+
+def table(rows, header):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def aggregate():
+    """Median over the rounds of each (mode, N, workload), with the spread."""
+    samples = {}
+    for r in results:
+        samples.setdefault((r["mode"], r["n"], r["workload"]), []).append(r)
+    by = {}
+    for k, rs in samples.items():
+        sp = [x["steps_per_s"] for x in rs]
+        by[k] = {"steps_per_s": statistics.median(sp), "min": min(sp), "max": max(sp),
+                 "p50_ms": statistics.median(x["p50_ms"] for x in rs),
+                 "p99_ms": statistics.median(x["p99_ms"] for x in rs), "sms": rs[0]["sms"]}
+    return by
+
+
+def report(cost):
+    by = aggregate()
+    lines = [f"# MPS benchmark: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
+             f"{NAME}, {MEM_MIB} MiB, driver {DRIVER}; {SECONDS:g} s per run, {ROUNDS} rounds in alternating order, "
+             "medians (min-max of steps/s); clients: CuPy, fp16.", ""]
+    for wl in WORKLOADS:
+        single = by[("time-slicing", 1, wl)]["steps_per_s"]
+        lines += [f"## {wl}", "", f"One client alone: {single:.0f} steps/s (the ceiling for N clients is N times that).", ""]
+        rows = []
+        for n in (1, 4, 8):
+            ts = by[("time-slicing", n, wl)]["steps_per_s"]
+            hand = by.get(("mps-hand", n, wl), {}).get("steps_per_s")
+            for mode in ["time-slicing", "mps-hand", "mps-hand-even"] + [f"vdev-{p}" for p in POLICIES]:
+                r = by.get((mode, n, wl))
+                if not r:
+                    continue
+                rows.append([n, mode, f"{r['steps_per_s']:.0f} ({r['min']:.0f}-{r['max']:.0f})", f"{r['steps_per_s'] / (n * single):.2f}",
+                             f"{r['steps_per_s'] / ts:.2f}", f"{r['steps_per_s'] / hand:.2f}" if hand else "",
+                             f"{r['p50_ms']:.3f}", f"{r['p99_ms']:.3f}", r["sms"]])
+        lines += [table(rows, ["N", "mode", "steps/s", "of ceiling", "vs time-slicing", "vs MPS by hand",
+                               "p50 ms", "p99 ms", "SMs per client"]), ""]
+    lines += ["## Policy check: each policy against the better of none and even (100/N)", ""]
+    rows = []
+    for p in POLICIES:
+        worst = 9.0
+        cells = []
+        for n in (4, 8):
+            for wl in WORKLOADS:
+                best = max(by[("vdev-none", n, wl)]["steps_per_s"], by[("vdev-even", n, wl)]["steps_per_s"])
+                ratio = by[(f"vdev-{p}", n, wl)]["steps_per_s"] / best
+                worst = min(worst, ratio)
+                cells.append(f"{ratio:.3f}")
+        rows.append([p] + cells + [f"{worst:.3f}"])
+    lines += [table(rows, ["policy", "small N=4", "bursty N=4", "small N=8", "bursty N=8", "worst"]), ""]
+    lines += ["## Virtual devices against MPS by hand with the same settings", ""]
+    rows = []
+    for n in (4, 8):
+        for wl in WORKLOADS:
+            rows.append([n, wl, f"{by[('vdev-none', n, wl)]['steps_per_s'] / by[('mps-hand', n, wl)]['steps_per_s']:.3f}",
+                         f"{by[('vdev-even', n, wl)]['steps_per_s'] / by[('mps-hand-even', n, wl)]['steps_per_s']:.3f}"])
+    lines += [table(rows, ["N", "workload", "vdev-none / hand, no limits", "vdev-even / hand, 100/N"]), ""]
+    lines += ["## The daemon's own cost (real GPU, 1 GPU, 4-5 virtual devices)", "",
+              table([[k, f"{v:.1f}"] for k, v in cost.items()], ["figure", "value"]), ""]
+    open(f"{OUT}/bench.md", "w").write("\n".join(lines) + "\n")
+    json.dump({"results": results, "cost": cost}, open(f"{OUT}/bench.json", "w"), indent=1)
+    print("\n".join(lines))
+
+
+def main():
+    log(f"{NAME} {UUID} {MEM_MIB} MiB driver {DRIVER}")
+    inv = daemon = None
+    try:
+        inv, daemon = start_services()
+        bench_rounds(ROUNDS)
+        if MODES:  # a partial run: raw medians only
+            for k, v in sorted(aggregate().items()):
+                log(k, f"{v['steps_per_s']:.0f} ({v['min']:.0f}-{v['max']:.0f}) p50 {v['p50_ms']:.3f} p99 {v['p99_ms']:.3f}")
+            json.dump(results, open(f"{OUT}/bench-partial.json", "w"), indent=1)
+            return
+        cost, daemon = daemon_cost(daemon)
+        report(cost)
+    finally:
+        for p in (daemon, inv):
+            if p and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=30)
+        quit_mps(f"{W}/pipe/{UUID}")
+        for f in ("daemon.log", "inventory.log"):
+            if os.path.exists(f"{W}/{f}"):
+                shutil.copy(f"{W}/{f}", OUT)
+        log("done")
+
+
+if __name__ == "__main__":
+    main()
