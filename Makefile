@@ -9,14 +9,14 @@ export GOFLAGS ?= -buildvcs=false
 # go-nvml's header marks some vGPU calls deprecated; we call none of them.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build test vet nocgo unit e2e demo gpu-bundle clean
+.PHONY: all build test vet nocgo unit e2e demo gpu-bundle clean package systemd-verify test-packaging
 
 all: build
 
 # mps-daemon links go-nvml (cgo, dlopens libnvidia-ml.so.1 at run time); the
 # inventory and climc are pure Go and static.
 build:
-	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/mps-daemon ./cmd/mps-daemon
+	CGO_ENABLED=1 $(GO) build -trimpath -buildmode=pie -ldflags '$(LDFLAGS)' -o $(BIN)/mps-daemon ./cmd/mps-daemon
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/mps-inventory ./cmd/mps-inventory
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/climc ./cmd/climc
 
@@ -43,5 +43,23 @@ gpu-bundle: build
 	cp $(BIN)/mps-daemon $(BIN)/mps-inventory $(BIN)/climc .gpu-bundle/
 	CGO_ENABLED=0 $(GO) test -c -o .gpu-bundle/mps.test ./pkg/mps
 
+# .deb and .rpm of yunion-mps-daemon and yunion-mps-inventory in $(DIST),
+# versioned from git (packaging/version.sh); nfpm comes from the tools module
+# (tools/go.mod), never from the main one. See docs/packaging.md.
+NFPM ?= $(GO) tool -modfile=tools/go.mod nfpm
+DIST ?= dist
+package: build
+	GO='$(GO)' NFPM='$(NFPM)' BIN='$(BIN)' DIST='$(DIST)' ./packaging/package.sh
+
+# systemd-analyze verify on systemd/*.service; any output fails.
+systemd-verify: build
+	./tests/packaging/systemd-verify.sh $(BIN)
+
+# The packages installed, upgraded and removed in a booted Debian 12
+# (systemd-nspawn): needs root, debootstrap, systemd-nspawn, rpm, lintian,
+# rpmlint. Not part of `make test`; .ci/run runs it after.
+test-packaging:
+	GO='$(GO)' ./tests/packaging/run.sh
+
 clean:
-	rm -rf $(BIN) .gpu-bundle
+	rm -rf $(BIN) .gpu-bundle $(DIST)

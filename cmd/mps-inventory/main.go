@@ -14,11 +14,9 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
@@ -127,11 +125,8 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 		}
 	}
 	log.Info("serving", "address", ln.Addr().String(), "db", store.RedactDSN(f.db), "backend", st.Dialect())
-	// systemd (Type=notify): ready once the admin token file is written and
-	// the API answers, so a daemon ordered after this unit finds both.
-	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
-		log.Warn("sd_notify", "error", err)
-	}
+	stopSystemd := superviseWithSystemd(ctx, st, f.adminTokenFile, ln.Addr(), log)
+	defer stopSystemd()
 
 	select {
 	case err := <-served:
@@ -154,24 +149,4 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 // alike.
 func openStore(ctx context.Context, dsn string, log *slog.Logger) (*store.Store, error) {
 	return store.Open(ctx, dsn, log.With("component", "store"))
-}
-
-// writeAddress writes the file whole (temporary file, then rename), so a
-// test polling for it never reads half an address.
-func writeAddress(path, addr string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".address-*")
-	if err != nil {
-		return fmt.Errorf("writing address file: %w", err)
-	}
-	_, werr := tmp.WriteString(addr)
-	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("writing address file %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("writing address file %s: %w", path, err)
-	}
-	return nil
 }

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+
+	"yunion.io/x/mps-daemon/pkg/inventory/server"
+	"yunion.io/x/mps-daemon/pkg/inventory/store"
+)
+
+// The systemd side of `mps-inventory serve` (yunion-mps-inventory.service is
+// Type=notify with WatchdogSec= and ExecReload=): READY=1 is sent by serve,
+// WATCHDOG=1 by watchdog while the API answers, and a reload (SIGHUP) runs
+// reload, framed by RELOADING=1 and READY=1.
+
+// notifyFunc sends one sd_notify state; sdNotify in production, a recorder
+// in tests.
+type notifyFunc func(state string) error
+
+// sdNotify notifies through $NOTIFY_SOCKET; without it (not started by
+// systemd) it does nothing.
+func sdNotify(state string) error {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		return fmt.Errorf("sd_notify: %w", err)
+	}
+	return nil
+}
+
+// watchdogInterval is how often systemd wants WATCHDOG=1: half its
+// WatchdogSec, leaving room for one late tick; 0 when no watchdog is set for
+// this process.
+func watchdogInterval() (time.Duration, error) {
+	d, err := daemon.SdWatchdogEnabled(false)
+	if err != nil {
+		return 0, fmt.Errorf("reading WATCHDOG_USEC: %w", err)
+	}
+	return d / 2, nil
+}
+
+// probeURL is the /healthz URL of the server listening on addr, reached over
+// loopback when it listens on every address.
+func probeURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String() + "/healthz"
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/healthz"
+}
+
+// watchdog sends WATCHDOG=1 on every tick on which GET url answers 200
+// within timeout, so systemd restarts a server whose API no longer answers.
+// /healthz does not touch the database: a PostgreSQL outage must not turn
+// into restarts that cannot help (/readyz reports it). It returns when ctx
+// ends.
+func watchdog(ctx context.Context, url string, timeout time.Duration, ticks <-chan time.Time, notify notifyFunc, log *slog.Logger) {
+	client := &http.Client{Timeout: timeout}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticks:
+		}
+		if err := probe(ctx, client, url); err != nil {
+			log.Warn("the API does not answer: no watchdog ping", "url", url, "error", err)
+			continue
+		}
+		if err := notify("WATCHDOG=1"); err != nil {
+			log.Warn("watchdog ping", "error", err)
+		}
+	}
+}
+
+func probe(ctx context.Context, client *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("probing %s: %w", url, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("probing %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("probing %s: status %d", url, resp.StatusCode)
+	}
+	return nil
+}
+
+// reloader runs reload for every signal on sigs (SIGHUP) until ctx ends:
+// RELOADING=1, reload, READY=1 (with a STATUS= naming a failure, which leaves
+// the server running as it was). Signals that arrive during a reload
+// collapse into one (sigs holds one).
+func reloader(ctx context.Context, sigs <-chan os.Signal, reload func(context.Context) error, notify notifyFunc, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sigs:
+		}
+		_ = notify("RELOADING=1\n" + daemon.SdNotifyMonotonicUsec())
+		status := "STATUS=serving"
+		if err := reload(ctx); err != nil {
+			log.Error("reload", "error", err)
+			status = "STATUS=serving; last reload failed: " + err.Error()
+		} else {
+			log.Info("reloaded")
+		}
+		if err := notify("READY=1\n" + status); err != nil {
+			log.Warn("sd_notify", "error", err)
+		}
+	}
+}
+
+// superviseWithSystemd runs what systemd asks of the service: systemctl
+// reload (SIGHUP) writes the admin token file again when it was deleted or
+// its token revoked; WATCHDOG=1 while the API answers; READY=1 once the admin
+// token file is written and the API answers, so a daemon ordered after this
+// unit finds both. The returned stop ends both before the database closes.
+// SIGHUP is caught before READY=1 (Go's default for it is to exit).
+func superviseWithSystemd(ctx context.Context, st *store.Store, adminTokenFile string, addr net.Addr, log *slog.Logger) (stop func()) {
+	bg, stopBG := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	wg.Go(func() {
+		reloader(bg, hup, func(ctx context.Context) error {
+			return server.EnsureAdminTokenFile(ctx, st, adminTokenFile, log.With("component", "auth"))
+		}, sdNotify, log)
+	})
+	interval, err := watchdogInterval()
+	if err != nil {
+		log.Warn("watchdog", "error", err)
+	}
+	var tick *time.Ticker
+	if interval > 0 {
+		tick = time.NewTicker(interval)
+		wg.Go(func() { watchdog(bg, probeURL(addr), interval, tick.C, sdNotify, log) })
+	}
+	if err := sdNotify(daemon.SdNotifyReady); err != nil {
+		log.Warn("sd_notify", "error", err)
+	}
+	return func() {
+		stopBG()
+		signal.Stop(hup)
+		wg.Wait()
+		if tick != nil {
+			tick.Stop()
+		}
+	}
+}

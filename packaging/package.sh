@@ -1,0 +1,108 @@
+#!/bin/sh
+# package.sh builds the .deb and .rpm of yunion-mps-daemon and
+# yunion-mps-inventory into $DIST from the binaries in $BIN (`make package`
+# runs `make build` first). nfpm is the tools module's (tools/go.mod), so it
+# never enters the main module.
+#
+# Environment (all optional):
+#   BIN            binaries (bin)
+#   DIST           output directory (dist)
+#   NFPM           the nfpm command (go tool -modfile=tools/go.mod nfpm)
+#   PKG_VERSION    package version (packaging/version.sh: from git describe)
+#   PKG_ARCH       Go architecture name (go env GOARCH); nfpm maps it per format
+#   PKG_MAINTAINER Name <mail> of whoever publishes the packages; the default
+#                  is a placeholder (example.org) to replace for releases
+#   PKG_RPM_KEY_FILE  armored private key to sign the rpms with (passphrase in
+#                  NFPM_RPM_PASSPHRASE); empty: unsigned
+set -eu
+cd "$(dirname "$0")/.."
+
+GO=${GO:-go}
+BIN=${BIN:-bin}
+DIST=${DIST:-dist}
+NFPM=${NFPM:-$GO tool -modfile=tools/go.mod nfpm}
+PKG_VERSION=${PKG_VERSION:-$(packaging/version.sh)}
+PKG_ARCH=${PKG_ARCH:-$($GO env GOARCH)}
+PKG_MAINTAINER=${PKG_MAINTAINER:-yunion-mps-daemon packagers <mps-daemon@example.org>}
+
+for b in mps-daemon mps-inventory climc; do
+	[ -x "$BIN/$b" ] || { echo "package.sh: $BIN/$b missing: run make build" >&2; exit 1; }
+done
+
+# mps-daemon is the one cgo binary: it needs the newest glibc symbol version
+# it references, which becomes the libc6/glibc dependency.
+GLIBC_MIN=$(objdump -T "$BIN/mps-daemon" | sed -n 's/.*GLIBC_\([0-9][0-9.]*\).*/\1/p' | sort -uV | tail -n 1)
+[ -n "$GLIBC_MIN" ] || { echo "package.sh: no GLIBC_ symbol version in $BIN/mps-daemon" >&2; exit 1; }
+
+# Generated inputs; the nfpm configs name dist/.stage/changelog.yml (nfpm
+# does not expand variables in that field), so the stage is always here.
+STAGE=dist/.stage
+trap 'rm -rf "$STAGE"' EXIT
+rm -rf "$STAGE"
+mkdir -p "$STAGE"
+
+# changelog.yml (chglog's format): one entry for this build, dated by its
+# commit, so that the same commit gives the same bytes. nfpm renders it as
+# changelog.Debian.gz and as the rpm %changelog.
+cat >"$STAGE/changelog.yml" <<CHANGELOG
+- semver: "$PKG_VERSION-1"
+  date: $(TZ=UTC git show -s --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ HEAD)
+  packager: "$PKG_MAINTAINER"
+  deb:
+    urgency: medium
+    distributions: [unstable]
+  changes:
+    - commit: $(git rev-parse HEAD)
+      note: "Built from git $(git describe --tags --always --dirty)."
+CHANGELOG
+
+# copyright: the project's notice, then the license of every module linked
+# into the package's binaries (Go binaries are static: the licenses ship with
+# them) and of the Go standard library. copyright.full has every text (the
+# rpm's %license); copyright.deb points at Debian's copy of Apache-2.0
+# instead of repeating it, as Debian policy asks.
+copyright() {
+	pkg=$1
+	shift
+	mkdir -p "$STAGE/$pkg"
+	full=$STAGE/$pkg/copyright.full deb=$STAGE/$pkg/copyright.deb
+	cp packaging/files/copyright "$full"
+	cp packaging/files/copyright "$deb"
+	license_text() {
+		# $1 heading, $2 file
+		printf '\n\n%s\n\n' "$1" | tee -a "$deb" >>"$full"
+		cat "$2" >>"$full"
+		if grep -q 'Apache License' "$2" && grep -q 'Version 2.0, January 2004' "$2"; then
+			printf 'Apache License, Version 2.0: on Debian systems the full text is in\n/usr/share/common-licenses/Apache-2.0.\n' >>"$deb"
+		else
+			cat "$2" >>"$deb"
+		fi
+	}
+	license_text "Go standard library ($($GO env GOVERSION))" "$($GO env GOROOT)/LICENSE"
+	$GO list -deps -f '{{with .Module}}{{if not .Main}}{{.Path}} {{.Version}} {{.Dir}}{{end}}{{end}}' "$@" |
+		sort -u >"$STAGE/$pkg/modules"
+	while read -r path version dir; do
+		found=
+		for f in "$dir"/LICENSE* "$dir"/LICENCE* "$dir"/COPYING* "$dir"/NOTICE*; do
+			[ -f "$f" ] || continue
+			found=1
+			license_text "$path $version ($(basename "$f"))" "$f"
+		done
+		if [ -z "$found" ]; then
+			echo "package.sh: $path $version has no license file" >&2
+			exit 1
+		fi
+	done <"$STAGE/$pkg/modules"
+}
+copyright yunion-mps-daemon ./cmd/mps-daemon ./cmd/climc
+copyright yunion-mps-inventory ./cmd/mps-inventory
+
+PKG_RPM_KEY_FILE=${PKG_RPM_KEY_FILE:-}
+export PKG_VERSION PKG_ARCH PKG_MAINTAINER GLIBC_MIN BIN STAGE PKG_RPM_KEY_FILE
+mkdir -p "$DIST"
+for pkg in daemon inventory; do
+	for fmt in deb rpm; do
+		$NFPM package --config "packaging/nfpm-$pkg.yaml" --packager "$fmt" --target "$DIST/"
+	done
+done
+echo "package.sh: version $PKG_VERSION, glibc >= $GLIBC_MIN"

@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# run.sh: the packages, tested the way an operator installs them.
+#
+#   1. `make package` twice (v1, and a newer v2 with a rebuilt binary), rpms
+#      signed with a throwaway key; lintian and rpmlint (no errors), the
+#      units through systemd-analyze verify (no output at all).
+#   2. .deb: a Debian 12 root (debootstrap, cached), booted with
+#      systemd-nspawn --boot, our packages in an apt repository inside. The
+#      runbook: apt-get install -y yunion-mps-daemon, then
+#      systemctl enable --now yunion-mps-daemon (simulated GPUs through a
+#      drop-in), then climc isolated-device-list. Then reload, upgrade to v2
+#      with edited configuration (kept), remove, purge.
+#   3. .rpm: the same root booted again with a RHEL-like "disable *" preset,
+#      a host.conf the Cloudpods host service wrote before us, and rpm inside:
+#      install (signature checked), enable --now both units, upgrade with an
+#      edited config(noreplace) file, erase.
+#
+# Needs root, debootstrap, systemd-nspawn (systemd-container), rpm, lintian,
+# rpmlint, apt-ftparchive (apt-utils), gpg, objdump, Go; reaches the Debian
+# mirror once, for the cached root (MPS_PKGTEST_CACHE, default
+# ~/.cache/yunion-mps-ci). .ci/run installs all of it. `make test-packaging`.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cd "$repo"
+# shellcheck source=lib.sh
+. "$here/lib.sh"
+
+[ "$(id -u)" = 0 ] || fail "run.sh needs root (debootstrap, systemd-nspawn)"
+for tool in debootstrap systemd-nspawn nsenter rpm lintian rpmlint apt-ftparchive gpg objdump; do
+	command -v "$tool" >/dev/null || fail "run.sh needs $tool (.ci/run installs it)"
+done
+
+CACHE=${MPS_PKGTEST_CACHE:-${HOME:-/root}/.cache/yunion-mps-ci}
+WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/mps-pkgtest.XXXXXX")
+GO=${GO:-go}
+CT_PID=
+cleanup() {
+	local rc=$?
+	if [ "$rc" -ne 0 ]; then dump_units; fi
+	poweroff
+	[ -n "${GNUPGHOME:-}" ] && gpgconf --kill gpg-agent 2>/dev/null || true
+	if [ "$rc" -eq 0 ] || [ -z "${MPS_PKGTEST_KEEP:-}" ]; then rm -rf "$WORK"; else echo "kept $WORK"; fi
+	printf '\n== %s after %ss\n' "$([ "$rc" -eq 0 ] && echo PASS || echo FAIL)" "$(($(date +%s) - T0))"
+}
+trap cleanup EXIT
+
+# ---------------------------------------------------------------- packages
+step "version from git"
+tests/packaging/version_test.sh
+
+step "packages: v1 and v2, rpms signed with a throwaway key"
+export GNUPGHOME=$WORK/gnupg
+mkdir -m 0700 "$GNUPGHOME"
+gpg --batch --quiet --passphrase '' --quick-gen-key 'yunion-mps-daemon CI, throwaway <ci@example.org>' rsa3072 sign 1d
+gpg --batch --armor --export-secret-keys >"$WORK/signing-key.asc"
+gpg --batch --armor --export >"$WORK/signing-key.pub"
+export PKG_RPM_KEY_FILE=$WORK/signing-key.asc NFPM_RPM_PASSPHRASE=
+
+V1=$(packaging/version.sh)
+V2=$V1.1 # sorts after V1 for dpkg and rpm alike
+make --no-print-directory build BIN="$WORK/bin1" >/dev/null
+BIN=$WORK/bin1 DIST=$WORK/v1 PKG_VERSION=$V1 packaging/package.sh | grep -v '^using\|^created'
+# v2: the same source with another version stamped in, so the upgrade is seen
+# to replace the running binary.
+make --no-print-directory build BIN="$WORK/bin2" VERSION="$V2-test" >/dev/null
+BIN=$WORK/bin2 DIST=$WORK/v2 PKG_VERSION=$V2 packaging/package.sh | grep -v '^using\|^created'
+(cd "$WORK/v1" && stat -c '   %s bytes  %n' ./*)
+# No GPU here: the drop-in an operator would use to try the package.
+simulate_dropin() {
+	mkdir -p "$1/etc/systemd/system/yunion-mps-daemon.service.d"
+	cat >"$1/etc/systemd/system/yunion-mps-daemon.service.d/simulate.conf" <<'EOF'
+[Service]
+ExecStart=
+ExecStart=/usr/bin/mps-daemon --config /etc/yunion/host.conf --simulate 8xH100 $MPS_DAEMON_OPTS
+EOF
+}
+deb() { echo "$WORK/$1/$2_$3-1_$($GO env GOARCH).deb"; }
+rpmfile() { ls "$WORK/$1/$2-$3-1."*.rpm; }
+
+step "lintian and rpmlint"
+tests/packaging/lint.sh "$WORK/v1" "$WORK/signing-key.pub"
+
+step "systemd-analyze verify (staging root)"
+tests/packaging/systemd-verify.sh "$WORK/bin1"
+
+step "package metadata"
+ctrl=$(dpkg-deb -f "$(deb v1 yunion-mps-daemon "$V1")" Depends)
+assert_contains "daemon .deb Depends" "$ctrl" "yunion-mps-inventory (= $V1-1)"
+assert_contains "daemon .deb Depends" "$ctrl" "libc6 (>= "
+conff=$(dpkg-deb --ctrl-tarfile "$(deb v1 yunion-mps-daemon "$V1")" | tar -xOf - ./conffiles)
+assert_eq "daemon .deb conffiles" "$conff" "/etc/default/yunion-mps-daemon"
+conff=$(dpkg-deb --ctrl-tarfile "$(deb v1 yunion-mps-inventory "$V1")" | tar -xOf - ./conffiles)
+assert_eq "inventory .deb conffiles" "$conff" "/etc/default/yunion-mps-inventory"
+files=$(dpkg-deb -c "$(deb v1 yunion-mps-daemon "$V1")")
+assert_lacks "daemon .deb files" "$files" "./etc/yunion/"
+assert_contains "daemon .deb files" "$files" "./usr/share/yunion-mps-daemon/host.conf"
+req=$(rpm -qpR --nosignature "$(rpmfile v1 yunion-mps-daemon "$V1")")
+assert_contains "daemon .rpm Requires" "$req" "yunion-mps-inventory = $V1-1"
+assert_contains "daemon .rpm Requires" "$req" "glibc >= "
+assert_eq "daemon .rpm config files" "$(rpm -qpc --nosignature "$(rpmfile v1 yunion-mps-daemon "$V1")")" "/etc/sysconfig/yunion-mps-daemon"
+assert_eq "daemon .rpm noreplace" "$(rpm -qp --nosignature --qf '[%{FILEFLAGS:fflags} %{FILENAMES}\n]' "$(rpmfile v1 yunion-mps-daemon "$V1")" | grep sysconfig)" \
+	"cn /etc/sysconfig/yunion-mps-daemon"
+# The glibc the cgo binary needs is what the packages require: a newer
+# symbol version creeping in changes both.
+need=$(objdump -T "$WORK/bin1/mps-daemon" | sed -n 's/.*GLIBC_\([0-9][0-9.]*\).*/\1/p' | sort -uV | tail -n 1)
+assert_contains "daemon .deb Depends" "$ctrl" "libc6 (>= $need)"
+
+# -------------------------------------------------------------------- .deb
+step "deb: a booted Debian ($SUITE) with the packages in an apt repository"
+new_root "$WORK/deb-root" gpu-node-deb
+repo_dir=$WORK/deb-root/srv/repo
+mkdir -p "$repo_dir"
+cp "$(deb v1 yunion-mps-daemon "$V1")" "$(deb v1 yunion-mps-inventory "$V1")" "$repo_dir/"
+(cd "$repo_dir" && apt-ftparchive packages . >Packages)
+# The container has no network: our repository is its only source.
+echo 'deb [trusted=yes] file:/srv/repo ./' >"$WORK/deb-root/etc/apt/sources.list"
+rm -f "$WORK/deb-root"/etc/apt/sources.list.d/*
+boot "$WORK/deb-root" gpu-node-deb
+
+step "deb: apt-get install -y yunion-mps-daemon"
+in_ct apt-get update -qq
+out=$(in_ct apt-get install -y yunion-mps-daemon 2>&1)
+printf '%s\n' "$out" | grep -E '^(Setting up|Created symlink|The following NEW)' | sed 's/^/   | /'
+assert_eq "installed" "$(in_ct dpkg-query -W -f='${Status} ${Version}\n' yunion-mps-daemon yunion-mps-inventory | sort -u)" \
+	"install ok installed $V1-1"
+assert_eq "running after install" "$(in_ct systemctl is-active yunion-mps-inventory yunion-mps-daemon | sort -u)" "inactive"
+assert_eq "enabled after install (Debian's presets enable)" \
+	"$(in_ct systemctl is-enabled yunion-mps-inventory yunion-mps-daemon | sort -u)" "enabled"
+in_ct cmp /usr/share/yunion-mps-daemon/host.conf /etc/yunion/host.conf
+in_ct cmp /usr/share/yunion-mps-daemon/host_container_device.yml /etc/yunion/host_container_device.yml
+note "ok: /etc/yunion/host.conf and host_container_device.yml created from the defaults"
+assert_eq "state directory" "$(in_ct stat -c '%a %U' /var/lib/yunion-mps)" "755 root"
+assert_eq "systemd-tmpfiles on our rules" "$(in_ct systemd-tmpfiles --create yunion-mps-daemon.conf yunion-mps-inventory.conf 2>&1)" ""
+
+step "deb: mps-daemon check-config"
+out=$(in_ct mps-daemon check-config --simulate 8xH100 2>&1) || fail "check-config: $out"
+printf '%s\n' "$out" | head -n 12 | sed 's/^/   | /'
+assert_eq "running after check-config" "$(in_ct systemctl is-active yunion-mps-inventory yunion-mps-daemon | sort -u)" "inactive"
+
+step "deb: the units, verified on the installed system"
+out=$(in_ct systemd-analyze verify yunion-mps-daemon.service yunion-mps-inventory.service 2>&1)
+assert_eq "systemd-analyze verify output" "$out" ""
+in_ct systemd-analyze security --no-pager yunion-mps-inventory.service yunion-mps-daemon.service 2>&1 |
+	grep -E 'Overall exposure' | sed 's/^/   /' || true
+
+step "deb: the runbook: systemctl enable --now yunion-mps-daemon; climc isolated-device-list"
+simulate_dropin "$WORK/deb-root"
+in_ct systemctl daemon-reload
+in_ct timeout 180 systemctl enable --now yunion-mps-daemon
+assert_eq "active" "$(in_ct systemctl is-active yunion-mps-inventory yunion-mps-daemon | sort -u)" "active"
+assert_contains "daemon status" "$(in_ct systemctl show -p StatusText --value yunion-mps-daemon)" "SIMULATED"
+assert_eq "admin token file" "$(in_ct stat -c '%a %U' /var/lib/yunion-mps/admin.token)" "600 root"
+list=$(in_ct climc isolated-device-list)
+printf '%s\n' "$list" | sed 's/^/   | /'
+# etc/host_container_device.yml: renderD128 x4, renderD129 x2.
+assert_eq "devices listed" "$(devices)" 6
+assert_contains "climc list" "$list" "NVIDIA_MPS"
+
+step "deb: watchdogs (WatchdogSec=4s through drop-ins, so that a missed ping shows within the test)"
+for unit in yunion-mps-inventory yunion-mps-daemon; do
+	mkdir -p "$WORK/deb-root/etc/systemd/system/$unit.service.d"
+	printf '[Service]\nWatchdogSec=4s\n' >"$WORK/deb-root/etc/systemd/system/$unit.service.d/watchdog.conf"
+done
+in_ct systemctl daemon-reload
+in_ct timeout 120 systemctl restart yunion-mps-inventory yunion-mps-daemon
+ping1=$(in_ct systemctl show -p WatchdogTimestampMonotonic --value yunion-mps-inventory yunion-mps-daemon | tr '\n' ' ')
+sleep 10 # 5 watchdog periods of 2 s
+ping2=$(in_ct systemctl show -p WatchdogTimestampMonotonic --value yunion-mps-inventory yunion-mps-daemon | tr '\n' ' ')
+read -r i1 d1 <<<"$ping1"
+read -r i2 d2 <<<"$ping2"
+[ "$i2" -gt "$i1" ] && [ "$d2" -gt "$d1" ] || fail "no watchdog pings in 10 s: $ping1 -> $ping2"
+note "ok: both pinged (last ping, monotonic us: inventory $i1 -> $i2, daemon $d1 -> $d2)"
+assert_eq "restarts" "$(in_ct systemctl show -p NRestarts --value yunion-mps-inventory yunion-mps-daemon | grep -v '^$' | sort -u)" 0
+assert_eq "active" "$(in_ct systemctl is-active yunion-mps-inventory yunion-mps-daemon | sort -u)" "active"
+
+step "deb: reload"
+pid=$(in_ct systemctl show -p MainPID --value yunion-mps-daemon)
+in_ct sed -i '0,/virtual_number: 4/s//virtual_number: 8/' /etc/yunion/host_container_device.yml
+in_ct systemctl reload yunion-mps-daemon
+wait_for "10 devices after the device YAML edit and a reload" '[ "$(climc isolated-device-list --limit 2048 | grep -c NVIDIA_MPS)" = 10 ]' 60
+assert_eq "daemon MainPID across reload" "$(in_ct systemctl show -p MainPID --value yunion-mps-daemon)" "$pid"
+in_ct rm /var/lib/yunion-mps/admin.token
+in_ct systemctl reload yunion-mps-inventory
+wait_for "admin token file written again by systemctl reload yunion-mps-inventory" 'test -s /var/lib/yunion-mps/admin.token' 30
+assert_eq "devices with the new token" "$(devices)" 10
+
+step "deb: upgrade to v2 with edited configuration"
+in_ct_sh 'sed -i "s/^MPS_DAEMON_OPTS=.*/MPS_DAEMON_OPTS=\"--log-level debug\"/" /etc/default/yunion-mps-daemon'
+in_ct_sh 'echo "# edited by the operator" >>/etc/yunion/host.conf'
+inv_pid=$(in_ct systemctl show -p MainPID --value yunion-mps-inventory)
+cp "$(deb v2 yunion-mps-daemon "$V2")" "$(deb v2 yunion-mps-inventory "$V2")" "$repo_dir/"
+(cd "$repo_dir" && apt-ftparchive packages . >Packages)
+in_ct apt-get update -qq
+# No --force-conf*: an edited conffile the new version did not change is kept
+# without a question.
+in_ct apt-get install -y yunion-mps-daemon </dev/null | grep -E '^(Unpacking|Setting up)' | sed 's/^/   | /'
+assert_eq "upgraded" "$(in_ct dpkg-query -W -f='${Version}\n' yunion-mps-daemon yunion-mps-inventory | sort -u)" "$V2-1"
+assert_contains "conffile kept" "$(in_ct cat /etc/default/yunion-mps-daemon)" 'MPS_DAEMON_OPTS="--log-level debug"'
+assert_contains "host.conf kept" "$(in_ct cat /etc/yunion/host.conf)" "# edited by the operator"
+assert_contains "device YAML kept" "$(in_ct cat /etc/yunion/host_container_device.yml)" "virtual_number: 8"
+assert_eq "leftovers of dpkg" "$(in_ct find /etc -name '*.dpkg-*')" ""
+assert_eq "active after upgrade" "$(in_ct systemctl is-active yunion-mps-inventory yunion-mps-daemon | sort -u)" "active"
+new_pid=$(in_ct systemctl show -p MainPID --value yunion-mps-daemon)
+[ "$new_pid" != "$pid" ] || fail "the daemon was not restarted by the upgrade"
+[ "$(in_ct systemctl show -p MainPID --value yunion-mps-inventory)" != "$inv_pid" ] || fail "the inventory was not restarted by the upgrade"
+note "ok: both restarted (daemon $pid -> $new_pid)"
+assert_contains "running binary" "$(in_ct mps-daemon --version)" "$V2-test"
+assert_contains "daemon command line" "$(in_ct cat /proc/"$new_pid"/cmdline | tr '\0' ' ')" "--log-level debug"
+wait_for "the upgraded daemon synced" 'systemctl show -p StatusText --value yunion-mps-daemon | grep -q "inventory reachable"' 60
+assert_eq "devices after upgrade (none duplicated)" "$(devices)" 10
+
+step "deb: remove"
+in_ct apt-get remove -y yunion-mps-daemon >/dev/null
+assert_eq "daemon after remove" "$(in_ct systemctl is-active yunion-mps-daemon || true)" "inactive"
+assert_eq "inventory after removing the daemon" "$(in_ct systemctl is-active yunion-mps-inventory)" "active"
+assert_eq "package state" "$(in_ct dpkg-query -W -f='${db:Status-Abbrev}' yunion-mps-daemon)" "rc "
+in_ct test ! -e /usr/bin/mps-daemon
+in_ct test -f /etc/yunion/host.conf
+in_ct test -f /etc/default/yunion-mps-daemon
+in_ct test -d /var/lib/yunion-mps
+note "ok: binaries gone; host.conf, /etc/default and state kept"
+
+step "deb: purge"
+in_ct apt-get purge -y yunion-mps-daemon yunion-mps-inventory >/dev/null
+assert_eq "inventory after purge" "$(in_ct systemctl is-active yunion-mps-inventory || true)" "inactive"
+for f in /etc/yunion/host.conf /etc/yunion/host_container_device.yml /etc/default/yunion-mps-daemon \
+	/etc/default/yunion-mps-inventory /var/lib/yunion-mps; do
+	in_ct test ! -e "$f" || fail "$f survived the purge"
+done
+note "ok: configuration (created by the package) and state gone"
+assert_eq "unit links left" "$(in_ct find /etc/systemd/system -name 'yunion-mps-*.service' -not -path '*.d/*')" ""
+assert_eq "packages left" "$(in_ct dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 'yunion-*' 2>/dev/null || true)" ""
+assert_eq "failed units" "$(in_ct systemctl list-units --failed --no-legend --plain 'yunion*')" ""
+poweroff
+
+# -------------------------------------------------------------------- .rpm
+step "rpm: the same root booted with a RHEL-like preset and a host.conf of Cloudpods"
+new_root "$WORK/rpm-root" gpu-node-rpm
+r=$WORK/rpm-root
+# RHEL and Fedora ship "disable *" last: nothing is enabled unless a preset says so.
+mkdir -p "$r/etc/systemd/system-preset"
+echo 'disable *' >"$r/etc/systemd/system-preset/99-default.preset"
+# A host.conf the Cloudpods host service wrote: keys of its own, and ours.
+mkdir -p "$r/etc/yunion"
+cat >"$r/etc/yunion/host.conf" <<'EOF'
+# written by the Cloudpods host service
+region: region0
+port: 8885
+enable_cuda_mps: true
+container_device_config_file: /etc/yunion/host_container_device.yml
+EOF
+cloudpods_sum=$(sha256sum <"$r/etc/yunion/host.conf")
+mkdir -p "$r/srv/rpms/v1" "$r/srv/rpms/v2"
+cp "$(rpmfile v1 yunion-mps-daemon "$V1")" "$(rpmfile v1 yunion-mps-inventory "$V1")" "$r/srv/rpms/v1/"
+cp "$(rpmfile v2 yunion-mps-daemon "$V2")" "$(rpmfile v2 yunion-mps-inventory "$V2")" "$r/srv/rpms/v2/"
+cp "$WORK/signing-key.pub" "$r/srv/rpms/key.asc"
+boot "$r" gpu-node-rpm
+
+step "rpm: install"
+in_ct rpm --import /srv/rpms/key.asc
+in_ct_sh 'rpm -K /srv/rpms/v1/*.rpm' | sed 's/^/   | /'
+# The rpm database here knows nothing of Debian's glibc, systemd or
+# util-linux: --nodeps (the Requires were checked above). Signatures are
+# checked against the imported key.
+in_ct_sh 'rpm -ivh --nodeps /srv/rpms/v1/*.rpm' | sed 's/^/   | /'
+assert_eq "running after install" "$(in_ct systemctl is-active yunion-mps-inventory yunion-mps-daemon | sort -u)" "inactive"
+assert_eq "enabled after install under \"disable *\"" \
+	"$(in_ct systemctl is-enabled yunion-mps-inventory yunion-mps-daemon | sort -u)" "disabled"
+assert_eq "the Cloudpods host.conf" "$(in_ct_sh 'sha256sum </etc/yunion/host.conf')" "$cloudpods_sum"
+in_ct cmp /usr/share/yunion-mps-daemon/host_container_device.yml /etc/yunion/host_container_device.yml
+note "ok: host.conf untouched, the missing device YAML created"
+assert_eq "rpm -V" "$(in_ct rpm -V --nodeps yunion-mps-daemon yunion-mps-inventory || true)" ""
+
+step "rpm: systemctl enable --now yunion-mps-inventory yunion-mps-daemon"
+simulate_dropin "$r"
+in_ct systemctl daemon-reload
+in_ct timeout 180 systemctl enable --now yunion-mps-inventory yunion-mps-daemon
+assert_eq "active" "$(in_ct systemctl is-active yunion-mps-inventory yunion-mps-daemon | sort -u)" "active"
+assert_eq "devices listed" "$(devices)" 6
+
+step "rpm: upgrade to v2 with an edited config(noreplace) file"
+in_ct_sh 'sed -i "s/^MPS_DAEMON_OPTS=.*/MPS_DAEMON_OPTS=\"--log-level debug\"/" /etc/sysconfig/yunion-mps-daemon'
+assert_contains "rpm -V sees the edit" "$(in_ct rpm -V --nodeps yunion-mps-daemon || true)" " c /etc/sysconfig/yunion-mps-daemon"
+pid=$(in_ct systemctl show -p MainPID --value yunion-mps-daemon)
+in_ct_sh 'rpm -Uvh --nodeps /srv/rpms/v2/*.rpm' | sed 's/^/   | /'
+assert_eq "upgraded" "$(in_ct rpm -q --qf '%{VERSION}-%{RELEASE}\n' yunion-mps-daemon yunion-mps-inventory | sort -u)" "$V2-1"
+assert_contains "config kept" "$(in_ct cat /etc/sysconfig/yunion-mps-daemon)" 'MPS_DAEMON_OPTS="--log-level debug"'
+assert_eq "rpmnew/rpmsave files" "$(in_ct find /etc -name '*.rpmnew' -o -name '*.rpmsave')" ""
+new_pid=$(in_ct systemctl show -p MainPID --value yunion-mps-daemon)
+[ "$new_pid" != "$pid" ] || fail "the daemon was not restarted by the upgrade"
+assert_contains "daemon command line" "$(in_ct cat /proc/"$new_pid"/cmdline | tr '\0' ' ')" "--log-level debug"
+wait_for "the upgraded daemon synced" 'systemctl show -p StatusText --value yunion-mps-daemon | grep -q "inventory reachable"' 60
+assert_eq "devices after upgrade (none duplicated)" "$(devices)" 6
+
+step "rpm: erase"
+in_ct rpm -e yunion-mps-daemon yunion-mps-inventory
+assert_eq "after erase" "$(in_ct systemctl is-active yunion-mps-inventory yunion-mps-daemon | sort -u || true)" "inactive"
+in_ct test ! -e /usr/bin/mps-daemon
+in_ct test -f /etc/sysconfig/yunion-mps-daemon.rpmsave
+in_ct test ! -e /etc/sysconfig/yunion-mps-inventory
+assert_eq "the Cloudpods host.conf" "$(in_ct_sh 'sha256sum </etc/yunion/host.conf')" "$cloudpods_sum"
+in_ct test -d /var/lib/yunion-mps
+note "ok: edited config saved as .rpmsave, untouched one removed, host.conf and state kept (rpm has no purge)"
+assert_eq "unit links left" "$(in_ct find /etc/systemd/system -name 'yunion-mps-*.service' -not -path '*.d/*')" ""
+poweroff
