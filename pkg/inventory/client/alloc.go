@@ -130,10 +130,8 @@ func (c *Client) PurgeIsolatedDevice(ctx context.Context, id string, force bool)
 // doUnrepeatable sends a request that must not be sent twice: a failure is
 // retried only when the connection was refused (nothing was sent).
 func (c *Client) doUnrepeatable(ctx context.Context, method, path string, in, out any) error {
-	once := *c
-	once.retries = 0
 	for attempt := 0; ; attempt++ {
-		err := once.do(ctx, method, path, nil, in, out)
+		err := c.doRetrying(ctx, 0, method, path, nil, in, out)
 		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || attempt >= c.retries || ctx.Err() != nil {
 			return err
 		}

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/api"
@@ -30,6 +31,10 @@ type Options struct {
 	URL string
 	// Token, when set, is sent as `Authorization: Bearer <token>`.
 	Token string
+	// TokenSource, when set, is asked for the token again after a 401: a
+	// local inventory whose database was replaced writes a new admin token
+	// file, and a long-running daemon picks it up without a restart.
+	TokenSource func() (string, error)
 	// Timeout bounds each attempt (connect, send, read the answer); 0 means 10s.
 	Timeout time.Duration
 	// Retries is how many times a failed attempt is repeated; 0 means 3,
@@ -55,6 +60,8 @@ const (
 type Client struct {
 	base    string // URL without a trailing slash
 	baseErr error  // a bad Options.URL, returned by every call
+	source  func() (string, error)
+	tokenMu sync.Mutex
 	token   string
 	timeout time.Duration
 	retries int
@@ -70,7 +77,7 @@ type Client struct {
 // New returns a client. A malformed URL is reported by the first call.
 func New(o Options) *Client {
 	c := &Client{
-		base: strings.TrimRight(o.URL, "/"), token: o.Token, timeout: o.Timeout, retries: o.Retries,
+		base: strings.TrimRight(o.URL, "/"), token: o.Token, source: o.TokenSource, timeout: o.Timeout, retries: o.Retries,
 		http: o.HTTPClient, log: o.Log, backoffBase: 100 * time.Millisecond, backoffMax: 5 * time.Second,
 		pageSize: syncPageSize,
 	}
@@ -145,6 +152,11 @@ func (e *transportError) Unwrap() error { return e.err }
 // marshalled as the body, the answer unmarshalled into out (both optional).
 // Error answers come back as *APIError, unwrapped.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, in, out any) error {
+	return c.doRetrying(ctx, c.retries, method, path, query, in, out)
+}
+
+// doRetrying is do with its own number of retries.
+func (c *Client) doRetrying(ctx context.Context, retries int, method, path string, query url.Values, in, out any) error {
 	if c.baseErr != nil {
 		return c.baseErr
 	}
@@ -159,15 +171,21 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	if len(query) > 0 {
 		target += "?" + query.Encode()
 	}
+	refreshed := false
 	for attempt := 0; ; attempt++ {
 		err := c.attempt(ctx, method, target, payload, out)
 		if err == nil {
 			return nil
 		}
+		if !refreshed && hasStatus(err, http.StatusUnauthorized) && c.refreshToken() {
+			refreshed = true
+			attempt--
+			continue
+		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s %s: %w", method, path, errors.Join(ctx.Err(), err))
 		}
-		if !retryable(err) || attempt >= c.retries {
+		if !retryable(err) || attempt >= retries {
 			var ae *APIError
 			if errors.As(err, &ae) {
 				return ae
@@ -202,8 +220,8 @@ func (c *Client) attempt(ctx context.Context, method, target string, payload []b
 	if payload != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	if token := c.currentToken(); token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -267,4 +285,30 @@ func (c *Client) backoff(attempt int, err error) time.Duration {
 		d = ae.retryAfter
 	}
 	return d
+}
+
+func (c *Client) currentToken() string {
+	c.tokenMu.Lock()
+	defer c.tokenMu.Unlock()
+	return c.token
+}
+
+// refreshToken asks the TokenSource again; true when it gave a new token.
+func (c *Client) refreshToken() bool {
+	if c.source == nil {
+		return false
+	}
+	t, err := c.source()
+	if err != nil {
+		c.log.Warn("reading the inventory token again after a 401", "err", err)
+		return false
+	}
+	c.tokenMu.Lock()
+	defer c.tokenMu.Unlock()
+	if t == "" || t == c.token {
+		return false
+	}
+	c.token = t
+	c.log.Info("inventory token changed; using the new one")
+	return true
 }

@@ -215,3 +215,29 @@ func TestBackoffGrowsAndHonoursRetryAfter(t *testing.T) {
 		t.Errorf("with Retry-After 7s: %v", d)
 	}
 }
+
+// A token replaced under a long-running client (the local inventory wrote a
+// new admin token file) is picked up after one 401, without a restart; an
+// unchanged token is not retried, so a wrong token still fails at once.
+func TestTokenSourceAfterUnauthorized(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		inv := newInventory(t, open(), server.Options{}, nil)
+		var reads atomic.Int32
+		fresh := inv.token
+		c := New(Options{URL: inv.url, Token: "mpsi_0000000000000000_stale", TokenSource: func() (string, error) {
+			reads.Add(1)
+			return fresh, nil
+		}})
+		if _, err := c.ListHosts(t.Context(), ListHostsOptions{}); err != nil {
+			t.Fatalf("with the token file renewed: %v", err)
+		}
+		if reads.Load() != 1 {
+			t.Errorf("token source read %d times, want once", reads.Load())
+		}
+		fresh = "mpsi_0000000000000000_still-wrong"
+		c = New(Options{URL: inv.url, Token: fresh, TokenSource: func() (string, error) { reads.Add(1); return fresh, nil }})
+		if _, err := c.ListHosts(t.Context(), ListHostsOptions{}); !hasStatus(err, http.StatusUnauthorized) {
+			t.Errorf("an unchanged wrong token must fail with 401, got %v", err)
+		}
+	})
+}
