@@ -54,7 +54,7 @@ func run() int {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return tearDown(cmd.Context(), f, force) },
 	}
 	teardown.Flags().BoolVar(&force, "force", false, "also tear down GPUs with connected MPS clients, which kills them")
-	root.AddCommand(teardown)
+	root.AddCommand(teardown, statusCommand(&f))
 	root.AddCommand(&cobra.Command{
 		Use:   "check-config",
 		Short: "Validate host.conf and the device YAML against the GPUs, print the plan, touch nothing",
@@ -176,7 +176,7 @@ func inventory(cfg *agent.Config, log *slog.Logger) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(client.Options{URL: cfg.Host.InventoryURL, Token: token, Timeout: cfg.Host.InventoryTimeout, Log: log.With("component", "inventory")}), nil
+	return client.New(client.Options{URL: cfg.Host.InventoryURL, Token: token, TokenSource: cfg.Host.TokenValue, Timeout: cfg.Host.InventoryTimeout, Log: log.With("component", "inventory")}), nil
 }
 
 func checkConfig(ctx context.Context, f flags) error {

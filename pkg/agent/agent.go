@@ -65,7 +65,7 @@ type Agent struct {
 	opts   Options
 	log    *slog.Logger
 	state  *stateDir
-	met    *metrics
+	met    *telemetry
 	notify Notifier
 	// loop-owned: only the Run loop (or a test calling Reconcile) touches
 	// these, never concurrently.
@@ -110,7 +110,6 @@ func New(opts Options) (*Agent, error) {
 		opts:       opts,
 		log:        opts.Log.With("component", "agent"),
 		state:      &stateDir{path: hc.StateDirectory},
-		met:        newMetrics(),
 		notify:     opts.Notifier,
 		gpus:       map[string]*gpuState{},
 		acct:       accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Killer: opts.Killer, Log: opts.Log}),
@@ -119,8 +118,8 @@ func New(opts Options) (*Agent, error) {
 	}
 	a.status.Simulated = opts.Simulated
 	a.status.ConfigGeneration = 1
-	a.met.configGeneration.Set(1)
-	a.met.configOK.Set(1)
+	hostname, _ := HostName(hc) // unreadable: no Hostname label; the reconcile reports the error
+	a.met = newTelemetry(hostname, a.snapshot)
 	return a, nil
 }
 

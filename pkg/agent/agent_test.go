@@ -130,7 +130,7 @@ func newHarness(t testing.TB, hostConf, devices string) *harness {
 		t.Fatal(err)
 	}
 
-	hc := fmt.Sprintf("enable_cuda_mps: true\ncuda_mps_pipe_directory: %s/pipe\ncuda_mps_log_directory: %s/log\nmps_state_directory: %s/state\nmps_cdi_directory: %s/cdi\nmps_host_name: node-1\nmps_inventory_url: %s\n%s",
+	hc := fmt.Sprintf("enable_cuda_mps: true\ncuda_mps_pipe_directory: %s/pipe\ncuda_mps_log_directory: %s/log\nmps_state_directory: %s/state\nmps_cdi_directory: %s/cdi\nmps_thread_percentage: even\nmps_host_name: node-1\nmps_inventory_url: %s\n%s",
 		dir, dir, dir, dir, srv.URL, hostConf)
 	h := &harness{t: t, dir: dir, backend: &fakeBackend{gpus: twoGPUs()}, runner: mps.NewSimRunner(slog.New(slog.DiscardHandler))}
 	hcParsed, err := config.ParseHostConf(filepath.Join(dir, "host.conf"), []byte(hc))
@@ -394,7 +394,7 @@ func TestHealthEndpoints(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil || st.VirtualDevices != 6 || len(st.GPUs) != 2 || st.GPUs[0].MemoryLimitMiB != 35942 {
 		t.Errorf("/status: %d %s", code, body)
 	}
-	if _, body := get("/metrics"); !strings.Contains(body, "mps_daemon_virtual_devices 6") || !strings.Contains(body, `mps_daemon_reconciles_total{result="ok"} 1`) {
+	if _, body := get("/metrics"); !strings.Contains(body, `mps_daemon_virtual_devices{Hostname="node-1"} 6`) || !strings.Contains(body, `mps_daemon_reconciles_total{Hostname="node-1",result="ok"} 1`) {
 		t.Errorf("/metrics lacks the reconcile figures:\n%s", body)
 	}
 }

@@ -2,77 +2,78 @@ package agent
 
 import (
 	"encoding/json"
-
+	"errors"
 	"net/http"
 	"time"
-	"yunion.io/x/mps-daemon/pkg/accounting"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"yunion.io/x/mps-daemon/pkg/accounting"
+	"yunion.io/x/mps-daemon/pkg/metrics"
 )
 
-// metrics are the agent's own series. Each Agent has its own registry: no
-// global state, and tests can run several agents in one process.
-type metrics struct {
-	reg        *prometheus.Registry
-	reconciles *prometheus.CounterVec
-	duration   prometheus.Histogram
-	ready      prometheus.Gauge
-	gpus       prometheus.Gauge
-	devices    prometheus.Gauge
-
-	healthyGPUs      prometheus.Gauge
-	reloads          *prometheus.CounterVec
-	configOK         prometheus.Gauge
-	configGeneration prometheus.Gauge
-	controlRestarts  prometheus.Counter
-	enforcementSteps *prometheus.CounterVec
+// telemetry is the agent's /metrics: pkg/metrics' collector, which reads the
+// agent's status at each scrape (snapshot.go) and keeps the counters, in a
+// registry of the Agent's own: no global state, and tests can run several
+// agents in one process.
+type telemetry struct {
+	reg    *prometheus.Registry
+	daemon *metrics.Daemon
 }
 
-func newMetrics() *metrics {
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "mps_daemon_reconciles_total", Help: "Reconciles run, by result (ok or error).",
-		}, []string{"result"}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "mps_daemon_reconcile_duration_seconds", Help: "How long one reconcile took.",
-			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
-		}),
-		ready:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "mps_daemon_ready", Help: "1 when every planned virtual device is registered with enforced caps."}),
-		gpus:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "mps_daemon_gpus", Help: "GPUs the configuration shares through MPS."}),
-		devices: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mps_daemon_virtual_devices", Help: "Virtual devices offered in the inventory."}),
-	}
-	m.healthyGPUs = prometheus.NewGauge(prometheus.GaugeOpts{Name: "mps_daemon_healthy_gpus", Help: "Planned GPUs whose MPS enforces the caps with no server in FAULT."})
-	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "mps_daemon_config_reloads_total", Help: "Configuration reloads, by result (applied or rejected).",
-	}, []string{"result"})
-	m.configOK = prometheus.NewGauge(prometheus.GaugeOpts{Name: "mps_daemon_config_last_reload_successful", Help: "0 while the last edit of the configuration was rejected and the previous one runs."})
-	m.configGeneration = prometheus.NewGauge(prometheus.GaugeOpts{Name: "mps_daemon_config_generation", Help: "How many configurations this process has taken (1 at start)."})
-	m.controlRestarts = prometheus.NewCounter(prometheus.CounterOpts{Name: "mps_daemon_control_daemon_restarts_total", Help: "MPS control daemons found dead and started again."})
-	m.enforcementSteps = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "mps_daemon_enforcement_steps_total", Help: "Steps taken against clients that pushed a virtual device over its cap, by step.",
-	}, []string{"step"})
-	m.reg.MustRegister(m.enforcementSteps)
-	m.reg.MustRegister(m.reconciles, m.duration, m.ready, m.gpus, m.devices, m.healthyGPUs, m.reloads, m.configOK, m.configGeneration, m.controlRestarts)
-	return m
+func newTelemetry(hostname string, snapshot func() metrics.Snapshot) *telemetry {
+	d := metrics.NewDaemon(metrics.DaemonOptions{
+		Hostname: hostname, Snapshot: snapshot,
+		EnforcementSteps: []string{accounting.StepTerminateClient, accounting.StepSIGTERM, accounting.StepSIGKILL,
+			accounting.StepGone, accounting.StepGaveUp, accounting.StepFailed},
+	})
+	return &telemetry{reg: metrics.NewRegistry(d), daemon: d}
 }
 
-// observeAccounting is a placeholder until the per-device series (issue 7):
-// it counts enforcement steps so an operator can alert on them.
-func (m *metrics) observeAccounting(r accounting.Report, _ map[string]uint64) {
+// observeAccounting counts the enforcement steps of one accounting tick, so
+// an operator can alert on them; usage per device is read from the status.
+func (m *telemetry) observeAccounting(r accounting.Report, _ map[string]uint64) {
 	for _, s := range r.Steps {
-		m.enforcementSteps.WithLabelValues(s.Step).Inc()
+		m.daemon.ObserveEnforcementStep(s.Step)
 	}
 }
 
-func (m *metrics) observe(d time.Duration, err error) {
-	m.duration.Observe(d.Seconds())
-	if err != nil {
-		m.reconciles.WithLabelValues("error").Inc()
-		return
+// observe counts one reconcile under the kind of what failed it.
+func (m *telemetry) observe(d time.Duration, err error) {
+	m.daemon.ObserveReconcile(d, errorKind(err))
+}
+
+// kindError marks a reconcile failure with its kind for
+// mps_daemon_reconcile_errors_total; its text is the cause's.
+type kindError struct {
+	kind metrics.ErrorKind
+	err  error
+}
+
+func (e *kindError) Error() string { return e.err.Error() }
+func (e *kindError) Unwrap() error { return e.err }
+
+// withKind marks err with kind unless something deeper already said what
+// failed (listing the GPUs inside planning is gpu, not config).
+func withKind(kind metrics.ErrorKind, err error) error {
+	var ke *kindError
+	if err == nil || errors.As(err, &ke) {
+		return err
 	}
-	m.reconciles.WithLabelValues("ok").Inc()
+	return &kindError{kind: kind, err: err}
+}
+
+// errorKind is the kind err was marked with; an unmarked failure counts as
+// mps, the reconcile's own work. nil is no failure.
+func errorKind(err error) metrics.ErrorKind {
+	if err == nil {
+		return ""
+	}
+	var ke *kindError
+	if errors.As(err, &ke) {
+		return ke.kind
+	}
+	return metrics.ErrorMPS
 }
 
 // Handler serves /healthz (the process answers), /readyz (the first full
@@ -102,6 +103,6 @@ func (a *Agent) Handler() http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(a.Status())
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.met.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", metrics.Handler(a.met.reg))
 	return mux
 }

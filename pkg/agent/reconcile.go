@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/metrics"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/plan"
 	"yunion.io/x/mps-daemon/pkg/vdev"
@@ -96,6 +98,8 @@ type GPUStatus struct {
 	Reason string `json:"reason,omitempty"`
 	// Error is a failure to get MPS going (retried with backoff).
 	Error string `json:"error,omitempty"`
+	// errKind is what failed for the metrics: gpu when NVML refused, else mps.
+	errKind metrics.ErrorKind
 }
 
 // gpuState is what the agent keeps per GPU between reconciles.
@@ -124,7 +128,7 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 	cfg := a.config()
 	p, err := a.plan(ctx, cfg)
 	if err != nil {
-		return a.fail(fmt.Errorf("invalid configuration, nothing changed: %w", err))
+		return a.fail(withKind(metrics.ErrorConfig, fmt.Errorf("invalid configuration, nothing changed: %w", err)))
 	}
 
 	// MPS first: it must work even while the inventory is away.
@@ -139,7 +143,7 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 		a.planned[gp.GPU.UUID] = gp.Devices
 		a.gpus[gp.GPU.UUID].enforced = st.Enforced
 		if st.Error != "" {
-			gpuErrs = append(gpuErrs, fmt.Errorf("gpu %s (%s): %s", gp.GPU.PCI, gp.GPU.UUID, st.Error))
+			gpuErrs = append(gpuErrs, withKind(cmp.Or(st.errKind, metrics.ErrorMPS), fmt.Errorf("gpu %s (%s): %s", gp.GPU.PCI, gp.GPU.UUID, st.Error)))
 		}
 	}
 
@@ -149,7 +153,7 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 	hostID, hostName, err := a.ensureHost(ctx, cfg)
 	if err != nil {
 		a.setGPUs(statuses, 0, false)
-		return a.fail(err)
+		return a.fail(withKind(metrics.ErrorInventory, err))
 	}
 	desired := []api.IsolatedDevice{}
 	for i, gp := range p.GPUs {
@@ -163,7 +167,7 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 	res, err := a.opts.Inventory.SyncDevices(ctx, hostID, desired)
 	if err != nil {
 		a.setGPUs(statuses, 0, false)
-		return a.fail(fmt.Errorf("syncing devices with the inventory: %w", err))
+		return a.fail(withKind(metrics.ErrorInventory, fmt.Errorf("syncing devices with the inventory: %w", err)))
 	}
 	if rows, err := a.hostRows(ctx, hostID); err != nil {
 		a.log.Warn("listing the host's devices for the CDI spec; ids wait for the next reconcile", "err", err)
@@ -191,7 +195,7 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 func (a *Agent) plan(ctx context.Context, cfg *Config) (*plan.Plan, error) {
 	gpus, err := a.opts.Backend.Devices(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("listing GPUs: %w", err)
+		return nil, withKind(metrics.ErrorGPU, fmt.Errorf("listing GPUs: %w", err))
 	}
 	minors := map[string]int{}
 	for _, g := range gpus {
@@ -229,6 +233,7 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 			return fail("remembering the compute mode: %v", err)
 		}
 		if err := a.opts.Backend.SetComputeMode(ctx, g.UUID, gpu.ComputeModeExclusiveProcess); err != nil {
+			st.errKind = metrics.ErrorGPU // NVML refused; other failures here are MPS's
 			return fail("setting compute mode Exclusive_Process (set mps_set_exclusive_compute_mode: false to leave it): %v", err)
 		}
 		log.Info("compute mode set", "from", g.ComputeMode.String(), "to", gpu.ComputeModeExclusiveProcess.String())
@@ -242,7 +247,7 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 	st.ControlDaemonUp = true
 	if !adopted {
 		if gs.limits != (mps.Limits{}) {
-			a.met.controlRestarts.Inc()
+			a.met.daemon.ObserveControlDaemonRestart()
 			log.Warn("MPS control daemon was gone and is started again; its clients were lost with it", "pipe_directory", gs.env.PipeDir)
 		} else {
 			log.Info("started MPS control daemon", "pipe_directory", gs.env.PipeDir, "log_directory", gs.env.LogDir)
@@ -339,20 +344,11 @@ func (a *Agent) ensureHost(ctx context.Context, cfg *Config) (id, name string, e
 }
 
 func (a *Agent) setGPUs(gpus []GPUStatus, devices int, inventoryOK bool) {
-	healthy := 0
-	for _, g := range gpus {
-		if g.Healthy {
-			healthy++
-		}
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.status.GPUs = gpus
 	a.status.VirtualDevices = devices
 	a.status.InventoryReachable = inventoryOK
-	a.met.gpus.Set(float64(len(gpus)))
-	a.met.healthyGPUs.Set(float64(healthy))
-	a.met.devices.Set(float64(devices))
 }
 
 func (a *Agent) fail(err error) error {
@@ -361,7 +357,6 @@ func (a *Agent) fail(err error) error {
 	a.status.LastError = err.Error()
 	a.status.LastReconcile = time.Now()
 	a.mu.Unlock()
-	a.met.ready.Set(0)
 	a.sendNotify("STATUS=" + a.statusLine())
 	return err
 }
@@ -374,7 +369,6 @@ func (a *Agent) succeed() {
 	a.status.LastError = ""
 	a.status.LastReconcile = time.Now()
 	a.mu.Unlock()
-	a.met.ready.Set(1)
 	a.sendNotify("STATUS=" + a.statusLine())
 	if !a.readySent {
 		a.readySent = true

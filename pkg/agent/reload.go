@@ -27,8 +27,7 @@ func (a *Agent) reload(ctx context.Context, trigger string) bool {
 		_, err = a.plan(ctx, cfg)
 	}
 	if err != nil {
-		a.met.reloads.WithLabelValues("rejected").Inc()
-		a.met.configOK.Set(0)
+		a.met.daemon.ObserveReload(false)
 		a.mu.Lock()
 		a.status.ConfigError = err.Error()
 		a.mu.Unlock()
@@ -47,9 +46,7 @@ func (a *Agent) reload(ctx context.Context, trigger string) bool {
 	a.status.ConfigGeneration = gen
 	a.status.ConfigError = ""
 	a.mu.Unlock()
-	a.met.reloads.WithLabelValues("applied").Inc()
-	a.met.configOK.Set(1)
-	a.met.configGeneration.Set(float64(gen))
+	a.met.daemon.ObserveReload(true)
 	a.log.Info("configuration reloaded", "trigger", trigger, "generation", gen)
 	a.logConfig()
 	if a.onReload != nil {

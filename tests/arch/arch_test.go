@@ -93,12 +93,13 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/plan":             {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/pci"},
 		"pkg/mps":              {},
 		"pkg/inventory/store":  {"pkg/api"},
-		"pkg/inventory/server": {"pkg/api", "pkg/inventory/store"},
+		"pkg/inventory/server": {"pkg/api", "pkg/inventory/store", "pkg/metrics"},
 		"pkg/inventory/client": {"pkg/api"},
 		"pkg/climc":            {"pkg/api", "pkg/config", "pkg/inventory/client", "pkg/version"},
 		"pkg/accounting":       {"pkg/gpu", "pkg/vdev"},
 		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/version"},
-		"pkg/agent":            {"pkg/api", "pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/pci", "pkg/accounting", "pkg/cdi"},
+		"pkg/agent":            {"pkg/api", "pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/pci", "pkg/accounting", "pkg/cdi", "pkg/metrics"},
+		"pkg/metrics":          {"pkg/version"},
 	}
 	for dir, imps := range imports(t) {
 		if strings.HasPrefix(dir, "cmd/") || strings.HasPrefix(dir, "tests/") {

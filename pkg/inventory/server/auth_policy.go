@@ -71,6 +71,9 @@ func routePolicy() map[string]access {
 		"POST /servers/{guest}/attach-isolated-device": admin,
 		"POST /servers/{guest}/detach-isolated-device": admin,
 
+		// Prometheus scrapes with a viewer token.
+		"GET /metrics": read,
+
 		// No such route: whoever is authenticated gets the 404.
 		"/": read,
 	}

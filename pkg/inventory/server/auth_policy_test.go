@@ -128,6 +128,7 @@ func TestRoleMatrix(t *testing.T) {
 		{"POST", "/isolated_devices/HELD/purge", `{"force":true}`, want{no, no, ok}},
 		{"POST", "/servers/guest-2/attach-isolated-device", `{"device":"FREE"}`, want{no, no, ok}},
 		{"POST", "/servers/guest-1/detach-isolated-device", `{"all":true}`, want{no, no, ok}},
+		{"GET", "/metrics", "", want{ok, ok, ok}},
 		{"GET", "/nothing", "", want{nf, nf, nf}},
 		{"DELETE", "/hosts", "", want{nf, nf, nf}},
 	}

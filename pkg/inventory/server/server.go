@@ -12,6 +12,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
+	"yunion.io/x/mps-daemon/pkg/metrics"
 )
 
 // Options configures the API. There is no way to turn authentication off:
@@ -34,6 +35,11 @@ type server struct {
 	maxBody int64
 	// policy is routePolicy(): who may call each route.
 	policy map[string]access
+	// requests counts and times requests by route (metrics.go), served
+	// with the Go and process series at GET /metrics.
+	requests *metrics.HTTP
+	metrics  http.Handler
+	route    routeOf
 }
 
 // New returns the API's handler over st.
@@ -41,7 +47,8 @@ func New(st *store.Store, opts Options, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{st: st, log: log, maxBody: opts.MaxBodyBytes, policy: routePolicy()}
+	s := &server{st: st, log: log, maxBody: opts.MaxBodyBytes, policy: routePolicy(), requests: metrics.NewHTTP(metrics.InventoryPrefix)}
+	s.metrics = metrics.Handler(metrics.NewRegistry(s.requests))
 	if s.maxBody <= 0 {
 		s.maxBody = defaultMaxBody
 	}
@@ -59,11 +66,14 @@ func New(st *store.Store, opts Options, log *slog.Logger) http.Handler {
 		"PUT /isolated_devices/{id}":        s.updateDevice,
 		"DELETE /isolated_devices/{id}":     s.deleteDevice,
 		"POST /isolated_devices/{id}/purge": s.purgeDevice,
+		"GET /metrics":                      s.serveMetrics,
 		"/":                                 s.noRoute,
 	}
 	s.addAllocRoutes(routes) // attach, detach: alloc.go
+	known := map[string]bool{"GET /healthz": true, "GET /readyz": true}
 	for pattern, h := range routes {
 		apiMux.Handle(pattern, s.handle(s.authorize(pattern, h)))
+		known[pattern] = true
 	}
 
 	root := http.NewServeMux()
@@ -72,6 +82,7 @@ func New(st *store.Store, opts Options, log *slog.Logger) http.Handler {
 	})
 	root.HandleFunc("GET /readyz", s.ready)
 	root.Handle("/", s.authenticate(apiMux))
+	s.route = newRouteOf(root, apiMux, known)
 	return s.logRequests(root)
 }
 
@@ -144,15 +155,19 @@ func recordPrincipal(w http.ResponseWriter, t store.Token) {
 }
 
 // logRequests writes one line per request: debug when it went well, warn
-// for the client's errors, error for the server's.
+// for the client's errors, error for the server's; and counts it by route.
 func (s *server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		done := s.requests.Start()
+		defer done()
+		route := s.route(r) // before serving: handlers may change r
 		rec := &recorder{ResponseWriter: w}
 		next.ServeHTTP(rec, r)
 		if rec.status == 0 {
 			rec.status = http.StatusOK
 		}
+		s.requests.Observe(route, r.Method, rec.status, time.Since(start))
 		level := slog.LevelDebug
 		switch {
 		case rec.status >= 500:

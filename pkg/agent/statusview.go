@@ -1,0 +1,274 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// `mps-daemon status` reads /status from the running daemon and prints it
+// for a person: what the daemon last did, never recomputed here, so that
+// what the operator reads is what the daemon believes.
+
+// StatusAddress is where to reach the daemon's /status given host.conf's
+// mps_listen_address: a wildcard host (":9331", "0.0.0.0:9331", "[::]:9331")
+// is reached on loopback.
+func StatusAddress(listen string) (string, error) {
+	if listen == "" {
+		return "", errors.New("mps_listen_address is empty: the daemon serves no status (give --address)")
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", fmt.Errorf("mps_listen_address %q: %w", listen, err)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// FetchStatus GETs /status from the daemon at address (host:port, or a
+// URL) within timeout. An unreachable daemon is one line that says so.
+func FetchStatus(ctx context.Context, address string, timeout time.Duration) (Status, error) {
+	base := address
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/status", nil)
+	if err != nil {
+		return Status{}, fmt.Errorf("daemon address %q: %w", address, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return Status{}, fmt.Errorf("no daemon answers at %s (is yunion-mps-daemon running, with that mps_listen_address?): %w", address, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Status{}, fmt.Errorf("the daemon at %s answered /status with %s", address, resp.Status)
+	}
+	var st Status
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&st); err != nil {
+		return Status{}, fmt.Errorf("reading the status of the daemon at %s: %w", address, err)
+	}
+	return st, nil
+}
+
+// WriteStatus prints st for a person: a header, the GPUs, the virtual
+// devices. now dates the last reconcile ("12s ago").
+func WriteStatus(w io.Writer, st Status, now time.Time) error {
+	p := &printer{w: w}
+	host := st.HostName
+	if host == "" {
+		host = "(not registered yet)"
+	}
+	title := "mps-daemon on " + host
+	if st.Simulated {
+		title += "  [SIMULATED GPUs and MPS]"
+	}
+	p.line(title)
+	field := func(k, v string) { fmt.Fprintf(p, "  %-16s%s\n", k+":", v) }
+	if st.HostID != "" {
+		field("host id", st.HostID)
+	}
+	field("ready", yesNo(st.Ready))
+	field("inventory", map[bool]string{true: "reachable", false: "UNREACHABLE"}[st.InventoryReachable])
+	cfg := fmt.Sprintf("generation %d", st.ConfigGeneration)
+	if st.ConfigError != "" {
+		cfg += "; last edit REJECTED, the previous one runs: " + firstLine(st.ConfigError)
+	}
+	field("configuration", cfg)
+	field("last reconcile", since(st.LastReconcile, now))
+	field("last error", orNone(firstLine(st.LastError)))
+	if rest := restLines(st.LastError); rest != "" {
+		p.line(rest)
+	}
+	field("accounting", accountingLine(st.Accounting))
+	field("CDI spec", cdiLine(st.CDI))
+	if len(st.Retiring) > 0 {
+		field("retiring GPUs", strings.Join(st.Retiring, ", ")+" (MPS kept while a device is held)")
+	}
+
+	p.line("")
+	p.line("GPUs")
+	writeGPUs(p, st.GPUs)
+	p.line("")
+	p.line("Virtual devices")
+	writeDevices(p, st.Devices)
+	return p.err
+}
+
+func writeGPUs(p *printer, gpus []GPUStatus) {
+	if len(gpus) == 0 {
+		p.line("  none planned")
+		return
+	}
+	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  INDEX\tPCI\tMODEL\tN\tCAP\tTHREADS\tMEMORY USED\tCOMPUTE MODE\tMPS CONTROL\tSERVERS\tHEALTH")
+	var notes []string
+	for _, g := range gpus {
+		health := "healthy"
+		switch {
+		case g.Error != "":
+			health = "ERROR"
+			notes = append(notes, fmt.Sprintf("  GPU %d: %s", g.Index, firstLine(g.Error)))
+		case !g.Healthy:
+			health = "UNHEALTHY"
+			notes = append(notes, fmt.Sprintf("  GPU %d: %s", g.Index, orNone(g.Reason)))
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d MiB\t%d%%\t%d / %d MiB\t%s\t%s\t%s\t%s\n",
+			g.Index, g.PCI, g.Model, g.VirtualNumber, g.MemoryLimitMiB, g.ThreadPercentage,
+			g.MemoryUsedBytes>>20, g.MemoryTotalBytes>>20, g.ComputeMode,
+			map[bool]string{true: "up", false: "DOWN"}[g.ControlDaemonUp], servers(g.Servers), health)
+	}
+	p.flush(tw)
+	for _, n := range notes {
+		p.line(n)
+	}
+}
+
+func writeDevices(p *printer, devs []DeviceStatus) {
+	if len(devs) == 0 {
+		p.line("  none in the inventory yet")
+		return
+	}
+	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ADDR\tNAME\tCAP MiB\tUSED MiB\tCLIENTS\tGUEST\tSTATE")
+	for _, d := range devs {
+		used, clients := "-", "-"
+		if d.Measured {
+			used, clients = fmt.Sprint(d.UsedBytes>>20), fmt.Sprint(d.Clients)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\t%s\n", d.Addr, d.Name, d.CapBytes>>20, used, clients, orDash(d.Guest), deviceState(d))
+	}
+	p.flush(tw)
+}
+
+// deviceState is free or attached, then what stands out: unhealthy (not
+// handed out), pending removal (left the configuration, waits for its
+// guest), over cap (its clients use more than the cap).
+func deviceState(d DeviceStatus) string {
+	s := []string{"free"}
+	if d.Guest != "" {
+		s[0] = "attached"
+	}
+	if !d.Healthy {
+		s = append(s, "UNHEALTHY")
+	}
+	if d.PendingRemoval {
+		s = append(s, "pending removal")
+	}
+	if d.OverCap {
+		s = append(s, "OVER CAP")
+	}
+	return strings.Join(s, ", ")
+}
+
+func servers(ss []ServerState) string {
+	if len(ss) == 0 {
+		return "none"
+	}
+	out := make([]string, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, fmt.Sprintf("%d %s (%s)", s.PID, s.Status, plural(s.Clients, "client")))
+	}
+	return strings.Join(out, "; ")
+}
+
+func accountingLine(a *AccountingStatus) string {
+	if a == nil {
+		return "no tick yet"
+	}
+	line := a.Policy
+	if n := len(a.Unknown); n > 0 {
+		line += fmt.Sprintf(" (%s billed to no device)", plural(n, "MPS client"))
+	}
+	return line
+}
+
+func cdiLine(c *CDIStatus) string {
+	switch {
+	case c == nil:
+		return "not written yet"
+	case c.Error != "":
+		return "ERROR: " + firstLine(c.Error)
+	}
+	return fmt.Sprintf("%s (%d devices)", orNone(c.Path), c.Devices)
+}
+
+func since(t, now time.Time) string {
+	if t.IsZero() {
+		return "none yet"
+	}
+	return fmt.Sprintf("%s (%s ago)", t.UTC().Format("2006-01-02 15:04:05 UTC"), now.Sub(t).Round(time.Second))
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// restLines are the lines of a joined error after the first, indented.
+func restLines(s string) string {
+	_, rest, ok := strings.Cut(s, "\n")
+	if !ok {
+		return ""
+	}
+	return strings.Repeat(" ", 18) + strings.ReplaceAll(rest, "\n", "\n"+strings.Repeat(" ", 18))
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "NO"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// printer writes lines and keeps the first error.
+type printer struct {
+	w   io.Writer
+	err error
+}
+
+func (p *printer) Write(b []byte) (int, error) {
+	if p.err != nil {
+		return 0, p.err
+	}
+	n, err := p.w.Write(b)
+	p.err = err
+	return n, err
+}
+
+func (p *printer) line(s string) { fmt.Fprintln(p, s) }
+
+// flush flushes a table written to p; its error is p's.
+func (p *printer) flush(tw *tabwriter.Writer) { _ = tw.Flush() }

@@ -1,0 +1,300 @@
+package metrics
+
+import (
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"yunion.io/x/mps-daemon/pkg/version"
+)
+
+// DaemonOptions configures the daemon's collector.
+type DaemonOptions struct {
+	// Hostname is the Hostname label of every series (the name the host
+	// registers under); empty leaves the label out.
+	Hostname string
+	// Snapshot is called once per scrape; it must be safe to call from any
+	// goroutine.
+	Snapshot func() Snapshot
+	// EnforcementSteps are the steps accounting may take; each has a series
+	// from the start.
+	EnforcementSteps []string
+}
+
+// Daemon is the daemon's collector: the counters of what happened since
+// the process started, and the state of GPUs and virtual devices read from
+// a Snapshot at each scrape.
+type Daemon struct {
+	snapshot func() Snapshot
+
+	reconciles       *prometheus.CounterVec
+	reconcileErrors  *prometheus.CounterVec
+	duration         prometheus.Histogram
+	reloads          *prometheus.CounterVec
+	controlRestarts  prometheus.Counter
+	enforcementSteps *prometheus.CounterVec
+
+	d daemonDescs
+}
+
+// daemonDescs are the series built from the snapshot.
+type daemonDescs struct {
+	info, ready, inventory, generation, reloadOK, lastReconcile *prometheus.Desc
+	gpus, devices, retiring, accounting                         *prometheus.Desc
+
+	gpuInfo, gpuMemTotal, gpuMemUsed, gpuComputeMode, gpuControlUp *prometheus.Desc
+	gpuServers, gpuClients, gpuEnforced, gpuHealthy                *prometheus.Desc
+	gpuVirtualDevices                                              *prometheus.Desc
+
+	devLimit, devThreads, devUsed, devClients, devOverCap *prometheus.Desc
+	devAttached, devGuest, devHealthy, devPending         *prometheus.Desc
+	devInfo                                               *prometheus.Desc
+}
+
+// NewDaemon builds the collector; register it with NewRegistry.
+func NewDaemon(o DaemonOptions) *Daemon {
+	cl := constLabels(o.Hostname)
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, cl)
+	}
+	gpu := func(name, help string, extra ...string) *prometheus.Desc {
+		return desc(name, help, append(append([]string(nil), gpuLabels...), extra...)...)
+	}
+	dev := func(name, help string, extra ...string) *prometheus.Desc {
+		return desc(name, help, append(append([]string(nil), deviceLabels...), extra...)...)
+	}
+	d := &Daemon{
+		snapshot: o.Snapshot,
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mps_daemon_reconciles_total", Help: "Reconciles run, by result (ok or error).", ConstLabels: cl,
+		}, []string{"result"}),
+		reconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mps_daemon_reconcile_errors_total", ConstLabels: cl,
+			Help: "Failed reconciles, by what failed: config (the configuration does not fit the GPUs), gpu (NVML), mps (a control daemon), inventory.",
+		}, []string{"kind"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "mps_daemon_reconcile_duration_seconds", Help: "How long one reconcile took.", ConstLabels: cl,
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mps_daemon_config_reloads_total", Help: "Configuration reloads, by result (applied or rejected).", ConstLabels: cl,
+		}, []string{"result"}),
+		controlRestarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mps_daemon_control_daemon_restarts_total", Help: "MPS control daemons found dead and started again.", ConstLabels: cl,
+		}),
+		enforcementSteps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mps_daemon_enforcement_steps_total", ConstLabels: cl,
+			Help: "Steps taken against clients that pushed a virtual device over its cap, by step.",
+		}, []string{"step"}),
+		d: daemonDescs{
+			info:          desc("mps_daemon_info", "Always 1: the daemon's version and whether its GPUs and MPS are simulated.", "version", "go_version", "simulated"),
+			ready:         desc("mps_daemon_ready", "1 when the last reconcile registered every planned virtual device with enforced caps."),
+			inventory:     desc("mps_daemon_inventory_reachable", "1 when the last reconcile reached the inventory."),
+			generation:    desc("mps_daemon_config_generation", "How many configurations this process has taken (1 at start)."),
+			reloadOK:      desc("mps_daemon_config_last_reload_successful", "0 while the last edit of the configuration is rejected and the previous one runs."),
+			lastReconcile: desc("mps_daemon_last_reconcile_timestamp_seconds", "When the last reconcile ended, in seconds since the epoch."),
+			gpus:          desc("mps_daemon_gpus", "GPUs the configuration shares through MPS."),
+			devices:       desc("mps_daemon_virtual_devices", "Virtual devices the configuration offers."),
+			retiring:      desc("mps_daemon_retiring_gpus", "GPUs taken out of the configuration whose MPS daemon runs on for a held device."),
+			accounting:    desc("mps_daemon_accounting_policy", "1 for the memory accounting policy in force (off, report or enforce).", "policy"),
+
+			gpuInfo:           gpu("mps_gpu_info", "Always 1: the GPU's model as NVML names it.", LabelModelName),
+			gpuMemTotal:       gpu("mps_gpu_memory_total_bytes", "The GPU's memory as NVML reports it."),
+			gpuMemUsed:        gpu("mps_gpu_memory_used_bytes", "The GPU's memory in use as NVML reported it at the last reconcile."),
+			gpuComputeMode:    gpu("mps_gpu_compute_mode", "1 for the GPU's compute mode, 0 for the others.", "mode"),
+			gpuControlUp:      gpu("mps_gpu_control_daemon_up", "1 when the GPU's MPS control daemon answered at the last reconcile."),
+			gpuServers:        gpu("mps_gpu_servers", "MPS servers of the GPU, by state (ACTIVE; FAULT until the faulting client exits).", "state"),
+			gpuClients:        gpu("mps_gpu_clients", "Clients connected to the GPU's MPS servers."),
+			gpuEnforced:       gpu("mps_gpu_caps_enforced", "1 when MPS holds the caps (applied and read back)."),
+			gpuHealthy:        gpu("mps_gpu_healthy", "1 when the caps are enforced and no MPS server is in FAULT: the GPU's devices may be handed out."),
+			gpuVirtualDevices: gpu("mps_gpu_virtual_devices", "How many virtual devices the GPU is split into (virtual_number)."),
+
+			devLimit:    dev("mps_virtual_device_memory_limit_bytes", "The device's memory cap (MPS pinned device memory limit)."),
+			devThreads:  dev("mps_virtual_device_thread_limit_ratio", "The device's share of the GPU's threads (MPS active thread percentage / 100)."),
+			devUsed:     dev("mps_virtual_device_memory_used_bytes", "Memory its clients use, summed; absent when accounting has no sample."),
+			devClients:  dev("mps_virtual_device_clients", "Client processes billed to the device; absent when accounting has no sample."),
+			devOverCap:  dev("mps_virtual_device_over_cap", "1 when its clients use more than the cap; absent when accounting has no sample."),
+			devAttached: dev("mps_virtual_device_attached", "1 when a guest holds the device."),
+			devGuest:    dev("mps_virtual_device_guest_info", "Always 1, only while a guest holds the device: the guest's id.", "guest"),
+			devHealthy:  dev("mps_virtual_device_healthy", "1 unless the inventory marks the device unhealthy (its GPU is)."),
+			devPending:  dev("mps_virtual_device_pending_removal", "1 when the device left the configuration and waits for its guest to release it."),
+			devInfo:     dev("mps_virtual_device_info", "Always 1: the device's id in the inventory.", "inventory_id"),
+		},
+	}
+	for _, r := range []string{"ok", "error"} {
+		d.reconciles.WithLabelValues(r)
+	}
+	for _, k := range ErrorKinds() {
+		d.reconcileErrors.WithLabelValues(string(k))
+	}
+	for _, r := range []string{"applied", "rejected"} {
+		d.reloads.WithLabelValues(r)
+	}
+	for _, s := range o.EnforcementSteps {
+		d.enforcementSteps.WithLabelValues(s)
+	}
+	return d
+}
+
+// ObserveReconcile counts one reconcile that took took; failed is the kind
+// of what failed it, empty for a reconcile that succeeded.
+func (d *Daemon) ObserveReconcile(took time.Duration, failed ErrorKind) {
+	d.duration.Observe(took.Seconds())
+	if failed == "" {
+		d.reconciles.WithLabelValues("ok").Inc()
+		return
+	}
+	d.reconciles.WithLabelValues("error").Inc()
+	d.reconcileErrors.WithLabelValues(string(failed)).Inc()
+}
+
+// ObserveReload counts a configuration reload, applied or rejected.
+func (d *Daemon) ObserveReload(applied bool) {
+	if applied {
+		d.reloads.WithLabelValues("applied").Inc()
+		return
+	}
+	d.reloads.WithLabelValues("rejected").Inc()
+}
+
+// ObserveControlDaemonRestart counts a control daemon found dead and started.
+func (d *Daemon) ObserveControlDaemonRestart() { d.controlRestarts.Inc() }
+
+// ObserveEnforcementStep counts one enforcement step against a client.
+func (d *Daemon) ObserveEnforcementStep(step string) { d.enforcementSteps.WithLabelValues(step).Inc() }
+
+func (d *Daemon) counters() []prometheus.Collector {
+	return []prometheus.Collector{d.reconciles, d.reconcileErrors, d.duration, d.reloads, d.controlRestarts, d.enforcementSteps}
+}
+
+// Describe sends every series' description: the registry checks each
+// scrape against them.
+func (d *Daemon) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range d.counters() {
+		c.Describe(ch)
+	}
+	x := &d.d
+	for _, desc := range []*prometheus.Desc{
+		x.info, x.ready, x.inventory, x.generation, x.reloadOK, x.lastReconcile, x.gpus, x.devices, x.retiring, x.accounting,
+		x.gpuInfo, x.gpuMemTotal, x.gpuMemUsed, x.gpuComputeMode, x.gpuControlUp, x.gpuServers, x.gpuClients, x.gpuEnforced, x.gpuHealthy, x.gpuVirtualDevices,
+		x.devLimit, x.devThreads, x.devUsed, x.devClients, x.devOverCap, x.devAttached, x.devGuest, x.devHealthy, x.devPending, x.devInfo,
+	} {
+		ch <- desc
+	}
+}
+
+// Collect sends the counters, then the state of one fresh snapshot.
+func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range d.counters() {
+		c.Collect(ch)
+	}
+	if d.snapshot == nil {
+		return
+	}
+	s := d.snapshot()
+	x := &d.d
+	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+	}
+	gauge(x.info, 1, version.Version, runtime.Version(), strconv.FormatBool(s.Simulated))
+	gauge(x.ready, boolValue(s.Ready))
+	gauge(x.inventory, boolValue(s.InventoryReachable))
+	gauge(x.generation, float64(s.ConfigGeneration))
+	gauge(x.reloadOK, boolValue(!s.ConfigRejected))
+	if !s.LastReconcile.IsZero() {
+		gauge(x.lastReconcile, float64(s.LastReconcile.UnixNano())/1e9)
+	}
+	gauge(x.gpus, float64(len(s.GPUs)))
+	gauge(x.devices, float64(s.VirtualDevices))
+	gauge(x.retiring, float64(s.RetiringGPUs))
+	if s.AccountingPolicy != "" {
+		for _, p := range withValue(accountingPolicies, s.AccountingPolicy) {
+			gauge(x.accounting, boolValue(p == s.AccountingPolicy), p)
+		}
+	}
+
+	byUUID := map[string]*GPU{}
+	for i := range s.GPUs {
+		g := &s.GPUs[i]
+		if byUUID[g.UUID] != nil {
+			continue // one series per GPU, whatever the snapshot says
+		}
+		byUUID[g.UUID] = g
+		d.collectGPU(gauge, *g)
+	}
+	seen := map[string]bool{}
+	for _, dev := range s.Devices {
+		if seen[dev.Name] {
+			continue
+		}
+		seen[dev.Name] = true
+		d.collectDevice(gauge, dev, byUUID[dev.GPUUUID])
+	}
+}
+
+type gaugeFunc func(desc *prometheus.Desc, v float64, labels ...string)
+
+func (d *Daemon) collectGPU(gauge gaugeFunc, g GPU) {
+	x := &d.d
+	l := gpuLabelValues(g)
+	with := func(v string) []string { return append(append([]string(nil), l...), v) }
+	gauge(x.gpuInfo, 1, with(g.Model)...)
+	gauge(x.gpuMemTotal, float64(g.MemoryTotalBytes), l...)
+	gauge(x.gpuMemUsed, float64(g.MemoryUsedBytes), l...)
+	if g.ComputeMode != "" {
+		for _, m := range withValue(computeModes, g.ComputeMode) {
+			gauge(x.gpuComputeMode, boolValue(m == g.ComputeMode), with(m)...)
+		}
+	}
+	gauge(x.gpuControlUp, boolValue(g.ControlDaemonUp), l...)
+	states := serverStates
+	count := map[string]int{}
+	clients := 0
+	for _, srv := range g.Servers {
+		states = withValue(states, srv.State)
+		count[srv.State]++
+		clients += srv.Clients
+	}
+	for _, st := range states {
+		gauge(x.gpuServers, float64(count[st]), with(st)...)
+	}
+	gauge(x.gpuClients, float64(clients), l...)
+	gauge(x.gpuEnforced, boolValue(g.CapsEnforced), l...)
+	gauge(x.gpuHealthy, boolValue(g.Healthy), l...)
+	gauge(x.gpuVirtualDevices, float64(g.VirtualDevices), l...)
+}
+
+func (d *Daemon) collectDevice(gauge gaugeFunc, dev VirtualDevice, g *GPU) {
+	x := &d.d
+	l := deviceLabelValues(dev, g)
+	with := func(v string) []string { return append(append([]string(nil), l...), v) }
+	gauge(x.devLimit, float64(dev.CapBytes), l...)
+	gauge(x.devThreads, float64(dev.ThreadPercentage)/100, l...)
+	if dev.Measured {
+		gauge(x.devUsed, float64(dev.UsedBytes), l...)
+		gauge(x.devClients, float64(dev.Clients), l...)
+		gauge(x.devOverCap, boolValue(dev.OverCap), l...)
+	}
+	gauge(x.devAttached, boolValue(dev.Guest != ""), l...)
+	if dev.Guest != "" {
+		gauge(x.devGuest, 1, with(dev.Guest)...)
+	}
+	gauge(x.devHealthy, boolValue(dev.Healthy), l...)
+	gauge(x.devPending, boolValue(dev.PendingRemoval), l...)
+	if dev.InventoryID != "" {
+		gauge(x.devInfo, 1, with(dev.InventoryID)...)
+	}
+}
+
+// withValue is known plus v when v is not among them (a state this code has
+// not met still gets its series).
+func withValue(known []string, v string) []string {
+	for _, k := range known {
+		if k == v {
+			return known
+		}
+	}
+	return append(append([]string(nil), known...), v)
+}
