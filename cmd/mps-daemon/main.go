@@ -5,20 +5,15 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"yunion.io/x/mps-daemon/pkg/agent"
-	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/gpu/nvml"
-	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/logging"
-	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/version"
 )
 
@@ -71,48 +66,13 @@ func run() int {
 	return 0
 }
 
-// host is the GPU side of the wiring: real NVML and nvidia-cuda-mps-control,
-// or a simulated host.
-type host struct {
-	backend            gpu.Backend
-	runner             mps.Runner
-	sysfsRoot, devRoot string
-}
-
-func openHost(f flags, cfg *agent.Config, log *slog.Logger) (*host, error) {
-	if f.simulate == "" {
-		b, err := nvml.New(log)
-		if err != nil {
-			return nil, err
-		}
-		return &host{backend: b, runner: mps.NewExecRunner(cfg.Host.ControlBinary)}, nil
-	}
-	log.Warn("SIMULATED HOST: GPUs and MPS are simulated, no real GPU is shared", "profile", f.simulate)
-	b, sim, err := nvml.NewSimulated(f.simulate, filepath.Join(cfg.Host.StateDirectory, "simulated-host"), log)
-	if err != nil {
-		return nil, err
-	}
-	return &host{backend: b, runner: mps.NewSimRunner(log.With("component", "mps-sim")), sysfsRoot: sim.SysfsRoot(), devRoot: sim.DevRoot()}, nil
-}
-
 func serve(ctx context.Context, f flags) error {
-	log, err := logging.FromEnv(os.Stderr, f.logLevel, os.Getenv)
+	w, err := wire(f)
 	if err != nil {
 		return err
 	}
-	cfg, err := agent.LoadConfig(f.config)
-	if err != nil {
-		return err
-	}
-	h, err := openHost(f, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer h.backend.Close()
-	inv, err := inventory(cfg, log)
-	if err != nil {
-		return err
-	}
+	defer w.backend.Close()
+	log, cfg, h, inv := w.log, w.cfg, w.host, w.inv
 	watchdog, err := agent.WatchdogInterval()
 	if err != nil {
 		return err
@@ -134,49 +94,13 @@ func serve(ctx context.Context, f flags) error {
 	return a.Run(ctx)
 }
 
-// forward turns SIGHUPs into reload requests until ctx ends; requests that
-// arrive during a reload collapse into one.
-func forward(ctx context.Context, sigs <-chan os.Signal, reload chan<- struct{}) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-sigs:
-			select {
-			case reload <- struct{}{}:
-			default:
-			}
-		}
-	}
-}
-
 func tearDown(ctx context.Context, f flags, force bool) error {
-	log, err := logging.FromEnv(os.Stderr, f.logLevel, os.Getenv)
+	w, err := wire(f)
 	if err != nil {
 		return err
 	}
-	cfg, err := agent.LoadConfig(f.config)
-	if err != nil {
-		return err
-	}
-	h, err := openHost(f, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer h.backend.Close()
-	inv, err := inventory(cfg, log)
-	if err != nil {
-		return err
-	}
-	return agent.Teardown(ctx, cfg, h.backend, h.runner, inv, force, os.Stdout, log)
-}
-
-func inventory(cfg *agent.Config, log *slog.Logger) (*client.Client, error) {
-	token, err := cfg.Host.TokenValue()
-	if err != nil {
-		return nil, err
-	}
-	return client.New(client.Options{URL: cfg.Host.InventoryURL, Token: token, TokenSource: cfg.Host.TokenValue, Timeout: cfg.Host.InventoryTimeout, Log: log.With("component", "inventory")}), nil
+	defer w.backend.Close()
+	return agent.Teardown(ctx, w.cfg, w.backend, w.runner, w.inv, force, os.Stdout, w.log)
 }
 
 func checkConfig(ctx context.Context, f flags) error {

@@ -114,8 +114,8 @@ type Info struct {
 	MemoryTotalBytes uint64
 	// MemoryUsedBytes is what NVML reports in use when the GPU was listed.
 	MemoryUsedBytes uint64
-	ComputeMode      ComputeMode
-	Architecture     Architecture
+	ComputeMode     ComputeMode
+	Architecture    Architecture
 	// NUMANode is read from sysfs; -1 when unknown.
 	NUMANode int
 	// PCIeGeneration and PCIeWidth are the maximum link (stable, unlike the

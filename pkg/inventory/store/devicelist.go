@@ -57,18 +57,7 @@ func (f DeviceFilter) where(hostID string) (string, []any) {
 	if f.Unused {
 		conds = append(conds, "d.guest_id = ''")
 	}
-	for _, c := range []struct {
-		col string
-		v   *bool
-	}{{"d.unhealthy", f.Unhealthy}, {"d.pending_removal", f.PendingRemoval}} {
-		switch {
-		case c.v == nil:
-		case *c.v:
-			conds = append(conds, c.col)
-		default:
-			conds = append(conds, "NOT "+c.col)
-		}
-	}
+	conds = append(conds, f.stateConds("d.")...)
 	if len(conds) == 0 {
 		return "", nil
 	}
@@ -111,18 +100,7 @@ func (f DeviceFilter) countsWhere() (string, []any) {
 	if f.Unused {
 		conds = append(conds, "NOT held")
 	}
-	for _, c := range []struct {
-		col string
-		v   *bool
-	}{{"unhealthy", f.Unhealthy}, {"pending_removal", f.PendingRemoval}} {
-		switch {
-		case c.v == nil:
-		case *c.v:
-			conds = append(conds, c.col)
-		default:
-			conds = append(conds, "NOT "+c.col)
-		}
-	}
+	conds = append(conds, f.stateConds("")...)
 	if len(conds) == 0 {
 		return "", nil
 	}
@@ -377,4 +355,24 @@ func (s *Store) explain(ctx context.Context, tx *sql.Tx, q string, args []any) (
 		fmt.Fprintf(&b, "%s\n", vals[len(vals)-1])
 	}
 	return b.String(), rows.Err()
+}
+
+// stateConds are the conditions of the unhealthy and pending_removal
+// filters on columns prefixed with prefix: nil asks nothing, true the state,
+// false its absence.
+func (f DeviceFilter) stateConds(prefix string) []string {
+	var conds []string
+	for _, c := range []struct {
+		col string
+		v   *bool
+	}{{prefix + "unhealthy", f.Unhealthy}, {prefix + "pending_removal", f.PendingRemoval}} {
+		switch {
+		case c.v == nil:
+		case *c.v:
+			conds = append(conds, c.col)
+		default:
+			conds = append(conds, "NOT "+c.col)
+		}
+	}
+	return conds
 }

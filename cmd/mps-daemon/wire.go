@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"yunion.io/x/mps-daemon/pkg/agent"
+	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/gpu/nvml"
+	"yunion.io/x/mps-daemon/pkg/inventory/client"
+	"yunion.io/x/mps-daemon/pkg/logging"
+	"yunion.io/x/mps-daemon/pkg/mps"
+)
+
+// host is the GPU side of the wiring: real NVML and nvidia-cuda-mps-control,
+// or a simulated host.
+type host struct {
+	backend            gpu.Backend
+	runner             mps.Runner
+	sysfsRoot, devRoot string
+}
+
+func openHost(f flags, cfg *agent.Config, log *slog.Logger) (*host, error) {
+	if f.simulate == "" {
+		b, err := nvml.New(log)
+		if err != nil {
+			return nil, err
+		}
+		return &host{backend: b, runner: mps.NewExecRunner(cfg.Host.ControlBinary)}, nil
+	}
+	log.Warn("SIMULATED HOST: GPUs and MPS are simulated, no real GPU is shared", "profile", f.simulate)
+	b, sim, err := nvml.NewSimulated(f.simulate, filepath.Join(cfg.Host.StateDirectory, "simulated-host"), log)
+	if err != nil {
+		return nil, err
+	}
+	return &host{backend: b, runner: mps.NewSimRunner(log.With("component", "mps-sim")), sysfsRoot: sim.SysfsRoot(), devRoot: sim.DevRoot()}, nil
+}
+
+// wiring is what serving and tearing down both need.
+type wiring struct {
+	log *slog.Logger
+	cfg *agent.Config
+	*host
+	inv *client.Client
+}
+
+func wire(f flags) (*wiring, error) {
+	log, err := logging.FromEnv(os.Stderr, f.logLevel, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := agent.LoadConfig(f.config)
+	if err != nil {
+		return nil, err
+	}
+	inv, err := inventory(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	h, err := openHost(f, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	return &wiring{log: log, cfg: cfg, host: h, inv: inv}, nil
+}
+
+// forward turns SIGHUPs into reload requests until ctx ends; requests that
+// arrive during a reload collapse into one.
+func forward(ctx context.Context, sigs <-chan os.Signal, reload chan<- struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sigs:
+			select {
+			case reload <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func inventory(cfg *agent.Config, log *slog.Logger) (*client.Client, error) {
+	token, err := cfg.Host.TokenValue()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(client.Options{URL: cfg.Host.InventoryURL, Token: token, TokenSource: cfg.Host.TokenValue, Timeout: cfg.Host.InventoryTimeout, Log: log.With("component", "inventory")}), nil
+}
