@@ -13,10 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/daemon"
-
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
+	"yunion.io/x/mps-daemon/pkg/systemd"
 )
 
 // The systemd side of `mps-inventory serve` (yunion-mps-inventory.service is
@@ -24,29 +23,9 @@ import (
 // WATCHDOG=1 by watchdog while the API answers, and a reload (SIGHUP) runs
 // reload, framed by RELOADING=1 and READY=1.
 
-// notifyFunc sends one sd_notify state; sdNotify in production, a recorder
-// in tests.
+// notifyFunc sends one sd_notify state; systemd.Notify in production, a
+// recorder in tests.
 type notifyFunc func(state string) error
-
-// sdNotify notifies through $NOTIFY_SOCKET; without it (not started by
-// systemd) it does nothing.
-func sdNotify(state string) error {
-	if _, err := daemon.SdNotify(false, state); err != nil {
-		return fmt.Errorf("sd_notify: %w", err)
-	}
-	return nil
-}
-
-// watchdogInterval is how often systemd wants WATCHDOG=1: half its
-// WatchdogSec, leaving room for one late tick; 0 when no watchdog is set for
-// this process.
-func watchdogInterval() (time.Duration, error) {
-	d, err := daemon.SdWatchdogEnabled(false)
-	if err != nil {
-		return 0, fmt.Errorf("reading WATCHDOG_USEC: %w", err)
-	}
-	return d / 2, nil
-}
 
 // probeURL is the /healthz URL of the server listening on addr, reached over
 // loopback when it listens on every address.
@@ -115,7 +94,7 @@ func reloader(ctx context.Context, sigs <-chan os.Signal, reload func(context.Co
 			return
 		case <-sigs:
 		}
-		_ = notify("RELOADING=1\n" + daemon.SdNotifyMonotonicUsec())
+		_ = notify(systemd.Reloading())
 		status := "STATUS=serving"
 		if err := reload(ctx); err != nil {
 			log.Error("reload", "error", err)
@@ -143,18 +122,18 @@ func superviseWithSystemd(ctx context.Context, st *store.Store, adminTokenFile s
 	wg.Go(func() {
 		reloader(bg, hup, func(ctx context.Context) error {
 			return server.EnsureAdminTokenFile(ctx, st, adminTokenFile, log.With("component", "auth"))
-		}, sdNotify, log)
+		}, systemd.Notify, log)
 	})
-	interval, err := watchdogInterval()
+	interval, err := systemd.WatchdogInterval()
 	if err != nil {
 		log.Warn("watchdog", "error", err)
 	}
 	var tick *time.Ticker
 	if interval > 0 {
 		tick = time.NewTicker(interval)
-		wg.Go(func() { watchdog(bg, probeURL(addr), interval, tick.C, sdNotify, log) })
+		wg.Go(func() { watchdog(bg, probeURL(addr), interval, tick.C, systemd.Notify, log) })
 	}
-	if err := sdNotify(daemon.SdNotifyReady); err != nil {
+	if err := systemd.Notify(systemd.Ready); err != nil {
 		log.Warn("sd_notify", "error", err)
 	}
 	return func() {

@@ -366,3 +366,21 @@ func TestTeardownRestoresComputeModesAndRefusesBusyGPUs(t *testing.T) {
 		t.Errorf("teardown should say what it did:\n%s", out.String())
 	}
 }
+
+func TestRestartOnlyKeysKeepTheirRunningValues(t *testing.T) {
+	cur, err := config.ParseHostConf("host.conf", []byte("mps_listen_address: 127.0.0.1:9331\nmps_multiuser_server: true\nmps_health_interval: 10s\ncuda_mps_replicas: 4\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := config.ParseHostConf("host.conf", []byte("mps_listen_address: 127.0.0.1:1\nmps_multiuser_server: false\nmps_health_interval: 1s\ncuda_mps_replicas: 2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := keepRestartOnly(cur, next)
+	if strings.Join(kept, ",") != "mps_listen_address,mps_multiuser_server,mps_health_interval" {
+		t.Errorf("kept %v", kept)
+	}
+	if next.ListenAddress != "127.0.0.1:9331" || !next.MultiUserServer || next.HealthInterval != 10*time.Second || next.CudaMPSReplicas != 2 {
+		t.Errorf("restart-only keys must keep their running values, others take the new ones: %+v", next)
+	}
+}

@@ -1,10 +1,9 @@
 package agent
 
 import (
-	"fmt"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/daemon"
+	"yunion.io/x/mps-daemon/pkg/systemd"
 )
 
 // Notifier tells the service manager how the daemon is doing: READY=1 once
@@ -19,29 +18,11 @@ type Notifier interface {
 type Systemd struct{}
 
 // Notify implements Notifier.
-func (Systemd) Notify(state string) error {
-	if _, err := daemon.SdNotify(false, state); err != nil {
-		return fmt.Errorf("sd_notify: %w", err)
-	}
-	return nil
-}
+func (Systemd) Notify(state string) error { return systemd.Notify(state) }
 
-// WatchdogInterval is how often systemd wants WATCHDOG=1 (half its
-// WatchdogSec, leaving room for one late tick); 0 when no watchdog is set
-// for this process.
-func WatchdogInterval() (time.Duration, error) {
-	d, err := daemon.SdWatchdogEnabled(false)
-	if err != nil {
-		return 0, fmt.Errorf("reading WATCHDOG_USEC: %w", err)
-	}
-	return d / 2, nil
-}
-
-// reloadingState is RELOADING=1 with the timestamp newer systemd wants
-// (Type=notify-reload); older systemd ignores the extra field.
-func reloadingState() string {
-	return "RELOADING=1\n" + daemon.SdNotifyMonotonicUsec()
-}
+// WatchdogInterval is how often systemd wants WATCHDOG=1; 0 when no
+// watchdog is set for this process.
+func WatchdogInterval() (time.Duration, error) { return systemd.WatchdogInterval() }
 
 type noNotifier struct{}
 

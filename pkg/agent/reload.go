@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/systemd"
 )
 
 // reload reads host.conf and the device YAML again and, when both are valid
@@ -16,7 +17,7 @@ func (a *Agent) reload(ctx context.Context, trigger string) bool {
 	if a.opts.ConfigPath == "" {
 		return false
 	}
-	a.sendNotify(reloadingState())
+	a.sendNotify(systemd.Reloading())
 	defer func() {
 		if a.readySent {
 			a.sendNotify("READY=1")
@@ -24,7 +25,7 @@ func (a *Agent) reload(ctx context.Context, trigger string) bool {
 	}()
 	cfg, err := LoadConfig(a.opts.ConfigPath)
 	if err == nil {
-		_, err = a.plan(ctx, cfg)
+		_, _, err = a.plan(ctx, cfg)
 	}
 	if err != nil {
 		a.met.daemon.ObserveReload(false)
@@ -60,38 +61,44 @@ func (a *Agent) reload(ctx context.Context, trigger string) bool {
 // to), and names the ones the operator changed. They apply at the next start.
 func keepRestartOnly(cur, next *config.HostConf) []string {
 	var kept []string
-	keep := func(key string, c, n *string) {
-		if *c != *n {
-			kept = append(kept, key)
-			*n = *c
+	for _, k := range []struct {
+		key  string
+		keep func() bool
+	}{
+		{"cuda_mps_pipe_directory", keeper(&cur.CudaMPSPipeDirectory, &next.CudaMPSPipeDirectory)},
+		{"cuda_mps_log_directory", keeper(&cur.CudaMPSLogDirectory, &next.CudaMPSLogDirectory)},
+		{"mps_state_directory", keeper(&cur.StateDirectory, &next.StateDirectory)},
+		{"mps_listen_address", keeper(&cur.ListenAddress, &next.ListenAddress)},
+		{"mps_inventory_url", keeper(&cur.InventoryURL, &next.InventoryURL)},
+		{"mps_inventory_token", keeper(&cur.InventoryToken, &next.InventoryToken)},
+		{"mps_inventory_token_file", keeper(&cur.InventoryTokenFile, &next.InventoryTokenFile)},
+		{"mps_control_binary", keeper(&cur.ControlBinary, &next.ControlBinary)},
+		{"mps_host_name", keeper(&cur.HostName, &next.HostName)},
+		{"mps_sysfs_root", keeper(&cur.SysfsRoot, &next.SysfsRoot)},
+		{"mps_dev_root", keeper(&cur.DevRoot, &next.DevRoot)},
+		{"mps_cdi_directory", keeper(&cur.CDIDirectory, &next.CDIDirectory)},
+		{"mps_proc_root", keeper(&cur.ProcRoot, &next.ProcRoot)},
+		{"mps_multiuser_server", keeper(&cur.MultiUserServer, &next.MultiUserServer)},
+		{"mps_control_timeout", keeper(&cur.ControlTimeout, &next.ControlTimeout)},
+		{"mps_health_interval", keeper(&cur.HealthInterval, &next.HealthInterval)},
+	} {
+		if k.keep() {
+			kept = append(kept, k.key)
 		}
 	}
-	keep("cuda_mps_pipe_directory", &cur.CudaMPSPipeDirectory, &next.CudaMPSPipeDirectory)
-	keep("cuda_mps_log_directory", &cur.CudaMPSLogDirectory, &next.CudaMPSLogDirectory)
-	keep("mps_state_directory", &cur.StateDirectory, &next.StateDirectory)
-	keep("mps_listen_address", &cur.ListenAddress, &next.ListenAddress)
-	keep("mps_inventory_url", &cur.InventoryURL, &next.InventoryURL)
-	keep("mps_inventory_token", &cur.InventoryToken, &next.InventoryToken)
-	keep("mps_inventory_token_file", &cur.InventoryTokenFile, &next.InventoryTokenFile)
-	keep("mps_control_binary", &cur.ControlBinary, &next.ControlBinary)
-	keep("mps_host_name", &cur.HostName, &next.HostName)
-	keep("mps_sysfs_root", &cur.SysfsRoot, &next.SysfsRoot)
-	keep("mps_dev_root", &cur.DevRoot, &next.DevRoot)
-	keep("mps_cdi_directory", &cur.CDIDirectory, &next.CDIDirectory)
-	keep("mps_proc_root", &cur.ProcRoot, &next.ProcRoot)
-	if cur.MultiUserServer != next.MultiUserServer {
-		kept = append(kept, "mps_multiuser_server")
-		next.MultiUserServer = cur.MultiUserServer
-	}
-	if cur.ControlTimeout != next.ControlTimeout {
-		kept = append(kept, "mps_control_timeout")
-		next.ControlTimeout = cur.ControlTimeout
-	}
-	if cur.HealthInterval != next.HealthInterval {
-		kept = append(kept, "mps_health_interval")
-		next.HealthInterval = cur.HealthInterval
-	}
 	return kept
+}
+
+// keeper returns a func that puts the current value back into next and
+// reports whether the operator had changed it.
+func keeper[T comparable](cur, next *T) func() bool {
+	return func() bool {
+		if *cur == *next {
+			return false
+		}
+		*next = *cur
+		return true
+	}
 }
 
 // watchedFiles are the files whose edits trigger a reload.

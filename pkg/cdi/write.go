@@ -11,6 +11,8 @@ import (
 	"gopkg.in/yaml.v3"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"yunion.io/x/mps-daemon/pkg/atomicfile"
 )
 
 // header heads the file, for whoever opens it on the host.
@@ -129,49 +131,22 @@ func encode(s *specs.Spec) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// replace writes data to a temporary file beside path, has the CDI library
-// load it, then renames it over path.
+// replace writes data over path atomically, once the CDI library has loaded
+// the written temporary file; a spec it refuses leaves path as it was.
 func replace(path string, data []byte) error {
-	dir, base := filepath.Split(path)
-	tmp, err := os.CreateTemp(dir, "."+base+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("creating temporary CDI spec: %w", err)
-	}
-	keep := false
-	defer func() {
-		if !keep {
-			_ = os.Remove(tmp.Name())
+	// Runtimes, rootless ones too, must read it; nothing in it is secret.
+	return atomicfile.WriteChecked(path, data, 0o644, func(tmp string) error {
+		if _, err := cdiapi.ReadSpec(tmp, 0); err != nil {
+			return invalidf("the CDI library refuses the new spec: %w", err)
 		}
-	}()
-	_, err = tmp.Write(data)
-	if err == nil {
-		// Runtimes, rootless ones too, must read it; nothing in it is secret.
-		err = tmp.Chmod(0o644)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("writing temporary CDI spec: %w", err)
-	}
-	if _, err := cdiapi.ReadSpec(tmp.Name(), 0); err != nil {
-		return invalidf("the CDI library refuses the new spec: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("replacing CDI spec: %w", err)
-	}
-	keep = true
-	return syncDir(dir)
+		return nil
+	})
 }
 
 // removeStaleTemps deletes temporary files a crash between create and rename
 // left behind.
 func removeStaleTemps(path string) error {
-	dir, base := filepath.Split(path)
-	stale, err := filepath.Glob(filepath.Join(dir, "."+base+".*.tmp"))
+	stale, err := atomicfile.Stale(path)
 	if err != nil {
 		return fmt.Errorf("looking for stale temporary CDI specs: %w", err)
 	}

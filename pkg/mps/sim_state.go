@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"yunion.io/x/mps-daemon/pkg/atomicfile"
 )
 
 // The simulated daemon is a JSON file in its pipe directory, not a process:
@@ -138,19 +140,8 @@ func saveState(path string, st *simState) error {
 	if err != nil {
 		return fmt.Errorf("simulated MPS control: encoding state: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), simStateFile+".*")
-	if err != nil {
-		return fmt.Errorf("simulated MPS control: writing state: %w", err)
-	}
-	_, werr := tmp.Write(append(b, '\n'))
-	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("simulated MPS control: writing state: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("simulated MPS control: writing state: %w", err)
+	if err := atomicfile.Write(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("simulated MPS control: %w", err)
 	}
 	return nil
 }

@@ -83,6 +83,8 @@ func TestDependenciesPointOneWay(t *testing.T) {
 	// Which of our packages each package may import. cmd/* wires anything.
 	allowed := map[string][]string{
 		"pkg/api":              {},
+		"pkg/atomicfile":       {},
+		"pkg/systemd":          {},
 		"pkg/version":          {},
 		"pkg/logging":          {},
 		"pkg/pci":              {"pkg/api"},
@@ -91,14 +93,14 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/config":           {},
 		"pkg/vdev":             {"pkg/api", "pkg/gpu", "pkg/pci"},
 		"pkg/plan":             {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/pci"},
-		"pkg/mps":              {},
+		"pkg/mps":              {"pkg/atomicfile"},
 		"pkg/inventory/store":  {"pkg/api"},
-		"pkg/inventory/server": {"pkg/api", "pkg/inventory/store", "pkg/metrics"},
+		"pkg/inventory/server": {"pkg/api", "pkg/inventory/store", "pkg/metrics", "pkg/atomicfile"},
 		"pkg/inventory/client": {"pkg/api"},
 		"pkg/climc":            {"pkg/api", "pkg/config", "pkg/inventory/client", "pkg/version"},
 		"pkg/accounting":       {"pkg/gpu", "pkg/vdev"},
-		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/version"},
-		"pkg/agent":            {"pkg/api", "pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/pci", "pkg/accounting", "pkg/cdi", "pkg/metrics"},
+		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/version", "pkg/atomicfile"},
+		"pkg/agent":            {"pkg/api", "pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/pci", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/atomicfile", "pkg/systemd"},
 		"pkg/metrics":          {"pkg/version"},
 	}
 	for dir, imps := range imports(t) {

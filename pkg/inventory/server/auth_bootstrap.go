@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"yunion.io/x/mps-daemon/pkg/atomicfile"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 )
 
@@ -75,24 +76,8 @@ func EnsureAdminTokenFile(ctx context.Context, st *store.Store, path string, log
 
 // writeSecretFile replaces path with content, mode 0600, atomically.
 func writeSecretFile(path, content string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
-	if err != nil {
-		return fmt.Errorf("writing the admin token file: %w", err)
-	}
-	werr := tmp.Chmod(0o600)
-	if werr == nil {
-		_, werr = tmp.WriteString(content)
-	}
-	if werr == nil {
-		werr = tmp.Sync()
-	}
-	if err := errors.Join(werr, tmp.Close()); err != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("writing the admin token file %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("writing the admin token file %s: %w", path, err)
+	if err := atomicfile.Write(path, []byte(content), 0o600); err != nil {
+		return fmt.Errorf("the admin token file: %w", err)
 	}
 	return nil
 }

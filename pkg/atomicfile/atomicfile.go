@@ -1,0 +1,77 @@
+// Package atomicfile replaces a file whole: the new content goes to a
+// temporary file beside it, is synced, and is renamed over it, so a reader
+// (or a crash) sees the old content or the new one, never half of either.
+package atomicfile
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// TempPattern is the name of the temporary files for path (os.CreateTemp's
+// pattern): hidden, and recognisable, so that Stale can find the ones a
+// crash between create and rename left behind.
+func TempPattern(path string) string {
+	return "." + filepath.Base(path) + ".*.tmp"
+}
+
+// Write replaces path with data, mode perm.
+func Write(path string, data []byte, perm fs.FileMode) error {
+	return WriteChecked(path, data, perm, nil)
+}
+
+// WriteChecked is Write with a check of the written temporary file before
+// it replaces path (the CDI spec is loaded by the CDI library there); when
+// check fails, path is left as it was.
+func WriteChecked(path string, data []byte, perm fs.FileMode, check func(tmp string) error) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, TempPattern(path))
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	err = tmp.Chmod(perm)
+	if err == nil {
+		_, err = tmp.Write(data)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if check != nil {
+		if err := check(tmp.Name()); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	done = true
+	// The rename is durable once the directory is.
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Stale lists the temporary files of path that a crash left behind.
+func Stale(path string) ([]string, error) {
+	return filepath.Glob(filepath.Join(filepath.Dir(path), TempPattern(path)))
+}
