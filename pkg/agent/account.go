@@ -9,25 +9,12 @@ import (
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
-// AccountingStatus is the last accounting tick, per virtual device.
+// AccountingStatus is the last accounting tick: its policy and the MPS
+// clients it could bill to no device. The per-device figures live in
+// Status.Devices.
 type AccountingStatus struct {
 	Policy  string                `json:"policy"`
-	Devices []DeviceAccounting    `json:"devices,omitempty"`
 	Unknown []UnknownProcessState `json:"unknown_processes,omitempty"`
-}
-
-// DeviceAccounting is one virtual device's memory, summed over its clients.
-type DeviceAccounting struct {
-	Name      string `json:"name"`
-	GPU       string `json:"gpu"`
-	CapBytes  uint64 `json:"cap_bytes"`
-	UsedBytes uint64 `json:"used_bytes"`
-	// Measured is false when the GPU's process list could not be read.
-	Measured bool  `json:"measured"`
-	PIDs     []int `json:"pids,omitempty"`
-	OverCap  bool  `json:"over_cap,omitempty"`
-	// LastStep is what enforcement last did on one of its clients.
-	LastStep string `json:"last_step,omitempty"`
 }
 
 // UnknownProcessState is an MPS client billed to no device.
@@ -44,15 +31,11 @@ type UnknownProcessState struct {
 // grace periods between terminate_client, SIGTERM and SIGKILL are checked
 // on later ticks.
 func (a *Agent) account(ctx context.Context) {
-	policy, err := accounting.ParsePolicy(a.config().Host.Accounting)
-	if err != nil {
-		a.log.Error("accounting policy", "err", err)
-		return
-	}
+	// host.conf's parser checked the value (off, report or enforce).
+	policy := accounting.Policy(a.config().Host.Accounting)
 	if policy == accounting.PolicyOff {
 		a.acct.Tick(ctx, policy, nil, nil, nil)
-		a.setAccounting(AccountingStatus{Policy: string(policy)})
-		a.noteUsage(AccountingStatus{})
+		a.noteUsage(accounting.Report{Policy: policy})
 		return
 	}
 	var devs []vdev.Device
@@ -72,42 +55,9 @@ func (a *Agent) account(ctx context.Context) {
 	if err != nil {
 		a.log.Warn("listing MPS clients; those GPUs go unmeasured this tick", "err", err)
 	}
-	caps := accounting.Caps(devs)
-	r := a.acct.Tick(ctx, policy, procs, caps, terms)
-	st := accountingStatus(r, devs, caps)
-	a.setAccounting(st)
-	a.noteUsage(st)
-	a.met.observeAccounting(r, caps)
-}
-
-func accountingStatus(r accounting.Report, devs []vdev.Device, caps map[string]uint64) AccountingStatus {
-	st := AccountingStatus{Policy: string(r.Policy)}
-	over := map[string]bool{}
-	for _, o := range r.Decision.Over {
-		over[o.Device] = true
-	}
-	last := map[string]string{}
-	for _, s := range r.Steps {
-		last[s.Device] = s.Step
-	}
-	for _, d := range devs {
-		name := accounting.DeviceName(d.GPU.UUID, d.Index)
-		u, measured := r.Usage.PerDevice[name]
-		st.Devices = append(st.Devices, DeviceAccounting{
-			Name: name, GPU: d.GPU.UUID, CapBytes: caps[name], UsedBytes: u.UsedBytes, Measured: measured,
-			PIDs: u.PIDs, OverCap: over[name], LastStep: last[name],
-		})
-	}
-	for _, p := range r.Usage.Unknown {
-		st.Unknown = append(st.Unknown, UnknownProcessState{PID: p.PID, GPU: p.GPU, UsedBytes: p.UsedMemoryBytes, Reason: p.Reason})
-	}
-	return st
-}
-
-func (a *Agent) setAccounting(st AccountingStatus) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.status.Accounting = &st
+	r := a.acct.Tick(ctx, policy, procs, accounting.Caps(devs), terms)
+	a.noteUsage(r)
+	a.met.observeAccounting(r)
 }
 
 // setDevices records the host's virtual devices from the inventory's rows,
@@ -130,7 +80,7 @@ func (a *Agent) setDevices(rows []api.IsolatedDevice, gpus []GPUStatus) {
 		if !ok {
 			continue
 		}
-		name := accounting.DeviceName(uuid, i)
+		name := vdev.Name(uuid, i)
 		gi, known := index[uuid]
 		if !known {
 			gi = -1
@@ -141,24 +91,39 @@ func (a *Agent) setDevices(rows []api.IsolatedDevice, gpus []GPUStatus) {
 			Guest: r.GuestID, Healthy: !r.Unhealthy, PendingRemoval: r.PendingRemoval, CDIName: r.CDIName,
 		}
 		if p, ok := prev[name]; ok {
-			d.UsedBytes, d.Clients, d.Measured, d.OverCap = p.UsedBytes, p.Clients, p.Measured, p.OverCap
+			d.UsedBytes, d.Clients, d.Measured, d.OverCap, d.LastStep = p.UsedBytes, p.Clients, p.Measured, p.OverCap, p.LastStep
 		}
 		devs = append(devs, d)
 	}
 	a.status.Devices = devs
 }
 
-// noteUsage copies one accounting tick into the devices' status.
-func (a *Agent) noteUsage(st AccountingStatus) {
+// noteUsage copies one accounting tick into the status: the policy, the
+// unknown clients, and each device's use, clients, over-cap state and the
+// last enforcement step on it. A device the tick did not measure (its GPU
+// unreadable, accounting off) is marked so, not shown as unused.
+func (a *Agent) noteUsage(r accounting.Report) {
+	over := map[string]bool{}
+	for _, o := range r.Decision.Over {
+		over[o.Device] = true
+	}
+	last := map[string]string{}
+	for _, s := range r.Steps {
+		last[s.Device] = s.Step
+	}
+	st := AccountingStatus{Policy: string(r.Policy)}
+	for _, p := range r.Usage.Unknown {
+		st.Unknown = append(st.Unknown, UnknownProcessState{PID: p.PID, GPU: p.GPU, UsedBytes: p.UsedMemoryBytes, Reason: p.Reason})
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	byName := map[string]DeviceAccounting{}
-	for _, d := range st.Devices {
-		byName[d.Name] = d
-	}
+	a.status.Accounting = &st
 	for i := range a.status.Devices {
 		d := &a.status.Devices[i]
-		u, ok := byName[d.Name]
-		d.UsedBytes, d.Clients, d.Measured, d.OverCap = u.UsedBytes, len(u.PIDs), ok && u.Measured, u.OverCap
+		u, measured := r.Usage.PerDevice[d.Name]
+		d.UsedBytes, d.Clients, d.Measured, d.OverCap = u.UsedBytes, len(u.PIDs), measured, over[d.Name]
+		if step, ok := last[d.Name]; ok {
+			d.LastStep = step
+		}
 	}
 }

@@ -12,8 +12,10 @@ import (
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
+	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
 // signals records what would have been sent; no real process is touched.
@@ -41,7 +43,7 @@ func (h *harness) addProc(t *testing.T, pid int, start uint64, device string) {
 	}
 	env := "PATH=/usr/bin\x00"
 	if device != "" {
-		env += accounting.EnvVar + "=" + device + "\x00"
+		env += vdev.EnvVar + "=" + device + "\x00"
 	}
 	stat := []string{strconv.Itoa(pid), "(python3)", "S"}
 	for range 18 {
@@ -104,16 +106,12 @@ func TestEnforceTerminatesTheClientThatPushedADeviceOverItsCap(t *testing.T) {
 			t.Errorf("client %d connected=%v after enforcement, want %v", pid, there, wantThere)
 		}
 	}
-	st := h.agent.Status().Accounting
+	status := h.agent.Status()
+	st := status.Accounting
 	if st == nil || st.Policy != "enforce" {
 		t.Fatalf("accounting status: %+v", st)
 	}
-	var dev0 *DeviceAccounting
-	for i := range st.Devices {
-		if st.Devices[i].Name == g0+"::0" {
-			dev0 = &st.Devices[i]
-		}
-	}
+	dev0 := status.device(g0 + "::0")
 	if dev0 == nil || !dev0.OverCap || dev0.UsedBytes != 40*gib || dev0.LastStep != accounting.StepTerminateClient {
 		t.Errorf("device %s::0 status: %+v", g0, dev0)
 	}
@@ -147,10 +145,32 @@ func TestReportPolicyTerminatesNothing(t *testing.T) {
 	if len(clients) != 2 {
 		t.Errorf("report must not terminate anyone: clients %v", clients)
 	}
-	if st := h.agent.Status().Accounting; st == nil || !st.Devices[0].OverCap {
-		t.Errorf("the over-cap device should be reported: %+v", st)
+	if d := h.agent.Status().device(g0 + "::0"); d == nil || !d.OverCap {
+		t.Errorf("the over-cap device should be reported: %+v", d)
 	}
 	if len(killer.sent) != 0 {
 		t.Errorf("report must not signal: %v", killer.sent)
+	}
+}
+
+// device finds a virtual device of the status by name.
+func (s Status) device(name string) *DeviceStatus {
+	for i := range s.Devices {
+		if s.Devices[i].Name == name {
+			return &s.Devices[i]
+		}
+	}
+	return nil
+}
+
+// host.conf's mps_accounting values are taken as accounting policies as
+// they are: the two spellings must not drift apart.
+func TestConfigAccountingValuesArePolicies(t *testing.T) {
+	for v, p := range map[string]accounting.Policy{
+		config.AccountingOff: accounting.PolicyOff, config.AccountingReport: accounting.PolicyReport, config.AccountingEnforce: accounting.PolicyEnforce,
+	} {
+		if accounting.Policy(v) != p {
+			t.Errorf("mps_accounting %q is not accounting policy %q", v, p)
+		}
 	}
 }

@@ -29,7 +29,6 @@ import (
 type Inventory interface {
 	EnsureHost(ctx context.Context, name string) (api.Host, error)
 	SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (client.SyncResult, error)
-	ListIsolatedDevices(ctx context.Context, o client.ListOptions) (*api.IsolatedDeviceList, error)
 }
 
 // Options wires an Agent.

@@ -1,14 +1,13 @@
 package agent
 
 import (
-	"context"
 	"strconv"
 	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/cdi"
-	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/plan"
+	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
 // CDIStatus is the last write of the host's CDI spec.
@@ -24,7 +23,7 @@ func (a *Agent) cdiOptions(cfg *Config) cdi.Options {
 
 // CDIName is the name a container runtime is given for a virtual device.
 func CDIName(gpuUUID string, index int) string {
-	return cdi.QualifiedName(cdi.DefaultKind, cdi.VirtualDeviceName(gpuUUID, index))
+	return cdi.QualifiedName(cdi.DefaultKind, vdev.Name(gpuUUID, index))
 }
 
 // writeCDI makes the host's CDI spec hold every device that may be handed
@@ -39,7 +38,7 @@ func (a *Agent) writeCDI(cfg *Config, p *plan.Plan, statuses []GPUStatus, rows [
 		a.cdiIDs = map[string]string{}
 		for _, r := range rows {
 			if uuid, i, ok := rowName(r); ok {
-				a.cdiIDs[cdi.VirtualDeviceName(uuid, i)] = r.ID
+				a.cdiIDs[vdev.Name(uuid, i)] = r.ID
 			}
 		}
 	}
@@ -51,7 +50,7 @@ func (a *Agent) writeCDI(cfg *Config, p *plan.Plan, statuses []GPUStatus, rows [
 		}
 		pipe := cfg.pipeLog(gp.GPU.UUID).PipeDir
 		for _, d := range gp.Devices {
-			name := cdi.VirtualDeviceName(gp.GPU.UUID, d.Index)
+			name := vdev.Name(gp.GPU.UUID, d.Index)
 			seen[name] = true
 			devs = append(devs, cdi.FromVirtual(d, a.cdiIDs[name], pipe))
 		}
@@ -59,7 +58,7 @@ func (a *Agent) writeCDI(cfg *Config, p *plan.Plan, statuses []GPUStatus, rows [
 	for _, r := range rows {
 		uuid, i, ok := rowName(r)
 		minor, known := a.minors[uuid]
-		if !ok || !known || r.GuestID == "" || seen[cdi.VirtualDeviceName(uuid, i)] {
+		if !ok || !known || r.GuestID == "" || seen[vdev.Name(uuid, i)] {
 			continue
 		}
 		devs = append(devs, cdi.Device{GPUUUID: uuid, Index: i, ID: r.ID, Minor: minor, PipeDir: cfg.pipeLog(uuid).PipeDir,
@@ -87,20 +86,4 @@ func rowName(r api.IsolatedDevice) (string, int, bool) {
 	}
 	i, err := strconv.Atoi(r.Addr[k+1:])
 	return r.DevicePath, i, err == nil
-}
-
-// hostRows lists the host's MPS rows, every page.
-func (a *Agent) hostRows(ctx context.Context, hostID string) ([]api.IsolatedDevice, error) {
-	var rows []api.IsolatedDevice
-	for offset := 0; ; {
-		l, err := a.opts.Inventory.ListIsolatedDevices(ctx, client.ListOptions{HostID: hostID, DevType: api.DevTypeNvidiaMPS, Limit: 1000, Offset: offset})
-		if err != nil {
-			return nil, err
-		}
-		rows = append(rows, l.IsolatedDevices...)
-		offset += len(l.IsolatedDevices)
-		if len(l.IsolatedDevices) == 0 || offset >= l.Total {
-			return rows, nil
-		}
-	}
 }

@@ -6,8 +6,21 @@ import (
 	"io"
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/metrics"
 	"yunion.io/x/mps-daemon/pkg/plan"
 )
+
+// buildPlan lists the GPUs, reads their NUMA nodes from sysfs and builds the
+// plan of cfg against them; it also returns the GPUs.
+func buildPlan(ctx context.Context, backend gpu.Backend, cfg *Config, sysfsRoot, devRoot string) (*plan.Plan, []gpu.Info, error) {
+	gpus, err := backend.Devices(ctx)
+	if err != nil {
+		return nil, nil, withKind(metrics.ErrorGPU, fmt.Errorf("listing GPUs: %w", err))
+	}
+	gpu.FillNUMA(sysfsRoot, gpus)
+	p, err := plan.Build(cfg.Host, cfg.Devices, gpus, gpu.Resolver{SysfsRoot: sysfsRoot, DevRoot: devRoot})
+	return p, gpus, err
+}
 
 // CheckConfig validates the configuration against the GPUs the backend
 // reports and writes the plan (GPU, N, cap per device) to w. It touches
@@ -20,12 +33,7 @@ func CheckConfig(ctx context.Context, cfg *Config, backend gpu.Backend, sysfsRoo
 	if devRoot == "" {
 		devRoot = cfg.Host.DevRoot
 	}
-	gpus, err := backend.Devices(ctx)
-	if err != nil {
-		return fmt.Errorf("listing GPUs: %w", err)
-	}
-	gpu.FillNUMA(sysfsRoot, gpus)
-	p, err := plan.Build(cfg.Host, cfg.Devices, gpus, gpu.Resolver{SysfsRoot: sysfsRoot, DevRoot: devRoot})
+	p, _, err := buildPlan(ctx, backend, cfg, sysfsRoot, devRoot)
 	if err != nil {
 		return err
 	}

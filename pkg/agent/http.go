@@ -24,15 +24,14 @@ type telemetry struct {
 func newTelemetry(hostname string, snapshot func() metrics.Snapshot) *telemetry {
 	d := metrics.NewDaemon(metrics.DaemonOptions{
 		Hostname: hostname, Snapshot: snapshot,
-		EnforcementSteps: []string{accounting.StepTerminateClient, accounting.StepSIGTERM, accounting.StepSIGKILL,
-			accounting.StepGone, accounting.StepGaveUp, accounting.StepFailed},
+		EnforcementSteps: accounting.StepNames(),
 	})
 	return &telemetry{reg: metrics.NewRegistry(d), daemon: d}
 }
 
 // observeAccounting counts the enforcement steps of one accounting tick, so
 // an operator can alert on them; usage per device is read from the status.
-func (m *telemetry) observeAccounting(r accounting.Report, _ map[string]uint64) {
+func (m *telemetry) observeAccounting(r accounting.Report) {
 	for _, s := range r.Steps {
 		m.daemon.ObserveEnforcementStep(s.Step)
 	}

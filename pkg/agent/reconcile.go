@@ -55,10 +55,12 @@ type DeviceStatus struct {
 	ThreadPercentage int    `json:"thread_percentage"`
 	// UsedBytes and Clients are the last accounting sample; Measured is
 	// false when there was none (accounting off, or the GPU unreadable).
-	UsedBytes      uint64 `json:"used_bytes"`
-	Clients        int    `json:"clients"`
-	Measured       bool   `json:"measured"`
-	OverCap        bool   `json:"over_cap,omitempty"`
+	UsedBytes uint64 `json:"used_bytes"`
+	Clients   int    `json:"clients"`
+	Measured  bool   `json:"measured"`
+	OverCap   bool   `json:"over_cap,omitempty"`
+	// LastStep is what enforcement last did on one of its clients.
+	LastStep       string `json:"last_step,omitempty"`
 	Guest          string `json:"guest,omitempty"`
 	Healthy        bool   `json:"healthy"`
 	PendingRemoval bool   `json:"pending_removal,omitempty"`
@@ -126,9 +128,13 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 	start := time.Now()
 	defer func() { a.met.observe(time.Since(start), err) }()
 	cfg := a.config()
-	p, err := a.plan(ctx, cfg)
+	p, gpus, err := a.plan(ctx, cfg)
 	if err != nil {
 		return a.fail(withKind(metrics.ErrorConfig, fmt.Errorf("invalid configuration, nothing changed: %w", err)))
+	}
+	a.minors = map[string]int{}
+	for _, g := range gpus {
+		a.minors[g.UUID] = g.Minor
 	}
 
 	// MPS first: it must work even while the inventory is away.
@@ -169,13 +175,9 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 		a.setGPUs(statuses, 0, false)
 		return a.fail(withKind(metrics.ErrorInventory, fmt.Errorf("syncing devices with the inventory: %w", err)))
 	}
-	if rows, err := a.hostRows(ctx, hostID); err != nil {
-		a.log.Warn("listing the host's devices for the CDI spec; ids wait for the next reconcile", "err", err)
-	} else {
-		a.writeCDI(cfg, p, statuses, rows)
-		a.setDevices(rows, statuses)
-	}
-	retiring := a.retire(ctx, cfg, planned, hostID)
+	a.writeCDI(cfg, p, statuses, res.Devices)
+	a.setDevices(res.Devices, statuses)
+	retiring := a.retire(ctx, cfg, planned, res.Devices)
 	a.setGPUs(statuses, len(desired), true)
 	a.mu.Lock()
 	a.status.Retiring = retiring
@@ -191,19 +193,9 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 	return nil
 }
 
-// plan lists the GPUs and builds the plan of cfg against them.
-func (a *Agent) plan(ctx context.Context, cfg *Config) (*plan.Plan, error) {
-	gpus, err := a.opts.Backend.Devices(ctx)
-	if err != nil {
-		return nil, withKind(metrics.ErrorGPU, fmt.Errorf("listing GPUs: %w", err))
-	}
-	minors := map[string]int{}
-	for _, g := range gpus {
-		minors[g.UUID] = g.Minor
-	}
-	a.minors = minors
-	gpu.FillNUMA(a.opts.SysfsRoot, gpus)
-	return plan.Build(cfg.Host, cfg.Devices, gpus, gpu.Resolver{SysfsRoot: a.opts.SysfsRoot, DevRoot: a.opts.DevRoot})
+// plan builds the plan of cfg against the GPUs present.
+func (a *Agent) plan(ctx context.Context, cfg *Config) (*plan.Plan, []gpu.Info, error) {
+	return buildPlan(ctx, a.opts.Backend, cfg, a.opts.SysfsRoot, a.opts.DevRoot)
 }
 
 // prepareGPU gets one GPU to the point where its devices may be handed out:

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/api"
-	"yunion.io/x/mps-daemon/pkg/inventory/client"
 )
 
 // retire stops the MPS control daemon of every GPU that is no longer in the
@@ -18,11 +17,18 @@ import (
 // pending removal (the sync does that), and the GPU is listed as retiring.
 // Daemons found in the pipe root that this process never started (a GPU
 // removed while the daemon was down) are retired the same way.
-func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[string]bool, hostID string) []string {
+// rows are the host's devices as the inventory holds them after the sync.
+func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[string]bool, rows []api.IsolatedDevice) []string {
+	heldPerGPU := map[string]int{}
+	for _, r := range rows {
+		if r.GuestID != "" {
+			heldPerGPU[r.DevicePath]++
+		}
+	}
 	var retiring []string
 	for _, uuid := range a.unplanned(cfg, planned) {
-		gs := a.gpu(cfg, uuid, a.log.With("gpu", uuid))
 		log := a.log.With("gpu", uuid)
+		gs := a.gpu(cfg, uuid, log)
 		up, err := gs.ctl.Running(ctx)
 		if err != nil {
 			log.Warn("asking a retired GPU's MPS control daemon", "err", err)
@@ -33,15 +39,10 @@ func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[string]bool
 			delete(a.gpus, uuid)
 			continue
 		}
-		held, err := a.heldDevices(ctx, hostID, uuid)
-		if err != nil {
-			log.Warn("cannot tell whether a retired GPU's devices are held; keeping its MPS daemon", "err", err)
-			retiring = append(retiring, uuid)
-			continue
-		}
+		held := heldPerGPU[uuid]
 		clients := a.connectedClients(ctx, gs)
-		if len(held) > 0 || clients > 0 {
-			log.Info("GPU left the configuration; its MPS daemon stays while it is in use", "held_devices", len(held), "clients", clients)
+		if held > 0 || clients > 0 {
+			log.Info("GPU left the configuration; its MPS daemon stays while it is in use", "held_devices", held, "clients", clients)
 			retiring = append(retiring, uuid)
 			continue
 		}
@@ -81,26 +82,6 @@ func (a *Agent) unplanned(cfg *Config, planned map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// heldDevices lists the host's devices of one GPU that a guest holds.
-func (a *Agent) heldDevices(ctx context.Context, hostID, uuid string) ([]api.IsolatedDevice, error) {
-	var held []api.IsolatedDevice
-	for offset := 0; ; {
-		l, err := a.opts.Inventory.ListIsolatedDevices(ctx, client.ListOptions{HostID: hostID, DevType: api.DevTypeNvidiaMPS, GPU: uuid, Limit: 1000, Offset: offset})
-		if err != nil {
-			return nil, err
-		}
-		for _, d := range l.IsolatedDevices {
-			if d.GuestID != "" {
-				held = append(held, d)
-			}
-		}
-		offset += len(l.IsolatedDevices)
-		if len(l.IsolatedDevices) == 0 || offset >= l.Total {
-			return held, nil
-		}
-	}
 }
 
 // connectedClients counts the clients of a GPU's servers; an answer that

@@ -15,6 +15,10 @@ import (
 type SyncResult struct {
 	Created, Updated, Deleted, Unchanged int
 	Held                                 []string
+	// Devices are the host's NVIDIA_MPS rows as the sync left them (the
+	// desired ones and the held ones), with their ids: what the host needs
+	// afterwards (its CDI spec, what is held) without listing them again.
+	Devices []api.IsolatedDevice
 }
 
 // syncPageSize is the page SyncDevices lists the host's rows with
@@ -93,6 +97,7 @@ func (c *Client) SyncDevices(ctx context.Context, hostID string, desired []api.I
 			created, createErr := c.CreateIsolatedDevice(ctx, d)
 			if createErr == nil {
 				res.Created++
+				res.Devices = append(res.Devices, created)
 				c.log.Debug("created isolated device", "addr", d.Addr, "id", created.ID)
 				continue
 			}
@@ -111,15 +116,18 @@ func (c *Client) SyncDevices(ctx context.Context, hostID string, desired []api.I
 		}
 		if ownedOf(cur).equal(ownedOf(d)) {
 			res.Unchanged++
+			res.Devices = append(res.Devices, cur)
 			continue
 		}
+		var updated api.IsolatedDeviceBody
 		err := c.do(ctx, "PUT", devicePath(cur.ID), nil, struct {
 			Device owned `json:"isolated_device"`
-		}{ownedOf(d)}, nil)
+		}{ownedOf(d)}, &updated)
 		if err != nil {
 			return res, fmt.Errorf("updating isolated device %s (%s): %w", d.Addr, cur.ID, err)
 		}
 		res.Updated++
+		res.Devices = append(res.Devices, updated.IsolatedDevice)
 		c.log.Debug("updated isolated device", "addr", d.Addr, "id", cur.ID)
 	}
 
@@ -138,6 +146,9 @@ func (c *Client) SyncDevices(ctx context.Context, hostID string, desired []api.I
 			c.log.Debug("deleted isolated device", "addr", d.Addr, "id", d.ID)
 		case IsDeviceInUse(err):
 			res.Held = append(res.Held, d.ID)
+			held := d
+			held.PendingRemoval = true
+			res.Devices = append(res.Devices, held)
 			if d.PendingRemoval {
 				continue // marked by an earlier sync
 			}

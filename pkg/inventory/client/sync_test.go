@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +21,6 @@ import (
 // PostgreSQL database, see storetest.ForEachBackend) on loopback.
 type inventory struct {
 	st  *store.Store
-	api http.Handler
 	url string
 	// token is an admin token of this inventory.
 	token string
@@ -34,15 +34,29 @@ func newInventory(t *testing.T, st *store.Store, opts server.Options, wrap func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv := &inventory{st: st, api: server.New(st, opts, nil), token: token}
-	h := inv.api
+	h := server.New(st, opts, nil)
 	if wrap != nil {
 		h = wrap(h)
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	inv.url = srv.URL
-	return inv
+	return &inventory{st: st, url: srv.URL, token: token}
+}
+
+// newClient is a client of inv with its admin token and default options.
+func (inv *inventory) newClient() *Client { return New(Options{URL: inv.url, Token: inv.token}) }
+
+// newInventoryWithHost is newInventory over st, with nothing in front, a
+// client of it and host "gpu-1" registered through that client.
+func newInventoryWithHost(t *testing.T, st *store.Store) (*inventory, *Client, api.Host) {
+	t.Helper()
+	inv := newInventory(t, st, server.Options{}, nil)
+	c := inv.newClient()
+	h, err := c.EnsureHost(t.Context(), "gpu-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inv, c, h
 }
 
 // gpuSlices is what the agent wants for one GPU split in n.
@@ -82,20 +96,35 @@ func mustSync(t *testing.T, c *Client, hostID string, want []api.IsolatedDevice,
 	if err != nil {
 		t.Fatalf("SyncDevices: %v (did %+v)", err, got)
 	}
+	devices := got.Devices
+	got.Devices = nil
 	if !reflect.DeepEqual(got, expect) {
 		t.Fatalf("SyncDevices = %+v, want %+v", got, expect)
+	}
+	// Devices is the host's MPS rows as the inventory now holds them.
+	summary := func(d api.IsolatedDevice) string {
+		return fmt.Sprintf("%s %s guest=%q pending=%v limit=%d", d.ID, d.Addr, d.GuestID, d.PendingRemoval, d.MPSMemoryLimit)
+	}
+	var fromSync, listed []string
+	for _, d := range devices {
+		fromSync = append(fromSync, summary(d))
+	}
+	for _, d := range rows(t, c, hostID) {
+		if d.DevType == api.DevTypeNvidiaMPS {
+			listed = append(listed, summary(d))
+		}
+	}
+	slices.Sort(fromSync)
+	slices.Sort(listed)
+	if !slices.Equal(fromSync, listed) {
+		t.Fatalf("SyncResult.Devices\n%v\nbut the inventory holds\n%v", fromSync, listed)
 	}
 }
 
 func TestSyncDevices(t *testing.T) {
 	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
 		ctx := t.Context()
-		inv := newInventory(t, open(), server.Options{}, nil)
-		c := New(Options{URL: inv.url, Token: inv.token})
-		h, err := c.EnsureHost(ctx, "gpu-1")
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, c, h := newInventoryWithHost(t, open())
 		if again, err := c.EnsureHost(ctx, "gpu-1"); err != nil || again.ID != h.ID {
 			t.Fatalf("second EnsureHost = %+v, %v; want host %s", again, err, h.ID)
 		}
@@ -210,7 +239,7 @@ func TestSyncPagesThroughAllRows(t *testing.T) {
 						next.ServeHTTP(w, r)
 					})
 				})
-				c := New(Options{URL: inv.url, Token: inv.token})
+				c := inv.newClient()
 				c.pageSize = 3
 				h, err := c.EnsureHost(t.Context(), tt.host)
 				if err != nil {
@@ -251,7 +280,7 @@ func TestSyncAdoptsRowCreatedConcurrently(t *testing.T) {
 				next.ServeHTTP(w, r)
 			})
 		})
-		c := New(Options{URL: inv.url, Token: inv.token})
+		c := inv.newClient()
 		h, err := c.EnsureHost(t.Context(), "gpu-1")
 		if err != nil {
 			t.Fatal(err)
@@ -266,19 +295,14 @@ func TestSyncAdoptsRowCreatedConcurrently(t *testing.T) {
 // Two agents syncing one host at once end with exactly the desired rows.
 func TestConcurrentSyncs(t *testing.T) {
 	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
-		inv := newInventory(t, open(), server.Options{}, nil)
-		c := New(Options{URL: inv.url, Token: inv.token})
-		h, err := c.EnsureHost(t.Context(), "gpu-1")
-		if err != nil {
-			t.Fatal(err)
-		}
+		inv, c, h := newInventoryWithHost(t, open())
 		want := gpuSlices("06", 8)
 		var wg sync.WaitGroup
 		results := make([]SyncResult, 4)
 		for i := range results {
 			wg.Go(func() {
 				var err error
-				if results[i], err = New(Options{URL: inv.url, Token: inv.token}).SyncDevices(t.Context(), h.ID, want); err != nil {
+				if results[i], err = inv.newClient().SyncDevices(t.Context(), h.ID, want); err != nil {
 					t.Errorf("sync %d: %v", i, err)
 				}
 			})
