@@ -87,11 +87,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func serve(ctx context.Context, f flags, stderr io.Writer) error {
-	log, err := logging.FromEnv(stderr, f.logLevel, os.Getenv)
-	if err != nil {
-		return err
-	}
-	st, err := openStore(ctx, f.db, log)
+	st, log, err := openStore(ctx, f, stderr)
 	if err != nil {
 		return err
 	}
@@ -145,8 +141,16 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 	return nil
 }
 
-// openStore opens the --db database, for serve and the token commands
-// alike.
-func openStore(ctx context.Context, dsn string, log *slog.Logger) (*store.Store, error) {
-	return store.Open(ctx, dsn, log.With("component", "store"))
+// openStore builds the --log-level logger and opens the --db database with
+// it, for serve and the token commands alike.
+func openStore(ctx context.Context, f flags, stderr io.Writer) (*store.Store, *slog.Logger, error) {
+	log, err := logging.FromEnv(stderr, f.logLevel, os.Getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := store.Open(ctx, f.db, log.With("component", "store"))
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, log, nil
 }

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
-	"yunion.io/x/mps-daemon/pkg/logging"
 )
 
 const tokenLong = `API tokens, kept in the inventory's database (--db, the same as the
@@ -93,11 +91,7 @@ func tokenCommand(f *flags, stdout, stderr io.Writer) *cobra.Command {
 
 // withStore opens the database for one token command.
 func withStore(ctx context.Context, f *flags, stderr io.Writer, fn func(st *store.Store) error) error {
-	log, err := logging.FromEnv(stderr, f.logLevel, os.Getenv)
-	if err != nil {
-		return err
-	}
-	st, err := openStore(ctx, f.db, log)
+	st, _, err := openStore(ctx, *f, stderr)
 	if err != nil {
 		return err
 	}

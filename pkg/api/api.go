@@ -108,6 +108,21 @@ type IsolatedDeviceBody struct {
 	IsolatedDevice IsolatedDevice `json:"isolated_device"`
 }
 
+// IsolatedDevicesBody is the answer of attach and detach
+// (POST /servers/{guest}/attach-isolated-device and
+// detach-isolated-device): the devices the request changed.
+type IsolatedDevicesBody struct {
+	IsolatedDevices []IsolatedDevice `json:"isolated_devices"`
+}
+
+// PurgeBody is the answer of POST /isolated_devices/{id}/purge: the device
+// as it was, and the guest a forced purge detached it from (absent when it
+// was free).
+type PurgeBody struct {
+	IsolatedDevice IsolatedDevice `json:"isolated_device"`
+	DetachedGuest  string         `json:"detached_guest,omitempty"`
+}
+
 // HostList is the answer of GET /hosts.
 type HostList struct {
 	Hosts  []Host `json:"hosts"`

@@ -13,18 +13,7 @@ import (
 // Attaching, detaching and purging, with Cloudpods' command names. Each
 // prints the devices it changed as the list table (without the paging
 // footer: it is not a page of a list), or with -o json what the API
-// answered.
-
-// deviceListJSON is the -o json form of attach and detach: the API's answer.
-type deviceListJSON struct {
-	IsolatedDevices []api.IsolatedDevice `json:"isolated_devices"`
-}
-
-// purgeJSON is the -o json form of purge: the API's answer.
-type purgeJSON struct {
-	IsolatedDevice api.IsolatedDevice `json:"isolated_device"`
-	DetachedGuest  string             `json:"detached_guest,omitempty"`
-}
+// answered (api.IsolatedDevicesBody, api.PurgeBody).
 
 func (a *app) allocCommands() []*cobra.Command {
 	return []*cobra.Command{a.serverAttachCommand(), a.serverDetachCommand(), a.isolatedDevicePurgeCommand()}
@@ -140,7 +129,7 @@ is detached first, and the server it was taken from is printed.`,
 				return fmt.Errorf("purging isolated device %s: %w", args[0], err)
 			}
 			if a.output == "json" {
-				return writeJSON(a.stdout, purgeJSON{IsolatedDevice: dev, DetachedGuest: guest})
+				return writeJSON(a.stdout, api.PurgeBody{IsolatedDevice: dev, DetachedGuest: guest})
 			}
 			if err := a.printDevices([]api.IsolatedDevice{dev}); err != nil {
 				return err
@@ -161,7 +150,7 @@ func (a *app) printDevices(devs []api.IsolatedDevice) error {
 		devs = []api.IsolatedDevice{}
 	}
 	if a.output == "json" {
-		return writeJSON(a.stdout, deviceListJSON{IsolatedDevices: devs})
+		return writeJSON(a.stdout, api.IsolatedDevicesBody{IsolatedDevices: devs})
 	}
 	rows, err := ToObjects(devs)
 	if err != nil {

@@ -4,13 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/api"
-	"yunion.io/x/mps-daemon/pkg/inventory/server"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
@@ -29,17 +27,12 @@ type allocInventory struct {
 func newAllocInventory(t *testing.T, st *store.Store) *allocInventory {
 	t.Helper()
 	ctx := t.Context()
-	token, _, err := st.CreateToken(ctx, store.NewToken{Name: "admin", Role: store.RoleAdmin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(server.New(st, server.Options{}, nil))
-	t.Cleanup(srv.Close)
+	url, token := serve(t, st)
 	h, err := st.CreateHost(ctx, api.Host{Name: "gpu-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv := &allocInventory{st: st, args: []string{"--url", srv.URL, "--token", token}}
+	inv := &allocInventory{st: st, args: []string{"--url", url, "--token", token}}
 	for g := range 2 {
 		for i := range 2 {
 			d, err := st.CreateDevice(ctx, api.IsolatedDevice{

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -128,20 +127,12 @@ func (a *app) setup() error {
 	for _, w := range warnings {
 		fmt.Fprintln(a.stderr, w)
 	}
-	if err := checkURL(ep.URL); err != nil {
-		return err
+	// From --url or MPS_INVENTORY_URL (host.conf's is checked by
+	// pkg/config): a usage error.
+	if err := client.CheckURL(ep.URL); err != nil {
+		return fmt.Errorf("invalid %w", err)
 	}
 	a.endpoint = ep
-	return nil
-}
-
-// checkURL refuses a URL the client could not use, as a usage error: it
-// comes from --url or MPS_INVENTORY_URL (host.conf's is checked by pkg/config).
-func checkURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("invalid inventory URL %q: want http(s)://host[:port]", raw)
-	}
 	return nil
 }
 

@@ -35,20 +35,28 @@ type inventory struct {
 	Devices []api.IsolatedDevice
 }
 
+// serve starts the API over st on loopback, until t ends, and makes an
+// admin token for it.
+func serve(t *testing.T, st *store.Store) (url, token string) {
+	t.Helper()
+	token, _, err := st.CreateToken(t.Context(), store.NewToken{Name: "climc tests", Role: store.RoleAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(server.New(st, server.Options{}, nil))
+	t.Cleanup(srv.Close)
+	return srv.URL, token
+}
+
 // newInventory serves st (a new, empty database of either backend: see
 // storetest.ForEachBackend) and seeds it.
 func newInventory(t *testing.T, st *store.Store) *inventory {
 	t.Helper()
-	ctx := context.Background()
-	srv := httptest.NewServer(server.New(st, server.Options{}, nil))
-	t.Cleanup(srv.Close)
-
-	token, _, err := st.CreateToken(ctx, store.NewToken{Name: "climc tests", Role: store.RoleAdmin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := client.New(client.Options{URL: srv.URL, Token: token, Retries: -1})
-	inv := &inventory{URL: srv.URL, Token: token}
+	ctx := t.Context()
+	inv := &inventory{}
+	inv.URL, inv.Token = serve(t, st)
+	c := client.New(client.Options{URL: inv.URL, Token: inv.Token, Retries: -1})
+	var err error
 	if inv.Host1, err = c.CreateHost(ctx, api.Host{Name: "gpu-node-1", AccessIP: "10.0.0.11"}); err != nil {
 		t.Fatal(err)
 	}

@@ -178,9 +178,10 @@ func Footer(p Page) string {
 }
 
 // FormatTable draws a prettytable-style box: border, header, border, rows,
-// border (the last border only when there are rows). Cells are left-aligned with one space of padding each side; a
-// column is as wide as its widest cell or header, counted in runes. Every
-// row must have len(headers) cells.
+// border (the last border only when there are rows). Cells are
+// left-aligned with one space of padding each side; a column is as wide as
+// its widest cell or header, counted in runes. Every row must have
+// len(headers) cells.
 func FormatTable(headers []string, rows [][]string) string {
 	widths := make([]int, len(headers))
 	for i, h := range headers {

@@ -76,11 +76,6 @@ func Run(t testing.TB, l Load, final func() (map[string]string, error)) {
 	r.check(state)
 }
 
-// deviceList is the answer of attach and detach.
-type deviceList struct {
-	IsolatedDevices []api.IsolatedDevice `json:"isolated_devices"`
-}
-
 // holding is one guest's tenure of one device, in event numbers.
 type holding struct {
 	guest                 string
@@ -122,7 +117,7 @@ func (r *race) post(ctx context.Context, path, body string) (status int, devs []
 		return 0, nil, 0, 0, err
 	}
 	if resp.StatusCode == http.StatusOK {
-		var lb deviceList
+		var lb api.IsolatedDevicesBody
 		if err := json.Unmarshal(b, &lb); err != nil {
 			return 0, nil, 0, 0, fmt.Errorf("decoding %s: %w", b, err)
 		}

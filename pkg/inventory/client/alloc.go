@@ -60,17 +60,6 @@ type detachBody struct {
 	All    bool   `json:"all,omitempty"`
 }
 
-// deviceList is the answer of attach and detach.
-type deviceList struct {
-	IsolatedDevices []api.IsolatedDevice `json:"isolated_devices"`
-}
-
-// purgeAnswer is the answer of purge.
-type purgeAnswer struct {
-	IsolatedDevice api.IsolatedDevice `json:"isolated_device"`
-	DetachedGuest  string             `json:"detached_guest"`
-}
-
 func serverPath(guest, action string) string {
 	return "/servers/" + url.PathEscape(guest) + "/" + action
 }
@@ -79,7 +68,7 @@ func serverPath(guest, action string) string {
 // the guest already holds is answered as attached; one another guest
 // holds, or that is unhealthy or pending removal, is a 409 (IsConflict).
 func (c *Client) AttachIsolatedDevice(ctx context.Context, guest, id string) ([]api.IsolatedDevice, error) {
-	var out deviceList
+	var out api.IsolatedDevicesBody
 	err := c.do(ctx, "POST", serverPath(guest, "attach-isolated-device"), nil, attachBody{Device: id}, &out)
 	return out.IsolatedDevices, err
 }
@@ -89,7 +78,7 @@ func (c *Client) AttachIsolatedDevice(ctx context.Context, guest, id string) ([]
 // free. It is not retried once the request may have reached the server
 // (see above).
 func (c *Client) AttachIsolatedDevices(ctx context.Context, guest string, r AttachRequest) ([]api.IsolatedDevice, error) {
-	var out deviceList
+	var out api.IsolatedDevicesBody
 	body := attachBody{DevType: r.DevType, Model: r.Model, Count: r.Count, Host: r.Host, NUMANode: r.NUMANode}
 	err := c.doUnrepeatable(ctx, "POST", serverPath(guest, "attach-isolated-device"), body, &out)
 	return out.IsolatedDevices, err
@@ -99,14 +88,14 @@ func (c *Client) AttachIsolatedDevices(ctx context.Context, guest string, r Atta
 // device, or nothing when it was free already; a device another guest
 // holds is a 409.
 func (c *Client) DetachIsolatedDevice(ctx context.Context, guest, id string) ([]api.IsolatedDevice, error) {
-	var out deviceList
+	var out api.IsolatedDevicesBody
 	err := c.do(ctx, "POST", serverPath(guest, "detach-isolated-device"), nil, detachBody{Device: id}, &out)
 	return out.IsolatedDevices, err
 }
 
 // DetachAll takes back every device guest holds and returns them.
 func (c *Client) DetachAll(ctx context.Context, guest string) ([]api.IsolatedDevice, error) {
-	var out deviceList
+	var out api.IsolatedDevicesBody
 	err := c.do(ctx, "POST", serverPath(guest, "detach-isolated-device"), nil, detachBody{All: true}, &out)
 	return out.IsolatedDevices, err
 }
@@ -122,7 +111,7 @@ func (c *Client) PurgeIsolatedDevice(ctx context.Context, id string, force bool)
 			Force bool `json:"force"`
 		}{true}
 	}
-	var out purgeAnswer
+	var out api.PurgeBody
 	err = c.doUnrepeatable(ctx, "POST", devicePath(id)+"/purge", in, &out)
 	return out.IsolatedDevice, out.DetachedGuest, err
 }

@@ -22,35 +22,21 @@ import (
 // allocEnv is a real inventory on loopback with an admin token, and a host
 // "gpu-1" synced with two P40s of four slices (GPU-06 and GPU-07).
 type allocEnv struct {
-	st    *store.Store
-	url   string
-	token string
-	host  api.Host
-	// calls counts the requests that reached the server, by path.
-	calls map[string]*atomic.Int64
+	*inventory
+	host api.Host
 }
 
 // newAllocEnv starts one over st, a new database of any backend (tests run
 // in storetest.ForEachBackend); wrap, when set, sits in front of the API.
 func newAllocEnv(t *testing.T, st *store.Store, wrap func(next http.Handler) http.Handler) *allocEnv {
 	t.Helper()
-	ctx := t.Context()
-	token, _, err := st.CreateToken(ctx, store.NewToken{Name: "admin", Role: store.RoleAdmin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := server.New(st, server.Options{}, nil)
-	if wrap != nil {
-		h = wrap(h)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	e := &allocEnv{st: st, url: srv.URL, token: token}
+	e := &allocEnv{inventory: newInventory(t, st, server.Options{}, wrap)}
 	c := e.client(Options{})
-	if e.host, err = c.EnsureHost(ctx, "gpu-1"); err != nil {
+	var err error
+	if e.host, err = c.EnsureHost(t.Context(), "gpu-1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.SyncDevices(ctx, e.host.ID, append(gpuSlices("06", 4), gpuSlices("07", 4)...)); err != nil {
+	if _, err := c.SyncDevices(t.Context(), e.host.ID, append(gpuSlices("06", 4), gpuSlices("07", 4)...)); err != nil {
 		t.Fatal(err)
 	}
 	return e

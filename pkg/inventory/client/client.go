@@ -81,9 +81,7 @@ func New(o Options) *Client {
 		http: o.HTTPClient, log: o.Log, backoffBase: 100 * time.Millisecond, backoffMax: 5 * time.Second,
 		pageSize: syncPageSize,
 	}
-	if u, err := url.Parse(c.base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		c.baseErr = fmt.Errorf("inventory URL %q: want http(s)://host[:port][/path]", o.URL)
-	}
+	c.baseErr = CheckURL(o.URL)
 	if c.timeout <= 0 {
 		c.timeout = defaultTimeout
 	}
@@ -100,6 +98,16 @@ func New(o Options) *Client {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	return c
+}
+
+// CheckURL refuses an inventory URL a Client cannot use: one that is not
+// http(s)://host[:port][/path].
+func CheckURL(raw string) error {
+	u, err := url.Parse(strings.TrimRight(raw, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("inventory URL %q: want http(s)://host[:port][/path]", raw)
+	}
+	return nil
 }
 
 // APIError is an error answer of the API. (It spells out api.Error's fields

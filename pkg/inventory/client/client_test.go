@@ -141,15 +141,10 @@ func TestCancelStopsRetries(t *testing.T) {
 func TestAPIErrors(t *testing.T) {
 	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
 		ctx := t.Context()
-		inv := newInventory(t, open(), server.Options{}, nil)
-		c := New(Options{URL: inv.url, Token: inv.token})
-		h, err := c.EnsureHost(ctx, "gpu-1")
-		if err != nil {
-			t.Fatal(err)
-		}
+		inv, c, h := newInventoryWithHost(t, open())
 
 		const unknown = "0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b"
-		_, err = c.GetIsolatedDevice(ctx, unknown)
+		_, err := c.GetIsolatedDevice(ctx, unknown)
 		var ae *APIError
 		if !errors.As(err, &ae) || !IsNotFound(err) || ae.Class != api.ClassNotFound || err.Error() != `isolated device "`+unknown+`" not found` {
 			t.Errorf("GetIsolatedDevice of a missing id: %#v", err)
@@ -191,7 +186,7 @@ func TestEnsureHostRace(t *testing.T) {
 				next.ServeHTTP(w, r)
 			})
 		})
-		h, err := New(Options{URL: inv.url, Token: inv.token}).EnsureHost(t.Context(), "gpu-1")
+		h, err := inv.newClient().EnsureHost(t.Context(), "gpu-1")
 		if err != nil {
 			t.Fatalf("EnsureHost after losing the race: %v", err)
 		}

@@ -17,26 +17,15 @@ import (
 //	POST /isolated_devices/{id}/purge             {"force":true} (body optional)
 //
 // Attach and detach answer {"isolated_devices":[...]}, the rows they
-// changed. {guest} is the id of a container or pod; this inventory does not
-// keep guests, it only records who holds a device.
+// changed (api.IsolatedDevicesBody). {guest} is the id of a container or
+// pod; this inventory does not keep guests, it only records who holds a
+// device.
 
 // addAllocRoutes adds the attach and detach routes to New's table. (Purge
 // is in the table itself.)
 func (s *server) addAllocRoutes(routes map[string]handlerFunc) {
 	routes["POST /servers/{guest}/attach-isolated-device"] = s.attachDevices
 	routes["POST /servers/{guest}/detach-isolated-device"] = s.detachDevices
-}
-
-// DeviceListBody is the answer of attach and detach: the devices changed.
-type DeviceListBody struct {
-	IsolatedDevices []api.IsolatedDevice `json:"isolated_devices"`
-}
-
-// PurgeBody is the answer of purge: the device as it was, and the guest a
-// forced purge detached it from (absent when it was free).
-type PurgeBody struct {
-	api.IsolatedDeviceBody
-	DetachedGuest string `json:"detached_guest,omitempty"`
 }
 
 // attachInput is the body of attach: device alone, or the model form.
@@ -82,17 +71,13 @@ func (s *server) attachDevices(w http.ResponseWriter, r *http.Request) error {
 		}
 		devs = []api.IsolatedDevice{d}
 	case in.Model != nil || in.Host != nil:
-		req := store.AttachRequest{NUMANode: in.NUMANode}
-		for _, f := range []struct{ dst, v *string }{{&req.DevType, in.DevType}, {&req.Model, in.Model}, {&req.Host, in.Host}} {
-			if f.v != nil {
-				*f.dst = *f.v
-			}
+		if in.Count != nil && *in.Count == 0 {
+			// The store reads 0 as "not sent" (1).
+			return badInput("field count: must be between 1 and %d", store.MaxAttachCount)
 		}
-		if in.Count != nil {
-			if *in.Count == 0 {
-				return badInput("field count: must be between 1 and %d", store.MaxAttachCount)
-			}
-			req.Count = *in.Count
+		req := store.AttachRequest{
+			DevType: deref(in.DevType), Model: deref(in.Model), Host: deref(in.Host),
+			Count: deref(in.Count), NUMANode: in.NUMANode,
 		}
 		if devs, err = s.st.AttachDevices(r.Context(), guest, req); err != nil {
 			return err
@@ -100,7 +85,7 @@ func (s *server) attachDevices(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return badInput("missing field device, or model and host")
 	}
-	writeJSON(w, http.StatusOK, DeviceListBody{IsolatedDevices: devs})
+	writeJSON(w, http.StatusOK, api.IsolatedDevicesBody{IsolatedDevices: devs})
 	return nil
 }
 
@@ -132,7 +117,7 @@ func (s *server) detachDevices(w http.ResponseWriter, r *http.Request) error {
 	if devs == nil {
 		devs = []api.IsolatedDevice{} // "isolated_devices":[] rather than null
 	}
-	writeJSON(w, http.StatusOK, DeviceListBody{IsolatedDevices: devs})
+	writeJSON(w, http.StatusOK, api.IsolatedDevicesBody{IsolatedDevices: devs})
 	return nil
 }
 
@@ -166,7 +151,7 @@ func (s *server) purgeDevice(w http.ResponseWriter, r *http.Request) error {
 	if guest != "" {
 		s.log.Warn("force purge detached an isolated device from its guest", "id", d.ID, "guest_id", guest)
 	}
-	writeJSON(w, http.StatusOK, PurgeBody{IsolatedDeviceBody: api.IsolatedDeviceBody{IsolatedDevice: d}, DetachedGuest: guest})
+	writeJSON(w, http.StatusOK, api.PurgeBody{IsolatedDevice: d, DetachedGuest: guest})
 	return nil
 }
 

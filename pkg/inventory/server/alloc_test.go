@@ -134,7 +134,7 @@ func TestAttachDetachAPI(t *testing.T) {
 				}
 				var got []api.IsolatedDevice
 				if strings.HasSuffix(st.path, "/purge") {
-					var pb PurgeBody
+					var pb api.PurgeBody
 					if err := json.Unmarshal(body, &pb); err != nil {
 						t.Fatal(err)
 					}
@@ -143,7 +143,7 @@ func TestAttachDetachAPI(t *testing.T) {
 					}
 					got = []api.IsolatedDevice{pb.IsolatedDevice}
 				} else {
-					var lb DeviceListBody
+					var lb api.IsolatedDevicesBody
 					if err := json.Unmarshal(body, &lb); err != nil || lb.IsolatedDevices == nil {
 						t.Fatalf("answer %s: %v (want a list, [] when empty)", body, err)
 					}

@@ -14,16 +14,6 @@ import (
 	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
-func openStore(t *testing.T, path string) *store.Store {
-	t.Helper()
-	st, err := store.OpenSQLite(t.Context(), path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	return st
-}
-
 // readToken returns the file's token after checking its mode.
 func readToken(t *testing.T, path string) string {
 	t.Helper()
@@ -126,7 +116,7 @@ func testEnsureAdminTokenFile(t *testing.T, b storetest.Backend) {
 
 func TestEnsureAdminTokenFileCases(t *testing.T) {
 	t.Run("empty path does nothing", func(t *testing.T) {
-		st := openStore(t, filepath.Join(t.TempDir(), "inventory.db"))
+		st := storetest.Open(t, filepath.Join(t.TempDir(), "inventory.db"))
 		if err := EnsureAdminTokenFile(t.Context(), st, "", nil); err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +126,7 @@ func TestEnsureAdminTokenFileCases(t *testing.T) {
 	})
 	t.Run("garbage in the file is replaced", func(t *testing.T) {
 		dir := t.TempDir()
-		st := openStore(t, filepath.Join(dir, "inventory.db"))
+		st := storetest.Open(t, filepath.Join(dir, "inventory.db"))
 		path := filepath.Join(dir, "admin.token")
 		if err := os.WriteFile(path, []byte("not a token\n"), 0o644); err != nil {
 			t.Fatal(err)
@@ -150,7 +140,7 @@ func TestEnsureAdminTokenFileCases(t *testing.T) {
 	})
 	t.Run("a valid token of another role is kept", func(t *testing.T) {
 		dir := t.TempDir()
-		st := openStore(t, filepath.Join(dir, "inventory.db"))
+		st := storetest.Open(t, filepath.Join(dir, "inventory.db"))
 		viewer, _, err := st.CreateToken(t.Context(), store.NewToken{Role: store.RoleViewer})
 		if err != nil {
 			t.Fatal(err)
@@ -168,7 +158,7 @@ func TestEnsureAdminTokenFileCases(t *testing.T) {
 	})
 	t.Run("unwritable place: error, and no token left behind", func(t *testing.T) {
 		dir := t.TempDir()
-		st := openStore(t, filepath.Join(dir, "inventory.db"))
+		st := storetest.Open(t, filepath.Join(dir, "inventory.db"))
 		blocker := filepath.Join(dir, "file")
 		if err := os.WriteFile(blocker, nil, 0o600); err != nil {
 			t.Fatal(err)
@@ -183,7 +173,7 @@ func TestEnsureAdminTokenFileCases(t *testing.T) {
 	})
 	t.Run("a directory at the path is an error", func(t *testing.T) {
 		dir := t.TempDir()
-		st := openStore(t, filepath.Join(dir, "inventory.db"))
+		st := storetest.Open(t, filepath.Join(dir, "inventory.db"))
 		err := EnsureAdminTokenFile(t.Context(), st, dir, nil)
 		if err == nil || !strings.Contains(err.Error(), "reading the admin token file") {
 			t.Fatalf("err = %v", err)

@@ -120,16 +120,14 @@ func checkPathIDs(pattern string, r *http.Request) error {
 	return nil
 }
 
-// ownHost is the host a host token acts for, as registered.
+// ownHost is the host a host token acts for, as registered: the host of
+// that name (GetHost also finds by id, so the name is checked).
 func (s *server) ownHost(r *http.Request, tok store.Token) (api.Host, error) {
-	hosts, _, err := s.st.ListHosts(r.Context(), store.HostFilter{Name: tok.Host, Limit: 1})
-	if err != nil {
-		return api.Host{}, err
-	}
-	if len(hosts) == 0 {
+	h, err := s.st.GetHost(r.Context(), tok.Host)
+	if errors.Is(err, store.ErrNotFound) || err == nil && h.Name != tok.Host {
 		return api.Host{}, forbidden("token for host %s: host %s is not registered yet (POST /hosts first)", tok.Host, tok.Host)
 	}
-	return hosts[0], nil
+	return h, err
 }
 
 // scoped returns the token of a request that step 2 must check, or false
@@ -221,11 +219,4 @@ func (s *server) mayForce(r *http.Request) error {
 		return err
 	}
 	return forbidden("role %s may not force a purge: it detaches the guest, which is for admin tokens", tok.Role)
-}
-
-func deref(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,33 +9,6 @@ import (
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
-
-// callFull is call returning the answer's headers too.
-func (e *env) callFull(method, path, body string, header ...string) (int, http.Header, []byte) {
-	e.t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(e.t.Context(), method, e.srv.URL+path, rd)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+e.admin)
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := e.srv.Client().Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header, b
-}
 
 func TestAuthentication(t *testing.T) {
 	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {

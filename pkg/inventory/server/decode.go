@@ -115,38 +115,23 @@ func (in *deviceInput) pcie() (info *api.PCIEInfo, set bool, err error) {
 // create is the device to create. numa_node defaults to -1 (unknown), as 0
 // is a real node. The id, when sent, reaches the store, which refuses it.
 func (in *deviceInput) create() (api.IsolatedDevice, error) {
-	d := api.IsolatedDevice{NumaNode: -1}
-	u, err := in.update()
+	info, _, err := in.pcie()
 	if err != nil {
-		return d, err
+		return api.IsolatedDevice{}, err
 	}
-	for _, f := range []struct{ dst, v *string }{
-		{&d.ID, in.ID}, {&d.HostID, in.HostID}, {&d.Name, u.Name}, {&d.DevType, u.DevType},
-		{&d.Model, u.Model}, {&d.Addr, u.Addr}, {&d.VendorDeviceID, u.VendorDeviceID},
-		{&d.MdevID, u.MdevID}, {&d.DevicePath, u.DevicePath}, {&d.RenderPath, u.RenderPath}, {&d.CDIName, u.CDIName},
-		{&d.GuestID, u.GuestID},
-	} {
-		if f.v != nil {
-			*f.dst = *f.v
-		}
+	d := api.IsolatedDevice{
+		ID: deref(in.ID), HostID: deref(in.HostID), Name: deref(in.Name), DevType: deref(in.DevType),
+		Model: deref(in.Model), Addr: deref(in.Addr), VendorDeviceID: deref(in.VendorDeviceID),
+		MdevID: deref(in.MdevID), DevicePath: deref(in.DevicePath), RenderPath: deref(in.RenderPath),
+		CDIName: deref(in.CDIName), GuestID: deref(in.GuestID),
+		NumaNode: -1, PCIEInfo: info, Index: deref(in.Index), DeviceMinor: deref(in.DeviceMinor),
+		MPSMemoryLimit: deref(in.MPSMemoryLimit), MPSMemoryTotal: deref(in.MPSMemoryTotal),
+		MPSThreadPercentage: deref(in.MPSThreadPercentage),
+		Unhealthy:           deref(in.Unhealthy), PendingRemoval: deref(in.PendingRemoval),
 	}
-	for _, f := range []struct{ dst, v *int }{
-		{&d.NumaNode, u.NumaNode}, {&d.Index, u.Index}, {&d.DeviceMinor, u.DeviceMinor},
-		{&d.MPSMemoryLimit, u.MPSMemoryLimit}, {&d.MPSMemoryTotal, u.MPSMemoryTotal},
-		{&d.MPSThreadPercentage, u.MPSThreadPercentage},
-	} {
-		if f.v != nil {
-			*f.dst = *f.v
-		}
+	if in.NumaNode != nil {
+		d.NumaNode = *in.NumaNode
 	}
-	for _, f := range []struct{ dst, v *bool }{
-		{&d.Unhealthy, u.Unhealthy}, {&d.PendingRemoval, u.PendingRemoval},
-	} {
-		if f.v != nil {
-			*f.dst = *f.v
-		}
-	}
-	d.PCIEInfo = u.PCIEInfo
 	return d, nil
 }
 
@@ -190,15 +175,7 @@ type hostBody struct {
 }
 
 func (in *hostInput) create() api.Host {
-	var h api.Host
-	for _, f := range []struct{ dst, v *string }{
-		{&h.ID, in.ID}, {&h.Name, in.Name}, {&h.AccessIP, in.AccessIP}, {&h.HostType, in.HostType},
-	} {
-		if f.v != nil {
-			*f.dst = *f.v
-		}
-	}
-	return h
+	return api.Host{ID: deref(in.ID), Name: deref(in.Name), AccessIP: deref(in.AccessIP), HostType: deref(in.HostType)}
 }
 
 func (in *hostInput) update() store.HostUpdate {
@@ -214,4 +191,13 @@ func nonEmpty(p *string) *string {
 		return nil
 	}
 	return p
+}
+
+// deref is *p, or the zero value for nil (a field the body left out).
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
 }

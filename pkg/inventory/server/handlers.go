@@ -71,11 +71,8 @@ func (s *server) updateHost(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) deleteHost(w http.ResponseWriter, r *http.Request) error {
-	h, err := s.st.GetHost(r.Context(), r.PathValue("id"))
+	h, err := s.st.DeleteHost(r.Context(), r.PathValue("id"))
 	if err != nil {
-		return err
-	}
-	if err := s.st.DeleteHost(r.Context(), h.ID); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, api.HostBody{Host: h})
@@ -191,11 +188,8 @@ func (s *server) deleteDevice(w http.ResponseWriter, r *http.Request) error {
 	if err := s.mayChangeDevice(r, r.PathValue("id"), nil); err != nil {
 		return err
 	}
-	d, err := s.st.GetDevice(r.Context(), r.PathValue("id"))
+	d, err := s.st.DeleteDevice(r.Context(), r.PathValue("id"))
 	if err != nil {
-		return err
-	}
-	if err := s.st.DeleteDevice(r.Context(), d.ID); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, api.IsolatedDeviceBody{IsolatedDevice: d})

@@ -167,7 +167,8 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 		if rec.status == 0 {
 			rec.status = http.StatusOK
 		}
-		s.requests.Observe(route, r.Method, rec.status, time.Since(start))
+		took := time.Since(start)
+		s.requests.Observe(route, r.Method, rec.status, took)
 		level := slog.LevelDebug
 		switch {
 		case rec.status >= 500:
@@ -179,7 +180,7 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 			slog.String("method", r.Method),
 			slog.String("path", r.URL.Path),
 			slog.Int("status", rec.status),
-			slog.Duration("duration", time.Since(start)),
+			slog.Duration("duration", took),
 		}
 		if r.URL.RawQuery != "" {
 			attrs = append(attrs, slog.String("query", r.URL.RawQuery))

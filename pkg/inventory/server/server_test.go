@@ -71,6 +71,13 @@ func newEnvOn(t *testing.T, st *store.Store, opts Options) *env {
 // ("Authorization", "" sends none).
 func (e *env) call(method, path, body string, header ...string) (int, []byte) {
 	e.t.Helper()
+	status, _, b := e.callFull(method, path, body, header...)
+	return status, b
+}
+
+// callFull is call returning the answer's headers too.
+func (e *env) callFull(method, path, body string, header ...string) (int, http.Header, []byte) {
+	e.t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -92,7 +99,7 @@ func (e *env) call(method, path, body string, header ...string) (int, []byte) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return resp.StatusCode, b
+	return resp.StatusCode, resp.Header, b
 }
 
 // mustCall is call that fails the test unless the status is 200, and

@@ -319,7 +319,7 @@ func TestDetachPendingRemovalKeepsRow(t *testing.T) {
 		}
 		_, err = s.AttachDevice(ctx, "g2", devs[0].ID)
 		wantRefusal(t, err, ErrNoCapacity, "pending removal")
-		if err := s.DeleteDevice(ctx, devs[0].ID); err != nil {
+		if _, err := s.DeleteDevice(ctx, devs[0].ID); err != nil {
 			t.Errorf("the host's delete after the detach: %v", err)
 		}
 	})
@@ -337,7 +337,7 @@ func TestPurge(t *testing.T) {
 
 		_, _, err = s.PurgeDevice(ctx, heldDev.ID, false)
 		wantRefusal(t, err, ErrInUse, api.MsgDeviceUsedByServer)
-		if err := s.DeleteDevice(ctx, heldDev.ID); !errors.Is(err, ErrInUse) || err.Error() != api.MsgDeviceUsedByServer {
+		if _, err := s.DeleteDevice(ctx, heldDev.ID); !errors.Is(err, ErrInUse) || err.Error() != api.MsgDeviceUsedByServer {
 			t.Errorf("delete of a held device: %v, want exactly %q", err, api.MsgDeviceUsedByServer)
 		}
 
@@ -471,7 +471,9 @@ func TestAllocQueriesUseIndexes(t *testing.T) {
 	})
 }
 
-// explain returns the backend's plan of query, one line per row.
+// explain returns the backend's plan of query, one line per row (see
+// Store.explain), after ANALYZE and, on PostgreSQL, with sequential scans
+// priced out.
 func explain(t *testing.T, s *Store, query string, args ...any) string {
 	t.Helper()
 	ctx := t.Context()
@@ -480,43 +482,18 @@ func explain(t *testing.T, s *Store, query string, args ...any) string {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	prefix := "EXPLAIN "
-	if s.d.name == "sqlite" {
-		prefix = "EXPLAIN QUERY PLAN "
-		if _, err := tx.ExecContext(ctx, `ANALYZE`); err != nil {
+	setup := []string{`ANALYZE`}
+	if s.d.name == "postgres" {
+		setup = append(setup, `SET LOCAL enable_seqscan = off`)
+	}
+	for _, q := range setup {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
 			t.Fatal(err)
 		}
-	} else {
-		for _, q := range []string{`ANALYZE`, `SET LOCAL enable_seqscan = off`} {
-			if _, err := tx.ExecContext(ctx, q); err != nil {
-				t.Fatal(err)
-			}
-		}
 	}
-	rows, err := tx.QueryContext(ctx, s.d.bind(prefix+query), args...)
+	plan, err := s.explain(ctx, tx, query, args)
 	if err != nil {
-		t.Fatalf("%s%s: %v", prefix, query, err)
+		t.Fatalf("explaining %s: %v", query, err)
 	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for rows.Next() {
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		// The plan text is the last column on both backends.
-		fmt.Fprintf(&b, "%s\n", vals[len(vals)-1])
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return b.String()
+	return plan
 }

@@ -134,7 +134,7 @@ func TestDeleteHostRacingCreateDevice(t *testing.T) {
 			h := mustHost(t, a, fmt.Sprintf("gpu-%d", i))
 			var delErr, createErr error
 			var wg sync.WaitGroup
-			wg.Go(func() { delErr = a.DeleteHost(t.Context(), h.ID) })
+			wg.Go(func() { _, delErr = a.DeleteHost(t.Context(), h.ID) })
 			wg.Go(func() { _, createErr = b.CreateDevice(t.Context(), slice(h.ID, "06", 0)) })
 			wg.Wait()
 			switch {

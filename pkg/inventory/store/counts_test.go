@@ -83,7 +83,7 @@ func TestCountsFollowEveryWrite(t *testing.T) {
 			{"update model", func() error { _, err := s.UpdateDevice(ctx, devs[2].ID, DeviceUpdate{Model: &model}); return err }},
 			{"detach by id", func() error { _, err := s.DetachDevice(ctx, "pod-a", devs[0].ID); return err }},
 			{"detach all", func() error { _, err := s.DetachAll(ctx, "pod-b"); return err }},
-			{"delete", func() error { return s.DeleteDevice(ctx, devs[3].ID) }},
+			{"delete", func() error { _, err := s.DeleteDevice(ctx, devs[3].ID); return err }},
 			{"force purge", func() error { _, _, err := s.PurgeDevice(ctx, created[2].ID, true); return err }},
 		}
 		for _, st := range steps {

@@ -232,7 +232,7 @@ func TestListDevicesByMarker(t *testing.T) {
 		t.Run("a delete during the walk shifts nothing", func(t *testing.T) {
 			got := walk(t, DeviceFilter{Limit: 2}, false, func(page int) {
 				if page == 0 {
-					if err := s.DeleteDevice(ctx, devs[0].ID); err != nil {
+					if _, err := s.DeleteDevice(ctx, devs[0].ID); err != nil {
 						t.Fatal(err)
 					}
 				}

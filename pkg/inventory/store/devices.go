@@ -199,13 +199,13 @@ func applyDeviceUpdate(d *api.IsolatedDevice, u DeviceUpdate) error {
 	return validateDevice(*d)
 }
 
-// DeleteDevice removes a device. A device held by a guest (guest_id set) is
-// kept and ErrInUse returned with Cloudpods' message, so a host's sync never
-// pulls a device from under a running guest. It never forces: that is
-// PurgeDevice's.
-func (s *Store) DeleteDevice(ctx context.Context, id string) error {
-	_, _, err := s.PurgeDevice(ctx, id, false)
-	return err
+// DeleteDevice removes a device and returns it as it was. A device held by
+// a guest (guest_id set) is kept and ErrInUse returned with Cloudpods'
+// message, so a host's sync never pulls a device from under a running
+// guest. It never forces: that is PurgeDevice's.
+func (s *Store) DeleteDevice(ctx context.Context, id string) (api.IsolatedDevice, error) {
+	d, _, err := s.PurgeDevice(ctx, id, false)
+	return d, err
 }
 
 // validateDevice checks what every stored device must satisfy.
@@ -256,19 +256,15 @@ func encodePCIE(p *api.PCIEInfo) (sql.NullString, error) {
 	return sql.NullString{String: string(b), Valid: true}, nil
 }
 
-func scanDevice(r rowScanner, details bool) (api.IsolatedDevice, error) {
-	return scanDeviceInto(r, details)
-}
-
 // scanDeviceSeq scans deviceColumns followed by d.seq (pageColumns).
 func scanDeviceSeq(r rowScanner, details bool) (api.IsolatedDevice, int64, error) {
 	var seq int64
-	d, err := scanDeviceInto(r, details, &seq)
+	d, err := scanDevice(r, details, &seq)
 	return d, seq, err
 }
 
-// scanDeviceInto scans deviceColumns, then extra.
-func scanDeviceInto(r rowScanner, details bool, extra ...any) (api.IsolatedDevice, error) {
+// scanDevice scans deviceColumns, then extra.
+func scanDevice(r rowScanner, details bool, extra ...any) (api.IsolatedDevice, error) {
 	var d api.IsolatedDevice
 	var pcie sql.NullString
 	var created, updated dbTime

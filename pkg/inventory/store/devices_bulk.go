@@ -22,8 +22,11 @@ const deviceInsertColumns = `id, name, host_id, dev_type, model, addr,
 	mps_memory_limit, mps_memory_total, mps_thread_percentage, guest_id, unhealthy, pending_removal,
 	created_at, updated_at`
 
+// deviceInsertCount is the number of deviceInsertColumns.
+const deviceInsertCount = 23
+
 // deviceInsertPlaceholders is one row of `?` for deviceInsertColumns.
-var deviceInsertPlaceholders = "(" + strings.TrimSuffix(strings.Repeat("?, ", 23), ", ") + ")"
+var deviceInsertPlaceholders = "(" + strings.TrimSuffix(strings.Repeat("?, ", deviceInsertCount), ", ") + ")"
 
 func deviceInsertArgs(d api.IsolatedDevice, pcie sql.NullString) []any {
 	return []any{d.ID, d.Name, d.HostID, d.DevType, d.Model, d.Addr, d.VendorDeviceID, d.MdevID, d.DevicePath,
@@ -69,7 +72,7 @@ func (s *Store) CreateDevices(ctx context.Context, devs []api.IsolatedDevice) ([
 	}
 	err := s.inTx(ctx, false, func(tx *sql.Tx) error {
 		hostIDs := map[string]string{} // as given -> id
-		args := make([]any, 0, 22*len(out))
+		args := make([]any, 0, deviceInsertCount*len(out))
 		for i := range out {
 			id, ok := hostIDs[out[i].HostID]
 			if !ok {

@@ -59,7 +59,7 @@ func TestDeviceCRUD(t *testing.T) {
 			t.Errorf("update not stored: %+v", got)
 		}
 
-		if err := s.DeleteDevice(ctx, d.ID); !errors.Is(err, ErrInUse) || err.Error() != api.MsgDeviceUsedByServer {
+		if _, err := s.DeleteDevice(ctx, d.ID); !errors.Is(err, ErrInUse) || err.Error() != api.MsgDeviceUsedByServer {
 			t.Fatalf("delete of a held device: %v, want ErrInUse %q", err, api.MsgDeviceUsedByServer)
 		}
 		if _, err := s.GetDevice(ctx, d.ID); err != nil {
@@ -69,13 +69,13 @@ func TestDeviceCRUD(t *testing.T) {
 		if _, err := s.UpdateDevice(ctx, d.ID, DeviceUpdate{GuestID: &free}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.DeleteDevice(ctx, d.ID); err != nil {
-			t.Fatalf("delete of a released device: %v", err)
+		if gone, err := s.DeleteDevice(ctx, d.ID); err != nil || gone.ID != d.ID || gone.GuestID != "" {
+			t.Fatalf("delete of a released device: %+v, %v; want the device as it was", gone, err)
 		}
 		if _, err := s.GetDevice(ctx, d.ID); !errors.Is(err, ErrNotFound) {
 			t.Errorf("GetDevice after delete: %v, want ErrNotFound", err)
 		}
-		if err := s.DeleteDevice(ctx, d.ID); !errors.Is(err, ErrNotFound) {
+		if _, err := s.DeleteDevice(ctx, d.ID); !errors.Is(err, ErrNotFound) {
 			t.Errorf("second delete: %v, want ErrNotFound", err)
 		}
 	})

@@ -163,14 +163,16 @@ func (s *Store) UpdateHost(ctx context.Context, idOrName string, u HostUpdate) (
 	return h, nil
 }
 
-// DeleteHost removes a host. A host that still has isolated devices is kept
-// (ErrInUse): its devices must go first, so no row points at a missing host.
-// The host's row is locked before its devices are counted (see lockHost),
-// so no device can be added between the count and the delete.
-func (s *Store) DeleteHost(ctx context.Context, idOrName string) error {
-	return s.inTx(ctx, false, func(tx *sql.Tx) error {
-		h, err := s.lockHost(ctx, tx, idOrName)
-		if err != nil {
+// DeleteHost removes a host and returns it as it was. A host that still
+// has isolated devices is kept (ErrInUse): its devices must go first, so no
+// row points at a missing host. The host's row is locked before its devices
+// are counted (see lockHost), so no device can be added between the count
+// and the delete.
+func (s *Store) DeleteHost(ctx context.Context, idOrName string) (api.Host, error) {
+	var h api.Host
+	err := s.inTx(ctx, false, func(tx *sql.Tx) error {
+		var err error
+		if h, err = s.lockHost(ctx, tx, idOrName); err != nil {
 			return err
 		}
 		var n int
@@ -189,6 +191,10 @@ func (s *Store) DeleteHost(ctx context.Context, idOrName string) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return api.Host{}, err
+	}
+	return h, nil
 }
 
 type rowScanner interface{ Scan(dest ...any) error }

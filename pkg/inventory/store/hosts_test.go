@@ -39,13 +39,13 @@ func TestHostCRUD(t *testing.T) {
 			t.Errorf("old name still found: %v", err)
 		}
 
-		if err := s.DeleteHost(ctx, h.ID); err != nil {
-			t.Fatal(err)
+		if gone, err := s.DeleteHost(ctx, h.ID); err != nil || gone != up {
+			t.Fatalf("DeleteHost = %+v, %v; want the host as it was, %+v", gone, err, up)
 		}
 		if _, err := s.GetHost(ctx, h.ID); !errors.Is(err, ErrNotFound) {
 			t.Errorf("GetHost after delete: %v, want ErrNotFound", err)
 		}
-		if err := s.DeleteHost(ctx, h.ID); !errors.Is(err, ErrNotFound) {
+		if _, err := s.DeleteHost(ctx, h.ID); !errors.Is(err, ErrNotFound) {
 			t.Errorf("second delete: %v, want ErrNotFound", err)
 		}
 	})
@@ -73,7 +73,7 @@ func TestHostRefusals(t *testing.T) {
 			{"change id", func() error { _, err := s.UpdateHost(ctx, "gpu-1", HostUpdate{ID: &other}); return err }, ErrInvalid},
 			{"change created_at", func() error { _, err := s.UpdateHost(ctx, "gpu-1", HostUpdate{CreatedAt: &badTime}); return err }, ErrInvalid},
 			{"update unknown", func() error { _, err := s.UpdateHost(ctx, "nope", HostUpdate{}); return err }, ErrNotFound},
-			{"delete host with devices", func() error { return s.DeleteHost(ctx, "gpu-1") }, ErrInUse},
+			{"delete host with devices", func() error { _, err := s.DeleteHost(ctx, "gpu-1"); return err }, ErrInUse},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {

@@ -8,10 +8,11 @@ import (
 )
 
 // SQLite parses a statement anew on every call database/sql makes without a
-// prepared statement (the driver keeps none), and for this store's short
-// statements the parse costs more than running them: about a third of the
-// CPU of an attach. The store therefore prepares each statement once on
-// SQLite and runs it through prep. PostgreSQL's driver (pgx) already
+// prepared statement (the driver keeps none), and this store's statements
+// are short, so the parse is expected to be a large share of running them
+// (not measured separately; docs/benchmarks.md has the attach rates with
+// the cache). The store therefore prepares each statement once on SQLite
+// and runs it through prep. PostgreSQL's driver (pgx) already
 // caches prepared statements per connection, so there prep does nothing.
 
 // maxCachedStmts bounds the cache: the store has a few dozen statements

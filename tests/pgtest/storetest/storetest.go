@@ -29,24 +29,17 @@ func Backends() []Backend {
 	}
 }
 
-// Runner is *testing.T or *testing.B: ForEachBackend serves tests and
-// benchmarks alike.
-type Runner[T any] interface {
-	testing.TB
-	Run(name string, f func(T)) bool
-}
-
-// ForEachBackend runs f once per backend, as subtests (or sub-benchmarks)
-// named after it. Within one run, open returns a new *store.Store on that
-// run's database (made before f runs): call it twice for two pools on
-// one database, as two mps-inventory processes have. The stores are closed
-// when the subtest ends. open may be called from any goroutine (it reports
+// ForEachBackend runs f once per backend, as subtests named after it.
+// Within one run, open returns a new *store.Store on that run's database
+// (made before f runs): call it twice for two pools on one database, as two
+// mps-inventory processes have. The stores are closed when the subtest
+// ends. open may be called from any goroutine (it reports
 // a failure to open with t.Fatalf, so call it on the test's goroutine unless
 // that is expected not to happen).
-func ForEachBackend[T Runner[T]](t T, f func(t T, open func() *store.Store)) {
+func ForEachBackend(t *testing.T, f func(t *testing.T, open func() *store.Store)) {
 	t.Helper()
 	for _, b := range Backends() {
-		t.Run(b.Name, func(t T) {
+		t.Run(b.Name, func(t *testing.T) {
 			// Created here, on the test's goroutine: pgtest.DSN may skip.
 			dsn := b.DSN(t)
 			open := func() *store.Store {
