@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
 // Client is one MPS client process billed to a virtual device.
@@ -59,7 +60,7 @@ type LookupFunc func(pid int) (Identity, error)
 func Account(procs map[string][]gpu.Process, caps map[string]uint64, lookup LookupFunc) Usage {
 	u := Usage{PerDevice: map[string]DeviceUsage{}}
 	for name := range caps {
-		uuid, _, err := ParseDeviceName(name)
+		uuid, _, err := vdev.ParseName(name)
 		if err != nil {
 			continue
 		}
@@ -75,7 +76,7 @@ func Account(procs map[string][]gpu.Process, caps map[string]uint64, lookup Look
 			case err != nil:
 				unknown.Reason = reason(err)
 			default:
-				devGPU, _, _ := ParseDeviceName(id.Device)
+				devGPU, _, _ := vdev.ParseName(id.Device)
 				d, ok := u.PerDevice[id.Device]
 				switch {
 				case devGPU != uuid:
@@ -110,7 +111,7 @@ func Account(procs map[string][]gpu.Process, caps map[string]uint64, lookup Look
 func reason(err error) string {
 	switch {
 	case errors.Is(err, ErrNoDevice):
-		return "names no virtual device (" + EnvVar + " unset or empty)"
+		return "names no virtual device (" + vdev.EnvVar + " unset or empty)"
 	case errors.Is(err, ErrExited):
 		return "exited before it could be mapped"
 	}

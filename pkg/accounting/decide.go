@@ -20,15 +20,6 @@ const (
 	PolicyEnforce Policy = "enforce"
 )
 
-// ParsePolicy reads a policy as host.conf spells it.
-func ParsePolicy(s string) (Policy, error) {
-	switch p := Policy(s); p {
-	case PolicyOff, PolicyReport, PolicyEnforce:
-		return p, nil
-	}
-	return "", fmt.Errorf("accounting policy %q: want off, report or enforce", s)
-}
-
 // Overage is a device over its cap.
 type Overage struct {
 	Device    string

@@ -123,16 +123,3 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
-
-func TestParsePolicy(t *testing.T) {
-	for _, s := range []string{"off", "report", "enforce"} {
-		if p, err := ParsePolicy(s); err != nil || string(p) != s {
-			t.Errorf("ParsePolicy(%q) = %q, %v", s, p, err)
-		}
-	}
-	for _, s := range []string{"", "Enforce", "kill"} {
-		if _, err := ParsePolicy(s); err == nil {
-			t.Errorf("ParsePolicy(%q) succeeded", s)
-		}
-	}
-}

@@ -1,6 +1,7 @@
 // Package accounting closes the gap MPS leaves open: MPS caps each client
-// PROCESS, so a container given one virtual device and running four CUDA
-// processes gets four caps (measured, /work/shared/reference/mps-facts.md).
+// PROCESS, so a container given one virtual device and running several CUDA
+// processes gets one cap per process (measured with two processes, each of
+// which got its own cap: the project's reference, mps-facts.md).
 // This package sums NVML's per-process usage per virtual device, finds the
 // devices over their cap and, under the enforce policy, terminates the client
 // that pushed a device over.

@@ -43,6 +43,11 @@ const (
 	StepFailed          = "failed"  // a step failed; the next one follows at once or next tick
 )
 
+// StepNames lists every step, for series that must exist before the first.
+func StepNames() []string {
+	return []string{StepTerminateClient, StepSIGTERM, StepSIGKILL, StepGone, StepGaveUp, StepFailed}
+}
+
 // Step is one thing an Enforcer did.
 type Step struct {
 	Action

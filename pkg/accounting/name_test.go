@@ -32,23 +32,23 @@ func TestParseEnviron(t *testing.T) {
 		want    string
 		err     error
 	}{
-		{"among others", env("PATH=/usr/bin", EnvVar+"="+gpuA+"::1", "HOME=/root"), gpuA + "::1", nil},
-		{"first entry", env(EnvVar+"="+gpuB+"::12", "X=1"), gpuB + "::12", nil},
-		{"last entry without a trailing NUL", append(env("A=1"), EnvVar+"="+gpuA+"::0"...), gpuA + "::0", nil},
+		{"among others", env("PATH=/usr/bin", vdev.EnvVar+"="+gpuA+"::1", "HOME=/root"), gpuA + "::1", nil},
+		{"first entry", env(vdev.EnvVar+"="+gpuB+"::12", "X=1"), gpuB + "::12", nil},
+		{"last entry without a trailing NUL", append(env("A=1"), vdev.EnvVar+"="+gpuA+"::0"...), gpuA + "::0", nil},
 		{"missing", env("PATH=/usr/bin", "CUDA_MPS_PIPE_DIRECTORY=/run/mps"), "", ErrNoDevice},
 		{"empty environ (kernel thread, zombie)", nil, "", ErrNoDevice},
-		{"only a prefix of the name", env(EnvVar+"_X="+gpuA+"::0", "X"+EnvVar+"="+gpuA+"::0"), "", ErrNoDevice},
-		{"garbage entries are skipped", env("\xff\xfe", "=", "noequals", EnvVar+"="+gpuA+"::3"), gpuA + "::3", nil},
-		{"set twice, same value", env(EnvVar+"="+gpuA+"::3", EnvVar+"="+gpuA+"::3"), gpuA + "::3", nil},
-		{"set twice, different values", env(EnvVar+"="+gpuA+"::3", EnvVar+"="+gpuA+"::0"), "", ErrBadDevice},
-		{"empty value is no device", env(EnvVar + "="), "", ErrNoDevice},
-		{"no index", env(EnvVar + "=" + gpuA), "", ErrBadDevice},
-		{"one colon", env(EnvVar + "=" + gpuA + ":1"), "", ErrBadDevice},
-		{"negative index", env(EnvVar + "=" + gpuA + "::-1"), "", ErrBadDevice},
-		{"index with a sign", env(EnvVar + "=" + gpuA + "::+1"), "", ErrBadDevice},
-		{"index with leading zero", env(EnvVar + "=" + gpuA + "::01"), "", ErrBadDevice},
-		{"no UUID", env(EnvVar + "=::1"), "", ErrBadDevice},
-		{"two device names", env(EnvVar + "=" + gpuA + "::1," + gpuB + "::1"), "", ErrBadDevice},
+		{"only a prefix of the name", env(vdev.EnvVar+"_X="+gpuA+"::0", "X"+vdev.EnvVar+"="+gpuA+"::0"), "", ErrNoDevice},
+		{"garbage entries are skipped", env("\xff\xfe", "=", "noequals", vdev.EnvVar+"="+gpuA+"::3"), gpuA + "::3", nil},
+		{"set twice, same value", env(vdev.EnvVar+"="+gpuA+"::3", vdev.EnvVar+"="+gpuA+"::3"), gpuA + "::3", nil},
+		{"set twice, different values", env(vdev.EnvVar+"="+gpuA+"::3", vdev.EnvVar+"="+gpuA+"::0"), "", vdev.ErrBadName},
+		{"empty value is no device", env(vdev.EnvVar + "="), "", ErrNoDevice},
+		{"no index", env(vdev.EnvVar + "=" + gpuA), "", vdev.ErrBadName},
+		{"one colon", env(vdev.EnvVar + "=" + gpuA + ":1"), "", vdev.ErrBadName},
+		{"negative index", env(vdev.EnvVar + "=" + gpuA + "::-1"), "", vdev.ErrBadName},
+		{"index with a sign", env(vdev.EnvVar + "=" + gpuA + "::+1"), "", vdev.ErrBadName},
+		{"index with leading zero", env(vdev.EnvVar + "=" + gpuA + "::01"), "", vdev.ErrBadName},
+		{"no UUID", env(vdev.EnvVar + "=::1"), "", vdev.ErrBadName},
+		{"two device names", env(vdev.EnvVar + "=" + gpuA + "::1," + gpuB + "::1"), "", vdev.ErrBadName},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseEnviron(tc.environ)
@@ -62,23 +62,12 @@ func TestParseEnviron(t *testing.T) {
 	}
 }
 
-func TestDeviceNameRoundTrip(t *testing.T) {
-	name := DeviceName(gpuA, 7)
-	if name != gpuA+"::7" {
-		t.Fatalf("DeviceName = %q", name)
-	}
-	uuid, i, err := ParseDeviceName(name)
-	if err != nil || uuid != gpuA || i != 7 {
-		t.Errorf("ParseDeviceName(%q) = %q, %d, %v", name, uuid, i, err)
-	}
-}
-
 func TestCaps(t *testing.T) {
 	g := gpu.Info{UUID: gpuA, MemoryTotalBytes: 143771 << 20}
 	got := Caps(vdev.Split(g, 8))
 	want := map[string]uint64{}
 	for i := range 8 {
-		want[DeviceName(gpuA, i)] = 17971 << 20 // 143771 / 8 MiB, as MPS enforces per client
+		want[vdev.Name(gpuA, i)] = 17971 << 20 // 143771 / 8 MiB, as MPS enforces per client
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("Caps = %v, want %v", got, want)

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+
+	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
 // ErrExited: the process is gone (no /proc entry) or a zombie.
@@ -16,7 +18,7 @@ var ErrExited = errors.New("process has exited")
 
 // Identity is what the Mapper knows of one process.
 type Identity struct {
-	// Device is the virtual device's name (see DeviceName).
+	// Device is the virtual device's name (see vdev.Name).
 	Device string
 	// Source says where Device came from: "environ" or "cgroup".
 	Source string
@@ -47,7 +49,7 @@ func (m Mapper) path(pid int, file string) string {
 }
 
 // Lookup names the device of pid. ErrNoDevice (with the Identity's
-// StartTicks set) when it names none, ErrBadDevice for a malformed name,
+// StartTicks set) when it names none, vdev.ErrBadName for a malformed name,
 // ErrExited when it is gone; other errors (permission) say the /proc file
 // could not be read. Only a nil error gives a Device.
 func (m Mapper) Lookup(pid int) (Identity, error) {
@@ -62,7 +64,7 @@ func (m Mapper) Lookup(pid int) (Identity, error) {
 			return id, err
 		}
 		if dev, ok := m.Cgroup(b); ok {
-			if _, _, err := ParseDeviceName(dev); err != nil {
+			if _, _, err := vdev.ParseName(dev); err != nil {
 				return id, fmt.Errorf("PID %d: cgroup mapping: %w", pid, err)
 			}
 			id.Device, id.Source = dev, "cgroup"

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
 // fakeProc is a /proc tree in a temporary directory.
@@ -40,7 +41,7 @@ func (f *fakeProc) add(pid int, start uint64, device string) {
 	f.t.Helper()
 	entries := []string{"PATH=/usr/bin", "CUDA_MPS_PIPE_DIRECTORY=/run/yunion-mps/" + gpuA}
 	if device != "" {
-		entries = append(entries, EnvVar+"="+device)
+		entries = append(entries, vdev.EnvVar+"="+device)
 	}
 	f.write(pid, "environ", env(entries...))
 	f.write(pid, "stat", []byte(statLine(pid, 'S', start)))

@@ -9,6 +9,7 @@ import (
 
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
+	"yunion.io/x/mps-daemon/pkg/vdev"
 	"yunion.io/x/mps-daemon/pkg/version"
 )
 
@@ -115,7 +116,7 @@ func containerEdits(o Options, d Device, nodes nodeSet) specs.ContainerEdits {
 			// Device 0: the GPU's control daemon sees only its own GPU.
 			EnvMemoryLimit + "=" + fmt.Sprintf("0=%dM", d.MemoryLimitMiB),
 			EnvThreadPercentage + "=" + strconv.Itoa(d.ThreadPercentage),
-			EnvVirtualDevice + "=" + d.Name(),
+			vdev.EnvVar + "=" + d.Name(),
 		},
 		Mounts: []*specs.Mount{{
 			HostPath:      d.PipeDir,

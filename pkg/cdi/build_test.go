@@ -150,37 +150,13 @@ func TestBuildOrderIndependent(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	q := QualifiedName(DefaultKind, VirtualDeviceName(gpuA, 3))
+	q := QualifiedName(DefaultKind, vdev.Name(gpuA, 3))
 	if q != "yunion.io/mps-gpu="+gpuA+"::3" {
 		t.Errorf("QualifiedName = %q", q)
 	}
 	vendor, class, name, err := parser.ParseQualifiedName(q)
 	if err != nil || vendor != "yunion.io" || class != "mps-gpu" || name != gpuA+"::3" {
 		t.Errorf("the CDI parser reads %q as %q %q %q %v", q, vendor, class, name, err)
-	}
-	tests := []struct {
-		in    string
-		uuid  string
-		index int
-		ok    bool
-	}{
-		{gpuA + "::3", gpuA, 3, true},
-		{gpuA + "::0", gpuA, 0, true},
-		{gpuA + "::12", gpuA, 12, true},
-		{gpuA + "::-1", "", 0, false},
-		{gpuA + "::03", "", 0, false},
-		{gpuA + "::", "", 0, false},
-		{gpuA + ":3", "", 0, false},
-		{"GPU-x::3", "", 0, false},
-		{"", "", 0, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.in, func(t *testing.T) {
-			u, i, ok := ParseVirtualDeviceName(tt.in)
-			if u != tt.uuid || i != tt.index || ok != tt.ok {
-				t.Errorf("ParseVirtualDeviceName(%q) = %q, %d, %v; want %q, %d, %v", tt.in, u, i, ok, tt.uuid, tt.index, tt.ok)
-			}
-		})
 	}
 }
 

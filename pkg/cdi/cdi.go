@@ -11,12 +11,7 @@
 // runtime therefore sees the old spec or the new one, never a broken one.
 package cdi
 
-import (
-	"strconv"
-	"strings"
-
-	"yunion.io/x/mps-daemon/pkg/vdev"
-)
+import "yunion.io/x/mps-daemon/pkg/vdev"
 
 // Defaults of Options.
 const (
@@ -33,11 +28,9 @@ const (
 	NoShm = "none"
 )
 
-// Environment variables every container given a virtual device gets.
+// Environment variables every container given a virtual device gets,
+// besides vdev.EnvVar, which names the device.
 const (
-	// EnvVirtualDevice names the virtual device, "<GPU UUID>::<i>"; the
-	// accounting reads it back from /proc/<pid>/environ.
-	EnvVirtualDevice = "YUNION_MPS_VIRTUAL_DEVICE"
 	// EnvPipeDirectory tells the CUDA driver where the MPS control daemon is.
 	EnvPipeDirectory = "CUDA_MPS_PIPE_DIRECTORY"
 	// EnvMemoryLimit is the client's pinned device memory limit.
@@ -94,8 +87,8 @@ type Device struct {
 	ThreadPercentage int
 }
 
-// Name is the device's stable CDI name, "<GPU UUID>::<i>".
-func (d Device) Name() string { return VirtualDeviceName(d.GPUUUID, d.Index) }
+// Name is the device's stable CDI name, "<GPU UUID>::<i>" (vdev.Name).
+func (d Device) Name() string { return vdev.Name(d.GPUUUID, d.Index) }
 
 // FromVirtual is the CDI view of a planned virtual device; id is its
 // inventory id ("" when not synced yet), pipeDir its GPU's pipe directory.
@@ -109,26 +102,6 @@ func FromVirtual(v vdev.Device, id, pipeDir string) Device {
 		MemoryLimitMiB:   v.MemoryLimitMiB,
 		ThreadPercentage: v.ThreadPercentage,
 	}
-}
-
-// VirtualDeviceName is "<GPU UUID>::<i>": the CDI device name and the value
-// of YUNION_MPS_VIRTUAL_DEVICE.
-func VirtualDeviceName(gpuUUID string, index int) string {
-	return gpuUUID + "::" + strconv.Itoa(index)
-}
-
-// ParseVirtualDeviceName splits "<GPU UUID>::<i>" (the accounting's way back
-// from YUNION_MPS_VIRTUAL_DEVICE); ok is false for anything else.
-func ParseVirtualDeviceName(s string) (gpuUUID string, index int, ok bool) {
-	u, i, found := strings.Cut(s, "::")
-	if !found || validGPUUUID(u) != nil {
-		return "", 0, false
-	}
-	n, err := strconv.Atoi(i)
-	if err != nil || n < 0 || strconv.Itoa(n) != i {
-		return "", 0, false
-	}
-	return u, n, true
 }
 
 // QualifiedName is what a runtime is given: "yunion.io/mps-gpu=GPU-…::3".

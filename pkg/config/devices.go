@@ -113,10 +113,7 @@ func readMPSEntry(file string, e *DeviceEntry, item *yaml.Node) []error {
 	case p == nil || isNull(p):
 		errs = append(errs, &Error{File: file, Line: e.Line, Field: e.Field("path"), Msg: "missing: an NVIDIA_MPS entry must name its GPU"})
 	default:
-		s, err := scalarValue(p)
-		if err == nil && strings.TrimSpace(s) == "" {
-			err = errors.New("must not be empty")
-		}
+		s, err := nonEmpty(p)
 		if err != nil {
 			errs = append(errs, &Error{File: file, Line: p.Line, Field: e.Field("path"), Msg: err.Error()})
 		}
@@ -126,10 +123,7 @@ func readMPSEntry(file string, e *DeviceEntry, item *yaml.Node) []error {
 	case v == nil || isNull(v):
 		errs = append(errs, &Error{File: file, Line: e.Line, Field: e.Field("virtual_number"), Msg: "missing: say how many virtual devices to split the GPU into"})
 	default:
-		n, err := intValue(v)
-		if err == nil && n < 1 {
-			err = fmt.Errorf("must be at least 1, got %d", n)
-		}
+		n, err := virtualNumber(v)
 		if err != nil {
 			errs = append(errs, &Error{File: file, Line: v.Line, Field: e.Field("virtual_number"), Msg: err.Error()})
 		}

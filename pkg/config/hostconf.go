@@ -178,7 +178,7 @@ func (hc *HostConf) set(key string, v *yaml.Node) error {
 	case "cuda_mps_log_directory":
 		hc.CudaMPSLogDirectory, err = absPath(v)
 	case "cuda_mps_replicas":
-		hc.CudaMPSReplicas, err = replicas(v)
+		hc.CudaMPSReplicas, err = virtualNumber(v)
 	case "mps_inventory_url":
 		hc.InventoryURL, err = httpURL(v)
 	case "mps_inventory_token":
@@ -279,8 +279,9 @@ func ParseHostConf(path string, data []byte) (*HostConf, error) {
 	return hc, nil
 }
 
-// replicas reads cuda_mps_replicas: 0 would split a GPU into nothing.
-func replicas(v *yaml.Node) (int, error) {
+// virtualNumber reads a number of virtual devices (cuda_mps_replicas, a
+// device entry's virtual_number): 0 would split a GPU into nothing.
+func virtualNumber(v *yaml.Node) (int, error) {
 	n, err := intValue(v)
 	if err != nil {
 		return 0, err

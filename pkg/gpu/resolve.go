@@ -52,7 +52,8 @@ func (r Resolver) Resolve(path string, gpus []Info) (Info, error) {
 				return g, nil
 			}
 		}
-		return Info{}, notFound(nil, "GPU UUID %s is not a GPU seen by NVML (%s)", p, listUUIDs(gpus))
+		return Info{}, notFound(nil, "GPU UUID %s is not a GPU seen by NVML (%s)", p,
+			listGPUs(gpus, "GPUs", func(g Info) string { return g.UUID }))
 	case strings.HasPrefix(p, "/dev/"):
 		return r.resolveDev(p, gpus)
 	case pci.LooksLike(p):
@@ -80,7 +81,8 @@ func (r Resolver) resolveDev(p string, gpus []Info) (Info, error) {
 				return g, nil
 			}
 		}
-		return Info{}, notFound(nil, "%s: no GPU seen by NVML has minor number %d (%s)", p, minor, listMinors(gpus))
+		return Info{}, notFound(nil, "%s: no GPU seen by NVML has minor number %d (%s)", p, minor,
+			listGPUs(gpus, "minor numbers", func(g Info) string { return strconv.Itoa(g.Minor) }))
 	}
 	if m := drmNode.FindStringSubmatch(rel); m != nil {
 		what := "render node " + p
@@ -150,40 +152,21 @@ func byAddress(gpus []Info, a pci.Address, subject string) (Info, error) {
 			return g, nil
 		}
 	}
-	return Info{}, notFound(nil, "%s is not an NVIDIA GPU seen by NVML (%s)", subject, listAddresses(gpus))
+	return Info{}, notFound(nil, "%s is not an NVIDIA GPU seen by NVML (%s)", subject,
+		listGPUs(gpus, "GPUs", func(g Info) string { return g.PCI.String() }))
 }
 
-func listAddresses(gpus []Info) string {
+// listGPUs ends a "not found" message with what NVML does see: label and
+// each GPU's field, or that it sees none.
+func listGPUs(gpus []Info, label string, field func(Info) string) string {
 	if len(gpus) == 0 {
 		return "NVML sees no GPU"
 	}
 	s := make([]string, len(gpus))
 	for i, g := range gpus {
-		s[i] = g.PCI.String()
+		s[i] = field(g)
 	}
-	return "GPUs: " + strings.Join(s, ", ")
-}
-
-func listUUIDs(gpus []Info) string {
-	if len(gpus) == 0 {
-		return "NVML sees no GPU"
-	}
-	s := make([]string, len(gpus))
-	for i, g := range gpus {
-		s[i] = g.UUID
-	}
-	return "GPUs: " + strings.Join(s, ", ")
-}
-
-func listMinors(gpus []Info) string {
-	if len(gpus) == 0 {
-		return "NVML sees no GPU"
-	}
-	s := make([]string, len(gpus))
-	for i, g := range gpus {
-		s[i] = strconv.Itoa(g.Minor)
-	}
-	return "minor numbers: " + strings.Join(s, ", ")
+	return label + ": " + strings.Join(s, ", ")
 }
 
 // reason says briefly why a link could not be read.

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"runtime"
+	"slices"
 	"strconv"
 	"time"
 
@@ -291,10 +292,8 @@ func (d *Daemon) collectDevice(gauge gaugeFunc, dev VirtualDevice, g *GPU) {
 // withValue is known plus v when v is not among them (a state this code has
 // not met still gets its series).
 func withValue(known []string, v string) []string {
-	for _, k := range known {
-		if k == v {
-			return known
-		}
+	if slices.Contains(known, v) {
+		return known
 	}
-	return append(append([]string(nil), known...), v)
+	return append(slices.Clone(known), v)
 }

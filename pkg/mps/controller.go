@@ -221,14 +221,26 @@ func (c *Controller) SetDefaults(ctx context.Context, l Limits) error {
 	if err != nil {
 		return fmt.Errorf("reading back mps limits: %w", err)
 	}
-	if g, w := formatThreadPercentage(got.ThreadPercentage), formatThreadPercentage(l.ThreadPercentage); g != w {
-		return fmt.Errorf("mps limits not applied: active thread percentage reads back %s, want %s", g, w)
-	}
-	if g, w := DisplayMemLimit(got.PinnedMemMiB), DisplayMemLimit(l.PinnedMemMiB); g != w {
-		return fmt.Errorf("mps limits not applied: pinned memory reads back %s, want %s", orNone(g), orNone(w))
+	if err := checkReadBack(got, l); err != nil {
+		return fmt.Errorf("mps limits not applied: %w", err)
 	}
 	return nil
 }
+
+// checkReadBack compares limits as the getters print them (rounded, see
+// DisplayMemLimit) with what was set; nil when they match.
+func checkReadBack(got, want Limits) error {
+	if g, w := formatThreadPercentage(got.ThreadPercentage), formatThreadPercentage(want.ThreadPercentage); g != w {
+		return fmt.Errorf("active thread percentage reads back %s, want %s", g, w)
+	}
+	if g, w := DisplayMemLimit(got.PinnedMemMiB), DisplayMemLimit(want.PinnedMemMiB); g != w {
+		return fmt.Errorf("pinned memory reads back %s, want %s", orNone(g), orNone(w))
+	}
+	return nil
+}
+
+// LimitsMatch reports whether got (as read back, rounded) is what want sets.
+func LimitsMatch(got, want Limits) bool { return checkReadBack(got, want) == nil }
 
 func orNone(s string) string {
 	if s == "" {
@@ -241,21 +253,26 @@ func orNone(s string) string {
 // prints, rounded down to whole GiB from 1 GiB on (see DisplayMemLimit); 0
 // means no limit.
 func (c *Controller) Defaults(ctx context.Context) (Limits, error) {
-	out, err := c.command(ctx, "get_default_active_thread_percentage")
+	return c.readLimits(ctx, "get_default_active_thread_percentage", "get_default_device_pinned_mem_limit "+deviceOrdinal)
+}
+
+// readLimits runs a thread percentage getter and a pinned memory getter.
+func (c *Controller) readLimits(ctx context.Context, pctCommand, memCommand string) (Limits, error) {
+	out, err := c.command(ctx, pctCommand)
 	if err != nil {
-		return Limits{}, err
+		return Limits{}, fmt.Errorf("thread percentage: %w", err)
 	}
 	p, err := ParseThreadPercentage(out)
 	if err != nil {
-		return Limits{}, err
+		return Limits{}, fmt.Errorf("thread percentage: %w", err)
 	}
-	out, err = c.command(ctx, "get_default_device_pinned_mem_limit "+deviceOrdinal)
+	out, err = c.command(ctx, memCommand)
 	if err != nil {
-		return Limits{}, err
+		return Limits{}, fmt.Errorf("pinned memory limit: %w", err)
 	}
 	mib, _, err := ParseMemLimit(out)
 	if err != nil {
-		return Limits{}, err
+		return Limits{}, fmt.Errorf("pinned memory limit: %w", err)
 	}
 	return Limits{PinnedMemMiB: mib, ThreadPercentage: p}, nil
 }

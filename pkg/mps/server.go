@@ -44,23 +44,11 @@ func (c *Controller) Clients(ctx context.Context, pid int) ([]int, error) {
 // connect from now on; PinnedMemMiB is rounded like the defaults.
 func (c *Controller) ServerLimits(ctx context.Context, pid int) (Limits, error) {
 	p := strconv.Itoa(pid)
-	out, err := c.command(ctx, "get_active_thread_percentage "+p)
+	l, err := c.readLimits(ctx, "get_active_thread_percentage "+p, "get_device_pinned_mem_limit "+p+" "+deviceOrdinal)
 	if err != nil {
-		return Limits{}, fmt.Errorf("thread percentage of MPS server %d: %w", pid, err)
+		return Limits{}, fmt.Errorf("MPS server %d: %w", pid, err)
 	}
-	pct, err := ParseThreadPercentage(out)
-	if err != nil {
-		return Limits{}, fmt.Errorf("thread percentage of MPS server %d: %w", pid, err)
-	}
-	out, err = c.command(ctx, "get_device_pinned_mem_limit "+p+" "+deviceOrdinal)
-	if err != nil {
-		return Limits{}, fmt.Errorf("pinned memory limit of MPS server %d: %w", pid, err)
-	}
-	mib, _, err := ParseMemLimit(out)
-	if err != nil {
-		return Limits{}, fmt.Errorf("pinned memory limit of MPS server %d: %w", pid, err)
-	}
-	return Limits{PinnedMemMiB: mib, ThreadPercentage: pct}, nil
+	return l, nil
 }
 
 // SetServerLimits changes the limits of a RUNNING server (the defaults only
@@ -83,11 +71,8 @@ func (c *Controller) SetServerLimits(ctx context.Context, pid int, l Limits) err
 	if err != nil {
 		return err
 	}
-	if g, w := formatThreadPercentage(got.ThreadPercentage), formatThreadPercentage(l.ThreadPercentage); g != w {
-		return fmt.Errorf("MPS server %d: active thread percentage reads back %s, want %s", pid, g, w)
-	}
-	if g, w := DisplayMemLimit(got.PinnedMemMiB), DisplayMemLimit(l.PinnedMemMiB); g != w {
-		return fmt.Errorf("MPS server %d: pinned memory reads back %s, want %s", pid, orNone(g), orNone(w))
+	if err := checkReadBack(got, l); err != nil {
+		return fmt.Errorf("MPS server %d: %w", pid, err)
 	}
 	return nil
 }
@@ -98,10 +83,4 @@ func (c *Controller) ShutdownServer(ctx context.Context, pid int) error {
 		return fmt.Errorf("shutting down MPS server %d: %w", pid, err)
 	}
 	return nil
-}
-
-// LimitsMatch reports whether got (as read back, rounded) is what want sets.
-func LimitsMatch(got, want Limits) bool {
-	return DisplayMemLimit(got.PinnedMemMiB) == DisplayMemLimit(want.PinnedMemMiB) &&
-		formatThreadPercentage(got.ThreadPercentage) == formatThreadPercentage(want.ThreadPercentage)
 }

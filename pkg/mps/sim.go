@@ -34,7 +34,7 @@ import (
 //   - quit (pid file and log fifo removed) versus Kill (`kill -9`: nothing
 //     cleaned up, servers and clients gone with the daemon).
 //
-// testdata/mps-probe3.txt settled some guesses on the same machine (missing
+// docs/gpu-runs/mps-probe3.txt settled some guesses on the same machine (missing
 // arguments, device ordinals, unknown PIDs). Still not measured, so modelled
 // by guess and marked "not measured" in sim_commands.go: terminate_client of
 // an unknown client on a live server, shutdown_server of a live server.

@@ -72,9 +72,9 @@ func simCommand(st **simState, line string) (stdout string, dirty bool) {
 			return notFound(pid), false
 		}
 		if srv.Fault {
-			return "FAULT\n", false
+			return string(ServerFault) + "\n", false
 		}
-		return "ACTIVE\n", false
+		return string(ServerActive) + "\n", false
 
 	case "get_client_list":
 		pid := cAtoi(arg(0)) // no PID: "Server 0 not found" (measured)

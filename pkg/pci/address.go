@@ -7,6 +7,7 @@
 package pci
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -87,16 +88,12 @@ func (a Address) NVML() string {
 	return fmt.Sprintf("%08X:%02X:%02X.%X", a.Domain, a.Bus, a.Device, a.Function)
 }
 
-// Less orders addresses as the bus enumerates them.
-func (a Address) Less(b Address) bool {
-	if a.Domain != b.Domain {
-		return a.Domain < b.Domain
-	}
-	if a.Bus != b.Bus {
-		return a.Bus < b.Bus
-	}
-	if a.Device != b.Device {
-		return a.Device < b.Device
-	}
-	return a.Function < b.Function
+// Compare orders addresses as the bus enumerates them: -1 when a comes
+// before b, 1 after, 0 when equal (the form slices.SortFunc takes).
+func (a Address) Compare(b Address) int {
+	return cmp.Or(cmp.Compare(a.Domain, b.Domain), cmp.Compare(a.Bus, b.Bus),
+		cmp.Compare(a.Device, b.Device), cmp.Compare(a.Function, b.Function))
 }
+
+// Less orders addresses as the bus enumerates them.
+func (a Address) Less(b Address) bool { return a.Compare(b) < 0 }

@@ -56,6 +56,25 @@ func TestLess(t *testing.T) {
 	}
 }
 
+func TestCompare(t *testing.T) {
+	// Each pair differs in one field, the first address being the earlier;
+	// the domain outranks the bus, the bus the device, the device the function.
+	for _, tc := range [][2]string{
+		{"0000:ff:1f.7", "0001:00:00.0"},
+		{"0000:1a:1f.7", "0000:9a:00.0"},
+		{"0000:1a:00.7", "0000:1a:01.0"},
+		{"0000:1a:00.0", "0000:1a:00.1"},
+	} {
+		t.Run(tc[0]+" "+tc[1], func(t *testing.T) {
+			a, _ := Parse(tc[0])
+			b, _ := Parse(tc[1])
+			if a.Compare(b) != -1 || b.Compare(a) != 1 || a.Compare(a) != 0 {
+				t.Errorf("Compare: %d %d %d, want -1 1 0", a.Compare(b), b.Compare(a), a.Compare(a))
+			}
+		})
+	}
+}
+
 func TestLinkInfoMatchesCloudpods(t *testing.T) {
 	cases := []struct {
 		gen, width int

@@ -6,6 +6,7 @@
 package plan
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -67,23 +68,17 @@ func Build(hc *config.HostConf, df *config.DeviceFile, gpus []gpu.Info, r gpu.Re
 		p.Skipped = df.Skipped
 	}
 	var errs []error
+	// The file host.conf errors point at; DefaultHostConf has no Path.
+	hcFile := cmp.Or(hc.Path, "host.conf")
 	threads, err := vdev.ParseThreadPolicy(hc.ThreadPercentage)
 	if err != nil {
-		file := hc.Path
-		if file == "" {
-			file = "host.conf"
-		}
-		return p, &config.Error{File: file, Line: hc.Line("mps_thread_percentage"), Field: "mps_thread_percentage", Msg: err.Error()}
+		return p, &config.Error{File: hcFile, Line: hc.Line("mps_thread_percentage"), Field: "mps_thread_percentage", Msg: err.Error()}
 	}
 	p.Threads = threads
 	if df == nil || len(df.Entries) == 0 {
-		file := hc.Path
-		if file == "" {
-			file = "host.conf"
-		}
 		for _, g := range gpus {
 			if msg := overLimit(g, hc.CudaMPSReplicas); msg != "" {
-				errs = append(errs, &config.Error{File: file, Line: hc.Line(SourceReplicas), Field: SourceReplicas, Msg: msg})
+				errs = append(errs, &config.Error{File: hcFile, Line: hc.Line(SourceReplicas), Field: SourceReplicas, Msg: msg})
 				continue
 			}
 			p.GPUs = append(p.GPUs, newGPUPlan(g, hc.CudaMPSReplicas, SourceReplicas, threads))
@@ -113,9 +108,9 @@ func Build(hc *config.HostConf, df *config.DeviceFile, gpus []gpu.Info, r gpu.Re
 				p.Unshared = append(p.Unshared, g)
 			}
 		}
-		slices.SortFunc(p.Unshared, func(a, b gpu.Info) int { return comparePCI(a.PCI, b.PCI) })
+		slices.SortFunc(p.Unshared, func(a, b gpu.Info) int { return a.PCI.Compare(b.PCI) })
 	}
-	slices.SortFunc(p.GPUs, func(a, b GPUPlan) int { return comparePCI(a.GPU.PCI, b.GPU.PCI) })
+	slices.SortFunc(p.GPUs, func(a, b GPUPlan) int { return a.GPU.PCI.Compare(b.GPU.PCI) })
 	return p, errors.Join(errs...)
 }
 
@@ -144,15 +139,4 @@ func overLimit(g gpu.Info, n int) string {
 			n, limit, g.Architecture, g.Name, g.UUID, g.PCI)
 	}
 	return ""
-}
-
-// comparePCI orders addresses as the bus enumerates them.
-func comparePCI(a, b pci.Address) int {
-	switch {
-	case a.Less(b):
-		return -1
-	case b.Less(a):
-		return 1
-	}
-	return 0
 }

@@ -85,9 +85,5 @@ func (p ThreadPolicy) String() string {
 
 // SplitThreads is Split with the thread percentage of policy.
 func SplitThreads(g gpu.Info, n int, policy ThreadPolicy) []Device {
-	devs := Split(g, n)
-	for i := range devs {
-		devs[i].ThreadPercentage = policy.Percentage(n)
-	}
-	return devs
+	return split(g, n, policy.Percentage(n))
 }

@@ -44,8 +44,14 @@ type Device struct {
 	ThreadPercentage int
 }
 
-// Split divides g into n virtual devices; nil when n < 1.
+// Split divides g into n virtual devices with Cloudpods' thread percentage
+// (ThreadPercentage); nil when n < 1. SplitThreads takes a host's policy.
 func Split(g gpu.Info, n int) []Device {
+	return split(g, n, ThreadPercentage(n))
+}
+
+// split divides g into n devices of threadPct percent each.
+func split(g gpu.Info, n, threadPct int) []Device {
 	if n < 1 {
 		return nil
 	}
@@ -58,7 +64,7 @@ func Split(g gpu.Info, n int) []Device {
 			Addr:             fmt.Sprintf("%s-%d", g.PCI.Short(), i),
 			MemoryLimitMiB:   MemoryLimitMiB(total, n),
 			MemoryTotalMiB:   total,
-			ThreadPercentage: ThreadPercentage(n),
+			ThreadPercentage: threadPct,
 		}
 	}
 	return devs

@@ -94,15 +94,7 @@ func (a *Adapter) Devices(ctx context.Context) ([]gpu.Info, error) {
 		}
 		infos = append(infos, info)
 	}
-	slices.SortFunc(infos, func(x, y gpu.Info) int {
-		switch {
-		case x.PCI.Less(y.PCI):
-			return -1
-		case y.PCI.Less(x.PCI):
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(infos, func(x, y gpu.Info) int { return x.PCI.Compare(y.PCI) })
 	a.log.Debug("GPUs listed", "count", len(infos))
 	return infos, nil
 }

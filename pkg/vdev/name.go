@@ -1,0 +1,42 @@
+package vdev
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// EnvVar names the virtual device a container was given, "<GPU UUID>::<i>".
+// The CDI spec sets it in every container; the accounting reads it back from
+// /proc/<pid>/environ.
+const EnvVar = "YUNION_MPS_VIRTUAL_DEVICE"
+
+// ErrBadName: a string that is not "<GPU UUID>::<i>".
+var ErrBadName = errors.New("malformed virtual device name")
+
+// Name is a virtual device's stable name: its GPU's UUID, two colons, the
+// slice index as in its addr ("GPU-5f0...::3"). It is the CDI device name,
+// the value of EnvVar and the accounting's key.
+func Name(gpuUUID string, index int) string {
+	return gpuUUID + "::" + strconv.Itoa(index)
+}
+
+// Name is d's stable name (see Name).
+func (d Device) Name() string { return Name(d.GPU.UUID, d.Index) }
+
+// ParseName splits a name made by Name into its GPU UUID and index; anything
+// else is an error wrapping ErrBadName. The UUID is only required to be
+// non-empty and free of colons and white space: whether such a GPU exists
+// is for the caller to decide.
+func ParseName(name string) (gpuUUID string, index int, err error) {
+	uuid, idx, ok := strings.Cut(name, "::")
+	if !ok || uuid == "" || strings.ContainsAny(uuid, ": \t\n") {
+		return "", 0, fmt.Errorf("%q: want <GPU UUID>::<index>: %w", name, ErrBadName)
+	}
+	i, err := strconv.Atoi(idx)
+	if err != nil || i < 0 || strconv.Itoa(i) != idx {
+		return "", 0, fmt.Errorf("%q: index %q is not a slice number: %w", name, idx, ErrBadName)
+	}
+	return uuid, i, nil
+}
