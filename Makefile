@@ -42,6 +42,7 @@ gpu-bundle: build
 	mkdir -p .gpu-bundle
 	cp $(BIN)/mps-daemon $(BIN)/mps-inventory $(BIN)/climc .gpu-bundle/
 	CGO_ENABLED=0 $(GO) test -c -o .gpu-bundle/mps.test ./pkg/mps
+	CGO_ENABLED=1 $(GO) test -c -o .gpu-bundle/nvml.test ./pkg/gpu/nvml
 
 # .deb and .rpm of yunion-mps-daemon and yunion-mps-inventory in $(DIST),
 # versioned from git (packaging/version.sh); nfpm comes from the tools module

@@ -41,6 +41,11 @@ MPS_CONTRACT_REAL=1 MPS_CONTROL_BINARY=$(command -v nvidia-cuda-mps-control) MPS
 check "contract test (real and simulated control answer alike)" "${PIPESTATUS[0]}"
 
 say
+say "## 1b. The NVML adapter against the real library"
+MPS_DAEMON_REAL_NVML=1 "$B/nvml.test" -test.run 'TestRealNVML' -test.v -test.count=1 2>&1 | grep -vE '^=== ' | tail -20 | block
+check "the adapter reads the GPU as nvidia-smi does" "${PIPESTATUS[0]}"
+
+say
 say "## 2. The daemon on the real GPU, virtual_number 4, compute mode untouched"
 "$B/mps-inventory" --listen 127.0.0.1:0 --db "$W/inventory.db" --address-file "$W/inv.addr" --admin-token-file "$W/admin.token" 2>"$W/inventory.log" &
 PIDS+=($!)
@@ -229,6 +234,64 @@ check "the process that pushed the device over its cap was terminated" "$([ $RB 
 check "the device's other process ran on" "$([ $RA = 0 ]; echo $?)"
 check "a process on another virtual device ran on undisturbed" "$([ $RC = 0 ]; echo $?)"
 grep -E 'component=accounting' "$W/daemon2.log" | sed 's/^time=[^ ]* //' | block
+
+say
+say "## 11. A container's view: the pipe directory read-only, the privileged socket masked"
+# Processes in their own mount, IPC and PID namespaces, set up as the CDI
+# spec sets up a container: the GPU's pipe directory bind-mounted read-only
+# onto itself, /dev/null over control_privileged.
+RO="mount --bind $PIPE $PIPE && mount -o remount,bind,ro $PIPE $PIPE"
+MASK="mount --bind /dev/null $PIPE/control_privileged"
+in_ns() { unshare --mount --ipc --pid --fork --propagation private sh -c "$1 && shift && exec \"\$@\"" sh "${@:2}"; }
+CAP11=$(field "$ADDR-0" mps_memory_limit)
+BEFORE=$(ls -l --time-style=+ "$PIPE" | md5sum)
+GOT=$(in_ns "$RO" env $(client_env) python3 "$C/alloc.py" 2>>"$W/client.log")
+check "client with the pipe directory read-only: served and capped" "$([ -n "$GOT" ] && [ "$GOT" -le "$CAP11" ] && [ "$GOT" -gt $((CAP11 - 1024)) ]; echo $?)" "($GOT MiB, cap $CAP11)"
+check "...and it wrote nothing in the pipe directory" "$([ "$BEFORE" = "$(ls -l --time-style=+ "$PIPE" | md5sum)" ]; echo $?)"
+GOT=$(in_ns "$RO && mount -t tmpfs tmpfs /dev/shm" env $(client_env) python3 "$C/alloc.py" 2>>"$W/client.log")
+check "client with its own empty /dev/shm: served and capped" "$([ -n "$GOT" ] && [ "$GOT" -le "$CAP11" ] && [ "$GOT" -gt $((CAP11 - 1024)) ]; echo $?)" "($GOT MiB)"
+GOT=$(in_ns "$RO && $MASK" env $(client_env) python3 "$C/alloc.py" 2>>"$W/client.log")
+check "client with control_privileged masked: served and capped" "$([ -n "$GOT" ] && [ "$GOT" -le "$CAP11" ] && [ "$GOT" -gt $((CAP11 - 1024)) ]; echo $?)" "($GOT MiB)"
+PCT=$(ctl get_default_active_thread_percentage)
+# Setting the value it already has: accepted or refused, nothing changes.
+PRIV=$(in_ns "$RO" env CUDA_MPS_PIPE_DIRECTORY="$PIPE" sh -c "echo set_default_active_thread_percentage ${PCT%.0} | timeout 10 nvidia-cuda-mps-control" 2>&1)
+say "root in the namespace, pipe directory read-only: set_default_active_thread_percentage -> $(echo $PRIV)"
+check "root reaches the privileged socket through a read-only mount (why it is masked)" "$(echo "$PRIV" | grep -q "^${PCT}$"; echo $?)"
+NOBODY=$(env CUDA_MPS_PIPE_DIRECTORY="$PIPE" python3 -c 'import os,subprocess; os.setgid(65534); os.setuid(65534); print(subprocess.run(["nvidia-cuda-mps-control"], input="set_default_active_thread_percentage 100\n", capture_output=True, text=True, timeout=10).stdout.strip())' 2>&1)
+say "UID 65534: set_default_active_thread_percentage -> $(echo $NOBODY)"
+check "UID 65534 is refused" "$(echo "$NOBODY" | grep -qi "privilege"; echo $?)"
+MASKED=$(in_ns "$RO && $MASK" env CUDA_MPS_PIPE_DIRECTORY="$PIPE" sh -c "echo set_default_active_thread_percentage 100 | timeout 10 nvidia-cuda-mps-control" 2>&1)
+say "root in the namespace, control_privileged masked: set_default_active_thread_percentage 100 -> $(echo $MASKED)"
+check "root is refused once control_privileged is masked" "$(echo "$MASKED" | grep -qi "privilege"; echo $?)" "(default still $(ctl get_default_active_thread_percentage))"
+# Last, since it would stop MPS if the mask failed: quit through the mask.
+MQUIT=$(in_ns "$RO && $MASK" env CUDA_MPS_PIPE_DIRECTORY="$PIPE" sh -c "echo quit | timeout 10 nvidia-cuda-mps-control" 2>&1)
+ctl get_server_list >/dev/null; check "quit through the mask is refused: MPS still runs" $? "($(echo $MQUIT))"
+
+say
+say "## 12. terminate_client on an idle and on a busy client (what accounting's enforce relies on)"
+listed() { nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -qw "$1"; }
+env $(client_env) python3 "$C/sleep.py" 2048 30 >"$W/idle.log" 2>&1 &
+IDLE=$!
+until_ok 60 grep -q allocated "$W/idle.log"
+SRV=$(ctl get_server_list | head -1)
+say "terminate_client $SRV $IDLE (idle client) -> $(ctl terminate_client "$SRV" "$IDLE")"
+sleep 2
+say "2 s later: process alive=$(kill -0 $IDLE 2>/dev/null && echo yes || echo no), listed by NVML=$(listed $IDLE && echo yes || echo no), in get_client_list=$(ctl get_client_list "$SRV" | grep -qw $IDLE && echo yes || echo no)"
+kill -0 $IDLE 2>/dev/null; check "an idle client survives terminate_client (hence SIGTERM after a grace period)" $?
+kill -TERM $IDLE; wait $IDLE
+sleep 1
+! listed $IDLE; check "after SIGTERM it is gone from NVML's list" $?
+env $(client_env) python3 "$C/hold.py" 30 2048 >"$W/busy.log" 2>&1 &
+BUSY=$!
+until_ok 60 grep -q started "$W/busy.log"
+SRV=$(ctl get_server_list | head -1)
+say "terminate_client $SRV $BUSY (busy client) -> $(ctl terminate_client "$SRV" "$BUSY")"
+T0=$(date +%s.%N)
+wait $BUSY; RB=$?
+GONE=1; for _ in $(seq 20); do listed $BUSY || { GONE=0; break; }; sleep 0.1; done
+say "busy client: exit $RB, $(tail -1 "$W/busy.log"); gone from NVML's list $(python3 -c "print(round($(date +%s.%N)-$T0,1))") s after terminate_client"
+check "a busy client dies by itself on its next CUDA call" "$([ $RB != 0 ]; echo $?)"
+check "...and leaves NVML's list within 2 s" $GONE
 
 say
 CM_AFTER=$(nvidia-smi --query-gpu=compute_mode --format=csv,noheader | head -1)

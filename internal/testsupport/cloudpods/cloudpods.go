@@ -1,0 +1,414 @@
+// Package cloudpods gives tests a real Cloudpods control plane: Cloudpods'
+// own keystone and region on a private MariaDB, started on loopback by the
+// scripts in ../shared/cloudpods (see its README), and its real climc.
+//
+// How to use it: in a package whose tests need Cloudpods, add
+// `func TestMain(m *testing.M) { cloudpods.Main(m) }`, then call
+// `cloudpods.Get(t)` for the process's control plane (started on first use,
+// about 20-40 s, and stopped by Main). Tests of one package share it: each
+// test uses its own host record (CreateHost) or its own names.
+//
+// Where it comes from: MPS_CLOUDPODS_DIR, else ../shared/cloudpods next to
+// the module's root. The scripts run as root (they start MariaDB as root and
+// install mariadb-server, curl and xz-utils when missing). Without them, or
+// not as root, the test is skipped, unless MPS_REQUIRE_CLOUDPODS=1 (CI):
+// then it fails.
+package cloudpods
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The environment variables this package reads.
+const (
+	// EnvDir names the directory holding cloudpods-up.sh and bin/.
+	EnvDir = "MPS_CLOUDPODS_DIR"
+	// EnvRequire, set to 1, turns "Cloudpods is not available" into a failure.
+	EnvRequire = "MPS_REQUIRE_CLOUDPODS"
+)
+
+// startTimeout bounds cloudpods-up.sh (a cold start takes about 40 s, more
+// when it installs MariaDB first).
+const startTimeout = 5 * time.Minute
+
+// ErrUnavailable: this machine cannot run the control plane.
+var ErrUnavailable = errors.New("Cloudpods keystone/region are not available")
+
+// Cloud is a running control plane.
+type Cloud struct {
+	// Dir holds the scripts; Work is this instance's state, configs and logs
+	// (Work/log/{keystone,region,mariadb}.log).
+	Dir, Work string
+	// AuthURL is keystone's v3 URL (http://127.0.0.1:<port>/v3).
+	AuthURL string
+	// The admin credentials: user sysadmin in project system of domain Default.
+	User, Password, Project, Domain string
+	// RegionName is the keystone region of the catalog.
+	RegionName string
+	// RegionURL is the region service (compute_v2 endpoint).
+	RegionURL string
+	// ZoneID is the zone holding the default host's network.
+	ZoneID string
+	// HostID, HostName, HostMAC, HostIP are the host record the script
+	// created (host_type container).
+	HostID, HostName, HostMAC, HostIP string
+	// Climc is the real climc binary.
+	Climc string
+}
+
+// Dir returns the directory of the scripts, or ErrUnavailable.
+func Dir() (string, error) {
+	dir := os.Getenv(EnvDir)
+	if dir == "" {
+		root, err := moduleRoot()
+		if err != nil {
+			return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		dir = filepath.Join(root, "..", "shared", "cloudpods")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cloudpods-up.sh")); err != nil {
+		return "", fmt.Errorf("%w: no cloudpods-up.sh in %s (set %s)", ErrUnavailable, dir, EnvDir)
+	}
+	if os.Geteuid() != 0 {
+		return "", fmt.Errorf("%w: its scripts need root", ErrUnavailable)
+	}
+	return filepath.Abs(dir)
+}
+
+// moduleRoot is the directory of go.mod above the working directory.
+func moduleRoot() (string, error) {
+	d, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		d = up
+	}
+}
+
+// Options shape a new control plane.
+type Options struct {
+	// HostName, HostMAC, HostIP: the host record created at start (the
+	// script's defaults when empty). NoHost creates none.
+	HostName, HostMAC, HostIP string
+	NoHost                    bool
+}
+
+// Start runs cloudpods-up.sh in a new work directory on free ports.
+func Start(ctx context.Context, opts Options) (*Cloud, error) {
+	dir, err := Dir()
+	if err != nil {
+		return nil, err
+	}
+	work, err := os.MkdirTemp("", "mps-cloudpods-")
+	if err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(4)
+	if err != nil {
+		return nil, err
+	}
+	env := append(os.Environ(),
+		"CP_DB_PORT="+strconv.Itoa(ports[0]),
+		"CP_KEYSTONE_PORT="+strconv.Itoa(ports[1]),
+		"CP_KEYSTONE_ADMIN_PORT="+strconv.Itoa(ports[2]),
+		"CP_REGION_PORT="+strconv.Itoa(ports[3]),
+	)
+	if opts.NoHost {
+		env = append(env, "CP_CREATE_HOST=0")
+	}
+	host := Options{HostName: "gpuhost0", HostMAC: "02:00:00:00:00:01", HostIP: "127.0.0.1"}
+	if opts.HostName != "" {
+		host.HostName = opts.HostName
+	}
+	if opts.HostMAC != "" {
+		host.HostMAC = opts.HostMAC
+	}
+	if opts.HostIP != "" {
+		host.HostIP = opts.HostIP
+	}
+	env = append(env, "CP_HOST_NAME="+host.HostName, "CP_HOST_MAC="+host.HostMAC, "CP_HOST_IP="+host.HostIP)
+
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "cloudpods-up.sh"), work, filepath.Join(dir, "bin"))
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, &out, &out
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Run(); err != nil {
+		c := &Cloud{Dir: dir, Work: work}
+		_ = c.Stop()
+		return nil, fmt.Errorf("cloudpods-up.sh: %w\n%s", err, tail(out.String(), 4000))
+	}
+	c, err := read(dir, work)
+	if err != nil {
+		_ = (&Cloud{Dir: dir, Work: work}).Stop()
+		return nil, err
+	}
+	if !opts.NoHost {
+		c.HostName, c.HostMAC, c.HostIP = host.HostName, host.HostMAC, host.HostIP
+	}
+	return c, nil
+}
+
+// read parses WORK/cloudpods.env.
+func read(dir, work string) (*Cloud, error) {
+	f, err := os.Open(filepath.Join(work, "cloudpods.env"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	vars := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "export "), "=")
+		if ok {
+			vars[k] = v
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	c := &Cloud{
+		Dir: dir, Work: work,
+		AuthURL: vars["OS_AUTH_URL"], User: vars["OS_USERNAME"], Password: vars["OS_PASSWORD"],
+		Project: vars["OS_PROJECT_NAME"], Domain: vars["OS_DOMAIN_NAME"], RegionName: vars["OS_REGION_NAME"],
+		RegionURL: vars["CLOUDPODS_REGION_URL"], ZoneID: vars["CLOUDPODS_ZONE_ID"], HostID: vars["CLOUDPODS_HOST_ID"],
+		Climc: vars["CLOUDPODS_CLIMC"],
+	}
+	if c.AuthURL == "" || c.RegionURL == "" || c.Climc == "" {
+		return nil, fmt.Errorf("cloudpods.env in %s lacks OS_AUTH_URL, CLOUDPODS_REGION_URL or CLOUDPODS_CLIMC", work)
+	}
+	return c, nil
+}
+
+// Stop stops region, keystone and MariaDB and removes the work directory.
+func (c *Cloud) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(c.Dir, "cloudpods-down.sh"), c.Work, "--purge").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("cloudpods-down.sh: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// ClimcEnv is the environment the real climc reads its credentials from.
+func (c *Cloud) ClimcEnv() []string {
+	return []string{
+		"OS_AUTH_URL=" + c.AuthURL, "OS_USERNAME=" + c.User, "OS_PASSWORD=" + c.Password,
+		"OS_PROJECT_NAME=" + c.Project, "OS_REGION_NAME=" + c.RegionName,
+		"OS_DOMAIN_NAME=" + c.Domain, "OS_PROJECT_DOMAIN=" + c.Domain,
+	}
+}
+
+// RunClimc runs the real climc with args against this control plane and
+// returns what it printed on stdout and stderr.
+func (c *Cloud) RunClimc(ctx context.Context, args ...string) (stdout, stderr string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var o, e bytes.Buffer
+	cmd := exec.CommandContext(ctx, c.Climc, args...)
+	cmd.Env = append(os.Environ(), c.ClimcEnv()...)
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	return o.String(), e.String(), err
+}
+
+// StopRegion kills the region service (SIGTERM, then SIGKILL after 20 s):
+// an outage as a host agent sees it. StartRegion brings it back.
+func (c *Cloud) StopRegion() error {
+	pidFile := filepath.Join(c.Work, "run", "region.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return fmt.Errorf("%s: %w", pidFile, err)
+	}
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	for i := 0; i < 200; i++ {
+		if syscall.Kill(pid, 0) != nil {
+			return os.Remove(pidFile)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	time.Sleep(500 * time.Millisecond)
+	return os.Remove(pidFile)
+}
+
+// StartRegion starts the region service again with the configuration of
+// the first start and waits until it answers.
+func (c *Cloud) StartRegion(ctx context.Context) error {
+	logf, err := os.OpenFile(filepath.Join(c.Work, "log", "region.log"), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	bin := filepath.Join(c.Work, "bin", "region")
+	cmd := exec.Command(bin, "--config", filepath.Join(c.Work, "etc", "region.conf"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(c.Work, "run", "region.pid"), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+		return err
+	}
+	go func() { _ = cmd.Wait() }() // reaped when it exits; Stop signals it by PID
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	for {
+		if _, _, err := c.RunClimc(ctx, "cloud-region-list"); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("region did not answer after a restart: %w", ctx.Err())
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// process is the test process's shared control plane, started by the first
+// Get and stopped by Main.
+var process struct {
+	mu     sync.Mutex
+	inMain bool
+	cloud  *Cloud
+	err    error
+}
+
+// Main runs the tests of a package (call it from TestMain) and stops the
+// shared control plane, if a test started one.
+func Main(m *testing.M) {
+	os.Exit(Run(m.Run))
+}
+
+// Run is Main for a TestMain that does more around m.Run.
+func Run(run func() int) int {
+	process.mu.Lock()
+	process.inMain = true
+	process.mu.Unlock()
+	code := run()
+	process.mu.Lock()
+	defer process.mu.Unlock()
+	if process.cloud != nil {
+		if err := process.cloud.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "cloudpods: stopping the test control plane: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+		process.cloud = nil
+	}
+	return code
+}
+
+// Get returns the process's control plane, starting it on first use. It
+// skips the test when Cloudpods is unavailable (fails under
+// MPS_REQUIRE_CLOUDPODS=1). Outside Main each test gets its own, stopped
+// when the test ends.
+func Get(t testing.TB) *Cloud {
+	t.Helper()
+	c, err := shared(t)
+	if err != nil {
+		if errors.Is(err, ErrUnavailable) && os.Getenv(EnvRequire) != "1" {
+			t.Skipf("%v (set %s=1 to make this a failure)", err, EnvRequire)
+		}
+		t.Fatalf("cloudpods: %v", err)
+	}
+	return c
+}
+
+// New starts a control plane of the test's own (for tests that stop or
+// break it), stopped when the test ends; skipped or failed like Get.
+func New(t testing.TB, opts Options) *Cloud {
+	t.Helper()
+	c, err := Start(context.Background(), opts)
+	if err != nil {
+		if errors.Is(err, ErrUnavailable) && os.Getenv(EnvRequire) != "1" {
+			t.Skipf("%v (set %s=1 to make this a failure)", err, EnvRequire)
+		}
+		t.Fatalf("cloudpods: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("cloudpods: %v", err)
+		}
+	})
+	return c
+}
+
+func shared(t testing.TB) (*Cloud, error) {
+	process.mu.Lock()
+	defer process.mu.Unlock()
+	if process.cloud != nil || process.err != nil {
+		return process.cloud, process.err
+	}
+	if !process.inMain {
+		c, err := Start(context.Background(), Options{})
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() {
+			if err := c.Stop(); err != nil {
+				t.Errorf("cloudpods: %v", err)
+			}
+		})
+		return c, nil
+	}
+	// A failure to start is kept: later tests fail fast with the same error.
+	process.cloud, process.err = Start(context.Background(), Options{})
+	return process.cloud, process.err
+}
+
+// freePorts returns n TCP ports free on 127.0.0.1 right now.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
