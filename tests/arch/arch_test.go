@@ -98,9 +98,10 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/inventory/server": {"pkg/api", "pkg/inventory/store", "pkg/metrics", "pkg/atomicfile"},
 		"pkg/inventory/client": {"pkg/api"},
 		"pkg/climc":            {"pkg/api", "pkg/config", "pkg/inventory/client", "pkg/version"},
-		"pkg/accounting":       {"pkg/gpu", "pkg/vdev"},
-		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/version", "pkg/atomicfile"},
-		"pkg/agent":            {"pkg/api", "pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/pci", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/atomicfile", "pkg/systemd"},
+		"pkg/identity":         {"pkg/vdev"},
+		"pkg/accounting":       {"pkg/gpu", "pkg/vdev", "pkg/identity"},
+		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/version", "pkg/atomicfile", "pkg/identity"},
+		"pkg/agent":            {"pkg/api", "pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/pci", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/atomicfile", "pkg/systemd", "pkg/identity"},
 		"pkg/metrics":          {"pkg/version"},
 	}
 	for dir, imps := range imports(t) {
