@@ -50,10 +50,28 @@ func (h *harness) addProc(t *testing.T, pid int, start uint64, device string) {
 		stat = append(stat, "0")
 	}
 	stat = append(stat, strconv.FormatUint(start, 10), "0")
-	for name, content := range map[string]string{"environ": env, "stat": strings.Join(stat, " ") + "\n"} {
+	for name, content := range map[string]string{"environ": env, "stat": strings.Join(stat, " ") + "\n", "cgroup": "0::/user.slice\n"} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A process on the host: PID 1's mount namespace, root "/".
+	h.procLink(t, pid, "ns/mnt", hostMountNS)
+	h.procLink(t, pid, "root", "/")
+}
+
+// hostMountNS is the host's mount namespace in the fake /proc (PID 1's).
+const hostMountNS = "mnt:[4026531841]"
+
+func (h *harness) procLink(t *testing.T, pid int, file, target string) {
+	t.Helper()
+	p := filepath.Join(h.cfg.Host.ProcRoot, strconv.Itoa(pid), file)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Remove(p)
+	if err := os.Symlink(target, p); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -62,6 +80,7 @@ func (h *harness) addProc(t *testing.T, pid int, start uint64, device string) {
 func (h *harness) withFakeProc(t *testing.T, killer accounting.Killer) {
 	t.Helper()
 	h.cfg.Host.ProcRoot = filepath.Join(h.dir, "proc")
+	h.procLink(t, 1, "ns/mnt", hostMountNS)
 	var err error
 	h.agent, err = New(Options{Config: h.cfg, Backend: h.backend, Runner: h.runner, Inventory: h.inv, SysfsRoot: h.dir + "/nosys", DevRoot: h.dir + "/nodev", Killer: killer})
 	if err != nil {
