@@ -89,7 +89,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/logging":          {},
 		"pkg/pci":              {"pkg/api"},
 		"pkg/gpu":              {"pkg/pci"},
-		"pkg/gpu/nvml":         {"pkg/gpu", "pkg/pci"},
+		"pkg/gpu/nvml":         {"pkg/gpu", "pkg/pci", "pkg/atomicfile"},
 		"pkg/config":           {},
 		"pkg/vdev":             {"pkg/api", "pkg/gpu", "pkg/pci"},
 		"pkg/plan":             {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/pci"},
