@@ -2,8 +2,10 @@ package accounting
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
+	"strings"
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
@@ -161,7 +163,11 @@ func (a *Accountant) refresh(ctx context.Context) {
 	msg := ""
 	if err := a.mapper.Refresh(); err != nil {
 		msg = err.Error()
-		if msg != a.refreshErr {
+		switch {
+		case msg == a.refreshErr:
+		case errors.Is(err, ErrOwnNamespace) && !strings.Contains(msg, "\n"):
+			a.log.WarnContext(ctx, "accounting: processes in the daemon's own mount namespace count as outside containers", "err", err)
+		default:
 			a.log.ErrorContext(ctx, "accounting cannot tell containers' processes apart", "err", err)
 		}
 	}

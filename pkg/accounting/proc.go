@@ -93,9 +93,16 @@ type Mapper struct {
 	hostNS string
 }
 
+// ErrOwnNamespace: PID 1's mount namespace could not be read (the daemon
+// runs in a user namespace of its own, or without the right to look at
+// PID 1), so the daemon's own is taken for the host's. Under systemd the
+// daemon's own is private (ProtectSystem), which is why PID 1's comes first.
+var ErrOwnNamespace = errors.New("the host's mount namespace (PID 1's) cannot be read; the daemon's own stands for it")
+
 // Refresh reads what the lookups of one sample share: the host's identity
-// files and the host's mount namespace. Until it succeeds, no process is
-// taken to be outside containers.
+// files and the host's mount namespace. Until it finds a namespace, no
+// process is taken to be outside containers. An error wrapping
+// ErrOwnNamespace is a warning: the lookups go on with the daemon's own.
 func (m *Mapper) Refresh() error {
 	var errs []error
 	m.table = nil
@@ -108,7 +115,13 @@ func (m *Mapper) Refresh() error {
 	}
 	ns, err := os.Readlink(m.path(1, "ns/mnt"))
 	if err != nil {
-		errs = append(errs, fmt.Errorf("reading the host's mount namespace: %w", err))
+		own, ownErr := os.Readlink(m.path(os.Getpid(), "ns/mnt"))
+		if ownErr == nil {
+			ns, err = own, fmt.Errorf("%w: %w", ErrOwnNamespace, err)
+		} else {
+			err = fmt.Errorf("reading the host's mount namespace: %w", err)
+		}
+		errs = append(errs, err)
 	}
 	m.hostNS = ns
 	return errors.Join(errs...)

@@ -308,6 +308,14 @@ func TestMapperBillsContainersByIdentity(t *testing.T) {
 	if id, err := m.Lookup(201, gpuA); err != nil || id.Device != a0 {
 		t.Errorf("identity files still count: Lookup(201) = %+v, %v", id, err)
 	}
+	// PID 1's unreadable but the daemon's own readable: its own stands in.
+	p.link(os.Getpid(), "ns/mnt", hostNS)
+	if err := m.Refresh(); !errors.Is(err, ErrOwnNamespace) {
+		t.Errorf("Refresh = %v, want ErrOwnNamespace", err)
+	}
+	if id, err := m.Lookup(800, gpuA); err != nil || id.Device != a1 || id.Source != SourceEnviron {
+		t.Errorf("in the daemon's own namespace: Lookup(800) = %+v, %v; want %s by its environment", id, err, a1)
+	}
 }
 
 func TestAccount(t *testing.T) {
