@@ -33,9 +33,17 @@ func (s *signals) Signal(pid int, sig syscall.Signal) error {
 	return nil
 }
 
-// addProc makes a process in the harness's fake /proc: started at start
-// (clock ticks), its environment naming device ("" names none).
+// addProc makes a process on the host (PID 1's mount namespace, root "/")
+// in the harness's fake /proc: started at start (clock ticks), its
+// environment naming device ("" names none).
 func (h *harness) addProc(t *testing.T, pid int, start uint64, device string) {
+	t.Helper()
+	h.writeProc(t, pid, 1, start, device, container{root: "/", ns: hostMountNS, cgroup: "0::/user.slice\n"})
+}
+
+// writeProc makes process pid, child of ppid, in c's namespace, root and
+// cgroup, its environment naming device.
+func (h *harness) writeProc(t *testing.T, pid, ppid int, start uint64, device string, c container) {
 	t.Helper()
 	dir := filepath.Join(h.cfg.Host.ProcRoot, strconv.Itoa(pid))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -45,19 +53,18 @@ func (h *harness) addProc(t *testing.T, pid int, start uint64, device string) {
 	if device != "" {
 		env += vdev.EnvVar + "=" + device + "\x00"
 	}
-	stat := []string{strconv.Itoa(pid), "(python3)", "S"}
-	for range 18 {
+	stat := []string{strconv.Itoa(pid), "(python3)", "S", strconv.Itoa(ppid)}
+	for range 17 {
 		stat = append(stat, "0")
 	}
 	stat = append(stat, strconv.FormatUint(start, 10), "0")
-	for name, content := range map[string]string{"environ": env, "stat": strings.Join(stat, " ") + "\n", "cgroup": "0::/user.slice\n"} {
+	for name, content := range map[string]string{"environ": env, "stat": strings.Join(stat, " ") + "\n", "cgroup": c.cgroup} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// A process on the host: PID 1's mount namespace, root "/".
-	h.procLink(t, pid, "ns/mnt", hostMountNS)
-	h.procLink(t, pid, "root", "/")
+	h.procLink(t, pid, "ns/mnt", c.ns)
+	h.procLink(t, pid, "root", c.root)
 }
 
 // hostMountNS is the host's mount namespace in the fake /proc (PID 1's).

@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -122,31 +121,6 @@ type container struct {
 	root, ns, cgroup string
 }
 
-// addContainerProc makes a process of c whose environment names envDevice.
-func (h *harness) addContainerProc(t *testing.T, c container, pid, ppid int, start uint64, envDevice string) {
-	t.Helper()
-	dir := filepath.Join(h.cfg.Host.ProcRoot, strconv.Itoa(pid))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	env := "PATH=/usr/bin\x00"
-	if envDevice != "" {
-		env += vdev.EnvVar + "=" + envDevice + "\x00"
-	}
-	stat := []string{strconv.Itoa(pid), "(python3)", "S", strconv.Itoa(ppid)}
-	for range 17 {
-		stat = append(stat, "0")
-	}
-	stat = append(stat, strconv.FormatUint(start, 10), "0")
-	for name, content := range map[string]string{"environ": env, "stat": strings.Join(stat, " ") + "\n", "cgroup": c.cgroup} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h.procLink(t, pid, "ns/mnt", c.ns)
-	h.procLink(t, pid, "root", c.root)
-}
-
 // newContainer is a container given device (its identity file linked into
 // its root, which a bind mount does on a real host); "" gives none.
 func (h *harness) newContainer(t *testing.T, id, device string) container {
@@ -197,9 +171,9 @@ func TestContainerLiarIsBilledAndTerminatedByItsIdentity(t *testing.T) {
 	d0, d1 := vdev.Name(g0, 0), vdev.Name(g0, 1)
 	c11, c22 := h.newContainer(t, "11", d0), h.newContainer(t, "22", d1)
 	const gib = 1 << 30
-	h.addContainerProc(t, c11, 101, 1, 1000, d0)
-	h.addContainerProc(t, c11, 102, 101, 2000, d1) // the liar
-	h.addContainerProc(t, c22, 201, 1, 3000, d1)   // newest of all
+	h.writeProc(t, 101, 1, 1000, d0, c11)
+	h.writeProc(t, 102, 101, 2000, d1, c11) // the liar
+	h.writeProc(t, 201, 1, 3000, d1, c22)   // newest of all
 	for _, pid := range []int{101, 102, 201} {
 		if _, err := h.runner.AddClient(h.pipeDir(0), pid); err != nil {
 			t.Fatal(err)

@@ -90,7 +90,7 @@ func Remove(o Options) (removed bool, err error) {
 	case err != nil:
 		return false, fmt.Errorf("removing CDI spec: %w", err)
 	}
-	return true, syncDir(o.Dir)
+	return true, atomicfile.SyncDir(o.Dir)
 }
 
 // Sync makes the spec file match devs: Build then Write, or Remove when devs
@@ -157,19 +157,6 @@ func removeStaleTemps(path string) error {
 		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("removing stale temporary CDI spec: %w", err)
 		}
-	}
-	return nil
-}
-
-// syncDir makes a rename or removal in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("syncing CDI directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing CDI directory: %w", err)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"yunion.io/x/mps-daemon/pkg/atomicfile"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -84,7 +85,7 @@ func (s Store) Ensure(names []string) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := syncDir(s.Dir); err != nil {
+	if err := atomicfile.SyncDir(s.Dir); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -217,16 +218,4 @@ func (s Store) Table() (Table, error) {
 		}
 	}
 	return t, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("syncing identity directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing identity directory: %w", err)
-	}
-	return nil
 }
