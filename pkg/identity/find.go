@@ -14,9 +14,17 @@ import (
 // mount namespace.
 var ErrNotFound = errors.New("no identity file")
 
-// maxLevels bounds the climb from a process's root towards its mount
-// namespace's root.
-const maxLevels = 64
+// maxLevels is how many directories above a process's root are searched
+// one by one; above that, the climb jumps (jump) to the root of the mount
+// namespace and searches there only, so a process chroot()ed deep down a
+// directory tree of its own making costs a bounded number of calls.
+const (
+	maxLevels = 64
+	// jumpDepth ".." components per call stay within PATH_MAX (4096);
+	// maxJumps of them bound a tree a tenant could make deeper still.
+	jumpDepth = 1024
+	maxJumps  = 1024
+)
 
 // Find names the virtual device of GPU gpuUUID whose identity file is
 // mounted in the mount namespace of a process; procDir is that process's
@@ -50,7 +58,7 @@ func Find(procDir int, gpuUUID string, t Table) (name, decoy string, err error) 
 	if err != nil {
 		return "", "", err
 	}
-	for level := 0; level < maxLevels; level++ {
+	for level := 0; ; level++ {
 		n, d, err := lookAt(dir, rel, gpuUUID, t)
 		if err != nil {
 			return "", "", err
@@ -61,22 +69,57 @@ func Find(procDir int, gpuUUID string, t Table) (name, decoy string, err error) 
 		if decoy == "" && d != "" {
 			decoy = fmt.Sprintf("%s, %d level(s) above the process's root: %s", ContainerPath(gpuUUID), level, d)
 		}
-		up, err := unix.Openat(dir, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return "", "", fmt.Errorf("climbing towards the mount namespace's root: %w", err)
+		if level == maxLevels {
+			break
 		}
-		there, err := where(up)
-		if err != nil || there == here {
+		up, there, err := climb(dir, "..")
+		if err != nil {
+			return "", "", err
+		}
+		if there == here {
 			unix.Close(up)
-			if err != nil {
-				return "", "", err
-			}
-			break // the root of the mount namespace
+			return "", decoy, ErrNotFound // the root of the mount namespace
 		}
 		unix.Close(dir)
 		dir, here = up, there
 	}
+	// Deeper than maxLevels: jump up until a jump stays where it was, the
+	// top, and look there.
+	dots := strings.TrimSuffix(strings.Repeat("../", jumpDepth), "/")
+	for range maxJumps {
+		up, there, err := climb(dir, dots)
+		if err != nil {
+			return "", "", err
+		}
+		unix.Close(dir)
+		dir = up
+		if there == here {
+			n, _, err := lookAt(dir, rel, gpuUUID, t)
+			if err != nil {
+				return "", "", err
+			}
+			if n == "" {
+				return "", decoy, ErrNotFound
+			}
+			return n, decoy, nil
+		}
+		here = there
+	}
 	return "", decoy, ErrNotFound
+}
+
+// climb opens rel ("..", or many) above dir and says where it landed.
+func climb(dir int, rel string) (int, place, error) {
+	up, err := unix.Openat(dir, rel, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, place{}, fmt.Errorf("climbing towards the mount namespace's root: %w", err)
+	}
+	there, err := where(up)
+	if err != nil {
+		unix.Close(up)
+		return -1, place{}, err
+	}
+	return up, there, nil
 }
 
 // place tells two directories apart, mounts included.

@@ -327,6 +327,21 @@ func TestFindClimbsOutOfAChroot(t *testing.T) {
 	}
 }
 
+// A process chroot()ed deeper than maxLevels costs a bounded number of
+// calls: the climb jumps to the top of the namespace (here the test's own
+// root, where no identity file is) instead of looking at every level.
+func TestFindBelowAVeryDeepRoot(t *testing.T) {
+	p := newFakeProc(t, strings.Repeat("d/", 3*maxLevels))
+	p.mount(vdev.Name(gpuA, 0), gpuA) // at the container's root, far above
+	start := time.Now()
+	if name, _, err := p.find(gpuA); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Find = %q, %v; want ErrNotFound (only the top is searched that far up)", name, err)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Errorf("Find took %v", time.Since(start))
+	}
+}
+
 func TestFindOnAProcessThatIsGone(t *testing.T) {
 	dir := t.TempDir() // a /proc/<pid> with no root link: the process exited
 	f, err := os.Open(dir)

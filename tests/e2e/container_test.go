@@ -21,8 +21,9 @@ import (
 // inside, then starts the processes a tenant would use to escape the cap:
 // one that keeps its environment, one that drops the variable, one that
 // names the neighbour's device ($OTHER), one chroot()ed away from the
-// container's root, one in user and mount namespaces of its own with a
-// tmpfs over the identity file's directory. Each prints its PID.
+// container's root, one chroot()ed 80 directories down, one in user and
+// mount namespaces of its own with a tmpfs over the identity file's
+// directory. Each prints its PID.
 const tenantScript = `
 g=$NVIDIA_VISIBLE_DEVICES; id=/run/yunion-mps/devices/$g; pipe=$CUDA_MPS_PIPE_DIRECTORY
 echo "ENV $YUNION_MPS_VIRTUAL_DEVICE|$g|$pipe|$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT|$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
@@ -41,6 +42,9 @@ sleep 1001 & echo "PID_keep $!"
 env -u YUNION_MPS_VIRTUAL_DEVICE sleep 1002 & echo "PID_unset $!"
 env YUNION_MPS_VIRTUAL_DEVICE=$OTHER sleep 1003 & echo "PID_rewrite $!"
 chroot /jail /bin/busybox sleep 1004 & echo "PID_chroot $!"
+deep=/deep; i=0; while [ $i -lt 80 ]; do deep=$deep/d; i=$((i+1)); done
+mkdir -p $deep/bin && cp /bin/busybox $deep/bin/
+chroot $deep /bin/busybox sleep 1006 & echo "PID_deep $!"
 unshare -Urm sh -c 'mount -t tmpfs none /run/yunion-mps && exec sleep 1005' & echo "PID_hidden $!"
 sleep 1; if kill -0 $! 2>/dev/null; then echo "HIDDEN ok"; else echo "HIDDEN failed"; fi
 echo READY
@@ -110,7 +114,7 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 	// The processes become clients of the simulated GPU, with what the
 	// driver would report for them.
 	pids := map[string]int{}
-	for _, r := range []string{"keep", "unset", "rewrite", "chroot", "hidden"} {
+	for _, r := range []string{"keep", "unset", "rewrite", "chroot", "deep", "hidden"} {
 		if r == "hidden" {
 			if v, _ := a.field("HIDDEN"); v != "ok" {
 				t.Logf("user namespaces are not available in containers here: the hidden process is not tried")
@@ -121,7 +125,7 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 	}
 	pids["other"] = b.pid(t, "other")
 	pids["forger"] = c.pid(t, "forger")
-	usedMiB := map[string]uint64{"keep": 4096, "unset": 2048, "rewrite": 2048, "chroot": 1024, "hidden": 1024, "other": 8192, "forger": 512}
+	usedMiB := map[string]uint64{"keep": 4096, "unset": 2048, "rewrite": 2048, "chroot": 1024, "deep": 512, "hidden": 1024, "other": 8192, "forger": 512}
 	simRoot := filepath.Join(e.dir, "state", "simulated-host")
 	sim := mps.NewSimRunner(nil)
 	setClients := func() {
@@ -142,7 +146,7 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 	setClients()
 
 	var sumA uint64
-	for _, r := range []string{"keep", "unset", "rewrite", "chroot", "hidden"} {
+	for _, r := range []string{"keep", "unset", "rewrite", "chroot", "deep", "hidden"} {
 		if _, ok := pids[r]; ok {
 			sumA += usedMiB[r]
 		}
@@ -175,7 +179,7 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 	if m, ok := mism[pids["hidden"]]; ok && m.Source != "ancestor" {
 		t.Errorf("the hidden process is billed by %q, want through its ancestor", m.Source)
 	}
-	for _, r := range []string{"keep", "chroot", "other", "forger"} {
+	for _, r := range []string{"keep", "chroot", "deep", "other", "forger"} {
 		if _, ok := mism[pids[r]]; ok {
 			t.Errorf("%s (PID %d) reported as a mismatch", r, pids[r])
 		}
