@@ -21,14 +21,14 @@ const hostNS = "mnt:[4026531841]"
 // fakeProc is a /proc tree in a temporary directory, with the host's
 // identity files beside it and containers' root directories.
 type fakeProc struct {
-	t     *testing.T
+	t     testing.TB
 	root  string
 	store identity.Store
 	ctrs  string            // containers' roots, one directory each
 	ns    map[string]string // container -> its mount namespace
 }
 
-func newFakeProc(t *testing.T) *fakeProc {
+func newFakeProc(t testing.TB) *fakeProc {
 	base := t.TempDir()
 	f := &fakeProc{t: t, root: filepath.Join(base, "proc"), store: identity.Store{Dir: filepath.Join(base, "state", "identity")},
 		ctrs: filepath.Join(base, "containers"), ns: map[string]string{}}
@@ -70,6 +70,17 @@ func (f *fakeProc) add(pid int, start uint64, device string) {
 func (f *fakeProc) addContainer(pid, ppid int, start uint64, ctr, device string) {
 	f.t.Helper()
 	root := filepath.Join(f.ctrs, ctr)
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+	f.process(pid, ppid, start, device, cgroupOf(ctr), f.mountNS(ctr), root)
+}
+
+// addChrooted makes a process of container ctr chroot()ed into below, a
+// directory of the container.
+func (f *fakeProc) addChrooted(pid, ppid int, start uint64, ctr, device, below string) {
+	f.t.Helper()
+	root := filepath.Join(f.ctrs, ctr, below)
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		f.t.Fatal(err)
 	}
