@@ -111,7 +111,7 @@ func New(opts Options) (*Agent, error) {
 		state:      &stateDir{path: hc.StateDirectory},
 		notify:     opts.Notifier,
 		gpus:       map[string]*gpuState{},
-		acct:       accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Killer: opts.Killer, Log: opts.Log}),
+		acct:       accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: identityStore(opts.Config).Table, Killer: opts.Killer, Log: opts.Log}),
 		cfg:        opts.Config,
 		generation: 1,
 	}

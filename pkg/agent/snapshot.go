@@ -23,6 +23,8 @@ func snapshotOf(st Status) metrics.Snapshot {
 	}
 	if st.Accounting != nil {
 		s.AccountingPolicy = st.Accounting.Policy
+		s.AccountingClients = st.Accounting.Clients
+		s.AccountingMismatches = len(st.Accounting.Mismatches)
 	}
 	for _, g := range st.GPUs {
 		servers := make([]metrics.Server, 0, len(g.Servers))

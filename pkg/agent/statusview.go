@@ -108,7 +108,21 @@ func WriteStatus(w io.Writer, st Status, now time.Time) error {
 	p.line("")
 	p.line("Virtual devices")
 	writeDevices(p, st.Devices)
+	if st.Accounting != nil && len(st.Accounting.Mismatches) > 0 {
+		p.line("")
+		p.line("MPS clients whose environment disagrees with their identity file (billed by the identity)")
+		writeMismatches(p, st.Accounting.Mismatches)
+	}
 	return p.err
+}
+
+func writeMismatches(p *printer, ms []MismatchState) {
+	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  PID\tBILLED TO\tENVIRONMENT SAYS\tBY\tUSED MiB")
+	for _, m := range ms {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\n", m.PID, m.Device, orDash(m.Environment), m.Source, m.UsedBytes>>20)
+	}
+	p.flush(tw)
 }
 
 func writeGPUs(p *printer, gpus []GPUStatus) {
@@ -193,8 +207,15 @@ func accountingLine(a *AccountingStatus) string {
 		return "no tick yet"
 	}
 	line := a.Policy
+	var notes []string
 	if n := len(a.Unknown); n > 0 {
-		line += fmt.Sprintf(" (%s billed to no device)", plural(n, "MPS client"))
+		notes = append(notes, plural(n, "MPS client")+" billed to no device")
+	}
+	if n := len(a.Mismatches); n > 0 {
+		notes = append(notes, plural(n, "MPS client")+" disagreeing with the identity file")
+	}
+	if len(notes) > 0 {
+		line += " (" + strings.Join(notes, "; ") + ")"
 	}
 	return line
 }

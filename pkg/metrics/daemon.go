@@ -44,6 +44,7 @@ type Daemon struct {
 type daemonDescs struct {
 	info, ready, inventory, generation, reloadOK, lastReconcile *prometheus.Desc
 	gpus, devices, retiring, accounting                         *prometheus.Desc
+	acctClients, acctMismatches                                 *prometheus.Desc
 
 	gpuInfo, gpuMemTotal, gpuMemUsed, gpuComputeMode, gpuControlUp *prometheus.Desc
 	gpuServers, gpuClients, gpuEnforced, gpuHealthy                *prometheus.Desc
@@ -100,6 +101,10 @@ func NewDaemon(o DaemonOptions) *Daemon {
 			devices:       desc("mps_daemon_virtual_devices", "Virtual devices the configuration offers."),
 			retiring:      desc("mps_daemon_retiring_gpus", "GPUs taken out of the configuration whose MPS daemon runs on for a held device."),
 			accounting:    desc("mps_daemon_accounting_policy", "1 for the memory accounting policy in force (off, report or enforce).", "policy"),
+			acctClients: desc("mps_daemon_accounting_clients",
+				"MPS clients in the last accounting sample, by how they were billed: identity (their container's identity file), ancestor (an ancestor's, their own view hid it), environ (a host process's YUNION_MPS_VIRTUAL_DEVICE), unknown (to no device).", "source"),
+			acctMismatches: desc("mps_daemon_accounting_mismatched_clients",
+				"MPS clients billed by their identity file whose environment names another device or none, or whose own view hides the file."),
 
 			gpuInfo:           gpu("mps_gpu_info", "Always 1: the GPU's model as NVML names it.", LabelModelName),
 			gpuMemTotal:       gpu("mps_gpu_memory_total_bytes", "The GPU's memory as NVML reports it."),
@@ -179,6 +184,7 @@ func (d *Daemon) Describe(ch chan<- *prometheus.Desc) {
 	x := &d.d
 	for _, desc := range []*prometheus.Desc{
 		x.info, x.ready, x.inventory, x.generation, x.reloadOK, x.lastReconcile, x.gpus, x.devices, x.retiring, x.accounting,
+		x.acctClients, x.acctMismatches,
 		x.gpuInfo, x.gpuMemTotal, x.gpuMemUsed, x.gpuComputeMode, x.gpuControlUp, x.gpuServers, x.gpuClients, x.gpuEnforced, x.gpuHealthy, x.gpuVirtualDevices,
 		x.devLimit, x.devThreads, x.devUsed, x.devClients, x.devOverCap, x.devAttached, x.devGuest, x.devHealthy, x.devPending, x.devInfo,
 	} {
@@ -214,6 +220,12 @@ func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
 		for _, p := range withValue(accountingPolicies, s.AccountingPolicy) {
 			gauge(x.accounting, boolValue(p == s.AccountingPolicy), p)
 		}
+	}
+	if s.AccountingClients != nil {
+		for _, src := range AccountingSources {
+			gauge(x.acctClients, float64(s.AccountingClients[src]), src)
+		}
+		gauge(x.acctMismatches, float64(s.AccountingMismatches))
 	}
 
 	byUUID := map[string]*GPU{}

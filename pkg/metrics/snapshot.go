@@ -32,8 +32,16 @@ type Snapshot struct {
 	// AccountingPolicy is off, report or enforce; empty before the first
 	// accounting tick.
 	AccountingPolicy string
-	GPUs             []GPU
-	Devices          []VirtualDevice
+	// AccountingClients counts the MPS clients of the last accounting
+	// sample by how they were billed (AccountingSources); nil when there
+	// was none (policy off), and then no series is exported.
+	AccountingClients map[string]int
+	// AccountingMismatches counts the clients billed by their identity file
+	// whose environment names another device or none, or whose own view
+	// hides the file.
+	AccountingMismatches int
+	GPUs                 []GPU
+	Devices              []VirtualDevice
 }
 
 // GPU is one physical GPU the configuration shares through MPS.
