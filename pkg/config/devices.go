@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -46,7 +45,7 @@ func (e DeviceEntry) Field(key string) string {
 // LoadDevices reads and checks the device YAML. A missing file is an error
 // that satisfies errors.Is(err, fs.ErrNotExist).
 func LoadDevices(path string) (*DeviceFile, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("reading container device config: %w", err)
 	}

@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -130,7 +129,7 @@ func (hc *HostConf) TokenValue() (string, error) {
 	if token := strings.TrimSpace(hc.InventoryToken); token != "" || hc.InventoryTokenFile == "" {
 		return token, nil
 	}
-	data, err := os.ReadFile(hc.InventoryTokenFile)
+	data, err := ReadFile(hc.InventoryTokenFile, MaxTokenBytes)
 	if errors.Is(err, fs.ErrNotExist) && hc.Line("mps_inventory_token_file") == 0 {
 		return "", nil
 	}
@@ -147,7 +146,7 @@ func (hc *HostConf) TokenValue() (string, error) {
 // LoadHostConf reads and checks host.conf. A missing file is an error that
 // satisfies errors.Is(err, fs.ErrNotExist).
 func LoadHostConf(path string) (*HostConf, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("reading host config: %w", err)
 	}
