@@ -76,6 +76,10 @@ type HostConf struct {
 	HostName  string
 	SysfsRoot string
 	DevRoot   string
+	// ReloadHoldTime is how long a reload that would take every device
+	// away, or drop the device YAML's entries for cuda_mps_replicas, waits
+	// with the files unchanged before it is applied (docs/operations.md).
+	ReloadHoldTime time.Duration
 
 	// Unknown lists the keys this daemon does not read, in file order. Most
 	// belong to the Cloudpods host service; callers log them at debug level
@@ -110,6 +114,7 @@ func DefaultHostConf() *HostConf {
 		ThreadPercentage:        "auto",
 		SysfsRoot:               "/sys",
 		DevRoot:                 "/dev",
+		ReloadHoldTime:          30 * time.Second,
 	}
 }
 
@@ -162,6 +167,7 @@ var hostConfKeys = map[string]bool{
 	"mps_set_exclusive_compute_mode": true, "mps_control_binary": true, "mps_control_timeout": true,
 	"mps_sync_interval": true, "mps_health_interval": true, "mps_multiuser_server": true,
 	"mps_cdi_directory": true, "mps_cdi_shm_path": true, "mps_accounting": true, "mps_proc_root": true, "mps_thread_percentage": true, "mps_host_name": true, "mps_sysfs_root": true, "mps_dev_root": true,
+	"mps_reload_hold_time": true,
 }
 
 // set stores the value of one of hostConfKeys, or says what is wrong with it.
@@ -185,7 +191,7 @@ func (hc *HostConf) set(key string, v *yaml.Node) error {
 	case "mps_inventory_token_file":
 		hc.InventoryTokenFile, err = scalarValue(v)
 	case "mps_inventory_timeout":
-		hc.InventoryTimeout, err = durationValue(v)
+		hc.InventoryTimeout, err = boundedDuration(key, v)
 	case "mps_listen_address":
 		hc.ListenAddress, err = hostPort(v)
 	case "mps_state_directory":
@@ -195,11 +201,11 @@ func (hc *HostConf) set(key string, v *yaml.Node) error {
 	case "mps_control_binary":
 		hc.ControlBinary, err = nonEmpty(v)
 	case "mps_control_timeout":
-		hc.ControlTimeout, err = durationValue(v)
+		hc.ControlTimeout, err = boundedDuration(key, v)
 	case "mps_sync_interval":
-		hc.SyncInterval, err = durationValue(v)
+		hc.SyncInterval, err = boundedDuration(key, v)
 	case "mps_health_interval":
-		hc.HealthInterval, err = durationValue(v)
+		hc.HealthInterval, err = boundedDuration(key, v)
 	case "mps_multiuser_server":
 		hc.MultiUserServer, err = boolValue(v)
 	case "mps_cdi_directory":
@@ -218,6 +224,8 @@ func (hc *HostConf) set(key string, v *yaml.Node) error {
 		hc.SysfsRoot, err = absPath(v)
 	case "mps_dev_root":
 		hc.DevRoot, err = absPath(v)
+	case "mps_reload_hold_time":
+		hc.ReloadHoldTime, err = boundedDuration(key, v)
 	default:
 		return fmt.Errorf("unknown key %q", key) // hostConfKeys and set disagree
 	}
