@@ -55,7 +55,7 @@ func TestParseDevicesNoEntries(t *testing.T) {
 }
 
 func TestParseDevicesQuotedNumber(t *testing.T) {
-	df, err := ParseDevices("dev.yml", []byte("devices:\n- {path: GPU-1, type: Nvidia_Mps, virtual_number: \"3\", owner: x}\n"))
+	df, err := ParseDevices("dev.yml", []byte("devices:\n- {path: GPU-1, type: NVIDIA_MPS, virtual_number: \"3\"}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestParseDevicesErrors(t *testing.T) {
 		{"every error reported", head +
 			"- type: NVIDIA_MPS\n  virtual_number: 0\n" + // 5-6
 			"- type: CPH_AMD_GPU\n  virtual_number: 0\n" + // 7-8, not ours
-			"- type: nvidia_mps\n  path: /dev/nvidia3\n", // 9-10
+			"- type: NVIDIA_MPS\n  path: /dev/nvidia3\n", // 9-10
 			[]string{
 				`dev.yml:5: devices[1].path: missing: an NVIDIA_MPS entry must name its GPU`,
 				`dev.yml:6: devices[1].virtual_number: must be at least 1, got 0`,
