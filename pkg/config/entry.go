@@ -84,9 +84,9 @@ func classify(file string, e DeviceEntry, m *mapping) (ours bool, errs []error) 
 		return false, nil
 	}
 	dups := m.dupsOf("type")
-	meant := mentionsMPS(t, 0)
+	meant := mentionsMPS(t)
 	for _, d := range dups {
-		if mentionsMPS(d.value, 0) {
+		if mentionsMPS(d.value) {
 			meant = true
 		}
 	}
@@ -110,21 +110,27 @@ func classify(file string, e DeviceEntry, m *mapping) (ours bool, errs []error) 
 }
 
 // mentionsMPS reports a type value that is NVIDIA_MPS or a near miss of it,
-// also inside a list or mapping.
-func mentionsMPS(n *yaml.Node, depth int) bool {
-	n = deref(n)
-	if n == nil || depth > maxMergeDepth {
+// also inside a list or mapping. Aliases can make a small file a huge tree,
+// so it looks at no more than maxMergePairs nodes.
+func mentionsMPS(n *yaml.Node) bool {
+	budget := maxMergePairs
+	var walk func(n *yaml.Node, depth int) bool
+	walk = func(n *yaml.Node, depth int) bool {
+		n = deref(n)
+		if budget--; n == nil || depth > maxMergeDepth || budget < 0 {
+			return false
+		}
+		if n.Kind == yaml.ScalarNode {
+			return n.Value == TypeNvidiaMPS || nearMiss(n.Value)
+		}
+		for _, c := range n.Content {
+			if walk(c, depth+1) {
+				return true
+			}
+		}
 		return false
 	}
-	if n.Kind == yaml.ScalarNode {
-		return n.Value == TypeNvidiaMPS || nearMiss(n.Value)
-	}
-	for _, c := range n.Content {
-		if mentionsMPS(c, depth+1) {
-			return true
-		}
-	}
-	return false
+	return walk(n, 0)
 }
 
 // nearMiss reports a type an operator most likely meant as NVIDIA_MPS: the

@@ -2,8 +2,10 @@ package config
 
 import (
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Silent misreads of the device YAML are errors where the file is ours.
@@ -120,5 +122,27 @@ func TestNearMiss(t *testing.T) {
 		if got := nearMiss(s); got != want {
 			t.Errorf("nearMiss(%q) = %v, want %v", s, got, want)
 		}
+	}
+}
+
+// Aliases make a small file a huge tree; reading it stays cheap.
+func TestParseDevicesAliasFanOut(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("l0: &l0 [" + strings.Repeat("x, ", 60) + "x]\n")
+	for i := 1; i <= 9; i++ {
+		b.WriteString("l" + strconv.Itoa(i) + ": &l" + strconv.Itoa(i) + " [" + strings.Repeat("*l"+strconv.Itoa(i-1)+", ", 60) + "x]\n")
+	}
+	b.WriteString("m0: &m0 {a: 1}\n")
+	for i := 1; i <= 9; i++ {
+		b.WriteString("m" + strconv.Itoa(i) + ": &m" + strconv.Itoa(i) + " {<<: [" + strings.Repeat("*m"+strconv.Itoa(i-1)+", ", 60) + "{}]}\n")
+	}
+	b.WriteString("devices:\n- {type: *l9, path: /dev/nvidia0}\n- {<<: *m9, type: CPH_AMD_GPU}\n")
+	start := time.Now()
+	_, err := ParseDevices("dev.yml", []byte(b.String()))
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("took %s", d)
+	}
+	if err == nil || !strings.Contains(err.Error(), "merge keys (<<) nest too deep or merge too many keys") {
+		t.Errorf("want the merge bound named, got %v", err)
 	}
 }
