@@ -101,7 +101,7 @@ func (a *Agent) heldDue() (time.Time, bool) {
 // change and keys waiting for a restart.
 func heldLine(st Status) string {
 	var line string
-	if msg := stallMessage(st.Loop); msg != "" {
+	if msg := stallMessage(st.Loop, time.Now()); msg != "" {
 		line += "; " + msg
 	}
 	if h := st.ConfigHeld; h != nil {

@@ -82,7 +82,7 @@ func errorKind(err error) metrics.ErrorKind {
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if msg := stallMessage(a.Status().Loop); msg != "" {
+		if msg := stallMessage(a.Status().Loop, time.Now()); msg != "" {
 			http.Error(w, msg, http.StatusServiceUnavailable)
 			return
 		}
@@ -90,7 +90,7 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		st := a.Status()
-		if msg := stallMessage(st.Loop); msg != "" {
+		if msg := stallMessage(st.Loop, time.Now()); msg != "" {
 			http.Error(w, "not ready: "+msg, http.StatusServiceUnavailable)
 			return
 		}
@@ -116,13 +116,13 @@ func (a *Agent) Handler() http.Handler {
 }
 
 // stallMessage says how the main loop is stalled, "" when it is not.
-func stallMessage(l LoopStatus) string {
+func stallMessage(l LoopStatus, now time.Time) string {
 	if !l.Stalled {
 		return ""
 	}
 	msg := "main loop stalled in " + l.Step
 	if l.Since != nil {
-		msg += " for " + time.Since(*l.Since).Round(time.Second).String()
+		msg += " for " + now.Sub(*l.Since).Round(time.Second).String()
 	}
 	return msg
 }

@@ -223,3 +223,28 @@ func TestRestartOnlyChangeIsShownUntilUndone(t *testing.T) {
 		t.Errorf("restart_pending after undoing: %v", st.RestartPending)
 	}
 }
+
+// `mps-daemon status` says what the daemon holds back and waits for.
+func TestStatusViewShowsHeldPendingAndStalled(t *testing.T) {
+	now := time.Date(2026, 11, 23, 14, 2, 37, 0, time.Local)
+	since := now.Add(-95 * time.Second)
+	st := Status{
+		ConfigGeneration: 3,
+		ConfigHeld:       &HeldReload{Reason: "it would remove all 32 virtual devices of the host", Since: now, ApplyAt: now.Add(30 * time.Second)},
+		RestartPending:   []string{"mps_listen_address"},
+		Loop:             LoopStatus{Step: "reconcile", Since: &since, Stalled: true},
+	}
+	var b strings.Builder
+	if err := WriteStatus(&b, st, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"held back:      a change of the files, applied at 14:03:07 if they stay as they are: it would remove all 32 virtual devices of the host",
+		"needs restart:  mps_listen_address changed on disk; the running values stay until a restart",
+		"main loop:      STALLED: main loop stalled in reconcile for 1m35s",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
+}

@@ -95,9 +95,9 @@ func WriteStatus(w io.Writer, st Status, now time.Time) error {
 		field("held back", fmt.Sprintf("a change of the files, applied at %s if they stay as they are: %s", h.ApplyAt.Local().Format(time.TimeOnly), h.Reason))
 	}
 	if len(st.RestartPending) > 0 {
-		field("restart pending", strings.Join(st.RestartPending, ", ")+" changed on disk; the running values stay until a restart")
+		field("needs restart", strings.Join(st.RestartPending, ", ")+" changed on disk; the running values stay until a restart")
 	}
-	if msg := stallMessage(st.Loop); msg != "" {
+	if msg := stallMessage(st.Loop, now); msg != "" {
 		field("main loop", "STALLED: "+msg)
 	}
 	field("last reconcile", since(st.LastReconcile, now))
