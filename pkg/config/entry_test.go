@@ -8,52 +8,6 @@ import (
 	"time"
 )
 
-// Silent misreads of the device YAML are errors where the file is ours.
-func TestParseDevicesStrictWhereOurs(t *testing.T) {
-	for _, tc := range []struct {
-		name, in string
-		want     []string
-	}{
-		{"duplicate virtual_number", "devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_number: 4\n  virtual_number: 1\n",
-			[]string{`dev.yml:5: devices[0].virtual_number: set again (first at line 4); YAML keys must be unique`}},
-		{"duplicate path", "devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  path: /dev/nvidia1\n  virtual_number: 4\n",
-			[]string{`dev.yml:4: devices[0].path: set again (first at line 2); YAML keys must be unique`}},
-		{"duplicate type", "devices:\n- path: /dev/nvidia0\n  type: CPH_AMD_GPU\n  type: NVIDIA_MPS\n  virtual_number: 4\n",
-			[]string{`dev.yml:4: devices[0].type: set again (first at line 3); YAML keys must be unique`}},
-		{"duplicate devices", "devices:\n- {path: /dev/nvidia0, type: NVIDIA_MPS, virtual_number: 4}\ndevices: []\n",
-			[]string{`dev.yml:3: devices: set again (first at line 1); YAML keys must be unique`}},
-		{"type with a dash", "devices:\n- path: /dev/nvidia0\n  type: NVIDIA-MPS\n  virtual_number: 4\n",
-			[]string{`dev.yml:3: devices[0].type: "NVIDIA-MPS" is not NVIDIA_MPS: types are exact; write NVIDIA_MPS (an entry of another agent needs that agent's type)`}},
-		{"type in lower case", "devices:\n- {path: /dev/nvidia0, type: nvidia_mps, virtual_number: 4}\n",
-			[]string{`dev.yml:2: devices[0].type: "nvidia_mps" is not NVIDIA_MPS: types are exact; write NVIDIA_MPS (an entry of another agent needs that agent's type)`}},
-		{"type one letter off", "devices:\n- {path: /dev/nvidia0, type: NVIDIA_MSP, virtual_number: 4}\n",
-			[]string{`dev.yml:2: devices[0].type: "NVIDIA_MSP" is not NVIDIA_MPS: types are exact; write NVIDIA_MPS (an entry of another agent needs that agent's type)`}},
-		{"type without underscore", "devices:\n- {path: /dev/nvidia0, type: NvidiaMPS, virtual_number: 4}\n",
-			[]string{`dev.yml:2: devices[0].type: "NvidiaMPS" is not NVIDIA_MPS: types are exact; write NVIDIA_MPS (an entry of another agent needs that agent's type)`}},
-		{"type a list", "devices:\n- path: /dev/nvidia0\n  type: [NVIDIA_MPS]\n  virtual_number: 4\n",
-			[]string{`dev.yml:3: devices[0].type: want the single value NVIDIA_MPS, got a list`}},
-		{"type quoted with spaces", "devices:\n- {path: /dev/nvidia0, type: \" NVIDIA_MPS\", virtual_number: 4}\n",
-			[]string{`dev.yml:2: devices[0].type: " NVIDIA_MPS" is not NVIDIA_MPS: types are exact; write NVIDIA_MPS (an entry of another agent needs that agent's type)`}},
-		{"unknown key", "devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_numbr: 4\n", []string{
-			`dev.yml:2: devices[0].virtual_number: missing: say how many virtual devices to split the GPU into`,
-			`dev.yml:4: devices[0].virtual_numbr: unknown key in an NVIDIA_MPS entry (it takes path, type and virtual_number)`,
-		}},
-		{"merge of a non-mapping", "devices:\n- <<: 3\n  path: /dev/nvidia0\n", []string{`dev.yml:2: devices[0]: line 2: a merge key (<<) takes a mapping or a list of mappings, got "3"`}},
-		{"duplicate inside a merged mapping", "base: &b\n  type: NVIDIA_MPS\n  virtual_number: 2\n  virtual_number: 3\ndevices:\n- <<: *b\n  path: /dev/nvidia0\n",
-			[]string{`dev.yml:4: devices[0].virtual_number: set again (first at line 3); YAML keys must be unique`}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			df, err := ParseDevices("dev.yml", []byte(tc.in))
-			if err == nil {
-				t.Fatalf("no error; got %+v", df)
-			}
-			if got, want := err.Error(), strings.Join(tc.want, "\n"); got != want {
-				t.Errorf("got\n%s\nwant\n%s", got, want)
-			}
-		})
-	}
-}
-
 func TestParseDevicesMergeKeys(t *testing.T) {
 	const in = `mps4: &mps4
   type: NVIDIA_MPS
