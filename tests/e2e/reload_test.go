@@ -299,7 +299,7 @@ func TestRewritesInPlaceNeverReachMPSOrTheInventory(t *testing.T) {
 		}
 	}
 	stop := make(chan struct{})
-	watched := make(chan int)
+	watched := make(chan int, 1)
 	go func() {
 		polls := 0
 		defer func() { watched <- polls }()
