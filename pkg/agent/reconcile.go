@@ -32,6 +32,12 @@ type Status struct {
 	ConfigError        string      `json:"config_error,omitempty"`
 	VirtualDevices     int         `json:"virtual_devices"`
 	GPUs               []GPUStatus `json:"gpus"`
+	// ConfigHeld is a configuration change held back until the files
+	// settle (guard.go); RestartPending the host.conf keys changed on disk
+	// that only a restart applies; Loop the main loop's heartbeat (loop.go).
+	ConfigHeld     *HeldReload `json:"config_held,omitempty"`
+	RestartPending []string    `json:"restart_pending,omitempty"`
+	Loop           LoopStatus  `json:"loop"`
 	// Retiring lists GPUs taken out of the configuration whose MPS daemon
 	// still runs because a guest holds one of their devices.
 	Retiring []string `json:"retiring,omitempty"`
@@ -389,6 +395,7 @@ func (a *Agent) statusLine() string {
 	if st.Simulated {
 		line = "SIMULATED: " + line
 	}
+	line += heldLine(st)
 	if st.ConfigError != "" {
 		line += "; config error, running the last good one: " + firstLine(st.ConfigError)
 	} else if !st.Ready && st.LastError != "" {

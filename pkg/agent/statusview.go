@@ -91,6 +91,15 @@ func WriteStatus(w io.Writer, st Status, now time.Time) error {
 		cfg += "; last edit REJECTED, the previous one runs: " + firstLine(st.ConfigError)
 	}
 	field("configuration", cfg)
+	if h := st.ConfigHeld; h != nil {
+		field("held back", fmt.Sprintf("a change of the files, applied at %s if they stay as they are: %s", h.ApplyAt.Local().Format(time.TimeOnly), h.Reason))
+	}
+	if len(st.RestartPending) > 0 {
+		field("needs restart", strings.Join(st.RestartPending, ", ")+" changed on disk; the running values stay until a restart")
+	}
+	if msg := stallMessage(st.Loop, now); msg != "" {
+		field("main loop", "STALLED: "+msg)
+	}
 	field("last reconcile", since(st.LastReconcile, now))
 	field("last error", orNone(firstLine(st.LastError)))
 	if rest := restLines(st.LastError); rest != "" {

@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -77,6 +76,10 @@ type HostConf struct {
 	HostName  string
 	SysfsRoot string
 	DevRoot   string
+	// ReloadHoldTime is how long a reload that would take every device
+	// away, or drop the device YAML's entries for cuda_mps_replicas, waits
+	// with the files unchanged before it is applied (docs/operations.md).
+	ReloadHoldTime time.Duration
 
 	// Unknown lists the keys this daemon does not read, in file order. Most
 	// belong to the Cloudpods host service; callers log them at debug level
@@ -111,6 +114,7 @@ func DefaultHostConf() *HostConf {
 		ThreadPercentage:        "auto",
 		SysfsRoot:               "/sys",
 		DevRoot:                 "/dev",
+		ReloadHoldTime:          30 * time.Second,
 	}
 }
 
@@ -130,7 +134,7 @@ func (hc *HostConf) TokenValue() (string, error) {
 	if token := strings.TrimSpace(hc.InventoryToken); token != "" || hc.InventoryTokenFile == "" {
 		return token, nil
 	}
-	data, err := os.ReadFile(hc.InventoryTokenFile)
+	data, err := ReadFile(hc.InventoryTokenFile, MaxTokenBytes)
 	if errors.Is(err, fs.ErrNotExist) && hc.Line("mps_inventory_token_file") == 0 {
 		return "", nil
 	}
@@ -147,7 +151,7 @@ func (hc *HostConf) TokenValue() (string, error) {
 // LoadHostConf reads and checks host.conf. A missing file is an error that
 // satisfies errors.Is(err, fs.ErrNotExist).
 func LoadHostConf(path string) (*HostConf, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("reading host config: %w", err)
 	}
@@ -163,6 +167,7 @@ var hostConfKeys = map[string]bool{
 	"mps_set_exclusive_compute_mode": true, "mps_control_binary": true, "mps_control_timeout": true,
 	"mps_sync_interval": true, "mps_health_interval": true, "mps_multiuser_server": true,
 	"mps_cdi_directory": true, "mps_cdi_shm_path": true, "mps_accounting": true, "mps_proc_root": true, "mps_thread_percentage": true, "mps_host_name": true, "mps_sysfs_root": true, "mps_dev_root": true,
+	"mps_reload_hold_time": true,
 }
 
 // set stores the value of one of hostConfKeys, or says what is wrong with it.
@@ -186,7 +191,7 @@ func (hc *HostConf) set(key string, v *yaml.Node) error {
 	case "mps_inventory_token_file":
 		hc.InventoryTokenFile, err = scalarValue(v)
 	case "mps_inventory_timeout":
-		hc.InventoryTimeout, err = durationValue(v)
+		hc.InventoryTimeout, err = boundedDuration(key, v)
 	case "mps_listen_address":
 		hc.ListenAddress, err = hostPort(v)
 	case "mps_state_directory":
@@ -196,11 +201,11 @@ func (hc *HostConf) set(key string, v *yaml.Node) error {
 	case "mps_control_binary":
 		hc.ControlBinary, err = nonEmpty(v)
 	case "mps_control_timeout":
-		hc.ControlTimeout, err = durationValue(v)
+		hc.ControlTimeout, err = boundedDuration(key, v)
 	case "mps_sync_interval":
-		hc.SyncInterval, err = durationValue(v)
+		hc.SyncInterval, err = boundedDuration(key, v)
 	case "mps_health_interval":
-		hc.HealthInterval, err = durationValue(v)
+		hc.HealthInterval, err = boundedDuration(key, v)
 	case "mps_multiuser_server":
 		hc.MultiUserServer, err = boolValue(v)
 	case "mps_cdi_directory":
@@ -219,6 +224,8 @@ func (hc *HostConf) set(key string, v *yaml.Node) error {
 		hc.SysfsRoot, err = absPath(v)
 	case "mps_dev_root":
 		hc.DevRoot, err = absPath(v)
+	case "mps_reload_hold_time":
+		hc.ReloadHoldTime, err = boundedDuration(key, v)
 	default:
 		return fmt.Errorf("unknown key %q", key) // hostConfKeys and set disagree
 	}

@@ -22,6 +22,15 @@ type Snapshot struct {
 	// ConfigRejected is true while the last edit of the configuration was
 	// rejected and the previous one runs.
 	ConfigRejected bool
+	// ConfigHeld is true while a configuration change is held back until
+	// the files settle.
+	ConfigHeld bool
+	// RestartPending counts host.conf keys changed on disk that take effect
+	// at the next restart.
+	RestartPending int
+	// LoopStalled is true while a step of the main loop runs past its
+	// deadline.
+	LoopStalled bool
 	// LastReconcile is zero before the first reconcile ended.
 	LastReconcile time.Time
 	// VirtualDevices is how many devices the plan offers.
