@@ -114,7 +114,7 @@ func TestEndpointFromCatalog(t *testing.T) {
 	f := newFakeKeystone(t, time.Hour)
 	for _, tc := range []struct {
 		region, iface, want string
-		err               bool
+		err                 bool
 	}{
 		{"region0", "internal", "http://internal:8889", false},
 		{"region0", "public", "http://public:8889", false},
