@@ -19,7 +19,6 @@ const maxSocketPath = 107
 // pollInterval is how often Ensure and Quit ask whether the daemon is up.
 const pollInterval = 100 * time.Millisecond
 
-
 // Limits are the defaults a control daemon gives every server it starts.
 type Limits struct {
 	PinnedMemMiB     int     // set_default_device_pinned_mem_limit 0 <n>M; 0 = none
