@@ -153,13 +153,13 @@ func (c *Controller) switchIfIdle(ctx context.Context) (switched bool, err error
 		return false, nil
 	}
 	if devicesDiffer {
-		servers, err := c.Servers(ctx)
+		clients, err := c.ClientServers(ctx)
 		if err != nil {
 			return false, err
 		}
-		if len(servers) > 0 {
-			c.log.Warn("the MPS control daemon serves another set of GPUs; it is restarted with the configured ones once its servers are gone",
-				"pipe_directory", c.env.PipeDir, "running", orUnknown(devices, knownDevices), "configured", c.env.VisibleDevices, "servers", servers)
+		if len(clients) > 0 {
+			c.log.Warn("the MPS control daemon serves another set of GPUs; it is restarted with the configured ones once no client is connected",
+				"pipe_directory", c.env.PipeDir, "running", orUnknown(devices, knownDevices), "configured", c.env.VisibleDevices, "clients", len(clients))
 			return false, nil
 		}
 		c.log.Info("restarting the idle MPS control daemon to serve the configured GPUs",
