@@ -139,14 +139,16 @@ func (b *Backend) SyncDevices(ctx context.Context, hostID string, desired []api.
 		}
 		err := b.c.call(ctx, http.MethodPost, pathDevices+"/"+url.PathEscape(r.ID)+"/purge", nil, wrap(map[string]any{}), nil)
 		switch {
-		case err == nil:
+		case err == nil, isNotFound(err):
+			// A 404 is a row gone already, or one purged whose follow-up
+			// call found no scheduler (a region without one answers so
+			// after deleting the row): gone either way.
 			res.Deleted++
 			b.log.Debug("purged isolated device from the region", "addr", r.Addr, "id", r.ID)
 		case isUsedByServer(err):
 			res.Held = append(res.Held, r.ID)
 			res.Devices = append(res.Devices, heldSlices(model, r)...)
 			b.log.Info("kept an isolated device a guest holds", "addr", r.Addr, "id", r.ID, "guests", r.guests())
-		case isNotFound(err):
 		default:
 			return res, fmt.Errorf("purging %s (%s) from the region: %w", r.Addr, r.ID, err)
 		}
@@ -246,8 +248,12 @@ func (w *wantRow) body(model, hostID string) map[string]any {
 		"dev_type": r.DevType, "addr": r.Addr, "model": r.Model, "vendor_device_id": r.VendorDeviceID,
 		"detected_on_host": true, "numa_node": r.NumaNode,
 	}
+	// sharing_mode: a region of 4.0.3 has no such column and ignores it; a
+	// newer one that accepts NVIDIA_MPS through an isolated-device model
+	// requires it.
+	m["sharing_mode"] = sharingModeMPS
 	if model == ModelGPU {
-		m["virtual_num"], m["hot_pluggable"], m["sharing_mode"] = r.VirtualNum, false, r.SharingMode
+		m["virtual_num"], m["hot_pluggable"] = r.VirtualNum, false
 		if r.MemorySize > 0 {
 			m["memory_size"] = r.MemorySize
 		}
@@ -308,7 +314,7 @@ func (w *wantRow) slices(model string, r row) []api.IsolatedDevice {
 	}
 	for i := len(w.devs); i < len(guests); i++ {
 		extra := w.devs[len(w.devs)-1]
-		extra.ID, extra.GuestID, extra.PendingRemoval = id, guests[i], true
+		extra.ID, extra.HostID, extra.GuestID, extra.PendingRemoval = id, r.HostID, guests[i], true
 		extra.Addr = fmt.Sprintf("%s-%d", gpuAddr(extra.Addr), i)
 		out = append(out, extra)
 	}
