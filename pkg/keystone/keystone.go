@@ -156,7 +156,7 @@ func (c *Client) Refused(token string) {
 	defer c.mu.Unlock()
 	if c.token == token && token != "" {
 		c.token = ""
-		c.log.Warn("a service refused the keystone token (401); authenticating again")
+		c.log.Warn("a service refused the keystone token; authenticating again")
 	}
 }
 

@@ -92,8 +92,7 @@ func (c *caller) call(ctx context.Context, method, path string, query url.Values
 		if err == nil {
 			return nil
 		}
-		var ae *APIError
-		if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized && !reauthed {
+		if refusedToken(err) && !reauthed {
 			c.ks.Refused(tok)
 			reauthed = true
 			attempt--
@@ -110,6 +109,19 @@ func (c *caller) call(ctx context.Context, method, path string, query url.Values
 		case <-time.After(wait):
 		}
 	}
+}
+
+// refusedToken reports an answer that means the region did not take the
+// token: 401, or, as Cloudpods' region answers a revoked or expired token
+// (it treats the request as anonymous), 403 "not enough privilege ...
+// allow:none". One new token is tried; a real lack of rights fails again.
+func refusedToken(err error) bool {
+	var ae *APIError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	return ae.Status == http.StatusUnauthorized ||
+		(ae.Status == http.StatusForbidden && strings.Contains(ae.Details, "allow:none"))
 }
 
 func retryable(err error) bool {
