@@ -22,7 +22,9 @@ func TestMain(m *testing.M) { cloudpods.Main(m) }
 var macSeq atomic.Int32
 
 // newMAC is a MAC no other test of this binary uses.
-func newMAC() string { return fmt.Sprintf("02:00:00:11:%02x:%02x", macSeq.Add(1)>>8, macSeq.Load()&0xff) }
+func newMAC() string {
+	return fmt.Sprintf("02:00:00:11:%02x:%02x", macSeq.Add(1)>>8, macSeq.Load()&0xff)
+}
 
 func newBackend(t *testing.T, c *cloudpods.Cloud, mac string, o Options) *Backend {
 	t.Helper()
@@ -49,8 +51,8 @@ func slices(uuid, bus string, n, totalMiB int) []api.IsolatedDevice {
 		out = append(out, api.IsolatedDevice{
 			DevType: api.DevTypeNvidiaMPS, Model: "H100 SXM5 80GB", Addr: fmt.Sprintf("%s-%d", bus, i),
 			VendorDeviceID: "10de:2330", DevicePath: uuid, NumaNode: 0,
-			PCIEInfo:       &api.PCIEInfo{LaneWidth: 16, Throughput: "63.01 GB/s", TransferRatePerLane: "32GT/s", Version: "5.0"},
-			Index:          -1, DeviceMinor: -1, MPSMemoryLimit: totalMiB / n, MPSMemoryTotal: totalMiB, MPSThreadPercentage: 100 / n,
+			PCIEInfo: &api.PCIEInfo{LaneWidth: 16, Throughput: "63.01 GB/s", TransferRatePerLane: "32GT/s", Version: "5.0"},
+			Index:    -1, DeviceMinor: -1, MPSMemoryLimit: totalMiB / n, MPSMemoryTotal: totalMiB, MPSThreadPercentage: 100 / n,
 		})
 	}
 	return out
