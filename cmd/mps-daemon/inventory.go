@@ -8,6 +8,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/keystone"
+	"yunion.io/x/mps-daemon/pkg/pci"
 	"yunion.io/x/mps-daemon/pkg/region"
 )
 
@@ -68,8 +69,13 @@ func regionBackend(hc *config.HostConf, log *slog.Logger) (*region.Backend, erro
 		}
 		return []region.NIC{nic}, nil
 	}
+	models, err := pci.LoadModels("")
+	if err != nil {
+		log.Warn("no pci.ids database: GPU models are registered by the driver's name, while Cloudpods' host agent uses lspci's (install pci.ids or hwdata)", "err", err)
+		models = nil
+	}
 	return region.New(region.Options{
-		Keystone: ks, HTTP: httpc, Timeout: hc.InventoryTimeout, NICs: nics,
+		Keystone: ks, HTTP: httpc, Timeout: hc.InventoryTimeout, NICs: nics, Models: models,
 		CreateHost: hc.RegionCreateHost, Model: hc.RegionDeviceModel, Log: log.With("component", "region"),
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/keystone"
+	"yunion.io/x/mps-daemon/pkg/pci"
 )
 
 // The data models a region may speak for MPS devices.
@@ -40,7 +41,10 @@ type Options struct {
 	CreateHost bool
 	// Model forces a data model; "" or "auto" probes the region.
 	Model string
-	Log   *slog.Logger
+	// Models names GPU models as Cloudpods' host agent does (lspci's
+	// pci.ids name); nil keeps the driver's name.
+	Models *pci.Models
+	Log    *slog.Logger
 }
 
 // Backend is a Cloudpods region as the daemon's inventory; safe for use by

@@ -13,6 +13,7 @@ import (
 	"yunion.io/x/mps-daemon/internal/testsupport/cloudpods"
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/keystone"
+	"yunion.io/x/mps-daemon/pkg/pci"
 )
 
 // These tests run against Cloudpods' real keystone and region (started by
@@ -49,7 +50,7 @@ func slices(uuid, bus string, n, totalMiB int) []api.IsolatedDevice {
 	var out []api.IsolatedDevice
 	for i := 0; i < n; i++ {
 		out = append(out, api.IsolatedDevice{
-			DevType: api.DevTypeNvidiaMPS, Model: "H100 SXM5 80GB", Addr: fmt.Sprintf("%s-%d", bus, i),
+			DevType: api.DevTypeNvidiaMPS, Model: "NVIDIA H100 80GB HBM3", Addr: fmt.Sprintf("%s-%d", bus, i),
 			VendorDeviceID: "10de:2330", DevicePath: uuid, NumaNode: 0,
 			PCIEInfo: &api.PCIEInfo{LaneWidth: 16, Throughput: "63.01 GB/s", TransferRatePerLane: "32GT/s", Version: "5.0"},
 			Index:    -1, DeviceMinor: -1, MPSMemoryLimit: totalMiB / n, MPSMemoryTotal: totalMiB, MPSThreadPercentage: 100 / n,
@@ -145,7 +146,11 @@ func TestGPURowsResizeAndHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newBackend(t, c, mac, Options{})
+	models, err := pci.LoadModels("../pci/testdata/pci.ids")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBackend(t, c, mac, Options{Models: models})
 	desired := append(slices("GPU-a1", "18:00.0", 4, 81920), slices("GPU-a2", "2a:00.0", 2, 81920)...)
 	res, err := b.SyncDevices(ctx, hostID, desired)
 	if err != nil {
@@ -156,7 +161,7 @@ func TestGPURowsResizeAndHeld(t *testing.T) {
 	}
 	rows := hostRows(t, c, hostID)
 	r := rows["18:00.0"]
-	if len(rows) != 2 || r.DevType != "GPU" || r.SharingMode != "MPS" || r.VirtualNum != 4 || r.MemorySize != 20480 || r.MPSMemoryLimit != 20480 || r.DevicePath != "GPU-a1" {
+	if len(rows) != 2 || r.Model != "H100 SXM5 80GB" || r.DevType != "GPU" || r.SharingMode != "MPS" || r.VirtualNum != 4 || r.MemorySize != 20480 || r.MPSMemoryLimit != 20480 || r.DevicePath != "GPU-a1" {
 		t.Fatalf("rows %+v", rows)
 	}
 	if res, err = b.SyncDevices(ctx, hostID, desired); err != nil || res.Unchanged != 2 || res.Created+res.Updated+res.Deleted != 0 {

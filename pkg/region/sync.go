@@ -88,6 +88,9 @@ func (b *Backend) SyncDevices(ctx context.Context, hostID string, desired []api.
 		return res, err
 	}
 	want := desiredRows(model, hostID, desired)
+	for _, w := range want {
+		w.row.Model = b.o.Models.Model(w.row.VendorDeviceID, w.row.Model)
+	}
 	existing, err := b.hostRows(ctx, hostID, model)
 	if err != nil {
 		return res, err

@@ -103,7 +103,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/agent":            {"pkg/api", "pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/pci", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/atomicfile", "pkg/systemd"},
 		"pkg/metrics":          {"pkg/version"},
 		"pkg/keystone":         {},
-		"pkg/region":           {"pkg/api", "pkg/keystone", "pkg/inventory/client"},
+		"pkg/region":           {"pkg/api", "pkg/keystone", "pkg/inventory/client", "pkg/pci"},
 	}
 	for dir, imps := range imports(t) {
 		// Test support (tests/, internal/testsupport/) starts real services
