@@ -235,21 +235,7 @@ func (s *SimRunner) RemoveClient(pipeDir string, clientPID int) error {
 // EnforcedLimits are the limits a simulated server enforces on device 0: the
 // exact values set, not the rounded ones the getters print.
 func (s *SimRunner) EnforcedLimits(pipeDir string, serverPID int) (Limits, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
-	defer cancel()
-	var l Limits
-	err := s.withState(ctx, pipeDir, func(st **simState) (bool, error) {
-		if *st == nil {
-			return false, fmt.Errorf("simulated MPS server %d in %s: %w", serverPID, pipeDir, ErrNoDaemon)
-		}
-		srv := server(*st, serverPID)
-		if srv == nil {
-			return false, fmt.Errorf("simulated MPS server %d in %s: %w", serverPID, pipeDir, ErrServerNotFound)
-		}
-		l = Limits{PinnedMemMiB: srv.MemLimitMiB[0], ThreadPercentage: srv.ThreadPercentage}
-		return false, nil
-	})
-	return l, err
+	return s.enforced(pipeDir, serverPID, func(*simState) (int, error) { return 0, nil })
 }
 
 // EnforcedLimitsOn are the limits a simulated server enforces on the GPU
@@ -257,6 +243,17 @@ func (s *SimRunner) EnforcedLimits(pipeDir string, serverPID int) (Limits, error
 // daemon (its place in Devices), the exact value set. This is what proves
 // that caps set by ordinal land on the intended GPU.
 func (s *SimRunner) EnforcedLimitsOn(pipeDir string, serverPID int, uuid string) (Limits, error) {
+	return s.enforced(pipeDir, serverPID, func(st *simState) (int, error) {
+		i := slices.Index(st.Devices, uuid)
+		if i < 0 {
+			return 0, fmt.Errorf("simulated MPS server %d in %s does not see GPU %s (it sees %v)", serverPID, pipeDir, uuid, st.Devices)
+		}
+		return i, nil
+	})
+}
+
+// enforced reads server serverPID's limits on the device ordinal picks.
+func (s *SimRunner) enforced(pipeDir string, serverPID int, ordinal func(*simState) (int, error)) (Limits, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
 	defer cancel()
 	var l Limits
@@ -268,9 +265,9 @@ func (s *SimRunner) EnforcedLimitsOn(pipeDir string, serverPID int, uuid string)
 		if srv == nil {
 			return false, fmt.Errorf("simulated MPS server %d in %s: %w", serverPID, pipeDir, ErrServerNotFound)
 		}
-		i := slices.Index((*st).Devices, uuid)
-		if i < 0 {
-			return false, fmt.Errorf("simulated MPS server %d in %s does not see GPU %s (it sees %v)", serverPID, pipeDir, uuid, (*st).Devices)
+		i, err := ordinal(*st)
+		if err != nil {
+			return false, err
 		}
 		l = Limits{PinnedMemMiB: srv.MemLimitMiB[i], ThreadPercentage: srv.ThreadPercentage}
 		return false, nil

@@ -59,32 +59,11 @@ func slices(uuid, bus string, n, totalMiB int) []api.IsolatedDevice {
 	return out
 }
 
-type regionRow struct {
-	ID             string `json:"id"`
-	DevType        string `json:"dev_type"`
-	SharingMode    string `json:"sharing_mode"`
-	Addr           string `json:"addr"`
-	Model          string `json:"model"`
-	VirtualNum     int    `json:"virtual_num"`
-	MemorySize     int    `json:"memory_size"`
-	MPSMemoryLimit int    `json:"mps_memory_limit"`
-	DevicePath     string `json:"device_path"`
-}
-
-func hostRows(t *testing.T, c *cloudpods.Cloud, hostID string) map[string]regionRow {
+func hostRows(t *testing.T, c *cloudpods.Cloud, hostID string) map[string]cloudpods.Device {
 	t.Helper()
-	var l struct {
-		Rows []regionRow `json:"isolated_devices"`
-	}
-	if err := c.Call(context.Background(), http.MethodGet, "/isolated_devices?scope=system&limit=0&host="+hostID, nil, &l); err != nil {
+	m, err := c.HostDevices(context.Background(), hostID)
+	if err != nil {
 		t.Fatal(err)
-	}
-	m := map[string]regionRow{}
-	for _, r := range l.Rows {
-		if _, dup := m[r.Addr]; dup {
-			t.Fatalf("two rows at %s", r.Addr)
-		}
-		m[r.Addr] = r
 	}
 	return m
 }

@@ -171,28 +171,11 @@ func gpuRows(t *testing.T, rows []map[string]string, out string) map[string]map[
 	return m
 }
 
-type regionDevice struct {
-	ID             string `json:"id"`
-	Addr           string `json:"addr"`
-	VirtualNum     int    `json:"virtual_num"`
-	MPSMemoryLimit int    `json:"mps_memory_limit"`
-	AllocatedCount int    `json:"allocated_count"`
-}
-
-func regionDevices(t *testing.T, c *cloudpods.Cloud, hostID string) map[string]regionDevice {
+func regionDevices(t *testing.T, c *cloudpods.Cloud, hostID string) map[string]cloudpods.Device {
 	t.Helper()
-	var l struct {
-		Devs []regionDevice `json:"isolated_devices"`
-	}
-	if err := c.Call(context.Background(), http.MethodGet, "/isolated_devices?scope=system&details=true&limit=0&host="+hostID, nil, &l); err != nil {
+	m, err := c.HostDevices(context.Background(), hostID)
+	if err != nil {
 		t.Fatal(err)
-	}
-	m := map[string]regionDevice{}
-	for _, d := range l.Devs {
-		if _, dup := m[d.Addr]; dup {
-			t.Fatalf("duplicate rows at %s", d.Addr)
-		}
-		m[d.Addr] = d
 	}
 	return m
 }

@@ -59,3 +59,36 @@ func (c *Cloud) DetachAll(ctx context.Context, guest string) error {
 	}
 	return nil
 }
+
+// Device is what tests read of an isolated_devices row.
+type Device struct {
+	ID             string `json:"id"`
+	DevType        string `json:"dev_type"`
+	SharingMode    string `json:"sharing_mode"`
+	Addr           string `json:"addr"`
+	Model          string `json:"model"`
+	VirtualNum     int    `json:"virtual_num"`
+	MemorySize     int    `json:"memory_size"`
+	MPSMemoryLimit int    `json:"mps_memory_limit"`
+	DevicePath     string `json:"device_path"`
+	AllocatedCount int    `json:"allocated_count"`
+}
+
+// HostDevices lists a host's isolated devices by addr, failing on two rows
+// at one addr (a duplicate is what the tests look for).
+func (c *Cloud) HostDevices(ctx context.Context, hostID string) (map[string]Device, error) {
+	var l struct {
+		Devices []Device `json:"isolated_devices"`
+	}
+	if err := c.Call(ctx, http.MethodGet, "/isolated_devices?scope=system&details=true&limit=0&host="+hostID, nil, &l); err != nil {
+		return nil, err
+	}
+	m := map[string]Device{}
+	for _, d := range l.Devices {
+		if _, dup := m[d.Addr]; dup {
+			return nil, fmt.Errorf("host %s has two rows at %s", hostID, d.Addr)
+		}
+		m[d.Addr] = d
+	}
+	return m, nil
+}
