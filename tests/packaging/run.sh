@@ -238,6 +238,7 @@ assert_eq "packages left" "$(in_ct dpkg-query -W -f='${db:Status-Abbrev} ${Packa
 assert_eq "failed units" "$(in_ct systemctl list-units --failed --no-legend --plain 'yunion*')" ""
 
 step "deb: upgrade from Cloudpods' own yunion-mps-daemon (a stand-in: tests/packaging/cloudpods-standin)"
+mkdir -p "$WORK/standin"
 PKG_ARCH=$($GO env GOARCH) $NFPM package --config tests/packaging/cloudpods-standin/nfpm.yaml --packager deb --target "$WORK/standin/" >/dev/null
 cp "$WORK"/standin/*.deb "$WORK/deb-root/srv/standin.deb"
 in_ct dpkg -i /srv/standin.deb >/dev/null
