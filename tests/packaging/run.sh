@@ -241,7 +241,12 @@ step "deb: upgrade from Cloudpods' own yunion-mps-daemon (a stand-in: tests/pack
 mkdir -p "$WORK/standin"
 PKG_ARCH=$($GO env GOARCH) $NFPM package --config tests/packaging/cloudpods-standin/nfpm.yaml --packager deb --target "$WORK/standin/" >/dev/null
 cp "$WORK"/standin/*.deb "$WORK/deb-root/srv/standin.deb"
+# The earlier steps' drop-ins (--simulate, WatchdogSec) would apply to
+# Cloudpods' unit too: a host that never had our package has none.
+rm -rf "$WORK/deb-root/etc/systemd/system/yunion-mps-daemon.service.d" "$WORK/deb-root/etc/systemd/system/yunion-mps-inventory.service.d"
+in_ct systemctl daemon-reload
 in_ct dpkg -i /srv/standin.deb >/dev/null
+in_ct mkdir -p /etc/yunion
 in_ct_sh 'printf "enable_cuda_mps: true\ncontainer_device_config_file: /etc/yunion/host_container_device.yml\n" >/etc/yunion/host.conf'
 in_ct_sh 'printf "devices:\n- path: /dev/dri/renderD128\n  type: NVIDIA_MPS\n  virtual_number: 4\n" >/etc/yunion/host_container_device.yml'
 # The hazard first: stopping Cloudpods' daemon sends quit, which kills the
@@ -265,13 +270,20 @@ in_ct test ! -e /var/lib/cloudpods-standin/quit-sent || fail "Cloudpods' daemon 
 in_ct kill -0 "$client" || fail "the CUDA client ($client) died in the upgrade"
 assert_contains "MPS state" "$(in_ct cat /tmp/nvidia-mps/pipe/sim-control.json)" "\"pid\": $client"
 note "ok: no quit; the MPS control daemon and its client ($client) survived"
-assert_eq "service after the upgrade" "$(in_ct systemctl is-active yunion-mps-daemon)" "active"
 assert_eq "enabled after the upgrade" "$(in_ct systemctl is-enabled yunion-mps-daemon)" "enabled"
 in_ct test ! -e /opt/yunion/bin/mps-daemon
 in_ct test ! -e /run/systemd/system/yunion-mps-daemon.service.d/50-yunion-mps-upgrade.conf
 in_ct test ! -e /var/lib/yunion-mps/.cloudpods-upgrade
 in_ct test -f /lib/systemd/system/yunion-mps-daemon.service
+# postinst started our daemon as the old one ran; without a GPU it needs the
+# --simulate drop-in (which would have turned Cloudpods' unit into ours
+# before the upgrade), so it comes now, with a restart.
+simulate_dropin "$WORK/deb-root"
+in_ct systemctl daemon-reload
+in_ct timeout 120 systemctl restart yunion-mps-daemon
+assert_eq "service after the upgrade" "$(in_ct systemctl is-active yunion-mps-daemon)" "active"
 assert_contains "main process" "$(in_ct_sh 'cat /proc/$(systemctl show -p MainPID --value yunion-mps-daemon)/cmdline | tr "\0" " "')" "/usr/bin/mps-daemon"
+in_ct kill -0 "$client" || fail "the CUDA client ($client) died when our daemon started"
 wait_for "our daemon adopted the running control daemon, caps left to it until it is idle" \
 	'journalctl -u yunion-mps-daemon --no-pager | grep -q "started by another program"' 60
 note "ok: our daemon runs, adopted the control daemon in the pipe root and waits for its client to leave"
