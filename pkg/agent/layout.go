@@ -50,8 +50,9 @@ func layoutOf(cfg *Config, p *plan.Plan) singleLayout {
 // list, which is the planned one unless a busy daemon still runs with an
 // older list (a GPU added since joins when it is idle and restarted). A
 // daemon of unknown device order (started by another program, such as
-// Cloudpods' own mps-daemon) cannot have caps set on the right GPU: the GPU
-// fails until that daemon is idle and restarted with a known order.
+// Cloudpods' own mps-daemon) cannot have caps set on the right GPU. Either
+// way the error is a reason to report the GPU unhealthy (its devices are not
+// offered) until the daemon is idle and restarted; it is not a failure.
 func (a *Agent) bindDevice(cfg *Config, gs *gpuState, uuid string, log *slog.Logger) error {
 	if !cfg.single() {
 		return nil

@@ -48,13 +48,17 @@ func TestSingleLayoutCapsLandOnEachGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.cfg.Devices = df
-	err = h.agent.Reconcile(ctx)
-	if err == nil || !strings.Contains(err.Error(), "once no client is connected") {
-		t.Fatalf("GPU added under a busy single daemon: %v, want it to wait for the clients", err)
+	if err := h.agent.Reconcile(ctx); err != nil {
+		t.Fatalf("GPU added under a busy single daemon: %v, want the GPU unhealthy, not a failed reconcile", err)
 	}
 	st := h.agent.Status()
-	if !st.GPUs[0].Healthy || st.GPUs[1].Healthy {
-		t.Fatalf("first GPU healthy %v, added GPU healthy %v: want the running one served, the new one waiting", st.GPUs[0].Healthy, st.GPUs[1].Healthy)
+	if !st.GPUs[0].Healthy || st.GPUs[1].Healthy || !strings.Contains(st.GPUs[1].Reason, "once no client is connected") {
+		t.Fatalf("first GPU healthy %v, added GPU healthy %v (%q): want the running one served, the new one waiting for the clients", st.GPUs[0].Healthy, st.GPUs[1].Healthy, st.GPUs[1].Reason)
+	}
+	for _, d := range h.devices() {
+		if d.DevicePath == gpus[1].UUID && !d.Unhealthy {
+			t.Errorf("device %s of the waiting GPU offered as healthy", d.Addr)
+		}
 	}
 	if l, err := h.runner.EnforcedLimitsOn(root, srv, gpus[0].UUID); err != nil || l.PinnedMemMiB != 143771/4 {
 		t.Fatalf("the connected client's server: %+v %v, want GPU 0's cap %d kept", l, err, 143771/4)

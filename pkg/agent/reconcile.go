@@ -246,7 +246,11 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 	}
 	st.ControlDaemonUp = true
 	if err := a.bindDevice(cfg, gs, g.UUID, log); err != nil {
-		return fail("%v", err)
+		// The single daemon cannot take this GPU's caps until it is idle
+		// and restarted (layout.go): unhealthy, healing by itself.
+		st.Reason = err.Error()
+		a.setHealth(gs, log, false, st.Reason)
+		return st
 	}
 	if !adopted {
 		if gs.limits != (mps.Limits{}) {
