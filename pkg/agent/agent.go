@@ -74,6 +74,7 @@ type Agent struct {
 	hostID    string
 	gpus      map[string]*gpuState // by UUID: every GPU the agent runs MPS for
 	planned   map[string][]vdev.Device
+	layout    singleLayout      // the single pipe layout's device list and threads
 	minors    map[string]int    // GPU UUID -> N of /dev/nvidiaN
 	cdiIDs    map[string]string // <GPU UUID>::<i> -> inventory id, as last seen
 	acct      *accounting.Accountant

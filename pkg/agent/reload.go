@@ -133,6 +133,15 @@ func keepRestartOnly(cur, next *config.HostConf) []string {
 		{"mps_control_timeout", keeper(&cur.ControlTimeout, &next.ControlTimeout)},
 		{"mps_health_interval", keeper(&cur.HealthInterval, &next.HealthInterval)},
 		{"mps_inventory_timeout", keeper(&cur.InventoryTimeout, &next.InventoryTimeout)},
+		// The backend is wired at start: the region, its credentials and
+		// where MPS's sockets live stay as they were until a restart.
+		{"auth_url and Cloudpods' admin keys", keeper(&cur.Cloudpods, &next.Cloudpods)},
+		{"mps_inventory_backend", keeper(&cur.InventoryBackend, &next.InventoryBackend)},
+		{"mps_pipe_layout", keeper(&cur.PipeLayout, &next.PipeLayout)},
+		{"mps_region_device_model", keeper(&cur.RegionDeviceModel, &next.RegionDeviceModel)},
+		{"mps_region_host_mac", keeper(&cur.RegionHostMAC, &next.RegionHostMAC)},
+		{"mps_region_create_host", keeper(&cur.RegionCreateHost, &next.RegionCreateHost)},
+		{"mps_region_insecure_tls", keeper(&cur.RegionInsecureTLS, &next.RegionInsecureTLS)},
 	} {
 		if k.keep() {
 			kept = append(kept, k.key)

@@ -30,7 +30,11 @@ func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[string]bool
 	var retiring []string
 	for _, uuid := range a.unplanned(cfg, planned) {
 		log := a.log.With("gpu", uuid)
-		gs := a.gpu(cfg, uuid, log)
+		gs, shared := a.retiring(cfg, uuid, log)
+		if shared && len(planned) > 0 {
+			delete(a.gpus, uuid) // the single daemon serves the planned GPUs on
+			continue
+		}
 		up, err := gs.ctl.Running(ctx)
 		if err != nil {
 			log.Warn("asking a retired GPU's MPS control daemon", "err", err)

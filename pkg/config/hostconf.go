@@ -81,6 +81,16 @@ type HostConf struct {
 	// with the files unchanged before it is applied (docs/operations.md).
 	ReloadHoldTime time.Duration
 
+	// Cloudpods are Cloudpods' own keys (auth_url, admin_user, ...); the
+	// rest are ours for a Cloudpods host (cloudpods.go, docs/cloudpods.md).
+	Cloudpods         Cloudpods
+	InventoryBackend  string // mps_inventory_backend: auto, inventory, region
+	PipeLayout        string // mps_pipe_layout: auto, per-gpu, single
+	RegionDeviceModel string // mps_region_device_model: auto, gpu, per-slice
+	RegionHostMAC     string // mps_region_host_mac: the MAC to find the host record by
+	RegionCreateHost  bool   // mps_region_create_host: create a missing host record
+	RegionInsecureTLS bool   // mps_region_insecure_tls: skip TLS verification
+
 	// Unknown lists the keys this daemon does not read, in file order. Most
 	// belong to the Cloudpods host service; callers log them at debug level
 	// so a misspelt key of ours can still be found.
@@ -115,6 +125,9 @@ func DefaultHostConf() *HostConf {
 		SysfsRoot:               "/sys",
 		DevRoot:                 "/dev",
 		ReloadHoldTime:          30 * time.Second,
+		InventoryBackend:        BackendAuto,
+		PipeLayout:              LayoutAuto,
+		RegionDeviceModel:       DeviceModelAuto,
 	}
 }
 
@@ -240,6 +253,12 @@ func ParseHostConf(path string, data []byte) (*HostConf, error) {
 	hc.Path = path
 	hc.lines = map[string]int{}
 	root, err := parseDocument(path, data)
+	if err != nil || (root != nil && root.Kind != yaml.MappingNode) {
+		// Cloudpods reads a file that is not YAML as `key = value` lines.
+		if kv, ok := parseKeyValueLines(data); ok {
+			root, err = kv, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -252,9 +271,15 @@ func ParseHostConf(path string, data []byte) (*HostConf, error) {
 	var errs []error
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], deref(root.Content[i+1])
-		key := k.Value
+		key := normalizeKey(k.Value) // Cloudpods reads - and _ alike
 		if !hostConfKeys[key] {
-			hc.Unknown = append(hc.Unknown, key)
+			if handled, err := hc.setCloudpods(key, k, v); handled {
+				if err != nil {
+					errs = append(errs, errorf(path, v.Line, key, "%v", err))
+				}
+				continue
+			}
+			hc.Unknown = append(hc.Unknown, k.Value)
 			continue
 		}
 		if first, dup := hc.lines[key]; dup {
@@ -280,6 +305,7 @@ func ParseHostConf(path string, data []byte) (*HostConf, error) {
 		errs = append(errs, errorf(path, hc.lines["mps_inventory_token_file"], "mps_inventory_token_file",
 			"set only one of mps_inventory_token (line %d) and mps_inventory_token_file", hc.lines["mps_inventory_token"]))
 	}
+	errs = append(errs, hc.checkCloudpods()...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}

@@ -104,6 +104,8 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/version", "pkg/atomicfile", "pkg/identity"},
 		"pkg/agent":            {"pkg/api", "pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/pci", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/atomicfile", "pkg/systemd", "pkg/identity"},
 		"pkg/metrics":          {"pkg/version"},
+		"pkg/keystone":         {},
+		"pkg/region":           {"pkg/api", "pkg/keystone", "pkg/inventory/client", "pkg/pci"},
 	}
 	for dir, imps := range imports(t) {
 		if strings.HasPrefix(dir, "cmd/") || testSupport(dir) {

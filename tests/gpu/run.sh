@@ -19,7 +19,7 @@ DAEMON_ADDR=127.0.0.1:19331
 cleanup() {
 	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
 	sleep 1
-	for d in "$W"/pipe/*/; do [ -S "$d/control" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$d timeout 10 nvidia-cuda-mps-control; done
+	for d in "$W"/pipe/*/ "$W/pipe1"; do [ -S "$d/control" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$d timeout 10 nvidia-cuda-mps-control; done
 	cp "$W"/*.log "$OUT/" 2>/dev/null
 }
 trap cleanup EXIT
@@ -355,9 +355,44 @@ block <"$W/status13.json"
 rmdir /run/yunion-mps 2>/dev/null
 
 say
+say "## 14. The single pipe layout (Cloudpods' pods: CUDA_MPS_PIPE_DIRECTORY=<root>)"
+# The per-GPU daemon of the sections above goes first: one MPS server per GPU.
+kill -TERM $DPID; wait $DPID
+ctl quit >/dev/null
+ROOT1=$W/pipe1
+sed -e "s|^cuda_mps_pipe_directory: .*|cuda_mps_pipe_directory: $ROOT1|" \
+	-e "s|^cuda_mps_log_directory: .*|cuda_mps_log_directory: $W/log1|" "$W/host.conf" >"$W/host1.conf"
+echo "mps_pipe_layout: single" >>"$W/host1.conf"
+set_vn 4
+"$B/mps-daemon" --config "$W/host1.conf" --log-level debug 2>"$W/daemon-single.log" &
+DPID=$!; PIDS+=($DPID)
+wait_ready; check "daemon ready in the single layout" $?
+ctl1() { echo "$*" | CUDA_MPS_PIPE_DIRECTORY=$ROOT1 timeout 10 nvidia-cuda-mps-control 2>&1; }
+[ -S "$ROOT1/control" ] && [ ! -e "$ROOT1/$UUID" ]
+check "one control daemon in the pipe root itself, no per-GPU directory" $? "($(ls "$ROOT1" | tr '\n' ' '))"
+check "its device list is the GPU's UUID" "$([ "$(cat "$ROOT1/yunion-mps-devices" 2>/dev/null)" = "$UUID" ]; echo $?)" "($(cat "$ROOT1/yunion-mps-devices" 2>/dev/null))"
+say "ps of the control daemon: $(ps -o pid=,args= -C nvidia-cuda-mps-control | tr '\n' ';')"
+say "CUDA_VISIBLE_DEVICES of the control daemon: $(tr '\0' '\n' </proc/$(pgrep -f "nvidia-cuda-mps-control -d" -n)/environ 2>/dev/null | grep ^CUDA_VISIBLE_DEVICES)"
+CAP1=$(field "$ADDR-0" mps_memory_limit)
+say "limits read back (device 0 = $UUID): $(ctl1 get_default_device_pinned_mem_limit 0), threads $(ctl1 get_default_active_thread_percentage)"
+# A pod as Cloudpods' host agent starts it: the pipe root, the GPU by UUID.
+GOT1=$(CUDA_MPS_PIPE_DIRECTORY=$ROOT1 CUDA_VISIBLE_DEVICES=$UUID python3 "$C/alloc.py" 2>>"$W/client-single.log")
+check "a client given CUDA_MPS_PIPE_DIRECTORY=<root> stops at the GPU's cap" "$([ -n "$GOT1" ] && [ "$GOT1" -le "$CAP1" ] && [ "$GOT1" -gt $((CAP1 - 1024)) ]; echo $?)" "($GOT1 MiB, cap $CAP1)"
+GOT2=$(CUDA_MPS_PIPE_DIRECTORY=$ROOT1 python3 "$C/alloc.py" 2>>"$W/client-single.log")
+check "...and without CUDA_VISIBLE_DEVICES too" "$([ -n "$GOT2" ] && [ "$GOT2" -le "$CAP1" ]; echo $?)" "($GOT2 MiB)"
+kill -TERM $DPID; wait $DPID
+# The daemon left MPS running (as on every stop); adopted again by a new one:
+"$B/mps-daemon" --config "$W/host1.conf" --log-level debug 2>"$W/daemon-single2.log" &
+DPID=$!; PIDS+=($DPID)
+wait_ready; check "a restarted daemon adopts the single control daemon" "$(grep -q 'started MPS control daemon' "$W/daemon-single2.log"; [ $? = 1 ]; echo $?)"
+kill -TERM $DPID; wait $DPID
+ctl1 quit >/dev/null
+DPID=$$ # nothing left to stop below
+
+say
 CM_AFTER=$(nvidia-smi --query-gpu=compute_mode --format=csv,noheader | head -1)
 check "compute mode untouched" "$([ "$CM_BEFORE" = "$CM_AFTER" ]; echo $?)" "($CM_BEFORE -> $CM_AFTER)"
-kill -TERM $DPID; wait $DPID
+[ "$DPID" = $$ ] || { kill -TERM $DPID; wait $DPID; }
 say
 if [ $FAIL = 0 ]; then say "RESULT: all checks passed"; else say "RESULT: FAILURES above"; fi
 exit $FAIL
