@@ -105,7 +105,7 @@ func TestParseDevicesErrors(t *testing.T) {
 			[]string{`dev.yml:2: devices[0].type: " NVIDIA_MPS" is not NVIDIA_MPS: types are exact; write NVIDIA_MPS (an entry of another agent needs that agent's type)`}},
 		{"unknown key", "devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_numbr: 4\n", []string{
 			`dev.yml:2: devices[0].virtual_number: missing: say how many virtual devices to split the GPU into`,
-			`dev.yml:4: devices[0].virtual_numbr: unknown key in an NVIDIA_MPS entry (it takes path, type and virtual_number)`,
+			`dev.yml:4: devices[0].virtual_numbr: unknown key in an NVIDIA_MPS entry (it takes mps_qos, path, type and virtual_number)`,
 		}},
 		{"merge of a non-mapping", "devices:\n- <<: 3\n  path: /dev/nvidia0\n", []string{`dev.yml:2: devices[0]: line 2: a merge key (<<) takes a mapping or a list of mappings, got "3"`}},
 		{"duplicate inside a merged mapping", "base: &b\n  type: NVIDIA_MPS\n  virtual_number: 2\n  virtual_number: 3\ndevices:\n- <<: *b\n  path: /dev/nvidia0\n",
