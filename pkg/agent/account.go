@@ -111,6 +111,9 @@ func (a *Agent) setDevices(rows []api.IsolatedDevice, gpus []GPUStatus) {
 			CapBytes: uint64(r.MPSMemoryLimit) << 20, ThreadPercentage: r.MPSThreadPercentage,
 			Guest: r.GuestID, Healthy: !r.Unhealthy, PendingRemoval: r.PendingRemoval, CDIName: r.CDIName,
 		}
+		if c, ok := a.deviceClass(uuid, i); ok {
+			d.QoSClass, d.ClientPriority = string(c), c.ClientPriority()
+		}
 		if p, ok := prev[name]; ok {
 			d.UsedBytes, d.Clients, d.Measured, d.OverCap, d.LastStep = p.UsedBytes, p.Clients, p.Measured, p.OverCap, p.LastStep
 		}
