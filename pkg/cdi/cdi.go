@@ -37,10 +37,10 @@ const (
 	// EnvMemoryLimit is the client's pinned device memory limit.
 	EnvMemoryLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 	// EnvThreadPercentage is the client's active thread percentage.
-	EnvThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvThreadPercentage = vdev.EnvThreadPercentage
 	// EnvClientPriority is the client's MPS priority: 0 normal, 1 below
 	// normal (a batch device of a GPU with mps_qos).
-	EnvClientPriority = "CUDA_MPS_CLIENT_PRIORITY"
+	EnvClientPriority = vdev.EnvClientPriority
 	// EnvVisibleDevices is read by the NVIDIA container toolkit.
 	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
 )

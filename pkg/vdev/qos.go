@@ -41,6 +41,14 @@ const (
 	ClassBatch Class = "batch"
 )
 
+// The variables a client reads its QoS from, set by each device's CDI
+// edits and checked by the accounting in the environment of a batch
+// device's processes.
+const (
+	EnvThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvClientPriority   = "CUDA_MPS_CLIENT_PRIORITY"
+)
+
 // MPS client priorities (CUDA_MPS_CLIENT_PRIORITY,
 // set_default_client_priority); the control accepts nothing else.
 const (
