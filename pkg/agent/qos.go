@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 
+	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/plan"
 	"yunion.io/x/mps-daemon/pkg/vdev"
@@ -146,4 +147,24 @@ type GPUQoS struct {
 	LatencySlices         []int `json:"latency_slices"`
 	BatchThreadPercentage int   `json:"batch_thread_percentage"`
 	ReservePercent        int   `json:"reserve_percent"`
+}
+
+// QoSEscapeState is a client of a batch device whose environment escapes
+// the device's QoS: it lacks or raises CUDA_MPS_ACTIVE_THREAD_PERCENTAGE or
+// CUDA_MPS_CLIENT_PRIORITY.
+type QoSEscapeState struct {
+	PID       int    `json:"pid"`
+	GPU       string `json:"gpu"`
+	UsedBytes uint64 `json:"used_bytes"`
+	// Device is the device it is billed to, Source how that was learnt.
+	Device      string            `json:"device"`
+	Source      string            `json:"source"`
+	Environment accounting.QoSEnv `json:"environment"`
+	Reason      string            `json:"reason"`
+}
+
+// serverDefaultsHeld are the defaults the GPU's control daemon holds, as
+// the agent set and read them back.
+func serverDefaultsHeld(gs *gpuState) vdev.ServerDefaults {
+	return vdev.ServerDefaults{ThreadPercentage: int(gs.limits.ThreadPercentage), ClientPriority: gs.limits.ClientPriority}
 }

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
@@ -207,5 +211,96 @@ func TestAdoptedDaemonAtPriorityOne(t *testing.T) {
 	}
 	if servers, _ := ctl.Servers(ctx); slices.Contains(servers, srv) {
 		t.Errorf("the idle server started at priority 1 still runs: %v", servers)
+	}
+}
+
+// TestQoSEscapeTerminatedUnderEnforce: on GPU 0 (slice 0 latency, 1-7
+// batch at 13% below normal), a container of batch device ::1 runs one
+// process with its device's environment and one started without
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and with CUDA_MPS_CLIENT_PRIORITY=0
+// (`env -u ... CUDA_MPS_CLIENT_PRIORITY=0 python ...`); the latency
+// device's container runs a process with no QoS variable at all. The
+// escape is reported in /status, `mps-daemon status` and /metrics and
+// terminated; the others are untouched.
+func TestQoSEscapeTerminatedUnderEnforce(t *testing.T) {
+	h := newHarness(t, "mps_accounting: enforce\n", eightWithQoS)
+	h.cfg.Host.ThreadPercentage = "auto"
+	killer := &signals{}
+	h.withFakeProc(t, killer)
+	ctx := context.Background()
+	if err := h.agent.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g0 := twoGPUs()[0].UUID
+	lat, b1 := vdev.Name(g0, 0), vdev.Name(g0, 1)
+	cl, cb := h.newContainer(t, "31", lat), h.newContainer(t, "32", b1)
+	h.writeProc(t, 301, 1, 1000, lat, cl)
+	h.writeProc(t, 311, 1, 1100, b1, cb)
+	h.writeProc(t, 312, 311, 1200, b1, cb)
+	environ := func(pid int, entries ...string) {
+		t.Helper()
+		b := []byte("PATH=/usr/bin\x00")
+		for _, e := range entries {
+			b = append(append(b, e...), 0)
+		}
+		if err := os.WriteFile(filepath.Join(h.cfg.Host.ProcRoot, fmt.Sprint(pid), "environ"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	environ(301, vdev.EnvVar+"="+lat)
+	environ(311, vdev.EnvVar+"="+b1, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=13", "CUDA_MPS_CLIENT_PRIORITY=1")
+	environ(312, vdev.EnvVar+"="+b1, "CUDA_MPS_CLIENT_PRIORITY=0")
+	for _, pid := range []int{301, 311, 312} {
+		if _, err := h.runner.AddClient(h.pipeDir(0), pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.backend.mu.Lock()
+	h.backend.procs = map[string][]gpu.Process{g0: {{PID: 301, UsedMemoryBytes: 1 << 30}, {PID: 311, UsedMemoryBytes: 1 << 30}, {PID: 312, UsedMemoryBytes: 1 << 30}}}
+	h.backend.mu.Unlock()
+
+	h.agent.account(ctx)
+
+	clients, err := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(0)}, 5*time.Second, nil).ClientServers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pid, want := range map[int]bool{301: true, 311: true, 312: false} {
+		if _, there := clients[pid]; there != want {
+			t.Errorf("client %d connected=%v after enforcement, want %v", pid, there, want)
+		}
+	}
+	st := h.agent.Status()
+	a := st.Accounting
+	if a == nil || len(a.QoSEscapes) != 1 || a.QoSEscapes[0].PID != 312 || a.QoSEscapes[0].Device != b1 ||
+		!strings.Contains(a.QoSEscapes[0].Reason, "it gets the server's 50%, its device's share is 13%") ||
+		!strings.Contains(a.QoSEscapes[0].Reason, "CUDA_MPS_CLIENT_PRIORITY=0 raises it") {
+		t.Fatalf("accounting status %+v, want PID 312 alone as a QoS escape", a)
+	}
+	if d := st.device(b1); d == nil || d.OverCap || d.LastStep != "terminate_client" {
+		t.Errorf("%s: %+v; under its memory cap, its escaping client terminated", b1, d)
+	}
+	var view bytes.Buffer
+	if err := WriteStatus(&view, st, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(view.String(), "1 MPS client escaping its device's QoS") || !strings.Contains(view.String(), `312  `+b1+`  unset        "0"`) {
+		t.Errorf("mps-daemon status does not show the escape:\n%s", view.String())
+	}
+	srv := httptest.NewServer(h.agent.Handler())
+	defer srv.Close()
+	body := scrapeAgent(t, srv.URL)
+	for _, want := range []string{`mps_daemon_accounting_qos_escapes{Hostname="node-1"} 1`,
+		`mps_daemon_enforcement_steps_total{Hostname="node-1",cause="qos_escape",step="terminate_client"} 1`,
+		`mps_virtual_device_client_priority{Hostname="node-1",UUID="` + g0 + `",addr="1a:00.0-1"`,
+		`mps_gpu_default_client_priority{Hostname="node-1",UUID="` + g0 + `"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	for _, s := range killer.sent {
+		if !strings.HasPrefix(s, "312:") {
+			t.Errorf("signalled %s", s)
+		}
 	}
 }

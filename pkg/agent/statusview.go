@@ -9,9 +9,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"yunion.io/x/mps-daemon/pkg/accounting"
 )
 
 // `mps-daemon status` reads /status from the running daemon and prints it
@@ -122,7 +125,34 @@ func WriteStatus(w io.Writer, st Status, now time.Time) error {
 		p.line("MPS clients whose environment disagrees with their identity file (billed by the identity)")
 		writeMismatches(p, st.Accounting.Mismatches)
 	}
+	if st.Accounting != nil && len(st.Accounting.QoSEscapes) > 0 {
+		p.line("")
+		p.line("MPS clients of batch devices whose environment escapes the device's QoS (terminated under enforce)")
+		writeEscapes(p, st.Accounting.QoSEscapes)
+	}
 	return p.err
+}
+
+func writeEscapes(p *printer, es []QoSEscapeState) {
+	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  PID\tDEVICE\tTHREADS ENV\tPRIORITY ENV\tUSED MiB\tWHY")
+	for _, e := range es {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\n", e.PID, e.Device, envValue(e.Environment.ThreadPercentage),
+			envValue(e.Environment.ClientPriority), e.UsedBytes>>20, e.Reason)
+	}
+	p.flush(tw)
+}
+
+// envValue is a variable of a process's environment: unset, its value, or
+// "set twice".
+func envValue(v accounting.EnvValue) string {
+	switch {
+	case v.Twice:
+		return "set twice"
+	case !v.Set:
+		return "unset"
+	}
+	return strconv.Quote(v.Value)
 }
 
 func writeMismatches(p *printer, ms []MismatchState) {
@@ -244,6 +274,9 @@ func accountingLine(a *AccountingStatus) string {
 	}
 	if n := len(a.Mismatches); n > 0 {
 		notes = append(notes, plural(n, "MPS client")+" disagreeing with the identity file")
+	}
+	if n := len(a.QoSEscapes); n > 0 {
+		notes = append(notes, plural(n, "MPS client")+" escaping its device's QoS")
 	}
 	if len(notes) > 0 {
 		line += " (" + strings.Join(notes, "; ") + ")"

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"yunion.io/x/mps-daemon/pkg/accounting"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -40,7 +42,10 @@ func busyHost() Status {
 		Retiring: []string{"GPU-00000002-aaaa-bbbb-cccc-dddddddddddd"},
 		Accounting: &AccountingStatus{Policy: "enforce", Unknown: []UnknownProcessState{{PID: 77, GPU: g0, UsedBytes: 1 << 30, Reason: "no YUNION_MPS_VIRTUAL_DEVICE"}},
 			Mismatches: []MismatchState{{PID: 81, GPU: g0, UsedBytes: 6144 << 20, Device: g0 + "::2", Source: "identity", Environment: g0 + "::3"},
-				{PID: 82, GPU: g0, UsedBytes: 30000 << 20, Device: g0 + "::2", Source: "ancestor"}}},
+				{PID: 82, GPU: g0, UsedBytes: 30000 << 20, Device: g0 + "::2", Source: "ancestor"}},
+			QoSEscapes: []QoSEscapeState{{PID: 91, GPU: g0, UsedBytes: 2048 << 20, Device: g0 + "::3", Source: "identity",
+				Environment: accounting.QoSEnv{ClientPriority: accounting.EnvValue{Value: "0", Set: true}},
+				Reason:      "no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: it gets the server's 100%, its device's share is 30%; CUDA_MPS_CLIENT_PRIORITY=0 raises it above its device's priority 1"}}},
 		CDI: &CDIStatus{Path: "/etc/cdi/yunion.io-mps-gpu.yaml", Devices: 6},
 		Devices: []DeviceStatus{
 			{Name: g0 + "::0", ID: "d0", Addr: "1a:00.0-0", GPU: g0, CapBytes: 35942 << 20, UsedBytes: 12288 << 20, Clients: 2, Measured: true, Guest: "pod-a", Healthy: true,
