@@ -19,6 +19,8 @@ type Client struct {
 	StartTicks uint64 // see Identity.StartTicks
 	// Source says how its device was learnt (see Identity.Source).
 	Source string
+	// Env is what its initial environment says of its QoS.
+	Env QoSEnv
 }
 
 // DeviceUsage is the memory the clients of one virtual device use together.
@@ -70,6 +72,9 @@ type Usage struct {
 	// Mismatches are clients counted in PerDevice whose environment or own
 	// view disagree with their identity; sorted by GPU then PID.
 	Mismatches []Mismatch
+	// Escapes are clients of batch devices whose environment escapes the
+	// device's QoS (Escapes); sorted by GPU then PID.
+	Escapes []Escape
 }
 
 // LookupFunc names the device of a PID that NVML lists on a GPU;
@@ -109,7 +114,7 @@ func Account(procs map[string][]gpu.Process, caps map[string]uint64, lookup Look
 					unknown.Reason = fmt.Sprintf("names %s, which this host does not have", id.Device)
 				default:
 					d.UsedBytes += p.UsedMemoryBytes
-					d.Clients = append(d.Clients, Client{PID: p.PID, UsedBytes: p.UsedMemoryBytes, StartTicks: id.StartTicks, Source: id.Source})
+					d.Clients = append(d.Clients, Client{PID: p.PID, UsedBytes: p.UsedMemoryBytes, StartTicks: id.StartTicks, Source: id.Source, Env: id.QoSEnv})
 					u.PerDevice[id.Device] = d
 					if id.Mismatch() {
 						u.Mismatches = append(u.Mismatches, Mismatch{PID: p.PID, GPU: uuid, UsedBytes: p.UsedMemoryBytes,

@@ -39,6 +39,7 @@ type Accountant struct {
 	over       map[string]bool
 	unknown    map[unknownKey]bool
 	mismatches map[mismatchKey]bool
+	escapes    map[escapeKey]bool
 	// refreshErr is the last failure to read the identity files or the
 	// host's mount namespace, logged when it changes.
 	refreshErr string
@@ -50,6 +51,13 @@ type mismatchKey struct {
 	device string
 	env    string
 	source string
+}
+
+type escapeKey struct {
+	pid    int
+	start  uint64
+	device string
+	reason string
 }
 
 type unknownKey struct {
@@ -77,16 +85,18 @@ func New(o Options) *Accountant {
 	m := &Mapper{ProcRoot: o.ProcRoot, Identities: o.Identities}
 	// NewEnforcer fails only without Procs, which is set here.
 	enf, _ := NewEnforcer(EnforcerOptions{Grace: o.Grace, Killer: o.Killer, Procs: m, Now: o.Now, Log: log})
-	return &Accountant{mapper: m, enf: enf, log: log, over: map[string]bool{}, unknown: map[unknownKey]bool{}, mismatches: map[mismatchKey]bool{}}
+	return &Accountant{mapper: m, enf: enf, log: log, over: map[string]bool{}, unknown: map[unknownKey]bool{}, mismatches: map[mismatchKey]bool{},
+		escapes: map[escapeKey]bool{}}
 }
 
 // Tick accounts one sample. procs is Sample's answer (GPU UUID -> MPS
 // clients; a GPU left out is not measured), caps the host's devices and
-// their caps (Caps), terms each GPU's MPS control by UUID (used under
-// enforce only). Under off it only forgets: the previous sample and any
+// their caps (Caps), qos the batch devices whose clients' environment is
+// checked (BatchQoS; nil checks none), terms each GPU's MPS control by UUID
+// (used under enforce only). Under off it only forgets: the previous sample and any
 // termination under way, so turning enforce on later starts afresh. The
 // caller skips NVML's listing under off and passes nil procs.
-func (a *Accountant) Tick(ctx context.Context, p Policy, procs map[string][]gpu.Process, caps map[string]uint64, terms map[string]Terminator) Report {
+func (a *Accountant) Tick(ctx context.Context, p Policy, procs map[string][]gpu.Process, caps map[string]uint64, qos map[string]DeviceQoS, terms map[string]Terminator) Report {
 	if p != a.policy {
 		if a.policy == PolicyEnforce {
 			a.enf.Reset(ctx)
@@ -102,11 +112,15 @@ func (a *Accountant) Tick(ctx context.Context, p Policy, procs map[string][]gpu.
 		clear(a.over)
 		clear(a.unknown)
 		clear(a.mismatches)
+		clear(a.escapes)
 		return r
 	}
 	a.refresh(ctx)
 	r.Usage = Account(procs, caps, a.mapper.Lookup)
-	r.Decision = Decide(r.Usage, caps, p, History{Previous: a.prev, Terminating: a.enf.Terminating()})
+	r.Usage.Escapes = Escapes(r.Usage, qos)
+	h := History{Previous: a.prev, Terminating: a.enf.Terminating()}
+	r.Decision = Decide(r.Usage, caps, p, h)
+	r.Decision.Actions = append(r.Decision.Actions, DecideEscapes(r.Usage.Escapes, r.Usage, caps, p, h, r.Decision.Actions)...)
 	a.logChanges(ctx, r)
 	if p == PolicyEnforce {
 		r.Steps = a.enf.Run(ctx, r.Usage, r.Decision.Actions, terms)
@@ -154,6 +168,16 @@ func (a *Accountant) logChanges(ctx context.Context, r Report) {
 		}
 	}
 	a.mismatches = mismatches
+	escapes := map[escapeKey]bool{}
+	for _, e := range r.Usage.Escapes {
+		k := escapeKey{e.PID, e.StartTicks, e.Device, e.Reason}
+		escapes[k] = true
+		if !a.escapes[k] {
+			a.log.WarnContext(ctx, "MPS client escapes its batch device's QoS (its environment); terminated under enforce", "gpu", e.GPU,
+				"pid", e.PID, "device", e.Device, "source", e.Source, "used_mib", e.UsedBytes>>20, "reason", e.Reason, "policy", string(r.Policy))
+		}
+	}
+	a.escapes = escapes
 }
 
 // refresh re-reads the identity files and the host's mount namespace; a

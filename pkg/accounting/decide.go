@@ -29,11 +29,24 @@ type Overage struct {
 	PIDs      []int
 }
 
+// Causes of an Action.
+const (
+	// CauseMemory: its device is over its memory cap and it grew most.
+	CauseMemory = "memory_cap"
+	// CauseQoS: its environment escapes its batch device's QoS (qos.go).
+	CauseQoS = "qos_escape"
+)
+
+// Causes lists every cause, for series that must exist before the first.
+func Causes() []string { return []string{CauseMemory, CauseQoS} }
+
 // Action is one client to terminate.
 type Action struct {
 	PID    int
 	Device string
 	GPU    string
+	// Cause is CauseMemory or CauseQoS.
+	Cause string
 	// UsedBytes is the client's own usage; DeviceUsedBytes its device's
 	// before any termination; CapBytes the device's cap.
 	UsedBytes       uint64
@@ -127,7 +140,7 @@ func Decide(u Usage, caps map[string]uint64, p Policy, h History) Decision {
 				break
 			}
 			d.Actions = append(d.Actions, Action{
-				PID: c.PID, Device: name, GPU: du.GPU,
+				PID: c.PID, Device: name, GPU: du.GPU, Cause: CauseMemory,
 				UsedBytes: c.UsedBytes, DeviceUsedBytes: du.UsedBytes, CapBytes: capBytes,
 				StartTicks: c.StartTicks, Reason: c.reason(used, capBytes),
 			})

@@ -181,7 +181,7 @@ func (e *Enforcer) Run(ctx context.Context, u Usage, actions []Action, terms map
 		if err == nil {
 			p.step, p.deadline = StepTerminateClient, now.Add(e.grace)
 			steps = append(steps, Step{Action: a, Step: StepTerminateClient})
-			e.logStep(ctx, slog.LevelWarn, "accounting: terminating client over its device's cap", a, StepTerminateClient, nil)
+			e.logStep(ctx, slog.LevelWarn, "accounting: terminating "+a.what(), a, StepTerminateClient, nil)
 			continue
 		}
 		// No MPS way to stop it: signal at once.
@@ -230,10 +230,10 @@ func (e *Enforcer) signal(ctx context.Context, p *pendingKill, sig syscall.Signa
 	p.step, p.deadline = step, now.Add(e.grace)
 	if err != nil {
 		err = fmt.Errorf("sending %s to PID %d: %w", sig, p.PID, err)
-		e.logStep(ctx, slog.LevelError, "accounting: signalling client over its device's cap failed", p.Action, step, err)
+		e.logStep(ctx, slog.LevelError, "accounting: signalling "+p.what()+" failed", p.Action, step, err)
 		return Step{Action: p.Action, Step: step, Err: err}
 	}
-	e.logStep(ctx, slog.LevelWarn, "accounting: signalled client over its device's cap", p.Action, step, nil)
+	e.logStep(ctx, slog.LevelWarn, "accounting: signalled "+p.what(), p.Action, step, nil)
 	return Step{Action: p.Action, Step: step}
 }
 
@@ -241,10 +241,18 @@ func (e *Enforcer) finish(ctx context.Context, p *pendingKill, step string, err 
 	delete(e.pending, p.PID)
 	level, msg := slog.LevelInfo, "accounting: terminated client is gone"
 	if err != nil {
-		level, msg = slog.LevelError, "accounting: client over its device's cap would not go"
+		level, msg = slog.LevelError, "accounting: "+p.what()+" would not go"
 	}
 	e.logStep(ctx, level, msg, p.Action, step, err)
 	return Step{Action: p.Action, Step: step, Err: err}
+}
+
+// what names the client an action is about, for its log lines.
+func (a Action) what() string {
+	if a.Cause == CauseQoS {
+		return "client escaping its device's QoS"
+	}
+	return "client over its device's cap"
 }
 
 // same reports whether a.PID is still the process a was about: alive, not a
@@ -269,7 +277,7 @@ func (e *Enforcer) alive(pid int) bool {
 
 // logStep writes the one line each step gets.
 func (e *Enforcer) logStep(ctx context.Context, level slog.Level, msg string, a Action, step string, err error) {
-	attrs := []any{"device", a.Device, "gpu", a.GPU, "pid", a.PID,
+	attrs := []any{"device", a.Device, "gpu", a.GPU, "pid", a.PID, "cause", a.Cause,
 		"used_mib", a.UsedBytes >> 20, "device_used_mib", a.DeviceUsedBytes >> 20, "cap_mib", a.CapBytes >> 20,
 		"reason", a.Reason, "step", step}
 	if err != nil {

@@ -67,6 +67,8 @@ type Identity struct {
 	// Detail says, for SourceAncestor, whose identity file was used, and
 	// describes any decoy found where the identity file belongs.
 	Detail string
+	// QoSEnv is what its environment says of its QoS (qos.go).
+	QoSEnv QoSEnv
 }
 
 // Mismatch reports whether a process billed by its identity file shows
@@ -152,7 +154,8 @@ func (m *Mapper) Lookup(pid int, gpuUUID string) (Identity, error) {
 		return Identity{}, err
 	}
 	id := Identity{StartTicks: st.StartTicks}
-	envDevice, envErr := p.environ()
+	envDevice, qosEnv, envErr := p.environ()
+	id.QoSEnv = qosEnv
 	switch {
 	case envErr == nil:
 		id.Environment = envDevice
@@ -325,13 +328,17 @@ func (p *procDir) stat() (Stat, error) {
 	return st, nil
 }
 
-// environ is the device the environment names (ParseEnviron's answer).
-func (p *procDir) environ() (string, error) {
+// environ is the device the environment names (ParseEnviron's answer) and
+// its QoS variables; an environment that cannot be read has its QoS marked
+// unreadable (a tenant must not hide its variables behind a huge
+// environment).
+func (p *procDir) environ() (string, QoSEnv, error) {
 	b, err := p.read("environ", maxEnviron)
 	if err != nil {
-		return "", err
+		return "", QoSEnv{Unreadable: err.Error()}, err
 	}
-	return ParseEnviron(b)
+	dev, err := ParseEnviron(b)
+	return dev, ParseQoSEnviron(b), err
 }
 
 func (p *procDir) cgroup() ([]byte, error) { return p.read("cgroup", maxCgroup) }

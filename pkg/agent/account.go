@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"maps"
 	"sort"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
@@ -20,6 +21,9 @@ type AccountingStatus struct {
 	Clients    map[string]int        `json:"clients_by_source,omitempty"`
 	Unknown    []UnknownProcessState `json:"unknown_processes,omitempty"`
 	Mismatches []MismatchState       `json:"mismatched_processes,omitempty"`
+	// QoSEscapes are clients of batch devices whose environment escapes
+	// the device's QoS (qos.go).
+	QoSEscapes []QoSEscapeState `json:"qos_escapes,omitempty"`
 }
 
 // UnknownProcessState is an MPS client billed to no device.
@@ -55,17 +59,19 @@ func (a *Agent) account(ctx context.Context) {
 	// host.conf's parser checked the value (off, report or enforce).
 	policy := accounting.Policy(a.config().Host.Accounting)
 	if policy == accounting.PolicyOff {
-		a.acct.Tick(ctx, policy, nil, nil, nil)
+		a.acct.Tick(ctx, policy, nil, nil, nil, nil)
 		a.noteUsage(accounting.Report{Policy: policy})
 		return
 	}
 	var devs []vdev.Device
 	var uuids []string
 	terms := map[string]accounting.Terminator{}
+	qos := map[string]accounting.DeviceQoS{}
 	for uuid := range a.planned {
 		if gs := a.gpus[uuid]; gs != nil && gs.enforced {
 			uuids = append(uuids, uuid)
 			terms[uuid] = gs.ctl
+			maps.Copy(qos, accounting.BatchQoS(a.planned[uuid], serverDefaultsHeld(gs)))
 		}
 	}
 	sort.Strings(uuids)
@@ -76,7 +82,7 @@ func (a *Agent) account(ctx context.Context) {
 	if err != nil {
 		a.log.Warn("listing MPS clients; those GPUs go unmeasured this tick", "err", err)
 	}
-	r := a.acct.Tick(ctx, policy, procs, accounting.Caps(devs), terms)
+	r := a.acct.Tick(ctx, policy, procs, accounting.Caps(devs), qos, terms)
 	a.noteUsage(r)
 	a.met.observeAccounting(r)
 }
@@ -110,6 +116,9 @@ func (a *Agent) setDevices(rows []api.IsolatedDevice, gpus []GPUStatus) {
 			Name: name, ID: r.ID, Addr: r.Addr, GPU: uuid, GPUIndex: gi,
 			CapBytes: uint64(r.MPSMemoryLimit) << 20, ThreadPercentage: r.MPSThreadPercentage,
 			Guest: r.GuestID, Healthy: !r.Unhealthy, PendingRemoval: r.PendingRemoval, CDIName: r.CDIName,
+		}
+		if c, ok := a.deviceClass(uuid, i); ok {
+			d.QoSClass, d.ClientPriority = string(c), c.ClientPriority()
 		}
 		if p, ok := prev[name]; ok {
 			d.UsedBytes, d.Clients, d.Measured, d.OverCap, d.LastStep = p.UsedBytes, p.Clients, p.Measured, p.OverCap, p.LastStep
@@ -147,6 +156,10 @@ func (a *Agent) noteUsage(r accounting.Report) {
 	for _, m := range r.Usage.Mismatches {
 		st.Mismatches = append(st.Mismatches, MismatchState{PID: m.PID, GPU: m.GPU, UsedBytes: m.UsedBytes,
 			Device: m.Device, Source: m.Source, Environment: m.Environment, Reason: m.Reason})
+	}
+	for _, e := range r.Usage.Escapes {
+		st.QoSEscapes = append(st.QoSEscapes, QoSEscapeState{PID: e.PID, GPU: e.GPU, UsedBytes: e.UsedBytes,
+			Device: e.Device, Source: e.Source, Environment: e.Env, Reason: e.Reason})
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

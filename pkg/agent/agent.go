@@ -86,6 +86,9 @@ type Agent struct {
 	// beat is the Run loop's heartbeat, read by HTTP handlers and the
 	// watchdog (loop.go).
 	beat heartbeat
+	// cdiClasses (loop-owned): <GPU UUID>::<i> -> the QoS class its CDI
+	// spec entry last carried (qos.go).
+	cdiClasses map[string]vdev.Class
 
 	mu         sync.Mutex // guards cfg, generation and status, read by HTTP handlers
 	cfg        *Config

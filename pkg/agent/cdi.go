@@ -47,6 +47,7 @@ func (a *Agent) writeCDI(cfg *Config, p *plan.Plan, statuses []GPUStatus, rows [
 	}
 	var devs []cdi.Device
 	seen := map[string]bool{}
+	classes := map[string]vdev.Class{}
 	for i, gp := range p.GPUs {
 		if !statuses[i].Healthy {
 			continue
@@ -55,6 +56,7 @@ func (a *Agent) writeCDI(cfg *Config, p *plan.Plan, statuses []GPUStatus, rows [
 		for _, d := range gp.Devices {
 			name := vdev.Name(gp.GPU.UUID, d.Index)
 			seen[name] = true
+			classes[name] = d.Class
 			devs = append(devs, cdi.FromVirtual(d, a.cdiIDs[name], pipe))
 		}
 	}
@@ -64,8 +66,11 @@ func (a *Agent) writeCDI(cfg *Config, p *plan.Plan, statuses []GPUStatus, rows [
 		if !ok || !known || r.GuestID == "" || seen[vdev.Name(uuid, i)] {
 			continue
 		}
+		if c, ok := a.deviceClass(uuid, i); ok {
+			classes[vdev.Name(uuid, i)] = c
+		}
 		devs = append(devs, cdi.Device{GPUUUID: uuid, Index: i, ID: r.ID, Minor: minor, PipeDir: cfg.pipeLog(uuid).PipeDir,
-			MemoryLimitMiB: r.MPSMemoryLimit, ThreadPercentage: r.MPSThreadPercentage})
+			MemoryLimitMiB: r.MPSMemoryLimit, ThreadPercentage: r.MPSThreadPercentage, ClientPriority: a.heldDevicePriority(uuid, i)})
 	}
 	st := CDIStatus{Devices: len(devs)}
 	path, changed, err := a.syncCDI(cfg, devs)
@@ -73,7 +78,10 @@ func (a *Agent) writeCDI(cfg *Config, p *plan.Plan, statuses []GPUStatus, rows [
 	if err != nil {
 		st.Error = err.Error()
 		a.log.Error("CDI spec not written; the previous one stays", "err", err)
-	} else if changed {
+	} else {
+		a.cdiClasses = classes
+	}
+	if err == nil && changed {
 		a.log.Info("CDI spec written", "path", path, "devices", len(devs))
 	}
 	a.mu.Lock()

@@ -24,7 +24,7 @@ type telemetry struct {
 func newTelemetry(hostname string, snapshot func() metrics.Snapshot) *telemetry {
 	d := metrics.NewDaemon(metrics.DaemonOptions{
 		Hostname: hostname, Snapshot: snapshot,
-		EnforcementSteps: accounting.StepNames(),
+		EnforcementSteps: accounting.StepNames(), EnforcementCauses: accounting.Causes(),
 	})
 	return &telemetry{reg: metrics.NewRegistry(d), daemon: d}
 }
@@ -33,7 +33,7 @@ func newTelemetry(hostname string, snapshot func() metrics.Snapshot) *telemetry 
 // an operator can alert on them; usage per device is read from the status.
 func (m *telemetry) observeAccounting(r accounting.Report) {
 	for _, s := range r.Steps {
-		m.daemon.ObserveEnforcementStep(s.Step)
+		m.daemon.ObserveEnforcementStep(s.Step, s.Cause)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/plan"
+	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
 // The MPS pipe layout (host.conf mps_pipe_layout, docs/cloudpods.md):
@@ -25,7 +26,9 @@ func (c *Config) single() bool { return c.Host.Layout() == config.LayoutSingle }
 // layout: the daemon's device list and its one thread percentage.
 type singleLayout struct {
 	visible string
-	threads int
+	// defaults are the one daemon's defaults: the largest share of any of
+	// its devices and the most protective priority (vdev.MostProtective).
+	defaults vdev.ServerDefaults
 }
 
 // layoutOf is the single layout of plan p (zero in the per-GPU layout).
@@ -37,11 +40,9 @@ func layoutOf(cfg *Config, p *plan.Plan) singleLayout {
 	uuids := make([]string, 0, len(p.GPUs))
 	for _, gp := range p.GPUs {
 		uuids = append(uuids, gp.GPU.UUID)
-		if len(gp.Devices) > 0 && gp.Devices[0].ThreadPercentage > l.threads {
-			l.threads = gp.Devices[0].ThreadPercentage
-		}
 	}
 	l.visible = mps.VisibleList(uuids)
+	l.defaults = p.SharedDefaults()
 	return l
 }
 

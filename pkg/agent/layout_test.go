@@ -102,3 +102,44 @@ func TestSingleLayoutCapsLandOnEachGPU(t *testing.T) {
 		t.Errorf("CDI spec does not use the single pipe directory %s:\n%s", root, spec)
 	}
 }
+
+// The single layout's one daemon takes the most protective QoS defaults of
+// its GPUs: the largest share of any device, and priority 1 as soon as one
+// GPU has batch slices (a batch tenant that strips its environment stays
+// below normal), while each device keeps its own share and priority in the
+// CDI spec.
+func TestSingleLayoutTakesTheMostProtectiveQoSDefaults(t *testing.T) {
+	const qosOnFirst = `devices:
+- path: 0000:1A:00.0
+  type: NVIDIA_MPS
+  virtual_number: 4
+  mps_qos:
+    latency: [0]
+- path: GPU-00000001-AAAA-BBBB-CCCC-DDDDDDDDDDDD
+  type: NVIDIA_MPS
+  virtual_number: 2
+`
+	h := newHarness(t, "mps_pipe_layout: single\n", qosOnFirst) // thread policy even
+	ctx := context.Background()
+	if err := h.agent.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(h.dir, "pipe")
+	for cmd, want := range map[string]string{"get_default_client_priority": "1", "get_default_active_thread_percentage": "50.0"} {
+		out, err := h.runner.Run(ctx, mps.Env{PipeDir: root}, cmd)
+		if err != nil || strings.TrimSpace(out.Stdout) != want {
+			t.Errorf("%s of the single daemon: %q %v, want %s", cmd, out.Stdout, err, want)
+		}
+	}
+	spec, err := os.ReadFile(filepath.Join(h.dir, "cdi", "yunion.io-mps-gpu.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// GPU 0 at even, N=4: every slice 25% (the batch share (100-8)/3 is
+	// larger, so the policy's stands), slices 1-3 at priority 1; GPU 1 50%.
+	for _, want := range []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50", "CUDA_MPS_CLIENT_PRIORITY=1", "CUDA_MPS_CLIENT_PRIORITY=0"} {
+		if !strings.Contains(string(spec), want) {
+			t.Errorf("CDI spec lacks %s", want)
+		}
+	}
+}

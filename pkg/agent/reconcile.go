@@ -59,6 +59,10 @@ type DeviceStatus struct {
 	GPUIndex         int    `json:"gpu_index"`
 	CapBytes         uint64 `json:"cap_bytes"`
 	ThreadPercentage int    `json:"thread_percentage"`
+	// QoSClass is latency or batch on a GPU with mps_qos, empty otherwise;
+	// ClientPriority the MPS client priority its containers get (qos.go).
+	QoSClass       string `json:"qos_class,omitempty"`
+	ClientPriority int    `json:"client_priority"`
 	// UsedBytes and Clients are the last accounting sample; Measured is
 	// false when there was none (accounting off, or the GPU unreadable).
 	UsedBytes uint64 `json:"used_bytes"`
@@ -97,6 +101,12 @@ type GPUStatus struct {
 	MemoryLimitMiB   int           `json:"memory_limit_mib"`
 	ThreadPercentage int           `json:"thread_percentage"`
 	PipeDirectory    string        `json:"pipe_directory"`
+	// ClientPriority is the control daemon's default client priority (1
+	// when the GPU has batch devices); QoS the GPU's mps_qos; the servers
+	// still at an older default priority, busy (qos.go).
+	ClientPriority       int     `json:"client_priority"`
+	QoS                  *GPUQoS `json:"qos,omitempty"`
+	ServersAtOldPriority []int   `json:"servers_at_old_priority,omitempty"`
 	// Enforced is true when MPS holds the caps (read back).
 	Enforced bool `json:"enforced"`
 	// Healthy is Enforced with no server in FAULT: the devices may be handed out.
@@ -125,6 +135,9 @@ type gpuState struct {
 	// enforced: the caps are applied and read back (accounting measures
 	// only such GPUs).
 	enforced bool
+	// oldPriority are servers started under an older default client
+	// priority (qos.go).
+	oldPriority map[int]bool
 }
 
 // Reconcile brings MPS and the inventory in line with the configuration once:
@@ -218,10 +231,12 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 	log := a.log.With("gpu", g.UUID, "pci", g.PCI.String())
 	st := GPUStatus{UUID: g.UUID, Index: g.Index, Minor: g.Minor, PCI: g.PCI.String(), Model: g.Name, VirtualNumber: gp.N,
 		MemoryTotalBytes: g.MemoryTotalBytes, MemoryUsedBytes: g.MemoryUsedBytes, ComputeMode: g.ComputeMode.String()}
+	defaults := a.serverDefaults(cfg, gp)
 	if len(gp.Devices) > 0 {
 		st.MemoryLimitMiB = gp.Devices[0].MemoryLimitMiB
-		st.ThreadPercentage = gp.Devices[0].ThreadPercentage
+		st.ThreadPercentage = defaults.ThreadPercentage
 	}
+	st.ClientPriority, st.QoS = defaults.ClientPriority, gpuQoS(gp)
 	gs := a.gpu(cfg, g.UUID, log)
 	if cfg.single() && gs.env.VisibleDevices != a.layout.visible {
 		delete(a.gpus, g.UUID) // the planned GPUs changed: a controller for the new list
@@ -266,21 +281,20 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 			log.Info("started MPS control daemon", "pipe_directory", gs.env.PipeDir, "log_directory", gs.env.LogDir)
 		}
 	}
-	want := mps.Limits{PinnedMemMiB: st.MemoryLimitMiB, ThreadPercentage: float64(st.ThreadPercentage)}
-	if cfg.single() {
-		want.ThreadPercentage = float64(a.layout.threads) // one value for the daemon's devices
-	}
+	want := mps.Limits{PinnedMemMiB: st.MemoryLimitMiB, ThreadPercentage: float64(st.ThreadPercentage), ClientPriority: st.ClientPriority}
+	prioBefore, prioKnown := a.priorityBefore(ctx, gs, adopted)
 	if err := gs.ctl.SetDefaults(ctx, want); err != nil {
 		return fail("applying MPS limits: %v", err)
 	}
 	if gs.limits != want && gs.limits != (mps.Limits{}) {
-		log.Info("MPS limits changed", "memory_limit_mib", want.PinnedMemMiB, "thread_percentage", want.ThreadPercentage)
+		log.Info("MPS limits changed", "memory_limit_mib", want.PinnedMemMiB, "thread_percentage", want.ThreadPercentage, "client_priority", want.ClientPriority)
 	}
 	gs.limits = want
 	servers, err := gs.ctl.Servers(ctx)
 	if err != nil {
 		return fail("listing MPS servers: %v", err)
 	}
+	notePriorityChange(gs, log, prioBefore, prioKnown, want.ClientPriority, servers)
 	st.Enforced = true
 	for _, pid := range servers {
 		got, err := gs.ctl.ServerLimits(ctx, pid)
@@ -309,6 +323,7 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 			return st
 		}
 	}
+	st.ServersAtOldPriority = a.restartIdleOldServers(ctx, gs, log, st.Servers)
 	st.Healthy = true
 	a.setHealth(gs, log, true, "")
 	return st

@@ -28,6 +28,7 @@ func snapshotOf(st Status) metrics.Snapshot {
 		s.AccountingPolicy = st.Accounting.Policy
 		s.AccountingClients = st.Accounting.Clients
 		s.AccountingMismatches = len(st.Accounting.Mismatches)
+		s.AccountingQoSEscapes = len(st.Accounting.QoSEscapes)
 	}
 	for _, g := range st.GPUs {
 		servers := make([]metrics.Server, 0, len(g.Servers))
@@ -38,13 +39,13 @@ func snapshotOf(st Status) metrics.Snapshot {
 			Index: g.Index, UUID: g.UUID, Model: g.Model, PCIBusID: nvmlBusID(g.PCI),
 			MemoryTotalBytes: g.MemoryTotalBytes, MemoryUsedBytes: g.MemoryUsedBytes, ComputeMode: g.ComputeMode,
 			ControlDaemonUp: g.ControlDaemonUp, Servers: servers, VirtualDevices: g.VirtualNumber,
-			CapsEnforced: g.Enforced, Healthy: g.Healthy,
+			CapsEnforced: g.Enforced, Healthy: g.Healthy, DefaultClientPriority: g.ClientPriority,
 		})
 	}
 	for _, d := range st.Devices {
 		s.Devices = append(s.Devices, metrics.VirtualDevice{
 			Name: d.Name, GPUUUID: d.GPU, Addr: d.Addr, InventoryID: d.ID,
-			CapBytes: d.CapBytes, ThreadPercentage: d.ThreadPercentage,
+			CapBytes: d.CapBytes, ThreadPercentage: d.ThreadPercentage, ClientPriority: d.ClientPriority,
 			Measured: d.Measured, UsedBytes: d.UsedBytes, Clients: d.Clients, OverCap: d.OverCap,
 			Guest: d.Guest, Healthy: d.Healthy, PendingRemoval: d.PendingRemoval,
 		})

@@ -9,9 +9,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"yunion.io/x/mps-daemon/pkg/accounting"
 )
 
 // `mps-daemon status` reads /status from the running daemon and prints it
@@ -122,7 +125,34 @@ func WriteStatus(w io.Writer, st Status, now time.Time) error {
 		p.line("MPS clients whose environment disagrees with their identity file (billed by the identity)")
 		writeMismatches(p, st.Accounting.Mismatches)
 	}
+	if st.Accounting != nil && len(st.Accounting.QoSEscapes) > 0 {
+		p.line("")
+		p.line("MPS clients of batch devices whose environment escapes the device's QoS (terminated under enforce)")
+		writeEscapes(p, st.Accounting.QoSEscapes)
+	}
 	return p.err
+}
+
+func writeEscapes(p *printer, es []QoSEscapeState) {
+	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  PID\tDEVICE\tTHREADS ENV\tPRIORITY ENV\tUSED MiB\tWHY")
+	for _, e := range es {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\n", e.PID, e.Device, envValue(e.Environment.ThreadPercentage),
+			envValue(e.Environment.ClientPriority), e.UsedBytes>>20, e.Reason)
+	}
+	p.flush(tw)
+}
+
+// envValue is a variable of a process's environment: unset, its value, or
+// "set twice".
+func envValue(v accounting.EnvValue) string {
+	switch {
+	case v.Twice:
+		return "set twice"
+	case !v.Set:
+		return "unset"
+	}
+	return strconv.Quote(v.Value)
 }
 
 func writeMismatches(p *printer, ms []MismatchState) {
@@ -140,7 +170,7 @@ func writeGPUs(p *printer, gpus []GPUStatus) {
 		return
 	}
 	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  INDEX\tPCI\tMODEL\tN\tCAP\tTHREADS\tMEMORY USED\tCOMPUTE MODE\tMPS CONTROL\tSERVERS\tHEALTH")
+	fmt.Fprintln(tw, "  INDEX\tPCI\tMODEL\tN\tCAP\tTHREADS\tQOS\tMEMORY USED\tCOMPUTE MODE\tMPS CONTROL\tSERVERS\tHEALTH")
 	var notes []string
 	for _, g := range gpus {
 		health := "healthy"
@@ -152,8 +182,11 @@ func writeGPUs(p *printer, gpus []GPUStatus) {
 			health = "UNHEALTHY"
 			notes = append(notes, fmt.Sprintf("  GPU %d: %s", g.Index, orNone(g.Reason)))
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d MiB\t%d%%\t%d / %d MiB\t%s\t%s\t%s\t%s\n",
-			g.Index, g.PCI, g.Model, g.VirtualNumber, g.MemoryLimitMiB, g.ThreadPercentage,
+		if len(g.ServersAtOldPriority) > 0 {
+			notes = append(notes, fmt.Sprintf("  GPU %d: MPS servers %v keep an older default client priority until their clients exit (then restarted)", g.Index, g.ServersAtOldPriority))
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d MiB\t%d%%\t%s\t%d / %d MiB\t%s\t%s\t%s\t%s\n",
+			g.Index, g.PCI, g.Model, g.VirtualNumber, g.MemoryLimitMiB, g.ThreadPercentage, qosColumn(g),
 			g.MemoryUsedBytes>>20, g.MemoryTotalBytes>>20, g.ComputeMode,
 			map[bool]string{true: "up", false: "DOWN"}[g.ControlDaemonUp], servers(g.Servers), health)
 	}
@@ -169,13 +202,14 @@ func writeDevices(p *printer, devs []DeviceStatus) {
 		return
 	}
 	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  ADDR\tNAME\tCAP MiB\tUSED MiB\tCLIENTS\tGUEST\tSTATE")
+	fmt.Fprintln(tw, "  ADDR\tNAME\tCAP MiB\tUSED MiB\tCLIENTS\tGUEST\tTHREADS\tQOS\tSTATE")
 	for _, d := range devs {
 		used, clients := "-", "-"
 		if d.Measured {
 			used, clients = fmt.Sprint(d.UsedBytes>>20), fmt.Sprint(d.Clients)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\t%s\n", d.Addr, d.Name, d.CapBytes>>20, used, clients, orDash(d.Guest), deviceState(d))
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\t%d%%\t%s\t%s\n", d.Addr, d.Name, d.CapBytes>>20, used, clients, orDash(d.Guest),
+			d.ThreadPercentage, deviceQoS(d), deviceState(d))
 	}
 	p.flush(tw)
 }
@@ -200,6 +234,24 @@ func deviceState(d DeviceStatus) string {
 	return strings.Join(s, ", ")
 }
 
+// qosColumn is a GPU's QoS: "-" without mps_qos, else its latency slices
+// and the batch share, with the control daemon's default priority.
+func qosColumn(g GPUStatus) string {
+	if g.QoS == nil {
+		return "-"
+	}
+	return fmt.Sprintf("latency %v, batch %d%% prio %d", g.QoS.LatencySlices, g.QoS.BatchThreadPercentage, g.ClientPriority)
+}
+
+// deviceQoS is a device's class and client priority: "-" on a GPU without
+// mps_qos.
+func deviceQoS(d DeviceStatus) string {
+	if d.QoSClass == "" {
+		return "-"
+	}
+	return fmt.Sprintf("%s, prio %d", d.QoSClass, d.ClientPriority)
+}
+
 func servers(ss []ServerState) string {
 	if len(ss) == 0 {
 		return "none"
@@ -222,6 +274,9 @@ func accountingLine(a *AccountingStatus) string {
 	}
 	if n := len(a.Mismatches); n > 0 {
 		notes = append(notes, plural(n, "MPS client")+" disagreeing with the identity file")
+	}
+	if n := len(a.QoSEscapes); n > 0 {
+		notes = append(notes, plural(n, "MPS client")+" escaping its device's QoS")
 	}
 	if len(notes) > 0 {
 		line += " (" + strings.Join(notes, "; ") + ")"

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"yunion.io/x/mps-daemon/pkg/accounting"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -30,7 +32,8 @@ func busyHost() Status {
 		GPUs: []GPUStatus{
 			{UUID: g0, Index: 0, Minor: 0, PCI: "0000:1a:00.0", Model: "NVIDIA H200", MemoryTotalBytes: 143771 << 20, MemoryUsedBytes: 20480 << 20,
 				ComputeMode: "Exclusive_Process", ControlDaemonUp: true, Servers: []ServerState{{PID: 4242, Status: "ACTIVE", Clients: 2}},
-				VirtualNumber: 4, MemoryLimitMiB: 35942, ThreadPercentage: 25, Enforced: true, Healthy: true},
+				VirtualNumber: 4, MemoryLimitMiB: 35942, ThreadPercentage: 100, Enforced: true, Healthy: true,
+				ClientPriority: 1, QoS: &GPUQoS{LatencySlices: []int{0}, BatchThreadPercentage: 30, ReservePercent: 8}, ServersAtOldPriority: []int{4242}},
 			{UUID: g1, Index: 1, Minor: 1, PCI: "0000:db:00.0", Model: "NVIDIA H200", MemoryTotalBytes: 143771 << 20,
 				ComputeMode: "Exclusive_Process", ControlDaemonUp: true, Servers: []ServerState{{PID: 5151, Status: "FAULT", Clients: 1}},
 				VirtualNumber: 2, MemoryLimitMiB: 71885, ThreadPercentage: 50, Enforced: true,
@@ -39,15 +42,20 @@ func busyHost() Status {
 		Retiring: []string{"GPU-00000002-aaaa-bbbb-cccc-dddddddddddd"},
 		Accounting: &AccountingStatus{Policy: "enforce", Unknown: []UnknownProcessState{{PID: 77, GPU: g0, UsedBytes: 1 << 30, Reason: "no YUNION_MPS_VIRTUAL_DEVICE"}},
 			Mismatches: []MismatchState{{PID: 81, GPU: g0, UsedBytes: 6144 << 20, Device: g0 + "::2", Source: "identity", Environment: g0 + "::3"},
-				{PID: 82, GPU: g0, UsedBytes: 30000 << 20, Device: g0 + "::2", Source: "ancestor"}}},
+				{PID: 82, GPU: g0, UsedBytes: 30000 << 20, Device: g0 + "::2", Source: "ancestor"}},
+			QoSEscapes: []QoSEscapeState{{PID: 91, GPU: g0, UsedBytes: 2048 << 20, Device: g0 + "::3", Source: "identity",
+				Environment: accounting.QoSEnv{ClientPriority: accounting.EnvValue{Value: "0", Set: true}},
+				Reason:      "no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: it gets the server's 100%, its device's share is 30%; CUDA_MPS_CLIENT_PRIORITY=0 raises it above its device's priority 1"}}},
 		CDI: &CDIStatus{Path: "/etc/cdi/yunion.io-mps-gpu.yaml", Devices: 6},
 		Devices: []DeviceStatus{
-			{Name: g0 + "::0", ID: "d0", Addr: "1a:00.0-0", GPU: g0, CapBytes: 35942 << 20, UsedBytes: 12288 << 20, Clients: 2, Measured: true, Guest: "pod-a", Healthy: true},
-			{Name: g0 + "::1", ID: "d1", Addr: "1a:00.0-1", GPU: g0, CapBytes: 35942 << 20, Measured: true, Healthy: true},
-			{Name: g0 + "::2", ID: "d2", Addr: "1a:00.0-2", GPU: g0, CapBytes: 35942 << 20, UsedBytes: 36000 << 20, Clients: 1, Measured: true, OverCap: true, Guest: "pod-b", Healthy: true},
-			{Name: g0 + "::3", ID: "d3", Addr: "1a:00.0-3", GPU: g0, CapBytes: 35942 << 20, Measured: true, Healthy: true},
-			{Name: g1 + "::0", ID: "d4", Addr: "db:00.0-0", GPU: g1, CapBytes: 71885 << 20, Guest: "pod-c", Healthy: false},
-			{Name: g1 + "::1", ID: "d5", Addr: "db:00.0-1", GPU: g1, CapBytes: 71885 << 20, Healthy: false, PendingRemoval: true, Guest: "pod-d"},
+			{Name: g0 + "::0", ID: "d0", Addr: "1a:00.0-0", GPU: g0, CapBytes: 35942 << 20, UsedBytes: 12288 << 20, Clients: 2, Measured: true, Guest: "pod-a", Healthy: true,
+				ThreadPercentage: 100, QoSClass: "latency"},
+			{Name: g0 + "::1", ID: "d1", Addr: "1a:00.0-1", GPU: g0, CapBytes: 35942 << 20, Measured: true, Healthy: true, ThreadPercentage: 30, QoSClass: "batch", ClientPriority: 1},
+			{Name: g0 + "::2", ID: "d2", Addr: "1a:00.0-2", GPU: g0, CapBytes: 35942 << 20, UsedBytes: 36000 << 20, Clients: 1, Measured: true, OverCap: true, Guest: "pod-b", Healthy: true,
+				ThreadPercentage: 30, QoSClass: "batch", ClientPriority: 1},
+			{Name: g0 + "::3", ID: "d3", Addr: "1a:00.0-3", GPU: g0, CapBytes: 35942 << 20, Measured: true, Healthy: true, ThreadPercentage: 30, QoSClass: "batch", ClientPriority: 1},
+			{Name: g1 + "::0", ID: "d4", Addr: "db:00.0-0", GPU: g1, CapBytes: 71885 << 20, Guest: "pod-c", Healthy: false, ThreadPercentage: 50},
+			{Name: g1 + "::1", ID: "d5", Addr: "db:00.0-1", GPU: g1, CapBytes: 71885 << 20, Healthy: false, PendingRemoval: true, Guest: "pod-d", ThreadPercentage: 50},
 		},
 	}
 }

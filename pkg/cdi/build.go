@@ -103,6 +103,7 @@ func containerEdits(o Options, d Device, nodes nodeSet) specs.ContainerEdits {
 			// Device 0: the GPU's control daemon sees only its own GPU.
 			EnvMemoryLimit + "=" + fmt.Sprintf("0=%dM", d.MemoryLimitMiB),
 			EnvThreadPercentage + "=" + strconv.Itoa(d.ThreadPercentage),
+			EnvClientPriority + "=" + strconv.Itoa(d.ClientPriority),
 			vdev.EnvVar + "=" + d.Name(),
 		},
 		Mounts: []*specs.Mount{{

@@ -37,6 +37,8 @@ func TestInvalidStatesNeverWrite(t *testing.T) {
 		{"memory cap 0", nil, func(d []Device) []Device { d[3].MemoryLimitMiB = 0; return d }, "memory limit 0 MiB: want > 0"},
 		{"thread percentage 0", nil, func(d []Device) []Device { d[3].ThreadPercentage = 0; return d }, "thread percentage 0: want 1..100"},
 		{"thread percentage 101", nil, func(d []Device) []Device { d[3].ThreadPercentage = 101; return d }, "thread percentage 101"},
+		{"client priority 2", nil, func(d []Device) []Device { d[3].ClientPriority = 2; return d }, "client priority 2: want 0 or 1"},
+		{"client priority -1", nil, func(d []Device) []Device { d[4].ClientPriority = -1; return d }, "client priority -1"},
 		{"GPU UUID without GPU-", nil, func(d []Device) []Device { d[0].GPUUUID = strings.TrimPrefix(gpuB, "GPU-"); return d }, "want GPU-xxxxxxxx"},
 		{"GPU UUID not hex", nil, func(d []Device) []Device { d[1].GPUUUID = "GPU-4baeae3a-899f-8852-bd11-2e4ce3171ezz"; return d }, "invalid UUID"},
 		{"MIG UUID", nil, func(d []Device) []Device { d[1].GPUUUID = "MIG-4baeae3a-899f-8852-bd11-2e4ce3171eb0"; return d }, "want GPU-"},
@@ -186,5 +188,11 @@ func TestFromVirtual(t *testing.T) {
 		MemoryLimitMiB: vs[2].MemoryLimitMiB, ThreadPercentage: 25}
 	if d != want || d.Name() != gpuA+"::2" {
 		t.Errorf("FromVirtual = %+v (%s), want %+v", d, d.Name(), want)
+	}
+	// A batch device of a GPU with mps_qos: its own share, below normal.
+	auto, _ := vdev.ParseThreadPolicy("auto")
+	qs := vdev.SplitQoS(g, 8, auto, vdev.QoS{LatencySlices: []int{0}, ReservePercent: 8})
+	if l, b := FromVirtual(qs[0], "", "/p"), FromVirtual(qs[5], "", "/p"); l.ThreadPercentage != 50 || l.ClientPriority != 0 || b.ThreadPercentage != 13 || b.ClientPriority != 1 {
+		t.Errorf("latency %+v, batch %+v: want 50%% at priority 0 and 13%% at priority 1", l, b)
 	}
 }

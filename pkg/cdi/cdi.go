@@ -37,7 +37,10 @@ const (
 	// EnvMemoryLimit is the client's pinned device memory limit.
 	EnvMemoryLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 	// EnvThreadPercentage is the client's active thread percentage.
-	EnvThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvThreadPercentage = vdev.EnvThreadPercentage
+	// EnvClientPriority is the client's MPS priority: 0 normal, 1 below
+	// normal (a batch device of a GPU with mps_qos).
+	EnvClientPriority = vdev.EnvClientPriority
 	// EnvVisibleDevices is read by the NVIDIA container toolkit.
 	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
 )
@@ -90,6 +93,8 @@ type Device struct {
 	IdentityFile     string
 	MemoryLimitMiB   int
 	ThreadPercentage int
+	// ClientPriority is vdev.PriorityNormal or vdev.PriorityBelowNormal.
+	ClientPriority int
 }
 
 // Name is the device's stable CDI name, "<GPU UUID>::<i>" (vdev.Name).
@@ -107,6 +112,7 @@ func FromVirtual(v vdev.Device, id, pipeDir string) Device {
 		PipeDir:          pipeDir,
 		MemoryLimitMiB:   v.MemoryLimitMiB,
 		ThreadPercentage: v.ThreadPercentage,
+		ClientPriority:   v.Class.ClientPriority(),
 	}
 }
 

@@ -26,12 +26,14 @@ func hostDevices() []Device {
 	pipeA := "/tmp/nvidia-mps/pipe/" + gpuA
 	pipeB := "/tmp/nvidia-mps/pipe/" + gpuB
 	devs := []Device{
-		{GPUUUID: gpuB, Index: 2, ID: "0f9a3c52-1d7e-4b8a-9e61-3c2d5f7a8b90", Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 25},
+		// GPU B has mps_qos: slice 0 latency, the others batch (30%,
+		// below normal priority).
+		{GPUUUID: gpuB, Index: 2, ID: "0f9a3c52-1d7e-4b8a-9e61-3c2d5f7a8b90", Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 30, ClientPriority: 1},
 		{GPUUUID: gpuA, Index: 0, ID: idA0, Minor: 0, PipeDir: pipeA, MemoryLimitMiB: 71885, ThreadPercentage: 50},
 		{GPUUUID: gpuA, Index: 1, ID: idA1, Minor: 0, PipeDir: pipeA, MemoryLimitMiB: 71885, ThreadPercentage: 50},
-		{GPUUUID: gpuB, Index: 0, Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 25},
-		{GPUUUID: gpuB, Index: 1, Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 25},
-		{GPUUUID: gpuB, Index: 3, Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 25},
+		{GPUUUID: gpuB, Index: 0, Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 100},
+		{GPUUUID: gpuB, Index: 1, Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 30, ClientPriority: 1},
+		{GPUUUID: gpuB, Index: 3, Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 30, ClientPriority: 1},
 	}
 	for i := range devs {
 		devs[i].IdentityFile = identityFile(devs[i].GPUUUID, devs[i].Index)

@@ -10,13 +10,14 @@ import (
 )
 
 // container is an OCI spec as a runtime makes it before CDI: an image
-// variable, a cap the user tried to raise with -e, and the runtime's own
-// /dev/shm.
+// variable, a cap and a priority the user tried to raise with -e, and the
+// runtime's own /dev/shm.
 func container() *oci.Spec {
 	return &oci.Spec{
 		Process: &oci.Process{Env: []string{
 			"PATH=/usr/bin",
 			"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=999999M",
+			"CUDA_MPS_CLIENT_PRIORITY=0",
 		}},
 		Mounts: []oci.Mount{{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid"}}},
 		Linux:  &oci.Linux{},
@@ -62,6 +63,8 @@ func TestInjectEveryEdit(t *testing.T) {
 					"PATH=/usr/bin",
 					// The user's -e is replaced, in place, by the device's cap.
 					fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=%dM", d.MemoryLimitMiB),
+					// So is the priority: a batch device's 1 wins.
+					fmt.Sprintf("CUDA_MPS_CLIENT_PRIORITY=%d", d.ClientPriority),
 					"NVIDIA_VISIBLE_DEVICES=" + d.GPUUUID,
 					"CUDA_MPS_PIPE_DIRECTORY=" + d.PipeDir,
 					fmt.Sprintf("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%d", d.ThreadPercentage),

@@ -10,6 +10,8 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
 var (
@@ -126,6 +128,9 @@ func validateDevices(devs []Device) error {
 		}
 		if d.ThreadPercentage <= 0 || d.ThreadPercentage > 100 {
 			bad(invalidf("thread percentage %d: want 1..100", d.ThreadPercentage))
+		}
+		if d.ClientPriority != vdev.PriorityNormal && d.ClientPriority != vdev.PriorityBelowNormal {
+			bad(invalidf("client priority %d: want %d or %d", d.ClientPriority, vdev.PriorityNormal, vdev.PriorityBelowNormal))
 		}
 		for _, n := range deviceNames(d) {
 			if j, dup := names[n]; dup {

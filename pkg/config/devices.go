@@ -34,6 +34,8 @@ type DeviceEntry struct {
 	// VirtualNumber is N, the number of virtual devices; 0 in Skipped
 	// entries that have none (or an unreadable one).
 	VirtualNumber int
+	// QoS is the entry's mps_qos; nil without one (and in Skipped).
+	QoS *MPSQoS
 }
 
 // Field names a key of the entry in error messages: "devices[2].path".

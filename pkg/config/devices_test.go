@@ -105,11 +105,32 @@ func TestParseDevicesErrors(t *testing.T) {
 			[]string{`dev.yml:2: devices[0].type: " NVIDIA_MPS" is not NVIDIA_MPS: types are exact; write NVIDIA_MPS (an entry of another agent needs that agent's type)`}},
 		{"unknown key", "devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_numbr: 4\n", []string{
 			`dev.yml:2: devices[0].virtual_number: missing: say how many virtual devices to split the GPU into`,
-			`dev.yml:4: devices[0].virtual_numbr: unknown key in an NVIDIA_MPS entry (it takes path, type and virtual_number)`,
+			`dev.yml:4: devices[0].virtual_numbr: unknown key in an NVIDIA_MPS entry (it takes mps_qos, path, type and virtual_number)`,
 		}},
 		{"merge of a non-mapping", "devices:\n- <<: 3\n  path: /dev/nvidia0\n", []string{`dev.yml:2: devices[0]: line 2: a merge key (<<) takes a mapping or a list of mappings, got "3"`}},
 		{"duplicate inside a merged mapping", "base: &b\n  type: NVIDIA_MPS\n  virtual_number: 2\n  virtual_number: 3\ndevices:\n- <<: *b\n  path: /dev/nvidia0\n",
 			[]string{`dev.yml:4: devices[0].virtual_number: set again (first at line 3); YAML keys must be unique`}},
+		// mps_qos (issue 13).
+		{"not a mapping", entryHead + "  mps_qos: [0]\n", []string{`dev.yml:5: devices[0].mps_qos: want a mapping with latency (and reserve), got a list`}},
+		{"no latency", entryHead + "  mps_qos:\n    reserve: 8\n", []string{`dev.yml:6: devices[0].mps_qos.latency: missing: list the slices for latency-bound tenants, e.g. [0]`}},
+		{"latency a number", entryHead + "  mps_qos:\n    latency: 0\n", []string{`dev.yml:6: devices[0].mps_qos.latency: want a list of slice numbers such as [0], got "0"`}},
+		{"slice not a number", entryHead + "  mps_qos:\n    latency: [0, first]\n", []string{`dev.yml:6: devices[0].mps_qos.latency[1]: want a whole number, got "first"`}},
+		{"slice out of range", entryHead + "  mps_qos:\n    latency:\n    - 1\n    - 8\n", []string{`dev.yml:8: devices[0].mps_qos.latency[1]: slice 8 does not exist: virtual_number 8 makes slices 0 to 7`}},
+		{"negative slice", entryHead + "  mps_qos: {latency: [-1]}\n", []string{`dev.yml:5: devices[0].mps_qos.latency[0]: slice -1 does not exist: virtual_number 8 makes slices 0 to 7`}},
+		{"slice twice", entryHead + "  mps_qos:\n    latency:\n    - 3\n    - 1\n    - 3\n", []string{`dev.yml:9: devices[0].mps_qos.latency[2]: slice 3 is listed twice`}},
+		{"reserve 0", entryHead + "  mps_qos:\n    latency: [0]\n    reserve: 0\n", []string{`dev.yml:7: devices[0].mps_qos.reserve: must be from 1 to 50 (percent of the SMs the batch slices leave free), got 0`}},
+		{"reserve 51", entryHead + "  mps_qos: {latency: [0], reserve: 51}\n", []string{`dev.yml:5: devices[0].mps_qos.reserve: must be from 1 to 50 (percent of the SMs the batch slices leave free), got 51`}},
+		{"reserve with a unit", entryHead + "  mps_qos: {latency: [0], reserve: 8%}\n", []string{`dev.yml:5: devices[0].mps_qos.reserve: want a whole number, got "8%"`}},
+		{"unknown key", entryHead + "  mps_qos:\n    latency: [0]\n    priority: 1\n", []string{`dev.yml:7: devices[0].mps_qos.priority: unknown key in mps_qos (it takes latency and reserve)`}},
+		{"key twice", entryHead + "  mps_qos:\n    latency: [0]\n    latency: [1]\n", []string{`dev.yml:7: devices[0].mps_qos.latency: set again (first at line 6); YAML keys must be unique`}},
+		{"mps_qos twice", entryHead + "  mps_qos: {latency: [0]}\n  mps_qos: {latency: [1]}\n", []string{`dev.yml:6: devices[0].mps_qos: set again (first at line 5); YAML keys must be unique`}},
+		{"misspelt key", entryHead + "  mps-qos: {latency: [0]}\n", []string{`dev.yml:5: devices[0].mps-qos: unknown key in an NVIDIA_MPS entry (it takes mps_qos, path, type and virtual_number)`}},
+		{"every problem at once", entryHead + "  mps_qos:\n    latency: [x, 2]\n    reserve: 99\n    extra: 1\n", []string{
+			`dev.yml:6: devices[0].mps_qos.latency[0]: want a whole number, got "x"`,
+			`dev.yml:7: devices[0].mps_qos.reserve: must be from 1 to 50 (percent of the SMs the batch slices leave free), got 99`,
+			`dev.yml:8: devices[0].mps_qos.extra: unknown key in mps_qos (it takes latency and reserve)`,
+		}},
+		{"huge list", entryHead + "  mps_qos: {latency: [" + strings.Repeat("0, ", 1100) + "0]}\n", []string{`dev.yml:5: devices[0].mps_qos.latency: lists 1101 slices; a GPU has at most 48`}},
 		{"every error reported", head +
 			"- type: NVIDIA_MPS\n  virtual_number: 0\n" + // 5-6
 			"- type: CPH_AMD_GPU\n  virtual_number: 0\n" + // 7-8, not ours

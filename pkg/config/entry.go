@@ -12,12 +12,15 @@ import (
 // costly: a typo in a key or a type used to make the entry "another agent's",
 // so every GPU fell back to cuda_mps_replicas. Cloudpods' own host agent
 // reads the same file and ignores keys it does not know, so keys added here
-// (issue 13's QoS keys, for instance) do not disturb it.
+// (issue 13's mps_qos, qos.go) do not disturb it.
 
 // mpsKey is one key of an NVIDIA_MPS entry.
 type mpsKey struct {
 	// read stores the value in the entry, or says what is wrong with it.
 	read func(e *DeviceEntry, v *yaml.Node) error
+	// nested, for a key whose value has keys of its own, reads it and
+	// returns its problems located at their own lines; used instead of read.
+	nested func(file string, e *DeviceEntry, v *yaml.Node) []error
 	// missing is the message for an entry without the key; empty for an
 	// optional key.
 	missing string
@@ -33,6 +36,7 @@ var mpsKeys = map[string]mpsKey{
 		e.VirtualNumber, err = virtualNumber(v)
 		return err
 	}, missing: "missing: say how many virtual devices to split the GPU into"},
+	"mps_qos": {nested: readQoS},
 }
 
 func readPath(e *DeviceEntry, v *yaml.Node) error {
@@ -64,9 +68,16 @@ func readMPSEntry(file string, e *DeviceEntry, m *mapping) []error {
 			}
 			continue
 		}
+		if k.nested != nil {
+			errs = append(errs, k.nested(file, e, v)...)
+			continue
+		}
 		if err := k.read(e, v); err != nil {
 			errs = append(errs, errorf(file, v.Line, e.Field(name), "%v", err))
 		}
+	}
+	if q := m.get("mps_qos"); q != nil && len(errs) == 0 {
+		errs = append(errs, checkQoSSlices(file, e, q)...)
 	}
 	slices.SortStableFunc(errs, func(a, b error) int { return a.(*Error).Line - b.(*Error).Line })
 	return errs

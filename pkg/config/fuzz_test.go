@@ -13,7 +13,8 @@ import (
 // answer twice, every error an *Error naming the file, and what is accepted
 // holds what the daemon relies on. The seed corpus (testdata/fuzz) holds the
 // malformed inputs of issue 12: files cut mid-write, duplicate keys, merge
-// keys, near misses of NVIDIA_MPS, intervals of 1ns, a 0-byte host.conf.
+// keys, near misses of NVIDIA_MPS, intervals of 1ns, a 0-byte host.conf;
+// and issue 13's mps_qos, good, bad and cut.
 // `make fuzz` runs each target for a few seconds; `go test` runs the seeds.
 
 func FuzzParseDevices(f *testing.F) {
@@ -33,6 +34,16 @@ func FuzzParseDevices(f *testing.F) {
 			}
 			if i > 0 && e.Index <= df.Entries[i-1].Index {
 				t.Fatalf("entries out of order: %+v", df.Entries)
+			}
+			if q := e.QoS; q != nil {
+				if q.ReservePercent < MinQoSReservePercent || q.ReservePercent > MaxQoSReservePercent {
+					t.Fatalf("reserve %d accepted: %+v", q.ReservePercent, e)
+				}
+				for j, s := range q.LatencySlices {
+					if s < 0 || s >= e.VirtualNumber || (j > 0 && s <= q.LatencySlices[j-1]) {
+						t.Fatalf("latency slices %v accepted for %d slices", q.LatencySlices, e.VirtualNumber)
+					}
+				}
 			}
 		}
 		for _, e := range df.Skipped {

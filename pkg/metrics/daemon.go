@@ -19,9 +19,10 @@ type DaemonOptions struct {
 	// Snapshot is called once per scrape; it must be safe to call from any
 	// goroutine.
 	Snapshot func() Snapshot
-	// EnforcementSteps are the steps accounting may take; each has a series
-	// from the start.
-	EnforcementSteps []string
+	// EnforcementSteps are the steps accounting may take, EnforcementCauses
+	// why; each pair has a series from the start.
+	EnforcementSteps  []string
+	EnforcementCauses []string
 }
 
 // Daemon is the daemon's collector: the counters of what happened since
@@ -45,16 +46,16 @@ type Daemon struct {
 type daemonDescs struct {
 	info, ready, inventory, generation, reloadOK, lastReconcile *prometheus.Desc
 	gpus, devices, retiring, accounting                         *prometheus.Desc
-	acctClients, acctMismatches                                 *prometheus.Desc
+	acctClients, acctMismatches, acctQoSEscapes                 *prometheus.Desc
 	configHeld, restartPending, loopStalled                     *prometheus.Desc
 
 	gpuInfo, gpuMemTotal, gpuMemUsed, gpuComputeMode, gpuControlUp *prometheus.Desc
 	gpuServers, gpuClients, gpuEnforced, gpuHealthy                *prometheus.Desc
-	gpuVirtualDevices                                              *prometheus.Desc
+	gpuVirtualDevices, gpuPriority                                 *prometheus.Desc
 
 	devLimit, devThreads, devUsed, devClients, devOverCap *prometheus.Desc
 	devAttached, devGuest, devHealthy, devPending         *prometheus.Desc
-	devInfo                                               *prometheus.Desc
+	devInfo, devPriority                                  *prometheus.Desc
 }
 
 // NewDaemon builds the collector; register it with NewRegistry.
@@ -93,8 +94,8 @@ func NewDaemon(o DaemonOptions) *Daemon {
 		}),
 		enforcementSteps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mps_daemon_enforcement_steps_total", ConstLabels: cl,
-			Help: "Steps taken against clients that pushed a virtual device over its cap, by step.",
-		}, []string{"step"}),
+			Help: "Steps taken against clients, by step and cause: memory_cap (the client pushed its virtual device over its memory cap), qos_escape (its environment escapes its batch device's QoS).",
+		}, []string{"step", "cause"}),
 		d: daemonDescs{
 			info:          desc("mps_daemon_info", "Always 1: the daemon's version and whether its GPUs and MPS are simulated.", "version", "go_version", "simulated"),
 			ready:         desc("mps_daemon_ready", "1 when the last reconcile registered every planned virtual device with enforced caps."),
@@ -110,6 +111,8 @@ func NewDaemon(o DaemonOptions) *Daemon {
 				"MPS clients in the last accounting sample, by how they were billed: identity (their container's identity file), ancestor (an ancestor's, their own view hid it), environ (a host process's YUNION_MPS_VIRTUAL_DEVICE), unknown (to no device).", "source"),
 			acctMismatches: desc("mps_daemon_accounting_mismatched_clients",
 				"MPS clients billed by their identity file whose environment names another device or none, or whose own view hides the file."),
+			acctQoSEscapes: desc("mps_daemon_accounting_qos_escapes",
+				"MPS clients of batch devices (mps_qos) whose environment lacks or raises their device's thread share or client priority."),
 
 			configHeld:     desc("mps_daemon_config_held", "1 while a configuration change is held back until the files settle (it would remove every device, or drop the device YAML's entries)."),
 			restartPending: desc("mps_daemon_config_restart_pending", "host.conf keys changed on disk that take effect at the next restart."),
@@ -125,6 +128,7 @@ func NewDaemon(o DaemonOptions) *Daemon {
 			gpuEnforced:       gpu("mps_gpu_caps_enforced", "1 when MPS holds the caps (applied and read back)."),
 			gpuHealthy:        gpu("mps_gpu_healthy", "1 when the caps are enforced and no MPS server is in FAULT: the GPU's devices may be handed out."),
 			gpuVirtualDevices: gpu("mps_gpu_virtual_devices", "How many virtual devices the GPU is split into (virtual_number)."),
+			gpuPriority:       gpu("mps_gpu_default_client_priority", "The MPS control daemon's default client priority: 1 (below normal) when the GPU has batch devices (mps_qos), else 0."),
 
 			devLimit:    dev("mps_virtual_device_memory_limit_bytes", "The device's memory cap (MPS pinned device memory limit)."),
 			devThreads:  dev("mps_virtual_device_thread_limit_ratio", "The device's share of the GPU's threads (MPS active thread percentage / 100)."),
@@ -136,6 +140,7 @@ func NewDaemon(o DaemonOptions) *Daemon {
 			devHealthy:  dev("mps_virtual_device_healthy", "1 unless the inventory marks the device unhealthy (its GPU is)."),
 			devPending:  dev("mps_virtual_device_pending_removal", "1 when the device left the configuration and waits for its guest to release it."),
 			devInfo:     dev("mps_virtual_device_info", "Always 1: the device's id in the inventory.", "inventory_id"),
+			devPriority: dev("mps_virtual_device_client_priority", "The MPS client priority the device's containers get: 0 normal, 1 below normal (a batch device of a GPU with mps_qos)."),
 		},
 	}
 	for _, r := range []string{"ok", "error"} {
@@ -148,7 +153,9 @@ func NewDaemon(o DaemonOptions) *Daemon {
 		d.reloads.WithLabelValues(r)
 	}
 	for _, s := range o.EnforcementSteps {
-		d.enforcementSteps.WithLabelValues(s)
+		for _, c := range o.EnforcementCauses {
+			d.enforcementSteps.WithLabelValues(s, c)
+		}
 	}
 	return d
 }
@@ -184,7 +191,9 @@ func (d *Daemon) ObserveLoopStall() { d.loopStalls.Inc() }
 func (d *Daemon) ObserveControlDaemonRestart() { d.controlRestarts.Inc() }
 
 // ObserveEnforcementStep counts one enforcement step against a client.
-func (d *Daemon) ObserveEnforcementStep(step string) { d.enforcementSteps.WithLabelValues(step).Inc() }
+func (d *Daemon) ObserveEnforcementStep(step, cause string) {
+	d.enforcementSteps.WithLabelValues(step, cause).Inc()
+}
 
 func (d *Daemon) counters() []prometheus.Collector {
 	return []prometheus.Collector{d.reconciles, d.reconcileErrors, d.duration, d.reloads, d.controlRestarts, d.loopStalls, d.enforcementSteps}
@@ -199,10 +208,10 @@ func (d *Daemon) Describe(ch chan<- *prometheus.Desc) {
 	x := &d.d
 	for _, desc := range []*prometheus.Desc{
 		x.info, x.ready, x.inventory, x.generation, x.reloadOK, x.lastReconcile, x.gpus, x.devices, x.retiring, x.accounting,
-		x.acctClients, x.acctMismatches,
+		x.acctClients, x.acctMismatches, x.acctQoSEscapes,
 		x.configHeld, x.restartPending, x.loopStalled,
-		x.gpuInfo, x.gpuMemTotal, x.gpuMemUsed, x.gpuComputeMode, x.gpuControlUp, x.gpuServers, x.gpuClients, x.gpuEnforced, x.gpuHealthy, x.gpuVirtualDevices,
-		x.devLimit, x.devThreads, x.devUsed, x.devClients, x.devOverCap, x.devAttached, x.devGuest, x.devHealthy, x.devPending, x.devInfo,
+		x.gpuInfo, x.gpuMemTotal, x.gpuMemUsed, x.gpuComputeMode, x.gpuControlUp, x.gpuServers, x.gpuClients, x.gpuEnforced, x.gpuHealthy, x.gpuVirtualDevices, x.gpuPriority,
+		x.devLimit, x.devThreads, x.devUsed, x.devClients, x.devOverCap, x.devAttached, x.devGuest, x.devHealthy, x.devPending, x.devInfo, x.devPriority,
 	} {
 		ch <- desc
 	}
@@ -245,6 +254,7 @@ func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
 			gauge(x.acctClients, float64(s.AccountingClients[src]), src)
 		}
 		gauge(x.acctMismatches, float64(s.AccountingMismatches))
+		gauge(x.acctQoSEscapes, float64(s.AccountingQoSEscapes))
 	}
 
 	byUUID := map[string]*GPU{}
@@ -296,6 +306,7 @@ func (d *Daemon) collectGPU(gauge gaugeFunc, g GPU) {
 	gauge(x.gpuEnforced, boolValue(g.CapsEnforced), l...)
 	gauge(x.gpuHealthy, boolValue(g.Healthy), l...)
 	gauge(x.gpuVirtualDevices, float64(g.VirtualDevices), l...)
+	gauge(x.gpuPriority, float64(g.DefaultClientPriority), l...)
 }
 
 func (d *Daemon) collectDevice(gauge gaugeFunc, dev VirtualDevice, g *GPU) {
@@ -304,6 +315,7 @@ func (d *Daemon) collectDevice(gauge gaugeFunc, dev VirtualDevice, g *GPU) {
 	with := func(v string) []string { return append(append([]string(nil), l...), v) }
 	gauge(x.devLimit, float64(dev.CapBytes), l...)
 	gauge(x.devThreads, float64(dev.ThreadPercentage)/100, l...)
+	gauge(x.devPriority, float64(dev.ClientPriority), l...)
 	if dev.Measured {
 		gauge(x.devUsed, float64(dev.UsedBytes), l...)
 		gauge(x.devClients, float64(dev.Clients), l...)

@@ -24,20 +24,21 @@ const (
 	uuid1 = "GPU-0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
 )
 
-// hostSnapshot is a host with two H100s: GPU 0 split in two (one device
-// held and measured, one free), GPU 1 whole, its server in FAULT.
+// hostSnapshot is a host with two H100s: GPU 0 split in two with mps_qos
+// (device 0 latency, held and measured; device 1 batch, free), GPU 1 whole,
+// its server in FAULT.
 func hostSnapshot() Snapshot {
 	return Snapshot{
 		Ready: true, InventoryReachable: true, ConfigGeneration: 3, ConfigRejected: true,
 		LastReconcile:  time.Date(2026, 11, 22, 2, 41, 4, 0, time.UTC),
 		VirtualDevices: 3, RetiringGPUs: 1, AccountingPolicy: "enforce", ConfigHeld: true, RestartPending: 2,
-		AccountingClients: map[string]int{"identity": 2, "unknown": 1}, AccountingMismatches: 1,
+		AccountingClients: map[string]int{"identity": 2, "unknown": 1}, AccountingMismatches: 1, AccountingQoSEscapes: 1,
 		GPUs: []GPU{
 			{
 				Index: 0, UUID: uuid0, Model: "NVIDIA H100 80GB HBM3", PCIBusID: "00000000:1A:00.0",
 				MemoryTotalBytes: 85520809984, MemoryUsedBytes: 4 << 30, ComputeMode: "Exclusive_Process",
 				ControlDaemonUp: true, Servers: []Server{{State: "ACTIVE", Clients: 2}}, VirtualDevices: 2,
-				CapsEnforced: true, Healthy: true,
+				CapsEnforced: true, Healthy: true, DefaultClientPriority: 1,
 			},
 			{
 				Index: 1, UUID: uuid1, Model: "NVIDIA H100 80GB HBM3", PCIBusID: "00000000:DB:00.0",
@@ -49,12 +50,12 @@ func hostSnapshot() Snapshot {
 		Devices: []VirtualDevice{
 			{
 				Name: uuid0 + "::0", GPUUUID: uuid0, Addr: "1a:00.0-0", InventoryID: "0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b",
-				CapBytes: 40779 << 20, ThreadPercentage: 50, Measured: true, UsedBytes: 3 << 30, Clients: 2,
+				CapBytes: 40779 << 20, ThreadPercentage: 100, Measured: true, UsedBytes: 3 << 30, Clients: 2,
 				Guest: "guest-7", Healthy: true,
 			},
 			{
 				Name: uuid0 + "::1", GPUUUID: uuid0, Addr: "1a:00.0-1", InventoryID: "1c6f6c5f-6e6d-4e7b-8c2b-1d2e3f4a5b6c",
-				CapBytes: 40779 << 20, ThreadPercentage: 50, Healthy: true,
+				CapBytes: 40779 << 20, ThreadPercentage: 92, ClientPriority: 1, Healthy: true,
 			},
 			{
 				Name: uuid1 + "::0", GPUUUID: uuid1, Addr: "db:00.0-0", InventoryID: "2d7a7d6a-7f7e-4f8c-9d3c-2e3f4a5b6c7d",
@@ -85,7 +86,8 @@ func (w *swappable) set(s Snapshot) {
 
 func newTestDaemon(s Snapshot) (*Daemon, *swappable) {
 	w := &swappable{s: s}
-	return NewDaemon(DaemonOptions{Hostname: "node-1", Snapshot: w.get, EnforcementSteps: []string{"terminate_client", "sigkill"}}), w
+	return NewDaemon(DaemonOptions{Hostname: "node-1", Snapshot: w.get, EnforcementSteps: []string{"terminate_client", "sigkill"},
+		EnforcementCauses: []string{"memory_cap", "qos_escape"}}), w
 }
 
 // describedNames are the metric names a collector describes.
@@ -119,7 +121,8 @@ func TestDaemonExposition(t *testing.T) {
 	d.ObserveReload(true)
 	d.ObserveReload(false)
 	d.ObserveControlDaemonRestart()
-	d.ObserveEnforcementStep("terminate_client")
+	d.ObserveEnforcementStep("terminate_client", "memory_cap")
+	d.ObserveEnforcementStep("terminate_client", "qos_escape")
 
 	names := slices.DeleteFunc(describedNames(d), func(n string) bool { return n == "mps_daemon_info" })
 	golden := filepath.Join("testdata", "daemon.prom")

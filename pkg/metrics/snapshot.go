@@ -49,6 +49,9 @@ type Snapshot struct {
 	// whose environment names another device or none, or whose own view
 	// hides the file.
 	AccountingMismatches int
+	// AccountingQoSEscapes counts the clients of batch devices whose
+	// environment escapes the device's QoS.
+	AccountingQoSEscapes int
 	GPUs                 []GPU
 	Devices              []VirtualDevice
 }
@@ -72,6 +75,9 @@ type GPU struct {
 	VirtualDevices int
 	CapsEnforced   bool
 	Healthy        bool
+	// DefaultClientPriority is the control daemon's default MPS client
+	// priority: 1 when the GPU has batch devices (mps_qos), else 0.
+	DefaultClientPriority int
 }
 
 // Server is one MPS server of a GPU.
@@ -91,6 +97,9 @@ type VirtualDevice struct {
 	CapBytes    uint64
 	// ThreadPercentage is MPS's active thread percentage (0 to 100).
 	ThreadPercentage int
+	// ClientPriority is the MPS client priority its containers get: 0
+	// normal, 1 below normal (a batch device).
+	ClientPriority int
 	// Measured is false when accounting has no sample for the device
 	// (accounting off, or the GPU's processes unreadable): UsedBytes,
 	// Clients and OverCap are then not exported at all rather than as 0.

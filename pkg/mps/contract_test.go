@@ -85,6 +85,30 @@ func runContract(t *testing.T, r Runner, env Env) {
 			t.Fatalf("Defaults = %+v, %v; want 25 left in place", got, err)
 		}
 	})
+	step("client priority", func(t *testing.T) {
+		// docs/gpu-runs/qos-probe.md: 0 by default, 1 set silently, 2 refused.
+		if got, err := c.Defaults(ctx); err != nil || got.ClientPriority != 0 {
+			t.Fatalf("Defaults = %+v, %v; want client priority 0 before any is set", got, err)
+		}
+		if err := c.SetDefaults(ctx, Limits{PinnedMemMiB: 35942, ThreadPercentage: 25, ClientPriority: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := c.command(ctx, "get_default_client_priority"); err != nil || strings.TrimSpace(out) != "1" {
+			t.Fatalf("get_default_client_priority = %q, %v; want 1", out, err)
+		}
+		if _, err := c.command(ctx, "set_default_client_priority 2"); !errors.Is(err, ErrInvalidPriority) {
+			t.Fatalf("set_default_client_priority 2 = %v, want ErrInvalidPriority", err)
+		}
+		if got, err := c.Defaults(ctx); err != nil || got != (Limits{PinnedMemMiB: 35 * 1024, ThreadPercentage: 25, ClientPriority: 1}) {
+			t.Fatalf("Defaults = %+v, %v; want priority 1 left in place", got, err)
+		}
+		if err := c.SetDefaults(ctx, Limits{PinnedMemMiB: 35942, ThreadPercentage: 25}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.Defaults(ctx); err != nil || got.ClientPriority != 0 {
+			t.Fatalf("Defaults = %+v, %v; want priority 0 again", got, err)
+		}
+	})
 	step("unknown command", func(t *testing.T) {
 		if _, err := c.command(ctx, "nosuchcommand"); !errors.Is(err, ErrUnknownCommand) {
 			t.Fatalf("nosuchcommand = %v, want ErrUnknownCommand", err)

@@ -23,6 +23,10 @@ const pollInterval = 100 * time.Millisecond
 type Limits struct {
 	PinnedMemMiB     int     // set_default_device_pinned_mem_limit 0 <n>M; 0 = none
 	ThreadPercentage float64 // set_default_active_thread_percentage, (0, 100]
+	// ClientPriority is set_default_client_priority, 0 or 1 (priority.go):
+	// a default of the control daemon only; a running server's cannot be
+	// read or set, so server limits leave it at 0.
+	ClientPriority int
 }
 
 // Controller manages the control daemon of one GPU: the GPU that is device
@@ -252,12 +256,18 @@ func (c *Controller) SetDefaults(ctx context.Context, l Limits) error {
 	if s := strings.TrimSpace(out); s != "" {
 		c.log.Warn("unexpected answer from mps control", "command", cmd, "stdout", s)
 	}
+	if err := c.setDefaultClientPriority(ctx, l.ClientPriority); err != nil {
+		return err
+	}
 	got, err := c.Defaults(ctx)
 	if err != nil {
 		return fmt.Errorf("reading back mps limits: %w", err)
 	}
 	if err := checkReadBack(got, l); err != nil {
 		return fmt.Errorf("mps limits not applied: %w", err)
+	}
+	if got.ClientPriority != l.ClientPriority {
+		return fmt.Errorf("mps limits not applied: client priority reads back %d, want %d", got.ClientPriority, l.ClientPriority)
 	}
 	return nil
 }
@@ -275,6 +285,7 @@ func checkReadBack(got, want Limits) error {
 }
 
 // LimitsMatch reports whether got (as read back, rounded) is what want sets.
+// The client priority is left out: a running server's cannot be read.
 func LimitsMatch(got, want Limits) bool { return checkReadBack(got, want) == nil }
 
 func orNone(s string) string {
@@ -288,7 +299,14 @@ func orNone(s string) string {
 // prints, rounded down to whole GiB from 1 GiB on (see DisplayMemLimit); 0
 // means no limit.
 func (c *Controller) Defaults(ctx context.Context) (Limits, error) {
-	return c.readLimits(ctx, "get_default_active_thread_percentage", "get_default_device_pinned_mem_limit "+c.ordinal)
+	l, err := c.readLimits(ctx, "get_default_active_thread_percentage", "get_default_device_pinned_mem_limit "+c.ordinal)
+	if err != nil {
+		return Limits{}, err
+	}
+	if l.ClientPriority, err = c.defaultClientPriority(ctx); err != nil {
+		return Limits{}, err
+	}
+	return l, nil
 }
 
 // readLimits runs a thread percentage getter and a pinned memory getter.

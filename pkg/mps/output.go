@@ -55,6 +55,8 @@ func checkOutput(command string, o Output) error {
 		sentinel = ErrInvalidCommand
 	case first == msgPIDRequired:
 		sentinel = ErrPIDRequired
+	case first == msgInvalidPriority:
+		sentinel = ErrInvalidPriority
 	case isServerNotFound(first):
 		sentinel = ErrServerNotFound
 	default:

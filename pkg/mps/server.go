@@ -52,7 +52,8 @@ func (c *Controller) ServerLimits(ctx context.Context, pid int) (Limits, error) 
 }
 
 // SetServerLimits changes the limits of a RUNNING server (the defaults only
-// reach servers started later) and reads them back. A server changed this way
+// reach servers started later) and reads them back; l.ClientPriority is not
+// among them (the control has no per-server priority, priority.go). A server changed this way
 // gives the new caps to clients that connect afterwards; measured on an H200:
 // after `set_device_pinned_mem_limit <pid> 0 4G` a new client stopped at 4G.
 func (c *Controller) SetServerLimits(ctx context.Context, pid int, l Limits) error {

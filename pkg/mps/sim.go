@@ -38,8 +38,10 @@ import (
 // arguments, device ordinals, unknown PIDs). Still not measured, so modelled
 // by guess and marked "not measured" in sim_commands.go: terminate_client of
 // an unknown client on a live server, shutdown_server of a live server.
-// Commands the probes never sent (start_server, client priorities, ...)
-// answer as unknown commands.
+// Client priorities answer as docs/gpu-runs/qos-probe.md recorded (a server
+// keeps the default it started with: the control has no per-server
+// priority). Commands the probes never sent (start_server, ...) answer as
+// unknown commands.
 //
 // The daemon's state lives in a JSON file in the pipe directory, so a new
 // SimRunner in a new process finds the "running" daemon there, as the agent
@@ -200,6 +202,7 @@ func (s *SimRunner) AddClient(pipeDir string, clientPID int) (serverPID int, err
 				PID:              d.NextServerPID,
 				ThreadPercentage: d.DefaultThreadPercentage,
 				MemLimitMiB:      copyLimits(d.DefaultMemLimitMiB),
+				ClientPriority:   d.DefaultClientPriority,
 			})
 			d.NextServerPID++
 		}
@@ -233,7 +236,8 @@ func (s *SimRunner) RemoveClient(pipeDir string, clientPID int) error {
 }
 
 // EnforcedLimits are the limits a simulated server enforces on device 0: the
-// exact values set, not the rounded ones the getters print.
+// exact values set, not the rounded ones the getters print, and the default
+// client priority it started with.
 func (s *SimRunner) EnforcedLimits(pipeDir string, serverPID int) (Limits, error) {
 	return s.enforced(pipeDir, serverPID, func(*simState) (int, error) { return 0, nil })
 }
@@ -269,7 +273,7 @@ func (s *SimRunner) enforced(pipeDir string, serverPID int, ordinal func(*simSta
 		if err != nil {
 			return false, err
 		}
-		l = Limits{PinnedMemMiB: srv.MemLimitMiB[i], ThreadPercentage: srv.ThreadPercentage}
+		l = Limits{PinnedMemMiB: srv.MemLimitMiB[i], ThreadPercentage: srv.ThreadPercentage, ClientPriority: srv.ClientPriority}
 		return false, nil
 	})
 	return l, err

@@ -47,6 +47,19 @@ func simCommand(st **simState, line string) (stdout string, dirty bool) {
 		}
 		return pct(d.DefaultThreadPercentage), ok
 
+	case "get_default_client_priority":
+		return strconv.Itoa(d.DefaultClientPriority) + "\n", false
+
+	case "set_default_client_priority":
+		// 0 and 1 set it silently, 2 is refused (qos-probe.md); other
+		// arguments are read the C way (not measured).
+		p := cAtoi(arg(0))
+		if p != 0 && p != 1 {
+			return msgInvalidPriority + "\n", false
+		}
+		d.DefaultClientPriority = p
+		return "", true
+
 	case "get_default_device_pinned_mem_limit":
 		if len(args) < 1 { // measured (mps-probe3.txt)
 			return "", false

@@ -29,6 +29,7 @@ type simState struct {
 	DeviceName              string      `json:"device_name"`
 	DefaultThreadPercentage float64     `json:"default_thread_percentage"`
 	DefaultMemLimitMiB      map[int]int `json:"default_mem_limit_mib"` // by device ordinal; exact values
+	DefaultClientPriority   int         `json:"default_client_priority,omitempty"`
 	NextServerPID           int         `json:"next_server_pid"`
 	Servers                 []simServer `json:"servers"`
 }
@@ -40,7 +41,10 @@ type simServer struct {
 	Fault            bool        `json:"fault,omitempty"`
 	ThreadPercentage float64     `json:"thread_percentage"`
 	MemLimitMiB      map[int]int `json:"mem_limit_mib"`
-	Clients          []simClient `json:"clients"`
+	// ClientPriority is the default priority of the control daemon when
+	// the server started; nothing reads or changes it afterwards.
+	ClientPriority int         `json:"client_priority,omitempty"`
+	Clients        []simClient `json:"clients"`
 }
 
 type simClient struct {

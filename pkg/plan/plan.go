@@ -26,8 +26,28 @@ type GPUPlan struct {
 	N   int
 	// Source says where N came from: "FILE:LINE" of the device YAML entry,
 	// or SourceReplicas.
-	Source  string
+	Source string
+	// QoS is the entry's mps_qos (zero without one); Devices carry its
+	// classes and shares.
+	QoS     vdev.QoS
 	Devices []vdev.Device
+}
+
+// Defaults are what the GPU's MPS control daemon must hold for its devices
+// (vdev.DefaultsOf): the largest share and, with batch devices, below
+// normal client priority.
+func (g GPUPlan) Defaults() vdev.ServerDefaults { return vdev.DefaultsOf(g.Devices) }
+
+// SharedDefaults are the defaults of one control daemon serving every GPU
+// of the plan (the single pipe layout, where containers without our CDI
+// edits get nothing but the server's defaults): the most protective of the
+// GPUs' (vdev.MostProtective).
+func (p *Plan) SharedDefaults() vdev.ServerDefaults {
+	ds := make([]vdev.ServerDefaults, 0, len(p.GPUs))
+	for _, g := range p.GPUs {
+		ds = append(ds, g.Defaults())
+	}
+	return vdev.MostProtective(ds...)
 }
 
 // Plan is the whole host's sharing plan.
@@ -81,7 +101,7 @@ func Build(hc *config.HostConf, df *config.DeviceFile, gpus []gpu.Info, r gpu.Re
 				errs = append(errs, &config.Error{File: hcFile, Line: hc.Line(SourceReplicas), Field: SourceReplicas, Msg: msg})
 				continue
 			}
-			p.GPUs = append(p.GPUs, newGPUPlan(g, hc.CudaMPSReplicas, SourceReplicas, threads))
+			p.GPUs = append(p.GPUs, newGPUPlan(g, hc.CudaMPSReplicas, SourceReplicas, threads, vdev.QoS{}))
 		}
 	} else {
 		claimed := map[pci.Address]config.DeviceEntry{}
@@ -101,7 +121,7 @@ func Build(hc *config.HostConf, df *config.DeviceFile, gpus []gpu.Info, r gpu.Re
 				errs = append(errs, &config.Error{File: df.Path, Line: e.Line, Field: e.Field("virtual_number"), Msg: msg})
 				continue
 			}
-			p.GPUs = append(p.GPUs, newGPUPlan(g, e.VirtualNumber, fmt.Sprintf("%s:%d", df.Path, e.Line), threads))
+			p.GPUs = append(p.GPUs, newGPUPlan(g, e.VirtualNumber, fmt.Sprintf("%s:%d", df.Path, e.Line), threads, qosOf(e)))
 		}
 		for _, g := range gpus {
 			if _, named := claimed[g.PCI]; !named {
@@ -123,8 +143,17 @@ func (p *Plan) VirtualDevices() int {
 	return n
 }
 
-func newGPUPlan(g gpu.Info, n int, source string, threads vdev.ThreadPolicy) GPUPlan {
-	return GPUPlan{GPU: g, N: n, Source: source, Devices: vdev.SplitThreads(g, n, threads)}
+func newGPUPlan(g gpu.Info, n int, source string, threads vdev.ThreadPolicy, q vdev.QoS) GPUPlan {
+	return GPUPlan{GPU: g, N: n, Source: source, QoS: q, Devices: vdev.SplitQoS(g, n, threads, q)}
+}
+
+// qosOf is an entry's mps_qos in vdev's terms; config checked the slices
+// against virtual_number.
+func qosOf(e config.DeviceEntry) vdev.QoS {
+	if e.QoS == nil {
+		return vdev.QoS{}
+	}
+	return vdev.QoS{LatencySlices: e.QoS.LatencySlices, ReservePercent: e.QoS.ReservePercent}
 }
 
 // overLimit explains why n virtual devices do not fit on g, or returns "".

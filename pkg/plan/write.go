@@ -19,10 +19,11 @@ func (p *Plan) Write(w io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PCI ADDRESS\tUUID\tMODEL\tMEMORY MiB\tN\tMiB EACH\tTHREAD %\tSOURCE")
+	fmt.Fprintln(tw, "PCI ADDRESS\tUUID\tMODEL\tMEMORY MiB\tN\tMiB EACH\tTHREAD %\tQOS\tSOURCE")
 	for _, g := range p.GPUs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", g.GPU.PCI, g.GPU.UUID, g.GPU.Name,
-			g.GPU.MemoryTotalMiB(), g.N, vdev.MemoryLimitMiB(g.GPU.MemoryTotalMiB(), g.N), p.Threads.Percentage(g.N), g.Source)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", g.GPU.PCI, g.GPU.UUID, g.GPU.Name,
+			g.GPU.MemoryTotalMiB(), g.N, vdev.MemoryLimitMiB(g.GPU.MemoryTotalMiB(), g.N), p.Threads.Percentage(g.N),
+			g.QoS.Describe(g.N, p.Threads), g.Source)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing plan: %w", err)

@@ -20,7 +20,7 @@ func TestWrite(t *testing.T) {
 			golden:   "entries.golden",
 			hostConf: "enable_cuda_mps: true\n",
 			devices: "devices:\n" + entry("/dev/dri/renderD130", 3) +
-				"- type: CPH_AOSP_BINDER\n  virtual_number: 16\n" + entry("/dev/dri/renderD128", 4) +
+				"- type: CPH_AOSP_BINDER\n  virtual_number: 16\n" + entry("/dev/dri/renderD128", 4) + "  mps_qos: {latency: [0]}\n" +
 				"- path: /dev/dri/renderD129\n  type: NVIDIA_GPU_SHARE\n- path: /dev/vastai0\n",
 		},
 		{

@@ -42,6 +42,9 @@ type Device struct {
 	MemoryLimitMiB   int
 	MemoryTotalMiB   int
 	ThreadPercentage int
+	// Class is the device's QoS class (qos.go); ClassShared on a GPU
+	// without mps_qos.
+	Class Class
 }
 
 // Split divides g into n virtual devices with Cloudpods' thread percentage

@@ -376,7 +376,10 @@ func TestRewritesInPlaceNeverReachMPSOrTheInventory(t *testing.T) {
 	reloadsBefore := strings.Count(h.daemon.Output(), "configuration reloaded")
 	eventually(t, "the final plan", func() (bool, string) {
 		devs, err := h.devicesByAddr(t)
-		return err == nil && len(devs) == 16, fmt.Sprint(len(devs), err)
+		// The reconcile logs its line after the inventory has changed: wait
+		// for the line too before counting what it did.
+		logged := strings.Contains(h.daemon.Output()[len(startupOutput):], "deleted=1")
+		return err == nil && len(devs) == 16 && logged, fmt.Sprint(len(devs), err, logged)
 	})
 	close(stop)
 	t.Logf("inventory and CDI spec checked %d times during the rewrites", <-watched)

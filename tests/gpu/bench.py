@@ -14,8 +14,9 @@ with idle gaps) it measures, on one GPU and in one run:
     (100/N), 150/N, 200/N, 300/N; memory total/N throughout,
 then (issue 13) one latency-bound client on virtual device 0 beside N-1
 clients that saturate the GPU with back-to-back large GEMMs, N = 4 and 8,
-under time-slicing, MPS without caps, 100/N, the default and the QoS of a
-device YAML entry that names slice 0 a latency slice (`mps_qos`), then the
+under time-slicing, MPS without caps, 100/N, the default, the QoS of a
+device YAML entry that names slice 0 a latency slice (`mps_qos`) and every
+slice capped at the batch share (the strict variant), then the
 daemon's own cost: resident memory and CPU idle and while reconciling, time
 from start to READY, and from a saved YAML to the inventory updated.
 BENCH_PARTS (identical,noisy,cost) runs a part of it. It never changes the
@@ -183,25 +184,36 @@ mps_health_interval: 2s
 
 
 def expected_threads(policy, n):
+    """ThreadPolicy.Percentage (pkg/vdev/threads.go)."""
     if policy == "none":
         return 100
     if policy == "even":
         return 100 // n
     if policy == "auto":
         policy = "400/N"
-    return min(100, int(policy.split("/")[0]) // n)
+    if "/" not in policy:
+        return int(policy)  # a fixed percentage
+    return min(100, max(1, int(policy.split("/")[0]) // n))
 
 
-QOS_RESERVE = 8  # mps_qos reserve's default (pkg/vdev)
+QOS_RESERVE = 8  # mps_qos reserve's default (pkg/config/qos.go)
 
 
 def expected_device_threads(policy, n, latency=None):
-    """Each slice's share, as the daemon computes it (docs/containers.md, QoS)."""
+    """Each slice's share, as the daemon computes it (vdev.SplitQoS,
+    vdev.BatchShare): latency slices the policy's share, the others
+    (100 - reserve) / (number of batch slices), at least 1, at most the
+    policy's share."""
     p = expected_threads(policy, n)
     if not latency or len(latency) == n:
         return [p] * n
     batch = min(p, max(1, (100 - QOS_RESERVE) // (n - len(latency))))
     return [p if i in latency else batch for i in range(n)]
+
+
+def batch_share(n):
+    """The batch share of a GPU of n slices, slice 0 latency, under auto."""
+    return expected_device_threads("auto", n, [0])[1]
 
 
 def wait_for(cond, timeout=30):
@@ -324,9 +336,15 @@ PIPES = []
 
 # --- one latency tenant beside saturating neighbours (issue 13) -------------
 NOISY_NS = [int(x) for x in os.environ.get("BENCH_NOISY_NS", "4,8").split(",") if x]
-# (label, thread policy, latency slices): None as policy is time-slicing.
+# (label, thread policy, latency slices): None as policy is time-slicing;
+# "batch share" is a fixed policy of the batch share of that N for every
+# slice, the strictly enforced variant (the victim capped too, by MPS).
 NOISY_MODES = [("time-slicing", None, None), ("MPS, no cap", "none", None), ("100/N", "even", None),
-               ("default (auto, 400/N)", "auto", None), ("QoS: slice 0 latency", "auto", [0])]
+               ("default (auto, 400/N)", "auto", None), ("QoS: slice 0 latency", "auto", [0]),
+               ("every slice at the batch share", "batch share", None)]
+# The bar of issue 13: victim p99 at most 1.5 times its solo p99 while the
+# neighbours keep at least 0.90 of their no-cap throughput.
+BAR_P99, BAR_TPUT = 1.5, 0.90
 noisy = []
 
 
@@ -378,7 +396,7 @@ def bench_noisy(rounds):
                     only_server(None)
                     envs = [base_env() | {"CUDA_MPS_PIPE_DIRECTORY": nomps}] * n
                 else:
-                    set_vdev(n, policy, latency)
+                    set_vdev(n, str(batch_share(n)) if policy == "batch share" else policy, latency)
                     only_server(vpipe)
                     envs = vdev_envs(n)
                 noisy_run(label, n, envs)
@@ -391,9 +409,10 @@ def noisy_report():
     lines = ["## One latency tenant beside saturating neighbours", "",
              f"Slot 0 runs the small workload, the other N-1 slots back-to-back 8192^3 fp16 GEMMs; clients get "
              f"exactly their device's CDI environment. Victim alone (no cap): p50 {solo_p50:.3f} ms, p99 {solo_p99:.3f} ms. "
-             f"Medians over {ROUNDS} round(s).", "",
-             "| N | mode | victim p50 ms | victim p99 ms | p99 / solo | neighbours GEMM/s | vs no cap | SMs victim / neighbour |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"Medians over {ROUNDS} round(s). bar: victim p99 at most {BAR_P99} x solo and neighbours at least "
+             f"{BAR_TPUT} x no cap (issue 13).", "",
+             "| N | mode | victim p50 ms | victim p99 ms | p99 / solo | neighbours GEMM/s | vs no cap | SMs victim / neighbour | bar |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for n in NOISY_NS:
         rows = {label: [r for r in noisy if r["mode"] == label and r["n"] == n] for label, _, _ in NOISY_MODES}
         nocap = med([r["gemm_per_s"] for r in rows["MPS, no cap"]])
@@ -402,8 +421,10 @@ def noisy_report():
             if not rs:
                 continue
             p99, tput = med([r["p99_ms"] for r in rs]), med([r["gemm_per_s"] for r in rs])
+            ok = p99 / solo_p99 <= BAR_P99 and tput / nocap >= BAR_TPUT
             lines.append(f"| {n} | {label} | {med([r['p50_ms'] for r in rs]):.3f} | {p99:.3f} | {p99 / solo_p99:.2f} | "
-                         f"{tput:.1f} | {tput / nocap:.3f} | {rs[0]['victim_sms']} / {rs[0]['neighbour_sms']} |")
+                         f"{tput:.1f} | {tput / nocap:.3f} | {rs[0]['victim_sms']} / {rs[0]['neighbour_sms']} | "
+                         f"{'meets' if ok else 'misses'} |")
     return lines
 
 

@@ -10,6 +10,8 @@ binary and libcuda know of priorities and partitions (strings), and whether a
 client's environment can raise a priority the server's default lowered.
 
     python3 tests/gpu/qos-probe.py     (results in $OUT/qos-probe.md)
+    QOS_PARTS=running python3 tests/gpu/qos-probe.py   (only: does a running
+        server follow a default priority set after it started? ~1 minute)
 
 Never changes the card's settings.
 """
@@ -27,6 +29,7 @@ CLIENT = os.path.join(HERE, "clients", "bench_client.py")
 OUT = os.environ.get("OUT", "/tmp/qos-out")
 SECONDS = float(os.environ.get("QOS_SECONDS", "4"))
 NS = [int(x) for x in os.environ.get("QOS_NS", "8,4").split(",")]
+PARTS = set(os.environ.get("QOS_PARTS", "settings,running,strings").split(","))
 os.makedirs(OUT, exist_ok=True)
 W = tempfile.mkdtemp(prefix="/tmp/qos.")
 os.chmod(W, 0o755)
@@ -154,14 +157,43 @@ def strings_probe():
     return lines
 
 
-def main():
-    log(f"{NAME} {UUID} driver {DRIVER}; {SECONDS:g} s per run")
+def running_server_probe(n):
+    """Does a server that runs when set_default_client_priority changes
+    follow the new default? The control has no per-server priority command,
+    so mps-daemon restarts idle servers after a change; this says whether
+    that is needed. A server is started at default 0 by a short client (it
+    outlives it), then the default becomes 1 and the victim (env priority 0)
+    runs beside n-1 neighbours with no priority variable: about 12x solo p99
+    if they got priority 1 from the new default, about 190x if the running
+    server kept 0. Then the same after shutdown_server, as the control."""
     rows = []
+    pipe, _ = start_mps("running")
+    run("start a server at default priority 0", 1, pipe, {}, {})
+    servers = ctl(pipe, "get_server_list").split()
+    ctl(pipe, "set_default_client_priority 1")
+    log(f"servers before the change: {servers}; default now {ctl(pipe, 'get_default_client_priority')}")
+    rows.append(run("running server, default changed to 1", n, pipe, {"CUDA_MPS_CLIENT_PRIORITY": "0"}, {}))
+    rows[-1]["servers"] = (servers, ctl(pipe, "get_server_list").split())
+    for pid in ctl(pipe, "get_server_list").split():
+        ctl(pipe, f"shutdown_server {pid}")
+    time.sleep(1)
+    rows.append(run("new server after shutdown_server", n, pipe, {"CUDA_MPS_CLIENT_PRIORITY": "0"}, {}))
+    rows[-1]["servers"] = (servers, ctl(pipe, "get_server_list").split())
+    quit_mps(pipe)
+    return rows
+
+
+def main():
+    log(f"{NAME} {UUID} driver {DRIVER}; {SECONDS:g} s per run; parts {sorted(PARTS)}")
+    rows = []
+    sp = []
     try:
         pipe, _ = start_mps("nocap")
         solo = run("solo victim, MPS no cap", 1, pipe, {}, {})
         quit_mps(pipe)
-        for n in NS:
+        if "running" in PARTS:
+            rows += running_server_probe(max(NS))
+        for n in (NS if "settings" in PARTS else []):
             even = 100 // n
             base = []
             rows.append(run("time-slicing", n, None, {}, {}))
@@ -191,8 +223,11 @@ def main():
             rows.append(run("neighbours alone, no cap", n, pipe, {}, {}, victim=False))
             quit_mps(pipe)
     finally:
-        sp = strings_probe()
+        if "strings" in PARTS:
+            sp = strings_probe()
     nocap = {r["n"]: r["gemm_per_s"] for r in rows if r["label"] == "MPS no cap"}
+    for r in rows:  # the running-server part has no no-cap run of its own
+        nocap.setdefault(r["n"], r["gemm_per_s"] or 1)
     md = [f"# QoS probe: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
           f"{NAME}, driver {DRIVER}; {SECONDS:g} s per run, one round. Victim solo (MPS, no cap): "
           f"p50 {solo['victim_p50']:.3f} ms, p99 {solo['victim_p99']:.3f} ms, {solo['victim_steps']:.0f} steps/s.", "",
@@ -202,7 +237,8 @@ def main():
         p99 = r["victim_p99"]
         md.append(f"| {r['n']} | {r['label']} | {r['victim_p50'] or 0:.3f} | {p99 or 0:.3f} | "
                   f"{(p99 / solo['victim_p99']) if p99 else 0:.2f} | {r['gemm_per_s']:.1f} | "
-                  f"{r['gemm_per_s'] / nocap[r['n']]:.3f} | {r['victim_sms']} | {r['neighbour_sms']} |")
+                  f"{r['gemm_per_s'] / nocap[r['n']]:.3f} | {r['victim_sms']} | {r['neighbour_sms']} |"
+                  + (f" servers before / after: {r['servers'][0]} / {r['servers'][1]}" if "servers" in r else ""))
     md += [""] + sp
     open(f"{OUT}/qos-probe.md", "w").write("\n".join(md) + "\n")
     json.dump({"solo": solo, "rows": rows}, open(f"{OUT}/qos-probe.json", "w"), indent=1)

@@ -355,7 +355,54 @@ block <"$W/status13.json"
 rmdir /run/yunion-mps 2>/dev/null
 
 say
-say "## 14. The single pipe layout (Cloudpods' pods: CUDA_MPS_PIPE_DIRECTORY=<root>)"
+say "## 14. Per-device QoS (mps_qos): latency and batch slices, and a batch client that escapes"
+# Slice 0 latency, 1-3 batch, under auto (no cap at N=4): the batch slices
+# get (100 - 8) / 3 = 30% and priority 1, the control daemon 100% and 1.
+OLD_SERVERS=$(ctl get_server_list | tr '\n' ' ')
+sed -i 's/^mps_thread_percentage: .*/mps_thread_percentage: auto/' "$W/host.conf"
+printf 'devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_number: 4\n  mps_qos:\n    latency: [0]\n' >"$W/devices.yml.new"
+mv "$W/devices.yml.new" "$W/devices.yml"
+qos_rows() { is "$ADDR-0" mps_thread_percentage 100 && is "$ADDR-1" mps_thread_percentage 30 && is "$ADDR-3" mps_thread_percentage 30; }
+until_ok 30 qos_rows; check "inventory rows: slice 0 at 100%, slices 1-3 at 30%" $?
+"$B/mps-daemon" --config "$W/host.conf" check-config 2>&1 | block
+PRIO=$(ctl get_default_client_priority); PCT14=$(ctl get_default_active_thread_percentage)
+check "the control daemon holds client priority 1 and 100%" "$([ "$PRIO" = 1 ] && [ "$PCT14" = 100.0 ]; echo $?)" "(priority $PRIO, $PCT14%)"
+for d in 0 1; do say "spec environment of $UUID::$d: $(python3 "$C/cdi_env.py" "$SPEC" "$UUID::$d" | grep -E 'THREAD|PRIORITY' | tr '\n' ' ')"; done
+python3 "$C/cdi_env.py" "$SPEC" "$UUID::1" | grep -qx CUDA_MPS_CLIENT_PRIORITY=1 && python3 "$C/cdi_env.py" "$SPEC" "$UUID::1" | grep -qx CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30
+check "a batch device's spec entry carries 30% and priority 1" $?
+python3 "$C/cdi_env.py" "$SPEC" "$UUID::0" | grep -qx CUDA_MPS_CLIENT_PRIORITY=0; check "the latency device's carries priority 0" $?
+idle_restarted() { for s in $OLD_SERVERS; do ctl get_server_list | grep -qx "$s" && return 1; done; return 0; }
+until_ok 15 idle_restarted; check "idle MPS servers started at the old priority were shut down" $? "(before: ${OLD_SERVERS:-none}; now: $(ctl get_server_list | tr '\n' ' '))"
+mkdir -p /run/yunion-mps
+SML=$(in_device "$UUID::0" python3 "$C/sms.py" 2>>"$W/client.log")
+SMB=$(in_device "$UUID::1" python3 "$C/sms.py" 2>>"$W/client.log")
+SMU=$(in_device "$UUID::1" env -u CUDA_MPS_ACTIVE_THREAD_PERCENTAGE python3 "$C/sms.py" 2>>"$W/client.log")
+say "SMs: latency device $SML, batch device $SMB, batch device without its variable $SMU"
+check "a batch device's client gets fewer SMs than the latency device's" "$([ -n "$SMB" ] && [ -n "$SML" ] && [ "$SMB" -lt "$SML" ]; echo $?)"
+check "...and one that drops CUDA_MPS_ACTIVE_THREAD_PERCENTAGE gets the GPU's share (why the accounting checks it)" "$([ "$SMU" = "$SML" ]; echo $?)"
+in_device "$UUID::1" python3 "$C/hold.py" 25 >"$W/qos-batch.log" 2>&1 &
+PQB=$!
+in_device "$UUID::0" env -u CUDA_MPS_ACTIVE_THREAD_PERCENTAGE -u CUDA_MPS_CLIENT_PRIORITY python3 "$C/hold.py" 25 >"$W/qos-latency.log" 2>&1 &
+PQL=$!
+until_ok 60 grep -q started "$W/qos-batch.log"
+in_device "$UUID::2" env -u CUDA_MPS_ACTIVE_THREAD_PERCENTAGE CUDA_MPS_CLIENT_PRIORITY=0 python3 "$C/hold.py" 20 >"$W/qos-escape.log" 2>&1 &
+PQE=$!
+escape_listed() { python3 -c 'import json,sys,urllib.request; a=json.load(urllib.request.urlopen(sys.argv[1], timeout=5)).get("accounting") or {}; print(json.dumps(a.get("qos_escapes"), indent=1)); sys.exit(0 if any(e["pid"] == int(sys.argv[2]) for e in a.get("qos_escapes") or []) else 1)' "http://$DAEMON_ADDR/status" "$PQE" >"$W/status14.json" 2>/dev/null; }
+until_ok 15 escape_listed; LISTED14=$?
+wait $PQE; RQE=$?
+say "batch client without its share and at priority 0 (PID $PQE): exit $RQE, $(tail -1 "$W/qos-escape.log")"
+check "it was listed as a QoS escape in /status" $LISTED14
+check "it was terminated" "$([ $RQE != 0 ]; echo $?)"
+grep -q "terminating client escaping its device's QoS.*device=$UUID::2.*pid=$PQE " "$W/daemon2.log"; check "the daemon's log says why" $?
+wait $PQB; RQB=$?; wait $PQL; RQL=$?
+check "the batch client with its device's environment ran on" "$([ $RQB = 0 ]; echo $?)" "($(tail -1 "$W/qos-batch.log"))"
+check "the latency device's client without any QoS variable ran on" "$([ $RQL = 0 ]; echo $?)" "($(tail -1 "$W/qos-latency.log"))"
+block <"$W/status14.json"
+grep -E "component=accounting.*pid=($PQE|$PQB|$PQL) |client priority|MPS server shut down" "$W/daemon2.log" | sed 's/^time=[^ ]* //' | block
+rmdir /run/yunion-mps 2>/dev/null
+
+say
+say "## 15. The single pipe layout (Cloudpods' pods: CUDA_MPS_PIPE_DIRECTORY=<root>)"
 # The per-GPU daemon of the sections above goes first: one MPS server per GPU.
 kill -TERM $DPID; wait $DPID
 ctl quit >/dev/null

@@ -1,0 +1,202 @@
+package accounting
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"yunion.io/x/mps-daemon/pkg/vdev"
+)
+
+// QoS escapes (issue 13). A batch device of a GPU with mps_qos gives its
+// containers a thread share below the GPU's and below normal priority, in
+// their environment (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,
+// CUDA_MPS_CLIENT_PRIORITY). MPS caps every client at the control daemon's
+// default share, the GPU's largest, and lets any client choose its own
+// priority: so a batch client that starts without those variables, or with
+// larger ones, takes more than its device was given. Its initial
+// environment (/proc/<pid>/environ, read for the device name anyway) shows
+// it: such a client is an escape, reported and, under enforce, terminated
+// like a client over its memory cap. What this cannot see: a process that
+// changes its environment in its own memory (setenv) before CUDA starts;
+// /proc shows the environment it was started with (docs/containers.md).
+
+// EnvValue is one variable of a process's initial environment.
+type EnvValue struct {
+	Value string `json:"value,omitempty"`
+	Set   bool   `json:"set"`
+	// Twice: set twice with different values; which one CUDA reads is not
+	// known, so neither is believed.
+	Twice bool `json:"twice,omitempty"`
+}
+
+// QoSEnv is what a process's initial environment says of its QoS.
+type QoSEnv struct {
+	ThreadPercentage EnvValue `json:"thread_percentage"`
+	ClientPriority   EnvValue `json:"client_priority"`
+	// Unreadable says why the environment could not be read (larger than
+	// the accounting reads, for one); then nothing in it is known.
+	Unreadable string `json:"unreadable,omitempty"`
+}
+
+// ParseQoSEnviron finds the QoS variables in the contents of
+// /proc/<pid>/environ (NUL-separated NAME=value entries).
+func ParseQoSEnviron(environ []byte) QoSEnv {
+	var q QoSEnv
+	for entry := range bytes.SplitSeq(environ, []byte{0}) {
+		name, value, ok := bytes.Cut(entry, []byte{'='})
+		if !ok {
+			continue
+		}
+		var v *EnvValue
+		switch string(name) {
+		case vdev.EnvThreadPercentage:
+			v = &q.ThreadPercentage
+		case vdev.EnvClientPriority:
+			v = &q.ClientPriority
+		default:
+			continue
+		}
+		s := envDisplay(string(value))
+		if v.Set && v.Value != s {
+			v.Twice = true
+		}
+		v.Value, v.Set = s, true
+	}
+	return q
+}
+
+// DeviceQoS is what a batch device's clients must keep to.
+type DeviceQoS struct {
+	// ThreadPercentage and ClientPriority are the device's.
+	ThreadPercentage int
+	ClientPriority   int
+	// Server is its GPU's control daemon's defaults: what a client whose
+	// environment lacks a variable gets.
+	Server vdev.ServerDefaults
+}
+
+// BatchQoS lists the batch devices of one GPU's devs, whose control daemon
+// holds server; other devices are not checked (a latency or shared device
+// has the GPU's share already, and a client that lowers its own priority
+// harms nobody else).
+func BatchQoS(devs []vdev.Device, server vdev.ServerDefaults) map[string]DeviceQoS {
+	out := map[string]DeviceQoS{}
+	for _, d := range devs {
+		if d.Class != vdev.ClassBatch {
+			continue
+		}
+		out[d.Name()] = DeviceQoS{ThreadPercentage: d.ThreadPercentage, ClientPriority: d.Class.ClientPriority(), Server: server}
+	}
+	return out
+}
+
+// CheckQoS says how a client with environment env escapes q, or "" when it
+// does not: its share is what its variable asks, at most the server's
+// default, or the server's default when unset; its priority is its
+// variable's, or the server's default when unset. A value CUDA might not
+// take as asked (not a number, not 0 or 1, set twice) counts as an escape:
+// what MPS then gives it is not known.
+func CheckQoS(env QoSEnv, q DeviceQoS) string {
+	if env.Unreadable != "" {
+		return "its environment cannot be read (" + env.Unreadable + ")"
+	}
+	var why []string
+	t, tn := env.ThreadPercentage, vdev.EnvThreadPercentage
+	switch {
+	case t.Twice:
+		why = append(why, tn+" is set twice")
+	case !t.Set:
+		if q.Server.ThreadPercentage > q.ThreadPercentage {
+			why = append(why, fmt.Sprintf("no %s: it gets the server's %d%%, its device's share is %d%%", tn, q.Server.ThreadPercentage, q.ThreadPercentage))
+		}
+	default:
+		v, err := strconv.ParseFloat(strings.TrimSpace(t.Value), 64)
+		switch {
+		case err != nil || math.IsNaN(v) || v <= 0:
+			why = append(why, fmt.Sprintf("%s=%q is not a percentage", tn, t.Value))
+		case math.Min(v, float64(q.Server.ThreadPercentage)) > float64(q.ThreadPercentage):
+			why = append(why, fmt.Sprintf("%s=%s is above its device's share, %d%%", tn, t.Value, q.ThreadPercentage))
+		}
+	}
+	p, pn := env.ClientPriority, vdev.EnvClientPriority
+	switch {
+	case p.Twice:
+		why = append(why, pn+" is set twice")
+	case !p.Set:
+		if q.Server.ClientPriority < q.ClientPriority {
+			why = append(why, fmt.Sprintf("no %s: it gets the server's priority %d, its device's is %d", pn, q.Server.ClientPriority, q.ClientPriority))
+		}
+	default:
+		switch v := strings.TrimSpace(p.Value); {
+		case v != "0" && v != "1":
+			why = append(why, fmt.Sprintf("%s=%q is not 0 or 1", pn, p.Value))
+		case int(v[0]-'0') < q.ClientPriority:
+			why = append(why, fmt.Sprintf("%s=%s raises it above its device's priority %d", pn, v, q.ClientPriority))
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// Escape is a client of a batch device whose environment escapes its QoS.
+type Escape struct {
+	PID       int
+	GPU       string
+	UsedBytes uint64
+	// Device is the device it is billed to; Source how that was learnt.
+	Device     string
+	Source     string
+	Env        QoSEnv
+	Reason     string
+	StartTicks uint64
+}
+
+// Escapes finds the clients of u billed to a device of qos whose
+// environment escapes it; sorted by GPU then PID.
+func Escapes(u Usage, qos map[string]DeviceQoS) []Escape {
+	var out []Escape
+	for _, name := range slices.Sorted(maps.Keys(u.PerDevice)) {
+		q, checked := qos[name]
+		if !checked {
+			continue
+		}
+		d := u.PerDevice[name]
+		for _, c := range d.Clients {
+			if why := CheckQoS(c.Env, q); why != "" {
+				out = append(out, Escape{PID: c.PID, GPU: d.GPU, UsedBytes: c.UsedBytes, Device: name, Source: c.Source,
+					Env: c.Env, Reason: why, StartTicks: c.StartTicks})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Escape) int { return cmp.Or(cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.PID, b.PID)) })
+	return out
+}
+
+// DecideEscapes picks, under enforce, every escaping client for termination
+// (none already being terminated, none picked already in picked); the
+// device's memory is irrelevant here. Under report it picks nobody.
+func DecideEscapes(escapes []Escape, u Usage, caps map[string]uint64, p Policy, h History, picked []Action) []Action {
+	if p != PolicyEnforce {
+		return nil
+	}
+	taken := map[int]bool{}
+	for _, a := range picked {
+		taken[a.PID] = true
+	}
+	var out []Action
+	for _, e := range escapes {
+		if h.Terminating[e.PID] || taken[e.PID] {
+			continue
+		}
+		taken[e.PID] = true
+		out = append(out, Action{PID: e.PID, Device: e.Device, GPU: e.GPU, UsedBytes: e.UsedBytes,
+			DeviceUsedBytes: u.PerDevice[e.Device].UsedBytes, CapBytes: caps[e.Device], StartTicks: e.StartTicks,
+			Cause: CauseQoS, Reason: "escapes its device's QoS: " + e.Reason})
+	}
+	return out
+}

@@ -1,0 +1,120 @@
+package mps
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseClientPriority(t *testing.T) {
+	for in, want := range map[string]int{"0": 0, "1\n": 1, " 1 \n": 1} {
+		if got, err := ParseClientPriority(in); err != nil || got != want {
+			t.Errorf("ParseClientPriority(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "2", "01", "1.0", "Invalid priority value - must be 0 or 1!", "0\n1\n"} {
+		if _, err := ParseClientPriority(in); err == nil {
+			t.Errorf("ParseClientPriority(%q) accepted", in)
+		}
+	}
+}
+
+// The simulated control answers the priority commands as the real one did
+// (docs/gpu-runs/qos-probe.md), and a server keeps the default it started
+// with: a later default reaches only servers started afterwards.
+func TestSimClientPriority(t *testing.T) {
+	ctx := t.Context()
+	env := simEnv(t)
+	r := NewSimRunner(nil)
+	c := NewController(r, env, 5*time.Second, nil)
+	if _, err := c.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct{ cmd, want string }{
+		{"get_default_client_priority", "0\n"},
+		{"set_default_client_priority 1", ""},
+		{"get_default_client_priority", "1\n"},
+		{"set_default_client_priority 2", msgInvalidPriority + "\n"},
+		{"get_default_client_priority", "1\n"},
+	} {
+		out, err := r.Run(ctx, env, step.cmd)
+		if err != nil || out.Stdout != step.want || out.ExitCode != 0 {
+			t.Fatalf("%s: %q, exit %d, %v; want %q", step.cmd, out.Stdout, out.ExitCode, err, step.want)
+		}
+	}
+	srv, err := r.AddClient(env.PipeDir, 101)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetDefaults(ctx, Limits{PinnedMemMiB: 4096, ThreadPercentage: 50, ClientPriority: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := r.EnforcedLimits(env.PipeDir, srv); err != nil || l.ClientPriority != 1 {
+		t.Errorf("running server: %+v, %v; want the priority it started with, 1", l, err)
+	}
+	if err := c.ShutdownServer(ctx, srv); err != nil {
+		t.Fatal(err)
+	}
+	srv2, err := r.AddClient(env.PipeDir, 102)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := r.EnforcedLimits(env.PipeDir, srv2); err != nil || l.ClientPriority != 0 || l.ThreadPercentage != 50 {
+		t.Errorf("new server: %+v, %v; want the new defaults", l, err)
+	}
+}
+
+// A control without client priorities (an older driver) takes a default
+// of 0 as a no-op and refuses 1 with an error that says why.
+func TestClientPriorityOnAControlWithoutIt(t *testing.T) {
+	ctx := t.Context()
+	env := simEnv(t)
+	r := noPriorityRunner{NewSimRunner(nil)}
+	c := NewController(r, env, 5*time.Second, nil)
+	if _, err := c.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetDefaults(ctx, Limits{PinnedMemMiB: 4096, ThreadPercentage: 50}); err != nil {
+		t.Errorf("priority 0 on a control without priorities: %v", err)
+	}
+	err := c.SetDefaults(ctx, Limits{PinnedMemMiB: 4096, ThreadPercentage: 50, ClientPriority: 1})
+	if !errors.Is(err, ErrUnknownCommand) || !strings.Contains(err.Error(), "no client priorities") {
+		t.Errorf("priority 1: %v, want an error saying the control has no priorities", err)
+	}
+}
+
+type noPriorityRunner struct{ *SimRunner }
+
+func (r noPriorityRunner) Run(ctx context.Context, env Env, command string) (Output, error) {
+	if strings.Contains(command, "client_priority") {
+		name, _, _ := strings.Cut(command, " ")
+		return Output{Stdout: msgUnknownCommand + name + "\"\n"}, nil
+	}
+	return r.SimRunner.Run(ctx, env, command)
+}
+
+// A control that acknowledges a priority and keeps the old one is caught by
+// the read-back.
+func TestClientPriorityReadBack(t *testing.T) {
+	ctx := t.Context()
+	env := simEnv(t)
+	c := NewController(droppingPriorityRunner{NewSimRunner(nil)}, env, 5*time.Second, nil)
+	if _, err := c.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err := c.SetDefaults(ctx, Limits{PinnedMemMiB: 4096, ThreadPercentage: 50, ClientPriority: 1})
+	if err == nil || !strings.Contains(err.Error(), "client priority reads back 0, want 1") {
+		t.Errorf("SetDefaults = %v, want the read-back to catch it", err)
+	}
+}
+
+type droppingPriorityRunner struct{ *SimRunner }
+
+func (r droppingPriorityRunner) Run(ctx context.Context, env Env, command string) (Output, error) {
+	if strings.HasPrefix(command, "set_default_client_priority") {
+		return Output{}, nil
+	}
+	return r.SimRunner.Run(ctx, env, command)
+}

@@ -1,0 +1,187 @@
+package vdev
+
+import (
+	"fmt"
+	"slices"
+
+	"yunion.io/x/mps-daemon/pkg/gpu"
+)
+
+// Per-device QoS (issue 13). A latency-bound tenant (small-batch inference)
+// beside tenants that keep the GPU saturated waits behind their kernels:
+// measured on an H100 with 7 saturating neighbours, its p99 step latency
+// was 192 times its solo p99 without caps and 91 times under the default
+// 400/N. What brings it back to solo is leaving it SMs nobody else may use:
+// the neighbours capped so that their shares add up to less than the
+// whole GPU (docs/benchmarks.md, "One tenant beside saturating
+// neighbours"). MPS offers two knobs per client, both set here per device:
+//
+//   - the active thread percentage, a CEILING on the SMs a client's
+//     kernels may occupy; the server's default is the most a client can
+//     get, and a client can only lower its own below it;
+//   - the client priority, 0 (normal) or 1 (below normal): a scheduling
+//     HINT, which any client can set for itself, raising it as well.
+//
+// A device YAML entry's mps_qos names latency slices; every other slice of
+// the GPU is a batch slice: capped so that the batch slices together leave
+// `reserve` percent of the SMs free, and below normal priority.
+
+// Class is what a virtual device is for.
+type Class string
+
+// Classes. A GPU without mps_qos has only ClassShared devices.
+const (
+	// ClassShared: no QoS on its GPU; every device alike.
+	ClassShared Class = ""
+	// ClassLatency: for latency-bound tenants; the GPU's full share and
+	// normal priority.
+	ClassLatency Class = "latency"
+	// ClassBatch: for throughput-bound tenants; the batch share and below
+	// normal priority.
+	ClassBatch Class = "batch"
+)
+
+// The variables a client reads its QoS from, set by each device's CDI
+// edits and checked by the accounting in the environment of a batch
+// device's processes.
+const (
+	EnvThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvClientPriority   = "CUDA_MPS_CLIENT_PRIORITY"
+)
+
+// MPS client priorities (CUDA_MPS_CLIENT_PRIORITY,
+// set_default_client_priority); the control accepts nothing else.
+const (
+	PriorityNormal      = 0
+	PriorityBelowNormal = 1
+)
+
+// ClientPriority is the MPS client priority of a device of class c.
+func (c Class) ClientPriority() int {
+	if c == ClassBatch {
+		return PriorityBelowNormal
+	}
+	return PriorityNormal
+}
+
+// String is the class as status and logs show it: "-" for ClassShared.
+func (c Class) String() string {
+	if c == ClassShared {
+		return "-"
+	}
+	return string(c)
+}
+
+// QoS is a GPU's mps_qos: the latency slices and the reserve.
+type QoS struct {
+	// LatencySlices are slice numbers (from 0) for latency-bound tenants.
+	LatencySlices []int
+	// ReservePercent is the share of the SMs the batch slices leave free
+	// between them.
+	ReservePercent int
+}
+
+// Active reports whether q makes a difference on a GPU of n slices: some
+// slices are latency slices and some are not. With none, or all, every
+// device is alike, as without QoS.
+func (q QoS) Active(n int) bool {
+	l := q.latencyCount(n)
+	return l > 0 && l < n
+}
+
+// latencyCount counts the distinct latency slices below n.
+func (q QoS) latencyCount(n int) int {
+	seen := map[int]bool{}
+	for _, s := range q.LatencySlices {
+		if s >= 0 && s < n {
+			seen[s] = true
+		}
+	}
+	return len(seen)
+}
+
+// BatchShare is the thread percentage of each of the batch slices of a
+// GPU of n slices, latency of them latency slices, whose policy gives each
+// device p percent: what leaves reserve percent of the SMs free when every
+// batch slice is busy, (100 - reserve) / (n - latency), at least 1 (MPS
+// refuses 0) and at most p (a batch slice never gets more than a latency
+// slice). SMs come in pairs (TPCs): on a 132-SM H100, 13% is 16 SMs and 12%
+// 14, so one percent more or less matters (docs/benchmarks.md).
+func BatchShare(p, n, latency, reserve int) int {
+	batch := n - latency
+	if batch < 1 {
+		return p
+	}
+	return min(p, max(1, (100-reserve)/batch))
+}
+
+// SplitQoS is SplitThreads with q: latency slices get the policy's share
+// and ClassLatency, the others BatchShare and ClassBatch. Without an active
+// q (Active), it is SplitThreads.
+func SplitQoS(g gpu.Info, n int, policy ThreadPolicy, q QoS) []Device {
+	devs := SplitThreads(g, n, policy)
+	if !q.Active(n) {
+		return devs
+	}
+	p := policy.Percentage(n)
+	batch := BatchShare(p, n, q.latencyCount(n), q.ReservePercent)
+	for i := range devs {
+		if slices.Contains(q.LatencySlices, i) {
+			devs[i].Class = ClassLatency
+			continue
+		}
+		devs[i].Class, devs[i].ThreadPercentage = ClassBatch, batch
+	}
+	return devs
+}
+
+// ServerDefaults are what a GPU's MPS control daemon gives a client that
+// asks for nothing: set_default_active_thread_percentage and
+// set_default_client_priority.
+type ServerDefaults struct {
+	ThreadPercentage int
+	ClientPriority   int
+}
+
+// DefaultsOf is the control daemon defaults for a GPU's devices: the
+// largest share (a client can lower its share below the default, never
+// raise it, so the default must be the most any device gets) and below
+// normal priority when the GPU has batch devices, so that a batch client
+// that strips its environment stays below normal. Latency devices get
+// normal priority through their environment (CUDA_MPS_CLIENT_PRIORITY=0,
+// which a client CAN raise itself to).
+func DefaultsOf(devs []Device) ServerDefaults {
+	var d ServerDefaults
+	for _, dev := range devs {
+		d.ThreadPercentage = max(d.ThreadPercentage, dev.ThreadPercentage)
+		d.ClientPriority = max(d.ClientPriority, dev.Class.ClientPriority())
+	}
+	return d
+}
+
+// MostProtective is the defaults of one control daemon that serves several
+// GPUs (the single pipe layout): the largest share, so no device is capped
+// below its own, and below normal priority if any GPU has batch devices.
+func MostProtective(ds ...ServerDefaults) ServerDefaults {
+	var out ServerDefaults
+	for _, d := range ds {
+		out.ThreadPercentage = max(out.ThreadPercentage, d.ThreadPercentage)
+		out.ClientPriority = max(out.ClientPriority, d.ClientPriority)
+	}
+	return out
+}
+
+// Describe says what q makes of a GPU of n slices under policy, for
+// check-config and logs: "slice 0 latency 50%; 7 batch at 13%, priority 1".
+func (q QoS) Describe(n int, policy ThreadPolicy) string {
+	if !q.Active(n) {
+		if len(q.LatencySlices) > 0 {
+			return "every slice latency: as without mps_qos"
+		}
+		return "-"
+	}
+	p := policy.Percentage(n)
+	l := q.latencyCount(n)
+	ls := slices.Sorted(slices.Values(q.LatencySlices))
+	return fmt.Sprintf("latency %v at %d%%; %d batch at %d%%, priority %d", ls, p, n-l, BatchShare(p, n, l, q.ReservePercent), PriorityBelowNormal)
+}
