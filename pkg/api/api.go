@@ -1,5 +1,5 @@
 // Package api holds the REST types shared by the inventory server, the host
-// agent and climc. It mirrors Cloudpods' region API (`hosts`,
+// agent and mpsctl. It mirrors Cloudpods' region API (`hosts`,
 // `isolated_devices`): the same JSON envelopes and snake_case field names, so
 // tools written for Cloudpods read it unchanged. It imports nothing of ours.
 package api

@@ -1,4 +1,4 @@
-package climc
+package mpsctl
 
 import (
 	"encoding/json"
@@ -52,7 +52,7 @@ func newAllocInventory(t *testing.T, st *store.Store) *allocInventory {
 
 func (inv *allocInventory) run(t *testing.T, args ...string) result {
 	t.Helper()
-	return runClimc(t, nil, append(slices.Clone(inv.args), args...)...)
+	return runMpsctl(t, nil, append(slices.Clone(inv.args), args...)...)
 }
 
 // guests maps addr to guest, as stored.
@@ -196,7 +196,7 @@ func TestIsolatedDevicePurgeCommand(t *testing.T) {
 	})
 }
 
-// Every command climc has prints JSON with -o json. A new command without
+// Every command mpsctl has prints JSON with -o json. A new command without
 // an entry here fails the test, so it cannot be added without deciding its
 // JSON.
 func TestEveryCommandHonoursJSON(t *testing.T) {
