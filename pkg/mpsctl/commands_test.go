@@ -81,7 +81,7 @@ func TestIsolatedDeviceList(t *testing.T) {
 				name:       "details fill the Host column",
 				args:       []string{"--details", "--host", "gpu-node-2", "--dev-type", api.DevTypeNvidiaMPS, "--limit", "1"},
 				wantAddrs:  []string{"1a:00.0-0"},
-				wantCols:   slices.Insert(slices.Clone(base), 6, "Host"),
+				wantCols:   slices.Insert(slices.Insert(slices.Clone(base), 6, "Host"), 3, "Vendor"),
 				wantFooter: "*** Total: 3 Pages: 3 Limit: 1 Offset: 0 Page: 1 ***",
 			},
 			{
@@ -193,7 +193,11 @@ func TestIsolatedDeviceShow(t *testing.T) {
 					t.Errorf("%s = %q, want %q", k, fields[k], v)
 				}
 			}
-			for _, empty := range []string{"mdev_id", "render_path", "host"} {
+			// A show has the details, as Cloudpods': host and vendor.
+			if fields["host"] != "gpu-node-1" || fields["vendor"] != "NVIDIA" {
+				t.Errorf("host %q vendor %q, want the details", fields["host"], fields["vendor"])
+			}
+			for _, empty := range []string{"mdev_id", "render_path", "sharing_mode"} {
 				if _, ok := fields[empty]; ok {
 					t.Errorf("empty field %s printed", empty)
 				}
@@ -260,12 +264,12 @@ func TestRuntimeErrors(t *testing.T) {
 			{
 				name: "unknown device",
 				args: []string{"--url", inv.URL, "--token", inv.Token, "isolated-device-show", "0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b"},
-				want: regexp.MustCompile(`^Error: isolated device "0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b" not found \(HTTP 404 ResourceNotFoundError\)\n$`),
+				want: regexp.MustCompile(`^Error: isolated_device 0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b not found \(HTTP 404 ResourceNotFoundError\)\n$`),
 			},
 			{
-				name: "not a device id",
+				name: "unknown device name",
 				args: []string{"--url", inv.URL, "--token", inv.Token, "isolated-device-show", "no-such-id"},
-				want: regexp.MustCompile(`^Error: path parameter id: "no-such-id" is not an isolated device id \(a UUID\) \(HTTP 400 InputParameterError\)\n$`),
+				want: regexp.MustCompile(`^Error: isolated_device no-such-id not found \(HTTP 404 ResourceNotFoundError\)\n$`),
 			},
 			{
 				name: "unknown host",

@@ -54,7 +54,7 @@ func TestHostScope(t *testing.T) {
 			{"detach", "POST", "/servers/guest-1/detach-isolated-device", `{"all":true}`, no, "role host may not POST"},
 			{"rename own host", "PUT", "/hosts/gpu-1", `{"host":{"name":"gpu-one"}}`, no, "role host may not PUT /hosts/gpu-1"},
 			{"delete an unknown device", "DELETE", "/isolated_devices/" + unknownUUID, "", http.StatusNotFound, "not found"},
-			{"delete a held own device", "DELETE", "/isolated_devices/" + f.held.ID, "", http.StatusConflict, api.MsgDeviceUsedByServer},
+			{"delete a held own device", "DELETE", "/isolated_devices/" + f.held.ID, "", http.StatusNotAcceptable, api.MsgDeviceUsedByServer},
 
 			// What the agent does for its own host is allowed.
 			{"send back an own device as read", "PUT", "/isolated_devices/" + f.held.ID, echo(f.held, func(d *api.IsolatedDevice) { d.Model = "renamed" }), http.StatusOK, ""},

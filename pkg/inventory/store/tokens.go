@@ -85,12 +85,16 @@ func hashSecret(secret string) string {
 }
 
 // parseToken splits mpsi_<id>_<secret>.
-func parseToken(s string) (id, secret string, ok bool) {
-	if len(s) != tokenLen || !strings.HasPrefix(s, tokenPrefix) || s[len(tokenPrefix)+tokenIDLen] != '_' {
+func parseToken(s string) (id, secret string, ok bool) { return parseSecret(tokenPrefix, s) }
+
+// parseSecret splits <prefix><id>_<secret>, the shape of API and keystone
+// tokens (prefixes of the same length).
+func parseSecret(prefix, s string) (id, secret string, ok bool) {
+	if len(s) != tokenLen || !strings.HasPrefix(s, prefix) || s[len(prefix)+tokenIDLen] != '_' {
 		return "", "", false
 	}
-	id = s[len(tokenPrefix) : len(tokenPrefix)+tokenIDLen]
-	secret = s[len(tokenPrefix)+tokenIDLen+1:]
+	id = s[len(prefix) : len(prefix)+tokenIDLen]
+	secret = s[len(prefix)+tokenIDLen+1:]
 	if !isLowerHex(id) || !isLowerHex(secret) {
 		return "", "", false
 	}
