@@ -80,16 +80,23 @@ func (c *Cloud) Call(ctx context.Context, method, path string, body, out any) er
 	return nil
 }
 
-// CreateHost creates a host record of host_type container in the zone, as
-// Cloudpods' host agent does at its first start, and returns its id.
-func (c *Cloud) CreateHost(ctx context.Context, name, mac, ip string) (string, error) {
-	body := map[string]any{"host": map[string]any{
+// HostCreateBody is the body of POST /zones/<zone>/hosts for a host record
+// of host_type container, shaped as Cloudpods' host agent sends it at its
+// first start (pkg/hostman/hostinfo updateOrCreateHost).
+func HostCreateBody(name, mac, ip string) map[string]any {
+	return map[string]any{"host": map[string]any{
 		"name": name, "hostname": name, "access_ip": ip, "access_mac": mac,
 		"manager_uri": "http://" + ip + ":8885", "host_type": "container",
 		"cpu_count": 16, "node_count": 1, "cpu_desc": "test cpu", "cpu_mhz": 2400, "cpu_cache": "32768",
 		"mem_size": "131072", "mem_reserved": "4096", "page_size_kb": 4,
 		"storage_driver": "Linux", "storage_type": "rotate", "storage_size": 1048576, "sys_info": map[string]any{},
 	}}
+}
+
+// CreateHost creates a host record of host_type container in the zone, as
+// Cloudpods' host agent does at its first start, and returns its id.
+func (c *Cloud) CreateHost(ctx context.Context, name, mac, ip string) (string, error) {
+	body := HostCreateBody(name, mac, ip)
 	var out struct {
 		Host struct {
 			ID string `json:"id"`

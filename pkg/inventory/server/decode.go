@@ -72,10 +72,11 @@ func (in *deviceInput) pcie() (info *api.PCIEInfo, set bool, err error) {
 	return info, true, nil
 }
 
-// create is the device to create. numa_node, index and device_minor
-// default to -1 (unknown, as Cloudpods defaults them), since 0 is a real
-// node, index and minor. The id, when sent, reaches the store, which
-// refuses it.
+// create is the device to create. index and device_minor default to -1
+// (unknown) and numa_node to 0, as Cloudpods stores them when a client
+// leaves them out (its host agent leaves numa_node out when it cannot read
+// it; this project's daemon always sends one, -1 when unknown). The id,
+// when sent, reaches the store, which refuses it.
 func (in *deviceInput) create() (api.IsolatedDevice, error) {
 	info, _, err := in.pcie()
 	if err != nil {
@@ -86,7 +87,7 @@ func (in *deviceInput) create() (api.IsolatedDevice, error) {
 		Model: deref(in.Model), Addr: deref(in.Addr), VendorDeviceID: deref(in.VendorDeviceID),
 		MdevID: deref(in.MdevID), DevicePath: deref(in.DevicePath), RenderPath: deref(in.RenderPath),
 		CDIName: deref(in.CDIName), GuestID: deref(in.GuestID), SharingMode: deref(in.SharingMode),
-		NumaNode: orDefault(in.NumaNode, -1), PCIEInfo: info,
+		NumaNode: deref(in.NumaNode), PCIEInfo: info,
 		Index: orDefault(in.Index, -1), DeviceMinor: orDefault(in.DeviceMinor, -1),
 		MPSMemoryLimit: deref(in.MPSMemoryLimit), MPSMemoryTotal: deref(in.MPSMemoryTotal),
 		MPSThreadPercentage: deref(in.MPSThreadPercentage),

@@ -194,8 +194,8 @@ func TestUnknownFieldsIgnoredAndJSONRequired(t *testing.T) {
 			"detected_on_host":true,"pcie_info":{"lane_width":8,"lanes":1}},"extra":1}`
 		var db api.IsolatedDeviceBody
 		e.mustCall("POST", "/isolated_devices", body, &db)
-		if d := db.IsolatedDevice; d.Index != -1 || d.DeviceMinor != -1 || d.NumaNode != -1 || d.PCIEInfo == nil || d.PCIEInfo.LaneWidth != 8 {
-			t.Errorf("created %+v: index, device_minor and numa_node default to -1, pcie_info kept", d)
+		if d := db.IsolatedDevice; d.Index != -1 || d.DeviceMinor != -1 || d.NumaNode != 0 || d.PCIEInfo == nil || d.PCIEInfo.LaneWidth != 8 {
+			t.Errorf("created %+v: index and device_minor default to -1 and numa_node to 0 (as in Cloudpods), pcie_info kept", d)
 		}
 		e.mustCall("GET", "/isolated_devices?colour=red&dev_type.0=NVIDIA_MPS", "", nil)
 		log := e.log.String()
