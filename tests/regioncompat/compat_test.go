@@ -81,12 +81,12 @@ func rows(hostID string) []map[string]any {
 
 // compared is the two sides with their labels.
 type compared struct {
-	t             *testing.T
-	region, inv   *side
-	rl, il        labels
-	host          string
-	rHost, iHost  string // host ids
-	rDevs, iDevs  map[string]string
+	t              *testing.T
+	region, inv    *side
+	rl, il         labels
+	host           string
+	rHost, iHost   string // host ids
+	rDevs, iDevs   map[string]string
 	guestA, guestB string
 	// invURL is the inventory's address.
 	invURL string
@@ -330,7 +330,9 @@ func (c *compared) attachDetachPurge() {
 		class       string
 		sameDetails bool
 	}{
-		{func(d map[string]string) []string { return []string{"server-attach-isolated-device", c.guestB, d["mps-00"]} }, api.ClassBadRequest, false},
+		{func(d map[string]string) []string {
+			return []string{"server-attach-isolated-device", c.guestB, d["mps-00"]}
+		}, api.ClassBadRequest, false},
 		{func(d map[string]string) []string { return []string{"isolated-device-purge", d["mps-00"]} }, api.ClassBadRequest, true},
 	} {
 		r, i := c.region.climc(t, tt.args(c.rDevs)...), c.inv.climc(t, tt.args(c.iDevs)...)
