@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/url"
@@ -21,8 +22,8 @@ type ListHostsOptions struct {
 // devices no guest holds, Details asks for the host's name; Unhealthy and
 // PendingRemoval, when set, keep the devices whose flag has that value.
 // Limit 0 leaves the page size to the server (Cloudpods' 2048). Order is
-// "asc" (oldest first) or "desc"; "" leaves it to the server (newest
-// first, as Cloudpods lists). PagingMarker, when set,
+// "asc" (oldest first, creation order: what "" asks for too) or "desc"
+// (newest first, the server's own default, as Cloudpods lists). PagingMarker, when set,
 // asks for Cloudpods' marker paging instead of Offset: "" for the first
 // page, then the answer's NextMarker until it is "" (see
 // api.IsolatedDeviceList); each page then costs the server the same
@@ -40,7 +41,7 @@ func (o ListOptions) query() url.Values {
 	q := url.Values{}
 	for _, p := range []struct{ name, v string }{
 		{"host_id", o.HostID}, {"dev_type", o.DevType}, {"model", o.Model},
-		{"addr", o.Addr}, {"device_path", o.GPU}, {"guest_id", o.GuestID}, {"order", o.Order},
+		{"addr", o.Addr}, {"device_path", o.GPU}, {"guest_id", o.GuestID}, {"order", cmp.Or(o.Order, "asc")},
 	} {
 		if p.v != "" {
 			q.Set(p.name, p.v)
