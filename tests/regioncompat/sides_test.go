@@ -1,17 +1,12 @@
 package regioncompat
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"yunion.io/x/mps-daemon/internal/testsupport/cloudpods"
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
@@ -80,73 +75,14 @@ func inventorySide(t *testing.T, cp *cloudpods.Cloud, st *store.Store, user stri
 		settle:   func(context.Context, string) error { return nil },
 	}
 	s.call = func(ctx context.Context, method, path string, body, out any) error {
-		tok, err := keystoneLogin(ctx, srv.URL+"/v3", user, token)
+		tok, err := cloudpods.Login(ctx, ep)
 		if err != nil {
 			return err
 		}
-		return jsonCall(ctx, method, srv.URL+path, tok, body, out)
+		_, err = cloudpods.Request(ctx, method, srv.URL+path, tok, body, out)
+		return err
 	}
 	return s, srv
-}
-
-// keystoneLogin is POST /v3/auth/tokens with a password, as Cloudpods'
-// clients log in; it returns X-Subject-Token.
-func keystoneLogin(ctx context.Context, authURL, user, password string) (string, error) {
-	body := map[string]any{"auth": map[string]any{
-		"identity": map[string]any{"methods": []string{"password"}, "password": map[string]any{
-			"user": map[string]any{"name": user, "domain": map[string]any{"name": "Default"}, "password": password}}},
-		"scope": map[string]any{"project": map[string]any{"name": "system", "domain": map[string]any{"name": "Default"}}},
-	}}
-	var tok string
-	err := do(ctx, http.MethodPost, authURL+"/auth/tokens", "", body, nil, func(h http.Header) { tok = h.Get("X-Subject-Token") })
-	if err == nil && tok == "" {
-		err = fmt.Errorf("login as %s: no X-Subject-Token", user)
-	}
-	return tok, err
-}
-
-func jsonCall(ctx context.Context, method, url, token string, body, out any) error {
-	return do(ctx, method, url, token, body, out, nil)
-}
-
-func do(ctx context.Context, method, url, token string, body, out any, header func(http.Header)) error {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(b)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("X-Auth-Token", token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, b)
-	}
-	if header != nil {
-		header(resp.Header)
-	}
-	if out != nil {
-		return json.Unmarshal(b, out)
-	}
-	return nil
 }
 
 // climc runs the real climc against s.

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/subtle"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -105,15 +104,10 @@ func (s *Store) VerifyKeystoneToken(ctx context.Context, presented string) (Keys
 	var used nullTime
 	err := row.Scan(&kt.ID, &kt.Project, &methods, &created, &expires, &stored,
 		&kt.API.ID, &kt.API.Name, &role, &host, &apiCreated, &used)
-	found := err == nil
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return KeystoneToken{}, fmt.Errorf("reading keystone token %s: %w", id, err)
 	}
-	if !found {
-		stored = dummyHash
-	}
-	match := subtle.ConstantTimeCompare([]byte(hashSecret(secret)), []byte(stored)) == 1
-	if !found || !match || !s.now().Before(expires.t) {
+	if !secretMatches(err == nil, secret, stored) || !s.now().Before(expires.t) {
 		return KeystoneToken{}, refuse(ErrInvalidToken, "invalid token")
 	}
 	kt.API.Role, kt.API.Host, kt.API.CreatedAt, kt.API.LastUsedAt = Role(role), host.String, apiCreated.t, used.t
