@@ -156,6 +156,9 @@ printf '%s\n' "$list" | sed 's/^/   | /'
 # etc/host_container_device.yml: renderD128 x4, renderD129 x2.
 assert_eq "devices listed" "$(devices)" 6
 assert_contains "mpsctl list" "$list" "NVIDIA_MPS"
+# Our client is mpsctl; the name climc is left to Cloudpods' own (docs/inventory.md).
+assert_contains "dpkg -L yunion-mps-daemon" "$(in_ct dpkg -L yunion-mps-daemon)" "/usr/bin/mpsctl"
+assert_eq "/usr/bin/climc" "$(in_ct_sh 'if test -e /usr/bin/climc; then echo present; else echo absent; fi')" "absent"
 
 step "deb: watchdogs (WatchdogSec=4s through drop-ins, so that a missed ping shows within the test)"
 for unit in yunion-mps-inventory yunion-mps-daemon; do
