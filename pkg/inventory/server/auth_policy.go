@@ -50,10 +50,11 @@ func routePolicy() map[string]access {
 		"GET /hosts":      read,
 		"GET /hosts/{id}": read,
 		// A host registers itself (client.EnsureHost, or Cloudpods' host
-		// agent in its zone); only admin renames or removes hosts.
+		// agent in its zone) and updates its record (the agent does at each
+		// start: mayUpdateHost); only admin renames or removes hosts.
 		"POST /hosts":              own,
 		"POST /zones/{zone}/hosts": own,
-		"PUT /hosts/{id}":          admin,
+		"PUT /hosts/{id}":          own,
 		"DELETE /hosts/{id}":       admin,
 
 		"GET /isolated_devices":      read,
@@ -146,6 +147,26 @@ func (s *server) mayRegisterHost(r *http.Request, name *string) error {
 	}
 	if name == nil || *name != tok.Host {
 		return forbidden("token for host %s may not register host %s", tok.Host, deref(name))
+	}
+	return nil
+}
+
+// mayUpdateHost: PUT /hosts/{id}. A host token updates its own host only,
+// and does not rename it (its token names the host).
+func (s *server) mayUpdateHost(r *http.Request, idOrName string, in *hostInput) error {
+	tok, check, err := scoped(r)
+	if !check || err != nil {
+		return err
+	}
+	own, err := s.ownHost(r, tok)
+	if err != nil {
+		return err
+	}
+	if idOrName != own.ID && idOrName != own.Name {
+		return forbidden("token for host %s may not update host %s", tok.Host, idOrName)
+	}
+	if in.Name != nil && *in.Name != "" && *in.Name != own.Name {
+		return forbidden("token for host %s may not rename its host: renaming is for admin tokens", tok.Host)
 	}
 	return nil
 }

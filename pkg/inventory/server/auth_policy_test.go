@@ -117,7 +117,7 @@ func TestRoleMatrix(t *testing.T) {
 		{"GET", "/hosts", "", want{ok, ok, ok}},
 		{"GET", "/hosts/GPU1", "", want{ok, ok, ok}},
 		{"POST", "/hosts", `{"host":{"name":"gpu-1"}}`, want{no, conflict, conflict}},
-		{"PUT", "/hosts/GPU1", `{"host":{"access_ip":"10.9.9.9"}}`, want{no, no, ok}},
+		{"PUT", "/hosts/GPU1", `{"host":{"access_ip":"10.9.9.9"}}`, want{no, ok, ok}},
 		{"DELETE", "/hosts/SPARE", "", want{no, no, ok}},
 		{"GET", "/isolated_devices", "", want{ok, ok, ok}},
 		{"GET", "/isolated_devices/FREE", "", want{ok, ok, ok}},

@@ -68,6 +68,9 @@ func (s *server) updateHost(w http.ResponseWriter, r *http.Request) error {
 	if body.Host == nil {
 		return badInput("missing field host")
 	}
+	if err := s.mayUpdateHost(r, r.PathValue("id"), body.Host); err != nil {
+		return err
+	}
 	h, err := s.st.UpdateHost(r.Context(), r.PathValue("id"), body.Host.update())
 	if err != nil {
 		return err

@@ -82,6 +82,13 @@ func TestHostAgentConversation(t *testing.T) {
 		if len(hosts.Hosts) != 1 || hosts.Hosts[0].ID != hb.Host.ID {
 			t.Fatalf("host by MAC: %+v", hosts)
 		}
+		// At its next start it updates its own record (not renaming it).
+		update := strings.Replace(strings.Replace(create, `"generate_name":"gpuhost-10-0-0-7",`, "", 1), "10.0.0.7", "10.0.0.8", -1)
+		if st, b := e.call("PUT", "/hosts/"+hb.Host.ID, update, as...); st != http.StatusOK || !strings.Contains(string(b), `"access_ip":"10.0.0.8"`) {
+			t.Errorf("update own host: %d %s", st, b)
+		}
+		st, b = e.call("PUT", "/hosts/"+hb.Host.ID, `{"host":{"name":"another-name"}}`, as...)
+		checkError(t, st, b, http.StatusForbidden, api.ClassForbidden, "may not rename its host")
 		if !strings.Contains(e.log.String(), "ignoring unknown fields of the request body") ||
 			!strings.Contains(e.log.String(), "host.cpu_count") {
 			t.Errorf("the unknown host fields are not in the debug log:\n%s", e.log.String())
