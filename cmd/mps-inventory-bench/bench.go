@@ -51,6 +51,8 @@ func (b *bench) run(ctx context.Context) ([]result, error) {
 	ms := []measurement{
 		{"attach + detach (model form, count 1)", b.attachDetach},
 		{"list: first page", list(func() client.ListOptions { return client.ListOptions{Limit: pageSize} })},
+		// What Cloudpods' climc asks for by default: newest first.
+		{"list: first page, newest first", list(func() client.ListOptions { return client.ListOptions{Limit: pageSize, Order: "desc"} })},
 		{"list: --host", list(func() client.ListOptions {
 			_, h := b.randomHost()
 			return client.ListOptions{HostID: h.name, Limit: pageSize}
@@ -128,6 +130,9 @@ func (b *bench) explain(ctx context.Context, w io.Writer) error {
 		byMarker bool
 	}{
 		{"first page", store.DeviceFilter{}, false},
+		{"first page, newest first (climc's default)", store.DeviceFilter{Desc: true}, false},
+		{"--host, newest first", store.DeviceFilter{HostID: h.name, Desc: true}, false},
+		{"--gpu (Cloudpods': dev_type GPU...)", store.DeviceFilter{GPU: true}, false},
 		{"--host", store.DeviceFilter{HostID: h.name}, false},
 		{"--dev-type --model", store.DeviceFilter{DevTypes: []string{api.DevTypeNvidiaMPS}, Models: []string{model}}, false},
 		{"--unused", store.DeviceFilter{Unused: true}, false},

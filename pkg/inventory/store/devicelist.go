@@ -459,7 +459,10 @@ func placeholders(n int) string {
 }
 
 // gpuCond is Cloudpods' --gpu: dev_type starts with GPU, written as a range
-// so that it reads the dev_type index and compares bytes on both backends.
+// so that it compares bytes on both backends and can read the dev_type
+// index. A range cannot hand out rows in seq order: the page sorts the GPU
+// rows it matches, which are few where MPS slices are NVIDIA_MPS rows (the
+// total comes from the counters all the same).
 func gpuCond(prefix string) string {
 	return "(" + prefix + "dev_type >= 'GPU' AND " + prefix + "dev_type < 'GPV')"
 }
