@@ -109,8 +109,8 @@ func (a *app) isolatedDeviceListCommand() *cobra.Command {
 
 func (a *app) isolatedDeviceShowCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "isolated-device-show ID",
-		Short: "Show one isolated device",
+		Use:   "isolated-device-show ID|NAME",
+		Short: "Show one isolated device, by id or by name",
 		Args:  cobra.ExactArgs(1),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			dev, err := a.client().GetIsolatedDevice(cmd.Context(), args[0])
