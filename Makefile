@@ -9,7 +9,7 @@ export GOFLAGS ?= -buildvcs=false
 # go-nvml's header marks some vGPU calls deprecated; we call none of them.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build test vet nocgo unit e2e demo gpu-bundle clean package systemd-verify test-packaging
+.PHONY: all build test vet nocgo unit fuzz e2e demo gpu-bundle clean package systemd-verify test-packaging
 
 all: build
 
@@ -20,7 +20,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/mps-inventory ./cmd/mps-inventory
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/mpsctl ./cmd/mpsctl
 
-test: vet nocgo unit
+test: vet nocgo unit fuzz
 
 vet:
 	$(GO) vet ./...
@@ -32,6 +32,17 @@ nocgo:
 
 unit:
 	$(GO) test -race -count=1 ./...
+
+# The config parsers under go's fuzzer, FUZZTIME per target (go test runs
+# only one -fuzz target per invocation). The seed corpus is
+# pkg/config/testdata/fuzz, which `unit` runs too; an input that fails is
+# written there, so the failure can be re-run with plain `go test`.
+FUZZTIME ?= 5s
+FUZZ_TARGETS := FuzzParseHostConf FuzzParseDevices
+fuzz:
+	for f in $(FUZZ_TARGETS); do \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./pkg/config || exit 1; \
+	done
 
 demo: build
 	BIN=$(BIN) ./scripts/demo.sh

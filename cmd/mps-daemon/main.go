@@ -90,7 +90,7 @@ func serve(ctx context.Context, f flags) error {
 	if err != nil {
 		return err
 	}
-	log.Info("starting", "version", version.Version, "config", f.config, "inventory", cfg.Host.InventoryURL, "listen", cfg.Host.ListenAddress)
+	log.Info("starting", "version", version.Version, "config", f.config, "inventory", w.where, "pipe_layout", cfg.Host.Layout(), "listen", cfg.Host.ListenAddress)
 	return a.Run(ctx)
 }
 

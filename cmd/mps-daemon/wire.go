@@ -9,7 +9,6 @@ import (
 	"yunion.io/x/mps-daemon/pkg/agent"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/gpu/nvml"
-	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/logging"
 	"yunion.io/x/mps-daemon/pkg/mps"
 )
@@ -43,7 +42,9 @@ type wiring struct {
 	log *slog.Logger
 	cfg *agent.Config
 	*host
-	inv *client.Client
+	inv agent.Inventory
+	// where names the inventory, for the start line.
+	where string
 }
 
 func wire(f flags) (*wiring, error) {
@@ -55,7 +56,7 @@ func wire(f flags) (*wiring, error) {
 	if err != nil {
 		return nil, err
 	}
-	inv, err := inventory(cfg, log)
+	inv, where, err := inventory(cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +64,7 @@ func wire(f flags) (*wiring, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &wiring{log: log, cfg: cfg, host: h, inv: inv}, nil
+	return &wiring{log: log, cfg: cfg, host: h, inv: inv, where: where}, nil
 }
 
 // forward turns SIGHUPs into reload requests until ctx ends; requests that
@@ -80,12 +81,4 @@ func forward(ctx context.Context, sigs <-chan os.Signal, reload chan<- struct{})
 			}
 		}
 	}
-}
-
-func inventory(cfg *agent.Config, log *slog.Logger) (*client.Client, error) {
-	token, err := cfg.Host.TokenValue()
-	if err != nil {
-		return nil, err
-	}
-	return client.New(client.Options{URL: cfg.Host.InventoryURL, Token: token, TokenSource: cfg.Host.TokenValue, Timeout: cfg.Host.InventoryTimeout, Log: log.With("component", "inventory")}), nil
 }

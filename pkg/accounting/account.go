@@ -17,6 +17,8 @@ type Client struct {
 	PID        int
 	UsedBytes  uint64
 	StartTicks uint64 // see Identity.StartTicks
+	// Source says how its device was learnt (see Identity.Source).
+	Source string
 }
 
 // DeviceUsage is the memory the clients of one virtual device use together.
@@ -40,6 +42,23 @@ type UnknownProcess struct {
 	Reason string
 }
 
+// Mismatch is a client billed by its identity file whose own view
+// disagrees: its environment names another device or none, or its identity
+// file is hidden from it (billed through an ancestor). It is billed to
+// Device all the same, and reported.
+type Mismatch struct {
+	PID       int
+	GPU       string
+	UsedBytes uint64
+	// Device is the device it is billed to; Source how that was learnt.
+	Device string
+	Source string
+	// Environment is what YUNION_MPS_VIRTUAL_DEVICE says ("" unset).
+	Environment string
+	Reason      string
+	StartTicks  uint64
+}
+
 // Usage is one sample of accounting.
 type Usage struct {
 	// PerDevice holds every device of caps whose GPU was sampled, those
@@ -48,10 +67,14 @@ type Usage struct {
 	PerDevice map[string]DeviceUsage
 	// Unknown is sorted by GPU then PID.
 	Unknown []UnknownProcess
+	// Mismatches are clients counted in PerDevice whose environment or own
+	// view disagree with their identity; sorted by GPU then PID.
+	Mismatches []Mismatch
 }
 
-// LookupFunc names the device of a PID; Mapper.Lookup is one.
-type LookupFunc func(pid int) (Identity, error)
+// LookupFunc names the device of a PID that NVML lists on a GPU;
+// Mapper.Lookup is one.
+type LookupFunc func(pid int, gpuUUID string) (Identity, error)
 
 // Account bills each MPS client of procs (GPU UUID -> NVML's list) to its
 // virtual device. caps's keys are the host's virtual devices; their values
@@ -70,11 +93,12 @@ func Account(procs map[string][]gpu.Process, caps map[string]uint64, lookup Look
 	}
 	for _, uuid := range slices.Sorted(maps.Keys(procs)) {
 		for _, p := range procs[uuid] {
-			id, err := lookup(p.PID)
+			id, err := lookup(p.PID, uuid)
 			unknown := UnknownProcess{Process: p, GPU: uuid, Device: id.Device}
 			switch {
 			case err != nil:
-				unknown.Reason = reason(err)
+				unknown.Device = id.Environment
+				unknown.Reason = join(reason(err), id.Detail)
 			default:
 				devGPU, _, _ := vdev.ParseName(id.Device)
 				d, ok := u.PerDevice[id.Device]
@@ -85,8 +109,12 @@ func Account(procs map[string][]gpu.Process, caps map[string]uint64, lookup Look
 					unknown.Reason = fmt.Sprintf("names %s, which this host does not have", id.Device)
 				default:
 					d.UsedBytes += p.UsedMemoryBytes
-					d.Clients = append(d.Clients, Client{PID: p.PID, UsedBytes: p.UsedMemoryBytes, StartTicks: id.StartTicks})
+					d.Clients = append(d.Clients, Client{PID: p.PID, UsedBytes: p.UsedMemoryBytes, StartTicks: id.StartTicks, Source: id.Source})
 					u.PerDevice[id.Device] = d
+					if id.Mismatch() {
+						u.Mismatches = append(u.Mismatches, Mismatch{PID: p.PID, GPU: uuid, UsedBytes: p.UsedMemoryBytes,
+							Device: id.Device, Source: id.Source, Environment: id.Environment, Reason: mismatchReason(id), StartTicks: id.StartTicks})
+					}
 					continue
 				}
 			}
@@ -94,6 +122,9 @@ func Account(procs map[string][]gpu.Process, caps map[string]uint64, lookup Look
 		}
 	}
 	slices.SortFunc(u.Unknown, func(a, b UnknownProcess) int {
+		return cmp.Or(cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.PID, b.PID))
+	})
+	slices.SortFunc(u.Mismatches, func(a, b Mismatch) int {
 		return cmp.Or(cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.PID, b.PID))
 	})
 	for name, d := range u.PerDevice {
@@ -114,8 +145,28 @@ func reason(err error) string {
 		return "names no virtual device (" + vdev.EnvVar + " unset or empty)"
 	case errors.Is(err, ErrExited):
 		return "exited before it could be mapped"
+	case errors.Is(err, ErrNoIdentity):
+		return "in a container (not the host's mount namespace) where no identity file of its GPU is visible, " +
+			"from it or an ancestor in its cgroup; its environment is not believed"
 	}
 	return err.Error()
+}
+
+// mismatchReason says what disagrees and what was believed.
+func mismatchReason(id Identity) string {
+	var env string
+	switch id.Environment {
+	case id.Device:
+	case "":
+		env = "its environment names no device (" + vdev.EnvVar + " unset)"
+	default:
+		env = "its environment names " + id.Environment
+	}
+	var view string
+	if id.Source == SourceAncestor {
+		view = "its own view hides its identity file"
+	}
+	return join(join(env, view), id.Detail) + "; billed to " + id.Device + " by its identity file"
 }
 
 // Lister is what Sample needs of NVML; gpu.Backend is one.

@@ -2,18 +2,21 @@ package accounting
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
+	"strings"
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/identity"
 )
 
 // Options wires an Accountant.
 type Options struct {
-	// ProcRoot and Cgroup make its Mapper (see Mapper).
-	ProcRoot string
-	Cgroup   func(cgroup []byte) (device string, ok bool)
+	// ProcRoot and Identities make its Mapper (see Mapper).
+	ProcRoot   string
+	Identities func() (identity.Table, error)
 	// Grace, Killer and Now go to its Enforcer (see EnforcerOptions).
 	Grace  time.Duration
 	Killer Killer
@@ -26,15 +29,27 @@ type Options struct {
 // already reported) and runs Account, Decide and the Enforcer in order. It
 // is used from one goroutine.
 type Accountant struct {
-	mapper Mapper
+	mapper *Mapper
 	enf    *Enforcer
 	log    *slog.Logger
 	prev   *Usage
 	policy Policy
 	// over and unknown are what was last logged, so a state is logged when
 	// it starts and ends, not every tick.
-	over    map[string]bool
-	unknown map[unknownKey]bool
+	over       map[string]bool
+	unknown    map[unknownKey]bool
+	mismatches map[mismatchKey]bool
+	// refreshErr is the last failure to read the identity files or the
+	// host's mount namespace, logged when it changes.
+	refreshErr string
+}
+
+type mismatchKey struct {
+	pid    int
+	start  uint64
+	device string
+	env    string
+	source string
 }
 
 type unknownKey struct {
@@ -59,10 +74,10 @@ func New(o Options) *Accountant {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "accounting")
-	m := Mapper{ProcRoot: o.ProcRoot, Cgroup: o.Cgroup}
+	m := &Mapper{ProcRoot: o.ProcRoot, Identities: o.Identities}
 	// NewEnforcer fails only without Procs, which is set here.
 	enf, _ := NewEnforcer(EnforcerOptions{Grace: o.Grace, Killer: o.Killer, Procs: m, Now: o.Now, Log: log})
-	return &Accountant{mapper: m, enf: enf, log: log, over: map[string]bool{}, unknown: map[unknownKey]bool{}}
+	return &Accountant{mapper: m, enf: enf, log: log, over: map[string]bool{}, unknown: map[unknownKey]bool{}, mismatches: map[mismatchKey]bool{}}
 }
 
 // Tick accounts one sample. procs is Sample's answer (GPU UUID -> MPS
@@ -86,8 +101,10 @@ func (a *Accountant) Tick(ctx context.Context, p Policy, procs map[string][]gpu.
 		a.prev = nil
 		clear(a.over)
 		clear(a.unknown)
+		clear(a.mismatches)
 		return r
 	}
+	a.refresh(ctx)
 	r.Usage = Account(procs, caps, a.mapper.Lookup)
 	r.Decision = Decide(r.Usage, caps, p, History{Previous: a.prev, Terminating: a.enf.Terminating()})
 	a.logChanges(ctx, r)
@@ -127,6 +144,34 @@ func (a *Accountant) logChanges(ctx context.Context, r Report) {
 		}
 	}
 	a.unknown = unknown
+	mismatches := map[mismatchKey]bool{}
+	for _, m := range r.Usage.Mismatches {
+		k := mismatchKey{m.PID, m.StartTicks, m.Device, m.Environment, m.Source}
+		mismatches[k] = true
+		if !a.mismatches[k] {
+			a.log.WarnContext(ctx, "MPS client's environment or view disagrees with its identity file; billed by its identity", "gpu", m.GPU,
+				"pid", m.PID, "device", m.Device, "environment", m.Environment, "source", m.Source, "used_mib", m.UsedBytes>>20, "reason", m.Reason)
+		}
+	}
+	a.mismatches = mismatches
+}
+
+// refresh re-reads the identity files and the host's mount namespace; a
+// failure is logged once, and the sample goes on with what could be read
+// (at worst every container process is unknown, never misbilled).
+func (a *Accountant) refresh(ctx context.Context) {
+	msg := ""
+	if err := a.mapper.Refresh(); err != nil {
+		msg = err.Error()
+		switch {
+		case msg == a.refreshErr:
+		case errors.Is(err, ErrOwnNamespace) && !strings.Contains(msg, "\n"):
+			a.log.WarnContext(ctx, "accounting: processes in the daemon's own mount namespace count as outside containers", "err", err)
+		default:
+			a.log.ErrorContext(ctx, "accounting cannot tell containers' processes apart", "err", err)
+		}
+	}
+	a.refreshErr = msg
 }
 
 // mergeUsage is the "previous sample" for the next tick: this one's

@@ -8,10 +8,13 @@
 //
 // The pieces, each usable and tested alone:
 //
-//   - Mapper tells which virtual device a PID belongs to, from the
-//     YUNION_MPS_VIRTUAL_DEVICE=<GPU UUID>::<i> variable the CDI spec gives
-//     every container (/proc/<pid>/environ), or from its cgroup through a
-//     caller-supplied function.
+//   - Mapper tells which virtual device a PID belongs to: inside a
+//     container, from the identity file the CDI spec mounts there
+//     (pkg/identity), found through /proc/<pid>/root, or through an
+//     ancestor in the same cgroup when the process hid its own view; outside
+//     containers (the host's mount namespace), from the
+//     YUNION_MPS_VIRTUAL_DEVICE=<GPU UUID>::<i> variable in
+//     /proc/<pid>/environ.
 //   - Account sums NVML's MPS client list per device (pure).
 //   - Decide picks who to terminate (pure).
 //   - Enforcer carries the picks out: terminate_client through the GPU's MPS
@@ -22,19 +25,14 @@
 // What holds and what does not. The cap that cannot be escaped is MPS's own
 // per-process cap, which the control daemon sets on the server: a client can
 // lower it through CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, never raise it. This
-// package adds the per-device sum for processes that cooperate, that is,
-// that keep the environment their container was started with.
-// /proc/<pid>/environ is the environment the process was exec'd with; a
-// process cannot change what it shows except by overwriting its own stack
-// area or exec'ing itself (or a child) with another value, which moves its
-// usage to another device's name or to none. A process naming no device is
-// reported, never killed. A process naming ANOTHER device of its GPU is
-// billed there: it escapes its own device's sum and can push the other
-// device over, where the rule "who grew most" may then pick a victim that
-// merely grew later. So with environ as the source, the per-device cap binds
-// containers that do not tamper with their environment, and every process
-// stays bound by its per-process MPS cap whatever it does.
-// The tamper-proof source is the cgroup: a process cannot leave its
-// container's cgroup; Mapper.Cgroup is the hook for it, and when it names a
-// device it wins over environ.
+// package adds the per-device sum. A process in a container cannot change
+// which identity file its container was given (read-only, mounted by the
+// runtime; changing the mount needs CAP_SYS_ADMIN), so rewriting or
+// dropping its environment changes nothing: it is billed by its identity
+// and the disagreement is reported (Usage.Mismatches). The environment of a
+// process in a container is never believed. A process that can make its
+// own user and mount namespaces (the runtime's seccomp profile allows it)
+// can hide the file from its own view; it is then billed through an
+// ancestor in its cgroup, or, when its whole container hid, reported as
+// unknown, never terminated. docs/containers.md has the threat model.
 package accounting

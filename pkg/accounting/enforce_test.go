@@ -99,7 +99,7 @@ func newEnforcerRig(t *testing.T) *enforcerRig {
 	r := &enforcerRig{proc: newFakeProc(t), clock: &fakeClock{t: time.Unix(1_800_000_000, 0)}, logs: &bytes.Buffer{}}
 	r.killer = &fakeKiller{proc: r.proc, ignoreTERM: map[int]bool{}}
 	var err error
-	r.enf, err = NewEnforcer(EnforcerOptions{Grace: grace, Killer: r.killer, Procs: Mapper{ProcRoot: r.proc.root},
+	r.enf, err = NewEnforcer(EnforcerOptions{Grace: grace, Killer: r.killer, Procs: &Mapper{ProcRoot: r.proc.root},
 		Now: r.clock.now, Log: slog.New(slog.NewTextHandler(r.logs, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -4,43 +4,130 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
 
-	"yunion.io/x/mps-daemon/pkg/vdev"
+	"golang.org/x/sys/unix"
+
+	"yunion.io/x/mps-daemon/pkg/identity"
 )
 
 // ErrExited: the process is gone (no /proc entry) or a zombie.
 var ErrExited = errors.New("process has exited")
 
+// ErrNoIdentity: a process in a container (a mount namespace other than the
+// host's) in which no identity file of its GPU is reachable, from it or from
+// an ancestor in its cgroup. Its environment is not believed.
+var ErrNoIdentity = errors.New("in a container without a visible identity file")
+
+// Where a process's device was learnt.
+const (
+	// SourceIdentity: the identity file its container was given, as the
+	// process itself sees its mount namespace.
+	SourceIdentity = "identity"
+	// SourceAncestor: the process's own view hides its identity file
+	// (chroot, mounts over it, new namespaces); an ancestor in the same
+	// cgroup, which the process cannot leave, still sees it.
+	SourceAncestor = "ancestor"
+	// SourceEnviron: YUNION_MPS_VIRTUAL_DEVICE; believed only for processes
+	// in the host's mount namespace, that is outside containers.
+	SourceEnviron = "environ"
+)
+
+// Limits on what is read from /proc: a process controls the size of its
+// environment, and nothing here may cost more than a bounded read.
+const (
+	maxStat    = 4 << 10
+	maxCgroup  = 64 << 10
+	maxEnviron = 1 << 20
+	// maxAncestors bounds the walk up a process's parents.
+	maxAncestors = 32
+)
+
 // Identity is what the Mapper knows of one process.
 type Identity struct {
-	// Device is the virtual device's name (see vdev.Name).
+	// Device is the virtual device it is billed to (see vdev.Name); set
+	// only with a nil error.
 	Device string
-	// Source says where Device came from: "environ" or "cgroup".
+	// Source says how Device was learnt (SourceIdentity, SourceAncestor,
+	// SourceEnviron).
 	Source string
 	// StartTicks is field 22 of /proc/<pid>/stat, the start time in clock
 	// ticks after boot: larger is newer, and a PID with another start time
 	// is another process.
 	StartTicks uint64
+	// Environment is what YUNION_MPS_VIRTUAL_DEVICE says in the process's
+	// environment: "" when unset, the value, or "invalid: ..." when it
+	// cannot name a device.
+	Environment string
+	// Detail says, for SourceAncestor, whose identity file was used, and
+	// describes any decoy found where the identity file belongs.
+	Detail string
+}
+
+// Mismatch reports whether a process billed by its identity file shows
+// another device (or none) in its environment, or had its identity hidden
+// from its own view.
+func (id Identity) Mismatch() bool {
+	return id.Device != "" && id.Source != SourceEnviron && (id.Environment != id.Device || id.Source == SourceAncestor)
 }
 
 // Mapper maps PIDs (in the PID namespace of ProcRoot) to virtual devices.
+// A process in a container is billed by the identity file mounted there
+// (pkg/identity), found through /proc/<pid>/root; the environment is the
+// source only for processes in the host's mount namespace (PID 1's), where
+// no container runtime put them. Use it from one goroutine.
 type Mapper struct {
 	// ProcRoot is where procfs is mounted; "" means /proc. Tests point it at
 	// a fake tree.
 	ProcRoot string
-	// Cgroup, when set, names the device of a process from the contents of
-	// its /proc/<pid>/cgroup (ok false: no device's cgroup). A process
-	// cannot leave its cgroup, so a device named this way wins over the
-	// environment; environ remains the source for everything else.
-	Cgroup func(cgroup []byte) (device string, ok bool)
+	// Identities lists the host's identity files (identity.Store.Table).
+	// Nil: there are none, and only host processes can be billed.
+	Identities func() (identity.Table, error)
+
+	table  identity.Table
+	hostNS string
 }
 
-func (m Mapper) path(pid int, file string) string {
+// ErrOwnNamespace: PID 1's mount namespace could not be read (the daemon
+// runs in a user namespace of its own, or without the right to look at
+// PID 1), so the daemon's own is taken for the host's. Under systemd the
+// daemon's own is private (ProtectSystem), which is why PID 1's comes first.
+var ErrOwnNamespace = errors.New("the host's mount namespace (PID 1's) cannot be read; the daemon's own stands for it")
+
+// Refresh reads what the lookups of one sample share: the host's identity
+// files and the host's mount namespace. Until it finds a namespace, no
+// process is taken to be outside containers. An error wrapping
+// ErrOwnNamespace is a warning: the lookups go on with the daemon's own.
+func (m *Mapper) Refresh() error {
+	var errs []error
+	m.table = nil
+	if m.Identities != nil {
+		t, err := m.Identities()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		m.table = t
+	}
+	ns, err := os.Readlink(m.path(1, "ns/mnt"))
+	if err != nil {
+		own, ownErr := os.Readlink(m.path(os.Getpid(), "ns/mnt"))
+		if ownErr == nil {
+			ns, err = own, fmt.Errorf("%w: %w", ErrOwnNamespace, err)
+		} else {
+			err = fmt.Errorf("reading the host's mount namespace: %w", err)
+		}
+		errs = append(errs, err)
+	}
+	m.hostNS = ns
+	return errors.Join(errs...)
+}
+
+func (m *Mapper) path(pid int, file string) string {
 	root := m.ProcRoot
 	if root == "" {
 		root = "/proc"
@@ -48,90 +135,275 @@ func (m Mapper) path(pid int, file string) string {
 	return filepath.Join(root, strconv.Itoa(pid), file)
 }
 
-// Lookup names the device of pid. ErrNoDevice (with the Identity's
-// StartTicks set) when it names none, vdev.ErrBadName for a malformed name,
-// ErrExited when it is gone; other errors (permission) say the /proc file
-// could not be read. Only a nil error gives a Device.
-func (m Mapper) Lookup(pid int) (Identity, error) {
-	start, err := m.StartTicks(pid)
+// Lookup names the device pid is billed to on GPU gpuUUID. Errors:
+// ErrExited when it is gone; ErrNoIdentity for a process in a container
+// whose identity cannot be found; for a host process, ErrNoDevice when its
+// environment names none and vdev.ErrBadName for a malformed name; other
+// errors when /proc could not be read. Only a nil error gives a Device;
+// StartTicks and Environment are filled in whenever they were read.
+func (m *Mapper) Lookup(pid int, gpuUUID string) (Identity, error) {
+	p, err := m.open(pid)
 	if err != nil {
 		return Identity{}, err
 	}
-	id := Identity{StartTicks: start}
-	if m.Cgroup != nil {
-		b, err := m.read(pid, "cgroup")
-		if err != nil {
-			return id, err
-		}
-		if dev, ok := m.Cgroup(b); ok {
-			if _, _, err := vdev.ParseName(dev); err != nil {
-				return id, fmt.Errorf("PID %d: cgroup mapping: %w", pid, err)
-			}
-			id.Device, id.Source = dev, "cgroup"
-			return id, nil
-		}
+	defer p.Close()
+	st, err := p.stat()
+	if err != nil {
+		return Identity{}, err
 	}
-	b, err := m.read(pid, "environ")
+	id := Identity{StartTicks: st.StartTicks}
+	envDevice, envErr := p.environ()
+	switch {
+	case envErr == nil:
+		id.Environment = envDevice
+	case errors.Is(envErr, ErrExited):
+		return id, envErr
+	case !errors.Is(envErr, ErrNoDevice):
+		id.Environment = envDisplay("invalid: " + envErr.Error())
+	}
+	name, decoy, err := identity.Find(p.fd(), gpuUUID, m.table)
+	if err != nil && !errors.Is(err, identity.ErrNotFound) {
+		return id, p.gone(fmt.Errorf("PID %d: %w", pid, err))
+	}
+	if decoy != "" {
+		id.Detail = "decoy at " + decoy
+	}
+	if err == nil {
+		id.Device, id.Source = name, SourceIdentity
+		return id, p.stillThere()
+	}
+	ns, err := p.mountNS()
 	if err != nil {
 		return id, err
 	}
-	dev, err := ParseEnviron(b)
-	if err != nil {
-		return id, fmt.Errorf("PID %d: %w", pid, err)
+	if m.hostNS != "" && ns == m.hostNS {
+		if envErr != nil {
+			return id, fmt.Errorf("PID %d: %w", pid, envErr)
+		}
+		id.Device, id.Source = envDevice, SourceEnviron
+		return id, p.stillThere()
 	}
-	id.Device, id.Source = dev, "environ"
-	return id, nil
+	anc, ancName, err := m.ancestor(p, st.PPID, gpuUUID)
+	if err != nil {
+		return id, err
+	}
+	if ancName == "" {
+		return id, p.gone(fmt.Errorf("PID %d (mount namespace %s): %w", pid, ns, ErrNoIdentity))
+	}
+	id.Device, id.Source = ancName, SourceAncestor
+	id.Detail = join(fmt.Sprintf("identity file seen by PID %d, its ancestor in the same cgroup", anc), id.Detail)
+	return id, p.stillThere()
+}
+
+// ancestor walks up from ppid while the parents share the process's cgroup
+// (which no process can leave on its own) and stay out of the host's mount
+// namespace, and returns the first one that sees an identity file of the
+// GPU. So the processes of a container are only ever billed through their
+// own container's processes: the walk ends at the runtime (conmon, a shim),
+// which lives in the host's namespace or in another cgroup.
+func (m *Mapper) ancestor(p *procDir, ppid int, gpuUUID string) (int, string, error) {
+	cg, err := p.cgroup()
+	if err != nil {
+		return 0, "", err
+	}
+	for hops := 0; hops < maxAncestors && ppid > 1; hops++ {
+		name, next, ok := m.tryAncestor(ppid, cg, gpuUUID)
+		if name != "" {
+			return ppid, name, nil
+		}
+		if !ok {
+			break
+		}
+		ppid = next
+	}
+	return 0, "", nil
+}
+
+// tryAncestor looks at one ancestor: the name its view gives, or its own
+// parent and whether the walk may go on.
+func (m *Mapper) tryAncestor(pid int, cg []byte, gpuUUID string) (name string, ppid int, ok bool) {
+	a, err := m.open(pid)
+	if err != nil {
+		return "", 0, false
+	}
+	defer a.Close()
+	st, err := a.stat()
+	if err != nil {
+		return "", 0, false
+	}
+	acg, err := a.cgroup()
+	if err != nil || !bytes.Equal(acg, cg) {
+		return "", 0, false
+	}
+	if ns, err := a.mountNS(); err != nil || m.hostNS == "" || ns == m.hostNS {
+		return "", 0, false
+	}
+	if name, _, err := identity.Find(a.fd(), gpuUUID, m.table); err == nil {
+		return name, 0, false
+	}
+	return "", st.PPID, true
 }
 
 // StartTicks reads the start time of pid; ErrExited for a process that is
 // gone or a zombie (which holds no GPU memory and cannot be signalled away).
-func (m Mapper) StartTicks(pid int) (uint64, error) {
-	b, err := m.read(pid, "stat")
+func (m *Mapper) StartTicks(pid int) (uint64, error) {
+	p, err := m.open(pid)
 	if err != nil {
 		return 0, err
 	}
-	state, start, err := ParseStat(b)
+	defer p.Close()
+	st, err := p.stat()
 	if err != nil {
-		return 0, fmt.Errorf("PID %d: %w", pid, err)
+		return 0, err
 	}
-	if state == 'Z' || state == 'X' {
-		return 0, fmt.Errorf("PID %d is a zombie: %w", pid, ErrExited)
-	}
-	return start, nil
+	return st.StartTicks, nil
 }
 
-func (m Mapper) read(pid int, file string) ([]byte, error) {
+// procDir is one process's /proc directory, held open: every file is read
+// relative to it, so a PID reused while it is read cannot stand in for it
+// (the old directory's files fail once its process is gone).
+type procDir struct {
+	*os.File
+	pid int
+}
+
+func (m *Mapper) open(pid int) (*procDir, error) {
 	if pid <= 0 {
 		return nil, fmt.Errorf("PID %d is not a process", pid)
 	}
-	b, err := os.ReadFile(m.path(pid, file))
-	// ESRCH: the process exited between open and read.
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+	f, err := os.Open(m.path(pid, ""))
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("PID %d: %w", pid, ErrExited)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("PID %d: reading %s: %w", pid, file, err)
+		return nil, fmt.Errorf("PID %d: %w", pid, err)
+	}
+	return &procDir{File: f, pid: pid}, nil
+}
+
+func (p *procDir) fd() int { return int(p.File.Fd()) }
+
+// read reads at most limit bytes of one file; more is an error.
+func (p *procDir) read(file string, limit int64) ([]byte, error) {
+	fd, err := unix.Openat(p.fd(), file, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, p.readErr(file, err)
+	}
+	f := os.NewFile(uintptr(fd), file)
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, p.readErr(file, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("PID %d: %s is larger than %d bytes", p.pid, file, limit)
 	}
 	return b, nil
 }
 
-// ParseStat reads the state (field 3) and start time (field 22) from the
-// contents of /proc/<pid>/stat. The command name (field 2) is in parentheses
-// and may hold spaces and parentheses itself, so fields are counted from the
-// LAST ')'.
-func ParseStat(stat []byte) (state byte, startTicks uint64, err error) {
+// readErr turns "the process went away" (ENOENT; ESRCH between open and
+// read) into ErrExited.
+func (p *procDir) readErr(file string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("PID %d: %w", p.pid, ErrExited)
+	}
+	return fmt.Errorf("PID %d: reading %s: %w", p.pid, file, err)
+}
+
+func (p *procDir) stat() (Stat, error) {
+	b, err := p.read("stat", maxStat)
+	if err != nil {
+		return Stat{}, err
+	}
+	st, err := ParseStat(b)
+	if err != nil {
+		return Stat{}, fmt.Errorf("PID %d: %w", p.pid, err)
+	}
+	if st.State == 'Z' || st.State == 'X' {
+		return Stat{}, fmt.Errorf("PID %d is a zombie: %w", p.pid, ErrExited)
+	}
+	return st, nil
+}
+
+// environ is the device the environment names (ParseEnviron's answer).
+func (p *procDir) environ() (string, error) {
+	b, err := p.read("environ", maxEnviron)
+	if err != nil {
+		return "", err
+	}
+	return ParseEnviron(b)
+}
+
+func (p *procDir) cgroup() ([]byte, error) { return p.read("cgroup", maxCgroup) }
+
+func (p *procDir) mountNS() (string, error) {
+	buf := make([]byte, 128)
+	n, err := unix.Readlinkat(p.fd(), "ns/mnt", buf)
+	if err != nil {
+		return "", p.readErr("ns/mnt", err)
+	}
+	return string(buf[:n]), nil
+}
+
+// stillThere is nil while the process lives: what was read belongs to it.
+func (p *procDir) stillThere() error {
+	_, err := p.stat()
+	return err
+}
+
+// gone prefers ErrExited to err when the process went away meanwhile.
+func (p *procDir) gone(err error) error {
+	if e := p.stillThere(); errors.Is(e, ErrExited) {
+		return e
+	}
+	return err
+}
+
+func join(a, b string) string {
+	if a == "" || b == "" {
+		return a + b
+	}
+	return a + "; " + b
+}
+
+// Stat is what the accounting reads of /proc/<pid>/stat.
+type Stat struct {
+	State byte
+	PPID  int
+	// StartTicks is the start time (see Identity.StartTicks).
+	StartTicks uint64
+}
+
+// ParseStat reads the state (field 3), parent (field 4) and start time
+// (field 22) from the contents of /proc/<pid>/stat. The command name
+// (field 2) is in parentheses and may hold spaces and parentheses itself,
+// so fields are counted from the LAST ')'.
+func ParseStat(stat []byte) (Stat, error) {
 	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 {
-		return 0, 0, fmt.Errorf("parsing /proc stat %.40q: no command name", stat)
+		return Stat{}, fmt.Errorf("parsing /proc stat %.40q: no command name", stat)
 	}
 	rest := bytes.Fields(stat[i+1:])
 	// rest[0] is field 3 (state), so field 22 is rest[19].
 	if len(rest) < 20 || len(rest[0]) != 1 {
-		return 0, 0, fmt.Errorf("parsing /proc stat %.40q: too few fields", stat)
+		return Stat{}, fmt.Errorf("parsing /proc stat %.40q: too few fields", stat)
+	}
+	ppid, err := strconv.Atoi(string(rest[1]))
+	if err != nil {
+		return Stat{}, fmt.Errorf("parsing /proc stat: parent %q: %w", rest[1], err)
 	}
 	start, err := strconv.ParseUint(string(rest[19]), 10, 64)
 	if err != nil {
-		return 0, 0, fmt.Errorf("parsing /proc stat: start time %q: %w", rest[19], err)
+		return Stat{}, fmt.Errorf("parsing /proc stat: start time %q: %w", rest[19], err)
 	}
-	return rest[0][0], start, nil
+	return Stat{State: rest[0][0], PPID: ppid, StartTicks: start}, nil
+}
+
+// envDisplay keeps a value read from a process short enough for a log line.
+func envDisplay(s string) string {
+	const max = 120
+	if len(s) > max {
+		return s[:max] + "..."
+	}
+	return s
 }

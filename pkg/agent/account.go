@@ -9,12 +9,17 @@ import (
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
-// AccountingStatus is the last accounting tick: its policy and the MPS
-// clients it could bill to no device. The per-device figures live in
-// Status.Devices.
+// AccountingStatus is the last accounting tick: its policy, how its
+// clients were billed, the MPS clients it could bill to no device and those
+// whose environment disagreed with their identity. The per-device figures
+// live in Status.Devices.
 type AccountingStatus struct {
-	Policy  string                `json:"policy"`
-	Unknown []UnknownProcessState `json:"unknown_processes,omitempty"`
+	Policy string `json:"policy"`
+	// Clients counts the sample's clients by how they were billed
+	// (accounting's Source* values, "unknown" for none).
+	Clients    map[string]int        `json:"clients_by_source,omitempty"`
+	Unknown    []UnknownProcessState `json:"unknown_processes,omitempty"`
+	Mismatches []MismatchState       `json:"mismatched_processes,omitempty"`
 }
 
 // UnknownProcessState is an MPS client billed to no device.
@@ -22,7 +27,23 @@ type UnknownProcessState struct {
 	PID       int    `json:"pid"`
 	GPU       string `json:"gpu"`
 	UsedBytes uint64 `json:"used_bytes"`
-	Reason    string `json:"reason"`
+	// Environment is the device its environment names, if any: not
+	// believed for a process in a container.
+	Environment string `json:"environment,omitempty"`
+	Reason      string `json:"reason"`
+}
+
+// MismatchState is an MPS client billed by its identity file whose
+// environment names another device or none, or whose own view hid the file.
+type MismatchState struct {
+	PID       int    `json:"pid"`
+	GPU       string `json:"gpu"`
+	UsedBytes uint64 `json:"used_bytes"`
+	// Device is the device it is billed to, Source how that was learnt.
+	Device      string `json:"device"`
+	Source      string `json:"source"`
+	Environment string `json:"environment"`
+	Reason      string `json:"reason"`
 }
 
 // account runs one accounting tick: NVML's MPS clients of every GPU with
@@ -112,8 +133,20 @@ func (a *Agent) noteUsage(r accounting.Report) {
 		last[s.Device] = s.Step
 	}
 	st := AccountingStatus{Policy: string(r.Policy)}
+	if r.Usage.PerDevice != nil {
+		st.Clients = map[string]int{"unknown": len(r.Usage.Unknown)}
+		for _, d := range r.Usage.PerDevice {
+			for _, c := range d.Clients {
+				st.Clients[c.Source]++
+			}
+		}
+	}
 	for _, p := range r.Usage.Unknown {
-		st.Unknown = append(st.Unknown, UnknownProcessState{PID: p.PID, GPU: p.GPU, UsedBytes: p.UsedMemoryBytes, Reason: p.Reason})
+		st.Unknown = append(st.Unknown, UnknownProcessState{PID: p.PID, GPU: p.GPU, UsedBytes: p.UsedMemoryBytes, Environment: p.Device, Reason: p.Reason})
+	}
+	for _, m := range r.Usage.Mismatches {
+		st.Mismatches = append(st.Mismatches, MismatchState{PID: m.PID, GPU: m.GPU, UsedBytes: m.UsedBytes,
+			Device: m.Device, Source: m.Source, Environment: m.Environment, Reason: m.Reason})
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -33,9 +33,17 @@ func (s *signals) Signal(pid int, sig syscall.Signal) error {
 	return nil
 }
 
-// addProc makes a process in the harness's fake /proc: started at start
-// (clock ticks), its environment naming device ("" names none).
+// addProc makes a process on the host (PID 1's mount namespace, root "/")
+// in the harness's fake /proc: started at start (clock ticks), its
+// environment naming device ("" names none).
 func (h *harness) addProc(t *testing.T, pid int, start uint64, device string) {
+	t.Helper()
+	h.writeProc(t, pid, 1, start, device, container{root: "/", ns: hostMountNS, cgroup: "0::/user.slice\n"})
+}
+
+// writeProc makes process pid, child of ppid, in c's namespace, root and
+// cgroup, its environment naming device.
+func (h *harness) writeProc(t *testing.T, pid, ppid int, start uint64, device string, c container) {
 	t.Helper()
 	dir := filepath.Join(h.cfg.Host.ProcRoot, strconv.Itoa(pid))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -45,15 +53,32 @@ func (h *harness) addProc(t *testing.T, pid int, start uint64, device string) {
 	if device != "" {
 		env += vdev.EnvVar + "=" + device + "\x00"
 	}
-	stat := []string{strconv.Itoa(pid), "(python3)", "S"}
-	for range 18 {
+	stat := []string{strconv.Itoa(pid), "(python3)", "S", strconv.Itoa(ppid)}
+	for range 17 {
 		stat = append(stat, "0")
 	}
 	stat = append(stat, strconv.FormatUint(start, 10), "0")
-	for name, content := range map[string]string{"environ": env, "stat": strings.Join(stat, " ") + "\n"} {
+	for name, content := range map[string]string{"environ": env, "stat": strings.Join(stat, " ") + "\n", "cgroup": c.cgroup} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	h.procLink(t, pid, "ns/mnt", c.ns)
+	h.procLink(t, pid, "root", c.root)
+}
+
+// hostMountNS is the host's mount namespace in the fake /proc (PID 1's).
+const hostMountNS = "mnt:[4026531841]"
+
+func (h *harness) procLink(t *testing.T, pid int, file, target string) {
+	t.Helper()
+	p := filepath.Join(h.cfg.Host.ProcRoot, strconv.Itoa(pid), file)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Remove(p)
+	if err := os.Symlink(target, p); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -62,6 +87,7 @@ func (h *harness) addProc(t *testing.T, pid int, start uint64, device string) {
 func (h *harness) withFakeProc(t *testing.T, killer accounting.Killer) {
 	t.Helper()
 	h.cfg.Host.ProcRoot = filepath.Join(h.dir, "proc")
+	h.procLink(t, 1, "ns/mnt", hostMountNS)
 	var err error
 	h.agent, err = New(Options{Config: h.cfg, Backend: h.backend, Runner: h.runner, Inventory: h.inv, SysfsRoot: h.dir + "/nosys", DevRoot: h.dir + "/nodev", Killer: killer})
 	if err != nil {

@@ -49,6 +49,9 @@ type Options struct {
 	Notifier Notifier
 	// Watchdog is how often to send WATCHDOG=1; 0 sends none.
 	Watchdog time.Duration
+	// StallAfter is how long one step of the loop may run before the loop
+	// counts as stalled; 0 derives it from the timeouts (loop.go).
+	StallAfter time.Duration
 	// Reload receives a value per SIGHUP.
 	Reload <-chan struct{}
 	// Killer signals clients that accounting terminates; nil is kill(2).
@@ -71,12 +74,18 @@ type Agent struct {
 	hostID    string
 	gpus      map[string]*gpuState // by UUID: every GPU the agent runs MPS for
 	planned   map[string][]vdev.Device
+	layout    singleLayout      // the single pipe layout's device list and threads
 	minors    map[string]int    // GPU UUID -> N of /dev/nvidiaN
 	cdiIDs    map[string]string // <GPU UUID>::<i> -> inventory id, as last seen
 	acct      *accounting.Accountant
 	readySent bool
 	// onReload follows a new configuration (the file watcher re-aims).
 	onReload func(*Config)
+	// held is a configuration change held back (guard.go).
+	held *HeldReload
+	// beat is the Run loop's heartbeat, read by HTTP handlers and the
+	// watchdog (loop.go).
+	beat heartbeat
 
 	mu         sync.Mutex // guards cfg, generation and status, read by HTTP handlers
 	cfg        *Config
@@ -111,7 +120,7 @@ func New(opts Options) (*Agent, error) {
 		state:      &stateDir{path: hc.StateDirectory},
 		notify:     opts.Notifier,
 		gpus:       map[string]*gpuState{},
-		acct:       accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Killer: opts.Killer, Log: opts.Log}),
+		acct:       accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: identityStore(opts.Config).Table, Killer: opts.Killer, Log: opts.Log}),
 		cfg:        opts.Config,
 		generation: 1,
 	}
@@ -130,8 +139,9 @@ func (a *Agent) config() *Config {
 }
 
 // Run reconciles at once, then every sync interval, until ctx ends. One loop
-// does everything: reconciles, reloads (SIGHUP or an edit), health probes and
-// watchdog pings, so a stuck step stops the pings and systemd restarts us.
+// does everything: reconciles, reloads (SIGHUP or an edit), health probes
+// and accounting, each step under a deadline; a watchdog beside it pings
+// systemd while the loop makes progress and reports a stall (loop.go).
 // A failed reconcile is retried sooner, with exponential backoff and jitter.
 // MPS control daemons are left running when Run returns: their death would
 // kill the CUDA clients they serve.
@@ -145,8 +155,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopHTTP()
 
 	var edits <-chan struct{}
+	var w *watcher
 	if a.opts.WatchFiles && a.opts.ConfigPath != "" {
-		w, err := newWatcher(a.log, a.watchedFiles(a.config()))
+		w, err = newWatcher(a.log, a.watchedFiles(a.config()))
 		if err != nil {
 			return err
 		}
@@ -155,22 +166,25 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer w.close()
 		a.onReload = func(cfg *Config) { w.set(a.watchedFiles(cfg)) }
 	}
-	var watchdog <-chan time.Time
-	if a.opts.Watchdog > 0 {
-		t := time.NewTicker(a.opts.Watchdog)
-		defer t.Stop()
-		watchdog = t.C
-	}
+	wdCtx, stopWatchdog := context.WithCancel(ctx)
+	defer stopWatchdog()
+	go a.watchdog(wdCtx)
 	health := time.NewTicker(hc.HealthInterval)
 	defer health.Stop()
 	next := time.NewTimer(0)
 	defer next.Stop()
+	// hold fires when a held-back configuration change is due (guard.go).
+	hold := time.NewTimer(time.Hour)
+	hold.Stop()
+	defer hold.Stop()
 	a.sendNotify("STATUS=starting: first reconcile")
 
 	failures := 0
 	reconcile := func() {
 		wait := a.config().Host.SyncInterval
-		if err := a.Reconcile(ctx); err != nil && ctx.Err() == nil {
+		var err error
+		a.step(ctx, "reconcile", func(ctx context.Context) { err = a.Reconcile(ctx) })
+		if err != nil && ctx.Err() == nil {
 			failures++
 			wait = backoff(failures, wait)
 			a.log.Error("reconcile failed", "err", err, "retry_in", wait.Round(time.Millisecond).String())
@@ -178,6 +192,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			failures = 0
 		}
 		next.Reset(wait)
+	}
+	reload := func(trigger string) {
+		var applied bool
+		a.step(ctx, "reload", func(ctx context.Context) { applied = a.reload(ctx, trigger) })
+		hold.Stop()
+		if due, ok := a.heldDue(); ok {
+			hold.Reset(max(time.Until(due), 0))
+		}
+		if applied {
+			reconcile()
+		}
 	}
 	for {
 		select {
@@ -187,21 +212,24 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case err := <-srvErr:
 			return fmt.Errorf("health and metrics server: %w", err)
-		case <-watchdog:
-			a.sendNotify("WATCHDOG=1")
 		case <-a.opts.Reload:
-			if a.reload(ctx, "SIGHUP") {
-				reconcile()
+			if w != nil && w.saving() {
+				// The watcher reloads once the save in progress is over.
+				a.log.Info("SIGHUP during an in-place save: reloading once the file is quiet")
+				continue
 			}
+			reload("SIGHUP")
 		case <-edits:
-			if a.reload(ctx, "file changed") {
-				reconcile()
-			}
+			reload("file changed")
+		case <-hold.C:
+			reload("held change settled")
 		case <-health.C:
-			if a.probe(ctx) {
+			var changed bool
+			a.step(ctx, "health probe", func(ctx context.Context) { changed = a.probe(ctx) })
+			if changed {
 				reconcile()
 			}
-			a.account(ctx)
+			a.step(ctx, "accounting", a.account)
 		case <-next.C:
 			reconcile()
 		}
@@ -270,5 +298,7 @@ func (a *Agent) Status() Status {
 	s.GPUs = append([]GPUStatus(nil), a.status.GPUs...)
 	s.Retiring = append([]string(nil), a.status.Retiring...)
 	s.Devices = append([]DeviceStatus(nil), a.status.Devices...)
+	s.RestartPending = append([]string(nil), a.status.RestartPending...)
+	s.Loop = a.beat.status()
 	return s
 }

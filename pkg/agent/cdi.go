@@ -1,11 +1,14 @@
 package agent
 
 import (
+	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/cdi"
+	"yunion.io/x/mps-daemon/pkg/identity"
 	"yunion.io/x/mps-daemon/pkg/plan"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
@@ -65,7 +68,7 @@ func (a *Agent) writeCDI(cfg *Config, p *plan.Plan, statuses []GPUStatus, rows [
 			MemoryLimitMiB: r.MPSMemoryLimit, ThreadPercentage: r.MPSThreadPercentage})
 	}
 	st := CDIStatus{Devices: len(devs)}
-	path, changed, err := cdi.Sync(a.cdiOptions(cfg), devs)
+	path, changed, err := a.syncCDI(cfg, devs)
 	st.Path = path
 	if err != nil {
 		st.Error = err.Error()
@@ -86,4 +89,30 @@ func rowName(r api.IsolatedDevice) (string, int, bool) {
 	}
 	i, err := strconv.Atoi(r.Addr[k+1:])
 	return r.DevicePath, i, err == nil
+}
+
+// identityStore holds the files that name each virtual device inside its
+// containers (<state directory>/identity).
+func identityStore(cfg *Config) identity.Store {
+	return identity.Store{Dir: filepath.Join(cfg.Host.StateDirectory, "identity")}
+}
+
+// syncCDI writes the spec once every device's identity file exists, so a
+// runtime never meets a spec that mounts a file that is not there; when a
+// file cannot be made, the previous spec stays.
+func (a *Agent) syncCDI(cfg *Config, devs []cdi.Device) (string, bool, error) {
+	store := identityStore(cfg)
+	names := make([]string, len(devs))
+	for i := range devs {
+		names[i] = devs[i].Name()
+		p, err := store.Path(names[i])
+		if err != nil {
+			return "", false, err
+		}
+		devs[i].IdentityFile = p
+	}
+	if err := store.Ensure(names); err != nil {
+		return "", false, fmt.Errorf("identity files: %w", err)
+	}
+	return cdi.Sync(a.cdiOptions(cfg), devs)
 }

@@ -1,12 +1,16 @@
 package agent
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
+	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/metrics"
+	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/plan"
 )
 
@@ -18,8 +22,32 @@ func buildPlan(ctx context.Context, backend gpu.Backend, cfg *Config, sysfsRoot,
 		return nil, nil, withKind(metrics.ErrorGPU, fmt.Errorf("listing GPUs: %w", err))
 	}
 	gpu.FillNUMA(sysfsRoot, gpus)
-	p, err := plan.Build(cfg.Host, cfg.Devices, gpus, gpu.Resolver{SysfsRoot: sysfsRoot, DevRoot: devRoot})
+	p, err := planFor(cfg, gpus, sysfsRoot, devRoot)
 	return p, gpus, err
+}
+
+// planFor builds the plan of cfg against gpus and checks what only the plan
+// tells: that the MPS sockets of every planned GPU fit a unix socket path.
+func planFor(cfg *Config, gpus []gpu.Info, sysfsRoot, devRoot string) (*plan.Plan, error) {
+	p, err := plan.Build(cfg.Host, cfg.Devices, gpus, gpu.Resolver{SysfsRoot: sysfsRoot, DevRoot: devRoot})
+	return p, errors.Join(err, checkPipeDirs(cfg, p))
+}
+
+// checkPipeDirs refuses a pipe root under which a planned GPU's control
+// sockets could not bind: the control daemon would fail with nothing but
+// "Cannot find MPS control daemon process".
+func checkPipeDirs(cfg *Config, p *plan.Plan) error {
+	if p == nil {
+		return nil
+	}
+	for _, g := range p.GPUs {
+		if err := mps.CheckPipeDir(cfg.pipeLog(g.GPU.UUID).PipeDir); err != nil {
+			hc := cfg.Host
+			return &config.Error{File: cmp.Or(hc.Path, "host.conf"), Line: hc.Line("cuda_mps_pipe_directory"), Field: "cuda_mps_pipe_directory",
+				Msg: fmt.Sprintf("too long for the MPS sockets under it: %v", err)}
+		}
+	}
+	return nil
 }
 
 // CheckConfig validates the configuration against the GPUs the backend
@@ -36,6 +64,10 @@ func CheckConfig(ctx context.Context, cfg *Config, backend gpu.Backend, sysfsRoo
 	p, _, err := buildPlan(ctx, backend, cfg, sysfsRoot, devRoot)
 	if err != nil {
 		return err
+	}
+	// What the daemon reads at start besides the two files.
+	if _, err := cfg.Host.TokenValue(); err != nil {
+		return fmt.Errorf("%s: %w", cmp.Or(cfg.Host.Path, "host.conf"), err)
 	}
 	fmt.Fprintf(w, "host.conf: %s\n", cfg.Host.Path)
 	if cfg.Devices != nil {

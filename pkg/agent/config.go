@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 
@@ -14,29 +17,48 @@ import (
 type Config struct {
 	Host    *config.HostConf
 	Devices *config.DeviceFile // nil when host.conf names no device file
+	// digest identifies the bytes both files held when read (empty for a
+	// Config built in memory): a reload of the same bytes changes nothing,
+	// and a held-back change is applied only if the files still hold it.
+	digest string
 }
 
 // LoadConfig reads host.conf and the device YAML it names. A device file that
 // host.conf names but that does not exist is an error: the operator meant one.
 // Every error names the file (and line, where there is one).
 func LoadConfig(hostConfPath string) (*Config, error) {
-	hc, err := config.LoadHostConf(hostConfPath)
+	raw, err := config.ReadFile(hostConfPath, config.MaxConfigBytes)
+	if err != nil {
+		return nil, fmt.Errorf("reading host config: %w", err)
+	}
+	hc, err := config.ParseHostConf(hostConfPath, raw)
 	if err != nil {
 		return nil, err
 	}
+	sum := sha256.New()
+	writeFileDigest(sum, hostConfPath, raw)
 	c := &Config{Host: hc}
-	if hc.ContainerDeviceConfigFile == "" {
-		return c, nil
-	}
-	df, err := config.LoadDevices(hc.ContainerDeviceConfigFile)
-	if err != nil {
+	if f := hc.ContainerDeviceConfigFile; f != "" {
+		raw, err := config.ReadFile(f, config.MaxConfigBytes)
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s: container_device_config_file names %s, which does not exist", hostConfPath, hc.ContainerDeviceConfigFile)
+			return nil, fmt.Errorf("%s: container_device_config_file names %s, which does not exist", hostConfPath, f)
 		}
-		return nil, err
+		if err != nil {
+			return nil, fmt.Errorf("reading container device config: %w", err)
+		}
+		if c.Devices, err = config.ParseDevices(f, raw); err != nil {
+			return nil, err
+		}
+		writeFileDigest(sum, f, raw)
 	}
-	c.Devices = df
+	c.digest = hex.EncodeToString(sum.Sum(nil))
 	return c, nil
+}
+
+// writeFileDigest adds one file, name and length first, to a digest.
+func writeFileDigest(h io.Writer, name string, data []byte) {
+	fmt.Fprintf(h, "%s\x00%d\x00", name, len(data))
+	_, _ = h.Write(data)
 }
 
 // HostName is the name the host registers under: mps_host_name, else the

@@ -75,16 +75,25 @@ func errorKind(err error) metrics.ErrorKind {
 	return metrics.ErrorMPS
 }
 
-// Handler serves /healthz (the process answers), /readyz (the first full
-// reconcile is done and the last one succeeded), /status (what the agent last
-// did, as JSON) and /metrics.
+// Handler serves /healthz (the process answers and its main loop is not
+// stalled), /readyz (that, and the first full reconcile is done and the
+// last one succeeded), /status (what the agent last did, as JSON) and
+// /metrics.
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if msg := stallMessage(a.Status().Loop, time.Now()); msg != "" {
+			http.Error(w, msg, http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		st := a.Status()
+		if msg := stallMessage(st.Loop, time.Now()); msg != "" {
+			http.Error(w, "not ready: "+msg, http.StatusServiceUnavailable)
+			return
+		}
 		if !st.Ready {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			msg := "not ready"
@@ -104,4 +113,16 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.Handle("GET /metrics", metrics.Handler(a.met.reg))
 	return mux
+}
+
+// stallMessage says how the main loop is stalled, "" when it is not.
+func stallMessage(l LoopStatus, now time.Time) string {
+	if !l.Stalled {
+		return ""
+	}
+	msg := "main loop stalled in " + l.Step
+	if l.Since != nil {
+		msg += " for " + now.Sub(*l.Since).Round(time.Second).String()
+	}
+	return msg
 }

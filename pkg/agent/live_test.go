@@ -57,7 +57,7 @@ func (h *harness) writeConfig(t testing.TB, devices string) {
 	df := filepath.Join(h.dir, "devices.yml")
 	conf := "enable_cuda_mps: true\ncontainer_device_config_file: " + df +
 		"\ncuda_mps_pipe_directory: " + h.dir + "/pipe\ncuda_mps_log_directory: " + h.dir + "/log\nmps_state_directory: " + h.dir +
-		"/state\nmps_cdi_directory: " + h.dir + "/cdi\nmps_thread_percentage: even\nmps_host_name: node-1\nmps_inventory_url: " + h.cfg.Host.InventoryURL + "\nmps_sync_interval: 1h\nmps_health_interval: 20ms\nmps_listen_address: 127.0.0.1:0\n"
+		"/state\nmps_cdi_directory: " + h.dir + "/cdi\nmps_thread_percentage: even\nmps_host_name: node-1\nmps_inventory_url: " + h.cfg.Host.InventoryURL + "\nmps_sync_interval: 1h\nmps_health_interval: 1s\nmps_listen_address: 127.0.0.1:0\n"
 	if err := os.WriteFile(hc, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}

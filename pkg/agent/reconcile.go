@@ -32,6 +32,12 @@ type Status struct {
 	ConfigError        string      `json:"config_error,omitempty"`
 	VirtualDevices     int         `json:"virtual_devices"`
 	GPUs               []GPUStatus `json:"gpus"`
+	// ConfigHeld is a configuration change held back until the files
+	// settle (guard.go); RestartPending the host.conf keys changed on disk
+	// that only a restart applies; Loop the main loop's heartbeat (loop.go).
+	ConfigHeld     *HeldReload `json:"config_held,omitempty"`
+	RestartPending []string    `json:"restart_pending,omitempty"`
+	Loop           LoopStatus  `json:"loop"`
 	// Retiring lists GPUs taken out of the configuration whose MPS daemon
 	// still runs because a guest holds one of their devices.
 	Retiring []string `json:"retiring,omitempty"`
@@ -106,6 +112,9 @@ type GPUStatus struct {
 
 // gpuState is what the agent keeps per GPU between reconciles.
 type gpuState struct {
+	// base talks to the GPU's control daemon; ctl is base bound to the
+	// GPU's device ordinal in it (always 0 in the per-GPU layout).
+	base   *mps.Controller
 	ctl    *mps.Controller
 	env    mps.Env
 	limits mps.Limits
@@ -132,6 +141,7 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 	if err != nil {
 		return a.fail(withKind(metrics.ErrorConfig, fmt.Errorf("invalid configuration, nothing changed: %w", err)))
 	}
+	a.layout = layoutOf(cfg, p)
 	a.minors = map[string]int{}
 	for _, g := range gpus {
 		a.minors[g.UUID] = g.Minor
@@ -213,6 +223,10 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 		st.ThreadPercentage = gp.Devices[0].ThreadPercentage
 	}
 	gs := a.gpu(cfg, g.UUID, log)
+	if cfg.single() && gs.env.VisibleDevices != a.layout.visible {
+		delete(a.gpus, g.UUID) // the planned GPUs changed: a controller for the new list
+		gs = a.gpu(cfg, g.UUID, log)
+	}
 	st.PipeDirectory = gs.env.PipeDir
 	fail := func(format string, args ...any) GPUStatus {
 		st.Error = fmt.Sprintf(format, args...)
@@ -237,6 +251,13 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 		return fail("MPS control daemon: %v", err)
 	}
 	st.ControlDaemonUp = true
+	if err := a.bindDevice(cfg, gs, g.UUID, log); err != nil {
+		// The single daemon cannot take this GPU's caps until it is idle
+		// and restarted (layout.go): unhealthy, healing by itself.
+		st.Reason = err.Error()
+		a.setHealth(gs, log, false, st.Reason)
+		return st
+	}
 	if !adopted {
 		if gs.limits != (mps.Limits{}) {
 			a.met.daemon.ObserveControlDaemonRestart()
@@ -246,6 +267,9 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 		}
 	}
 	want := mps.Limits{PinnedMemMiB: st.MemoryLimitMiB, ThreadPercentage: float64(st.ThreadPercentage)}
+	if cfg.single() {
+		want.ThreadPercentage = float64(a.layout.threads) // one value for the daemon's devices
+	}
 	if err := gs.ctl.SetDefaults(ctx, want); err != nil {
 		return fail("applying MPS limits: %v", err)
 	}
@@ -295,8 +319,9 @@ func (a *Agent) gpu(cfg *Config, uuid string, log *slog.Logger) *gpuState {
 	if gs, ok := a.gpus[uuid]; ok {
 		return gs
 	}
-	env := cfg.pipeLog(uuid)
-	gs := &gpuState{env: env, ctl: mps.NewController(a.opts.Runner, env, cfg.Host.ControlTimeout, log.With("component", "mps")), healthy: true}
+	env := a.envFor(cfg, uuid)
+	ctl := mps.NewController(a.opts.Runner, env, cfg.Host.ControlTimeout, log.With("component", "mps"))
+	gs := &gpuState{env: env, base: ctl, ctl: ctl, healthy: true}
 	a.gpus[uuid] = gs
 	return gs
 }
@@ -389,6 +414,7 @@ func (a *Agent) statusLine() string {
 	if st.Simulated {
 		line = "SIMULATED: " + line
 	}
+	line += heldLine(st)
 	if st.ConfigError != "" {
 		line += "; config error, running the last good one: " + firstLine(st.ConfigError)
 	} else if !st.Ready && st.LastError != "" {
@@ -397,8 +423,12 @@ func (a *Agent) statusLine() string {
 	return line
 }
 
-// pipeLog gives a GPU its own pipe and log directory under the roots.
+// pipeLog gives a GPU its own pipe and log directory under the roots, or,
+// in the single layout, the roots themselves (layout.go).
 func (c *Config) pipeLog(uuid string) mps.Env {
+	if c.single() {
+		return mps.Env{PipeDir: c.Host.CudaMPSPipeDirectory, LogDir: c.Host.CudaMPSLogDirectory, Single: true, MultiUser: c.Host.MultiUserServer}
+	}
 	return mps.Env{
 		PipeDir:        filepath.Join(c.Host.CudaMPSPipeDirectory, uuid),
 		LogDir:         filepath.Join(c.Host.CudaMPSLogDirectory, uuid),

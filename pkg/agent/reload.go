@@ -2,9 +2,12 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/systemd"
 )
 
@@ -12,7 +15,10 @@ import (
 // for the GPUs present, makes them the configuration in force. A bad edit
 // changes nothing: the last good configuration keeps running, and the error
 // (file and line) goes to the log, the systemd status, /status and a metric.
-// It reports whether a new configuration was taken.
+// The same bytes as the configuration in force change nothing either, and a
+// change that would take every device away or drop the YAML's entries is
+// held back until the files settle (guard.go). It reports whether a new
+// configuration was taken.
 func (a *Agent) reload(ctx context.Context, trigger string) bool {
 	if a.opts.ConfigPath == "" {
 		return false
@@ -23,11 +29,15 @@ func (a *Agent) reload(ctx context.Context, trigger string) bool {
 			a.sendNotify("READY=1")
 		}
 	}()
+	old := a.config()
 	cfg, err := LoadConfig(a.opts.ConfigPath)
+	var risk string
 	if err == nil {
-		_, _, err = a.plan(ctx, cfg)
+		a.noteRestartOnly(keepRestartOnly(old.Host, cfg.Host))
+		risk, err = a.assess(ctx, old, cfg)
 	}
 	if err != nil {
+		a.releaseHeld()
 		a.met.daemon.ObserveReload(false)
 		a.mu.Lock()
 		a.status.ConfigError = err.Error()
@@ -36,10 +46,23 @@ func (a *Agent) reload(ctx context.Context, trigger string) bool {
 		a.sendNotify("STATUS=" + a.statusLine())
 		return false
 	}
-	old := a.config()
-	if kept := keepRestartOnly(old.Host, cfg.Host); len(kept) > 0 {
-		a.log.Warn("these host.conf changes take effect at the next restart", "keys", strings.Join(kept, ","))
+	if cfg.digest != "" && cfg.digest == old.digest {
+		a.releaseHeld()
+		a.mu.Lock()
+		hadError := a.status.ConfigError != ""
+		a.status.ConfigError = ""
+		a.mu.Unlock()
+		a.log.Debug("configuration files unchanged; nothing to apply", "trigger", trigger)
+		if hadError {
+			a.log.Info("configuration files are back to the configuration in force", "trigger", trigger)
+			a.sendNotify("STATUS=" + a.statusLine())
+		}
+		return false
 	}
+	if risk != "" && a.holdOrRelease(cfg.digest, risk, old.Host.ReloadHoldTime) {
+		return false
+	}
+	a.releaseHeld()
 	a.mu.Lock()
 	a.cfg = cfg
 	a.generation++
@@ -54,6 +77,34 @@ func (a *Agent) reload(ctx context.Context, trigger string) bool {
 		a.onReload(cfg)
 	}
 	return true
+}
+
+// assess checks next against the GPUs present, the way a reconcile would,
+// and says whether going to it from cur is a change to hold back.
+func (a *Agent) assess(ctx context.Context, cur, next *Config) (risk string, err error) {
+	gpus, err := a.opts.Backend.Devices(ctx)
+	if err != nil {
+		return "", fmt.Errorf("listing GPUs: %w", err)
+	}
+	gpu.FillNUMA(a.opts.SysfsRoot, gpus)
+	np, err := planFor(next, gpus, a.opts.SysfsRoot, a.opts.DevRoot)
+	if err != nil {
+		return "", err
+	}
+	cp, _ := planFor(cur, gpus, a.opts.SysfsRoot, a.opts.DevRoot) // the part in force that still fits
+	return riskOf(cp, np), nil
+}
+
+// noteRestartOnly shows the restart-only keys changed on disk: a warning
+// when the set changes, and /status' restart_pending while it is not empty.
+func (a *Agent) noteRestartOnly(kept []string) {
+	a.mu.Lock()
+	changed := !slices.Equal(a.status.RestartPending, kept)
+	a.status.RestartPending = kept
+	a.mu.Unlock()
+	if changed && len(kept) > 0 {
+		a.log.Warn("these host.conf changes take effect at the next restart; until then the running values stay", "keys", strings.Join(kept, ","))
+	}
 }
 
 // keepRestartOnly copies into next the keys that a running daemon cannot
@@ -81,6 +132,16 @@ func keepRestartOnly(cur, next *config.HostConf) []string {
 		{"mps_multiuser_server", keeper(&cur.MultiUserServer, &next.MultiUserServer)},
 		{"mps_control_timeout", keeper(&cur.ControlTimeout, &next.ControlTimeout)},
 		{"mps_health_interval", keeper(&cur.HealthInterval, &next.HealthInterval)},
+		{"mps_inventory_timeout", keeper(&cur.InventoryTimeout, &next.InventoryTimeout)},
+		// The backend is wired at start: the region, its credentials and
+		// where MPS's sockets live stay as they were until a restart.
+		{"auth_url and Cloudpods' admin keys", keeper(&cur.Cloudpods, &next.Cloudpods)},
+		{"mps_inventory_backend", keeper(&cur.InventoryBackend, &next.InventoryBackend)},
+		{"mps_pipe_layout", keeper(&cur.PipeLayout, &next.PipeLayout)},
+		{"mps_region_device_model", keeper(&cur.RegionDeviceModel, &next.RegionDeviceModel)},
+		{"mps_region_host_mac", keeper(&cur.RegionHostMAC, &next.RegionHostMAC)},
+		{"mps_region_create_host", keeper(&cur.RegionCreateHost, &next.RegionCreateHost)},
+		{"mps_region_insecure_tls", keeper(&cur.RegionInsecureTLS, &next.RegionInsecureTLS)},
 	} {
 		if k.keep() {
 			kept = append(kept, k.key)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
 // retire stops the MPS control daemon of every GPU that is no longer in the
@@ -28,7 +30,11 @@ func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[string]bool
 	var retiring []string
 	for _, uuid := range a.unplanned(cfg, planned) {
 		log := a.log.With("gpu", uuid)
-		gs := a.gpu(cfg, uuid, log)
+		gs, shared := a.retiring(cfg, uuid, log)
+		if shared && len(planned) > 0 {
+			delete(a.gpus, uuid) // the single daemon serves the planned GPUs on
+			continue
+		}
 		up, err := gs.ctl.Running(ctx)
 		if err != nil {
 			log.Warn("asking a retired GPU's MPS control daemon", "err", err)
@@ -55,7 +61,43 @@ func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[string]bool
 		delete(a.gpus, uuid)
 	}
 	sort.Strings(retiring)
+	a.restoreModes(ctx, cfg, planned, retiring)
 	return retiring
+}
+
+// restoreModes gives a GPU back the compute mode the daemon found on it
+// (recorded in the state directory when the daemon first changed it), as
+// teardown does, once the daemon no longer needs the change: the GPU left
+// the configuration and its MPS daemon is gone, or compute modes are no
+// longer the daemon's to set (mps_set_exclusive_compute_mode: false). A GPU
+// taken back into the configuration is set again and its mode recorded
+// again. GPUs that are not present are left for later.
+func (a *Agent) restoreModes(ctx context.Context, cfg *Config, planned map[string]bool, retiring []string) {
+	modes, err := a.state.previousModes()
+	if err != nil {
+		a.log.Warn("reading the recorded compute modes", "err", err)
+		return
+	}
+	for uuid, name := range modes {
+		_, present := a.minors[uuid]
+		inUse := planned[uuid] && cfg.Host.SetExclusiveComputeMode
+		if !present || inUse || slices.Contains(retiring, uuid) {
+			continue
+		}
+		log := a.log.With("gpu", uuid)
+		mode, err := gpu.ParseComputeMode(name)
+		if err == nil {
+			err = a.opts.Backend.SetComputeMode(ctx, uuid, mode)
+		}
+		if err != nil {
+			log.Warn("restoring the compute mode the GPU had", "mode", name, "err", err)
+			continue
+		}
+		if err := a.state.forgetMode(uuid); err != nil {
+			log.Warn("forgetting a restored compute mode", "err", err)
+		}
+		log.Info("compute mode restored: the daemon no longer needs the GPU in Exclusive_Process", "mode", name)
+	}
 }
 
 // unplanned lists GPUs with a known or findable control daemon outside the

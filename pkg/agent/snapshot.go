@@ -17,12 +17,17 @@ func snapshotOf(st Status) metrics.Snapshot {
 		InventoryReachable: st.InventoryReachable,
 		ConfigGeneration:   st.ConfigGeneration,
 		ConfigRejected:     st.ConfigError != "",
+		ConfigHeld:         st.ConfigHeld != nil,
+		RestartPending:     len(st.RestartPending),
+		LoopStalled:        st.Loop.Stalled,
 		LastReconcile:      st.LastReconcile,
 		VirtualDevices:     st.VirtualDevices,
 		RetiringGPUs:       len(st.Retiring),
 	}
 	if st.Accounting != nil {
 		s.AccountingPolicy = st.Accounting.Policy
+		s.AccountingClients = st.Accounting.Clients
+		s.AccountingMismatches = len(st.Accounting.Mismatches)
 	}
 	for _, g := range st.GPUs {
 		servers := make([]metrics.Server, 0, len(g.Servers))

@@ -91,6 +91,15 @@ func WriteStatus(w io.Writer, st Status, now time.Time) error {
 		cfg += "; last edit REJECTED, the previous one runs: " + firstLine(st.ConfigError)
 	}
 	field("configuration", cfg)
+	if h := st.ConfigHeld; h != nil {
+		field("held back", fmt.Sprintf("a change of the files, applied at %s if they stay as they are: %s", h.ApplyAt.Local().Format(time.TimeOnly), h.Reason))
+	}
+	if len(st.RestartPending) > 0 {
+		field("needs restart", strings.Join(st.RestartPending, ", ")+" changed on disk; the running values stay until a restart")
+	}
+	if msg := stallMessage(st.Loop, now); msg != "" {
+		field("main loop", "STALLED: "+msg)
+	}
 	field("last reconcile", since(st.LastReconcile, now))
 	field("last error", orNone(firstLine(st.LastError)))
 	if rest := restLines(st.LastError); rest != "" {
@@ -108,7 +117,21 @@ func WriteStatus(w io.Writer, st Status, now time.Time) error {
 	p.line("")
 	p.line("Virtual devices")
 	writeDevices(p, st.Devices)
+	if st.Accounting != nil && len(st.Accounting.Mismatches) > 0 {
+		p.line("")
+		p.line("MPS clients whose environment disagrees with their identity file (billed by the identity)")
+		writeMismatches(p, st.Accounting.Mismatches)
+	}
 	return p.err
+}
+
+func writeMismatches(p *printer, ms []MismatchState) {
+	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  PID\tBILLED TO\tENVIRONMENT SAYS\tBY\tUSED MiB")
+	for _, m := range ms {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\n", m.PID, m.Device, orDash(m.Environment), m.Source, m.UsedBytes>>20)
+	}
+	p.flush(tw)
 }
 
 func writeGPUs(p *printer, gpus []GPUStatus) {
@@ -193,8 +216,15 @@ func accountingLine(a *AccountingStatus) string {
 		return "no tick yet"
 	}
 	line := a.Policy
+	var notes []string
 	if n := len(a.Unknown); n > 0 {
-		line += fmt.Sprintf(" (%s billed to no device)", plural(n, "MPS client"))
+		notes = append(notes, plural(n, "MPS client")+" billed to no device")
+	}
+	if n := len(a.Mismatches); n > 0 {
+		notes = append(notes, plural(n, "MPS client")+" disagreeing with the identity file")
+	}
+	if len(notes) > 0 {
+		line += " (" + strings.Join(notes, "; ") + ")"
 	}
 	return line
 }

@@ -27,6 +27,9 @@ func Teardown(ctx context.Context, cfg *Config, backend gpu.Backend, runner mps.
 		return err
 	}
 	uuids := a.unplanned(cfg, map[string]bool{})
+	if cfg.single() {
+		uuids = append(uuids, singleDaemon) // the one daemon in the pipe root
+	}
 	var busy []error
 	for _, uuid := range uuids {
 		gs := a.gpu(cfg, uuid, a.log.With("gpu", uuid))

@@ -11,9 +11,22 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// debounce lets an editor finish: a save is often several events (truncate,
-// write, chmod, or write-temp-then-rename), and one reload should follow.
-const debounce = 50 * time.Millisecond
+// When is a file being written complete? An editor that saves atomically
+// writes a new file and renames it over the old one: the watched name never
+// holds a partial file, and only a rename (and perhaps a chmod) happens to
+// it. Those saves are read after debounce, which collects the events of one
+// save into one reload. A file written in place (truncated, then written in
+// chunks: `cat > f`, `cp`, an editor that overwrites) holds every
+// intermediate state on the way, and nothing tells when the writer is done:
+// a write to the watched name makes the watcher wait until no event has come
+// for writeQuiet, well past the pauses of a writer that is still at it (a
+// shell pipeline, a slow copy; at least 250 ms between chunks is covered).
+// A writer that pauses longer than writeQuiet is seen midway; the checks of
+// the configuration and the hold of guard.go are what stand in its way then.
+const (
+	debounce   = 50 * time.Millisecond
+	writeQuiet = time.Second
+)
 
 // watcher reports edits of a set of files. It watches their directories, not
 // the files: editors that save by writing a new file and renaming it over the
@@ -26,6 +39,9 @@ type watcher struct {
 	mu    sync.Mutex
 	files map[string]bool // cleaned absolute paths
 	dirs  map[string]bool
+	// inPlace is set while a watched file written in place waits for
+	// writeQuiet.
+	inPlace bool
 }
 
 func newWatcher(log *slog.Logger, files []string) (*watcher, error) {
@@ -61,6 +77,14 @@ func (w *watcher) set(files []string) {
 	}
 }
 
+// saving reports a watched file written in place that has not been quiet
+// for writeQuiet yet: a reload now could read it half written.
+func (w *watcher) saving() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.inPlace
+}
+
 func (w *watcher) wanted(name string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -81,15 +105,28 @@ func (w *watcher) run(ctx context.Context) {
 			if !ok {
 				return
 			}
-			if w.wanted(ev.Name) {
-				t.Reset(debounce)
+			if !w.wanted(ev.Name) {
+				continue
 			}
+			w.mu.Lock()
+			if ev.Has(fsnotify.Write) {
+				w.inPlace = true
+			}
+			wait := debounce
+			if w.inPlace {
+				wait = writeQuiet
+			}
+			w.mu.Unlock()
+			t.Reset(wait)
 		case err, ok := <-w.fs.Errors:
 			if !ok {
 				return
 			}
 			w.log.Warn("configuration watch", "err", err)
 		case <-t.C:
+			w.mu.Lock()
+			w.inPlace = false
+			w.mu.Unlock()
 			select {
 			case w.events <- struct{}{}:
 			default: // a reload is already pending; it will read the latest files

@@ -60,6 +60,11 @@ func WriteChecked(path string, data []byte, perm fs.FileMode, check func(tmp str
 	}
 	done = true
 	// The rename is durable once the directory is.
+	return SyncDir(dir)
+}
+
+// SyncDir makes the creations, renames and removals in dir durable.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("syncing %s: %w", dir, err)

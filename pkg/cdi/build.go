@@ -9,18 +9,8 @@ import (
 
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
+	"yunion.io/x/mps-daemon/pkg/identity"
 	"yunion.io/x/mps-daemon/pkg/vdev"
-	"yunion.io/x/mps-daemon/pkg/version"
-)
-
-// Annotations of the spec and its devices: who wrote it, and which virtual
-// device an entry is (the inventory id's entry says it too).
-const (
-	AnnotationGenerator     = "yunion.io/generated-by"
-	AnnotationVersion       = "yunion.io/mps-daemon-version"
-	AnnotationVirtualDevice = "yunion.io/virtual-device"
-	AnnotationInventoryID   = "yunion.io/inventory-id"
-	generator               = "mps-daemon"
 )
 
 // Mount options. The pipe directory is read-only: a client only connects to
@@ -33,6 +23,9 @@ var (
 	pipeMountOptions = []string{"ro", "nosuid", "nodev", "noexec", "bind"}
 	shmMountOptions  = []string{"rw", "nosuid", "nodev", "noexec", "bind"}
 	maskMountOptions = []string{"ro", "nosuid", "nodev", "noexec", "bind"}
+	// The identity file: read-only, so neither its content nor, without
+	// CAP_SYS_ADMIN, the mount can be changed from inside.
+	identityMountOptions = []string{"ro", "nosuid", "nodev", "noexec", "bind"}
 )
 
 // privilegedSocket is the control daemon's socket for privileged commands
@@ -79,29 +72,23 @@ func build(o Options, devs []Device, nodes nodeSet) *specs.Spec {
 	slices.SortFunc(sorted, func(a, b Device) int {
 		return cmp.Or(cmp.Compare(a.GPUUUID, b.GPUUUID), cmp.Compare(a.Index, b.Index))
 	})
-	s := &specs.Spec{
-		Kind: o.Kind,
-		Annotations: map[string]string{
-			AnnotationGenerator: generator,
-			AnnotationVersion:   version.Version,
-		},
-	}
+	// No annotations: they need cdiVersion 0.6.0, which Debian 12's Podman
+	// (4.3.1) and Ubuntu 22.04's refuse. The file's header names its writer;
+	// the identity file and YUNION_MPS_VIRTUAL_DEVICE name the device.
+	s := &specs.Spec{Kind: o.Kind}
 	for _, d := range sorted {
 		// Two names, the same edits: the stable name and the inventory id.
 		// Each entry gets its own copy, so editing one leaves the other.
 		for _, n := range deviceNames(d) {
-			ann := map[string]string{AnnotationVirtualDevice: d.Name()}
-			if d.ID != "" {
-				ann[AnnotationInventoryID] = d.ID
-			}
 			s.Devices = append(s.Devices, specs.Device{
 				Name:           n,
-				Annotations:    ann,
 				ContainerEdits: containerEdits(o, d, nodes),
 			})
 		}
 	}
-	// The oldest version that holds what we use, so older runtimes load it.
+	// The oldest version that holds what we use, so older runtimes load it:
+	// 0.5.0 once a device has an inventory id (a name starting with a digit)
+	// or a node with a host path, else 0.4.0 (mount types).
 	s.Version, _ = specs.MinimumRequiredVersion(s)
 	return s
 }
@@ -133,6 +120,11 @@ func containerEdits(o Options, d Device, nodes nodeSet) specs.ContainerEdits {
 			ContainerPath: filepath.Join(d.PipeDir, privilegedSocket),
 			Type:          "bind",
 			Options:       slices.Clone(maskMountOptions),
+		}, {
+			HostPath:      d.IdentityFile,
+			ContainerPath: identity.ContainerPath(d.GPUUUID),
+			Type:          "bind",
+			Options:       slices.Clone(identityMountOptions),
 		}},
 	}
 	if o.ShmPath != NoShm {

@@ -31,6 +31,9 @@ func TestInvalidStatesNeverWrite(t *testing.T) {
 		{"relative pipe directory", nil, func(d []Device) []Device { d[0].PipeDir = "tmp/pipe"; return d }, `pipe directory "tmp/pipe" is not an absolute clean path`},
 		{"unclean pipe directory", nil, func(d []Device) []Device { d[0].PipeDir = "/tmp/../pipe"; return d }, "is not an absolute clean path"},
 		{"pipe directory too long for a socket", nil, func(d []Device) []Device { d[0].PipeDir = long; return d }, "would be 108 bytes, over the kernel's 107"},
+		{"no identity file", nil, func(d []Device) []Device { d[0].IdentityFile = ""; return d }, "identity file is empty"},
+		{"relative identity file", nil, func(d []Device) []Device { d[0].IdentityFile = "identity/x"; return d }, `identity file "identity/x" is not an absolute clean path`},
+		{"one identity file for two devices", nil, func(d []Device) []Device { d[2].IdentityFile = d[1].IdentityFile; return d }, "is also device 1's"},
 		{"memory cap 0", nil, func(d []Device) []Device { d[3].MemoryLimitMiB = 0; return d }, "memory limit 0 MiB: want > 0"},
 		{"thread percentage 0", nil, func(d []Device) []Device { d[3].ThreadPercentage = 0; return d }, "thread percentage 0: want 1..100"},
 		{"thread percentage 101", nil, func(d []Device) []Device { d[3].ThreadPercentage = 101; return d }, "thread percentage 101"},
@@ -143,9 +146,24 @@ func TestBuildOrderIndependent(t *testing.T) {
 	if !slices.Equal(names, want) {
 		t.Errorf("names %q\nwant  %q", names, want)
 	}
-	// Annotations make 0.6.0 the oldest version that holds the spec.
-	if a.Version != "0.6.0" {
-		t.Errorf("cdiVersion %q, want 0.6.0", a.Version)
+	// Names starting with a digit (inventory ids) make 0.5.0 the oldest
+	// version that holds the spec: what Debian 12's Podman 4.3.1 accepts.
+	if a.Version != "0.5.0" {
+		t.Errorf("cdiVersion %q, want 0.5.0", a.Version)
+	}
+	// Before the inventory gave ids: 0.4.0 (mount types).
+	var noIDs []Device
+	for _, d := range hostDevices() {
+		d.ID = ""
+		noIDs = append(noIDs, d)
+	}
+	if s, err := Build(o, noIDs); err != nil || s.Version != "0.4.0" {
+		t.Errorf("without inventory ids: cdiVersion %q (%v), want 0.4.0", s.Version, err)
+	}
+	// A real character device (a host path in the spec) needs 0.5.0.
+	withNodes := Options{Dir: o.Dir, DevRoot: charDevRoot(t, "nvidia1")}
+	if s, err := Build(withNodes, noIDs[:1]); err != nil || s.Version != "0.5.0" {
+		t.Errorf("with a device node: cdiVersion %q (%v), want 0.5.0", s.Version, err)
 	}
 }
 

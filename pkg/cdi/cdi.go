@@ -2,7 +2,8 @@
 // device per MPS virtual device, so `podman run --device
 // yunion.io/mps-gpu=GPU-…::3` (or containerd/CRI-O with CDI enabled) gives a
 // container the GPU's MPS pipe directory, the device's caps in the
-// environment and the name the accounting finds again in /proc/<pid>/environ.
+// environment and, read-only, the file naming the device that the accounting
+// finds again through /proc/<pid>/root (pkg/identity).
 //
 // Build turns the virtual devices into a spec in memory and refuses every
 // state a runtime could not use or that would hand out the wrong device; Write
@@ -82,7 +83,11 @@ type Device struct {
 	// Minor is N of /dev/nvidiaN.
 	Minor int
 	// PipeDir is the GPU's MPS pipe directory on the host.
-	PipeDir          string
+	PipeDir string
+	// IdentityFile is the host file naming the device (identity.Store),
+	// mounted read-only at identity.ContainerPath(GPUUUID): what the
+	// accounting finds again through /proc/<pid>/root.
+	IdentityFile     string
 	MemoryLimitMiB   int
 	ThreadPercentage int
 }
@@ -92,6 +97,7 @@ func (d Device) Name() string { return vdev.Name(d.GPUUUID, d.Index) }
 
 // FromVirtual is the CDI view of a planned virtual device; id is its
 // inventory id ("" when not synced yet), pipeDir its GPU's pipe directory.
+// IdentityFile is left for the caller, which makes the file.
 func FromVirtual(v vdev.Device, id, pipeDir string) Device {
 	return Device{
 		GPUUUID:          v.GPU.UUID,

@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"yunion.io/x/mps-daemon/pkg/identity"
+	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
 const (
@@ -22,7 +25,7 @@ const (
 func hostDevices() []Device {
 	pipeA := "/tmp/nvidia-mps/pipe/" + gpuA
 	pipeB := "/tmp/nvidia-mps/pipe/" + gpuB
-	return []Device{
+	devs := []Device{
 		{GPUUUID: gpuB, Index: 2, ID: "0f9a3c52-1d7e-4b8a-9e61-3c2d5f7a8b90", Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 25},
 		{GPUUUID: gpuA, Index: 0, ID: idA0, Minor: 0, PipeDir: pipeA, MemoryLimitMiB: 71885, ThreadPercentage: 50},
 		{GPUUUID: gpuA, Index: 1, ID: idA1, Minor: 0, PipeDir: pipeA, MemoryLimitMiB: 71885, ThreadPercentage: 50},
@@ -30,6 +33,20 @@ func hostDevices() []Device {
 		{GPUUUID: gpuB, Index: 1, Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 25},
 		{GPUUUID: gpuB, Index: 3, Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 25},
 	}
+	for i := range devs {
+		devs[i].IdentityFile = identityFile(devs[i].GPUUUID, devs[i].Index)
+	}
+	return devs
+}
+
+// identityFile is where the daemon's default state directory keeps a
+// device's identity file (identity.Store); Build never reads it.
+func identityFile(uuid string, i int) string {
+	p, err := identity.Store{Dir: "/var/lib/yunion-mps/identity"}.Path(vdev.Name(uuid, i))
+	if err != nil {
+		panic(err)
+	}
+	return p
 }
 
 // simDevRoot is a /dev like the simulated host's: the nvidia nodes exist as

@@ -74,6 +74,8 @@ func TestInjectEveryEdit(t *testing.T) {
 					// The library sorts mounts by depth: /dev/shm first.
 					{Destination: "/dev/shm", Source: "/dev/shm", Type: "bind", Options: []string{"rw", "nosuid", "nodev", "noexec", "bind"}},
 					{Destination: d.PipeDir, Source: d.PipeDir, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
+					// The file naming the device, where the accounting looks.
+					{Destination: "/run/yunion-mps/devices/" + d.GPUUUID, Source: d.IdentityFile, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
 					// Root in the container must not reach the privileged socket.
 					{Destination: d.PipeDir + "/control_privileged", Source: "/dev/null", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
 				}
@@ -101,6 +103,7 @@ func TestInjectNoShm(t *testing.T) {
 	want := []oci.Mount{
 		{Destination: "/dev/shm", Source: "shm", Type: "tmpfs", Options: []string{"nosuid"}},
 		{Destination: d.PipeDir, Source: d.PipeDir, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
+		{Destination: "/run/yunion-mps/devices/" + d.GPUUUID, Source: d.IdentityFile, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
 		{Destination: d.PipeDir + "/control_privileged", Source: "/dev/null", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
 	}
 	if fmt.Sprint(s.Mounts) != fmt.Sprint(want) {

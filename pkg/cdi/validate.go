@@ -92,6 +92,7 @@ func validateDevices(devs []Device) error {
 	}
 	gpus := map[string]gpuFacts{}
 	minors := map[int]string{}
+	identities := map[string]int{}
 	for i, d := range devs {
 		at := fmt.Sprintf("device %d (%s)", i, d.Name())
 		bad := func(err error) { errs = append(errs, fmt.Errorf("%s: %w", at, err)) }
@@ -114,6 +115,12 @@ func validateDevices(devs []Device) error {
 		} else if n := len(d.PipeDir) + len("/control_privileged"); n > maxSocketPath {
 			bad(invalidf("pipe directory %q: its sockets' paths would be %d bytes, over the kernel's %d", d.PipeDir, n, maxSocketPath))
 		}
+		if err := absClean("identity file", d.IdentityFile); err != nil {
+			bad(err)
+		} else if j, dup := identities[d.IdentityFile]; dup {
+			bad(invalidf("identity file %q is also device %d's", d.IdentityFile, j))
+		}
+		identities[d.IdentityFile] = i
 		if d.MemoryLimitMiB <= 0 {
 			bad(invalidf("memory limit %d MiB: want > 0", d.MemoryLimitMiB))
 		}

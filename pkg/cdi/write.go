@@ -13,13 +13,16 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"yunion.io/x/mps-daemon/pkg/atomicfile"
+	"yunion.io/x/mps-daemon/pkg/version"
 )
 
-// header heads the file, for whoever opens it on the host.
-const header = `# CDI spec of this host's MPS virtual devices, written by mps-daemon.
-# It is rewritten whenever the devices change: edits here do not last.
-# See docs/containers.md of yunion.io/x/mps-daemon.
-`
+// header heads the file, for whoever opens it on the host; it names the
+// writer, which the spec itself cannot without annotations (cdiVersion 0.6.0).
+func header() string {
+	return "# CDI spec of this host's MPS virtual devices, written by mps-daemon " + version.Version + ".\n" +
+		"# It is rewritten whenever the devices change: edits here do not last.\n" +
+		"# See docs/containers.md of yunion.io/x/mps-daemon.\n"
+}
 
 // Write puts s in o.Dir as "vendor-class.yaml" (CDI's name for a vendor's
 // spec) and reports whether the file changed.
@@ -87,7 +90,7 @@ func Remove(o Options) (removed bool, err error) {
 	case err != nil:
 		return false, fmt.Errorf("removing CDI spec: %w", err)
 	}
-	return true, syncDir(o.Dir)
+	return true, atomicfile.SyncDir(o.Dir)
 }
 
 // Sync makes the spec file match devs: Build then Write, or Remove when devs
@@ -119,7 +122,7 @@ func SpecPath(o Options) (string, error) {
 
 func encode(s *specs.Spec) ([]byte, error) {
 	var b bytes.Buffer
-	b.WriteString(header)
+	b.WriteString(header())
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
 	if err := enc.Encode(s); err != nil {
@@ -154,19 +157,6 @@ func removeStaleTemps(path string) error {
 		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("removing stale temporary CDI spec: %w", err)
 		}
-	}
-	return nil
-}
-
-// syncDir makes a rename or removal in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("syncing CDI directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing CDI directory: %w", err)
 	}
 	return nil
 }

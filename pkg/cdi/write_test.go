@@ -150,7 +150,7 @@ func TestWriteRefused(t *testing.T) {
 		{"two devices of one name", func(s *specs.Spec) { s.Devices[1].Name = s.Devices[0].Name }, "appears twice"},
 		{"variable without =", func(s *specs.Spec) { s.Devices[0].ContainerEdits.Env[0] = "NVIDIA_VISIBLE_DEVICES" }, `invalid environment variable "NVIDIA_VISIBLE_DEVICES"`},
 		{"mount without host path", func(s *specs.Spec) { s.Devices[2].ContainerEdits.Mounts[0].HostPath = "" }, "empty host path"},
-		{"version too old for annotations", func(s *specs.Spec) { s.Version = "0.5.0" }, "must be at least v0.6.0"},
+		{"version too old for inventory ids", func(s *specs.Spec) { s.Version = "0.4.0" }, "must be at least v0.5.0"},
 		{"unknown version", func(s *specs.Spec) { s.Version = "9.9.9" }, `invalid version "9.9.9"`},
 		{"other kind", func(s *specs.Spec) { s.Kind = "nvidia.com/gpu" }, `spec of kind "nvidia.com/gpu"`},
 		{"no devices", func(s *specs.Spec) { s.Devices = nil }, "no virtual devices"},

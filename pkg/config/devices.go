@@ -3,8 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -46,7 +44,7 @@ func (e DeviceEntry) Field(key string) string {
 // LoadDevices reads and checks the device YAML. A missing file is an error
 // that satisfies errors.Is(err, fs.ErrNotExist).
 func LoadDevices(path string) (*DeviceFile, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("reading container device config: %w", err)
 	}
@@ -56,7 +54,9 @@ func LoadDevices(path string) (*DeviceFile, error) {
 // ParseDevices checks the device YAML's content; path is used in messages.
 // Every problem in NVIDIA_MPS entries is reported, joined with errors.Join,
 // each as an *Error with its line. An empty file, or one without `devices`,
-// has no entries.
+// has no entries. The file is read strictly where it is ours (entry.go):
+// NVIDIA_MPS entries, an entry whose type is a near miss of it, and the
+// `devices` key itself; other agents' entries are left as they are.
 func ParseDevices(path string, data []byte) (*DeviceFile, error) {
 	df := &DeviceFile{Path: path}
 	root, err := parseDocument(path, data)
@@ -69,7 +69,14 @@ func ParseDevices(path string, data []byte) (*DeviceFile, error) {
 	if root.Kind != yaml.MappingNode {
 		return nil, errorf(path, root.Line, "", "want a mapping with a devices list at the top level, got %s", describe(root))
 	}
-	list := lookup(root, "devices")
+	top, err := readMapping(root)
+	if err != nil {
+		return nil, errorf(path, root.Line, "", "%v", err)
+	}
+	if dups := top.dupsOf("devices"); len(dups) > 0 {
+		return nil, dupError(path, "devices", dups[0])
+	}
+	list := top.get("devices")
 	if list == nil || isNull(list) {
 		return df, nil
 	}
@@ -87,13 +94,22 @@ func ParseDevices(path string, data []byte) (*DeviceFile, error) {
 				"want a mapping with path, type and virtual_number, got %s", describe(item)))
 			continue
 		}
-		typ := lookup(item, "type")
-		if typ == nil || typ.Kind != yaml.ScalarNode || !strings.EqualFold(strings.TrimSpace(typ.Value), TypeNvidiaMPS) {
-			df.Skipped = append(df.Skipped, skipped(e, item))
+		m, err := readMapping(item)
+		if err != nil {
+			errs = append(errs, errorf(path, item.Line, fmt.Sprintf("devices[%d]", i), "%v", err))
+			continue
+		}
+		ours, problems := classify(path, e, m)
+		if len(problems) > 0 {
+			errs = append(errs, problems...)
+			continue
+		}
+		if !ours {
+			df.Skipped = append(df.Skipped, skipped(e, m))
 			continue
 		}
 		e.Type = TypeNvidiaMPS
-		if problems := readMPSEntry(path, &e, item); len(problems) > 0 {
+		if problems := readMPSEntry(path, &e, m); len(problems) > 0 {
 			errs = append(errs, problems...)
 			continue
 		}
@@ -105,54 +121,17 @@ func ParseDevices(path string, data []byte) (*DeviceFile, error) {
 	return df, nil
 }
 
-// readMPSEntry reads and checks path and virtual_number of an NVIDIA_MPS
-// entry, returning every problem found.
-func readMPSEntry(file string, e *DeviceEntry, item *yaml.Node) []error {
-	var errs []error
-	switch p := lookup(item, "path"); {
-	case p == nil || isNull(p):
-		errs = append(errs, &Error{File: file, Line: e.Line, Field: e.Field("path"), Msg: "missing: an NVIDIA_MPS entry must name its GPU"})
-	default:
-		s, err := nonEmpty(p)
-		if err != nil {
-			errs = append(errs, &Error{File: file, Line: p.Line, Field: e.Field("path"), Msg: err.Error()})
-		}
-		e.Path = strings.TrimSpace(s)
-	}
-	switch v := lookup(item, "virtual_number"); {
-	case v == nil || isNull(v):
-		errs = append(errs, &Error{File: file, Line: e.Line, Field: e.Field("virtual_number"), Msg: "missing: say how many virtual devices to split the GPU into"})
-	default:
-		n, err := virtualNumber(v)
-		if err != nil {
-			errs = append(errs, &Error{File: file, Line: v.Line, Field: e.Field("virtual_number"), Msg: err.Error()})
-		}
-		e.VirtualNumber = n
-	}
-	return errs
-}
-
 // skipped records another agent's entry as far as it can be read, for the
 // caller's log line; nothing in it is checked.
-func skipped(e DeviceEntry, item *yaml.Node) DeviceEntry {
-	if t := lookup(item, "type"); t != nil && t.Kind == yaml.ScalarNode {
+func skipped(e DeviceEntry, m *mapping) DeviceEntry {
+	if t := m.get("type"); t != nil && t.Kind == yaml.ScalarNode {
 		e.Type = t.Value
 	}
-	if p := lookup(item, "path"); p != nil && p.Kind == yaml.ScalarNode {
+	if p := m.get("path"); p != nil && p.Kind == yaml.ScalarNode {
 		e.Path = p.Value
 	}
-	if v := lookup(item, "virtual_number"); v != nil {
+	if v := m.get("virtual_number"); v != nil {
 		e.VirtualNumber, _ = intValue(v)
 	}
 	return e
-}
-
-// lookup returns the value of key in a mapping node, nil when absent.
-func lookup(m *yaml.Node, key string) *yaml.Node {
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			return deref(m.Content[i+1])
-		}
-	}
-	return nil
 }

@@ -55,7 +55,7 @@ func TestParseDevicesNoEntries(t *testing.T) {
 }
 
 func TestParseDevicesQuotedNumber(t *testing.T) {
-	df, err := ParseDevices("dev.yml", []byte("devices:\n- {path: GPU-1, type: Nvidia_Mps, virtual_number: \"3\", owner: x}\n"))
+	df, err := ParseDevices("dev.yml", []byte("devices:\n- {path: GPU-1, type: NVIDIA_MPS, virtual_number: \"3\"}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,10 +82,38 @@ func TestParseDevicesErrors(t *testing.T) {
 		{"virtual_number text", head + "- type: NVIDIA_MPS\n  path: /dev/nvidia1\n  virtual_number: four\n", []string{`dev.yml:7: devices[1].virtual_number: want a whole number, got "four"`}},
 		{"virtual_number zero", head + "- type: NVIDIA_MPS\n  path: /dev/nvidia1\n  virtual_number: 0\n", []string{`dev.yml:7: devices[1].virtual_number: must be at least 1, got 0`}},
 		{"virtual_number negative", head + "- type: NVIDIA_MPS\n  path: /dev/nvidia1\n  virtual_number: -2\n", []string{`dev.yml:7: devices[1].virtual_number: must be at least 1, got -2`}},
+		// Silent misreads where the file is ours (entry.go).
+		{"duplicate virtual_number", "devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_number: 4\n  virtual_number: 1\n",
+			[]string{`dev.yml:5: devices[0].virtual_number: set again (first at line 4); YAML keys must be unique`}},
+		{"duplicate path", "devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  path: /dev/nvidia1\n  virtual_number: 4\n",
+			[]string{`dev.yml:4: devices[0].path: set again (first at line 2); YAML keys must be unique`}},
+		{"duplicate type", "devices:\n- path: /dev/nvidia0\n  type: CPH_AMD_GPU\n  type: NVIDIA_MPS\n  virtual_number: 4\n",
+			[]string{`dev.yml:4: devices[0].type: set again (first at line 3); YAML keys must be unique`}},
+		{"duplicate devices", "devices:\n- {path: /dev/nvidia0, type: NVIDIA_MPS, virtual_number: 4}\ndevices: []\n",
+			[]string{`dev.yml:3: devices: set again (first at line 1); YAML keys must be unique`}},
+		{"type with a dash", "devices:\n- path: /dev/nvidia0\n  type: NVIDIA-MPS\n  virtual_number: 4\n",
+			[]string{`dev.yml:3: devices[0].type: "NVIDIA-MPS" is not NVIDIA_MPS: types are exact; write NVIDIA_MPS (an entry of another agent needs that agent's type)`}},
+		{"type in lower case", "devices:\n- {path: /dev/nvidia0, type: nvidia_mps, virtual_number: 4}\n",
+			[]string{`dev.yml:2: devices[0].type: "nvidia_mps" is not NVIDIA_MPS: types are exact; write NVIDIA_MPS (an entry of another agent needs that agent's type)`}},
+		{"type one letter off", "devices:\n- {path: /dev/nvidia0, type: NVIDIA_MSP, virtual_number: 4}\n",
+			[]string{`dev.yml:2: devices[0].type: "NVIDIA_MSP" is not NVIDIA_MPS: types are exact; write NVIDIA_MPS (an entry of another agent needs that agent's type)`}},
+		{"type without underscore", "devices:\n- {path: /dev/nvidia0, type: NvidiaMPS, virtual_number: 4}\n",
+			[]string{`dev.yml:2: devices[0].type: "NvidiaMPS" is not NVIDIA_MPS: types are exact; write NVIDIA_MPS (an entry of another agent needs that agent's type)`}},
+		{"type a list", "devices:\n- path: /dev/nvidia0\n  type: [NVIDIA_MPS]\n  virtual_number: 4\n",
+			[]string{`dev.yml:3: devices[0].type: want the single value NVIDIA_MPS, got a list`}},
+		{"type quoted with spaces", "devices:\n- {path: /dev/nvidia0, type: \" NVIDIA_MPS\", virtual_number: 4}\n",
+			[]string{`dev.yml:2: devices[0].type: " NVIDIA_MPS" is not NVIDIA_MPS: types are exact; write NVIDIA_MPS (an entry of another agent needs that agent's type)`}},
+		{"unknown key", "devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_numbr: 4\n", []string{
+			`dev.yml:2: devices[0].virtual_number: missing: say how many virtual devices to split the GPU into`,
+			`dev.yml:4: devices[0].virtual_numbr: unknown key in an NVIDIA_MPS entry (it takes path, type and virtual_number)`,
+		}},
+		{"merge of a non-mapping", "devices:\n- <<: 3\n  path: /dev/nvidia0\n", []string{`dev.yml:2: devices[0]: line 2: a merge key (<<) takes a mapping or a list of mappings, got "3"`}},
+		{"duplicate inside a merged mapping", "base: &b\n  type: NVIDIA_MPS\n  virtual_number: 2\n  virtual_number: 3\ndevices:\n- <<: *b\n  path: /dev/nvidia0\n",
+			[]string{`dev.yml:4: devices[0].virtual_number: set again (first at line 3); YAML keys must be unique`}},
 		{"every error reported", head +
 			"- type: NVIDIA_MPS\n  virtual_number: 0\n" + // 5-6
 			"- type: CPH_AMD_GPU\n  virtual_number: 0\n" + // 7-8, not ours
-			"- type: nvidia_mps\n  path: /dev/nvidia3\n", // 9-10
+			"- type: NVIDIA_MPS\n  path: /dev/nvidia3\n", // 9-10
 			[]string{
 				`dev.yml:5: devices[1].path: missing: an NVIDIA_MPS entry must name its GPU`,
 				`dev.yml:6: devices[1].virtual_number: must be at least 1, got 0`,

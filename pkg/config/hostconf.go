@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -77,6 +76,20 @@ type HostConf struct {
 	HostName  string
 	SysfsRoot string
 	DevRoot   string
+	// ReloadHoldTime is how long a reload that would take every device
+	// away, or drop the device YAML's entries for cuda_mps_replicas, waits
+	// with the files unchanged before it is applied (docs/operations.md).
+	ReloadHoldTime time.Duration
+
+	// Cloudpods are Cloudpods' own keys (auth_url, admin_user, ...); the
+	// rest are ours for a Cloudpods host (cloudpods.go, docs/cloudpods.md).
+	Cloudpods         Cloudpods
+	InventoryBackend  string // mps_inventory_backend: auto, inventory, region
+	PipeLayout        string // mps_pipe_layout: auto, per-gpu, single
+	RegionDeviceModel string // mps_region_device_model: auto, gpu, per-slice
+	RegionHostMAC     string // mps_region_host_mac: the MAC to find the host record by
+	RegionCreateHost  bool   // mps_region_create_host: create a missing host record
+	RegionInsecureTLS bool   // mps_region_insecure_tls: skip TLS verification
 
 	// Unknown lists the keys this daemon does not read, in file order. Most
 	// belong to the Cloudpods host service; callers log them at debug level
@@ -111,6 +124,10 @@ func DefaultHostConf() *HostConf {
 		ThreadPercentage:        "auto",
 		SysfsRoot:               "/sys",
 		DevRoot:                 "/dev",
+		ReloadHoldTime:          30 * time.Second,
+		InventoryBackend:        BackendAuto,
+		PipeLayout:              LayoutAuto,
+		RegionDeviceModel:       DeviceModelAuto,
 	}
 }
 
@@ -130,7 +147,7 @@ func (hc *HostConf) TokenValue() (string, error) {
 	if token := strings.TrimSpace(hc.InventoryToken); token != "" || hc.InventoryTokenFile == "" {
 		return token, nil
 	}
-	data, err := os.ReadFile(hc.InventoryTokenFile)
+	data, err := ReadFile(hc.InventoryTokenFile, MaxTokenBytes)
 	if errors.Is(err, fs.ErrNotExist) && hc.Line("mps_inventory_token_file") == 0 {
 		return "", nil
 	}
@@ -147,7 +164,7 @@ func (hc *HostConf) TokenValue() (string, error) {
 // LoadHostConf reads and checks host.conf. A missing file is an error that
 // satisfies errors.Is(err, fs.ErrNotExist).
 func LoadHostConf(path string) (*HostConf, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("reading host config: %w", err)
 	}
@@ -163,6 +180,7 @@ var hostConfKeys = map[string]bool{
 	"mps_set_exclusive_compute_mode": true, "mps_control_binary": true, "mps_control_timeout": true,
 	"mps_sync_interval": true, "mps_health_interval": true, "mps_multiuser_server": true,
 	"mps_cdi_directory": true, "mps_cdi_shm_path": true, "mps_accounting": true, "mps_proc_root": true, "mps_thread_percentage": true, "mps_host_name": true, "mps_sysfs_root": true, "mps_dev_root": true,
+	"mps_reload_hold_time": true,
 }
 
 // set stores the value of one of hostConfKeys, or says what is wrong with it.
@@ -186,7 +204,7 @@ func (hc *HostConf) set(key string, v *yaml.Node) error {
 	case "mps_inventory_token_file":
 		hc.InventoryTokenFile, err = scalarValue(v)
 	case "mps_inventory_timeout":
-		hc.InventoryTimeout, err = durationValue(v)
+		hc.InventoryTimeout, err = boundedDuration(key, v)
 	case "mps_listen_address":
 		hc.ListenAddress, err = hostPort(v)
 	case "mps_state_directory":
@@ -196,11 +214,11 @@ func (hc *HostConf) set(key string, v *yaml.Node) error {
 	case "mps_control_binary":
 		hc.ControlBinary, err = nonEmpty(v)
 	case "mps_control_timeout":
-		hc.ControlTimeout, err = durationValue(v)
+		hc.ControlTimeout, err = boundedDuration(key, v)
 	case "mps_sync_interval":
-		hc.SyncInterval, err = durationValue(v)
+		hc.SyncInterval, err = boundedDuration(key, v)
 	case "mps_health_interval":
-		hc.HealthInterval, err = durationValue(v)
+		hc.HealthInterval, err = boundedDuration(key, v)
 	case "mps_multiuser_server":
 		hc.MultiUserServer, err = boolValue(v)
 	case "mps_cdi_directory":
@@ -219,6 +237,8 @@ func (hc *HostConf) set(key string, v *yaml.Node) error {
 		hc.SysfsRoot, err = absPath(v)
 	case "mps_dev_root":
 		hc.DevRoot, err = absPath(v)
+	case "mps_reload_hold_time":
+		hc.ReloadHoldTime, err = boundedDuration(key, v)
 	default:
 		return fmt.Errorf("unknown key %q", key) // hostConfKeys and set disagree
 	}
@@ -233,6 +253,12 @@ func ParseHostConf(path string, data []byte) (*HostConf, error) {
 	hc.Path = path
 	hc.lines = map[string]int{}
 	root, err := parseDocument(path, data)
+	if err != nil || (root != nil && root.Kind != yaml.MappingNode) {
+		// Cloudpods reads a file that is not YAML as `key = value` lines.
+		if kv, ok := parseKeyValueLines(data); ok {
+			root, err = kv, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -245,9 +271,15 @@ func ParseHostConf(path string, data []byte) (*HostConf, error) {
 	var errs []error
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], deref(root.Content[i+1])
-		key := k.Value
+		key := normalizeKey(k.Value) // Cloudpods reads - and _ alike
 		if !hostConfKeys[key] {
-			hc.Unknown = append(hc.Unknown, key)
+			if handled, err := hc.setCloudpods(key, k, v); handled {
+				if err != nil {
+					errs = append(errs, errorf(path, v.Line, key, "%v", err))
+				}
+				continue
+			}
+			hc.Unknown = append(hc.Unknown, k.Value)
 			continue
 		}
 		if first, dup := hc.lines[key]; dup {
@@ -273,6 +305,7 @@ func ParseHostConf(path string, data []byte) (*HostConf, error) {
 		errs = append(errs, errorf(path, hc.lines["mps_inventory_token_file"], "mps_inventory_token_file",
 			"set only one of mps_inventory_token (line %d) and mps_inventory_token_file", hc.lines["mps_inventory_token"]))
 	}
+	errs = append(errs, hc.checkCloudpods()...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}

@@ -96,6 +96,9 @@ func TestParseHostConfValues(t *testing.T) {
 		{"relative token file", "mps_inventory_token_file: mps.token", func(h *HostConf) { h.InventoryTokenFile = "/etc/yunion/mps.token" }},
 		{"listen on all addresses", "mps_listen_address: :9331", func(h *HostConf) { h.ListenAddress = ":9331" }},
 		{"health interval", "mps_health_interval: 2s", func(h *HostConf) { h.HealthInterval = 2 * time.Second }},
+		{"bounds are inclusive", "mps_sync_interval: 1s\nmps_health_interval: 10m\nmps_control_timeout: 2m\nmps_inventory_timeout: 1s\nmps_reload_hold_time: 1h", func(h *HostConf) {
+			h.SyncInterval, h.HealthInterval, h.ControlTimeout, h.InventoryTimeout, h.ReloadHoldTime = time.Second, 10*time.Minute, 2*time.Minute, time.Second, time.Hour
+		}},
 		{"per-user MPS servers", "mps_multiuser_server: false", func(h *HostConf) { h.MultiUserServer = false }},
 		{"accounting report", "mps_accounting: report", func(h *HostConf) { h.Accounting = AccountingReport }},
 		{"cdi directory", "mps_cdi_directory: /etc/cdi", func(h *HostConf) { h.CDIDirectory = "/etc/cdi" }},
@@ -127,6 +130,13 @@ func TestParseHostConfErrors(t *testing.T) {
 		{"duration unit", "mps_sync_interval: 10x", []string{`host.conf:1: mps_sync_interval: want a duration such as "10s" or a number of seconds, got "10x"`}},
 		{"duration zero", "mps_sync_interval: 0", []string{`host.conf:1: mps_sync_interval: must be positive, got "0"`}},
 		{"duration negative", "mps_inventory_timeout: -5s", []string{`host.conf:1: mps_inventory_timeout: must be positive, got "-5s"`}},
+		{"sync interval too short", "mps_sync_interval: 1ns", []string{`host.conf:1: mps_sync_interval: must be from 1s to 1h, got "1ns"`}},
+		{"sync interval too long", "mps_sync_interval: 2h", []string{`host.conf:1: mps_sync_interval: must be from 1s to 1h, got "2h"`}},
+		{"health interval too short", "port: 1\nmps_health_interval: 10ms", []string{`host.conf:2: mps_health_interval: must be from 1s to 10m, got "10ms"`}},
+		{"control timeout too short", "mps_control_timeout: 0.5s", []string{`host.conf:1: mps_control_timeout: must be from 1s to 2m, got "0.5s"`}},
+		{"control timeout too long", "mps_control_timeout: 3600", []string{`host.conf:1: mps_control_timeout: must be from 1s to 2m, got "3600"`}},
+		{"inventory timeout too long", "mps_inventory_timeout: 5m", []string{`host.conf:1: mps_inventory_timeout: must be from 1s to 2m, got "5m"`}},
+		{"hold time too short", "mps_reload_hold_time: 100ms", []string{`host.conf:1: mps_reload_hold_time: must be from 1s to 1h, got "100ms"`}},
 		{"relative directory", "cuda_mps_pipe_directory: run/mps", []string{`host.conf:1: cuda_mps_pipe_directory: want an absolute path, got "run/mps"`}},
 		{"relative sysfs", "mps_sysfs_root: sys", []string{`host.conf:1: mps_sysfs_root: want an absolute path, got "sys"`}},
 		{"url scheme", "mps_inventory_url: ftp://inv:21", []string{`host.conf:1: mps_inventory_url: want an http:// or https:// URL with a host, got "ftp://inv:21"`}},

@@ -35,6 +35,7 @@ type Daemon struct {
 	duration         prometheus.Histogram
 	reloads          *prometheus.CounterVec
 	controlRestarts  prometheus.Counter
+	loopStalls       prometheus.Counter
 	enforcementSteps *prometheus.CounterVec
 
 	d daemonDescs
@@ -44,6 +45,8 @@ type Daemon struct {
 type daemonDescs struct {
 	info, ready, inventory, generation, reloadOK, lastReconcile *prometheus.Desc
 	gpus, devices, retiring, accounting                         *prometheus.Desc
+	acctClients, acctMismatches                                 *prometheus.Desc
+	configHeld, restartPending, loopStalled                     *prometheus.Desc
 
 	gpuInfo, gpuMemTotal, gpuMemUsed, gpuComputeMode, gpuControlUp *prometheus.Desc
 	gpuServers, gpuClients, gpuEnforced, gpuHealthy                *prometheus.Desc
@@ -80,8 +83,11 @@ func NewDaemon(o DaemonOptions) *Daemon {
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
 		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "mps_daemon_config_reloads_total", Help: "Configuration reloads, by result (applied or rejected).", ConstLabels: cl,
+			Name: "mps_daemon_config_reloads_total", Help: "Configuration reloads, by result (applied, rejected, or held back until the files settle).", ConstLabels: cl,
 		}, []string{"result"}),
+		loopStalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mps_daemon_loop_stalls_total", Help: "Times a step of the main loop ran past its deadline (the loop stalled).", ConstLabels: cl,
+		}),
 		controlRestarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mps_daemon_control_daemon_restarts_total", Help: "MPS control daemons found dead and started again.", ConstLabels: cl,
 		}),
@@ -100,6 +106,14 @@ func NewDaemon(o DaemonOptions) *Daemon {
 			devices:       desc("mps_daemon_virtual_devices", "Virtual devices the configuration offers."),
 			retiring:      desc("mps_daemon_retiring_gpus", "GPUs taken out of the configuration whose MPS daemon runs on for a held device."),
 			accounting:    desc("mps_daemon_accounting_policy", "1 for the memory accounting policy in force (off, report or enforce).", "policy"),
+			acctClients: desc("mps_daemon_accounting_clients",
+				"MPS clients in the last accounting sample, by how they were billed: identity (their container's identity file), ancestor (an ancestor's, their own view hid it), environ (a host process's YUNION_MPS_VIRTUAL_DEVICE), unknown (to no device).", "source"),
+			acctMismatches: desc("mps_daemon_accounting_mismatched_clients",
+				"MPS clients billed by their identity file whose environment names another device or none, or whose own view hides the file."),
+
+			configHeld:     desc("mps_daemon_config_held", "1 while a configuration change is held back until the files settle (it would remove every device, or drop the device YAML's entries)."),
+			restartPending: desc("mps_daemon_config_restart_pending", "host.conf keys changed on disk that take effect at the next restart."),
+			loopStalled:    desc("mps_daemon_loop_stalled", "1 while a step of the main loop runs past its deadline."),
 
 			gpuInfo:           gpu("mps_gpu_info", "Always 1: the GPU's model as NVML names it.", LabelModelName),
 			gpuMemTotal:       gpu("mps_gpu_memory_total_bytes", "The GPU's memory as NVML reports it."),
@@ -130,7 +144,7 @@ func NewDaemon(o DaemonOptions) *Daemon {
 	for _, k := range ErrorKinds() {
 		d.reconcileErrors.WithLabelValues(string(k))
 	}
-	for _, r := range []string{"applied", "rejected"} {
+	for _, r := range []string{"applied", "rejected", "held"} {
 		d.reloads.WithLabelValues(r)
 	}
 	for _, s := range o.EnforcementSteps {
@@ -160,6 +174,12 @@ func (d *Daemon) ObserveReload(applied bool) {
 	d.reloads.WithLabelValues("rejected").Inc()
 }
 
+// ObserveReloadHeld counts a configuration change held back.
+func (d *Daemon) ObserveReloadHeld() { d.reloads.WithLabelValues("held").Inc() }
+
+// ObserveLoopStall counts a stall of the main loop.
+func (d *Daemon) ObserveLoopStall() { d.loopStalls.Inc() }
+
 // ObserveControlDaemonRestart counts a control daemon found dead and started.
 func (d *Daemon) ObserveControlDaemonRestart() { d.controlRestarts.Inc() }
 
@@ -167,7 +187,7 @@ func (d *Daemon) ObserveControlDaemonRestart() { d.controlRestarts.Inc() }
 func (d *Daemon) ObserveEnforcementStep(step string) { d.enforcementSteps.WithLabelValues(step).Inc() }
 
 func (d *Daemon) counters() []prometheus.Collector {
-	return []prometheus.Collector{d.reconciles, d.reconcileErrors, d.duration, d.reloads, d.controlRestarts, d.enforcementSteps}
+	return []prometheus.Collector{d.reconciles, d.reconcileErrors, d.duration, d.reloads, d.controlRestarts, d.loopStalls, d.enforcementSteps}
 }
 
 // Describe sends every series' description: the registry checks each
@@ -179,6 +199,8 @@ func (d *Daemon) Describe(ch chan<- *prometheus.Desc) {
 	x := &d.d
 	for _, desc := range []*prometheus.Desc{
 		x.info, x.ready, x.inventory, x.generation, x.reloadOK, x.lastReconcile, x.gpus, x.devices, x.retiring, x.accounting,
+		x.acctClients, x.acctMismatches,
+		x.configHeld, x.restartPending, x.loopStalled,
 		x.gpuInfo, x.gpuMemTotal, x.gpuMemUsed, x.gpuComputeMode, x.gpuControlUp, x.gpuServers, x.gpuClients, x.gpuEnforced, x.gpuHealthy, x.gpuVirtualDevices,
 		x.devLimit, x.devThreads, x.devUsed, x.devClients, x.devOverCap, x.devAttached, x.devGuest, x.devHealthy, x.devPending, x.devInfo,
 	} {
@@ -210,10 +232,19 @@ func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
 	gauge(x.gpus, float64(len(s.GPUs)))
 	gauge(x.devices, float64(s.VirtualDevices))
 	gauge(x.retiring, float64(s.RetiringGPUs))
+	gauge(x.configHeld, boolValue(s.ConfigHeld))
+	gauge(x.restartPending, float64(s.RestartPending))
+	gauge(x.loopStalled, boolValue(s.LoopStalled))
 	if s.AccountingPolicy != "" {
 		for _, p := range withValue(accountingPolicies, s.AccountingPolicy) {
 			gauge(x.accounting, boolValue(p == s.AccountingPolicy), p)
 		}
+	}
+	if s.AccountingClients != nil {
+		for _, src := range AccountingSources {
+			gauge(x.acctClients, float64(s.AccountingClients[src]), src)
+		}
+		gauge(x.acctMismatches, float64(s.AccountingMismatches))
 	}
 
 	byUUID := map[string]*GPU{}

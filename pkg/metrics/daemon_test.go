@@ -30,7 +30,8 @@ func hostSnapshot() Snapshot {
 	return Snapshot{
 		Ready: true, InventoryReachable: true, ConfigGeneration: 3, ConfigRejected: true,
 		LastReconcile:  time.Date(2026, 11, 22, 2, 41, 4, 0, time.UTC),
-		VirtualDevices: 3, RetiringGPUs: 1, AccountingPolicy: "enforce",
+		VirtualDevices: 3, RetiringGPUs: 1, AccountingPolicy: "enforce", ConfigHeld: true, RestartPending: 2,
+		AccountingClients: map[string]int{"identity": 2, "unknown": 1}, AccountingMismatches: 1,
 		GPUs: []GPU{
 			{
 				Index: 0, UUID: uuid0, Model: "NVIDIA H100 80GB HBM3", PCIBusID: "00000000:1A:00.0",

@@ -22,6 +22,15 @@ type Snapshot struct {
 	// ConfigRejected is true while the last edit of the configuration was
 	// rejected and the previous one runs.
 	ConfigRejected bool
+	// ConfigHeld is true while a configuration change is held back until
+	// the files settle.
+	ConfigHeld bool
+	// RestartPending counts host.conf keys changed on disk that take effect
+	// at the next restart.
+	RestartPending int
+	// LoopStalled is true while a step of the main loop runs past its
+	// deadline.
+	LoopStalled bool
 	// LastReconcile is zero before the first reconcile ended.
 	LastReconcile time.Time
 	// VirtualDevices is how many devices the plan offers.
@@ -32,8 +41,16 @@ type Snapshot struct {
 	// AccountingPolicy is off, report or enforce; empty before the first
 	// accounting tick.
 	AccountingPolicy string
-	GPUs             []GPU
-	Devices          []VirtualDevice
+	// AccountingClients counts the MPS clients of the last accounting
+	// sample by how they were billed (AccountingSources); nil when there
+	// was none (policy off), and then no series is exported.
+	AccountingClients map[string]int
+	// AccountingMismatches counts the clients billed by their identity file
+	// whose environment names another device or none, or whose own view
+	// hides the file.
+	AccountingMismatches int
+	GPUs                 []GPU
+	Devices              []VirtualDevice
 }
 
 // GPU is one physical GPU the configuration shares through MPS.

@@ -19,22 +19,21 @@ const maxSocketPath = 107
 // pollInterval is how often Ensure and Quit ask whether the daemon is up.
 const pollInterval = 100 * time.Millisecond
 
-// deviceOrdinal is the device the default pinned memory limit is set on: the
-// daemon runs with CUDA_VISIBLE_DEVICES=<one uuid>, so it sees one device, 0.
-const deviceOrdinal = "0"
-
 // Limits are the defaults a control daemon gives every server it starts.
 type Limits struct {
 	PinnedMemMiB     int     // set_default_device_pinned_mem_limit 0 <n>M; 0 = none
 	ThreadPercentage float64 // set_default_active_thread_percentage, (0, 100]
 }
 
-// Controller manages the control daemon of one GPU.
+// Controller manages the control daemon of one GPU: the GPU that is device
+// `ordinal` of the daemon in env (0 in the per-GPU layout, where the daemon
+// sees one device; its place in CUDA_VISIBLE_DEVICES in the single layout).
 type Controller struct {
 	r       Runner
 	env     Env
 	timeout time.Duration
 	log     *slog.Logger
+	ordinal string
 }
 
 // NewController returns a controller for the daemon living in env. Every
@@ -43,7 +42,16 @@ func NewController(r Runner, env Env, timeout time.Duration, log *slog.Logger) *
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Controller{r: r, env: env, timeout: timeout, log: log}
+	return &Controller{r: r, env: env, timeout: timeout, log: log, ordinal: "0"}
+}
+
+// ForDevice is a controller of the same daemon for its device ordinal i: the
+// memory limits it sets and reads are device i's; the thread percentage is
+// the daemon's, shared by all its devices.
+func (c *Controller) ForDevice(i int) *Controller {
+	d := *c
+	d.ordinal = strconv.Itoa(i)
+	return &d
 }
 
 // command runs one control command under the timeout and classifies its
@@ -90,7 +98,7 @@ func (c *Controller) Ensure(ctx context.Context) (adopted bool, err error) {
 		return false, fmt.Errorf("asking for a running MPS control daemon: %w", err)
 	}
 	if up {
-		switched, err := c.switchModeIfIdle(ctx)
+		switched, err := c.switchIfIdle(ctx)
 		if err != nil || !switched {
 			return !switched, err
 		}
@@ -116,23 +124,50 @@ func (c *Controller) Ensure(ctx context.Context) (adopted bool, err error) {
 	if err := recordMode(c.env.PipeDir, c.env.MultiUser); err != nil {
 		return false, err
 	}
+	if err := recordDevices(c.env.PipeDir, c.env.VisibleDevices); err != nil {
+		return false, err
+	}
 	c.log.Debug("mps control daemon up", "pipe_directory", c.env.PipeDir)
 	return false, nil
 }
 
-// switchModeIfIdle deals with an adopted daemon whose server mode differs
-// from the configured one. Switching means restarting it, which kills its
-// clients: so it happens only while no MPS server runs (switched = true, the
-// daemon is gone and the caller starts a new one); otherwise the daemon keeps
-// its mode and the switch waits for an idle moment.
-func (c *Controller) switchModeIfIdle(ctx context.Context) (switched bool, err error) {
+// switchIfIdle deals with an adopted daemon whose server mode, or whose
+// devices (the single layout's CUDA_VISIBLE_DEVICES), differ from the
+// configured ones. Switching means restarting it, which kills its clients:
+// so it happens only while no MPS server runs (switched = true, the daemon
+// is gone and the caller starts a new one); otherwise the daemon keeps
+// running as it is and the switch waits for an idle moment. A single-layout
+// daemon started elsewhere (Cloudpods' own mps-daemon: no device list, so
+// CUDA's own device order, which is not knowable) is restarted when idle.
+func (c *Controller) switchIfIdle(ctx context.Context) (switched bool, err error) {
 	multi, known := recordedMode(c.env.PipeDir)
-	if !known {
+	devices, knownDevices := RecordedDevices(c.env.PipeDir)
+	single := strings.Contains(c.env.VisibleDevices, ",") || c.env.Single
+	modeDiffers := known && multi != c.env.MultiUser
+	devicesDiffer := (knownDevices && devices != c.env.VisibleDevices) || (!knownDevices && single)
+	if !known && !devicesDiffer {
 		c.log.Debug("adopted an MPS control daemon started elsewhere; its server mode is unknown and left as is", "pipe_directory", c.env.PipeDir)
 		return false, nil
 	}
-	if multi == c.env.MultiUser {
+	if !modeDiffers && !devicesDiffer {
 		return false, nil
+	}
+	if devicesDiffer {
+		clients, err := c.ClientServers(ctx)
+		if err != nil {
+			return false, err
+		}
+		if len(clients) > 0 {
+			c.log.Warn("the MPS control daemon serves another set of GPUs; it is restarted with the configured ones once no client is connected",
+				"pipe_directory", c.env.PipeDir, "running", orUnknown(devices, knownDevices), "configured", c.env.VisibleDevices, "clients", len(clients))
+			return false, nil
+		}
+		c.log.Info("restarting the idle MPS control daemon to serve the configured GPUs",
+			"pipe_directory", c.env.PipeDir, "from", orUnknown(devices, knownDevices), "to", c.env.VisibleDevices)
+		if err := c.Quit(ctx); err != nil {
+			return false, err
+		}
+		return true, nil
 	}
 	servers, err := c.Servers(ctx)
 	if err != nil {
@@ -209,7 +244,7 @@ func (c *Controller) SetDefaults(ctx context.Context, l Limits) error {
 		return fmt.Errorf("mps refused active thread percentage %s (valid: above 0, at most 100): it still reads %s",
 			p, formatThreadPercentage(echo))
 	}
-	cmd := "set_default_device_pinned_mem_limit " + deviceOrdinal + " " + FormatMemLimit(l.PinnedMemMiB)
+	cmd := "set_default_device_pinned_mem_limit " + c.ordinal + " " + FormatMemLimit(l.PinnedMemMiB)
 	out, err = c.command(ctx, cmd)
 	if err != nil {
 		return fmt.Errorf("setting pinned memory limit: %w", err)
@@ -253,7 +288,7 @@ func orNone(s string) string {
 // prints, rounded down to whole GiB from 1 GiB on (see DisplayMemLimit); 0
 // means no limit.
 func (c *Controller) Defaults(ctx context.Context) (Limits, error) {
-	return c.readLimits(ctx, "get_default_active_thread_percentage", "get_default_device_pinned_mem_limit "+deviceOrdinal)
+	return c.readLimits(ctx, "get_default_active_thread_percentage", "get_default_device_pinned_mem_limit "+c.ordinal)
 }
 
 // readLimits runs a thread percentage getter and a pinned memory getter.

@@ -78,3 +78,32 @@ func prepareDir(dir string) error {
 	}
 	return nil
 }
+
+// devicesFile records the CUDA_VISIBLE_DEVICES a daemon was started with:
+// in the single layout the daemon's device ordinal i is its i-th UUID, and
+// after our own restart that is the only way to know the mapping.
+const devicesFile = "yunion-mps-devices"
+
+func recordDevices(pipeDir, visible string) error {
+	if err := os.WriteFile(filepath.Join(pipeDir, devicesFile), []byte(visible+"\n"), 0o644); err != nil {
+		return fmt.Errorf("recording the MPS control daemon's devices: %w", err)
+	}
+	return nil
+}
+
+// RecordedDevices is the CUDA_VISIBLE_DEVICES this project started the
+// daemon in pipeDir with; known is false for a daemon started elsewhere.
+func RecordedDevices(pipeDir string) (visible string, known bool) {
+	b, err := os.ReadFile(filepath.Join(pipeDir, devicesFile))
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSpace(string(b)), true
+}
+
+func orUnknown(s string, known bool) string {
+	if !known {
+		return "unknown (started elsewhere)"
+	}
+	return s
+}

@@ -24,9 +24,14 @@ import (
 // Env is the environment one control daemon lives in. Each GPU gets its own
 // pipe directory, so the same binary talks to a different daemon per Env.
 type Env struct {
-	PipeDir        string // CUDA_MPS_PIPE_DIRECTORY
-	LogDir         string // CUDA_MPS_LOG_DIRECTORY
-	VisibleDevices string // CUDA_VISIBLE_DEVICES: one GPU UUID
+	PipeDir string // CUDA_MPS_PIPE_DIRECTORY
+	LogDir  string // CUDA_MPS_LOG_DIRECTORY
+	// VisibleDevices is CUDA_VISIBLE_DEVICES: one GPU UUID in the per-GPU
+	// layout; in the single layout every GPU's, comma-separated, in the
+	// order that makes the daemon's device ordinal i the i-th (VisibleList).
+	VisibleDevices string
+	// Single marks the single layout's daemon even when it serves one GPU.
+	Single bool
 	// MultiUser starts the daemon with -multiuser-server: one MPS server
 	// for clients of every UID, instead of one per UID, which makes a second
 	// UID wait until every client of the first has exited (mps-facts.md).

@@ -56,6 +56,10 @@ type SimRunner struct {
 	firstServerPID int
 	// proc reads a client's command name and PID namespace for ps.
 	proc func(pid int) (comm, namespace string)
+	// cudaOrder is the host's GPUs in CUDA's default enumeration order
+	// (fastest first), what a daemon started without CUDA_VISIBLE_DEVICES
+	// numbers its devices by.
+	cudaOrder []string
 }
 
 const (
@@ -83,6 +87,15 @@ func (s *SimRunner) SetDeviceName(name string) {
 	s.deviceName = name
 }
 
+// SetCUDAOrder sets the host's GPUs in the order CUDA enumerates them when
+// CUDA_VISIBLE_DEVICES is unset. On a mixed host it differs from nvidia-smi's
+// PCI order: CUDA puts the fastest GPU first.
+func (s *SimRunner) SetCUDAOrder(uuids []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cudaOrder = append([]string(nil), uuids...)
+}
+
 // Start implements Runner: it "daemonizes" by writing the state file and the
 // files the real daemon leaves in the pipe and log directories.
 func (s *SimRunner) Start(ctx context.Context, env Env) error {
@@ -98,7 +111,11 @@ func (s *SimRunner) Start(ctx context.Context, env Env) error {
 	}
 	s.mu.Lock()
 	name := s.deviceName
+	devices := append([]string(nil), s.cudaOrder...)
 	s.mu.Unlock()
+	if env.VisibleDevices != "" {
+		devices = strings.Split(env.VisibleDevices, ",")
+	}
 	pid := os.Getpid()
 	if CheckPipeDir(env.PipeDir) != nil {
 		// The real daemon cannot bind its socket and dies; `-d` has returned 0.
@@ -128,6 +145,7 @@ func (s *SimRunner) Start(ctx context.Context, env Env) error {
 		*st = &simState{
 			PID:                     pid,
 			VisibleDevices:          env.VisibleDevices,
+			Devices:                 devices,
 			DeviceName:              name,
 			DefaultThreadPercentage: 100,
 			DefaultMemLimitMiB:      map[int]int{},
@@ -217,6 +235,25 @@ func (s *SimRunner) RemoveClient(pipeDir string, clientPID int) error {
 // EnforcedLimits are the limits a simulated server enforces on device 0: the
 // exact values set, not the rounded ones the getters print.
 func (s *SimRunner) EnforcedLimits(pipeDir string, serverPID int) (Limits, error) {
+	return s.enforced(pipeDir, serverPID, func(*simState) (int, error) { return 0, nil })
+}
+
+// EnforcedLimitsOn are the limits a simulated server enforces on the GPU
+// with this UUID: the memory limit of the device ordinal that GPU has in the
+// daemon (its place in Devices), the exact value set. This is what proves
+// that caps set by ordinal land on the intended GPU.
+func (s *SimRunner) EnforcedLimitsOn(pipeDir string, serverPID int, uuid string) (Limits, error) {
+	return s.enforced(pipeDir, serverPID, func(st *simState) (int, error) {
+		i := slices.Index(st.Devices, uuid)
+		if i < 0 {
+			return 0, fmt.Errorf("simulated MPS server %d in %s does not see GPU %s (it sees %v)", serverPID, pipeDir, uuid, st.Devices)
+		}
+		return i, nil
+	})
+}
+
+// enforced reads server serverPID's limits on the device ordinal picks.
+func (s *SimRunner) enforced(pipeDir string, serverPID int, ordinal func(*simState) (int, error)) (Limits, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
 	defer cancel()
 	var l Limits
@@ -228,7 +265,11 @@ func (s *SimRunner) EnforcedLimits(pipeDir string, serverPID int) (Limits, error
 		if srv == nil {
 			return false, fmt.Errorf("simulated MPS server %d in %s: %w", serverPID, pipeDir, ErrServerNotFound)
 		}
-		l = Limits{PinnedMemMiB: srv.MemLimitMiB[0], ThreadPercentage: srv.ThreadPercentage}
+		i, err := ordinal(*st)
+		if err != nil {
+			return false, err
+		}
+		l = Limits{PinnedMemMiB: srv.MemLimitMiB[i], ThreadPercentage: srv.ThreadPercentage}
 		return false, nil
 	})
 	return l, err

@@ -20,8 +20,12 @@ import (
 
 // simState is one simulated control daemon.
 type simState struct {
-	PID                     int         `json:"pid"`
-	VisibleDevices          string      `json:"visible_devices"`
+	PID            int    `json:"pid"`
+	VisibleDevices string `json:"visible_devices"`
+	// Devices are the GPU UUIDs by device ordinal, as the daemon's servers
+	// number them: CUDA_VISIBLE_DEVICES's order, or, without it, CUDA's own
+	// order of the host's GPUs (SetCUDAOrder).
+	Devices                 []string    `json:"devices,omitempty"`
 	DeviceName              string      `json:"device_name"`
 	DefaultThreadPercentage float64     `json:"default_thread_percentage"`
 	DefaultMemLimitMiB      map[int]int `json:"default_mem_limit_mib"` // by device ordinal; exact values

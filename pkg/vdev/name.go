@@ -8,8 +8,10 @@ import (
 )
 
 // EnvVar names the virtual device a container was given, "<GPU UUID>::<i>".
-// The CDI spec sets it in every container; the accounting reads it back from
-// /proc/<pid>/environ.
+// The CDI spec sets it in every container, for the programs there. The
+// accounting believes it only for processes outside containers
+// (/proc/<pid>/environ); a container's processes are billed by the identity
+// file the spec mounts (pkg/identity), which they cannot change.
 const EnvVar = "YUNION_MPS_VIRTUAL_DEVICE"
 
 // ErrBadName: a string that is not "<GPU UUID>::<i>".

@@ -73,9 +73,8 @@ func TestOnlyTheNVMLAdapterUsesCgoAndGoNVML(t *testing.T) {
 
 func TestOnlyTheMPSPackageRunsCommands(t *testing.T) {
 	for dir, imps := range imports(t) {
-		// Test support (internal/testsupport) starts real programs for
-		// tests, as tests themselves may.
-		if imps["os/exec"] && dir != "pkg/mps" && !strings.HasPrefix(dir, "internal/testsupport/") {
+		// Test harnesses (tests/, internal/testsupport/) start real programs.
+		if imps["os/exec"] && dir != "pkg/mps" && !testSupport(dir) {
 			t.Errorf("%s imports os/exec: running programs belongs in pkg/mps", dir)
 		}
 	}
@@ -91,7 +90,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/logging":          {},
 		"pkg/pci":              {"pkg/api"},
 		"pkg/gpu":              {"pkg/pci"},
-		"pkg/gpu/nvml":         {"pkg/gpu", "pkg/pci"},
+		"pkg/gpu/nvml":         {"pkg/gpu", "pkg/pci", "pkg/atomicfile"},
 		"pkg/config":           {},
 		"pkg/vdev":             {"pkg/api", "pkg/gpu", "pkg/pci"},
 		"pkg/plan":             {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/pci"},
@@ -100,15 +99,16 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/inventory/server": {"pkg/api", "pkg/inventory/store", "pkg/metrics", "pkg/atomicfile"},
 		"pkg/inventory/client": {"pkg/api"},
 		"pkg/mpsctl":           {"pkg/api", "pkg/config", "pkg/inventory/client", "pkg/version"},
-		"pkg/accounting":       {"pkg/gpu", "pkg/vdev"},
-		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/version", "pkg/atomicfile"},
-		"pkg/agent":            {"pkg/api", "pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/pci", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/atomicfile", "pkg/systemd"},
+		"pkg/identity":         {"pkg/vdev", "pkg/atomicfile"},
+		"pkg/accounting":       {"pkg/gpu", "pkg/vdev", "pkg/identity"},
+		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/version", "pkg/atomicfile", "pkg/identity"},
+		"pkg/agent":            {"pkg/api", "pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/pci", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/atomicfile", "pkg/systemd", "pkg/identity"},
 		"pkg/metrics":          {"pkg/version"},
-		// Test support: a real Cloudpods control plane; imports nothing of ours.
-		"internal/testsupport/cloudpods": {},
+		"pkg/keystone":         {},
+		"pkg/region":           {"pkg/api", "pkg/keystone", "pkg/inventory/client", "pkg/pci"},
 	}
 	for dir, imps := range imports(t) {
-		if strings.HasPrefix(dir, "cmd/") || strings.HasPrefix(dir, "tests/") {
+		if strings.HasPrefix(dir, "cmd/") || testSupport(dir) {
 			continue
 		}
 		ok, known := allowed[dir]
@@ -146,4 +146,9 @@ func TestMainsAreThin(t *testing.T) {
 			t.Errorf("cmd/%s/main.go has %d lines: wiring only, logic belongs in pkg/", e.Name(), n)
 		}
 	}
+}
+
+// testSupport is code only tests use: tests/ and internal/testsupport/.
+func testSupport(dir string) bool {
+	return strings.HasPrefix(dir, "tests/") || strings.HasPrefix(dir, "internal/testsupport/")
 }

@@ -12,9 +12,14 @@ with idle gaps) it measures, on one GPU and in one run:
   - our virtual devices (mps-daemon + inventory, clients given exactly the
     environment of the host's CDI spec) under thread policies none, even
     (100/N), 150/N, 200/N, 300/N; memory total/N throughout,
-then the daemon's own cost: resident memory and CPU idle and while
-reconciling, time from start to READY, and from a saved YAML to the
-inventory updated. It never changes the card's settings.
+then (issue 13) one latency-bound client on virtual device 0 beside N-1
+clients that saturate the GPU with back-to-back large GEMMs, N = 4 and 8,
+under time-slicing, MPS without caps, 100/N, the default and the QoS of a
+device YAML entry that names slice 0 a latency slice (`mps_qos`), then the
+daemon's own cost: resident memory and CPU idle and while reconciling, time
+from start to READY, and from a saved YAML to the inventory updated.
+BENCH_PARTS (identical,noisy,cost) runs a part of it. It never changes the
+card's settings.
 """
 import json
 import os
@@ -154,7 +159,9 @@ def write_atomic(path, text):
     os.rename(path + ".new", path)
 
 
-def write_config(n, policy):
+def write_config(n, policy, latency=None):
+    """host.conf with thread policy, the device YAML with N slices and, with
+    latency (a list of slices), the entry's QoS (issue 13)."""
     write_atomic(f"{W}/host.conf", f"""enable_cuda_mps: true
 container_device_config_file: {W}/devices.yml
 cuda_mps_pipe_directory: {W}/pipe
@@ -169,7 +176,10 @@ mps_host_name: bench
 mps_thread_percentage: "{policy}"
 mps_health_interval: 2s
 """)
-    write_atomic(f"{W}/devices.yml", f"devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_number: {n}\n")
+    entry = f"devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_number: {n}\n"
+    if latency:
+        entry += f"  mps_qos:\n    latency: [{', '.join(map(str, latency))}]\n"
+    write_atomic(f"{W}/devices.yml", entry)
 
 
 def expected_threads(policy, n):
@@ -177,7 +187,21 @@ def expected_threads(policy, n):
         return 100
     if policy == "even":
         return 100 // n
+    if policy == "auto":
+        policy = "400/N"
     return min(100, int(policy.split("/")[0]) // n)
+
+
+QOS_RESERVE = 8  # mps_qos reserve's default (pkg/vdev)
+
+
+def expected_device_threads(policy, n, latency=None):
+    """Each slice's share, as the daemon computes it (docs/containers.md, QoS)."""
+    p = expected_threads(policy, n)
+    if not latency or len(latency) == n:
+        return [p] * n
+    batch = min(p, max(1, (100 - QOS_RESERVE) // (n - len(latency))))
+    return [p if i in latency else batch for i in range(n)]
 
 
 def wait_for(cond, timeout=30):
@@ -242,10 +266,11 @@ def only_server(keep):
             ctl(pipe, f"shutdown_server {pid}")
 
 
-def set_vdev(n, policy):
-    write_config(n, policy)
-    want = expected_threads(policy, n)
-    if not wait_for(lambda: (lambda d: len(d) == n and all(x["mps_thread_percentage"] == want for x in d))(devices())):
+def set_vdev(n, policy, latency=None):
+    write_config(n, policy, latency)
+    want = expected_device_threads(policy, n, latency)
+    by_slice = lambda d: sorted((int(x["addr"].rsplit("-", 1)[1]), x["mps_thread_percentage"]) for x in d)
+    if not wait_for(lambda: [t for _, t in by_slice(devices())] == want):
         raise RuntimeError(f"inventory never showed {n} devices at {want}%")
     vpipe = f"{W}/pipe/{UUID}"
     for pid in ctl(vpipe, "get_server_list").split():
@@ -295,6 +320,91 @@ def bench_rounds(rounds):
 
 
 PIPES = []
+
+
+# --- one latency tenant beside saturating neighbours (issue 13) -------------
+NOISY_NS = [int(x) for x in os.environ.get("BENCH_NOISY_NS", "4,8").split(",") if x]
+# (label, thread policy, latency slices): None as policy is time-slicing.
+NOISY_MODES = [("time-slicing", None, None), ("MPS, no cap", "none", None), ("100/N", "even", None),
+               ("default (auto, 400/N)", "auto", None), ("QoS: slice 0 latency", "auto", [0])]
+noisy = []
+
+
+def noisy_run(label, n, envs):
+    """Slot 0 runs the latency-bound small workload, the others saturate."""
+    tag = f"noisy-{label}-{n}".replace("/", "_").replace(" ", "_").replace(",", "").replace(":", "")
+    barrier = f"{W}/go-{tag}"
+    outs, procs = [], []
+    for i in range(n):
+        wl = "small" if i == 0 else "saturate"
+        out = f"{W}/{tag}-{i}.json"
+        outs.append((wl, out))
+        procs.append(subprocess.Popen([sys.executable, CLIENT, wl, str(SECONDS), barrier, out], env=envs[i],
+                                      stdout=subprocess.DEVNULL, stderr=open(out + ".err", "w")))
+    deadline = time.time() + 120
+    while not all(os.path.exists(o + ".ready") for _, o in outs):
+        if any(p.poll() not in (None, 0) for p in procs) or time.time() > deadline:
+            for p in procs:
+                p.kill()
+            raise RuntimeError(f"{tag}: " + " | ".join(open(o + ".err").read()[-300:] for _, o in outs))
+        time.sleep(0.05)
+    open(barrier, "w").close()
+    for p in procs:
+        p.wait(timeout=SECONDS + 120)
+    res = [(wl, json.load(open(o))) for wl, o in outs]
+    v = res[0][1]
+    r = {"mode": label, "n": n, "p50_ms": v["p50_ms"], "p99_ms": v["p99_ms"], "victim_sms": v["sms"],
+         "gemm_per_s": sum(x["steps"] for wl, x in res[1:]) * 4 / SECONDS,
+         "neighbour_sms": min((x["sms"] for wl, x in res[1:]), default=None)}
+    log(f"noisy {label:>24} N={n} victim p50 {r['p50_ms']:.3f} p99 {r['p99_ms']:.3f} ms (SMs {r['victim_sms']}) "
+        f"| neighbours {r['gemm_per_s']:.1f} GEMM/s (SMs {r['neighbour_sms']})")
+    noisy.append(r)
+
+
+def bench_noisy(rounds):
+    vpipe = f"{W}/pipe/{UUID}"
+    nomps = f"{W}/no-mps"
+    os.makedirs(nomps, exist_ok=True)
+    for r in range(rounds):
+        log(f"noisy neighbour, round {r + 1} of {rounds}")
+        # The victim alone on a device without caps: the figure its p99 is compared to.
+        set_vdev(NOISY_NS[0], "none")
+        only_server(vpipe)
+        noisy_run("solo", 1, vdev_envs(1))
+        modes = NOISY_MODES if r % 2 == 0 else list(reversed(NOISY_MODES))
+        for n in NOISY_NS:
+            for label, policy, latency in modes:
+                if policy is None:
+                    only_server(None)
+                    envs = [base_env() | {"CUDA_MPS_PIPE_DIRECTORY": nomps}] * n
+                else:
+                    set_vdev(n, policy, latency)
+                    only_server(vpipe)
+                    envs = vdev_envs(n)
+                noisy_run(label, n, envs)
+
+
+def noisy_report():
+    med = lambda xs: statistics.median(xs) if xs else 0.0
+    solo = [r for r in noisy if r["mode"] == "solo"]
+    solo_p50, solo_p99 = med([r["p50_ms"] for r in solo]), med([r["p99_ms"] for r in solo])
+    lines = ["## One latency tenant beside saturating neighbours", "",
+             f"Slot 0 runs the small workload, the other N-1 slots back-to-back 8192^3 fp16 GEMMs; clients get "
+             f"exactly their device's CDI environment. Victim alone (no cap): p50 {solo_p50:.3f} ms, p99 {solo_p99:.3f} ms. "
+             f"Medians over {ROUNDS} round(s).", "",
+             "| N | mode | victim p50 ms | victim p99 ms | p99 / solo | neighbours GEMM/s | vs no cap | SMs victim / neighbour |",
+             "|---|---|---|---|---|---|---|---|"]
+    for n in NOISY_NS:
+        rows = {label: [r for r in noisy if r["mode"] == label and r["n"] == n] for label, _, _ in NOISY_MODES}
+        nocap = med([r["gemm_per_s"] for r in rows["MPS, no cap"]])
+        for label, _, _ in NOISY_MODES:
+            rs = rows[label]
+            if not rs:
+                continue
+            p99, tput = med([r["p99_ms"] for r in rs]), med([r["gemm_per_s"] for r in rs])
+            lines.append(f"| {n} | {label} | {med([r['p50_ms'] for r in rs]):.3f} | {p99:.3f} | {p99 / solo_p99:.2f} | "
+                         f"{tput:.1f} | {tput / nocap:.3f} | {rs[0]['victim_sms']} / {rs[0]['neighbour_sms']} |")
+    return lines
 
 
 # --- the daemon's own cost ------------------------------------------------
@@ -412,23 +522,64 @@ def report(cost):
             rows.append([n, wl, f"{by[('vdev-none', n, wl)]['steps_per_s'] / by[('mps-hand', n, wl)]['steps_per_s']:.3f}",
                          f"{by[('vdev-even', n, wl)]['steps_per_s'] / by[('mps-hand-even', n, wl)]['steps_per_s']:.3f}"])
     lines += [table(rows, ["N", "workload", "vdev-none / hand, no limits", "vdev-even / hand, 100/N"]), ""]
-    lines += ["## The daemon's own cost (real GPU, 1 GPU, 4-5 virtual devices)", "",
-              table([[k, f"{v:.1f}"] for k, v in cost.items()], ["figure", "value"]), ""]
+    if cost:
+        lines += ["## The daemon's own cost (real GPU, 1 GPU, 4-5 virtual devices)", "",
+                  table([[k, f"{v:.1f}"] for k, v in cost.items()], ["figure", "value"]), ""]
+    if noisy:
+        lines += noisy_report() + [""]
     open(f"{OUT}/bench.md", "w").write("\n".join(lines) + "\n")
-    json.dump({"results": results, "cost": cost}, open(f"{OUT}/bench.json", "w"), indent=1)
+    json.dump({"results": results, "cost": cost, "noisy": noisy}, open(f"{OUT}/bench.json", "w"), indent=1)
     print("\n".join(lines))
 
 
+def policy_check(by):
+    """Each policy against the better of none and even, from whatever ran."""
+    rows = []
+    for p in POLICIES:
+        cells, worst = [], 9.0
+        for n in (4, 8):
+            for wl in WORKLOADS:
+                keys = [(f"vdev-{x}", n, wl) for x in (p, "none", "even")]
+                if not all(k in by for k in keys):
+                    cells.append("")
+                    continue
+                ratio = by[keys[0]]["steps_per_s"] / max(by[keys[1]]["steps_per_s"], by[keys[2]]["steps_per_s"])
+                worst = min(worst, ratio)
+                cells.append(f"{ratio:.3f}")
+        rows.append([p] + cells + [f"{worst:.3f}" if worst < 9 else ""])
+    return ["## Identical clients: each policy against the better of none and even (100/N)", "",
+            table(rows, ["policy", "small N=4", "bursty N=4", "small N=8", "bursty N=8", "worst"]), ""]
+
+
 def main():
-    log(f"{NAME} {UUID} {MEM_MIB} MiB driver {DRIVER}")
+    """BENCH_PARTS picks what runs: identical (N identical clients per mode),
+    noisy (one latency tenant beside saturating neighbours), cost (the
+    daemon's own). All by default; a run narrowed with BENCH_MODES prints the
+    raw medians and the policy check instead of the full tables."""
+    parts = set(os.environ.get("BENCH_PARTS", "identical,noisy,cost").split(","))
+    log(f"{NAME} {UUID} {MEM_MIB} MiB driver {DRIVER}; parts {sorted(parts)}")
     inv = daemon = None
     try:
         inv, daemon = start_services()
-        bench_rounds(ROUNDS)
-        if MODES:  # a partial run: raw medians only
-            for k, v in sorted(aggregate().items()):
-                log(k, f"{v['steps_per_s']:.0f} ({v['min']:.0f}-{v['max']:.0f}) p50 {v['p50_ms']:.3f} p99 {v['p99_ms']:.3f}")
-            json.dump(results, open(f"{OUT}/bench-partial.json", "w"), indent=1)
+        if "identical" in parts:
+            bench_rounds(ROUNDS)
+        if "noisy" in parts:
+            bench_noisy(int(os.environ.get("BENCH_NOISY_ROUNDS", str(ROUNDS))))
+        if MODES or "identical" not in parts or "cost" not in parts:
+            by = aggregate()
+            lines = [f"# MPS benchmark (partial: {sorted(parts)}): {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
+                     f"{NAME}, {MEM_MIB} MiB, driver {DRIVER}; {SECONDS:g} s per run.", ""]
+            if by:
+                lines += ["| mode | N | workload | steps/s (min-max) | p50 ms | p99 ms | SMs |", "|---|---|---|---|---|---|---|"]
+                for (m, n, wl), v in sorted(by.items()):
+                    lines.append(f"| {m} | {n} | {wl} | {v['steps_per_s']:.0f} ({v['min']:.0f}-{v['max']:.0f}) | "
+                                 f"{v['p50_ms']:.3f} | {v['p99_ms']:.3f} | {v['sms']} |")
+                lines += [""] + policy_check(by)
+            if noisy:
+                lines += noisy_report()
+            open(f"{OUT}/bench.md", "w").write("\n".join(lines) + "\n")
+            json.dump({"results": results, "noisy": noisy}, open(f"{OUT}/bench.json", "w"), indent=1)
+            print("\n".join(lines))
             return
         cost, daemon = daemon_cost(daemon)
         report(cost)

@@ -19,7 +19,7 @@ DAEMON_ADDR=127.0.0.1:19331
 cleanup() {
 	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
 	sleep 1
-	for d in "$W"/pipe/*/; do [ -S "$d/control" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$d timeout 10 nvidia-cuda-mps-control; done
+	for d in "$W"/pipe/*/ "$W/pipe1"; do [ -S "$d/control" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$d timeout 10 nvidia-cuda-mps-control; done
 	cp "$W"/*.log "$OUT/" 2>/dev/null
 }
 trap cleanup EXIT
@@ -242,7 +242,7 @@ say "## 11. A container's view: the pipe directory read-only, the privileged soc
 # onto itself, /dev/null over control_privileged.
 RO="mount --bind $PIPE $PIPE && mount -o remount,bind,ro $PIPE $PIPE"
 MASK="mount --bind /dev/null $PIPE/control_privileged"
-in_ns() { unshare --mount --ipc --pid --fork --propagation private sh -c "$1 && shift && exec \"\$@\"" sh "${@:2}"; }
+in_ns() { unshare --mount --ipc --pid --fork --propagation private sh -c "$1 && exec \"\$@\"" sh "${@:2}"; }
 CAP11=$(field "$ADDR-0" mps_memory_limit)
 BEFORE=$(ls -l --time-style=+ "$PIPE" | md5sum)
 GOT=$(in_ns "$RO" env $(client_env) python3 "$C/alloc.py" 2>>"$W/client.log")
@@ -294,9 +294,105 @@ check "a busy client dies by itself on its next CUDA call" "$([ $RB != 0 ]; echo
 check "...and leaves NVML's list within 2 s" $GONE
 
 say
+say "## 13. Escapes from the per-device cap: processes that drop or rewrite YUNION_MPS_VIRTUAL_DEVICE"
+# Each process is started as a container runtime applies the CDI spec: its
+# own mount namespace, the spec's environment only, the pipe directory
+# read-only with control_privileged masked, and the device's identity file
+# bind-mounted read-only where the spec says (a tmpfs at /run/yunion-mps
+# holds the mount point, as a container's own /run would).
+mkdir -p /run/yunion-mps
+in_device() { # in_device DEVICE CMD...: CMD as a container given DEVICE. It
+	# execs: call it in the background or in $(...), so that $! is CMD's PID.
+	local dev=$1 idh idc; shift
+	read -r idh idc < <(python3 "$C/cdi_identity.py" "$SPEC" "$dev")
+	python3 "$C/cdi_env.py" "$SPEC" "$dev" >"$W/env-$dev"
+	exec unshare --mount --propagation private sh -c "$RO && $MASK && mount -t tmpfs -o mode=755 tmpfs /run/yunion-mps && mkdir -p \$(dirname $idc) && touch $idc && mount --bind $idh $idc && mount -o remount,bind,ro $idc && exec \"\$@\"" sh \
+		env -i PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" HOME=/tmp $(cat "$W/env-$dev") "$@"
+}
+CAP13=$(field "$ADDR-0" mps_memory_limit)
+H=$((CAP13 * 6 / 10))
+say "device $UUID::0 cap $CAP13 MiB; each process holds $H MiB (60%)"
+IDH=$(python3 "$C/cdi_identity.py" "$SPEC" "$UUID::0" | cut -d' ' -f1)
+check "the spec mounts an identity file that names the device" "$([ "$(cat "$IDH")" = "$UUID::0" ]; echo $?)" "($IDH)"
+RW=$(in_device "$UUID::0" sh -c "echo x > /run/yunion-mps/devices/$UUID 2>&1; echo rc=\$?" 2>&1 | tr '\n' ' ')
+check "the identity file is read-only inside (a write fails)" "$(echo "$RW" | grep -q 'rc=[1-9]'; echo $?)" "($RW)"
+in_device "$UUID::1" python3 "$C/hold.py" 60 "$H" >"$W/esc-other.log" 2>&1 &
+PO=$!
+in_device "$UUID::0" python3 "$C/hold.py" 50 "$H" >"$W/esc-first.log" 2>&1 &
+PF=$!
+until_ok 60 grep -q started "$W/esc-first.log"
+until_ok 60 grep -q started "$W/esc-other.log"
+sleep 2
+in_device "$UUID::0" env -u YUNION_MPS_VIRTUAL_DEVICE python3 "$C/hold.py" 20 "$H" >"$W/esc-unset.log" 2>&1 &
+PU=$!
+wait $PU; RU=$?
+say "env -u YUNION_MPS_VIRTUAL_DEVICE (PID $PU): exit $RU, $(tail -1 "$W/esc-unset.log")"
+check "a process that dropped the variable and pushed its device over was terminated" "$([ $RU != 0 ]; echo $?)"
+sleep 2
+in_device "$UUID::0" env YUNION_MPS_VIRTUAL_DEVICE="$UUID::1" python3 "$C/hold.py" 20 "$H" >"$W/esc-rewrite.log" 2>&1 &
+PR=$!
+# /status while it lives: the disagreement is listed there.
+mismatch_listed() { python3 -c 'import json,sys,urllib.request; a=json.load(urllib.request.urlopen(sys.argv[1], timeout=5)).get("accounting") or {}; print(json.dumps(a, indent=1)); sys.exit(0 if any(m["pid"] == int(sys.argv[2]) for m in a.get("mismatched_processes") or []) else 1)' "http://$DAEMON_ADDR/status" "$PR" >"$W/status13.json" 2>/dev/null; }
+until_ok 15 mismatch_listed; LISTED=$?
+wait $PR; RR=$?
+say "YUNION_MPS_VIRTUAL_DEVICE=$UUID::1 (PID $PR): exit $RR, $(tail -1 "$W/esc-rewrite.log")"
+check "a process that named the other device and pushed its own over was terminated" "$([ $RR != 0 ]; echo $?)"
+check "/status listed it as billed to $UUID::0 against its environment while it ran" $LISTED
+wait $PF; RF=$?; wait $PO; RO13=$?
+say "first process of $UUID::0: exit $RF, $(tail -1 "$W/esc-first.log"); process of $UUID::1: exit $RO13, $(tail -1 "$W/esc-other.log")"
+check "the device's own first process ran on" "$([ $RF = 0 ]; echo $?)"
+check "the other device's process ran on undisturbed" "$([ $RO13 = 0 ]; echo $?)"
+for p in $PU $PR; do
+	grep -q "disagrees with its identity file.*pid=$p device=$UUID::0" "$W/daemon2.log"
+	check "PID $p billed to $UUID::0 by its identity file, the disagreement logged" $?
+	grep -q "terminating client over its device's cap.*device=$UUID::0.*pid=$p " "$W/daemon2.log"
+	check "PID $p terminated as a client of $UUID::0" $?
+done
+! grep -q "client over its device's cap.*pid=$PO " "$W/daemon2.log"; check "nothing was done to $UUID::1's process" $?
+grep -E "component=accounting.*pid=($PU|$PR|$PO|$PF) " "$W/daemon2.log" | sed 's/^time=[^ ]* //' | block
+say "accounting in /status while PID $PR ran:"
+block <"$W/status13.json"
+rmdir /run/yunion-mps 2>/dev/null
+
+say
+say "## 14. The single pipe layout (Cloudpods' pods: CUDA_MPS_PIPE_DIRECTORY=<root>)"
+# The per-GPU daemon of the sections above goes first: one MPS server per GPU.
+kill -TERM $DPID; wait $DPID
+ctl quit >/dev/null
+ROOT1=$W/pipe1
+sed -e "s|^cuda_mps_pipe_directory: .*|cuda_mps_pipe_directory: $ROOT1|" \
+	-e "s|^cuda_mps_log_directory: .*|cuda_mps_log_directory: $W/log1|" "$W/host.conf" >"$W/host1.conf"
+echo "mps_pipe_layout: single" >>"$W/host1.conf"
+set_vn 4
+"$B/mps-daemon" --config "$W/host1.conf" --log-level debug 2>"$W/daemon-single.log" &
+DPID=$!; PIDS+=($DPID)
+wait_ready; check "daemon ready in the single layout" $?
+ctl1() { echo "$*" | CUDA_MPS_PIPE_DIRECTORY=$ROOT1 timeout 10 nvidia-cuda-mps-control 2>&1; }
+[ -S "$ROOT1/control" ] && [ ! -e "$ROOT1/$UUID" ]
+check "one control daemon in the pipe root itself, no per-GPU directory" $? "($(ls "$ROOT1" | tr '\n' ' '))"
+check "its device list is the GPU's UUID" "$([ "$(cat "$ROOT1/yunion-mps-devices" 2>/dev/null)" = "$UUID" ]; echo $?)" "($(cat "$ROOT1/yunion-mps-devices" 2>/dev/null))"
+say "ps of the control daemon: $(ps -o pid=,args= -C nvidia-cuda-mps-control | tr '\n' ';')"
+say "CUDA_VISIBLE_DEVICES of the control daemon: $(tr '\0' '\n' </proc/$(pgrep -f "nvidia-cuda-mps-control -d" -n)/environ 2>/dev/null | grep ^CUDA_VISIBLE_DEVICES)"
+CAP1=$(field "$ADDR-0" mps_memory_limit)
+say "limits read back (device 0 = $UUID): $(ctl1 get_default_device_pinned_mem_limit 0), threads $(ctl1 get_default_active_thread_percentage)"
+# A pod as Cloudpods' host agent starts it: the pipe root, the GPU by UUID.
+GOT1=$(CUDA_MPS_PIPE_DIRECTORY=$ROOT1 CUDA_VISIBLE_DEVICES=$UUID python3 "$C/alloc.py" 2>>"$W/client-single.log")
+check "a client given CUDA_MPS_PIPE_DIRECTORY=<root> stops at the GPU's cap" "$([ -n "$GOT1" ] && [ "$GOT1" -le "$CAP1" ] && [ "$GOT1" -gt $((CAP1 - 1024)) ]; echo $?)" "($GOT1 MiB, cap $CAP1)"
+GOT2=$(CUDA_MPS_PIPE_DIRECTORY=$ROOT1 python3 "$C/alloc.py" 2>>"$W/client-single.log")
+check "...and without CUDA_VISIBLE_DEVICES too" "$([ -n "$GOT2" ] && [ "$GOT2" -le "$CAP1" ]; echo $?)" "($GOT2 MiB)"
+kill -TERM $DPID; wait $DPID
+# The daemon left MPS running (as on every stop); adopted again by a new one:
+"$B/mps-daemon" --config "$W/host1.conf" --log-level debug 2>"$W/daemon-single2.log" &
+DPID=$!; PIDS+=($DPID)
+wait_ready; check "a restarted daemon adopts the single control daemon" "$(grep -q 'started MPS control daemon' "$W/daemon-single2.log"; [ $? = 1 ]; echo $?)"
+kill -TERM $DPID; wait $DPID
+ctl1 quit >/dev/null
+DPID=$$ # nothing left to stop below
+
+say
 CM_AFTER=$(nvidia-smi --query-gpu=compute_mode --format=csv,noheader | head -1)
 check "compute mode untouched" "$([ "$CM_BEFORE" = "$CM_AFTER" ]; echo $?)" "($CM_BEFORE -> $CM_AFTER)"
-kill -TERM $DPID; wait $DPID
+[ "$DPID" = $$ ] || { kill -TERM $DPID; wait $DPID; }
 say
 if [ $FAIL = 0 ]; then say "RESULT: all checks passed"; else say "RESULT: FAILURES above"; fi
 exit $FAIL

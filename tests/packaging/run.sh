@@ -34,6 +34,7 @@ done
 CACHE=${MPS_PKGTEST_CACHE:-${HOME:-/root}/.cache/yunion-mps-ci}
 WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/mps-pkgtest.XXXXXX")
 GO=${GO:-go}
+NFPM=${NFPM:-$GO tool -modfile=tools/go.mod nfpm}
 CT_PID=
 cleanup() {
 	local rc=$?
@@ -86,7 +87,10 @@ tests/packaging/systemd-verify.sh "$WORK/bin1"
 
 step "package metadata"
 ctrl=$(dpkg-deb -f "$(deb v1 yunion-mps-daemon "$V1")" Depends)
-assert_contains "daemon .deb Depends" "$ctrl" "yunion-mps-inventory (= $V1-1)"
+# Epoch 1 (above Cloudpods' own package of the name); the inventory is a
+# Pre-Depends (docs/cloudpods.md, the upgrade from Cloudpods' package).
+assert_eq "daemon .deb Version" "$(dpkg-deb -f "$(deb v1 yunion-mps-daemon "$V1")" Version)" "1:$V1-1"
+assert_eq "daemon .deb Pre-Depends" "$(dpkg-deb -f "$(deb v1 yunion-mps-daemon "$V1")" Pre-Depends)" "yunion-mps-inventory (= 1:$V1-1)"
 assert_contains "daemon .deb Depends" "$ctrl" "libc6 (>= "
 conff=$(dpkg-deb --ctrl-tarfile "$(deb v1 yunion-mps-daemon "$V1")" | tar -xOf - ./conffiles)
 assert_eq "daemon .deb conffiles" "$conff" "/etc/default/yunion-mps-daemon"
@@ -96,7 +100,7 @@ files=$(dpkg-deb -c "$(deb v1 yunion-mps-daemon "$V1")")
 assert_lacks "daemon .deb files" "$files" "./etc/yunion/"
 assert_contains "daemon .deb files" "$files" "./usr/share/yunion-mps-daemon/host.conf"
 req=$(rpm -qpR --nosignature "$(rpmfile v1 yunion-mps-daemon "$V1")")
-assert_contains "daemon .rpm Requires" "$req" "yunion-mps-inventory = $V1-1"
+assert_contains "daemon .rpm Requires" "$req" "yunion-mps-inventory = 1:$V1-1"
 assert_contains "daemon .rpm Requires" "$req" "glibc >= "
 assert_eq "daemon .rpm config files" "$(rpm -qpc --nosignature "$(rpmfile v1 yunion-mps-daemon "$V1")")" "/etc/sysconfig/yunion-mps-daemon"
 assert_eq "daemon .rpm noreplace" "$(rpm -qp --nosignature --qf '[%{FILEFLAGS:fflags} %{FILENAMES}\n]' "$(rpmfile v1 yunion-mps-daemon "$V1")" | grep sysconfig)" \
@@ -123,7 +127,7 @@ in_ct apt-get update -qq
 out=$(in_ct apt-get install -y yunion-mps-daemon 2>&1)
 printf '%s\n' "$out" | grep -E '^(Setting up|Created symlink|The following NEW)' | sed 's/^/   | /'
 assert_eq "installed" "$(in_ct dpkg-query -W -f='${Status} ${Version}\n' yunion-mps-daemon yunion-mps-inventory | sort -u)" \
-	"install ok installed $V1-1"
+	"install ok installed 1:$V1-1"
 assert_eq "running after install" "$(in_ct systemctl is-active yunion-mps-inventory yunion-mps-daemon | sort -u)" "inactive"
 assert_eq "enabled after install (Debian's presets enable)" \
 	"$(in_ct systemctl is-enabled yunion-mps-inventory yunion-mps-daemon | sort -u)" "enabled"
@@ -198,7 +202,7 @@ in_ct apt-get update -qq
 # No --force-conf*: an edited conffile the new version did not change is kept
 # without a question.
 in_ct apt-get install -y yunion-mps-daemon </dev/null | grep -E '^(Unpacking|Setting up)' | sed 's/^/   | /'
-assert_eq "upgraded" "$(in_ct dpkg-query -W -f='${Version}\n' yunion-mps-daemon yunion-mps-inventory | sort -u)" "$V2-1"
+assert_eq "upgraded" "$(in_ct dpkg-query -W -f='${Version}\n' yunion-mps-daemon yunion-mps-inventory | sort -u)" "1:$V2-1"
 assert_contains "conffile kept" "$(in_ct cat /etc/default/yunion-mps-daemon)" 'MPS_DAEMON_OPTS="--log-level debug"'
 assert_contains "host.conf kept" "$(in_ct cat /etc/yunion/host.conf)" "# edited by the operator"
 assert_contains "device YAML kept" "$(in_ct cat /etc/yunion/host_container_device.yml)" "virtual_number: 8"
@@ -235,6 +239,57 @@ note "ok: configuration (created by the package) and state gone"
 assert_eq "unit links left" "$(in_ct find /etc/systemd/system -name 'yunion-mps-*.service' -not -path '*.d/*')" ""
 assert_eq "packages left" "$(in_ct dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 'yunion-*' 2>/dev/null || true)" ""
 assert_eq "failed units" "$(in_ct systemctl list-units --failed --no-legend --plain 'yunion*')" ""
+
+step "deb: upgrade from Cloudpods' own yunion-mps-daemon (a stand-in: tests/packaging/cloudpods-standin)"
+mkdir -p "$WORK/standin"
+PKG_ARCH=$($GO env GOARCH) $NFPM package --config tests/packaging/cloudpods-standin/nfpm.yaml --packager deb --target "$WORK/standin/" >/dev/null
+cp "$WORK"/standin/*.deb "$WORK/deb-root/srv/standin.deb"
+# The earlier steps' drop-ins (--simulate, WatchdogSec) would apply to
+# Cloudpods' unit too: a host that never had our package has none.
+rm -rf "$WORK/deb-root/etc/systemd/system/yunion-mps-daemon.service.d" "$WORK/deb-root/etc/systemd/system/yunion-mps-inventory.service.d"
+in_ct systemctl daemon-reload
+in_ct dpkg -i /srv/standin.deb >/dev/null
+in_ct mkdir -p /etc/yunion
+in_ct_sh 'printf "enable_cuda_mps: true\ncontainer_device_config_file: /etc/yunion/host_container_device.yml\n" >/etc/yunion/host.conf'
+in_ct_sh 'printf "devices:\n- path: /dev/dri/renderD128\n  type: NVIDIA_MPS\n  virtual_number: 4\n" >/etc/yunion/host_container_device.yml'
+# The hazard first: stopping Cloudpods' daemon sends quit, which kills the
+# CUDA job.
+in_ct systemctl start yunion-mps-daemon
+wait_for "the stand-in's MPS control daemon and its client" 'test -s /var/lib/cloudpods-standin/client.pid' 30
+client=$(in_ct cat /var/lib/cloudpods-standin/client.pid)
+in_ct systemctl stop yunion-mps-daemon
+in_ct test -f /var/lib/cloudpods-standin/quit-sent || fail "the stand-in sent no quit on stop: it does not stand for Cloudpods' daemon"
+wait_for "the stand-in, like Cloudpods' daemon, sent quit when stopped, and its client died" "! kill -0 $client 2>/dev/null" 20
+in_ct rm -f /var/lib/cloudpods-standin/quit-sent /var/lib/cloudpods-standin/client.pid
+in_ct systemctl start yunion-mps-daemon
+wait_for "a new client" 'test -s /var/lib/cloudpods-standin/client.pid' 30
+client=$(in_ct cat /var/lib/cloudpods-standin/client.pid)
+# Single layout on a Cloudpods host: the region backend chooses it; this
+# host.conf has no keystone, so it is said explicitly.
+in_ct_sh 'echo "mps_pipe_layout: single" >>/etc/yunion/host.conf'
+in_ct apt-get install -y yunion-mps-daemon </dev/null | grep -E '^(Unpacking|Setting up)' | sed 's/^/   | /'
+assert_eq "upgraded from Cloudpods' package" "$(in_ct dpkg-query -W -f='${Version}\n' yunion-mps-daemon)" "1:$V2-1"
+in_ct test ! -e /var/lib/cloudpods-standin/quit-sent || fail "Cloudpods' daemon sent quit during the upgrade: $(in_ct cat /var/lib/cloudpods-standin/quit-sent)"
+in_ct kill -0 "$client" || fail "the CUDA client ($client) died in the upgrade"
+assert_contains "MPS state" "$(in_ct cat /tmp/nvidia-mps/pipe/sim-control.json)" "\"pid\": $client"
+note "ok: no quit; the MPS control daemon and its client ($client) survived"
+assert_eq "enabled after the upgrade" "$(in_ct systemctl is-enabled yunion-mps-daemon)" "enabled"
+in_ct test ! -e /opt/yunion/bin/mps-daemon
+in_ct test ! -e /run/systemd/system/yunion-mps-daemon.service.d/50-yunion-mps-upgrade.conf
+in_ct test ! -e /var/lib/yunion-mps/.cloudpods-upgrade
+in_ct test -f /lib/systemd/system/yunion-mps-daemon.service
+# postinst started our daemon as the old one ran; without a GPU it needs the
+# --simulate drop-in (which would have turned Cloudpods' unit into ours
+# before the upgrade), so it comes now, with a restart.
+simulate_dropin "$WORK/deb-root"
+in_ct systemctl daemon-reload
+in_ct timeout 120 systemctl restart yunion-mps-daemon
+assert_eq "service after the upgrade" "$(in_ct systemctl is-active yunion-mps-daemon)" "active"
+assert_contains "main process" "$(in_ct_sh 'cat /proc/$(systemctl show -p MainPID --value yunion-mps-daemon)/cmdline | tr "\0" " "')" "/usr/bin/mps-daemon"
+in_ct kill -0 "$client" || fail "the CUDA client ($client) died when our daemon started"
+wait_for "our daemon adopted the running control daemon, caps left to it until it is idle" \
+	'journalctl -u yunion-mps-daemon --no-pager | grep -q "started by another program"' 60
+note "ok: our daemon runs, adopted the control daemon in the pipe root and waits for its client to leave"
 poweroff
 
 # -------------------------------------------------------------------- .rpm

@@ -24,12 +24,12 @@ type side struct {
 	// call sends a Cloudpods-shaped request (X-Auth-Token of a keystone
 	// login) and decodes the answer into out.
 	call func(ctx context.Context, method, path string, body, out any) error
-	// newGuest makes a guest that may hold devices (a no-op for the
-	// inventory, which keeps no guests).
-	newGuest func(ctx context.Context, id, hostID string) error
-	// settle waits until an attach or detach on guest id is done (see
+	// newGuest makes a guest of that name that may hold devices (a no-op
+	// for the inventory, which keeps no guests: there its name is its id).
+	newGuest func(ctx context.Context, name, hostID string) error
+	// settle waits until an attach or detach on the guest is done (see
 	// cloudpods.SettleGuest; a no-op for the inventory).
-	settle func(ctx context.Context, id string) error
+	settle func(ctx context.Context, guest string) error
 }
 
 // result is what one climc run printed.
@@ -46,9 +46,12 @@ func regionSide(cp *cloudpods.Cloud) *side {
 			o, e, code, err := cp.RunClimcAt(ctx, cp.Endpoint(), tmp, args...)
 			return result{o, e, code}, err
 		},
-		call:     cp.Call,
-		newGuest: cp.CreateGuest,
-		settle:   cp.SettleGuest,
+		call: cp.Call,
+		newGuest: func(ctx context.Context, name, hostID string) error {
+			_, err := cp.CreateGuest(ctx, name, hostID)
+			return err
+		},
+		settle: cp.SettleGuest,
 	}
 }
 

@@ -14,8 +14,9 @@ import (
 )
 
 // What tests need in the region beyond what cloudpods-up.sh makes: a device
-// model that defines a dev_type, guests to attach devices to, and the real
-// climc pointed at another endpoint (an mps-inventory).
+// model that defines a dev_type, guests settled after an attach or detach
+// (guest.go makes them), and the real climc pointed at another endpoint (an
+// mps-inventory).
 
 // CreateDeviceModel registers an isolated-device model, which is what lets
 // this region (Cloudpods' master) take rows of a dev_type it does not know,
@@ -40,38 +41,23 @@ func (c *Cloud) CreateDeviceModel(ctx context.Context, model, devType, vendorID,
 // guestID is what a guest id may be here (it goes into SQL text).
 var guestID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,35}$`)
 
-// CreateGuest adds a container guest (hypervisor pod, status ready) of id
-// and name id on host hostID, as a scheduler would have placed it. The
-// region creates guests only through its scheduler and a host agent, which
-// this control plane has not; the row goes straight into its database.
-func (c *Cloud) CreateGuest(ctx context.Context, id, hostID string) error {
-	if !guestID.MatchString(id) || !guestID.MatchString(hostID) {
-		return fmt.Errorf("guest %q on host %q: ids must be lower-case letters, digits and dashes", id, hostID)
+// SettleGuest waits for the tasks an attach or detach started on guest (its
+// id or name) to end, then marks the guest ready again. Each attach and
+// detach starts a task that asks the guest's host agent to apply the
+// change; with no host agent listening it fails (the guest becomes
+// sync_isolated_device_failed, and the region refuses further attaches),
+// where a host agent would have applied it and left the guest ready. The
+// devices' rows are as the attach or detach left them either way.
+func (c *Cloud) SettleGuest(ctx context.Context, guest string) error {
+	var s struct {
+		Server struct{ ID string } `json:"server"`
 	}
-	project, err := c.sql(ctx, "keystone", "SELECT id FROM project WHERE name = 'system'")
-	if err != nil || project == "" {
-		return fmt.Errorf("finding project system: %v (%q)", err, project)
+	if err := c.Call(ctx, http.MethodGet, "/servers/"+guest, nil, &s); err != nil {
+		return err
 	}
-	_, err = c.sql(ctx, "yunioncloud", fmt.Sprintf(`INSERT INTO guests_tbl
-		(created_at, updated_at, id, name, status, domain_id, tenant_id, project_src, vmem_size, hypervisor, host_id)
-		VALUES (UTC_TIMESTAMP(), UTC_TIMESTAMP(), '%s', '%s', 'ready', 'default', '%s', 'local', 1024, 'pod', '%s')`,
-		id, id, project, hostID))
-	if err != nil {
-		return fmt.Errorf("creating guest %s: %w", id, err)
-	}
-	return nil
-}
-
-// SettleGuest waits for the tasks an attach or detach started on guest id
-// to end, then marks the guest ready again. Each attach and detach starts a
-// task that asks the guest's host agent to apply the change; with no host
-// agent listening it fails (the guest becomes sync_isolated_device_failed,
-// and the region refuses further attaches), where a host agent would have
-// applied it and left the guest ready. The devices' rows are already as
-// the attach or detach left them either way.
-func (c *Cloud) SettleGuest(ctx context.Context, id string) error {
+	id := s.Server.ID
 	if !guestID.MatchString(id) {
-		return fmt.Errorf("guest %q: not an id", id)
+		return fmt.Errorf("guest %s: id %q is not one", guest, id)
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -86,12 +72,11 @@ func (c *Cloud) SettleGuest(ctx context.Context, id string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("tasks of guest %s did not end: %w", id, ctx.Err())
+			return fmt.Errorf("tasks of guest %s did not end: %w", guest, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	_, err := c.sql(ctx, "yunioncloud", fmt.Sprintf("UPDATE guests_tbl SET status = 'ready' WHERE id = '%s'", id))
-	return err
+	return c.Call(ctx, http.MethodPost, "/servers/"+id+"/status", map[string]any{"server": map[string]any{"status": "ready"}}, nil)
 }
 
 // sql runs one statement on the control plane's MariaDB as root, through

@@ -5,9 +5,7 @@ package nvml
 import (
 	"fmt"
 	"log/slog"
-	"math"
 	"path/filepath"
-	"slices"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -83,8 +81,9 @@ type simGPU struct {
 
 	mu   sync.Mutex
 	mode nvml.ComputeMode
-	// procs are the MPS clients NVML lists, as SetMPSProcesses left them.
-	procs []nvml.ProcessInfo
+	// root is the simulated host's, where its MPS clients are listed
+	// (SimMPSProcessesPath).
+	root string
 }
 
 // NewSimulated builds a simulated host from a profile such as "8xH100" (see
@@ -117,6 +116,7 @@ func NewSimulated(profile, root string, log *slog.Logger) (*Adapter, *SimHost, e
 			numaNode: simNUMANode(i, p.count),
 			model:    model,
 			mode:     nvml.COMPUTEMODE_DEFAULT,
+			root:     abs,
 		})
 	}
 	if err := writeSimTree(abs, host.treeGPUs()); err != nil {
@@ -175,9 +175,15 @@ func (g *simGPU) install(d *server.Device) {
 		return g.mode, nvml.SUCCESS
 	}
 	d.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		return slices.Clone(g.procs), nvml.SUCCESS
+		procs, err := readSimMPSProcesses(g.root, g.uuid)
+		if err != nil {
+			return nil, nvml.ERROR_UNKNOWN
+		}
+		infos := make([]nvml.ProcessInfo, len(procs))
+		for i, p := range procs {
+			infos[i] = nvml.ProcessInfo{Pid: uint32(p.PID), UsedGpuMemory: p.UsedMemoryBytes}
+		}
+		return infos, nvml.SUCCESS
 	}
 	d.SetComputeModeFunc = func(m nvml.ComputeMode) nvml.Return {
 		if m < nvml.COMPUTEMODE_DEFAULT || m >= nvml.COMPUTEMODE_COUNT {
@@ -260,25 +266,16 @@ func (h *SimHost) GPUs() []gpu.Info {
 }
 
 // SetMPSProcesses sets the MPS clients NVML lists on the GPU with this UUID
-// from now on; nil lists none, as a fresh simulated host does. The simulated
-// MPS control (pkg/mps) knows nothing of NVML: a test or the simulated host
-// keeps the two in step, as the driver does on a real one.
+// from now on; nil lists none, as a fresh simulated host does. The list is
+// the file of SimMPSProcessesPath, so another process (a test driving a
+// daemon started with --simulate) can set it too with WriteSimMPSProcesses.
+// The simulated MPS control (pkg/mps) knows nothing of NVML: a test or the
+// simulated host keeps the two in step, as the driver does on a real one.
 func (h *SimHost) SetMPSProcesses(uuid string, procs []gpu.Process) error {
 	for _, g := range h.gpus {
-		if g.uuid != uuid {
-			continue
+		if g.uuid == uuid {
+			return WriteSimMPSProcesses(h.root, uuid, procs)
 		}
-		infos := make([]nvml.ProcessInfo, len(procs))
-		for i, p := range procs {
-			if p.PID <= 0 || p.PID > math.MaxUint32 {
-				return fmt.Errorf("simulated host %s: GPU %s: PID %d is not a PID", h.profile, uuid, p.PID)
-			}
-			infos[i] = nvml.ProcessInfo{Pid: uint32(p.PID), UsedGpuMemory: p.UsedMemoryBytes}
-		}
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		g.procs = infos
-		return nil
 	}
 	return fmt.Errorf("simulated host %s: no GPU %s", h.profile, uuid)
 }

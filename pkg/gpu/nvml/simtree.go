@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"golang.org/x/sys/unix"
+
 	"yunion.io/x/mps-daemon/pkg/pci"
 )
 
@@ -29,7 +31,10 @@ type treeGPU struct {
 //	sys/class/drm/renderD<128+i>/device -> ../../../bus/pci/devices/A
 //	dev/dri/renderD<128+i>                (empty file for the char device)
 //	dev/dri/by-path/pci-A-render -> ../renderD<128+i>
-//	dev/nvidia<i>                         (empty file)
+//	dev/nvidia<i>                         (a stand-in node, see writeNode)
+//
+// and, once for the host, the driver's control nodes dev/nvidiactl,
+// dev/nvidia-uvm and dev/nvidia-uvm-tools (stand-ins too).
 //
 // It can run over its own earlier output: files are rewritten, links replaced,
 // and the entries of GPUs beyond len(gpus) (left by a larger profile) removed.
@@ -43,6 +48,11 @@ func writeSimTree(root string, gpus []treeGPU) error {
 	sys, dev := filepath.Join(root, "sys"), filepath.Join(root, "dev")
 	for _, d := range []string{filepath.Join(sys, "bus", "pci", "devices"), filepath.Join(sys, "class", "drm"), filepath.Join(dev, "dri", "by-path")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("writing simulated tree: %w", err)
+		}
+	}
+	for _, n := range simControlNodes {
+		if err := writeNode(filepath.Join(dev, n)); err != nil {
 			return fmt.Errorf("writing simulated tree: %w", err)
 		}
 	}
@@ -74,12 +84,14 @@ func writeTreeGPU(sys, dev string, g treeGPU) error {
 		{filepath.Join(pciDir, "vendor"), fmt.Sprintf("0x%04x\n", g.vendorID)},
 		{filepath.Join(pciDir, "device"), fmt.Sprintf("0x%04x\n", g.deviceID)},
 		{filepath.Join(dev, "dri", render), ""},
-		{filepath.Join(dev, "nvidia"+strconv.Itoa(g.index)), ""},
 	}
 	for _, f := range files {
 		if err := writeRegular(f.name, f.content); err != nil {
 			return err
 		}
+	}
+	if err := writeNode(filepath.Join(dev, "nvidia"+strconv.Itoa(g.index))); err != nil {
+		return err
 	}
 	if err := replaceSymlink(filepath.Join("..", "..", "..", "bus", "pci", "devices", addr), filepath.Join(drmDir, "device")); err != nil {
 		return err
@@ -110,6 +122,49 @@ func removeTreeGPU(sys, dev string, i int, a pci.Address) error {
 		}
 	}
 	return nil
+}
+
+// simControlNodes are the driver's nodes besides /dev/nvidiaN.
+var simControlNodes = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
+
+// standInDev is /dev/null's device number (1:3): what the simulated host's
+// NVIDIA nodes are, so a container runtime can inject them as it injects the
+// real ones (type and numbers read from the host's node) while a container
+// given one opens nothing but a null device, never a real GPU.
+var standInDev = unix.Mkdev(1, 3)
+
+// writeNode makes a stand-in character device (1:3) at name where this
+// process may (root; mknod works in any directory not mounted nodev for
+// opening, and creating needs no more), else an empty regular file as
+// before. An existing stand-in or regular file is kept or upgraded;
+// anything else (a real node under a mistaken root) is refused.
+func writeNode(name string) error {
+	var st unix.Stat_t
+	err := unix.Lstat(name, &st)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return err
+	case isStandIn(st):
+		return nil
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return fmt.Errorf("%s exists and is neither a regular file nor a stand-in node (1:3): not ours to replace", name)
+	default:
+		tmp := name + ".node"
+		_ = os.Remove(tmp)
+		if unix.Mknod(tmp, unix.S_IFCHR|0o666, int(standInDev)) != nil {
+			return nil // keep the plain file
+		}
+		return os.Rename(tmp, name)
+	}
+	if err := unix.Mknod(name, unix.S_IFCHR|0o666, int(standInDev)); err != nil {
+		return writeRegular(name, "")
+	}
+	return nil
+}
+
+func isStandIn(st unix.Stat_t) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFCHR && uint64(st.Rdev) == standInDev
 }
 
 // writeRegular writes a regular file, refusing to write through anything
@@ -158,8 +213,9 @@ func removeOwn(p string) error {
 	if err != nil {
 		return err
 	}
-	if m := fi.Mode(); !m.IsRegular() && !m.IsDir() && m&fs.ModeSymlink == 0 {
-		return fmt.Errorf("%s is not a file, directory or symlink: not ours to remove", p)
+	var st unix.Stat_t
+	if m := fi.Mode(); !m.IsRegular() && !m.IsDir() && m&fs.ModeSymlink == 0 && (unix.Lstat(p, &st) != nil || !isStandIn(st)) {
+		return fmt.Errorf("%s is not a file, directory, symlink or stand-in node: not ours to remove", p)
 	}
 	return os.Remove(p)
 }

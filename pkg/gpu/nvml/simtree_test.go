@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func readTrimmed(t *testing.T, path string) string {
@@ -56,9 +58,28 @@ func checkTree(t *testing.T, h *SimHost, vendorDevice string) {
 		if vd != vendorDevice {
 			t.Errorf("GPU %d vendor:device = %s, want %s", i, vd, vendorDevice)
 		}
-		if fi, err := os.Stat(filepath.Join(h.DevRoot(), fmt.Sprintf("nvidia%d", g.Minor))); err != nil || !fi.Mode().IsRegular() {
-			t.Errorf("dev/nvidia%d: %v", g.Minor, err)
+		checkNode(t, filepath.Join(h.DevRoot(), fmt.Sprintf("nvidia%d", g.Minor)))
+	}
+	for _, n := range simControlNodes {
+		checkNode(t, filepath.Join(h.DevRoot(), n))
+	}
+}
+
+// checkNode: a stand-in character device (/dev/null's 1:3) where mknod is
+// allowed (root), else a plain file; never anything that could reach a GPU.
+func checkNode(t *testing.T, p string) {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		t.Errorf("%s: %v", p, err)
+		return
+	}
+	if os.Geteuid() == 0 {
+		if !isStandIn(st) {
+			t.Errorf("%s: mode %#o rdev %d:%d, want a character device 1:3 (running as root)", p, st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev))
 		}
+	} else if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		t.Errorf("%s: mode %#o, want a regular file", p, st.Mode)
 	}
 }
 
@@ -106,6 +127,19 @@ func TestSimTreeRefusesWhatIsNotOurs(t *testing.T) {
 	t.Run("root /", func(t *testing.T) {
 		if err := writeSimTree("/", []treeGPU{{addr: simAddress(0)}}); err == nil {
 			t.Fatal("writeSimTree accepted /")
+		}
+	})
+	t.Run("a real device node where a stand-in goes", func(t *testing.T) {
+		root := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mknod(filepath.Join(root, "dev", "nvidiactl"), unix.S_IFCHR|0o666, int(unix.Mkdev(195, 255))); err != nil {
+			t.Skipf("mknod: %v", err)
+		}
+		_, _, err := NewSimulated("1xH100", root, nil)
+		if err == nil || !strings.Contains(err.Error(), "nvidiactl") {
+			t.Fatalf("NewSimulated over a real /dev/nvidiactl node: %v", err)
 		}
 	})
 	t.Run("directory where a device file goes", func(t *testing.T) {

@@ -4,12 +4,16 @@
 #   small:  batch 8 through six 2048x2048 fp16 layers, synchronize each step
 #           (latency-bound inference)
 #   bursty: batch 512 through four 4096x4096 fp16 layers, then 2 ms idle
+#   saturate: back-to-back 8192x8192x8192 fp16 GEMMs, four queued per
+#           synchronize, no idle gap (a training-like noisy neighbour)
 import json, os, sys, time
 import cupy as cp
 
 workload, seconds, barrier, out = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
 if workload == "small":
     batch, dim, layers, idle = 8, 2048, 6, 0.0
+elif workload == "saturate":
+    batch, dim, layers, idle = 8192, 8192, 4, 0.0
 else:
     batch, dim, layers, idle = 512, 4096, 4, 0.002
 rng = cp.random.default_rng(0)
@@ -20,10 +24,10 @@ dev = cp.cuda.Device()
 def step():
     x = x0
     for w in ws:
-        x = cp.maximum(x @ w, 0)
+        x = x @ w if workload == "saturate" else cp.maximum(x @ w, 0)
     dev.synchronize()
 
-for _ in range(20):
+for _ in range(3 if workload == "saturate" else 20):
     step()
 open(out + ".ready", "w").close()
 deadline = time.time() + 120

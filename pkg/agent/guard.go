@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"yunion.io/x/mps-daemon/pkg/plan"
+)
+
+// A reload whose plan would take every virtual device off the host, or
+// would drop the device YAML's NVIDIA_MPS entries for cuda_mps_replicas, is
+// what a file caught empty or half written looks like (a truncated host.conf
+// turns sharing off; a truncated device YAML has no entry left). Applying it
+// deletes every free device, and the next good save creates them again with
+// new ids, under other caps. Such a reload is held back instead: logged, shown
+// in /status (config_held), systemd's status line and the metric
+// mps_daemon_config_held; and applied only once the files have held exactly
+// the same bytes for mps_reload_hold_time of the configuration in force
+// (30 s by default). An operator who means it waits that long; a save that
+// was caught midway is over long before. Refusing it outright would leave
+// "turn sharing off" with no way but a restart, and a restart would apply
+// it without any check.
+
+// HeldReload is a configuration change held back, as /status shows it.
+type HeldReload struct {
+	// Reason says what the change would do.
+	Reason string `json:"reason"`
+	// Since is when the files first held this change.
+	Since time.Time `json:"since"`
+	// ApplyAt is when it is applied if the files stay unchanged.
+	ApplyAt time.Time `json:"apply_at"`
+	digest  string
+}
+
+// riskOf says why going from the plan in force to next needs the files to
+// settle first, or "" when it does not.
+func riskOf(cur, next *plan.Plan) string {
+	if cur == nil || next == nil {
+		return ""
+	}
+	if n := cur.VirtualDevices(); n > 0 && next.VirtualDevices() == 0 {
+		why := "nothing would be shared"
+		if !next.Enabled {
+			why = "enable_cuda_mps is not true (an empty host.conf turns sharing off)"
+		}
+		return fmt.Sprintf("it would remove all %d virtual devices of the host: %s", n, why)
+	}
+	fromYAML := slices.ContainsFunc(cur.GPUs, func(g plan.GPUPlan) bool { return g.Source != plan.SourceReplicas })
+	fallback := len(next.GPUs) > 0 && !slices.ContainsFunc(next.GPUs, func(g plan.GPUPlan) bool { return g.Source != plan.SourceReplicas })
+	if fromYAML && fallback {
+		return fmt.Sprintf("the device YAML names no GPU any more: every GPU would fall back to cuda_mps_replicas (%d each), where the device YAML's entries set N until now", next.GPUs[0].N)
+	}
+	return ""
+}
+
+// holdOrRelease decides about a risky change with this digest: it is held
+// (and true returned) until the files have held it for hold; then it may go.
+func (a *Agent) holdOrRelease(digest, reason string, hold time.Duration) (held bool) {
+	now := time.Now()
+	if h := a.held; h != nil && h.digest == digest && digest != "" {
+		if !now.Before(h.ApplyAt) {
+			a.log.Warn("applying a held-back configuration change: the files stayed unchanged", "reason", reason, "held_for", now.Sub(h.Since).Round(time.Second).String())
+			return false
+		}
+		return true // still settling; said already
+	}
+	a.held = &HeldReload{Reason: reason, Since: now, ApplyAt: now.Add(hold), digest: digest}
+	a.met.daemon.ObserveReloadHeld()
+	a.mu.Lock()
+	a.status.ConfigHeld = a.held
+	a.mu.Unlock()
+	a.log.Warn("configuration change held back: applied only if the files stay as they are; restore them to cancel it",
+		"reason", reason, "apply_at", a.held.ApplyAt.Format(time.RFC3339), "hold", hold.String())
+	a.sendNotify("STATUS=" + a.statusLine())
+	return true
+}
+
+// releaseHeld forgets a held change: the files changed again, or it was
+// applied.
+func (a *Agent) releaseHeld() {
+	if a.held == nil {
+		return
+	}
+	a.held = nil
+	a.mu.Lock()
+	a.status.ConfigHeld = nil
+	a.mu.Unlock()
+}
+
+// heldDue is when the held change, if any, is due for another look.
+func (a *Agent) heldDue() (time.Time, bool) {
+	if a.held == nil {
+		return time.Time{}, false
+	}
+	return a.held.ApplyAt, true
+}
+
+// heldLine is what systemd's status line adds for a stalled loop, a held
+// change and keys waiting for a restart.
+func heldLine(st Status) string {
+	var line string
+	if msg := stallMessage(st.Loop, time.Now()); msg != "" {
+		line += "; " + msg
+	}
+	if h := st.ConfigHeld; h != nil {
+		line += fmt.Sprintf("; config change held back until %s: %s", h.ApplyAt.Format(time.TimeOnly), h.Reason)
+	}
+	if len(st.RestartPending) > 0 {
+		line += "; restart to apply " + strings.Join(st.RestartPending, ",")
+	}
+	return line
+}

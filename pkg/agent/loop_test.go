@@ -1,0 +1,141 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/inventory/client"
+)
+
+// stuckInventory blocks SyncDevices, ignoring its context, until released:
+// a call that escapes every timeout.
+type stuckInventory struct {
+	*recordingInventory
+	release chan struct{}
+}
+
+func (s *stuckInventory) SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (client.SyncResult, error) {
+	<-s.release
+	return s.recordingInventory.SyncDevices(ctx, hostID, desired)
+}
+
+// syncBuffer is a log destination tests read while the agent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestStalledLoopFailsReadinessAndStopsTheWatchdog(t *testing.T) {
+	h := newHarness(t, "", fourAndTwo)
+	stuck := &stuckInventory{recordingInventory: h.inv, release: make(chan struct{})}
+	h.agent.opts.Inventory = stuck
+	h.agent.opts.StallAfter = 300 * time.Millisecond
+	h.agent.opts.Watchdog = 20 * time.Millisecond
+	h.agent.cfg.Host.ListenAddress = ""
+	var logs syncBuffer
+	h.agent.log = slog.New(slog.NewTextHandler(&logs, nil))
+	n := &recordingNotifier{}
+	h.agent.notify = n
+	srv := httptest.NewServer(h.agent.Handler())
+	defer srv.Close()
+	probe := func(path string) (int, string) { return get(t, srv.URL+path) }
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.agent.Run(ctx) }()
+	released := false
+	defer func() {
+		if !released {
+			close(stuck.release)
+		}
+		cancel()
+		<-done
+	}()
+
+	waitFor(t, "the stall to be seen", func() bool { return h.agent.Status().Loop.Stalled })
+	if code, body := probe("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "main loop stalled in reconcile") {
+		t.Errorf("/readyz during a stall: %d %q", code, body)
+	}
+	if code, _ := probe("/healthz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/healthz during a stall: %d", code)
+	}
+	if !strings.Contains(logs.String(), "main loop stalled") || !strings.Contains(logs.String(), "step=reconcile") {
+		t.Errorf("the stall is not logged:\n%s", logs.String())
+	}
+	pings := func() int { return strings.Count(strings.Join(n.all(), "\n"), "WATCHDOG=1") }
+	before := pings()
+	time.Sleep(200 * time.Millisecond)
+	if after := pings(); after != before {
+		t.Errorf("WATCHDOG=1 sent %d times during the stall: systemd would never restart a stuck daemon", after-before)
+	}
+	if !hasMsg(n.all(), "STATUS=", "main loop stalled in reconcile") {
+		t.Errorf("systemd's status line does not show the stall: %q", n.all())
+	}
+	if !snapshotOf(h.agent.Status()).LoopStalled {
+		t.Error("the metric does not show the stall")
+	}
+
+	close(stuck.release)
+	released = true
+	waitFor(t, "ready after the stall", func() bool { code, _ := probe("/readyz"); return code == http.StatusOK })
+	if h.agent.Status().Loop.Stalled || !strings.Contains(logs.String(), "main loop running again") {
+		t.Error("the recovery is not seen")
+	}
+	resumed := pings()
+	waitFor(t, "watchdog pings again", func() bool { return pings() > resumed+2 })
+}
+
+// A healthy loop that waits is not stalled, however long it waits, and
+// pings systemd from beside the loop.
+func TestIdleLoopIsNotStalled(t *testing.T) {
+	h := newHarness(t, "", fourAndTwo)
+	h.agent.opts.StallAfter = 100 * time.Millisecond
+	h.agent.opts.Watchdog = 20 * time.Millisecond
+	h.agent.cfg.Host.ListenAddress = ""
+	n := &recordingNotifier{}
+	h.agent.notify = n
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.agent.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "ready", func() bool { return h.agent.Status().Ready })
+	time.Sleep(400 * time.Millisecond) // sync interval 30s: the loop waits
+	if st := h.agent.Status(); st.Loop.Stalled || st.Loop.Step != "" {
+		t.Errorf("an idle loop reported as %+v", st.Loop)
+	}
+	if c := strings.Count(strings.Join(n.all(), "\n"), "WATCHDOG=1"); c < 5 {
+		t.Errorf("%d watchdog pings in 400ms at 20ms", c)
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	return resp.StatusCode, b.String()
+}

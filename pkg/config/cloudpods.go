@@ -1,0 +1,245 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Cloudpods holds the host.conf keys Cloudpods' own services read for their
+// admin session with keystone, which every Cloudpods host.conf already has.
+// The daemon reads them to register its devices with that region
+// (docs/cloudpods.md). Defaults are Cloudpods' (pkg/cloudcommon/options).
+type Cloudpods struct {
+	AuthURL             string // auth_url (alias auth_uri)
+	AdminUser           string // admin_user
+	AdminPassword       string // admin_password (alias admin_passwd)
+	AdminDomain         string // admin_domain, default Default
+	AdminProject        string // admin_project (alias admin_tenant_name), default system
+	AdminProjectDomain  string // admin_project_domain, default Default
+	Region              string // region
+	SessionEndpointType string // session_endpoint_type, default internal
+	// SSLCACerts is ssl_ca_certs (alias ca_file): the CA the region's and
+	// keystone's certificates are checked against, beside the system's.
+	SSLCACerts string
+	// ListenInterface is the host agent's master NIC (listen_interface):
+	// the MAC it registers its host record by.
+	ListenInterface string
+}
+
+// The backends and pipe layouts host.conf may choose (mps_inventory_backend,
+// mps_pipe_layout, mps_region_device_model).
+const (
+	BackendAuto      = "auto"
+	BackendInventory = "inventory" // mps-inventory at mps_inventory_url
+	BackendRegion    = "region"    // the Cloudpods region of auth_url
+
+	LayoutAuto   = "auto"
+	LayoutPerGPU = "per-gpu" // <root>/<uuid>, one control daemon per GPU
+	LayoutSingle = "single"  // <root> itself, one control daemon for all GPUs
+
+	DeviceModelAuto     = "auto"
+	DeviceModelGPU      = "gpu"       // one GPU row, sharing_mode MPS, virtual_num N
+	DeviceModelPerSlice = "per-slice" // one NVIDIA_MPS row per slice (4.0.3)
+)
+
+// cloudpodsAliases maps Cloudpods' keys (after - to _) to the field they
+// set: structarg's aliases are the second spelling.
+var cloudpodsAliases = map[string]string{
+	"auth_url": "auth_url", "auth_uri": "auth_url",
+	"admin_user":     "admin_user",
+	"admin_password": "admin_password", "admin_passwd": "admin_password",
+	"admin_domain":  "admin_domain",
+	"admin_project": "admin_project", "admin_tenant_name": "admin_project",
+	"admin_project_domain":  "admin_project_domain",
+	"region":                "region",
+	"session_endpoint_type": "session_endpoint_type",
+	"ssl_ca_certs":          "ssl_ca_certs", "ca_file": "ssl_ca_certs",
+	"listen_interface": "listen_interface",
+}
+
+// ourCloudpodsKeys are this daemon's keys for living in a Cloudpods cloud.
+var ourCloudpodsKeys = map[string]bool{
+	"mps_inventory_backend": true, "mps_pipe_layout": true, "mps_region_host_mac": true,
+	"mps_region_create_host": true, "mps_region_device_model": true, "mps_region_insecure_tls": true,
+}
+
+// normalizeKey spells a host.conf key as this package knows it: Cloudpods
+// reads `-` and `_` alike (structarg), so `admin-user` is `admin_user`.
+func normalizeKey(k string) string { return strings.ReplaceAll(strings.TrimSpace(k), "-", "_") }
+
+// setCloudpods stores one of Cloudpods' keys or ours of this file; handled
+// is false for any other key. Cloudpods takes whichever spelling it meets
+// first; here two spellings of one key must agree.
+func (hc *HostConf) setCloudpods(key string, k, v *yaml.Node) (handled bool, err error) {
+	if ourCloudpodsKeys[key] {
+		if first, dup := hc.lines[key]; dup {
+			return true, fmt.Errorf("set again (first at line %d)", first)
+		}
+		hc.lines[key] = k.Line
+		if isNull(v) {
+			return true, nil // `key:` keeps the default
+		}
+		return true, hc.setOurCloudpods(key, v)
+	}
+	canon, ok := cloudpodsAliases[key]
+	if !ok {
+		return false, nil
+	}
+	s, err := scalarValue(v)
+	if err != nil {
+		return true, err
+	}
+	s = strings.TrimSpace(s)
+	field := map[string]*string{
+		"auth_url": &hc.Cloudpods.AuthURL, "admin_user": &hc.Cloudpods.AdminUser,
+		"admin_password": &hc.Cloudpods.AdminPassword, "admin_domain": &hc.Cloudpods.AdminDomain,
+		"admin_project": &hc.Cloudpods.AdminProject, "admin_project_domain": &hc.Cloudpods.AdminProjectDomain,
+		"region": &hc.Cloudpods.Region, "session_endpoint_type": &hc.Cloudpods.SessionEndpointType,
+		"ssl_ca_certs": &hc.Cloudpods.SSLCACerts, "listen_interface": &hc.Cloudpods.ListenInterface,
+	}[canon]
+	if first, dup := hc.lines[canon]; dup && canon != key {
+		if *field != s {
+			return true, fmt.Errorf("sets %s again with another value (first at line %d)", canon, first)
+		}
+		return true, nil
+	}
+	hc.lines[canon] = k.Line
+	*field = s
+	return true, nil
+}
+
+func (hc *HostConf) setOurCloudpods(key string, v *yaml.Node) error {
+	var err error
+	switch key {
+	case "mps_inventory_backend":
+		hc.InventoryBackend, err = oneOf(v, BackendAuto, BackendInventory, BackendRegion)
+	case "mps_pipe_layout":
+		hc.PipeLayout, err = oneOf(v, LayoutAuto, LayoutPerGPU, LayoutSingle)
+	case "mps_region_device_model":
+		hc.RegionDeviceModel, err = oneOf(v, DeviceModelAuto, DeviceModelGPU, DeviceModelPerSlice)
+	case "mps_region_host_mac":
+		var s string
+		if s, err = scalarValue(v); err == nil {
+			var mac net.HardwareAddr
+			if mac, err = net.ParseMAC(strings.TrimSpace(s)); err != nil {
+				return fmt.Errorf("want a MAC address such as 02:00:00:00:00:01, got %s", describe(v))
+			}
+			hc.RegionHostMAC = mac.String()
+		}
+	case "mps_region_create_host":
+		hc.RegionCreateHost, err = boolValue(v)
+	case "mps_region_insecure_tls":
+		hc.RegionInsecureTLS, err = boolValue(v)
+	}
+	return err
+}
+
+// oneOf reads a value that must be one of choices; `_` and `-` alike.
+func oneOf(v *yaml.Node, choices ...string) (string, error) {
+	s, err := scalarValue(v)
+	if err != nil {
+		return "", err
+	}
+	s = strings.ReplaceAll(strings.ToLower(strings.TrimSpace(s)), "_", "-")
+	for _, c := range choices {
+		if s == c {
+			return s, nil
+		}
+	}
+	return "", fmt.Errorf("%s: want one of %s", describe(v), strings.Join(choices, ", "))
+}
+
+// Backend is the inventory the daemon registers with: mps_inventory_backend
+// when it names one; else the Cloudpods region when host.conf carries
+// Cloudpods' auth_url and no mps_inventory_url; else mps-inventory.
+func (hc *HostConf) Backend() string {
+	switch hc.InventoryBackend {
+	case BackendInventory, BackendRegion:
+		return hc.InventoryBackend
+	}
+	if hc.Cloudpods.AuthURL != "" && hc.Line("mps_inventory_url") == 0 {
+		return BackendRegion
+	}
+	return BackendInventory
+}
+
+// Layout is the MPS pipe layout: mps_pipe_layout when it names one; else
+// single on a Cloudpods host (the region backend), per-gpu otherwise.
+func (hc *HostConf) Layout() string {
+	switch hc.PipeLayout {
+	case LayoutPerGPU, LayoutSingle:
+		return hc.PipeLayout
+	}
+	if hc.Backend() == BackendRegion {
+		return LayoutSingle
+	}
+	return LayoutPerGPU
+}
+
+// checkCloudpods checks what the chosen backend needs and applies the
+// defaults that depend on it. It runs once every key is read.
+func (hc *HostConf) checkCloudpods() []error {
+	var errs []error
+	at := func(key string) int {
+		if l := hc.Line(key); l > 0 {
+			return l
+		}
+		return hc.Line("mps_inventory_backend")
+	}
+	if hc.Backend() != BackendRegion {
+		return nil
+	}
+	cp := &hc.Cloudpods
+	if cp.AuthURL == "" {
+		errs = append(errs, errorf(hc.Path, at("auth_url"), "auth_url", "the region backend needs keystone's URL (auth_url)"))
+	} else if u, err := url.Parse(cp.AuthURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, errorf(hc.Path, at("auth_url"), "auth_url", "want keystone's http(s)://host:port/v3 URL, got %q", cp.AuthURL))
+	}
+	if cp.AdminUser == "" {
+		errs = append(errs, errorf(hc.Path, at("admin_user"), "admin_user", "the region backend needs the admin user keystone authenticates"))
+	}
+	if cp.AdminPassword == "" {
+		errs = append(errs, errorf(hc.Path, at("admin_password"), "admin_password", "the region backend needs admin_password"))
+	}
+	switch cp.SessionEndpointType {
+	case "", "internal", "public", "apigateway":
+	default:
+		errs = append(errs, errorf(hc.Path, at("session_endpoint_type"), "session_endpoint_type", "%q: want internal, public or apigateway", cp.SessionEndpointType))
+	}
+	if hc.Line("mps_thread_percentage") == 0 {
+		// Cloudpods' host agent writes 100/N into the rows it shares with
+		// us; the same policy keeps either agent from rewriting the other's.
+		hc.ThreadPercentage = "even"
+	}
+	return errs
+}
+
+// errNoCloudpods is for callers that need the region's settings.
+var errNoCloudpods = errors.New("host.conf has no Cloudpods settings")
+
+// CloudpodsSettings returns the Cloudpods settings with Cloudpods' defaults filled
+// in, or an error when host.conf has none.
+func (hc *HostConf) CloudpodsSettings() (Cloudpods, error) {
+	cp := hc.Cloudpods
+	if cp.AuthURL == "" {
+		return cp, errNoCloudpods
+	}
+	if cp.AdminDomain == "" {
+		cp.AdminDomain = "Default"
+	}
+	if cp.AdminProject == "" {
+		cp.AdminProject = "system"
+	}
+	if cp.AdminProjectDomain == "" {
+		cp.AdminProjectDomain = "Default"
+	}
+	if cp.SessionEndpointType == "" {
+		cp.SessionEndpointType = "internal"
+	}
+	return cp, nil
+}

@@ -1,0 +1,342 @@
+// Package keystone is the part of a Keystone v3 client a Cloudpods host agent
+// needs: password authentication of the admin user host.conf names, the
+// token (sent as X-Auth-Token), renewed before it expires and after the
+// service refuses it, and the service catalog that gives the region's URL.
+// Cloudpods' own client (mcclient) is not importable here, so this is ours;
+// the facts it rests on (field names, the catalog's shape, compute_v2) are
+// read from Cloudpods' source and checked against its real keystone in
+// tests/e2e.
+//
+// Secrets stay inside: no log line or error carries the password or a token.
+package keystone
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Credentials are Cloudpods' host.conf keys for its own services' admin
+// session (auth_url, admin_user, admin_password, admin_domain,
+// admin_project, admin_project_domain, region, session_endpoint_type).
+type Credentials struct {
+	// AuthURL is keystone's v3 root, e.g. https://10.0.0.1:30357/v3.
+	AuthURL       string
+	User          string
+	Password      string
+	UserDomain    string
+	Project       string
+	ProjectDomain string
+	// Region picks endpoints of the catalog; empty takes the only region.
+	Region string
+	// Interface is the endpoint type: internal (Cloudpods' default),
+	// public or apigateway.
+	Interface string
+}
+
+// Options configure a Client.
+type Options struct {
+	Credentials
+	// HTTP is the client used (TLS set up by NewHTTPClient); its Timeout
+	// should be 0: Timeout below bounds each attempt.
+	HTTP *http.Client
+	// Timeout bounds one authentication attempt; 0 means 10s.
+	Timeout time.Duration
+	// Retries is how often a failed authentication (no answer, 5xx) is
+	// tried again, with backoff; 0 means 3, negative none.
+	Retries int
+	// RenewBefore: a token is renewed once it has less than this left;
+	// 0 means 10 minutes (a tenth of the lifetime for short-lived tokens).
+	RenewBefore time.Duration
+	Log         *slog.Logger
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// ErrUnauthorized: keystone refused the credentials (401), which no retry mends.
+var ErrUnauthorized = errors.New("keystone refused the credentials")
+
+// ErrNoEndpoint: the catalog has no endpoint of the service for the region
+// and interface.
+var ErrNoEndpoint = errors.New("no endpoint in the keystone catalog")
+
+// Client holds one admin session; safe for concurrent use.
+type Client struct {
+	o   Options
+	log *slog.Logger
+
+	mu      sync.Mutex
+	token   string
+	expires time.Time
+	issued  time.Time
+	catalog []service
+}
+
+// New checks the credentials and returns a client; it does not connect.
+func New(o Options) (*Client, error) {
+	u, err := url.Parse(o.AuthURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("keystone auth_url %q: want http(s)://host[:port]/v3", o.AuthURL)
+	}
+	if o.User == "" || o.Password == "" {
+		return nil, errors.New("keystone: admin_user and admin_password are required")
+	}
+	if o.Project == "" {
+		return nil, errors.New("keystone: admin_project is required")
+	}
+	if o.UserDomain == "" {
+		o.UserDomain = "Default"
+	}
+	if o.ProjectDomain == "" {
+		o.ProjectDomain = "Default"
+	}
+	if o.Interface == "" {
+		o.Interface = "internal"
+	}
+	if o.HTTP == nil {
+		o.HTTP = &http.Client{}
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	switch {
+	case o.Retries == 0:
+		o.Retries = 3
+	case o.Retries < 0:
+		o.Retries = 0
+	}
+	if o.RenewBefore <= 0 {
+		o.RenewBefore = 10 * time.Minute
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	o.AuthURL = strings.TrimRight(o.AuthURL, "/")
+	return &Client{o: o, log: o.Log}, nil
+}
+
+// Token returns a token valid for a while yet: the current one, or a new one
+// when there is none or it expires soon.
+func (c *Client) Token(ctx context.Context) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.token != "" && !c.renewDue() {
+		return c.token, nil
+	}
+	return c.authenticate(ctx)
+}
+
+// renewDue: less than RenewBefore (or a tenth of the lifetime, if shorter)
+// is left. Called with mu held.
+func (c *Client) renewDue() bool {
+	before := c.o.RenewBefore
+	if life := c.expires.Sub(c.issued); life > 0 && life/10 < before {
+		before = life / 10
+	}
+	return c.o.Now().Add(before).After(c.expires)
+}
+
+// Refused tells the client that a service answered 401 to token: the next
+// Token authenticates again (unless another caller already did).
+func (c *Client) Refused(token string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.token == token && token != "" {
+		c.token = ""
+		c.log.Warn("a service refused the keystone token; authenticating again")
+	}
+}
+
+// Endpoint is the URL of serviceType (e.g. compute_v2) for the configured
+// region and interface, from the catalog of the current token.
+func (c *Client) Endpoint(ctx context.Context, serviceType string) (string, error) {
+	if _, err := c.Token(ctx); err != nil {
+		return "", err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return pickEndpoint(c.catalog, serviceType, c.o.Region, c.o.Interface)
+}
+
+// authenticate gets a new token, retrying what may succeed on another try.
+// Called with mu held.
+func (c *Client) authenticate(ctx context.Context) (string, error) {
+	var last error
+	for attempt := 0; ; attempt++ {
+		tok, err := c.authOnce(ctx)
+		if err == nil {
+			return tok, nil
+		}
+		last = err
+		if errors.Is(err, ErrUnauthorized) || ctx.Err() != nil || attempt >= c.o.Retries {
+			return "", last
+		}
+		wait := backoff(attempt)
+		c.log.Warn("keystone authentication failed; retrying", "err", err, "retry_in", wait.String())
+		select {
+		case <-ctx.Done():
+			return "", errors.Join(ctx.Err(), last)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// backoff is 200ms doubled per attempt, with up to 50% jitter.
+func backoff(attempt int) time.Duration {
+	d := 200 * time.Millisecond << min(attempt, 5)
+	return d + time.Duration(rand.Int64N(int64(d)/2+1))
+}
+
+// authRequest is keystone v3's password authentication body.
+type authRequest struct {
+	Auth struct {
+		Identity struct {
+			Methods  []string `json:"methods"`
+			Password struct {
+				User struct {
+					Name     string `json:"name"`
+					Domain   named  `json:"domain"`
+					Password string `json:"password"`
+				} `json:"user"`
+			} `json:"password"`
+		} `json:"identity"`
+		Scope struct {
+			Project struct {
+				Name   string `json:"name"`
+				Domain named  `json:"domain"`
+			} `json:"project"`
+		} `json:"scope"`
+	} `json:"auth"`
+}
+
+type named struct {
+	Name string `json:"name"`
+}
+
+// tokenAnswer is what is read of the answer's body.
+type tokenAnswer struct {
+	Token struct {
+		ExpiresAt time.Time `json:"expires_at"`
+		IssuedAt  time.Time `json:"issued_at"`
+		Catalog   []service `json:"catalog"`
+	} `json:"token"`
+}
+
+type service struct {
+	Type      string     `json:"type"`
+	Name      string     `json:"name"`
+	Endpoints []endpoint `json:"endpoints"`
+}
+
+type endpoint struct {
+	Interface string `json:"interface"`
+	Region    string `json:"region"`
+	RegionID  string `json:"region_id"`
+	URL       string `json:"url"`
+}
+
+func (c *Client) authOnce(ctx context.Context) (string, error) {
+	var body authRequest
+	id := &body.Auth.Identity
+	id.Methods = []string{"password"}
+	id.Password.User.Name = c.o.User
+	id.Password.User.Domain.Name = c.o.UserDomain
+	id.Password.User.Password = c.o.Password
+	body.Auth.Scope.Project.Name = c.o.Project
+	body.Auth.Scope.Project.Domain.Name = c.o.ProjectDomain
+	payload, err := json.Marshal(body)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
+	defer cancel()
+	target := c.o.AuthURL + "/auth/tokens"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(payload))
+	if err != nil {
+		return "", fmt.Errorf("keystone %s: %w", target, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", UserAgent)
+	resp, err := c.o.HTTP.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("authenticating with keystone %s: %w", target, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return "", fmt.Errorf("authenticating with keystone %s: reading the answer: %w", target, err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		return "", fmt.Errorf("authenticating as %q in project %q with keystone %s: %s: %w",
+			c.o.User, c.o.Project, target, resp.Status, ErrUnauthorized)
+	case resp.StatusCode/100 != 2:
+		return "", fmt.Errorf("authenticating with keystone %s: %s", target, resp.Status)
+	}
+	tok := resp.Header.Get("X-Subject-Token")
+	var ans tokenAnswer
+	if err := json.Unmarshal(data, &ans); err != nil || tok == "" {
+		return "", fmt.Errorf("authenticating with keystone %s: an answer without a token (not keystone v3?)", target)
+	}
+	now := c.o.Now()
+	c.token, c.catalog = tok, ans.Token.Catalog
+	c.issued, c.expires = now, ans.Token.ExpiresAt
+	if !ans.Token.IssuedAt.IsZero() && ans.Token.ExpiresAt.After(ans.Token.IssuedAt) {
+		// Lifetime from keystone's own clock; expiry on ours.
+		c.expires = now.Add(ans.Token.ExpiresAt.Sub(ans.Token.IssuedAt))
+	}
+	if c.expires.IsZero() || !c.expires.After(now) {
+		c.expires = now.Add(time.Hour) // no usable expiry: renew hourly
+	}
+	c.log.Info("authenticated with keystone", "auth_url", c.o.AuthURL, "user", c.o.User, "project", c.o.Project,
+		"expires_in", c.expires.Sub(now).Round(time.Second).String())
+	return tok, nil
+}
+
+// pickEndpoint finds the URL of serviceType for region and iface.
+func pickEndpoint(catalog []service, serviceType, region, iface string) (string, error) {
+	var regions []string
+	for _, s := range catalog {
+		if s.Type != serviceType {
+			continue
+		}
+		var match []string
+		for _, e := range s.Endpoints {
+			if e.Interface != iface {
+				continue
+			}
+			r := e.RegionID
+			if r == "" {
+				r = e.Region
+			}
+			regions = append(regions, r)
+			if region == "" || r == region || e.Region == region {
+				match = append(match, e.URL)
+			}
+		}
+		if len(match) == 1 || (len(match) > 1 && region != "") {
+			return strings.TrimRight(match[0], "/"), nil
+		}
+		if len(match) > 1 {
+			return "", fmt.Errorf("%w: %s %s endpoints in several regions %v: set region in host.conf", ErrNoEndpoint, serviceType, iface, regions)
+		}
+	}
+	return "", fmt.Errorf("%w: no %s endpoint of interface %s in region %q (found regions %v)", ErrNoEndpoint, serviceType, iface, region, regions)
+}
+
+// UserAgent is sent with every request: Cloudpods' services answer some
+// routes (the region's /ping, /version) only to their own clients' agents.
+const UserAgent = "yunioncloud-go/201708 (yunion-mps-daemon)"
