@@ -44,7 +44,11 @@ func TestRealClimcLogin(t *testing.T) {
 	if e := parseClimcError(t, "viewer attach", r.stderr); r.code != 1 || e.Code != 403 || e.Class != "ForbiddenError" {
 		t.Errorf("viewer attach: exit %d %+v", r.code, e)
 	}
-	r = climc(ep("watcher", viewer[:len(viewer)-1]+"0"), "isolated-device-list")
+	wrong := viewer[:len(viewer)-1] + "0"
+	if wrong == viewer {
+		wrong = viewer[:len(viewer)-1] + "1"
+	}
+	r = climc(ep("watcher", wrong), "isolated-device-list")
 	if e := parseClimcError(t, "wrong password", r.stderr); r.code != 1 || e.Code != 401 || e.Class != "UnauthorizedError" {
 		t.Errorf("wrong password: exit %d %+v", r.code, e)
 	}

@@ -165,6 +165,9 @@ func TestKeystoneLoginRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		wrongSecret := e.admin[:len(e.admin)-4] + "0000"
+		if wrongSecret == e.admin {
+			wrongSecret = e.admin[:len(e.admin)-4] + "1111"
+		}
 		tests := []struct {
 			name, body string
 			status     int
