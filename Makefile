@@ -14,11 +14,11 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 all: build
 
 # mps-daemon links go-nvml (cgo, dlopens libnvidia-ml.so.1 at run time); the
-# inventory and climc are pure Go and static.
+# inventory and mpsctl are pure Go and static.
 build:
 	CGO_ENABLED=1 $(GO) build -trimpath -buildmode=pie -ldflags '$(LDFLAGS)' -o $(BIN)/mps-daemon ./cmd/mps-daemon
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/mps-inventory ./cmd/mps-inventory
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/climc ./cmd/climc
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/mpsctl ./cmd/mpsctl
 
 test: vet nocgo unit fuzz
 
@@ -51,7 +51,7 @@ demo: build
 # binaries and the MPS contract test, built here for x86-64.
 gpu-bundle: build
 	mkdir -p .gpu-bundle
-	cp $(BIN)/mps-daemon $(BIN)/mps-inventory $(BIN)/climc .gpu-bundle/
+	cp $(BIN)/mps-daemon $(BIN)/mps-inventory $(BIN)/mpsctl .gpu-bundle/
 	CGO_ENABLED=0 $(GO) test -c -o .gpu-bundle/mps.test ./pkg/mps
 	CGO_ENABLED=1 $(GO) test -c -o .gpu-bundle/nvml.test ./pkg/gpu/nvml
 

@@ -25,7 +25,7 @@ PKG_VERSION=${PKG_VERSION:-$(packaging/version.sh)}
 PKG_ARCH=${PKG_ARCH:-$($GO env GOARCH)}
 PKG_MAINTAINER=${PKG_MAINTAINER:-yunion-mps-daemon packagers <mps-daemon@example.org>}
 
-for b in mps-daemon mps-inventory climc; do
+for b in mps-daemon mps-inventory mpsctl; do
 	[ -x "$BIN/$b" ] || { echo "package.sh: $BIN/$b missing: run make build" >&2; exit 1; }
 done
 
@@ -94,7 +94,7 @@ copyright() {
 		fi
 	done <"$STAGE/$pkg/modules"
 }
-copyright yunion-mps-daemon ./cmd/mps-daemon ./cmd/climc
+copyright yunion-mps-daemon ./cmd/mps-daemon ./cmd/mpsctl
 copyright yunion-mps-inventory ./cmd/mps-inventory
 
 PKG_RPM_KEY_FILE=${PKG_RPM_KEY_FILE:-}

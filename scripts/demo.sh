@@ -2,7 +2,7 @@
 # make demo: the whole system on one machine with no GPU. Starts mps-inventory
 # (SQLite) and mps-daemon on a SIMULATED host (8 x H100, simulated MPS) with
 # the example configs of etc/, in a temporary directory; prints
-# `climc isolated-device-list` once the devices are registered; stops both on
+# `mpsctl isolated-device-list` once the devices are registered; stops both on
 # Ctrl-C, or after DEMO_SECONDS if that is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +32,7 @@ for _ in $(seq 100); do [ -s "$DIR/inventory.addr" ] && break; sleep 0.1; done
 URL="http://$(cat "$DIR/inventory.addr")"
 
 # The example host.conf with every path moved into the demo directory, the
-# token file included (the daemon and climc read the admin token there).
+# token file included (the daemon and mpsctl read the admin token there).
 sed -e "s|^container_device_config_file:.*|container_device_config_file: $DIR/host_container_device.yml|" \
     -e "s|^cuda_mps_pipe_directory:.*|cuda_mps_pipe_directory: $DIR/pipe|" \
     -e "s|^cuda_mps_log_directory:.*|cuda_mps_log_directory: $DIR/log|" \
@@ -48,9 +48,9 @@ cp etc/host_container_device.yml "$DIR/"
 "$BIN/mps-daemon" --config "$DIR/host.conf" --simulate "$PROFILE" 2>"$DIR/daemon.log" &
 DAEMON_PID=$!
 
-# climc finds the inventory and its token through host.conf, as on a host.
+# mpsctl finds the inventory and its token through host.conf, as on a host.
 export MPS_HOST_CONF=$DIR/host.conf
-total() { "$BIN/climc" -o json isolated-device-list --limit 1 2>/dev/null | sed -n 's/.*"total": *\([0-9]*\).*/\1/p'; }
+total() { "$BIN/mpsctl" -o json isolated-device-list --limit 1 2>/dev/null | sed -n 's/.*"total": *\([0-9]*\).*/\1/p'; }
 last=-1
 for _ in $(seq 150); do
 	kill -0 "$DAEMON_PID" 2>/dev/null || { echo "demo: the daemon exited:"; cat "$DIR/daemon.log"; exit 1; }
@@ -60,10 +60,10 @@ for _ in $(seq 150); do
 	sleep 0.2
 done
 echo
-echo "\$ climc isolated-device-list"
-"$BIN/climc" isolated-device-list
+echo "\$ mpsctl isolated-device-list"
+"$BIN/mpsctl" isolated-device-list
 echo
-echo "demo: inventory at $URL (MPS_HOST_CONF=$DIR/host.conf $BIN/climc ...); daemon log: $DIR/daemon.log"
+echo "demo: inventory at $URL (MPS_HOST_CONF=$DIR/host.conf $BIN/mpsctl ...); daemon log: $DIR/daemon.log"
 if [ -n "${DEMO_SECONDS:-}" ]; then
 	sleep "$DEMO_SECONDS"
 else

@@ -51,6 +51,8 @@ func (b *bench) run(ctx context.Context) ([]result, error) {
 	ms := []measurement{
 		{"attach + detach (model form, count 1)", b.attachDetach},
 		{"list: first page", list(func() client.ListOptions { return client.ListOptions{Limit: pageSize} })},
+		// What Cloudpods' climc asks for by default: newest first.
+		{"list: first page, newest first", list(func() client.ListOptions { return client.ListOptions{Limit: pageSize, Order: "desc"} })},
 		{"list: --host", list(func() client.ListOptions {
 			_, h := b.randomHost()
 			return client.ListOptions{HostID: h.name, Limit: pageSize}
@@ -128,17 +130,20 @@ func (b *bench) explain(ctx context.Context, w io.Writer) error {
 		byMarker bool
 	}{
 		{"first page", store.DeviceFilter{}, false},
+		{"first page, newest first (climc's default)", store.DeviceFilter{Desc: true}, false},
+		{"--host, newest first", store.DeviceFilter{HostID: h.name, Desc: true}, false},
+		{"--gpu (Cloudpods': dev_type GPU...)", store.DeviceFilter{GPU: true}, false},
 		{"--host", store.DeviceFilter{HostID: h.name}, false},
-		{"--dev-type --model", store.DeviceFilter{DevType: api.DevTypeNvidiaMPS, Model: model}, false},
+		{"--dev-type --model", store.DeviceFilter{DevTypes: []string{api.DevTypeNvidiaMPS}, Models: []string{model}}, false},
 		{"--unused", store.DeviceFilter{Unused: true}, false},
-		{"--unused --model", store.DeviceFilter{Unused: true, Model: model}, false},
-		{"--gpu", store.DeviceFilter{DevicePath: "GPU-00000001-0000-0000-0000-000000000000"}, false},
+		{"--unused --model", store.DeviceFilter{Unused: true, Models: []string{model}}, false},
+		{"--gpu", store.DeviceFilter{DevicePaths: []string{"GPU-00000001-0000-0000-0000-000000000000"}}, false},
 		{"--server", store.DeviceFilter{GuestID: "pod-000001-1"}, false},
 		{"--unhealthy", store.DeviceFilter{Unhealthy: &yes}, false},
 		{"--pending-removal", store.DeviceFilter{PendingRemoval: &yes}, false},
 		{"--offset (deep)", store.DeviceFilter{Offset: b.depth()}, false},
 		{"marker page", store.DeviceFilter{}, true},
-		{"marker page --unused --model", store.DeviceFilter{Unused: true, Model: model}, true},
+		{"marker page --unused --model", store.DeviceFilter{Unused: true, Models: []string{model}}, true},
 	}
 	fmt.Fprintf(w, "## Plans (%s, %d rows)\n\n", b.st.Dialect(), b.c.rows)
 	for _, f := range filters {

@@ -1,5 +1,6 @@
 // Command mps-inventory serves the REST inventory (Cloudpods' `hosts` and
-// `isolated_devices` resources) from a SQLite file or a PostgreSQL database
+// `isolated_devices` resources, with a keystone v3 face so Cloudpods' own
+// climc works against it) from a SQLite file or a PostgreSQL database
 // (which several processes may serve at once), for sites without a Cloudpods
 // region, and manages its API tokens (`mps-inventory token`).
 package main
@@ -12,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -31,6 +33,9 @@ type flags struct {
 	adminTokenFile string
 	logLevel       string
 	addressFile    string
+	region         string
+	publicURL      string
+	keystoneTTL    time.Duration
 }
 
 // shutdownTimeout is how long requests in flight get to finish on SIGTERM.
@@ -71,6 +76,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fl.StringVar(&f.addressFile, "address-file", "", "write the address actually bound (useful with port 0) to this file")
 		fl.StringVar(&f.adminTokenFile, "admin-token-file", "/var/lib/yunion-mps/admin.token",
 			"keep a valid admin token in this file (mode 0600), created at start when missing; empty: none")
+		fl.StringVar(&f.region, "region", server.DefaultRegion,
+			"keystone region of the service catalog Cloudpods' clients read (their OS_REGION_NAME)")
+		fl.StringVar(&f.publicURL, "public-url", "",
+			"the inventory's URL in the service catalog (default: the address each client used)")
+		fl.DurationVar(&f.keystoneTTL, "keystone-token-ttl", server.DefaultKeystoneTokenTTL,
+			"how long a token from POST /v3/auth/tokens is good for")
 	}
 	root.AddCommand(serveC, tokenCommand(&f, stdout, stderr))
 	root.SetArgs(args)
@@ -87,6 +98,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func serve(ctx context.Context, f flags, stderr io.Writer) error {
+	if err := checkServeFlags(f); err != nil {
+		return err
+	}
 	st, log, err := openStore(ctx, f, stderr)
 	if err != nil {
 		return err
@@ -105,7 +119,8 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 		return fmt.Errorf("listening on %s: %w", f.listen, err)
 	}
 	srv := &http.Server{
-		Handler:           server.New(st, server.Options{}, log.With("component", "api")),
+		Handler: server.New(st, server.Options{Region: f.region, PublicURL: f.publicURL, KeystoneTokenTTL: f.keystoneTTL},
+			log.With("component", "api")),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
@@ -153,4 +168,21 @@ func openStore(ctx context.Context, f flags, stderr io.Writer) (*store.Store, *s
 		return nil, nil, err
 	}
 	return st, log, nil
+}
+
+// checkServeFlags refuses serve flags the server cannot work with.
+func checkServeFlags(f flags) error {
+	if f.region == "" {
+		return errors.New("--region: empty")
+	}
+	if f.keystoneTTL < time.Minute || f.keystoneTTL > 30*24*time.Hour {
+		return fmt.Errorf("--keystone-token-ttl %s: must be between 1m and 720h", f.keystoneTTL)
+	}
+	if f.publicURL != "" {
+		u, err := url.Parse(f.publicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--public-url %q: not an http(s) URL", f.publicURL)
+		}
+	}
+	return nil
 }

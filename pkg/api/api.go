@@ -1,5 +1,5 @@
 // Package api holds the REST types shared by the inventory server, the host
-// agent and climc. It mirrors Cloudpods' region API (`hosts`,
+// agent and mpsctl. It mirrors Cloudpods' region API (`hosts`,
 // `isolated_devices`): the same JSON envelopes and snake_case field names, so
 // tools written for Cloudpods read it unchanged. It imports nothing of ours.
 package api
@@ -9,11 +9,19 @@ import "time"
 // DevTypeNvidiaMPS is the dev_type of an MPS virtual device, as Cloudpods names it.
 const DevTypeNvidiaMPS = "NVIDIA_MPS"
 
+// SharingModes are the values Cloudpods accepts for an isolated device's
+// sharing_mode (an empty one is kept as not set, as Cloudpods 4.0.3 and
+// this project's daemon send none).
+var SharingModes = []string{"EXCLUSIVE", "SRIOV", "MDEV", "HAMI", "UNLIMITED", "MPS"}
+
 // Host is one GPU host that registers its devices.
 type Host struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name"`
-	AccessIP  string    `json:"access_ip,omitempty"`
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	AccessIP string `json:"access_ip,omitempty"`
+	// AccessMAC is the MAC of the host's access interface, by which
+	// Cloudpods' host agent finds its own record (GET /hosts?any_mac=).
+	AccessMAC string    `json:"access_mac,omitempty"`
 	HostType  string    `json:"host_type,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -31,10 +39,13 @@ type PCIEInfo struct {
 // IsolatedDevice is one row of the `isolated_devices` resource: for MPS, one
 // virtual device (one slice of a physical GPU).
 type IsolatedDevice struct {
-	ID             string `json:"id"`
-	Name           string `json:"name"`
-	HostID         string `json:"host_id"`
-	DevType        string `json:"dev_type"`
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	HostID  string `json:"host_id"`
+	DevType string `json:"dev_type"`
+	// SharingMode is Cloudpods' sharing mode of the row (one of
+	// SharingModes); empty when the client sent none.
+	SharingMode    string `json:"sharing_mode,omitempty"`
 	Model          string `json:"model"`
 	Addr           string `json:"addr"`
 	VendorDeviceID string `json:"vendor_device_id"`
@@ -63,12 +74,24 @@ type IsolatedDevice struct {
 	// PendingRemoval marks a device the host no longer wants (resize down,
 	// GPU removed from the config) that a guest still holds: it is not handed
 	// out again and is removed once released.
-	PendingRemoval bool      `json:"pending_removal"`
-	CreatedAt      time.Time `json:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	PendingRemoval bool `json:"pending_removal"`
+	// HotPluggable, VirtualNum (how many guests may share the row: 1 for
+	// an MPS slice) and MemorySize (MiB, 0 unknown) are Cloudpods' fields
+	// as its host agent sends them.
+	HotPluggable bool `json:"hot_pluggable"`
+	VirtualNum   int  `json:"virtual_num"`
+	MemorySize   int  `json:"memory_size"`
+	// UpdateVersion counts the updates (PUT) of the row, as Cloudpods
+	// counts them; attaching and detaching do not count.
+	UpdateVersion int       `json:"update_version"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
 
-	// Filled only in lists and shows asked for with details=true.
+	// Filled only in lists and shows asked for with details=true (a show
+	// always has them, as in Cloudpods). Guest is the guest's id: guests
+	// live outside this inventory.
 	Host        string `json:"host,omitempty"`
+	Vendor      string `json:"vendor,omitempty"`
 	Guest       string `json:"guest,omitempty"`
 	GuestStatus string `json:"guest_status,omitempty"`
 }
@@ -143,7 +166,7 @@ type Error struct {
 	Details string `json:"details"`
 }
 
-// Error classes used by the inventory.
+// Error classes used by the inventory, Cloudpods' names for them.
 const (
 	ClassInputParameter = "InputParameterError"
 	ClassNotFound       = "ResourceNotFoundError"
@@ -152,6 +175,22 @@ const (
 	ClassUnauthorized   = "UnauthorizedError"
 	ClassForbidden      = "ForbiddenError"
 	ClassInternal       = "InternalServerError"
+	// ClassBadRequest (400): the request cannot be done in the state the
+	// data is in, e.g. purging a device a guest holds.
+	ClassBadRequest = "BadRequestError"
+	// ClassNotEmpty (406): deleting what something still depends on.
+	ClassNotEmpty = "NotEmptyError"
+	// ClassInsufficientResource (400): fewer free devices than asked for.
+	ClassInsufficientResource = "InsufficientResourceError"
+	// ClassConflict (409): the rows kept changing; the request may be sent again.
+	ClassConflict = "ConflictError"
+	// ClassNotImplemented (501): a Cloudpods API this inventory does not have.
+	ClassNotImplemented = "NotImplementedError"
+	// ClassTooLarge (413): a request body over the size limit.
+	ClassTooLarge = "TooLargeEntity"
+	// ClassUnsupportedMediaType (415): a body that is not application/json
+	// (this class is ours: Cloudpods has none).
+	ClassUnsupportedMediaType = "UnsupportedMediaTypeError"
 )
 
 // MsgDeviceUsedByServer is Cloudpods' text for refusing to remove a held device.

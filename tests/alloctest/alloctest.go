@@ -11,7 +11,8 @@
 //     got it before has not started releasing it (compared on a global event
 //     counter taken before each request and after each answer);
 //   - a successful count-k attach answers k distinct devices, all held by
-//     its guest; a refused one (409) attaches nothing (checked by the final
+//     its guest; a refused one (400: held, too few free; 409: contention)
+//     attaches nothing (checked by the final
 //     state, and by detach-all, which must answer exactly what the guest
 //     holds);
 //   - at the end every device is held by exactly the guest the answers say.
@@ -97,7 +98,9 @@ type race struct {
 }
 
 // post sends one request to a random server and returns the status, the
-// devices answered and the event numbers around it.
+// devices answered and the event numbers around it. A refusal (a device held
+// by another guest or too few free, 400; contention, 409) is answered as
+// statusRefused; any other error answer is an error.
 func (r *race) post(ctx context.Context, path, body string) (status int, devs []api.IsolatedDevice, start, end int64, err error) {
 	url := r.load.URLs[rand.N(len(r.load.URLs))] + path
 	req, err := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader([]byte(body)))
@@ -105,6 +108,7 @@ func (r *race) post(ctx context.Context, path, body string) (status int, devs []
 		return 0, nil, 0, 0, err
 	}
 	req.Header.Set("Authorization", "Bearer "+r.load.Token)
+	req.Header.Set("Content-Type", "application/json")
 	start = r.clock.Add(1)
 	resp, err := r.http.Do(req)
 	if err != nil {
@@ -122,18 +126,37 @@ func (r *race) post(ctx context.Context, path, body string) (status int, devs []
 			return 0, nil, 0, 0, fmt.Errorf("decoding %s: %w", b, err)
 		}
 		devs = lb.IsolatedDevices
-	} else if resp.StatusCode == http.StatusConflict {
-		var ae api.Error
-		if err := json.Unmarshal(b, &ae); err != nil || ae.Class != api.ClassInvalidStatus {
-			return 0, nil, 0, 0, fmt.Errorf("POST %s %s: 409 %s", path, body, b)
-		}
-		if strings.Contains(ae.Details, "contention") {
+	} else if refusal(resp.StatusCode, b) {
+		if resp.StatusCode == http.StatusConflict {
 			r.count("refused for contention")
 		}
+		return statusRefused, nil, start, end, nil
 	} else {
 		return 0, nil, 0, 0, fmt.Errorf("POST %s %s: %d %s", path, body, resp.StatusCode, b)
 	}
 	return resp.StatusCode, devs, start, end, nil
+}
+
+// statusRefused is what post answers for a refusal.
+const statusRefused = -1
+
+// refusal reports whether an error answer is one of the refusals a request
+// may meet in the race, in Cloudpods' classes: the device is held by another
+// guest (400 BadRequestError), too few are free or the device is unhealthy
+// (400 InsufficientResourceError), or the rows kept changing (409
+// ConflictError, "contention").
+func refusal(status int, b []byte) bool {
+	var ae api.Error
+	if json.Unmarshal(b, &ae) != nil || ae.Code != status {
+		return false
+	}
+	switch status {
+	case http.StatusBadRequest:
+		return ae.Class == api.ClassBadRequest || ae.Class == api.ClassInsufficientResource
+	case http.StatusConflict:
+		return ae.Class == api.ClassConflict && strings.Contains(ae.Details, "contention")
+	}
+	return false
 }
 
 func (r *race) count(kind string) {
@@ -231,6 +254,7 @@ func (r *race) run(workers, rounds int) bool {
 			body := fmt.Sprintf(`{"isolated_device":{"unhealthy":%t}}`, i%2 == 0)
 			req, _ := http.NewRequestWithContext(ctx, "PUT", r.load.URLs[i%len(r.load.URLs)]+"/isolated_devices/"+d.ID, bytes.NewReader([]byte(body)))
 			req.Header.Set("Authorization", "Bearer "+r.load.Token)
+			req.Header.Set("Content-Type", "application/json")
 			resp, err := r.http.Do(req)
 			if err != nil {
 				return // cancelled at the end
@@ -310,7 +334,7 @@ func (r *race) attach(ctx context.Context, guest string) error {
 		return err
 	}
 	r.count("attach request")
-	if status == http.StatusConflict {
+	if status == statusRefused {
 		r.count("attach refused")
 		return nil
 	}

@@ -98,7 +98,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/inventory/store":  {"pkg/api"},
 		"pkg/inventory/server": {"pkg/api", "pkg/inventory/store", "pkg/metrics", "pkg/atomicfile"},
 		"pkg/inventory/client": {"pkg/api"},
-		"pkg/climc":            {"pkg/api", "pkg/config", "pkg/inventory/client", "pkg/version"},
+		"pkg/mpsctl":           {"pkg/api", "pkg/config", "pkg/inventory/client", "pkg/version"},
 		"pkg/identity":         {"pkg/vdev", "pkg/atomicfile"},
 		"pkg/accounting":       {"pkg/gpu", "pkg/vdev", "pkg/identity"},
 		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/version", "pkg/atomicfile", "pkg/identity"},

@@ -68,8 +68,8 @@ func tokenFor(t *testing.T, url string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// climcEnv is the environment of a climc run against the inventory at url.
-func climcEnv(t *testing.T, url string) []string {
+// mpsctlEnv is the environment of a mpsctl run against the inventory at url.
+func mpsctlEnv(t *testing.T, url string) []string {
 	t.Helper()
 	return []string{"MPS_INVENTORY_URL=" + url, "MPS_INVENTORY_TOKEN=" + tokenFor(t, url)}
 }
@@ -110,7 +110,7 @@ var tokenFormat = regexp.MustCompile(`^mpsi_[0-9a-f]{16}_[0-9a-f]{64}$`)
 
 // The local default: the installed inventory writes an admin token only
 // root can read, keeps it across restarts, replaces it when the database
-// is new, and climc finds it through host.conf with no flag.
+// is new, and mpsctl finds it through host.conf with no flag.
 func TestLocalDefaultAdminToken(t *testing.T) {
 	f := newInventoryFiles(t)
 	inv, url := startInventoryWith(t, "127.0.0.1:0", f)
@@ -140,19 +140,19 @@ func TestLocalDefaultAdminToken(t *testing.T) {
 		t.Errorf("GET /hosts with the admin token: %d, want 200", s)
 	}
 
-	// climc with host.conf naming the inventory and the token file, as on
+	// mpsctl with host.conf naming the inventory and the token file, as on
 	// the host where the daemon's host.conf says so, and no other setting.
 	hostConf := filepath.Join(t.TempDir(), "host.conf")
-	climc := func() (string, string, int) {
+	mpsctl := func() (string, string, int) {
 		t.Helper()
 		// The port changes with each start.
 		if err := os.WriteFile(hostConf, []byte("mps_inventory_url: "+url+"\nmps_inventory_token_file: "+f.tokenFile+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		return run(t, []string{"MPS_HOST_CONF=" + hostConf, "MPS_INVENTORY_URL=", "MPS_INVENTORY_TOKEN="}, "climc", "isolated-device-list")
+		return run(t, []string{"MPS_HOST_CONF=" + hostConf, "MPS_INVENTORY_URL=", "MPS_INVENTORY_TOKEN="}, "mpsctl", "isolated-device-list")
 	}
-	if out, errOut, code := climc(); code != 0 || !strings.Contains(out, "*** Total: 0 ") {
-		t.Fatalf("climc with host.conf: exit %d\n%s%s", code, out, errOut)
+	if out, errOut, code := mpsctl(); code != 0 || !strings.Contains(out, "*** Total: 0 ") {
+		t.Fatalf("mpsctl with host.conf: exit %d\n%s%s", code, out, errOut)
 	}
 
 	// A restart keeps the file and makes no new token.
@@ -179,8 +179,8 @@ func TestLocalDefaultAdminToken(t *testing.T) {
 	if s := hostsStatus(t, url, token); s != http.StatusUnauthorized {
 		t.Errorf("revoked token: %d, want 401", s)
 	}
-	if _, errOut, code := climc(); code != 1 || !strings.Contains(errOut, "HTTP 401 UnauthorizedError") {
-		t.Errorf("climc with the revoked token: exit %d, %q", code, errOut)
+	if _, errOut, code := mpsctl(); code != 1 || !strings.Contains(errOut, "HTTP 401 UnauthorizedError") {
+		t.Errorf("mpsctl with the revoked token: exit %d, %q", code, errOut)
 	}
 
 	// The token is no longer valid (as after deleting the database): the
@@ -196,8 +196,8 @@ func TestLocalDefaultAdminToken(t *testing.T) {
 	if !strings.Contains(inv.Output(), "level=WARN") || !strings.Contains(inv.Output(), "writing a new admin token") {
 		t.Errorf("no warning about the new token:\n%s", inv.Output())
 	}
-	if _, _, code := climc(); code != 0 {
-		t.Errorf("climc with the new token: exit %d", code)
+	if _, _, code := mpsctl(); code != 0 {
+		t.Errorf("mpsctl with the new token: exit %d", code)
 	}
 }
 

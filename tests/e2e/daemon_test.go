@@ -104,13 +104,13 @@ func reconciles(p *proc) int { return strings.Count(p.Output(), "msg=reconciled"
 
 func listAll(t *testing.T, url string) api.IsolatedDeviceList {
 	t.Helper()
-	out, errOut, code := run(t, climcEnv(t, url), "climc", "-o", "json", "isolated-device-list", "--limit", "100")
+	out, errOut, code := run(t, mpsctlEnv(t, url), "mpsctl", "-o", "json", "isolated-device-list", "--limit", "100")
 	if code != 0 {
-		t.Fatalf("climc list: exit %d: %s", code, errOut)
+		t.Fatalf("mpsctl list: exit %d: %s", code, errOut)
 	}
 	var l api.IsolatedDeviceList
 	if err := json.Unmarshal([]byte(out), &l); err != nil {
-		t.Fatalf("climc -o json output is not the list envelope: %v\n%s", err, out)
+		t.Fatalf("mpsctl -o json output is not the list envelope: %v\n%s", err, out)
 	}
 	return l
 }
@@ -159,9 +159,9 @@ func TestDaemonRegistersDevicesRestartsAndResizes(t *testing.T) {
 	}
 
 	// The table a Cloudpods user reads.
-	table, _, code := run(t, climcEnv(t, url), "climc", "isolated-device-list")
+	table, _, code := run(t, mpsctlEnv(t, url), "mpsctl", "isolated-device-list")
 	if code != 0 {
-		t.Fatalf("climc exit %d", code)
+		t.Fatalf("mpsctl exit %d", code)
 	}
 	lines := strings.Split(strings.TrimSpace(table), "\n")
 	header := regexp.MustCompile(`\s*\|\s*`).Split(strings.Trim(lines[1], "| "), -1)

@@ -1,5 +1,5 @@
 // Package e2e runs the three binaries as real processes on loopback: the
-// inventory with a SQLite file, the daemon on a simulated host, climc as a
+// inventory with a SQLite file, the daemon on a simulated host, mpsctl as a
 // user types it. The binaries are built once per run from this checkout.
 package e2e
 
@@ -35,7 +35,7 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	for _, b := range []struct{ name, cgo string }{{"mps-daemon", "1"}, {"mps-inventory", "0"}, {"climc", "0"}} {
+	for _, b := range []struct{ name, cgo string }{{"mps-daemon", "1"}, {"mps-inventory", "0"}, {"mpsctl", "0"}} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.name), "yunion.io/x/mps-daemon/cmd/"+b.name)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo, "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
 		if out, err := cmd.CombinedOutput(); err != nil {

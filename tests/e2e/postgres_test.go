@@ -53,11 +53,11 @@ func TestTwoInventoriesShareOnePostgresDatabase(t *testing.T) {
 	}
 
 	a, b := invs[0], invs[1]
-	climc := func(in *inv, args ...string) string {
+	mpsctl := func(in *inv, args ...string) string {
 		t.Helper()
-		out, errOut, code := run(t, []string{"MPS_INVENTORY_URL=" + in.url, "MPS_INVENTORY_TOKEN=" + in.token}, "climc", args...)
+		out, errOut, code := run(t, []string{"MPS_INVENTORY_URL=" + in.url, "MPS_INVENTORY_TOKEN=" + in.token}, "mpsctl", args...)
 		if code != 0 {
-			t.Fatalf("climc %s against %s: exit %d: %s", strings.Join(args, " "), in.url, code, errOut)
+			t.Fatalf("mpsctl %s against %s: exit %d: %s", strings.Join(args, " "), in.url, code, errOut)
 		}
 		return out
 	}
@@ -83,7 +83,7 @@ func TestTwoInventoriesShareOnePostgresDatabase(t *testing.T) {
 		t.Fatalf("POST /hosts: %s", out)
 	}
 	var hosts api.HostList
-	if err := json.Unmarshal([]byte(climc(b, "-o", "json", "host-list")), &hosts); err != nil {
+	if err := json.Unmarshal([]byte(mpsctl(b, "-o", "json", "host-list")), &hosts); err != nil {
 		t.Fatal(err)
 	}
 	if hosts.Total != 1 || len(hosts.Hosts) != 1 || hosts.Hosts[0].Name != "gpu-1" {

@@ -145,13 +145,13 @@ INV_URL = None
 TOKEN = None
 
 
-def climc(*args):
+def mpsctl(*args):
     env = os.environ | {"MPS_INVENTORY_URL": INV_URL, "MPS_INVENTORY_TOKEN": TOKEN}
-    return sh(os.path.join(BUNDLE, "climc"), *args, env=env)
+    return sh(os.path.join(BUNDLE, "mpsctl"), *args, env=env)
 
 
 def devices():
-    return json.loads(climc("-o", "json", "isolated-device-list", "--limit", "100"))["isolated_devices"]
+    return json.loads(mpsctl("-o", "json", "isolated-device-list", "--limit", "100"))["isolated_devices"]
 
 
 def write_atomic(path, text):

@@ -7,10 +7,10 @@ block() { say '```'; tee -a "$REPORT"; say '```'; }
 # http_ok URL: 0 when URL answers 200 (python3 is on every GPU image; curl may not be).
 http_ok() { python3 -c 'import sys,urllib.request; sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=2).status == 200 else 1)' "$1" >/dev/null 2>&1; }
 wait_ready() { for _ in $(seq 300); do http_ok "http://$DAEMON_ADDR/readyz" && return 0; sleep 0.1; done; return 1; }
-climc() { MPS_INVENTORY_URL=$URL MPS_INVENTORY_TOKEN=$TOKEN "$B/climc" "$@"; }
+mpsctl() { MPS_INVENTORY_URL=$URL MPS_INVENTORY_TOKEN=$TOKEN "$B/mpsctl" "$@"; }
 # devices: the inventory's devices as JSON lines {addr, id, guest_id, limit, unhealthy, pending}
 devices() {
-	climc -o json isolated-device-list --limit 100 | python3 -c '
+	mpsctl -o json isolated-device-list --limit 100 | python3 -c '
 import json, sys
 for d in json.load(sys.stdin)["isolated_devices"]:
     print(json.dumps({k: d.get(k) for k in ("addr", "id", "guest_id", "mps_memory_limit", "mps_thread_percentage", "unhealthy", "pending_removal", "device_path")}))'

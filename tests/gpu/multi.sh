@@ -74,7 +74,7 @@ write_conf "$W/host.conf" "$W/pipe" "$W/log"
 set_two 2 4
 start_daemon "$W/daemon.log"
 wait_ready; check "daemon ready" $?
-climc isolated-device-list 2>&1 | block
+mpsctl isolated-device-list 2>&1 | block
 CA=$(field "$AA-0" mps_memory_limit) CB=$(field "$AB-0" mps_memory_limit)
 check "6 rows: 2 on A, 4 on B" "$([ "$(count)" = 6 ] && [ -n "$(field "$AA-1" id)" ] && [ -n "$(field "$AB-3" id)" ] && gone "$AA-2"; echo $?)"
 for g in A B; do

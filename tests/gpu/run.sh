@@ -82,8 +82,8 @@ start_daemon "$W/daemon.log"
 wait_ready; READY=$?
 T1=$(date +%s.%N)
 check "daemon ready (devices registered with enforced caps)" $READY "in $(python3 -c "print(round($T1-$T0,2))") s"
-say "climc isolated-device-list:"
-climc isolated-device-list 2>&1 | block
+say "mpsctl isolated-device-list:"
+mpsctl isolated-device-list 2>&1 | block
 CAP=$(field "$ADDR-0" mps_memory_limit)
 N=$(count)
 check "4 virtual devices registered" "$([ "$N" = 4 ]; echo $?)" "(total $N, cap $CAP MiB each)"
@@ -118,7 +118,7 @@ check "still 4 devices, no duplicates" "$([ "$(count)" = 4 ]; echo $?)"
 say
 say "## 5. Live resize 4 -> 2 while a guest holds device 3 and its client runs"
 D3=$(field "$ADDR-3" id)
-climc server-attach-isolated-device pod-3 "$D3" >/dev/null; check "device $ADDR-3 attached to pod-3" $?
+mpsctl server-attach-isolated-device pod-3 "$D3" >/dev/null; check "device $ADDR-3 attached to pod-3" $?
 env $(client_env) python3 "$C/hold.py" 20 4096 >"$W/resize-client.log" 2>&1 &
 CL=$!
 until_ok 60 grep -q started "$W/resize-client.log"
@@ -129,7 +129,7 @@ three() { [ "$(count)" = 3 ]; }
 until_ok 30 three
 T1=$(date +%s.%N)
 say "inventory after the edit (in $(python3 -c "print(round($T1-$T0,2))") s):"
-climc isolated-device-list 2>&1 | block
+mpsctl isolated-device-list 2>&1 | block
 devices | block
 NEWCAP=$(field "$ADDR-0" mps_memory_limit)
 check "free device $ADDR-2 removed" "$([ -z "$(field "$ADDR-2" id)" ]; echo $?)"
@@ -140,7 +140,7 @@ GOT3=$(env $(client_env) python3 "$C/alloc.py" 2>>"$W/client.log")
 check "a new client on the running server gets the new cap" "$([ -n "$GOT3" ] && [ "$GOT3" -le "$NEWCAP" ] && [ "$GOT3" -gt "$CAP" ]; echo $?)" "($GOT3 MiB, cap $NEWCAP)"
 wait $CL; RC=$?
 check "pod-3's client ran to the end through the resize" "$([ $RC = 0 ] && grep -q finished "$W/resize-client.log"; echo $?)" "($(tail -1 "$W/resize-client.log"))"
-climc server-detach-isolated-device pod-3 "$D3" >/dev/null
+mpsctl server-detach-isolated-device pod-3 "$D3" >/dev/null
 until_ok 30 gone "$ADDR-3"; check "device $ADDR-3 removed once pod-3 released it" $?
 
 say
@@ -151,7 +151,7 @@ until_ok 60 grep -q started "$W/victim.log"
 env $(client_env) python3 "$C/fault.py" 6 >"$W/fault.log" 2>&1 &
 F=$!
 until_ok 30 is "$ADDR-0" unhealthy True; check "devices marked unhealthy while the server is in FAULT" $? "($(ctl get_server_status "$(ctl get_server_list | head -1)"))"
-climc server-attach-isolated-device pod-x --host gpu-suite --model "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" >"$W/attach-during-fault.log" 2>&1
+mpsctl server-attach-isolated-device pod-x --host gpu-suite --model "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" >"$W/attach-during-fault.log" 2>&1
 R=$?
 check "no device handed out meanwhile" "$([ $R != 0 ]; echo $?)" "($(head -1 "$W/attach-during-fault.log"))"
 wait $F
@@ -175,11 +175,11 @@ block <"$W/cdi.env"
 GOT4=$(env -i PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" HOME=/tmp $(cat "$W/cdi.env") python3 "$C/alloc.py" 2>>"$W/client.log")
 CAP4=$(field "$ADDR-0" mps_memory_limit)
 check "a process with exactly the spec's environment stops at the device cap" "$([ -n "$GOT4" ] && [ "$GOT4" -le "$CAP4" ] && [ "$GOT4" -gt $((CAP4 - 1024)) ]; echo $?)" "($GOT4 MiB, cap $CAP4)"
-ATTACH=$(climc server-attach-isolated-device pod-cdi --host gpu-suite --model "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" 2>&1)
+ATTACH=$(mpsctl server-attach-isolated-device pod-cdi --host gpu-suite --model "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" 2>&1)
 say "attaching a device answers with its CDI name:"
 echo "$ATTACH" | block
 check "the attach answer names the CDI device" "$(echo "$ATTACH" | grep -q 'yunion.io/mps-gpu='; echo $?)"
-climc server-detach-isolated-device pod-cdi --all >/dev/null 2>&1
+mpsctl server-detach-isolated-device pod-cdi --all >/dev/null 2>&1
 
 say
 say "## 8. Containers of two UIDs share one GPU at once (-multiuser-server)"

@@ -15,7 +15,7 @@
 # cap. Leaves the card's settings alone (mps_set_exclusive_compute_mode:
 # false) and stops its MPS control daemon at the end.
 #   device run: BIN=dist/bin bash tests/packaging/gpu-sandbox.sh   with carry ["dist"]
-# (dist/bin: mps-daemon, mps-inventory, climc from `make build BIN=dist/bin`).
+# (dist/bin: mps-daemon, mps-inventory, mpsctl from `make build BIN=dist/bin`).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 B=${BIN:-$here/../../bin}
@@ -100,7 +100,7 @@ echo "PASS: the daemon in the sandbox is ready (MPS control daemon started, limi
 dpid=$(pgrep -f 'nvidia-cuda-mps-control( |$)' | head -n 1)
 echo "      control daemon $dpid: no_new_privs $(awk '/^NoNewPrivs/{print $2}' /proc/"$dpid"/status)," \
 	"mount namespace $( [ "$(readlink /proc/"$dpid"/ns/mnt)" != "$(readlink /proc/self/ns/mnt)" ] && echo private || echo shared)"
-n=$(MPS_INVENTORY_URL=$URL MPS_INVENTORY_TOKEN=$(cat "$W/admin.token") "$B/climc" isolated-device-list | grep -c NVIDIA_MPS)
+n=$(MPS_INVENTORY_URL=$URL MPS_INVENTORY_TOKEN=$(cat "$W/admin.token") "$B/mpsctl" isolated-device-list | grep -c NVIDIA_MPS)
 if [ "$n" = "$N" ]; then
 	echo "PASS: $n devices registered"
 else

@@ -148,10 +148,10 @@ wait_for() {
 	note "ok: $what"
 }
 
-# devices prints how many NVIDIA_MPS rows `climc isolated-device-list` shows
+# devices prints how many NVIDIA_MPS rows `mpsctl isolated-device-list` shows
 # inside the container (all pages).
 devices() {
-	in_ct climc isolated-device-list --limit 2048 | grep -c NVIDIA_MPS || true
+	in_ct mpsctl isolated-device-list --limit 2048 | grep -c NVIDIA_MPS || true
 }
 
 # dump_units prints the state and journal of both units, for failures.

@@ -8,7 +8,7 @@
 #      systemd-nspawn --boot, our packages in an apt repository inside. The
 #      runbook: apt-get install -y yunion-mps-daemon, then
 #      systemctl enable --now yunion-mps-daemon (simulated GPUs through a
-#      drop-in), then climc isolated-device-list. Then reload, upgrade to v2
+#      drop-in), then mpsctl isolated-device-list. Then reload, upgrade to v2
 #      with edited configuration (kept), remove, purge.
 #   3. .rpm: the same root booted again with a RHEL-like "disable *" preset,
 #      a host.conf the Cloudpods host service wrote before us, and rpm inside:
@@ -148,18 +148,21 @@ assert_eq "systemd-analyze verify output" "$out" ""
 in_ct systemd-analyze security --no-pager yunion-mps-inventory.service yunion-mps-daemon.service 2>&1 |
 	grep -E 'Overall exposure' | sed 's/^/   /' || true
 
-step "deb: the runbook: systemctl enable --now yunion-mps-daemon; climc isolated-device-list"
+step "deb: the runbook: systemctl enable --now yunion-mps-daemon; mpsctl isolated-device-list"
 simulate_dropin "$WORK/deb-root"
 in_ct systemctl daemon-reload
 in_ct timeout 180 systemctl enable --now yunion-mps-daemon
 assert_eq "active" "$(in_ct systemctl is-active yunion-mps-inventory yunion-mps-daemon | sort -u)" "active"
 assert_contains "daemon status" "$(in_ct systemctl show -p StatusText --value yunion-mps-daemon)" "SIMULATED"
 assert_eq "admin token file" "$(in_ct stat -c '%a %U' /var/lib/yunion-mps/admin.token)" "600 root"
-list=$(in_ct climc isolated-device-list)
+list=$(in_ct mpsctl isolated-device-list)
 printf '%s\n' "$list" | sed 's/^/   | /'
 # etc/host_container_device.yml: renderD128 x4, renderD129 x2.
 assert_eq "devices listed" "$(devices)" 6
-assert_contains "climc list" "$list" "NVIDIA_MPS"
+assert_contains "mpsctl list" "$list" "NVIDIA_MPS"
+# Our client is mpsctl; the name climc is left to Cloudpods' own (docs/inventory.md).
+assert_contains "dpkg -L yunion-mps-daemon" "$(in_ct dpkg -L yunion-mps-daemon)" "/usr/bin/mpsctl"
+assert_eq "/usr/bin/climc" "$(in_ct_sh 'if test -e /usr/bin/climc; then echo present; else echo absent; fi')" "absent"
 
 step "deb: watchdogs (WatchdogSec=4s through drop-ins, so that a missed ping shows within the test)"
 for unit in yunion-mps-inventory yunion-mps-daemon; do
@@ -182,7 +185,7 @@ step "deb: reload"
 pid=$(in_ct systemctl show -p MainPID --value yunion-mps-daemon)
 in_ct sed -i '0,/virtual_number: 4/s//virtual_number: 8/' /etc/yunion/host_container_device.yml
 in_ct systemctl reload yunion-mps-daemon
-wait_for "10 devices after the device YAML edit and a reload" '[ "$(climc isolated-device-list --limit 2048 | grep -c NVIDIA_MPS)" = 10 ]' 60
+wait_for "10 devices after the device YAML edit and a reload" '[ "$(mpsctl isolated-device-list --limit 2048 | grep -c NVIDIA_MPS)" = 10 ]' 60
 assert_eq "daemon MainPID across reload" "$(in_ct systemctl show -p MainPID --value yunion-mps-daemon)" "$pid"
 in_ct rm /var/lib/yunion-mps/admin.token
 in_ct systemctl reload yunion-mps-inventory

@@ -14,24 +14,25 @@ import (
 // Token returns a fresh keystone token of the admin user, scoped to its
 // project, from POST /v3/auth/tokens.
 func (c *Cloud) Token(ctx context.Context) (string, error) {
-	body := fmt.Sprintf(`{"auth":{"identity":{"methods":["password"],"password":{"user":{"name":%q,"domain":{"name":%q},"password":%q}}},"scope":{"project":{"name":%q,"domain":{"name":%q}}}}}`,
-		c.User, c.Domain, c.Password, c.Project, c.Domain)
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(c.AuthURL, "/")+"/auth/tokens", strings.NewReader(body))
+	return Login(ctx, c.Endpoint())
+}
+
+// Login authenticates at ep's keystone (POST /v3/auth/tokens, the password
+// method, scoped to ep's project) and returns X-Subject-Token: what
+// Cloudpods' clients do before any call.
+func Login(ctx context.Context, ep Endpoint) (string, error) {
+	body := map[string]any{"auth": map[string]any{
+		"identity": map[string]any{"methods": []string{"password"}, "password": map[string]any{
+			"user": map[string]any{"name": ep.User, "domain": map[string]any{"name": ep.Domain}, "password": ep.Password}}},
+		"scope": map[string]any{"project": map[string]any{"name": ep.Project, "domain": map[string]any{"name": ep.Domain}}},
+	}}
+	hdr, err := Request(ctx, http.MethodPost, strings.TrimSuffix(ep.AuthURL, "/")+"/auth/tokens", "", body, nil)
 	if err != nil {
 		return "", err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	tok := resp.Header.Get("X-Subject-Token")
-	if resp.StatusCode/100 != 2 || tok == "" {
-		return "", fmt.Errorf("keystone answered %s without a token", resp.Status)
+	tok := hdr.Get("X-Subject-Token")
+	if tok == "" {
+		return "", fmt.Errorf("keystone at %s answered without a token", ep.AuthURL)
 	}
 	return tok, nil
 }
@@ -44,52 +45,71 @@ func (c *Cloud) Call(ctx context.Context, method, path string, body, out any) er
 	if err != nil {
 		return err
 	}
+	_, err = Request(ctx, method, strings.TrimSuffix(c.RegionURL, "/")+path, tok, body, out)
+	return err
+}
+
+// Request sends one request as Cloudpods' clients send it: body (when not
+// nil) as JSON, Content-Type application/json, the token (when not empty)
+// in X-Auth-Token, their user agent (the region's default handlers answer
+// no other). The answer's JSON is decoded into out (when not nil) and its
+// headers returned; an answer that is not 2xx is an error carrying its
+// body.
+func Request(ctx context.Context, method, url, token string, body, out any) (http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.RegionURL, "/")+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	req.Header.Set("X-Auth-Token", tok)
+	if token != "" {
+		req.Header.Set("X-Auth-Token", token)
+	}
 	req.Header.Set("Content-Type", "application/json")
-	// The region's default handlers answer only its own clients' user agent.
 	req.Header.Set("User-Agent", "yunioncloud-go/201708")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, b)
+		return nil, fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, b)
 	}
 	if out != nil {
-		return json.Unmarshal(b, out)
+		return resp.Header, json.Unmarshal(b, out)
 	}
-	return nil
+	return resp.Header, nil
 }
 
-// CreateHost creates a host record of host_type container in the zone, as
-// Cloudpods' host agent does at its first start, and returns its id.
-func (c *Cloud) CreateHost(ctx context.Context, name, mac, ip string) (string, error) {
-	body := map[string]any{"host": map[string]any{
+// HostCreateBody is the body of POST /zones/<zone>/hosts for a host record
+// of host_type container, shaped as Cloudpods' host agent sends it at its
+// first start (pkg/hostman/hostinfo updateOrCreateHost).
+func HostCreateBody(name, mac, ip string) map[string]any {
+	return map[string]any{"host": map[string]any{
 		"name": name, "hostname": name, "access_ip": ip, "access_mac": mac,
 		"manager_uri": "http://" + ip + ":8885", "host_type": "container",
 		"cpu_count": 16, "node_count": 1, "cpu_desc": "test cpu", "cpu_mhz": 2400, "cpu_cache": "32768",
 		"mem_size": "131072", "mem_reserved": "4096", "page_size_kb": 4,
 		"storage_driver": "Linux", "storage_type": "rotate", "storage_size": 1048576, "sys_info": map[string]any{},
 	}}
+}
+
+// CreateHost creates a host record of host_type container in the zone, as
+// Cloudpods' host agent does at its first start, and returns its id.
+func (c *Cloud) CreateHost(ctx context.Context, name, mac, ip string) (string, error) {
+	body := HostCreateBody(name, mac, ip)
 	var out struct {
 		Host struct {
 			ID string `json:"id"`

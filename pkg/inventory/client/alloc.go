@@ -66,7 +66,7 @@ func serverPath(guest, action string) string {
 
 // AttachIsolatedDevice gives device id to guest and returns it. A device
 // the guest already holds is answered as attached; one another guest
-// holds, or that is unhealthy or pending removal, is a 409 (IsConflict).
+// holds, or that is unhealthy or pending removal, is refused (IsRefused).
 func (c *Client) AttachIsolatedDevice(ctx context.Context, guest, id string) ([]api.IsolatedDevice, error) {
 	var out api.IsolatedDevicesBody
 	err := c.do(ctx, "POST", serverPath(guest, "attach-isolated-device"), nil, attachBody{Device: id}, &out)
@@ -74,8 +74,8 @@ func (c *Client) AttachIsolatedDevice(ctx context.Context, guest, id string) ([]
 }
 
 // AttachIsolatedDevices gives guest r.Count devices picked by the server,
-// all or none; not enough free devices is a 409 that says how many are
-// free. It is not retried once the request may have reached the server
+// all or none; not enough free devices is refused (IsRefused), saying how
+// many are free. It is not retried once the request may have reached the server
 // (see above).
 func (c *Client) AttachIsolatedDevices(ctx context.Context, guest string, r AttachRequest) ([]api.IsolatedDevice, error) {
 	var out api.IsolatedDevicesBody
@@ -86,7 +86,7 @@ func (c *Client) AttachIsolatedDevices(ctx context.Context, guest string, r Atta
 
 // DetachIsolatedDevice takes device id back from guest. It returns the
 // device, or nothing when it was free already; a device another guest
-// holds is a 409.
+// holds is refused (IsRefused).
 func (c *Client) DetachIsolatedDevice(ctx context.Context, guest, id string) ([]api.IsolatedDevice, error) {
 	var out api.IsolatedDevicesBody
 	err := c.do(ctx, "POST", serverPath(guest, "detach-isolated-device"), nil, detachBody{Device: id}, &out)

@@ -52,7 +52,7 @@ func (e *allocEnv) client(o Options) *Client {
 // device is the row at addr.
 func (e *allocEnv) device(t *testing.T, addr string) api.IsolatedDevice {
 	t.Helper()
-	devs, _, err := e.st.ListDevices(t.Context(), store.DeviceFilter{Addr: addr, Limit: 1})
+	devs, _, err := e.st.ListDevices(t.Context(), store.DeviceFilter{Addrs: []string{addr}, Limit: 1})
 	if err != nil || len(devs) != 1 {
 		t.Fatalf("device %s: %v, %v", addr, devs, err)
 	}
@@ -88,8 +88,8 @@ func TestAttachDetachPurge(t *testing.T) {
 		if err != nil || !slices.Equal(addrsOf(got), []string{"06:00.0-0"}) || got[0].GuestID != "pod-a" {
 			t.Fatalf("attach by id: %+v, %v", got, err)
 		}
-		if _, err := c.AttachIsolatedDevice(ctx, "pod-b", d0.ID); !IsConflict(err) {
-			t.Errorf("attach of a held device: %v, want a 409", err)
+		if _, err := c.AttachIsolatedDevice(ctx, "pod-b", d0.ID); !IsRefused(err) {
+			t.Errorf("attach of a held device: %v, want a refusal", err)
 		}
 		numa := 0
 		got, err = c.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 3, NUMANode: &numa})
@@ -97,11 +97,11 @@ func TestAttachDetachPurge(t *testing.T) {
 			t.Fatalf("attach by model: %v, %v", addrsOf(got), err)
 		}
 		_, err = c.AttachIsolatedDevices(ctx, "pod-c", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 5})
-		if !IsConflict(err) || err.Error() != `need 5 free NVIDIA_MPS "Tesla P40" devices on host gpu-1, 4 free` {
+		if !IsRefused(err) || err.Error() != `need 5 free NVIDIA_MPS "Tesla P40" devices on host gpu-1, 4 free` {
 			t.Errorf("attach of more than free: %v", err)
 		}
 
-		if got, err := c.DetachIsolatedDevice(ctx, "pod-b", d0.ID); !IsConflict(err) || got != nil {
+		if got, err := c.DetachIsolatedDevice(ctx, "pod-b", d0.ID); !IsRefused(err) || got != nil {
 			t.Errorf("detach of another guest's device: %v, %v", got, err)
 		}
 		if got, err := c.DetachIsolatedDevice(ctx, "pod-a", d0.ID); err != nil || !slices.Equal(addrsOf(got), []string{"06:00.0-0"}) {
@@ -267,8 +267,8 @@ func TestSyncPendingRemoval(t *testing.T) {
 		if _, err := c.DetachIsolatedDevice(ctx, "pod-a", d3.ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.AttachIsolatedDevice(ctx, "pod-b", d3.ID); !IsConflict(err) {
-			t.Errorf("attach of a released device pending removal: %v, want a 409", err)
+		if _, err := c.AttachIsolatedDevice(ctx, "pod-b", d3.ID); !IsRefused(err) {
+			t.Errorf("attach of a released device pending removal: %v, want a refusal", err)
 		}
 		if got, err := c.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 6}); err != nil || slices.Contains(addrsOf(got), "06:00.0-3") {
 			t.Errorf("attach by model: %v, %v; want the 6 wanted devices only", addrsOf(got), err)
@@ -307,8 +307,8 @@ func TestSyncCarriesUnhealthy(t *testing.T) {
 		if err != nil || !slices.Equal(addrsOf(got), []string{"07:00.0-0", "07:00.0-1", "07:00.0-2", "07:00.0-3"}) {
 			t.Errorf("attach with GPU-06 unhealthy: %v, %v", addrsOf(got), err)
 		}
-		if _, err := c.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1"}); !IsConflict(err) {
-			t.Errorf("attach with only unhealthy devices free: %v, want a 409", err)
+		if _, err := c.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1"}); !IsRefused(err) {
+			t.Errorf("attach with only unhealthy devices free: %v, want a refusal", err)
 		}
 		for i := range 4 {
 			want[i].Unhealthy = false

@@ -133,13 +133,34 @@ func (e *APIError) Error() string {
 // IsNotFound reports whether err is a 404 answer.
 func IsNotFound(err error) bool { return hasStatus(err, http.StatusNotFound) }
 
-// IsConflict reports whether err is a 409 answer (a duplicate, or a device
-// held by a guest).
+// IsConflict reports whether err is a 409 answer (a duplicate, or rows
+// that kept changing under the request).
 func IsConflict(err error) bool { return hasStatus(err, http.StatusConflict) }
+
+// IsRefused reports whether err is an attach or detach the inventory
+// refused for the state of the devices, as Cloudpods answers it: a device
+// another guest holds (400 BadRequestError), too few free devices, or an
+// unhealthy or pending one (400 InsufficientResourceError), rows that kept
+// changing (409 ConflictError, may succeed if sent again); or, from an
+// inventory of before these classes, 409 InvalidStatusError.
+func IsRefused(err error) bool {
+	var ae *APIError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.Class {
+	case api.ClassBadRequest, api.ClassInsufficientResource:
+		return ae.Status == http.StatusBadRequest
+	case api.ClassConflict, api.ClassInvalidStatus:
+		return ae.Status == http.StatusConflict
+	}
+	return false
+}
 
 // IsDeviceInUse reports whether err refuses to remove a device a guest
 // holds ("Isolated device used by server"), whatever the status code (the
-// inventory answers 409; the text is what Cloudpods keeps stable).
+// inventory answers 400 to a purge and 406 to a DELETE, as Cloudpods does;
+// the text is what Cloudpods keeps stable).
 func IsDeviceInUse(err error) bool {
 	var ae *APIError
 	return errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500 && ae.Details == api.MsgDeviceUsedByServer

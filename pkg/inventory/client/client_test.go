@@ -146,7 +146,7 @@ func TestAPIErrors(t *testing.T) {
 		const unknown = "0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b"
 		_, err := c.GetIsolatedDevice(ctx, unknown)
 		var ae *APIError
-		if !errors.As(err, &ae) || !IsNotFound(err) || ae.Class != api.ClassNotFound || err.Error() != `isolated device "`+unknown+`" not found` {
+		if !errors.As(err, &ae) || !IsNotFound(err) || ae.Class != api.ClassNotFound || err.Error() != "isolated_device "+unknown+" not found" {
 			t.Errorf("GetIsolatedDevice of a missing id: %#v", err)
 		}
 

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/url"
@@ -10,23 +11,26 @@ import (
 )
 
 // ListHostsOptions selects hosts. Limit 0 leaves the page size to the
-// server (20).
+// server (Cloudpods' 2048).
 type ListHostsOptions struct {
 	Name          string
 	Limit, Offset int
 }
 
-// ListOptions selects isolated devices, with climc's options: HostID is a
-// host's id or name, GPU the physical GPU (device_path), Unused the devices
-// no guest holds, Details asks for the host's name; Unhealthy and
+// ListOptions selects isolated devices, with mpsctl's options: HostID is a
+// host's id or name, GPU the physical GPU (sent as device_path), Unused the
+// devices no guest holds, Details asks for the host's name; Unhealthy and
 // PendingRemoval, when set, keep the devices whose flag has that value.
-// Limit 0 leaves the page size to the server (20). PagingMarker, when set,
+// Limit 0 leaves the page size to the server (Cloudpods' 2048). Order is
+// "asc" (oldest first, creation order: what "" asks for too) or "desc"
+// (newest first, the server's own default, as Cloudpods lists). PagingMarker, when set,
 // asks for Cloudpods' marker paging instead of Offset: "" for the first
 // page, then the answer's NextMarker until it is "" (see
 // api.IsolatedDeviceList); each page then costs the server the same
 // however deep it is.
 type ListOptions struct {
 	HostID, DevType, Model, Addr, GPU, GuestID string
+	Order                                      string
 	Unused, Details                            bool
 	Unhealthy, PendingRemoval                  *bool
 	Limit, Offset                              int
@@ -37,7 +41,7 @@ func (o ListOptions) query() url.Values {
 	q := url.Values{}
 	for _, p := range []struct{ name, v string }{
 		{"host_id", o.HostID}, {"dev_type", o.DevType}, {"model", o.Model},
-		{"addr", o.Addr}, {"gpu", o.GPU}, {"guest_id", o.GuestID},
+		{"addr", o.Addr}, {"device_path", o.GPU}, {"guest_id", o.GuestID}, {"order", cmp.Or(o.Order, "asc")},
 	} {
 		if p.v != "" {
 			q.Set(p.name, p.v)

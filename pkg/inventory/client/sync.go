@@ -36,8 +36,12 @@ func keyOf(d api.IsolatedDevice) deviceKey { return deviceKey{d.VendorDeviceID, 
 // unhealthy and pending_removal are: the host reports its GPUs' health, and
 // a desired row is never pending removal (a device that comes back, after a
 // resize down and up again, is offered again).
+//
+// An empty Name is no opinion (the daemon names no device): it is not sent,
+// and the name the inventory gave the row (dev_<host>_<n>, as Cloudpods
+// names devices) is kept.
 type owned struct {
-	Name                string        `json:"name"`
+	Name                string        `json:"name,omitempty"`
 	Model               string        `json:"model"`
 	DevicePath          string        `json:"device_path"`
 	RenderPath          string        `json:"render_path"`
@@ -63,7 +67,11 @@ func ownedOf(d api.IsolatedDevice) owned {
 	}
 }
 
+// equal reports whether a (a row's) is already as b (the desired) wants.
 func (a owned) equal(b owned) bool {
+	if b.Name == "" {
+		a.Name = ""
+	}
 	pa, pb := a.PCIEInfo, b.PCIEInfo
 	a.PCIEInfo, b.PCIEInfo = nil, nil
 	return a == b && (pa == pb || (pa != nil && pb != nil && *pa == *pb))

@@ -151,7 +151,7 @@ func TestSyncDevices(t *testing.T) {
 		// First sync creates, in the order given.
 		want := append(gpuSlices("06", 4), gpuSlices("1a", 2)...)
 		mustSync(t, c, h.ID, want, SyncResult{Created: 6})
-		list, _ := c.ListIsolatedDevices(ctx, ListOptions{HostID: h.ID, DevType: api.DevTypeNvidiaMPS})
+		list, _ := c.ListIsolatedDevices(ctx, ListOptions{HostID: h.ID, DevType: api.DevTypeNvidiaMPS, Order: "asc"})
 		var order []string
 		for _, d := range list.IsolatedDevices {
 			order = append(order, d.Addr)

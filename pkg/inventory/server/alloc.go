@@ -1,8 +1,6 @@
 package server
 
 import (
-	"bytes"
-	"io"
 	"net/http"
 
 	"yunion.io/x/mps-daemon/pkg/api"
@@ -11,15 +9,29 @@ import (
 
 // Requesting and releasing devices, with Cloudpods' paths:
 //
-//	POST /servers/{guest}/attach-isolated-device  {"device":"<id>"}
-//	     or {"dev_type":"NVIDIA_MPS","model":"...","count":2,"host":"...","numa_node":0}
-//	POST /servers/{guest}/detach-isolated-device  {"device":"<id>"} or {"all":true}
-//	POST /isolated_devices/{id}/purge             {"force":true} (body optional)
+//	POST /servers/{guest}/attach-isolated-device  {"server": {"device": "<id or name>"}}
+//	     or {"server": {"model": "...", "count": 2, "sharing_mode": "...", "host": "...", "numa_node": 0}}
+//	POST /servers/{guest}/detach-isolated-device  {"server": {"device": "<id or name>", "index": 0}}
+//	     or {"server": {"detach_all": true}}
+//	POST /isolated_devices/{id}/purge             {"isolated_device": {"purge": true}} (body optional)
 //
-// Attach and detach answer {"isolated_devices":[...]}, the rows they
-// changed (api.IsolatedDevicesBody). {guest} is the id of a container or
-// pod; this inventory does not keep guests, it only records who holds a
-// device.
+// As in Cloudpods, a body wrapped in the resource's keyword ("server",
+// "isolated_device") and the same fields unwrapped are one request. The
+// answer's shape follows the body's: a wrapped attach or detach (Cloudpods'
+// clients) is answered with the server, {"server": {"id", "name",
+// "isolated_devices": every device the guest holds afterwards}}; an
+// unwrapped one (this project's client, which also sends all, force) with
+// the devices the request changed, {"isolated_devices": [...]}
+// (api.IsolatedDevicesBody). Purge answers the device as it was
+// (api.PurgeBody).
+//
+// {guest} is the id of a container, pod or server: this inventory does not
+// keep guests, it records who holds a device. Where Cloudpods takes the
+// guest's host for a model attach, this inventory takes host from the body,
+// or the host of the devices the guest already holds, or the only host
+// there is. index, is_force, gpu_type and auto_start are accepted and have
+// no effect (one row per slice: a device is held once; there is no guest to
+// start).
 
 // addAllocRoutes adds the attach and detach routes to New's table. (Purge
 // is in the table itself.)
@@ -30,21 +42,29 @@ func (s *server) addAllocRoutes(routes map[string]handlerFunc) {
 
 // attachInput is the body of attach: device alone, or the model form.
 type attachInput struct {
-	Device   *string `json:"device"`
-	DevType  *string `json:"dev_type"`
-	Model    *string `json:"model"`
-	Count    *int    `json:"count"`
-	Host     *string `json:"host"`
-	NUMANode *int    `json:"numa_node"`
+	Device      *string `json:"device"`
+	DevType     *string `json:"dev_type"`
+	Model       *string `json:"model"`
+	Count       *int    `json:"count"`
+	Host        *string `json:"host"`
+	NUMANode    *int    `json:"numa_node"`
+	SharingMode *string `json:"sharing_mode"`
+	GPUType     *string `json:"gpu_type"`
+	AutoStart   *bool   `json:"auto_start"`
 }
 
 type detachInput struct {
-	Device *string `json:"device"`
-	All    bool    `json:"all"`
+	Device    *string `json:"device"`
+	Index     *int    `json:"index"`
+	All       bool    `json:"all"`
+	DetachAll bool    `json:"detach_all"`
+	IsForce   *bool   `json:"is_force"`
+	AutoStart *bool   `json:"auto_start"`
 }
 
 type purgeInput struct {
 	Force bool `json:"force"`
+	Purge bool `json:"purge"`
 }
 
 func (s *server) attachDevices(w http.ResponseWriter, r *http.Request) error {
@@ -52,8 +72,9 @@ func (s *server) attachDevices(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var in attachInput
-	if err := s.decodeBody(w, r, &in); err != nil {
+	in := &attachInput{}
+	wrapped, err := s.decodeWrapped(w, r, "server", in, false)
+	if err != nil {
 		return err
 	}
 	var devs []api.IsolatedDevice
@@ -65,7 +86,11 @@ func (s *server) attachDevices(w http.ResponseWriter, r *http.Request) error {
 		if *in.Device == "" {
 			return badInput("field device: empty")
 		}
-		d, err := s.st.AttachDevice(r.Context(), guest, *in.Device)
+		id, err := s.st.DeviceID(r.Context(), *in.Device)
+		if err != nil {
+			return err
+		}
+		d, err := s.st.AttachDevice(r.Context(), guest, id)
 		if err != nil {
 			return err
 		}
@@ -75,17 +100,58 @@ func (s *server) attachDevices(w http.ResponseWriter, r *http.Request) error {
 			// The store reads 0 as "not sent" (1).
 			return badInput("field count: must be between 1 and %d", store.MaxAttachCount)
 		}
+		host, err := s.attachHost(r, guest, deref(in.Host))
+		if err != nil {
+			return err
+		}
 		req := store.AttachRequest{
-			DevType: deref(in.DevType), Model: deref(in.Model), Host: deref(in.Host),
-			Count: deref(in.Count), NUMANode: in.NUMANode,
+			DevType: deref(in.DevType), Model: deref(in.Model), Host: host,
+			Count: deref(in.Count), NUMANode: in.NUMANode, SharingMode: deref(in.SharingMode),
 		}
 		if devs, err = s.st.AttachDevices(r.Context(), guest, req); err != nil {
 			return err
 		}
 	default:
-		return badInput("missing field device, or model and host")
+		return badInput("missing field device, or model (and host)")
 	}
-	writeJSON(w, http.StatusOK, api.IsolatedDevicesBody{IsolatedDevices: devs})
+	if wrapped {
+		return s.writeServer(w, r, guest)
+	}
+	writeJSON(w, http.StatusOK, devicesView{viewDevices(devs)})
+	return nil
+}
+
+// attachHost is the host of a model attach: the one named, else the host
+// of the devices guest holds, else the only host of the inventory.
+func (s *server) attachHost(r *http.Request, guest, named string) (string, error) {
+	if named != "" {
+		return named, nil
+	}
+	held, _, err := s.st.ListDevices(r.Context(), store.DeviceFilter{GuestID: guest, Limit: 1})
+	if err != nil {
+		return "", err
+	}
+	if len(held) > 0 {
+		return held[0].HostID, nil
+	}
+	hosts, total, err := s.st.ListHosts(r.Context(), store.HostFilter{Limit: 1})
+	if err != nil {
+		return "", err
+	}
+	if total != 1 {
+		return "", badInput("missing field host: guest %s holds no device yet, and the inventory has %d hosts", guest, total)
+	}
+	return hosts[0].ID, nil
+}
+
+// writeServer answers a wrapped attach or detach: the guest and every
+// device it holds (at most a page of maxLimit).
+func (s *server) writeServer(w http.ResponseWriter, r *http.Request, guest string) error {
+	held, _, err := s.st.ListDevices(r.Context(), store.DeviceFilter{GuestID: guest, Limit: maxLimit})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, viewServer(guest, held))
 	return nil
 }
 
@@ -94,64 +160,72 @@ func (s *server) detachDevices(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var in detachInput
-	if err := s.decodeBody(w, r, &in); err != nil {
+	in := &detachInput{}
+	wrapped, err := s.decodeWrapped(w, r, "server", in, false)
+	if err != nil {
 		return err
 	}
+	all := in.All || in.DetachAll
 	var devs []api.IsolatedDevice
 	switch {
-	case in.Device != nil && in.All:
-		return badInput("field all: give either device or all, not both")
+	case in.Device != nil && all:
+		return badInput("field detach_all: give either device or detach_all, not both")
 	case in.Device != nil && *in.Device == "":
 		return badInput("field device: empty")
 	case in.Device != nil:
-		devs, err = s.st.DetachDevice(r.Context(), guest, *in.Device)
-	case in.All:
-		devs, err = s.st.DetachAll(r.Context(), guest)
+		id, err := s.st.DeviceID(r.Context(), *in.Device)
+		if err != nil {
+			return err
+		}
+		devs, err = s.st.DetachDevice(r.Context(), guest, id)
+		if err != nil {
+			return err
+		}
+	case all:
+		if devs, err = s.st.DetachAll(r.Context(), guest); err != nil {
+			return err
+		}
 	default:
-		return badInput("missing field device, or all")
+		return badInput("missing field device, or detach_all")
 	}
-	if err != nil {
-		return err
+	if wrapped {
+		return s.writeServer(w, r, guest)
 	}
-	if devs == nil {
-		devs = []api.IsolatedDevice{} // "isolated_devices":[] rather than null
-	}
-	writeJSON(w, http.StatusOK, api.IsolatedDevicesBody{IsolatedDevices: devs})
+	writeJSON(w, http.StatusOK, devicesView{viewDevices(devs)})
 	return nil
 }
 
-// purgeDevice removes a device like DELETE; with {"force":true} a device a
-// guest holds is detached first, and the answer names that guest. The body
-// is optional, as Cloudpods' purge takes none.
+// purgeDevice removes a device like DELETE; with purge (Cloudpods' name,
+// climc --purge) or force (this project's client) a device a guest holds is
+// detached first, and the answer names that guest. Without, a held device
+// is a 400 BadRequestError "Isolated device used by server", as Cloudpods
+// answers; its host agent matches that text. The body is optional.
 func (s *server) purgeDevice(w http.ResponseWriter, r *http.Request) error {
-	var in purgeInput
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	id, err := s.deviceID(r)
 	if err != nil {
-		return s.bodyError(err)
-	}
-	if len(bytes.TrimSpace(body)) > 0 {
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		if err := s.decodeBody(w, r, &in); err != nil {
-			return err
-		}
-	}
-	if err := s.mayChangeDevice(r, r.PathValue("id"), nil); err != nil {
 		return err
 	}
-	if in.Force {
+	in := &purgeInput{}
+	if _, err := s.decodeWrapped(w, r, "isolated_device", in, true); err != nil {
+		return err
+	}
+	force := in.Force || in.Purge
+	if err := s.mayChangeDevice(r, id, nil); err != nil {
+		return err
+	}
+	if force {
 		if err := s.mayForce(r); err != nil {
 			return err
 		}
 	}
-	d, guest, err := s.st.PurgeDevice(r.Context(), r.PathValue("id"), in.Force)
+	d, guest, err := s.st.PurgeDevice(r.Context(), id, force)
 	if err != nil {
 		return err
 	}
 	if guest != "" {
-		s.log.Warn("force purge detached an isolated device from its guest", "id", d.ID, "guest_id", guest)
+		s.log.Warn("purge detached an isolated device from its guest", "id", d.ID, "guest_id", guest)
 	}
-	writeJSON(w, http.StatusOK, api.PurgeBody{IsolatedDevice: d, DetachedGuest: guest})
+	writeJSON(w, http.StatusOK, purgeView{IsolatedDevice: viewDevice(d), DetachedGuest: guest})
 	return nil
 }
 

@@ -44,7 +44,7 @@ func TestConcurrentAttachDetach(t *testing.T) {
 		})
 		// The totals (counters kept by the database's triggers, see
 		// store's migration 0004) still count the rows.
-		for _, f := range []store.DeviceFilter{{}, {Unused: true}, {Model: devs[0].Model}} {
+		for _, f := range []store.DeviceFilter{{}, {Unused: true}, {Models: []string{devs[0].Model}}} {
 			f.Limit = 1000
 			list, total, err := stores[0].ListDevices(t.Context(), f)
 			if err != nil || total != len(list) {

@@ -34,6 +34,7 @@ func TestErrorAnswers(t *testing.T) {
 		}
 		big := dev(`,"name":"` + strings.Repeat("x", 5000) + `"`)
 		const bad, nf, dup = http.StatusBadRequest, http.StatusNotFound, http.StatusConflict
+		long := func(n int) string { return strings.Repeat("x", n) }
 		tests := []struct {
 			name, method, path, body string
 			status                   int
@@ -43,14 +44,21 @@ func TestErrorAnswers(t *testing.T) {
 			{"syntax error", "POST", "/isolated_devices", `{"isolated_device":{x}}`, bad, api.ClassInputParameter, "malformed JSON at byte"},
 			{"empty body", "POST", "/isolated_devices", ``, bad, api.ClassInputParameter, "request body is empty"},
 			{"two values", "POST", "/isolated_devices", dev("") + `{}`, bad, api.ClassInputParameter, "more than one JSON value"},
-			{"unknown field", "POST", "/isolated_devices", dev(`,"bogus":1`), bad, api.ClassInputParameter, `unknown field "bogus"`},
-			{"unknown envelope", "POST", "/isolated_devices", `{"device":{}}`, bad, api.ClassInputParameter, `unknown field "device"`},
-			{"unknown pcie field", "POST", "/isolated_devices", dev(`,"pcie_info":{"lanes":1}`), bad, api.ClassInputParameter, "field pcie_info"},
+			{"unknown envelope", "POST", "/isolated_devices", `{"device":{}}`, bad, api.ClassInputParameter, "missing field isolated_device"},
+			{"envelope not an object", "POST", "/isolated_devices", `{"isolated_device":"x"}`, bad, api.ClassInputParameter, "field isolated_device: expected"},
+			{"pcie_info not an object", "POST", "/isolated_devices", dev(`,"pcie_info":7`), bad, api.ClassInputParameter, "field pcie_info"},
 			{"missing envelope", "POST", "/isolated_devices", `{}`, bad, api.ClassInputParameter, "missing field isolated_device"},
 			{"missing dev_type", "POST", "/isolated_devices", `{"isolated_device":{"host_id":"gpu-1","addr":"a","vendor_device_id":"v"}}`, bad, api.ClassInputParameter, "missing required field dev_type"},
 			{"missing host_id", "POST", "/isolated_devices", `{"isolated_device":{"dev_type":"NVIDIA_MPS","addr":"a","vendor_device_id":"v"}}`, bad, api.ClassInputParameter, "missing required field host_id"},
 			{"wrong type", "POST", "/isolated_devices", dev(`,"numa_node":"zero"`), bad, api.ClassInputParameter, "field isolated_device.numa_node"},
-			{"oversized body", "POST", "/isolated_devices", big, bad, api.ClassInputParameter, "larger than 4096 bytes"},
+			{"oversized body", "POST", "/isolated_devices", big, http.StatusRequestEntityTooLarge, api.ClassTooLarge, "larger than 4096 bytes"},
+			// Issue 12 item 9: every string is bounded, the field named.
+			{"name too long", "POST", "/isolated_devices", dev(`,"name":"` + long(129) + `"`), bad, api.ClassInputParameter,
+				"field name: 129 bytes, longer than the 128 allowed"},
+			{"model too long", "POST", "/isolated_devices", dev(`,"model":"` + long(513) + `"`), bad, api.ClassInputParameter, "field model: 513 bytes"},
+			{"device_path too long", "PUT", "/isolated_devices/" + d.ID, `{"isolated_device":{"device_path":"` + long(129) + `"}}`, bad, api.ClassInputParameter, "field device_path: "},
+			{"host name too long", "POST", "/hosts", `{"host":{"name":"` + long(129) + `"}}`, bad, api.ClassInputParameter, "field name: "},
+			{"sharing_mode unknown", "POST", "/isolated_devices", dev(`,"sharing_mode":"SHARED"`), bad, api.ClassInputParameter, `sharing_mode "SHARED" is not one of`},
 			{"negative limit", "GET", "/isolated_devices?limit=-1", "", bad, api.ClassInputParameter, "query parameter limit"},
 			{"text limit", "GET", "/isolated_devices?limit=ten", "", bad, api.ClassInputParameter, "query parameter limit"},
 			{"negative offset", "GET", "/hosts?offset=-5", "", bad, api.ClassInputParameter, "query parameter offset"},
@@ -58,15 +66,21 @@ func TestErrorAnswers(t *testing.T) {
 			{"bad details", "GET", "/isolated_devices/" + d.ID + "?details=2", "", bad, api.ClassInputParameter, "query parameter details"},
 			{"move device", "PUT", "/isolated_devices/" + d.ID, `{"isolated_device":{"host_id":"other"}}`, bad, api.ClassInputParameter, "host_id cannot be changed"},
 			{"host without name", "POST", "/hosts", `{"host":{}}`, bad, api.ClassInputParameter, "missing required field name"},
-			{"unknown device", "GET", "/isolated_devices/" + unknownUUID, "", nf, api.ClassNotFound, `isolated device "` + unknownUUID + `" not found`},
+			{"unknown device", "GET", "/isolated_devices/" + unknownUUID, "", nf, api.ClassNotFound, "isolated_device " + unknownUUID + " not found"},
+			// A name where an id goes is looked up; an unknown one is a 404,
+			// which climc's name lookup relies on.
+			{"unknown device name", "GET", "/isolated_devices/no-such-name", "", nf, api.ClassNotFound, "isolated_device no-such-name not found"},
+			{"unknown device name, purge", "POST", "/isolated_devices/no-such-name/purge", "", nf, api.ClassNotFound, "isolated_device no-such-name not found"},
 			{"delete unknown device", "DELETE", "/isolated_devices/" + unknownUUID, "", nf, api.ClassNotFound, "not found"},
 			{"unknown host", "GET", "/hosts/nope", "", nf, api.ClassNotFound, `host "nope" not found`},
 			{"device on unknown host", "POST", "/isolated_devices", strings.Replace(dev(""), "gpu-1", "gpu-9", 1), nf, api.ClassNotFound, `host "gpu-9" not found`},
 			{"list of unknown host", "GET", "/isolated_devices?host_id=gpu-9", "", nf, api.ClassNotFound, `host "gpu-9" not found`},
-			{"no route", "GET", "/servers", "", nf, api.ClassNotFound, "no such API: GET /servers"},
+			{"no route", "GET", "/servers", "", http.StatusNotImplemented, api.ClassNotImplemented, "does not implement GET /servers"},
+			{"host agent's metadata", "POST", "/hosts/gpu-1/metadata", `{"host":{}}`, http.StatusNotImplemented, api.ClassNotImplemented, "does not implement POST /hosts/gpu-1/metadata"},
+			{"keystone users", "GET", "/v3/users", "", http.StatusNotImplemented, api.ClassNotImplemented, "/v3/auth/tokens only, not GET /v3/users"},
 			{"duplicate device", "POST", "/isolated_devices", p40Slice, dup, api.ClassDuplicate, "already exists"},
 			{"duplicate host", "POST", "/hosts", `{"host":{"name":"gpu-1"}}`, dup, api.ClassDuplicate, `host "gpu-1" already exists`},
-			{"host with devices", "DELETE", "/hosts/gpu-1", "", dup, api.ClassInvalidStatus, "still has 1 isolated devices"},
+			{"host with devices", "DELETE", "/hosts/gpu-1", "", http.StatusNotAcceptable, api.ClassNotEmpty, "still has 1 isolated devices"},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -83,18 +97,27 @@ func TestUpdateHeldDeviceAndDelete(t *testing.T) {
 		_, d := e.seed()
 		path := "/isolated_devices/" + d.ID
 
-		// A PUT changes only the fields it sends.
+		// A PUT changes only the fields it sends (and counts), and answers
+		// with the details, as Cloudpods does.
 		var got api.IsolatedDeviceBody
 		e.mustCall("PUT", path, `{"isolated_device":{"guest_id":"guest-1"}}`, &got)
 		want := d
-		want.GuestID, want.UpdatedAt = "guest-1", got.IsolatedDevice.UpdatedAt
+		want.GuestID, want.Guest, want.UpdatedAt, want.UpdateVersion = "guest-1", "guest-1", got.IsolatedDevice.UpdatedAt, 1
 		if !reflect.DeepEqual(got.IsolatedDevice, want) {
 			t.Errorf("after PUT guest_id:\n%+v\nwant\n%+v", got.IsolatedDevice, want)
 		}
 
-		for _, req := range []struct{ method, path string }{{"DELETE", path}, {"POST", path + "/purge"}} {
+		// Cloudpods' answers, whose text its host agent matches.
+		for _, req := range []struct {
+			method, path string
+			status       int
+			class        string
+		}{
+			{"DELETE", path, http.StatusNotAcceptable, api.ClassNotEmpty},
+			{"POST", path + "/purge", http.StatusBadRequest, api.ClassBadRequest},
+		} {
 			status, body := e.call(req.method, req.path, "")
-			checkError(t, status, body, http.StatusConflict, api.ClassInvalidStatus, api.MsgDeviceUsedByServer)
+			checkError(t, status, body, req.status, req.class, api.MsgDeviceUsedByServer)
 			var ae api.Error
 			_ = json.Unmarshal(body, &ae)
 			if ae.Details != api.MsgDeviceUsedByServer {
@@ -110,7 +133,7 @@ func TestUpdateHeldDeviceAndDelete(t *testing.T) {
 		fullNoPCIE := strings.Replace(string(full), `"pcie_info":{"lane_width":16,"throughput":"15.76 GB/s","transfer_rate_per_lane":"8GT/s","version":"3.0"}`, `"pcie_info":null`, 1)
 		var cleared api.IsolatedDeviceBody
 		e.mustCall("PUT", path, fullNoPCIE, &cleared)
-		if c := cleared.IsolatedDevice; c.GuestID != "" || c.PCIEInfo != nil || c.Host != "" || c.Model != d.Model {
+		if c := cleared.IsolatedDevice; c.GuestID != "" || c.PCIEInfo != nil || c.Host != "gpu-1" || c.Model != d.Model {
 			t.Errorf("after full PUT: %+v; want guest and pcie_info cleared, the rest kept", c)
 		}
 
@@ -141,17 +164,32 @@ func TestListQueryParameters(t *testing.T) {
 			wantLimit  int
 			wantOffset int
 		}{
-			{"", "00:06.0-1 00:07.0-0 00:07.0-1 00:07.0-2", 4, 20, 0},
-			{"?limit=2&offset=1", "00:07.0-0 00:07.0-1", 4, 2, 1},
-			{"?limit=0", "", 4, 0, 0},
-			{"?limit=5000", "00:06.0-1 00:07.0-0 00:07.0-1 00:07.0-2", 4, 2048, 0},
-			{"?host_id=gpu-1&dev_type=NVIDIA_MPS&model=NVIDIA+H100", "00:07.0-0 00:07.0-1 00:07.0-2", 3, 20, 0},
-			{"?addr=00:07.0-1", "00:07.0-1", 1, 20, 0},
-			{"?gpu=GPU-76aef7ff-372d-2432-b4b4-beca4d8d3400", "00:06.0-1", 1, 20, 0},
-			{"?guest_id=guest-1", "00:06.0-1", 1, 20, 0},
-			{"?unused=true&limit=1", "00:07.0-0", 3, 1, 0},
-			{"?dev_type=NVIDIA_GPU_SHARE", "", 0, 20, 0},
-			{"?scope=system", "00:06.0-1 00:07.0-0 00:07.0-1 00:07.0-2", 4, 20, 0},
+			// Newest first, all rows up to 2048 when limit is absent or 0,
+			// a larger limit kept as asked (fewer than 2048 rows match).
+			{"", "00:07.0-2 00:07.0-1 00:07.0-0 00:06.0-1", 4, 2048, 0},
+			{"?order=asc", "00:06.0-1 00:07.0-0 00:07.0-1 00:07.0-2", 4, 2048, 0},
+			{"?order_by=created_at&order=asc", "00:06.0-1 00:07.0-0 00:07.0-1 00:07.0-2", 4, 2048, 0},
+			{"?limit=2&offset=1", "00:07.0-1 00:07.0-0", 4, 2, 1},
+			{"?limit=0", "00:07.0-2 00:07.0-1 00:07.0-0 00:06.0-1", 4, 2048, 0},
+			{"?limit=5000", "00:07.0-2 00:07.0-1 00:07.0-0 00:06.0-1", 4, 5000, 0},
+			{"?host_id=gpu-1&dev_type=NVIDIA_MPS&model=NVIDIA+H100", "00:07.0-2 00:07.0-1 00:07.0-0", 3, 2048, 0},
+			{"?host=gpu-1&dev_type.0=NVIDIA_GPU_SHARE&dev_type.1=NVIDIA_MPS&model.0=NVIDIA+H100", "00:07.0-2 00:07.0-1 00:07.0-0", 3, 2048, 0},
+			{"?model=NVIDIA+H100&model=Tesla+P40&limit=1&offset=3", "00:06.0-1", 4, 1, 3},
+			{"?addr=00:07.0-1", "00:07.0-1", 1, 2048, 0},
+			{"?addr.0=00:07.0-1&addr.1=00:06.0-1&order=asc", "00:06.0-1 00:07.0-1", 2, 2048, 0},
+			{"?device_path=GPU-76aef7ff-372d-2432-b4b4-beca4d8d3400", "00:06.0-1", 1, 2048, 0},
+			// gpu: Cloudpods' boolean, or a device_path from older clients of ours.
+			{"?gpu=GPU-76aef7ff-372d-2432-b4b4-beca4d8d3400", "00:06.0-1", 1, 2048, 0},
+			{"?gpu=false", "00:07.0-2 00:07.0-1 00:07.0-0 00:06.0-1", 4, 2048, 0},
+			{"?gpu=true", "", 0, 0, 0},
+			{"?guest_id=guest-1", "00:06.0-1", 1, 2048, 0},
+			{"?server=guest-1", "00:06.0-1", 1, 2048, 0},
+			{"?unused=true&limit=1", "00:07.0-2", 3, 1, 0},
+			{"?vendor=NVIDIA&vendor_device_id=10de:1b38&numa_node=-1&index=-1&limit=1", "00:07.0-2", 4, 1, 0},
+			{"?name=mps-00:06.0-1", "00:06.0-1", 1, 2048, 0},
+			{"?dev_type=NVIDIA_GPU_SHARE", "", 0, 0, 0},
+			// What climc sends besides, and parameters no one knows: ignored.
+			{"?scope=system&summary_stats=false&details=false&provider=OneCloud&bogus=1", "00:07.0-2 00:07.0-1 00:07.0-0 00:06.0-1", 4, 2048, 0},
 		}
 		for _, tt := range tests {
 			t.Run(tt.query, func(t *testing.T) {

@@ -3,9 +3,6 @@ package server
 import (
 	"errors"
 	"net/http"
-	"strings"
-
-	"github.com/google/uuid"
 
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
@@ -52,11 +49,13 @@ func routePolicy() map[string]access {
 	return map[string]access{
 		"GET /hosts":      read,
 		"GET /hosts/{id}": read,
-		// A host registers itself (client.EnsureHost); only admin renames
-		// or removes hosts.
-		"POST /hosts":        own,
-		"PUT /hosts/{id}":    admin,
-		"DELETE /hosts/{id}": admin,
+		// A host registers itself (client.EnsureHost, or Cloudpods' host
+		// agent in its zone) and updates its record (the agent does at each
+		// start: mayUpdateHost); only admin renames or removes hosts.
+		"POST /hosts":              own,
+		"POST /zones/{zone}/hosts": own,
+		"PUT /hosts/{id}":          own,
+		"DELETE /hosts/{id}":       admin,
 
 		"GET /isolated_devices":      read,
 		"GET /isolated_devices/{id}": read,
@@ -71,16 +70,29 @@ func routePolicy() map[string]access {
 		"POST /servers/{guest}/attach-isolated-device": admin,
 		"POST /servers/{guest}/detach-isolated-device": admin,
 
+		// The one zone, wire and network a host agent looks up (region.go).
+		"GET /zones":      read,
+		"GET /zones/{id}": read,
+		"GET /wires/{id}": read,
+		"GET /networks":   read,
+
+		// Keystone: checking a token, revoking a keystone token (whose
+		// secret the caller must have), and the rest (501).
+		"GET /v3/auth/tokens":    read,
+		"HEAD /v3/auth/tokens":   read,
+		"DELETE /v3/auth/tokens": read,
+		"/v3/":                   read,
+
 		// Prometheus scrapes with a viewer token.
 		"GET /metrics": read,
 
-		// No such route: whoever is authenticated gets the 404.
+		// No such route: whoever is authenticated gets the 501.
 		"/": read,
 	}
 }
 
-// authorize wraps the handler of pattern with step 1 and the check of the
-// path's ids. A pattern routePolicy does not list is admin-only.
+// authorize wraps the handler of pattern with step 1. A pattern
+// routePolicy does not list is admin-only.
 func (s *server) authorize(pattern string, h handlerFunc) handlerFunc {
 	acc, listed := s.policy[pattern]
 	if !listed {
@@ -97,27 +109,8 @@ func (s *server) authorize(pattern string, h handlerFunc) handlerFunc {
 		if !allowed {
 			return forbidden("role %s may not %s %s", tok.Role, r.Method, r.URL.Path)
 		}
-		if err := checkPathIDs(pattern, r); err != nil {
-			return err
-		}
 		return h(w, r)
 	}
-}
-
-// checkPathIDs refuses, with a 400 naming the parameter, a device id in the
-// path that is not a UUID in the canonical form the store assigns (lower
-// case, dashes): anything else is a client's mistake (a name, an address, a
-// truncated id), not a device that may exist.
-// Hosts are found by id or name, so their {id} is not checked.
-func checkPathIDs(pattern string, r *http.Request) error {
-	if !strings.Contains(pattern, "/isolated_devices/{id}") {
-		return nil
-	}
-	id := r.PathValue("id")
-	if u, err := uuid.Parse(id); err != nil || u.String() != id {
-		return badInput("path parameter id: %q is not an isolated device id (a UUID)", id)
-	}
-	return nil
 }
 
 // ownHost is the host a host token acts for, as registered: the host of
@@ -158,6 +151,26 @@ func (s *server) mayRegisterHost(r *http.Request, name *string) error {
 	return nil
 }
 
+// mayUpdateHost: PUT /hosts/{id}. A host token updates its own host only,
+// and does not rename it (its token names the host).
+func (s *server) mayUpdateHost(r *http.Request, idOrName string, in *hostInput) error {
+	tok, check, err := scoped(r)
+	if !check || err != nil {
+		return err
+	}
+	own, err := s.ownHost(r, tok)
+	if err != nil {
+		return err
+	}
+	if idOrName != own.ID && idOrName != own.Name {
+		return forbidden("token for host %s may not update host %s", tok.Host, idOrName)
+	}
+	if in.Name != nil && *in.Name != "" && *in.Name != own.Name {
+		return forbidden("token for host %s may not rename its host: renaming is for admin tokens", tok.Host)
+	}
+	return nil
+}
+
 // mayCreateDevice: POST /isolated_devices. A host token creates devices of
 // its own host only, and unattached.
 func (s *server) mayCreateDevice(r *http.Request, in *deviceInput) error {
@@ -181,8 +194,8 @@ func (s *server) mayCreateDevice(r *http.Request, in *deviceInput) error {
 	return forbidden("token for host %s may not create isolated devices of host %s", tok.Host, *in.HostID)
 }
 
-// mayChangeDevice: PUT, DELETE and purge of /isolated_devices/{id}; in is
-// the PUT body, nil for the others. A host token changes its own host's
+// mayChangeDevice: PUT, DELETE and purge of /isolated_devices/{id}, id
+// resolved (deviceID); in is the PUT body, nil for the others. A host token changes its own host's
 // devices only, may not move one to another host, nor attach or detach it.
 func (s *server) mayChangeDevice(r *http.Request, id string, in *deviceInput) error {
 	tok, check, err := scoped(r)

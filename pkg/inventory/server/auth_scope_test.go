@@ -52,9 +52,10 @@ func TestHostScope(t *testing.T) {
 			{"force purge an own device", "POST", "/isolated_devices/" + f.held.ID + "/purge", `{"force":true}`, no, "role host may not force a purge"},
 			{"attach", "POST", "/servers/guest-9/attach-isolated-device", `{"device":"` + f.free.ID + `"}`, no, "role host may not POST /servers/guest-9/attach-isolated-device"},
 			{"detach", "POST", "/servers/guest-1/detach-isolated-device", `{"all":true}`, no, "role host may not POST"},
-			{"rename own host", "PUT", "/hosts/gpu-1", `{"host":{"name":"gpu-one"}}`, no, "role host may not PUT /hosts/gpu-1"},
+			{"rename own host", "PUT", "/hosts/gpu-1", `{"host":{"name":"gpu-one"}}`, no, "token for host gpu-1 may not rename its host"},
+			{"update another host", "PUT", "/hosts/" + f.gpu2.ID, `{"host":{"access_ip":"10.9.9.9"}}`, no, "token for host gpu-1 may not update host " + f.gpu2.ID},
 			{"delete an unknown device", "DELETE", "/isolated_devices/" + unknownUUID, "", http.StatusNotFound, "not found"},
-			{"delete a held own device", "DELETE", "/isolated_devices/" + f.held.ID, "", http.StatusConflict, api.MsgDeviceUsedByServer},
+			{"delete a held own device", "DELETE", "/isolated_devices/" + f.held.ID, "", http.StatusNotAcceptable, api.MsgDeviceUsedByServer},
 
 			// What the agent does for its own host is allowed.
 			{"send back an own device as read", "PUT", "/isolated_devices/" + f.held.ID, echo(f.held, func(d *api.IsolatedDevice) { d.Model = "renamed" }), http.StatusOK, ""},

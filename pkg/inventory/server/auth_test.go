@@ -36,18 +36,18 @@ func TestAuthentication(t *testing.T) {
 			want             int
 			details, chal    string
 		}{
-			{"no header", "/isolated_devices", "", 401, "missing bearer token", missing},
-			{"basic scheme", "/isolated_devices", "Basic Zmlyc3Q6dG9rZW4=", 401, "missing bearer token", missing},
-			{"bearer without token", "/isolated_devices", "Bearer ", 401, "missing bearer token", missing},
+			{"no header", "/isolated_devices", "", 401, "missing token", missing},
+			{"basic scheme", "/isolated_devices", "Basic Zmlyc3Q6dG9rZW4=", 401, "missing token", missing},
+			{"bearer without token", "/isolated_devices", "Bearer ", 401, "missing token", missing},
 			{"garbage token", "/isolated_devices", "Bearer first-token", 401, "invalid token", invalid},
 			{"wrong secret", "/isolated_devices", "Bearer " + wrongSecret, 401, "invalid token", invalid},
 			{"unknown id", "/isolated_devices", "Bearer " + unknownID, 401, "invalid token", invalid},
 			{"revoked token", "/hosts", "Bearer " + revoked, 401, "invalid token", invalid},
-			{"unknown route needs a token first", "/nothing", "", 401, "missing bearer token", missing},
+			{"unknown route needs a token first", "/nothing", "", 401, "missing token", missing},
 			{"unknown route, invalid token", "/nothing", "Bearer " + wrongSecret, 401, "invalid token", invalid},
 			{"valid token", "/isolated_devices", "Bearer " + viewer, 200, "", ""},
 			{"lower-case scheme, spaces around", "/hosts", "bearer  " + viewer + " ", 200, "", ""},
-			{"unknown route once authenticated", "/nothing", "Bearer " + viewer, 404, "no such API: GET /nothing", ""},
+			{"unknown route once authenticated", "/nothing", "Bearer " + viewer, 501, "does not implement GET /nothing", ""},
 			{"healthz is open", "/healthz", "", 200, "", ""},
 			{"readyz is open", "/readyz", "", 200, "", ""},
 		}
@@ -62,7 +62,7 @@ func TestAuthentication(t *testing.T) {
 				case 401:
 					checkError(t, status, body, 401, api.ClassUnauthorized, tt.details)
 				default:
-					checkError(t, status, body, tt.want, api.ClassNotFound, tt.details)
+					checkError(t, status, body, tt.want, api.ClassNotImplemented, tt.details)
 				}
 				if got := hdr.Get("WWW-Authenticate"); got != tt.chal {
 					t.Errorf("WWW-Authenticate = %q, want %q", got, tt.chal)

@@ -1,11 +1,7 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
-	"net/http"
 	"strings"
 	"time"
 
@@ -13,60 +9,19 @@ import (
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 )
 
-// decodeBody reads one JSON value into dst, refusing unknown fields,
-// trailing data and bodies over the size limit, with details that name
-// what is wrong.
-func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, dst any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		return s.bodyError(err)
-	}
-	var extra json.RawMessage
-	switch err := dec.Decode(&extra); {
-	case errors.Is(err, io.EOF):
-		return nil
-	case err == nil:
-		return badInput("request body holds more than one JSON value")
-	default:
-		return s.bodyError(err)
-	}
-}
-
-func (s *server) bodyError(err error) error {
-	var (
-		maxErr  *http.MaxBytesError
-		synErr  *json.SyntaxError
-		typeErr *json.UnmarshalTypeError
-	)
-	switch {
-	case errors.Is(err, io.EOF):
-		return badInput("request body is empty")
-	case errors.As(err, &maxErr):
-		return badInput("request body is larger than %d bytes", maxErr.Limit)
-	case errors.As(err, &synErr):
-		return badInput("malformed JSON at byte %d: %v", synErr.Offset, synErr)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return badInput("malformed JSON: unexpected end of body")
-	case errors.As(err, &typeErr):
-		return badInput("field %s: expected %s, got JSON %s", typeErr.Field, typeErr.Type, typeErr.Value)
-	}
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return badInput("unknown field %s", name)
-	}
-	return badInput("invalid request body: %v", err)
-}
-
 // deviceInput is the body of POST and PUT /isolated_devices: every field of
 // api.IsolatedDevice, as pointers so a PUT changes only the fields sent.
 // pcie_info is kept raw to tell "absent" (no change) from null (clear it).
-// Read-only fields (updated_at and the details) are accepted and ignored,
-// so a client may send back what it read.
+// Read-only fields (updated_at, update_version and the details) are
+// accepted and ignored, so a client may send back what it read; fields
+// Cloudpods' host agent sends that this inventory does not keep
+// (detected_on_host, card_path, ...) are ignored as unknown.
 type deviceInput struct {
 	ID                  *string         `json:"id"`
 	Name                *string         `json:"name"`
 	HostID              *string         `json:"host_id"`
 	DevType             *string         `json:"dev_type"`
+	SharingMode         *string         `json:"sharing_mode"`
 	Model               *string         `json:"model"`
 	Addr                *string         `json:"addr"`
 	VendorDeviceID      *string         `json:"vendor_device_id"`
@@ -84,11 +39,18 @@ type deviceInput struct {
 	GuestID             *string         `json:"guest_id"`
 	Unhealthy           *bool           `json:"unhealthy"`
 	PendingRemoval      *bool           `json:"pending_removal"`
+	HotPluggable        *bool           `json:"hot_pluggable"`
+	VirtualNum          *int            `json:"virtual_num"`
+	MemorySize          *int            `json:"memory_size"`
+	UpdateVersion       *int            `json:"update_version"`
 	CreatedAt           *time.Time      `json:"created_at"`
 	UpdatedAt           *time.Time      `json:"updated_at"`
 	Host                *string         `json:"host"`
-	Guest               *string         `json:"guest"`
-	GuestStatus         *string         `json:"guest_status"`
+	Vendor              *string         `json:"vendor"`
+	// Guest and GuestStatus are read-only, whatever their JSON type
+	// (Cloudpods' master answers lists here).
+	Guest       json.RawMessage `json:"guest"`
+	GuestStatus json.RawMessage `json:"guest_status"`
 }
 
 type deviceBody struct {
@@ -103,17 +65,18 @@ func (in *deviceInput) pcie() (info *api.PCIEInfo, set bool, err error) {
 	if string(in.PCIEInfo) == "null" {
 		return nil, true, nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(in.PCIEInfo))
-	dec.DisallowUnknownFields()
 	info = new(api.PCIEInfo)
-	if err := dec.Decode(info); err != nil {
+	if err := json.Unmarshal(in.PCIEInfo, info); err != nil {
 		return nil, false, badInput("field pcie_info: %v", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return info, true, nil
 }
 
-// create is the device to create. numa_node defaults to -1 (unknown), as 0
-// is a real node. The id, when sent, reaches the store, which refuses it.
+// create is the device to create. index and device_minor default to -1
+// (unknown) and numa_node to 0, as Cloudpods stores them when a client
+// leaves them out (its host agent leaves numa_node out when it cannot read
+// it; this project's daemon always sends one, -1 when unknown). The id,
+// when sent, reaches the store, which refuses it.
 func (in *deviceInput) create() (api.IsolatedDevice, error) {
 	info, _, err := in.pcie()
 	if err != nil {
@@ -123,14 +86,13 @@ func (in *deviceInput) create() (api.IsolatedDevice, error) {
 		ID: deref(in.ID), HostID: deref(in.HostID), Name: deref(in.Name), DevType: deref(in.DevType),
 		Model: deref(in.Model), Addr: deref(in.Addr), VendorDeviceID: deref(in.VendorDeviceID),
 		MdevID: deref(in.MdevID), DevicePath: deref(in.DevicePath), RenderPath: deref(in.RenderPath),
-		CDIName: deref(in.CDIName), GuestID: deref(in.GuestID),
-		NumaNode: -1, PCIEInfo: info, Index: deref(in.Index), DeviceMinor: deref(in.DeviceMinor),
+		CDIName: deref(in.CDIName), GuestID: deref(in.GuestID), SharingMode: deref(in.SharingMode),
+		NumaNode: deref(in.NumaNode), PCIEInfo: info,
+		Index: orDefault(in.Index, -1), DeviceMinor: orDefault(in.DeviceMinor, -1),
 		MPSMemoryLimit: deref(in.MPSMemoryLimit), MPSMemoryTotal: deref(in.MPSMemoryTotal),
 		MPSThreadPercentage: deref(in.MPSThreadPercentage),
 		Unhealthy:           deref(in.Unhealthy), PendingRemoval: deref(in.PendingRemoval),
-	}
-	if in.NumaNode != nil {
-		d.NumaNode = *in.NumaNode
+		HotPluggable: deref(in.HotPluggable), VirtualNum: deref(in.VirtualNum), MemorySize: deref(in.MemorySize),
 	}
 	return d, nil
 }
@@ -150,8 +112,9 @@ func (in *deviceInput) update() (store.DeviceUpdate, error) {
 		RenderPath: in.RenderPath, CDIName: in.CDIName, GuestID: in.GuestID,
 		NumaNode: in.NumaNode, Index: in.Index, DeviceMinor: in.DeviceMinor,
 		MPSMemoryLimit: in.MPSMemoryLimit, MPSMemoryTotal: in.MPSMemoryTotal,
-		MPSThreadPercentage: in.MPSThreadPercentage,
-		Unhealthy:           in.Unhealthy, PendingRemoval: in.PendingRemoval,
+		MPSThreadPercentage: in.MPSThreadPercentage, MemorySize: in.MemorySize,
+		SharingMode: in.SharingMode, VirtualNum: in.VirtualNum,
+		Unhealthy: in.Unhealthy, PendingRemoval: in.PendingRemoval, HotPluggable: in.HotPluggable,
 		SetPCIEInfo: set, PCIEInfo: info,
 	}
 	if in.CreatedAt != nil && !in.CreatedAt.IsZero() {
@@ -161,25 +124,39 @@ func (in *deviceInput) update() (store.DeviceUpdate, error) {
 }
 
 // hostInput is the body of POST and PUT /hosts, like deviceInput.
+// generate_name is what Cloudpods' host agent sends instead of a name for a
+// new host; the many other fields it sends (cpu_count, mem_size, sys_info,
+// ...) are ignored as unknown.
 type hostInput struct {
-	ID        *string    `json:"id"`
-	Name      *string    `json:"name"`
-	AccessIP  *string    `json:"access_ip"`
-	HostType  *string    `json:"host_type"`
-	CreatedAt *time.Time `json:"created_at"`
-	UpdatedAt *time.Time `json:"updated_at"`
+	ID           *string    `json:"id"`
+	Name         *string    `json:"name"`
+	GenerateName *string    `json:"generate_name"`
+	AccessIP     *string    `json:"access_ip"`
+	AccessMAC    *string    `json:"access_mac"`
+	HostType     *string    `json:"host_type"`
+	CreatedAt    *time.Time `json:"created_at"`
+	UpdatedAt    *time.Time `json:"updated_at"`
 }
 
 type hostBody struct {
 	Host *hostInput `json:"host"`
 }
 
+// name is the host's name: name, else generate_name.
+func (in *hostInput) name() *string {
+	if in.Name == nil || *in.Name == "" {
+		return in.GenerateName
+	}
+	return in.Name
+}
+
 func (in *hostInput) create() api.Host {
-	return api.Host{ID: deref(in.ID), Name: deref(in.Name), AccessIP: deref(in.AccessIP), HostType: deref(in.HostType)}
+	return api.Host{ID: deref(in.ID), Name: deref(in.name()), AccessIP: deref(in.AccessIP),
+		AccessMAC: deref(in.AccessMAC), HostType: deref(in.HostType)}
 }
 
 func (in *hostInput) update() store.HostUpdate {
-	u := store.HostUpdate{ID: nonEmpty(in.ID), Name: in.Name, AccessIP: in.AccessIP, HostType: in.HostType}
+	u := store.HostUpdate{ID: nonEmpty(in.ID), Name: in.Name, AccessIP: in.AccessIP, AccessMAC: in.AccessMAC, HostType: in.HostType}
 	if in.CreatedAt != nil && !in.CreatedAt.IsZero() {
 		u.CreatedAt = in.CreatedAt
 	}
@@ -191,6 +168,14 @@ func nonEmpty(p *string) *string {
 		return nil
 	}
 	return p
+}
+
+// orDefault is *p, or def for nil (a field the body left out).
+func orDefault[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
 }
 
 // deref is *p, or the zero value for nil (a field the body left out).

@@ -9,8 +9,10 @@ import (
 
 // Answers are 200 with the resource's envelope, as Cloudpods answers,
 // creates included; DELETE and purge answer with the resource as it was.
+// A device in a path is its id or its name (see deviceID).
 
 func (s *server) listHosts(w http.ResponseWriter, r *http.Request) error {
+	s.logUnknownParams(r, hostQueryParams)
 	f, err := hostFilter(r.URL.Query())
 	if err != nil {
 		return err
@@ -19,10 +21,14 @@ func (s *server) listHosts(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if hosts == nil {
-		hosts = []api.Host{} // "hosts":[] rather than null
+	out := hostListView{Hosts: make([]hostView, len(hosts))}
+	for i, h := range hosts {
+		out.Hosts[i] = viewHost(h)
 	}
-	writeJSON(w, http.StatusOK, api.HostList{Hosts: hosts, Total: total, Limit: f.Limit, Offset: f.Offset})
+	if total > 0 {
+		out.Total, out.Limit, out.Offset = total, answerLimit(f.Limit, total), f.Offset
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -34,14 +40,14 @@ func (s *server) createHost(w http.ResponseWriter, r *http.Request) error {
 	if body.Host == nil {
 		return badInput("missing field host")
 	}
-	if err := s.mayRegisterHost(r, body.Host.Name); err != nil {
+	if err := s.mayRegisterHost(r, body.Host.name()); err != nil {
 		return err
 	}
 	h, err := s.st.CreateHost(r.Context(), body.Host.create())
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, api.HostBody{Host: h})
+	writeJSON(w, http.StatusOK, hostBodyView{viewHost(h)})
 	return nil
 }
 
@@ -50,7 +56,7 @@ func (s *server) getHost(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, api.HostBody{Host: h})
+	writeJSON(w, http.StatusOK, hostBodyView{viewHost(h)})
 	return nil
 }
 
@@ -62,24 +68,28 @@ func (s *server) updateHost(w http.ResponseWriter, r *http.Request) error {
 	if body.Host == nil {
 		return badInput("missing field host")
 	}
+	if err := s.mayUpdateHost(r, r.PathValue("id"), body.Host); err != nil {
+		return err
+	}
 	h, err := s.st.UpdateHost(r.Context(), r.PathValue("id"), body.Host.update())
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, api.HostBody{Host: h})
+	writeJSON(w, http.StatusOK, hostBodyView{viewHost(h)})
 	return nil
 }
 
 func (s *server) deleteHost(w http.ResponseWriter, r *http.Request) error {
 	h, err := s.st.DeleteHost(r.Context(), r.PathValue("id"))
 	if err != nil {
-		return err
+		return inUseAs(err, http.StatusNotAcceptable, api.ClassNotEmpty)
 	}
-	writeJSON(w, http.StatusOK, api.HostBody{Host: h})
+	writeJSON(w, http.StatusOK, hostBodyView{viewHost(h)})
 	return nil
 }
 
 func (s *server) listDevices(w http.ResponseWriter, r *http.Request) error {
+	s.logUnknownParams(r, deviceQueryParams)
 	f, err := deviceFilter(r.URL.Query())
 	if err != nil {
 		return err
@@ -95,10 +105,11 @@ func (s *server) listDevices(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if devs == nil {
-		devs = []api.IsolatedDevice{}
+	out := deviceListView{IsolatedDevices: viewDevices(devs)}
+	if total > 0 {
+		out.Total, out.Limit, out.Offset = total, answerLimit(f.Limit, total), f.Offset
 	}
-	writeJSON(w, http.StatusOK, api.IsolatedDeviceList{IsolatedDevices: devs, Total: total, Limit: f.Limit, Offset: f.Offset})
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -109,15 +120,12 @@ func (s *server) listDevicesByMarker(w http.ResponseWriter, r *http.Request, f s
 	if err != nil {
 		return err
 	}
-	out := api.IsolatedDeviceMarkerList{
-		IsolatedDevices: page.Devices, Limit: f.Limit, NextMarker: page.NextMarker,
+	out := deviceMarkerListView{
+		IsolatedDevices: viewDevices(page.Devices), Limit: f.Limit, NextMarker: page.NextMarker,
 		MarkerField: "seq", MarkerOrder: "ASC",
 	}
 	if desc {
 		out.MarkerOrder = "DESC"
-	}
-	if out.IsolatedDevices == nil {
-		out.IsolatedDevices = []api.IsolatedDevice{}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -138,62 +146,84 @@ func (s *server) createDevice(w http.ResponseWriter, r *http.Request) error {
 	if d, err = s.st.CreateDevice(r.Context(), d); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, api.IsolatedDeviceBody{IsolatedDevice: d})
-	return nil
+	return s.writeDevice(w, r, d)
 }
 
+// getDevice answers a device with its details (host, vendor, guest), as a
+// Cloudpods show always has them.
 func (s *server) getDevice(w http.ResponseWriter, r *http.Request) error {
-	details, err := parseBool(r.URL.Query(), "details")
+	if _, err := parseBool(r.URL.Query(), "details"); err != nil {
+		return err
+	}
+	id, err := s.deviceID(r)
 	if err != nil {
 		return err
 	}
-	d, err := s.st.GetDevice(r.Context(), r.PathValue("id"))
+	d, err := s.st.GetDevice(r.Context(), id)
 	if err != nil {
 		return err
 	}
-	if details {
-		h, err := s.st.GetHost(r.Context(), d.HostID)
-		if err != nil {
-			return err
-		}
-		d.Host = h.Name
+	return s.writeDevice(w, r, d)
+}
+
+// writeDevice answers d with its details.
+func (s *server) writeDevice(w http.ResponseWriter, r *http.Request, d api.IsolatedDevice) error {
+	h, err := s.st.GetHost(r.Context(), d.HostID)
+	if err != nil {
+		return err
 	}
-	writeJSON(w, http.StatusOK, api.IsolatedDeviceBody{IsolatedDevice: d})
+	d.Host, d.Vendor, d.Guest = h.Name, store.VendorOf(d.VendorDeviceID), d.GuestID
+	writeJSON(w, http.StatusOK, deviceBodyView{viewDevice(d)})
 	return nil
 }
 
 func (s *server) updateDevice(w http.ResponseWriter, r *http.Request) error {
+	id, err := s.deviceID(r)
+	if err != nil {
+		return err
+	}
 	in, err := s.deviceInput(w, r)
 	if err != nil {
 		return err
 	}
-	if err := s.mayChangeDevice(r, r.PathValue("id"), in); err != nil {
+	if err := s.mayChangeDevice(r, id, in); err != nil {
 		return err
 	}
 	u, err := in.update()
 	if err != nil {
 		return err
 	}
-	d, err := s.st.UpdateDevice(r.Context(), r.PathValue("id"), u)
+	d, err := s.st.UpdateDevice(r.Context(), id, u)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, api.IsolatedDeviceBody{IsolatedDevice: d})
+	return s.writeDevice(w, r, d)
+}
+
+// deleteDevice serves DELETE: a device held by a guest is refused with 406
+// NotEmptyError "Isolated device used by server", as Cloudpods refuses it
+// (only purge may force, see alloc.go).
+func (s *server) deleteDevice(w http.ResponseWriter, r *http.Request) error {
+	id, err := s.deviceID(r)
+	if err != nil {
+		return err
+	}
+	if err := s.mayChangeDevice(r, id, nil); err != nil {
+		return err
+	}
+	d, err := s.st.DeleteDevice(r.Context(), id)
+	if err != nil {
+		return inUseAs(err, http.StatusNotAcceptable, api.ClassNotEmpty)
+	}
+	writeJSON(w, http.StatusOK, deviceBodyView{viewDevice(d)})
 	return nil
 }
 
-// deleteDevice serves DELETE: a device held by a guest is refused with 409
-// "Isolated device used by server" (only purge may force, see alloc.go).
-func (s *server) deleteDevice(w http.ResponseWriter, r *http.Request) error {
-	if err := s.mayChangeDevice(r, r.PathValue("id"), nil); err != nil {
-		return err
-	}
-	d, err := s.st.DeleteDevice(r.Context(), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, api.IsolatedDeviceBody{IsolatedDevice: d})
-	return nil
+// deviceID is the id of the device the path's {id} names: an id, or a
+// device name (as Cloudpods resolves a path). An unknown one is a 404, so
+// climc, which tries a name as an id first, goes on to look it up by name.
+func (s *server) deviceID(r *http.Request) (string, error) {
+	return s.st.DeviceID(r.Context(), r.PathValue("id"))
 }
 
 func (s *server) deviceInput(w http.ResponseWriter, r *http.Request) (*deviceInput, error) {
@@ -205,4 +235,12 @@ func (s *server) deviceInput(w http.ResponseWriter, r *http.Request) (*deviceInp
 		return nil, badInput("missing field isolated_device")
 	}
 	return body.IsolatedDevice, nil
+}
+
+// logUnknownParams names, at debug, the query parameters of r that the
+// route ignores.
+func (s *server) logUnknownParams(r *http.Request, known []string) {
+	if unknown := unknownParams(r.URL.Query(), known); len(unknown) > 0 {
+		s.log.Debug("ignoring unknown query parameters", "method", r.Method, "path", r.URL.Path, "parameters", unknown)
+	}
 }

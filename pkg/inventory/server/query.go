@@ -2,24 +2,37 @@ package server
 
 import (
 	"net/url"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 )
 
+// List parameters, read as Cloudpods reads them:
+//
+//   - limit absent or 0 is the server's page maximum, 2048; a larger limit
+//     stays what the client asked for in the answer unless more than 2048
+//     rows match, when it becomes 2048 (the rows are 2048 at most either
+//     way); offset skips rows;
+//   - a list filter takes one value (dev_type=GPU) or several, numbered as
+//     climc sends them (dev_type.0=GPU&dev_type.1=NPU), or repeated;
+//   - booleans are true/false (1/0, t/f: strconv.ParseBool);
+//   - parameters the inventory does not know (scope, summary_stats,
+//     provider, ...) are ignored and named in a debug line: scope because
+//     every caller sees every device here (rights are the token's role).
+
 const (
-	// defaultLimit is climc's page size.
-	defaultLimit = 20
-	// maxLimit caps a page; a larger limit is lowered to it and the answer's
-	// "limit" says so.
+	// maxLimit is Cloudpods' page maximum, and its default page.
 	maxLimit = 2048
+	// maxListValues bounds the values of one list filter.
+	maxListValues = 100
 )
 
-// parsePage reads limit and offset. limit=0 is an ordinary value (a page of
-// no rows, with the total).
+// parsePage reads limit and offset: limit 0 is maxLimit.
 func parsePage(q url.Values) (limit, offset int, err error) {
-	limit, err = nonNegative(q, "limit", defaultLimit)
+	limit, err = nonNegative(q, "limit", 0)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -27,7 +40,18 @@ func parsePage(q url.Values) (limit, offset int, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	return min(limit, maxLimit), offset, nil
+	if limit == 0 {
+		limit = maxLimit
+	}
+	return limit, offset, nil
+}
+
+// answerLimit is the limit an answer reports for a page of total rows.
+func answerLimit(asked, total int) int {
+	if total > maxLimit && asked > maxLimit {
+		return maxLimit
+	}
+	return asked
 }
 
 func nonNegative(q url.Values, name string, def int) (int, error) {
@@ -63,21 +87,101 @@ func parseOptionalBool(q url.Values, name string) (*bool, error) {
 	return &b, err
 }
 
-// deviceFilter reads the list parameters climc sends. Parameters this API
-// does not know (Cloudpods clients send some, like scope) are ignored.
+// parseOptionalInt reads an integer filter that is off when absent.
+func parseOptionalInt(q url.Values, name string) (*int, error) {
+	v := q.Get(name)
+	if v == "" {
+		return nil, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return nil, badInput("query parameter %s: %q is not an integer", name, v)
+	}
+	return &n, nil
+}
+
+// listIndex matches a numbered list parameter: name.N.
+var listIndex = regexp.MustCompile(`^([a-z_]+)\.(\d+)$`)
+
+// queryList reads the values of list filter name: name=v (repeatable) and
+// name.0=v, name.1=w... in their number's order. Empty values are dropped.
+func queryList(q url.Values, name string) ([]string, error) {
+	vals := slices.Clone(q[name])
+	type numbered struct {
+		n int
+		v []string
+	}
+	var nums []numbered
+	for key, v := range q {
+		m := listIndex.FindStringSubmatch(key)
+		if m == nil || m[1] != name {
+			continue
+		}
+		n, err := strconv.Atoi(m[2])
+		if err != nil {
+			return nil, badInput("query parameter %s: not a list index", key)
+		}
+		nums = append(nums, numbered{n, v})
+	}
+	slices.SortFunc(nums, func(a, b numbered) int { return a.n - b.n })
+	for _, x := range nums {
+		vals = append(vals, x.v...)
+	}
+	vals = slices.DeleteFunc(vals, func(v string) bool { return v == "" })
+	if len(vals) > maxListValues {
+		return nil, badInput("query parameter %s: %d values, at most %d", name, len(vals), maxListValues)
+	}
+	return vals, nil
+}
+
+// deviceQueryParams are the list parameters deviceFilter reads (with their
+// numbered forms); the others are ignored.
+var deviceQueryParams = []string{
+	"host", "host_id", "dev_type", "model", "addr", "device_path", "vendor_device_id", "vendor",
+	"numa_node", "name", "gpu", "server", "guest_id", "unused", "unhealthy", "pending_removal",
+	"index", "device_minor", "details", "limit", "offset", "order", "order_by",
+	"paging_marker", "paging_order",
+}
+
+// deviceFilter reads the list parameters climc and Cloudpods' host agent
+// send. gpu is Cloudpods' boolean (dev_type starts with GPU); a value that
+// is not a boolean is a GPU's device_path, as older versions of this
+// project's client sent it. server and guest_id both name a guest
+// (Cloudpods' master region ignores server: see docs/inventory.md).
 func deviceFilter(q url.Values) (store.DeviceFilter, error) {
-	f := store.DeviceFilter{
-		HostID:     q.Get("host_id"),
-		DevType:    q.Get("dev_type"),
-		Model:      q.Get("model"),
-		Addr:       q.Get("addr"),
-		DevicePath: q.Get("gpu"),
-		GuestID:    q.Get("guest_id"),
+	f := store.DeviceFilter{HostID: first(q.Get("host_id"), q.Get("host")), GuestID: first(q.Get("guest_id"), q.Get("server"))}
+	lists := []struct {
+		name string
+		dst  *[]string
+	}{
+		{"dev_type", &f.DevTypes}, {"model", &f.Models}, {"addr", &f.Addrs}, {"device_path", &f.DevicePaths},
+		{"vendor_device_id", &f.VendorDeviceIDs}, {"vendor", &f.Vendors}, {"name", &f.Names},
 	}
-	if f.HostID == "" {
-		f.HostID = q.Get("host")
+	for _, l := range lists {
+		vals, err := queryList(q, l.name)
+		if err != nil {
+			return f, err
+		}
+		*l.dst = vals
 	}
-	var err error
+	nodes, err := queryList(q, "numa_node")
+	if err != nil {
+		return f, err
+	}
+	for _, v := range nodes {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return f, badInput("query parameter numa_node: %q is not an integer", v)
+		}
+		f.NumaNodes = append(f.NumaNodes, n)
+	}
+	if g := q.Get("gpu"); g != "" {
+		if b, err := strconv.ParseBool(g); err == nil {
+			f.GPU = b
+		} else {
+			f.DevicePaths = append(f.DevicePaths, g)
+		}
+	}
 	if f.Unused, err = parseBool(q, "unused"); err != nil {
 		return f, err
 	}
@@ -90,15 +194,69 @@ func deviceFilter(q url.Values) (store.DeviceFilter, error) {
 	if f.PendingRemoval, err = parseOptionalBool(q, "pending_removal"); err != nil {
 		return f, err
 	}
+	if f.Index, err = parseOptionalInt(q, "index"); err != nil {
+		return f, err
+	}
+	if f.DeviceMinor, err = parseOptionalInt(q, "device_minor"); err != nil {
+		return f, err
+	}
+	if f.Desc, err = listOrder(q); err != nil {
+		return f, err
+	}
 	f.Limit, f.Offset, err = parsePage(q)
 	return f, err
 }
 
+// listOrder reads order and order_by. Lists are in creation order, newest
+// first as Cloudpods orders them (created_at, then name and id, DESC), or
+// oldest first with order=asc; created_at (and id, its tie-break) is the
+// one order_by this inventory has, since every other order would sort the
+// whole table.
+func listOrder(q url.Values) (desc bool, err error) {
+	switch o := strings.ToLower(q.Get("order")); o {
+	case "", "desc":
+		desc = true
+	case "asc":
+	default:
+		return false, badInput("query parameter order: %q is not asc or desc", o)
+	}
+	by, err := queryList(q, "order_by")
+	if err != nil {
+		return false, err
+	}
+	for _, b := range by {
+		if b != "created_at" && b != "id" {
+			return false, badInput("query parameter order_by: %q: this inventory lists in creation order only (order_by created_at)", b)
+		}
+	}
+	return desc, nil
+}
+
+// hostQueryParams are the host list parameters hostFilter reads.
+var hostQueryParams = []string{"name", "any_mac", "details", "limit", "offset"}
+
 func hostFilter(q url.Values) (store.HostFilter, error) {
-	f := store.HostFilter{Name: q.Get("name")}
+	f := store.HostFilter{Name: q.Get("name"), AnyMAC: q.Get("any_mac")}
 	var err error
 	f.Limit, f.Offset, err = parsePage(q)
 	return f, err
+}
+
+// unknownParams lists the parameters of q that are none of known (or their
+// numbered forms), for the debug line of an ignored parameter.
+func unknownParams(q url.Values, known []string) []string {
+	var out []string
+	for key := range q {
+		name := key
+		if m := listIndex.FindStringSubmatch(key); m != nil {
+			name = m[1]
+		}
+		if !slices.Contains(known, name) {
+			out = append(out, key)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // markerPaging reads Cloudpods' marker paging parameters: paging_marker
@@ -119,4 +277,14 @@ func markerPaging(q url.Values) (marker string, byMarker, desc bool, err error) 
 		return "", false, false, badInput("query parameter paging_order: %q is not asc or desc", o)
 	}
 	return q.Get("paging_marker"), true, desc, nil
+}
+
+// first is the first non-empty of vals.
+func first(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
 }

@@ -1,26 +1,40 @@
-// Package server is the inventory's REST API: Cloudpods' `hosts` and
-// `isolated_devices` resources with the same paths, JSON envelopes, field
-// names and error bodies, so climc and scripts written for Cloudpods work
-// against it. Storage is pkg/inventory/store.
+// Package server is the inventory's REST API: a small Cloudpods region for
+// the `isolated_devices` resource (and the `hosts` its devices belong to),
+// with the same paths, JSON envelopes, field names, list parameters and
+// error bodies, and a keystone v3 face (keystone.go) that lets Cloudpods'
+// own climc and host agent log in and find it in the service catalog. See
+// docs/inventory.md for what is implemented and what answers 501. Storage
+// is pkg/inventory/store.
 package server
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
-	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 	"yunion.io/x/mps-daemon/pkg/metrics"
 )
 
 // Options configures the API. There is no way to turn authentication off:
-// every call but /healthz and /readyz needs a bearer token of the store's
-// token table (see auth.go and auth_policy.go).
+// every call but /healthz, /readyz and the keystone login needs a token
+// (see auth.go and auth_policy.go).
 type Options struct {
 	// MaxBodyBytes bounds request bodies; 0 means 1 MiB.
 	MaxBodyBytes int64
+	// Region is the keystone region of the service catalog; "" means
+	// DefaultRegion. Cloudpods' clients find endpoints by it
+	// (OS_REGION_NAME), or take any region when they name none.
+	Region string
+	// PublicURL is the inventory's URL in the service catalog; "" means
+	// the scheme and Host of each request.
+	PublicURL string
+	// KeystoneTokenTTL is how long a keystone token is good for; 0 means
+	// DefaultKeystoneTokenTTL.
+	KeystoneTokenTTL time.Duration
 }
 
 const (
@@ -33,6 +47,9 @@ type server struct {
 	st      *store.Store
 	log     *slog.Logger
 	maxBody int64
+	// region, publicURL and keystoneTTL are Options'.
+	region, publicURL string
+	keystoneTTL       time.Duration
 	// policy is routePolicy(): who may call each route.
 	policy map[string]access
 	// requests counts and times requests by route (metrics.go), served
@@ -47,7 +64,11 @@ func New(st *store.Store, opts Options, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{st: st, log: log, maxBody: opts.MaxBodyBytes, policy: routePolicy(), requests: metrics.NewHTTP(metrics.InventoryPrefix)}
+	s := &server{
+		st: st, log: log, maxBody: opts.MaxBodyBytes, policy: routePolicy(), requests: metrics.NewHTTP(metrics.InventoryPrefix),
+		region: cmp.Or(opts.Region, DefaultRegion), publicURL: strings.TrimSuffix(opts.PublicURL, "/"),
+		keystoneTTL: cmp.Or(opts.KeystoneTokenTTL, DefaultKeystoneTokenTTL),
+	}
 	s.metrics = metrics.Handler(metrics.NewRegistry(s.requests))
 	if s.maxBody <= 0 {
 		s.maxBody = defaultMaxBody
@@ -67,10 +88,15 @@ func New(st *store.Store, opts Options, log *slog.Logger) http.Handler {
 		"DELETE /isolated_devices/{id}":     s.deleteDevice,
 		"POST /isolated_devices/{id}/purge": s.purgeDevice,
 		"GET /metrics":                      s.serveMetrics,
+		"GET /v3/auth/tokens":               s.checkToken,
+		"HEAD /v3/auth/tokens":              s.checkToken,
+		"DELETE /v3/auth/tokens":            s.revokeToken,
+		"/v3/":                              s.keystoneNotImplemented,
 		"/":                                 s.noRoute,
 	}
-	s.addAllocRoutes(routes) // attach, detach: alloc.go
-	known := map[string]bool{"GET /healthz": true, "GET /readyz": true}
+	s.addAllocRoutes(routes)  // attach, detach: alloc.go
+	s.addRegionRoutes(routes) // zones, wires, networks: region.go
+	known := map[string]bool{"GET /healthz": true, "GET /readyz": true, "POST /v3/auth/tokens": true}
 	for pattern, h := range routes {
 		apiMux.Handle(pattern, s.handle(s.authorize(pattern, h)))
 		known[pattern] = true
@@ -81,7 +107,9 @@ func New(st *store.Store, opts Options, log *slog.Logger) http.Handler {
 		writeText(w, http.StatusOK, "ok")
 	})
 	root.HandleFunc("GET /readyz", s.ready)
-	root.Handle("/", s.authenticate(apiMux))
+	// The keystone login is open: it is how a Cloudpods client gets a token.
+	root.Handle("POST /v3/auth/tokens", s.requireJSON(s.handle(s.issueToken)))
+	root.Handle("/", s.authenticate(s.requireJSON(apiMux)))
 	s.route = newRouteOf(root, apiMux, known)
 	return s.logRequests(root)
 }
@@ -98,8 +126,11 @@ func (s *server) handle(h handlerFunc) http.Handler {
 	})
 }
 
+// noRoute answers what this inventory does not implement: 501, naming the
+// request, since the path may well be a Cloudpods API (a host agent asks
+// for its metadata, netifs, storages; climc for servers).
 func (s *server) noRoute(_ http.ResponseWriter, r *http.Request) error {
-	return &httpError{http.StatusNotFound, api.ClassNotFound, "no such API: " + r.Method + " " + r.URL.Path}
+	return notImplemented("mps-inventory does not implement %s %s (it serves isolated_devices, hosts and the servers' attach/detach actions of Cloudpods' region API: see docs/inventory.md)", r.Method, r.URL.Path)
 }
 
 func (s *server) ready(w http.ResponseWriter, r *http.Request) {

@@ -76,7 +76,7 @@ const (
 // The statements of allocation that must be served by an index (the tests
 // EXPLAIN them on both backends). The pick's row lock is added at run time.
 const (
-	pickQuery = `SELECT id, device_path, numa_node, seq, guest_id, unhealthy, pending_removal
+	pickQuery = `SELECT id, device_path, numa_node, seq, guest_id, unhealthy, pending_removal, sharing_mode
 		FROM isolated_devices WHERE host_id = ? AND dev_type = ? AND model = ? ORDER BY id`
 	claimStmt   = `UPDATE isolated_devices SET guest_id = ?, updated_at = ? WHERE id = ?` + claimable
 	releaseStmt = `UPDATE isolated_devices SET guest_id = '', updated_at = ? WHERE id = ? AND guest_id = ?`
@@ -111,6 +111,9 @@ type AttachRequest struct {
 	Count int
 	// NUMANode, when set and not AnyNUMANode, keeps the picks on that node.
 	NUMANode *int
+	// SharingMode, when set, keeps the picks to devices of that sharing
+	// mode or of none (Cloudpods' model attach names one).
+	SharingMode string
 }
 
 func (r AttachRequest) normalize() (AttachRequest, int, error) {
@@ -188,6 +191,13 @@ func (s *Store) AttachDevices(ctx context.Context, guest string, r AttachRequest
 			if err != nil {
 				return err
 			}
+			if r.SharingMode != "" {
+				// A row without a sharing mode (this project's daemon sets
+				// none) matches any; one with a mode, only that mode.
+				rows = slices.DeleteFunc(rows, func(c Candidate) bool {
+					return c.SharingMode != "" && c.SharingMode != r.SharingMode && c.GuestID != guest
+				})
+			}
 			ids, free := Pick(rows, guest, r.Count, numa)
 			if ids == nil {
 				where := "host " + r.Host
@@ -259,7 +269,7 @@ func (s *Store) candidates(ctx context.Context, tx *sql.Tx, hostID, devType, mod
 	var out []Candidate
 	for rows.Next() {
 		var c Candidate
-		if err := rows.Scan(&c.ID, &c.DevicePath, &c.NUMANode, &c.Seq, &c.GuestID, &c.Unhealthy, &c.PendingRemoval); err != nil {
+		if err := rows.Scan(&c.ID, &c.DevicePath, &c.NUMANode, &c.Seq, &c.GuestID, &c.Unhealthy, &c.PendingRemoval, &c.SharingMode); err != nil {
 			return nil, fmt.Errorf("reading candidate device: %w", err)
 		}
 		out = append(out, c)

@@ -115,7 +115,7 @@ func TestAttachByID(t *testing.T) {
 			{"held by another guest", "g2", d0.ID, ErrInUse, api.MsgDeviceUsedByServer + " g1"},
 			{"unhealthy", "g2", d1.ID, ErrNoCapacity, "is unhealthy"},
 			{"pending removal", "g2", d2.ID, ErrNoCapacity, "is pending removal"},
-			{"unknown device", "g2", "nope", ErrNotFound, `isolated device "nope" not found`},
+			{"unknown device", "g2", "nope", ErrNotFound, "isolated_device nope not found"},
 			{"empty guest", "", devs[3].ID, ErrInvalid, "guest:"},
 			{"guest with a slash", "a/b", devs[3].ID, ErrInvalid, "guest:"},
 			{"guest too long", strings.Repeat("g", 129), devs[3].ID, ErrInvalid, "guest:"},
@@ -399,7 +399,7 @@ func TestListFlagFilters(t *testing.T) {
 		}{
 			{"unhealthy", DeviceFilter{Unhealthy: &yes}, []string{"06:00.0-1", "06:00.0-3"}},
 			{"pending removal", DeviceFilter{PendingRemoval: &yes}, []string{"06:00.0-2", "06:00.0-3"}},
-			{"healthy and wanted", DeviceFilter{Unhealthy: &no, PendingRemoval: &no, Model: "Tesla P40"},
+			{"healthy and wanted", DeviceFilter{Unhealthy: &no, PendingRemoval: &no, Models: []string{"Tesla P40"}},
 				[]string{"06:00.0-0", "07:00.0-0", "07:00.0-1", "07:00.0-2", "07:00.0-3"}},
 		}
 		for _, tt := range tests {
@@ -428,7 +428,7 @@ func TestAllocQueriesUseIndexes(t *testing.T) {
 		s := open()
 		allocHost(t, s, "gpu-1")
 		byGuest, byGuestArgs := DeviceFilter{GuestID: "g"}.where("")
-		byModel, byModelArgs := DeviceFilter{DevType: api.DevTypeNvidiaMPS, Model: "m"}.where("h")
+		byModel, byModelArgs := DeviceFilter{DevTypes: []string{api.DevTypeNvidiaMPS}, Models: []string{"m"}}.where("h")
 		now := formatTime(s.timestamp())
 		tests := []struct {
 			name, query string

@@ -95,8 +95,8 @@ func TestCountsFollowEveryWrite(t *testing.T) {
 
 		// The totals ListDevices answers from the counters.
 		for _, f := range []DeviceFilter{
-			{}, {Model: "Tesla P40"}, {DevType: api.DevTypeNvidiaMPS, Model: model}, {Unused: true},
-			{Unhealthy: &yes}, {PendingRemoval: &yes}, {Unused: true, Model: "NVIDIA H100"},
+			{}, {Models: []string{"Tesla P40"}}, {DevTypes: []string{api.DevTypeNvidiaMPS}, Models: []string{model}}, {Unused: true},
+			{Unhealthy: &yes}, {PendingRemoval: &yes}, {Unused: true, Models: []string{"NVIDIA H100"}},
 		} {
 			f.Limit = 100
 			got, total, err := s.ListDevices(ctx, f)

@@ -10,19 +10,32 @@ import (
 	"yunion.io/x/mps-daemon/pkg/api"
 )
 
-// DeviceFilter selects isolated devices for ListDevices. Empty strings and
-// false match everything. Limit 0 returns no rows (only the total);
-// negative values are refused.
+// DeviceFilter selects isolated devices for ListDevices. Empty strings,
+// empty lists, nil and false match everything; a list matches any of its
+// values (Cloudpods' dev_type.0=..&dev_type.1=..). Limit 0 returns no rows
+// (only the total); negative values are refused.
 type DeviceFilter struct {
 	// HostID is a host's id or name. An unknown host is ErrNotFound, so a
 	// mistyped --host is not mistaken for a host without devices.
-	HostID  string
-	DevType string
-	Model   string
-	Addr    string
-	// DevicePath is the physical GPU (its UUID for MPS): climc's --gpu.
-	DevicePath string
-	GuestID    string
+	HostID   string
+	DevTypes []string
+	Models   []string
+	Addrs    []string
+	// DevicePaths are physical GPUs (their UUID for MPS).
+	DevicePaths     []string
+	VendorDeviceIDs []string
+	// Vendors are vendor names or PCI vendor ids (NVIDIA, 10de).
+	Vendors   []string
+	NumaNodes []int
+	// Names are device names (climc looks a name up with ?name=).
+	Names []string
+	// GPU keeps the devices whose dev_type starts with GPU (climc's
+	// --gpu, as Cloudpods reads it).
+	GPU bool
+	// Index and DeviceMinor, when set and not negative, keep the devices
+	// with that value (Cloudpods ignores negative ones).
+	Index, DeviceMinor *int
+	GuestID            string
 	// Unused keeps the devices no guest holds (Cloudpods' meaning: an
 	// unhealthy or pending_removal device with no guest is "unused" too).
 	Unused bool
@@ -33,6 +46,9 @@ type DeviceFilter struct {
 	// empty: guests live outside this inventory.
 	Details       bool
 	Limit, Offset int
+	// Desc lists newest first (Cloudpods' default order) instead of in
+	// creation order; ListDevices only (a marker walk takes its own).
+	Desc bool
 }
 
 // where builds the WHERE clause shared by the count and the page query.
@@ -46,13 +62,46 @@ func (f DeviceFilter) where(hostID string) (string, []any) {
 	if hostID != "" {
 		add("d.host_id = ?", hostID)
 	}
-	for _, c := range []struct{ col, v string }{
-		{"d.dev_type", f.DevType}, {"d.model", f.Model}, {"d.addr", f.Addr},
-		{"d.device_path", f.DevicePath}, {"d.guest_id", f.GuestID},
+	for _, c := range []struct {
+		col string
+		v   []string
+	}{
+		{"d.dev_type", f.DevTypes}, {"d.model", f.Models}, {"d.addr", f.Addrs},
+		{"d.device_path", f.DevicePaths}, {"d.vendor_device_id", f.VendorDeviceIDs}, {"d.name", f.Names},
 	} {
-		if c.v != "" {
-			add(c.col+" = ?", c.v)
+		if cond, vals := inList(c.col, c.v); cond != "" {
+			conds, args = append(conds, cond), append(args, vals...)
 		}
+	}
+	if f.GuestID != "" {
+		add("d.guest_id = ?", f.GuestID)
+	}
+	if len(f.NumaNodes) > 0 {
+		vals := make([]any, len(f.NumaNodes))
+		for i, n := range f.NumaNodes {
+			vals[i] = n
+		}
+		conds = append(conds, "d.numa_node IN ("+placeholders(len(vals))+")")
+		args = append(args, vals...)
+	}
+	if len(f.Vendors) > 0 {
+		var ors []string
+		for _, v := range f.Vendors {
+			// A prefix as a range, so both backends compare bytes.
+			ors = append(ors, "(d.vendor_device_id >= ? AND d.vendor_device_id < ?)")
+			id := vendorID(v)
+			args = append(args, id+":", id+";")
+		}
+		conds = append(conds, "("+strings.Join(ors, " OR ")+")")
+	}
+	if f.Index != nil && *f.Index >= 0 {
+		add("d.dev_index = ?", *f.Index)
+	}
+	if f.DeviceMinor != nil && *f.DeviceMinor >= 0 {
+		add("d.device_minor = ?", *f.DeviceMinor)
+	}
+	if f.GPU {
+		conds = append(conds, gpuCond("d."))
 	}
 	if f.Unused {
 		conds = append(conds, "d.guest_id = ''")
@@ -83,19 +132,29 @@ func (f DeviceFilter) where(hostID string) (string, []any) {
 // counted with COUNT(*) on their index, a few hundred entries at most; the
 // exception is an address without a host (which climc does not offer):
 // no index has addr first, so that count, like its page, scans.
+// The filters that only the device rows can answer (vendor, NUMA node,
+// index, name, ...) are counted with COUNT(*) too: climc rarely sends them,
+// and each is a scan of the rows the other filters leave.
 func (f DeviceFilter) countable(hostID string) bool {
-	return hostID == "" && f.Addr == "" && f.DevicePath == "" && f.GuestID == ""
+	return hostID == "" && len(f.Addrs) == 0 && len(f.DevicePaths) == 0 && f.GuestID == "" &&
+		len(f.VendorDeviceIDs) == 0 && len(f.Vendors) == 0 && len(f.NumaNodes) == 0 && len(f.Names) == 0 &&
+		(f.Index == nil || *f.Index < 0) && (f.DeviceMinor == nil || *f.DeviceMinor < 0)
 }
 
 // countsWhere builds the WHERE of the counters' sum for a countable f.
 func (f DeviceFilter) countsWhere() (string, []any) {
 	var conds []string
 	var args []any
-	for _, c := range []struct{ col, v string }{{"dev_type", f.DevType}, {"model", f.Model}} {
-		if c.v != "" {
-			conds = append(conds, c.col+" = ?")
-			args = append(args, c.v)
+	for _, c := range []struct {
+		col string
+		v   []string
+	}{{"dev_type", f.DevTypes}, {"model", f.Models}} {
+		if cond, vals := inList(c.col, c.v); cond != "" {
+			conds, args = append(conds, cond), append(args, vals...)
 		}
+	}
+	if f.GPU {
+		conds = append(conds, gpuCond(""))
 	}
 	if f.Unused {
 		conds = append(conds, "NOT held")
@@ -158,8 +217,9 @@ func withHosts(page string, desc bool) string {
 	return `SELECT ` + pageColumns + ` FROM (` + page + `) d JOIN hosts h ON h.id = d.host_id` + order
 }
 
-// ListDevices returns one page of the devices f selects, in creation order,
-// and how many match in all. Count and page come from one snapshot.
+// ListDevices returns one page of the devices f selects, in creation order
+// (newest first with f.Desc), and how many match in all. Count and page
+// come from one snapshot.
 func (s *Store) ListDevices(ctx context.Context, f DeviceFilter) ([]api.IsolatedDevice, int, error) {
 	if err := checkPage(f.Limit, f.Offset); err != nil {
 		return nil, 0, err
@@ -178,8 +238,8 @@ func (s *Store) ListDevices(ctx context.Context, f DeviceFilter) ([]api.Isolated
 		if f.Limit == 0 || f.Offset >= total {
 			return nil
 		}
-		q, args = f.pageQuery(hostID, f.Limit, f.Offset, -1, false)
-		devs, err = s.queryDevices(ctx, tx, withHosts(q, false), args, f.Details)
+		q, args = f.pageQuery(hostID, f.Limit, f.Offset, -1, f.Desc)
+		devs, err = s.queryDevices(ctx, tx, withHosts(q, f.Desc), args, f.Details)
 		return err
 	})
 	if err != nil {
@@ -311,8 +371,8 @@ func (s *Store) ExplainListDevices(ctx context.Context, f DeviceFilter, byMarker
 		} else {
 			q, args := f.countQuery(hostID)
 			stmts = append(stmts, stmt{"total", q, args})
-			q, args = f.pageQuery(hostID, f.Limit, f.Offset, -1, false)
-			stmts = append(stmts, stmt{"page", withHosts(q, false), args})
+			q, args = f.pageQuery(hostID, f.Limit, f.Offset, -1, f.Desc)
+			stmts = append(stmts, stmt{"page", withHosts(q, f.Desc), args})
 		}
 		for _, st := range stmts {
 			plan, err := s.explain(ctx, tx, st.q, st.args)
@@ -375,4 +435,34 @@ func (f DeviceFilter) stateConds(prefix string) []string {
 		}
 	}
 	return conds
+}
+
+// inList is the condition that col is one of vals: "col = ?" for one value
+// (an index's equality, which keeps its seq order), "col IN (?, ...)" for
+// more, "" for none.
+func inList(col string, vals []string) (string, []any) {
+	if len(vals) == 0 {
+		return "", nil
+	}
+	args := make([]any, len(vals))
+	for i, v := range vals {
+		args[i] = v
+	}
+	if len(vals) == 1 {
+		return col + " = ?", args
+	}
+	return col + " IN (" + placeholders(len(vals)) + ")", args
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// gpuCond is Cloudpods' --gpu: dev_type starts with GPU, written as a range
+// so that it compares bytes on both backends and can read the dev_type
+// index. A range cannot hand out rows in seq order: the page sorts the GPU
+// rows it matches, which are few where MPS slices are NVIDIA_MPS rows (the
+// total comes from the counters all the same).
+func gpuCond(prefix string) string {
+	return "(" + prefix + "dev_type >= 'GPU' AND " + prefix + "dev_type < 'GPV')"
 }

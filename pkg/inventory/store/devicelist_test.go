@@ -58,16 +58,35 @@ func TestListDevicesFiltersAndPages(t *testing.T) {
 			{"limit zero counts only", DeviceFilter{HostID: "gpu-2"}, "", 2},
 			{"host by name", DeviceFilter{HostID: "gpu-2", Limit: 20}, "gpu-2/06:00.0-0 gpu-2/07:00.0-0", 2},
 			{"host by id", DeviceFilter{HostID: h2.ID, Limit: 20}, "gpu-2/06:00.0-0 gpu-2/07:00.0-0", 2},
-			{"dev_type", DeviceFilter{DevType: "NVIDIA_GPU_SHARE", Limit: 20}, "gpu-2/07:00.0-0", 1},
-			{"model", DeviceFilter{Model: "NVIDIA H100", Limit: 20}, "gpu-1/1a:00.0-0 gpu-1/1a:00.0-1", 2},
-			{"addr", DeviceFilter{Addr: "06:00.0-0", Limit: 20}, "gpu-1/06:00.0-0 gpu-2/06:00.0-0", 2},
-			{"gpu", DeviceFilter{DevicePath: "GPU-1a", Limit: 20}, "gpu-1/1a:00.0-0 gpu-1/1a:00.0-1", 2},
+			{"dev_type", DeviceFilter{DevTypes: []string{"NVIDIA_GPU_SHARE"}, Limit: 20}, "gpu-2/07:00.0-0", 1},
+			{"model", DeviceFilter{Models: []string{"NVIDIA H100"}, Limit: 20}, "gpu-1/1a:00.0-0 gpu-1/1a:00.0-1", 2},
+			{"addr", DeviceFilter{Addrs: []string{"06:00.0-0"}, Limit: 20}, "gpu-1/06:00.0-0 gpu-2/06:00.0-0", 2},
+			{"gpu", DeviceFilter{DevicePaths: []string{"GPU-1a"}, Limit: 20}, "gpu-1/1a:00.0-0 gpu-1/1a:00.0-1", 2},
 			{"guest", DeviceFilter{GuestID: guest, Limit: 20}, "gpu-1/06:00.0-2", 1},
-			{"unused on one GPU, paged", DeviceFilter{HostID: "gpu-1", DevicePath: "GPU-06", Unused: true, Limit: 2, Offset: 1},
+			{"unused on one GPU, paged", DeviceFilter{HostID: "gpu-1", DevicePaths: []string{"GPU-06"}, Unused: true, Limit: 2, Offset: 1},
 				"gpu-1/06:00.0-1 gpu-1/06:00.0-3", 3},
-			{"combined", DeviceFilter{HostID: "gpu-1", DevType: api.DevTypeNvidiaMPS, Model: "Tesla P40", Limit: 20},
+			{"combined", DeviceFilter{HostID: "gpu-1", DevTypes: []string{api.DevTypeNvidiaMPS}, Models: []string{"Tesla P40"}, Limit: 20},
 				"gpu-1/06:00.0-0 gpu-1/06:00.0-1 gpu-1/06:00.0-2 gpu-1/06:00.0-3", 4},
-			{"nothing matches", DeviceFilter{HostID: "gpu-2", Model: "NVIDIA H100", Limit: 20}, "", 0},
+			{"nothing matches", DeviceFilter{HostID: "gpu-2", Models: []string{"NVIDIA H100"}, Limit: 20}, "", 0},
+			// Cloudpods' default order, and its list and scalar filters.
+			{"newest first", DeviceFilter{Limit: 3, Desc: true}, "gpu-2/07:00.0-0 gpu-2/06:00.0-0 gpu-1/1a:00.0-1", 8},
+			{"newest first, second page", DeviceFilter{Limit: 3, Offset: 3, Desc: true},
+				"gpu-1/1a:00.0-0 gpu-1/06:00.0-3 gpu-1/06:00.0-2", 8},
+			{"newest first on one host", DeviceFilter{HostID: "gpu-2", Limit: 20, Desc: true}, "gpu-2/07:00.0-0 gpu-2/06:00.0-0", 2},
+			{"two dev_types", DeviceFilter{DevTypes: []string{"NVIDIA_GPU_SHARE", "GPU"}, Limit: 20}, "gpu-2/07:00.0-0", 1},
+			{"two models", DeviceFilter{Models: []string{"NVIDIA H100", "Tesla P40"}, HostID: "gpu-2", Limit: 20},
+				"gpu-2/06:00.0-0 gpu-2/07:00.0-0", 2},
+			// --gpu is dev_type starting with GPU: NVIDIA_GPU_SHARE is not one.
+			{"gpu flag", DeviceFilter{GPU: true, Limit: 20}, "", 0},
+			{"vendor by name, any case", DeviceFilter{Vendors: []string{"nvidia"}, HostID: "gpu-2", Limit: 20},
+				"gpu-2/06:00.0-0 gpu-2/07:00.0-0", 2},
+			{"vendor by id", DeviceFilter{Vendors: []string{"1002"}, Limit: 20}, "", 0},
+			{"vendor_device_id", DeviceFilter{VendorDeviceIDs: []string{"10de:1b38"}, HostID: "gpu-2", Limit: 20},
+				"gpu-2/06:00.0-0 gpu-2/07:00.0-0", 2},
+			{"name", DeviceFilter{Names: []string{"mps-1a-1"}, Limit: 20}, "gpu-1/1a:00.0-1", 1},
+			{"numa node", DeviceFilter{NumaNodes: []int{0, 1}, Limit: 20}, "", 0},
+			{"index", DeviceFilter{Index: ptr(-1), HostID: "gpu-2", Limit: 20}, "gpu-2/06:00.0-0 gpu-2/07:00.0-0", 2},
+			{"device_minor 0", DeviceFilter{DeviceMinor: ptr(0), Limit: 20}, "", 0},
 		}
 		names := map[string]string{h1.ID: "gpu-1", h2.ID: "gpu-2"}
 		for _, tt := range tests {
@@ -89,15 +108,16 @@ func TestListDevicesFiltersAndPages(t *testing.T) {
 			})
 		}
 
-		t.Run("details fill the host name", func(t *testing.T) {
+		t.Run("details fill the host name, vendor and guest", func(t *testing.T) {
 			devs, _, err := s.ListDevices(ctx, DeviceFilter{Details: true, Limit: 20})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, d := range devs {
-				if d.Host != names[d.HostID] || d.Guest != "" || d.GuestStatus != "" {
-					t.Errorf("%s: host %q guest %q status %q; want host %q and no guest details",
-						d.Addr, d.Host, d.Guest, d.GuestStatus, names[d.HostID])
+				// The guest is known by its id only; its status not at all.
+				if d.Host != names[d.HostID] || d.Vendor != "NVIDIA" || d.Guest != d.GuestID || d.GuestStatus != "" {
+					t.Errorf("%s: host %q vendor %q guest %q status %q; want host %q, NVIDIA, guest %q and no status",
+						d.Addr, d.Host, d.Vendor, d.Guest, d.GuestStatus, names[d.HostID], d.GuestID)
 				}
 			}
 		})
@@ -135,33 +155,42 @@ func TestListQueriesUseIndexes(t *testing.T) {
 		}{
 			{"no filter", DeviceFilter{}, "", "isolated_device_counts"},
 			{"--host", DeviceFilter{HostID: hostID}, "isolated_devices_host_seq", "isolated_devices_host_seq"},
-			{"--dev-type", DeviceFilter{DevType: api.DevTypeNvidiaMPS}, "isolated_devices_dev_type", "isolated_device_counts"},
-			{"--model", DeviceFilter{Model: "m"}, "isolated_devices_model", "isolated_device_counts"},
-			{"--dev-type --model", DeviceFilter{DevType: api.DevTypeNvidiaMPS, Model: "m"}, "isolated_devices_model", "isolated_device_counts"},
-			{"--gpu", DeviceFilter{DevicePath: "GPU-06"}, "isolated_devices_device_path", "isolated_devices_device_path"},
+			{"--dev-type", DeviceFilter{DevTypes: []string{api.DevTypeNvidiaMPS}}, "isolated_devices_dev_type", "isolated_device_counts"},
+			{"--model", DeviceFilter{Models: []string{"m"}}, "isolated_devices_model", "isolated_device_counts"},
+			{"--dev-type --model", DeviceFilter{DevTypes: []string{api.DevTypeNvidiaMPS}, Models: []string{"m"}}, "isolated_devices_model", "isolated_device_counts"},
+			{"--gpu", DeviceFilter{DevicePaths: []string{"GPU-06"}}, "isolated_devices_device_path", "isolated_devices_device_path"},
 			{"--server", DeviceFilter{GuestID: "g"}, "isolated_devices_guest_id", "isolated_devices_guest_id"},
 			{"--unused", DeviceFilter{Unused: true}, "isolated_devices_guest_id", "isolated_device_counts"},
-			{"--unused --model", DeviceFilter{Unused: true, Model: "m"}, "isolated_devices_free_model", "isolated_device_counts"},
+			{"--unused --model", DeviceFilter{Unused: true, Models: []string{"m"}}, "isolated_devices_free_model", "isolated_device_counts"},
 			{"--unhealthy", DeviceFilter{Unhealthy: &yes}, "isolated_devices_unhealthy", "isolated_device_counts"},
 			{"--pending-removal", DeviceFilter{PendingRemoval: &yes}, "isolated_devices_pending_removal", "isolated_device_counts"},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				// HostID holds the id, as ListDevices resolves it.
-				q, args := tt.f.pageQuery(tt.f.HostID, 20, 0, -1, false)
-				plan := explain(t, s, q, args...)
-				sorted := strings.Contains(plan, "TEMP B-TREE") || strings.Contains(plan, "Sort")
-				if sorted || !strings.Contains(plan, cmp.Or(tt.page, s.pkIndex())) {
-					t.Errorf("page sorts or does not read index %q:\n%s", tt.page, plan)
+				// HostID holds the id, as ListDevices resolves it. Both
+				// orders: newest first is Cloudpods' default.
+				for _, desc := range []bool{false, true} {
+					q, args := tt.f.pageQuery(tt.f.HostID, 20, 0, -1, desc)
+					plan := explain(t, s, q, args...)
+					sorted := strings.Contains(plan, "TEMP B-TREE") || strings.Contains(plan, "Sort")
+					if sorted || !strings.Contains(plan, cmp.Or(tt.page, s.pkIndex())) {
+						t.Errorf("page (desc %t) sorts or does not read index %q:\n%s", desc, tt.page, plan)
+					}
 				}
-				q, args = tt.f.countQuery(tt.f.HostID)
+				q, args := tt.f.countQuery(tt.f.HostID)
 				if plan := explain(t, s, q, args...); !strings.Contains(plan, tt.count) || strings.Contains(plan, "SCAN d") {
 					t.Errorf("total is not taken from %q:\n%s", tt.count, plan)
 				}
 			})
 		}
+		// Cloudpods' --gpu (dev_type starting with GPU, a range: its page
+		// sorts the few GPU rows, see gpuCond) counts from the counters.
+		q, args := DeviceFilter{GPU: true}.countQuery("")
+		if plan := explain(t, s, q, args...); !strings.Contains(plan, "isolated_device_counts") {
+			t.Errorf("--gpu total is not taken from the counters:\n%s", plan)
+		}
 		// A marker page seeks to its first row.
-		q, args := DeviceFilter{Model: "m"}.pageQuery("", 21, 0, 5, false)
+		q, args = DeviceFilter{Models: []string{"m"}}.pageQuery("", 21, 0, 5, false)
 		if plan := explain(t, s, q, args...); !strings.Contains(plan, "rowid>?") && !strings.Contains(plan, "seq >= ") {
 			t.Errorf("marker page does not seek:\n%s", plan)
 		}
@@ -224,7 +253,7 @@ func TestListDevicesByMarker(t *testing.T) {
 			})
 		}
 		t.Run("filtered", func(t *testing.T) {
-			got := walk(t, DeviceFilter{HostID: "gpu-1", DevicePath: "GPU-07", Details: true, Limit: 3}, false, nil)
+			got := walk(t, DeviceFilter{HostID: "gpu-1", DevicePaths: []string{"GPU-07"}, Details: true, Limit: 3}, false, nil)
 			if !slices.Equal(got, all[4:8]) {
 				t.Errorf("got %q, want %q", got, all[4:8])
 			}
@@ -309,3 +338,5 @@ func TestCreateDevices(t *testing.T) {
 		checkCounts(t, s)
 	})
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,13 +26,18 @@ type DeviceUpdate struct {
 	HostID    *string
 	CreatedAt *time.Time
 
+	// Name: an empty one leaves the name as it is (a device always has
+	// one), as Cloudpods' clients never send an empty string.
 	Name, DevType, Model, Addr, VendorDeviceID, MdevID *string
 	DevicePath, RenderPath, CDIName, GuestID           *string
+	SharingMode                                        *string
 	NumaNode, Index, DeviceMinor                       *int
 	MPSMemoryLimit, MPSMemoryTotal                     *int
-	MPSThreadPercentage                                *int
+	MPSThreadPercentage, MemorySize                    *int
+	// VirtualNum: 0 leaves it as it is (it is at least 1).
+	VirtualNum *int
 	// Unhealthy and PendingRemoval are the host's to set (see api.IsolatedDevice).
-	Unhealthy, PendingRemoval *bool
+	Unhealthy, PendingRemoval, HotPluggable *bool
 
 	SetPCIEInfo bool
 	PCIEInfo    *api.PCIEInfo
@@ -42,7 +49,8 @@ const (
 	deviceColumns = `d.id, d.name, d.host_id, d.dev_type, d.model, d.addr, d.vendor_device_id, d.mdev_id,
 		d.device_path, d.render_path, d.cdi_name, d.numa_node, d.pcie_info, d.dev_index, d.device_minor,
 		d.mps_memory_limit, d.mps_memory_total, d.mps_thread_percentage, d.guest_id,
-		d.unhealthy, d.pending_removal, d.created_at, d.updated_at, h.name`
+		d.unhealthy, d.pending_removal, d.created_at, d.updated_at,
+		d.sharing_mode, d.hot_pluggable, d.virtual_num, d.memory_size, d.update_version, h.name`
 	deviceFrom = ` FROM isolated_devices d JOIN hosts h ON h.id = d.host_id`
 	// pageColumns are deviceColumns and the seq a marker page needs.
 	pageColumns = deviceColumns + `, d.seq`
@@ -51,11 +59,14 @@ const (
 	returningColumns = `id, name, host_id, dev_type, model, addr, vendor_device_id, mdev_id,
 		device_path, render_path, cdi_name, numa_node, pcie_info, dev_index, device_minor,
 		mps_memory_limit, mps_memory_total, mps_thread_percentage, guest_id,
-		unhealthy, pending_removal, created_at, updated_at, '', seq`
+		unhealthy, pending_removal, created_at, updated_at,
+		sharing_mode, hot_pluggable, virtual_num, memory_size, update_version, '', seq`
 )
 
 // CreateDevice adds an isolated device. HostID may be the host's id or name;
-// the stored row carries the id. The store assigns id and timestamps.
+// the stored row carries the id. The store assigns id and timestamps, and a
+// name when d has none (dev_<host name>_<nanoseconds>, as Cloudpods names
+// them); VirtualNum 0 is stored as 1.
 func (s *Store) CreateDevice(ctx context.Context, d api.IsolatedDevice) (api.IsolatedDevice, error) {
 	if d.ID != "" {
 		return api.IsolatedDevice{}, refuse(ErrInvalid, "id is assigned by the server")
@@ -63,6 +74,10 @@ func (s *Store) CreateDevice(ctx context.Context, d api.IsolatedDevice) (api.Iso
 	if d.HostID == "" {
 		return api.IsolatedDevice{}, missing("host_id")
 	}
+	if err := checkLen("host_id", d.HostID, maxHostRefLen); err != nil {
+		return api.IsolatedDevice{}, err
+	}
+	d = newDeviceDefaults(d)
 	if err := validateDevice(d); err != nil {
 		return api.IsolatedDevice{}, err
 	}
@@ -73,13 +88,16 @@ func (s *Store) CreateDevice(ctx context.Context, d api.IsolatedDevice) (api.Iso
 	d.ID = uuid.NewString()
 	d.CreatedAt = s.timestamp()
 	d.UpdatedAt = d.CreatedAt
-	d.Host, d.Guest, d.GuestStatus = "", "", ""
+	d.Host, d.Vendor, d.Guest, d.GuestStatus = "", "", "", ""
 	err = s.inTx(ctx, false, func(tx *sql.Tx) error {
 		h, err := s.getHost(ctx, tx, d.HostID)
 		if err != nil {
 			return err
 		}
 		d.HostID = h.ID
+		if d.Name == "" {
+			d.Name = generatedName(h.Name, s.now().UnixNano())
+		}
 		_, err = s.prep(tx).ExecContext(ctx, s.d.bind(`INSERT INTO isolated_devices (`+deviceInsertColumns+`) VALUES `+deviceInsertPlaceholders),
 			deviceInsertArgs(d, pcie)...)
 		return s.deviceWriteError(err, d)
@@ -110,12 +128,57 @@ func (s *Store) readDevice(ctx context.Context, q querier, id, lock string) (api
 	row := s.prep(q).QueryRowContext(ctx, s.d.bind(`SELECT `+deviceColumns+deviceFrom+` WHERE d.id = ?`+lock), id)
 	d, err := scanDevice(row, false)
 	if errors.Is(err, sql.ErrNoRows) {
-		return api.IsolatedDevice{}, refuse(ErrNotFound, "isolated device %q not found", id)
+		return api.IsolatedDevice{}, deviceNotFound(id)
 	}
 	if err != nil {
 		return api.IsolatedDevice{}, fmt.Errorf("reading isolated device %s: %w", id, err)
 	}
 	return d, nil
+}
+
+// deviceNotFound is the refusal for a device id or name that names no
+// device, in Cloudpods' words.
+func deviceNotFound(idOrName string) error {
+	return refuse(ErrNotFound, "isolated_device %s not found", idOrName)
+}
+
+// DeviceID resolves what a client named a device by, as Cloudpods resolves
+// a path: a device id, or failing that a device name. A name no device has
+// is ErrNotFound (climc then searches by name, and prints its own "not
+// found"); a name several devices share is ErrDuplicate.
+func (s *Store) DeviceID(ctx context.Context, idOrName string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, txTimeout)
+	defer cancel()
+	var id string
+	err := s.prep(s.db).QueryRowContext(ctx, s.d.bind(`SELECT id FROM isolated_devices WHERE id = ?`), idOrName).Scan(&id)
+	if err == nil {
+		return id, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("reading isolated device %s: %w", idOrName, err)
+	}
+	rows, err := s.prep(s.db).QueryContext(ctx, s.d.bind(`SELECT id FROM isolated_devices WHERE name = ? ORDER BY seq LIMIT 2`), idOrName)
+	if err != nil {
+		return "", fmt.Errorf("finding isolated device %s by name: %w", idOrName, err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		if err := rows.Scan(&id); err != nil {
+			return "", fmt.Errorf("finding isolated device %s by name: %w", idOrName, err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("finding isolated device %s by name: %w", idOrName, err)
+	}
+	switch len(ids) {
+	case 0:
+		return "", deviceNotFound(idOrName)
+	case 1:
+		return ids[0], nil
+	}
+	return "", refuse(ErrDuplicate, "several isolated devices are named %s: name one by its id", idOrName)
 }
 
 // UpdateDevice changes the fields u names and returns the device as stored.
@@ -144,13 +207,16 @@ func (s *Store) UpdateDevice(ctx context.Context, id string, u DeviceUpdate) (ap
 				return err
 			}
 			d.UpdatedAt = s.timestamp()
+			d.UpdateVersion = cur.UpdateVersion + 1
 			res, err := s.prep(tx).ExecContext(ctx, s.d.bind(`UPDATE isolated_devices SET name = ?, dev_type = ?, model = ?, addr = ?,
 				vendor_device_id = ?, mdev_id = ?, device_path = ?, render_path = ?, cdi_name = ?, numa_node = ?, pcie_info = ?,
 				dev_index = ?, device_minor = ?, mps_memory_limit = ?, mps_memory_total = ?, mps_thread_percentage = ?,
-				guest_id = ?, unhealthy = ?, pending_removal = ?, updated_at = ? WHERE id = ? AND guest_id = ?`),
+				guest_id = ?, unhealthy = ?, pending_removal = ?, sharing_mode = ?, hot_pluggable = ?, virtual_num = ?,
+				memory_size = ?, update_version = ?, updated_at = ? WHERE id = ? AND guest_id = ?`),
 				d.Name, d.DevType, d.Model, d.Addr, d.VendorDeviceID, d.MdevID, d.DevicePath, d.RenderPath, d.CDIName,
 				d.NumaNode, pcie, d.Index, d.DeviceMinor, d.MPSMemoryLimit, d.MPSMemoryTotal,
-				d.MPSThreadPercentage, d.GuestID, d.Unhealthy, d.PendingRemoval, formatTime(d.UpdatedAt),
+				d.MPSThreadPercentage, d.GuestID, d.Unhealthy, d.PendingRemoval,
+				d.SharingMode, d.HotPluggable, d.VirtualNum, d.MemorySize, d.UpdateVersion, formatTime(d.UpdatedAt),
 				d.ID, cur.GuestID)
 			if err := s.deviceWriteError(err, d); err != nil {
 				return err
@@ -177,22 +243,30 @@ func applyDeviceUpdate(d *api.IsolatedDevice, u DeviceUpdate) error {
 	if u.CreatedAt != nil && !u.CreatedAt.Equal(d.CreatedAt) {
 		return refuse(ErrInvalid, "created_at cannot be changed")
 	}
+	if u.Name != nil && *u.Name != "" {
+		d.Name = *u.Name
+	}
 	for _, f := range []struct{ dst, v *string }{
-		{&d.Name, u.Name}, {&d.DevType, u.DevType}, {&d.Model, u.Model}, {&d.Addr, u.Addr},
+		{&d.DevType, u.DevType}, {&d.Model, u.Model}, {&d.Addr, u.Addr},
 		{&d.VendorDeviceID, u.VendorDeviceID}, {&d.MdevID, u.MdevID}, {&d.DevicePath, u.DevicePath},
 		{&d.RenderPath, u.RenderPath}, {&d.CDIName, u.CDIName}, {&d.GuestID, u.GuestID},
+		{&d.SharingMode, u.SharingMode},
 	} {
 		setIf(f.dst, f.v)
 	}
 	for _, f := range []struct{ dst, v *int }{
 		{&d.NumaNode, u.NumaNode}, {&d.Index, u.Index}, {&d.DeviceMinor, u.DeviceMinor},
 		{&d.MPSMemoryLimit, u.MPSMemoryLimit}, {&d.MPSMemoryTotal, u.MPSMemoryTotal},
-		{&d.MPSThreadPercentage, u.MPSThreadPercentage},
+		{&d.MPSThreadPercentage, u.MPSThreadPercentage}, {&d.MemorySize, u.MemorySize},
 	} {
 		setIf(f.dst, f.v)
 	}
+	if u.VirtualNum != nil && *u.VirtualNum != 0 {
+		d.VirtualNum = *u.VirtualNum
+	}
 	setIf(&d.Unhealthy, u.Unhealthy)
 	setIf(&d.PendingRemoval, u.PendingRemoval)
+	setIf(&d.HotPluggable, u.HotPluggable)
 	if u.SetPCIEInfo {
 		d.PCIEInfo = u.PCIEInfo
 	}
@@ -216,6 +290,18 @@ func validateDevice(d api.IsolatedDevice) error {
 		if f.v == "" {
 			return missing(f.name)
 		}
+	}
+	if err := checkDeviceLengths(d); err != nil {
+		return err
+	}
+	if d.SharingMode != "" && !slices.Contains(api.SharingModes, d.SharingMode) {
+		return refuse(ErrInvalid, "sharing_mode %q is not one of %s", d.SharingMode, strings.Join(api.SharingModes, ", "))
+	}
+	if d.VirtualNum < 1 {
+		return refuse(ErrInvalid, "virtual_num must be at least 1")
+	}
+	if d.MemorySize < 0 {
+		return refuse(ErrInvalid, "memory_size must not be negative")
 	}
 	if d.NumaNode < -1 {
 		return refuse(ErrInvalid, "numa_node must be -1 (unknown) or a node number")
@@ -272,7 +358,8 @@ func scanDevice(r rowScanner, details bool, extra ...any) (api.IsolatedDevice, e
 	err := r.Scan(append([]any{&d.ID, &d.Name, &d.HostID, &d.DevType, &d.Model, &d.Addr, &d.VendorDeviceID, &d.MdevID,
 		&d.DevicePath, &d.RenderPath, &d.CDIName, &d.NumaNode, &pcie, &d.Index, &d.DeviceMinor,
 		&d.MPSMemoryLimit, &d.MPSMemoryTotal, &d.MPSThreadPercentage, &d.GuestID,
-		&d.Unhealthy, &d.PendingRemoval, &created, &updated, &hostName}, extra...)...)
+		&d.Unhealthy, &d.PendingRemoval, &created, &updated,
+		&d.SharingMode, &d.HotPluggable, &d.VirtualNum, &d.MemorySize, &d.UpdateVersion, &hostName}, extra...)...)
 	if err != nil {
 		return api.IsolatedDevice{}, err
 	}
@@ -285,6 +372,8 @@ func scanDevice(r rowScanner, details bool, extra ...any) (api.IsolatedDevice, e
 	d.CreatedAt, d.UpdatedAt = created.t, updated.t
 	if details {
 		d.Host = hostName
+		d.Vendor = VendorOf(d.VendorDeviceID)
+		d.Guest = d.GuestID
 	}
 	return d, nil
 }

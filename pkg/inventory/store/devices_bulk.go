@@ -20,10 +20,10 @@ const MaxCreateDevices = 1000
 const deviceInsertColumns = `id, name, host_id, dev_type, model, addr,
 	vendor_device_id, mdev_id, device_path, render_path, cdi_name, numa_node, pcie_info, dev_index, device_minor,
 	mps_memory_limit, mps_memory_total, mps_thread_percentage, guest_id, unhealthy, pending_removal,
-	created_at, updated_at`
+	sharing_mode, hot_pluggable, virtual_num, memory_size, created_at, updated_at`
 
 // deviceInsertCount is the number of deviceInsertColumns.
-const deviceInsertCount = 23
+const deviceInsertCount = 27
 
 // deviceInsertPlaceholders is one row of `?` for deviceInsertColumns.
 var deviceInsertPlaceholders = "(" + strings.TrimSuffix(strings.Repeat("?, ", deviceInsertCount), ", ") + ")"
@@ -32,6 +32,7 @@ func deviceInsertArgs(d api.IsolatedDevice, pcie sql.NullString) []any {
 	return []any{d.ID, d.Name, d.HostID, d.DevType, d.Model, d.Addr, d.VendorDeviceID, d.MdevID, d.DevicePath,
 		d.RenderPath, d.CDIName, d.NumaNode, pcie, d.Index, d.DeviceMinor, d.MPSMemoryLimit, d.MPSMemoryTotal,
 		d.MPSThreadPercentage, d.GuestID, d.Unhealthy, d.PendingRemoval,
+		d.SharingMode, d.HotPluggable, d.VirtualNum, d.MemorySize,
 		formatTime(d.CreatedAt), formatTime(d.UpdatedAt)}
 }
 
@@ -58,6 +59,10 @@ func (s *Store) CreateDevices(ctx context.Context, devs []api.IsolatedDevice) ([
 		case d.HostID == "":
 			return nil, missing("host_id")
 		}
+		if err := checkLen("host_id", d.HostID, maxHostRefLen); err != nil {
+			return nil, err
+		}
+		d = newDeviceDefaults(d)
 		if err := validateDevice(d); err != nil {
 			return nil, err
 		}
@@ -67,23 +72,26 @@ func (s *Store) CreateDevices(ctx context.Context, devs []api.IsolatedDevice) ([
 		}
 		d.ID = uuid.NewString()
 		d.CreatedAt, d.UpdatedAt = now, now
-		d.Host, d.Guest, d.GuestStatus = "", "", ""
+		d.Host, d.Vendor, d.Guest, d.GuestStatus = "", "", "", ""
 		out[i], pcies[i] = d, pcie
 	}
 	err := s.inTx(ctx, false, func(tx *sql.Tx) error {
-		hostIDs := map[string]string{} // as given -> id
+		hosts := map[string]api.Host{} // as given -> host
 		args := make([]any, 0, deviceInsertCount*len(out))
+		nanos := s.now().UnixNano()
 		for i := range out {
-			id, ok := hostIDs[out[i].HostID]
+			h, ok := hosts[out[i].HostID]
 			if !ok {
-				h, err := s.getHost(ctx, tx, out[i].HostID)
-				if err != nil {
+				var err error
+				if h, err = s.getHost(ctx, tx, out[i].HostID); err != nil {
 					return err
 				}
-				id = h.ID
-				hostIDs[out[i].HostID] = id
+				hosts[out[i].HostID] = h
 			}
-			out[i].HostID = id
+			out[i].HostID = h.ID
+			if out[i].Name == "" {
+				out[i].Name = generatedName(h.Name, nanos+int64(i))
+			}
 			args = append(args, deviceInsertArgs(out[i], pcies[i])...)
 		}
 		values := strings.TrimSuffix(strings.Repeat(deviceInsertPlaceholders+", ", len(out)), ", ")

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,7 +16,10 @@ import (
 // HostFilter selects hosts for ListHosts. Limit 0 returns no rows (only the
 // total); negative values are refused.
 type HostFilter struct {
-	Name          string
+	Name string
+	// AnyMAC keeps the host whose access interface has this MAC (any case),
+	// as Cloudpods' host agent looks itself up.
+	AnyMAC        string
 	Limit, Offset int
 }
 
@@ -27,10 +31,11 @@ type HostUpdate struct {
 	CreatedAt *time.Time
 	Name      *string
 	AccessIP  *string
+	AccessMAC *string
 	HostType  *string
 }
 
-const hostColumns = `id, name, access_ip, host_type, created_at, updated_at`
+const hostColumns = `id, name, access_ip, host_type, created_at, updated_at, access_mac`
 
 // CreateHost adds a host; the store assigns its id and timestamps.
 func (s *Store) CreateHost(ctx context.Context, h api.Host) (api.Host, error) {
@@ -40,11 +45,15 @@ func (s *Store) CreateHost(ctx context.Context, h api.Host) (api.Host, error) {
 	if h.Name == "" {
 		return api.Host{}, missing("name")
 	}
+	h.AccessMAC = strings.ToLower(h.AccessMAC)
+	if err := checkHostLengths(h); err != nil {
+		return api.Host{}, err
+	}
 	h.ID = uuid.NewString()
 	h.CreatedAt = s.timestamp()
 	h.UpdatedAt = h.CreatedAt
-	_, err := s.db.ExecContext(ctx, s.d.bind(`INSERT INTO hosts (`+hostColumns+`) VALUES (?, ?, ?, ?, ?, ?)`),
-		h.ID, h.Name, h.AccessIP, h.HostType, formatTime(h.CreatedAt), formatTime(h.UpdatedAt))
+	_, err := s.db.ExecContext(ctx, s.d.bind(`INSERT INTO hosts (`+hostColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+		h.ID, h.Name, h.AccessIP, h.HostType, formatTime(h.CreatedAt), formatTime(h.UpdatedAt), h.AccessMAC)
 	if err != nil {
 		if errors.Is(s.d.constraint(err), ErrDuplicate) {
 			return api.Host{}, refuse(ErrDuplicate, "host %q already exists", h.Name)
@@ -92,9 +101,17 @@ func (s *Store) ListHosts(ctx context.Context, f HostFilter) ([]api.Host, int, e
 	if err := checkPage(f.Limit, f.Offset); err != nil {
 		return nil, 0, err
 	}
-	where, args := "", []any{}
+	var conds []string
+	var args []any
 	if f.Name != "" {
-		where, args = " WHERE name = ?", append(args, f.Name)
+		conds, args = append(conds, "name = ?"), append(args, f.Name)
+	}
+	if f.AnyMAC != "" {
+		conds, args = append(conds, "access_mac = ?"), append(args, strings.ToLower(f.AnyMAC))
+	}
+	where := ""
+	if len(conds) > 0 {
+		where = " WHERE " + strings.Join(conds, " AND ")
 	}
 	var hosts []api.Host
 	var total int
@@ -142,13 +159,18 @@ func (s *Store) UpdateHost(ctx context.Context, idOrName string, u HostUpdate) (
 		}
 		setIf(&h.Name, u.Name)
 		setIf(&h.AccessIP, u.AccessIP)
+		setIf(&h.AccessMAC, u.AccessMAC)
 		setIf(&h.HostType, u.HostType)
+		h.AccessMAC = strings.ToLower(h.AccessMAC)
 		if h.Name == "" {
 			return missing("name")
 		}
+		if err := checkHostLengths(h); err != nil {
+			return err
+		}
 		h.UpdatedAt = s.timestamp()
-		_, err = s.prep(tx).ExecContext(ctx, s.d.bind(`UPDATE hosts SET name = ?, access_ip = ?, host_type = ?, updated_at = ? WHERE id = ?`),
-			h.Name, h.AccessIP, h.HostType, formatTime(h.UpdatedAt), h.ID)
+		_, err = s.prep(tx).ExecContext(ctx, s.d.bind(`UPDATE hosts SET name = ?, access_ip = ?, access_mac = ?, host_type = ?, updated_at = ? WHERE id = ?`),
+			h.Name, h.AccessIP, h.AccessMAC, h.HostType, formatTime(h.UpdatedAt), h.ID)
 		if err != nil {
 			if errors.Is(s.d.constraint(err), ErrDuplicate) {
 				return refuse(ErrDuplicate, "host %q already exists", h.Name)
@@ -202,7 +224,7 @@ type rowScanner interface{ Scan(dest ...any) error }
 func scanHost(r rowScanner) (api.Host, error) {
 	var h api.Host
 	var created, updated dbTime
-	if err := r.Scan(&h.ID, &h.Name, &h.AccessIP, &h.HostType, &created, &updated); err != nil {
+	if err := r.Scan(&h.ID, &h.Name, &h.AccessIP, &h.HostType, &created, &updated, &h.AccessMAC); err != nil {
 		return api.Host{}, err
 	}
 	h.CreatedAt, h.UpdatedAt = created.t, updated.t

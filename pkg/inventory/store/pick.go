@@ -20,6 +20,9 @@ type Candidate struct {
 	GuestID        string
 	Unhealthy      bool
 	PendingRemoval bool
+	// SharingMode is the row's sharing_mode (AttachRequest.SharingMode
+	// keeps the rows of one).
+	SharingMode string
 }
 
 // AnyNUMANode asks Pick for devices on any NUMA node.

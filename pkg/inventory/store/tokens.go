@@ -85,12 +85,16 @@ func hashSecret(secret string) string {
 }
 
 // parseToken splits mpsi_<id>_<secret>.
-func parseToken(s string) (id, secret string, ok bool) {
-	if len(s) != tokenLen || !strings.HasPrefix(s, tokenPrefix) || s[len(tokenPrefix)+tokenIDLen] != '_' {
+func parseToken(s string) (id, secret string, ok bool) { return parseSecret(tokenPrefix, s) }
+
+// parseSecret splits <prefix><id>_<secret>, the shape of API and keystone
+// tokens (prefixes of the same length).
+func parseSecret(prefix, s string) (id, secret string, ok bool) {
+	if len(s) != tokenLen || !strings.HasPrefix(s, prefix) || s[len(prefix)+tokenIDLen] != '_' {
 		return "", "", false
 	}
-	id = s[len(tokenPrefix) : len(tokenPrefix)+tokenIDLen]
-	secret = s[len(tokenPrefix)+tokenIDLen+1:]
+	id = s[len(prefix) : len(prefix)+tokenIDLen]
+	secret = s[len(prefix)+tokenIDLen+1:]
 	if !isLowerHex(id) || !isLowerHex(secret) {
 		return "", "", false
 	}
@@ -204,19 +208,26 @@ func (s *Store) VerifyToken(ctx context.Context, presented string) (Token, error
 	}
 	row := s.prep(s.db).QueryRowContext(ctx, s.d.bind(`SELECT `+tokenColumns+`, secret_sha256 FROM api_tokens WHERE id = ?`), id)
 	t, stored, err := scanToken(row, true)
-	found := err == nil
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return Token{}, fmt.Errorf("reading token %s: %w", id, err)
 	}
-	if !found {
-		stored = dummyHash
-	}
-	match := subtle.ConstantTimeCompare([]byte(hashSecret(secret)), []byte(stored)) == 1
-	if !found || !match {
+	if !secretMatches(err == nil, secret, stored) {
 		return Token{}, refuse(ErrInvalidToken, "invalid token")
 	}
 	s.touchToken(ctx, &t)
 	return t, nil
+}
+
+// secretMatches reports whether a presented secret is the one whose hash
+// was stored, found telling whether a row was. Without a row it compares
+// against dummyHash all the same (and answers false), so an unknown id
+// costs the work of a wrong secret.
+func secretMatches(found bool, secret, stored string) bool {
+	if !found {
+		stored = dummyHash
+	}
+	match := subtle.ConstantTimeCompare([]byte(hashSecret(secret)), []byte(stored)) == 1
+	return found && match
 }
 
 // touchToken records a use of t, at most once per lastUsedEvery. The

@@ -1,4 +1,4 @@
-package climc
+package mpsctl
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 // JSON numbers), as Cloudpods' climc does.
 type Object map[string]json.RawMessage
 
-// Column is one column of a list table: the header climc prints and the JSON
+// Column is one column of a list table: the header mpsctl prints and the JSON
 // field it reads.
 type Column struct {
 	Header string
@@ -61,7 +61,7 @@ func ToObject(v any) (Object, error) {
 	return o, nil
 }
 
-// Cell renders a raw JSON value as climc prints it. ok is false for values
+// Cell renders a raw JSON value as Cloudpods' climc prints it. ok is false for values
 // that do not fill a cell: absent, null and the empty string. Numbers and
 // booleans always fill (numa_node -1 is information, not a blank); objects
 // and arrays print as compact JSON.
@@ -136,7 +136,7 @@ func visibleColumns(cols []Column, rows []Object) []Column {
 	return shown
 }
 
-// ShowTable renders one object as climc's two-column `| Field | Value |`
+// ShowTable renders one object as Cloudpods' climc's two-column `| Field | Value |`
 // table: every field that fills a cell, sorted by field name.
 func ShowTable(o Object) string {
 	keys := make([]string, 0, len(o))

@@ -1,4 +1,4 @@
-package climc
+package mpsctl
 
 import (
 	"fmt"
@@ -25,7 +25,7 @@ func TestIsolatedDeviceListPagingMarker(t *testing.T) {
 		}
 		marker := ""
 		for page := 0; ; page++ {
-			r := runClimc(t, nil, append(slices.Clone(base), "--paging-marker", marker)...)
+			r := runMpsctl(t, nil, append(slices.Clone(base), "--paging-marker", marker)...)
 			if r.Code != ExitOK || page > len(inv.Devices) {
 				t.Fatalf("page %d: exit %d\n%s%s", page, r.Code, r.Stdout, r.Stderr)
 			}
@@ -47,7 +47,7 @@ func TestIsolatedDeviceListPagingMarker(t *testing.T) {
 			t.Errorf("walked %q\nwant   %q", got, want)
 		}
 
-		r := runClimc(t, nil, append(slices.Clone(base), "--paging-marker", "", "--offset", "2")...)
+		r := runMpsctl(t, nil, append(slices.Clone(base), "--paging-marker", "", "--offset", "2")...)
 		if r.Code != ExitUsage || r.Stderr == "" {
 			t.Errorf("--paging-marker with --offset: exit %d, stderr %q; want a usage error", r.Code, r.Stderr)
 		}

@@ -1,4 +1,4 @@
-package climc
+package mpsctl
 
 import (
 	"context"
@@ -10,10 +10,10 @@ import (
 	"yunion.io/x/mps-daemon/pkg/inventory/client"
 )
 
-// errorLine is the one line climc prints for a failed command. The server's
+// errorLine is the one line mpsctl prints for a failed command. The server's
 // own words come first, as in Cloudpods' climc, then the HTTP status and
 // error class that a script or a bug report needs; a connection failure
-// says where climc looked and how to point it elsewhere, since the usual
+// says where mpsctl looked and how to point it elsewhere, since the usual
 // cause is a default URL on a machine that runs no inventory.
 func (a *app) errorLine(err error) string {
 	if apiErr, ok := errors.AsType[*client.APIError](err); ok {

@@ -1,4 +1,4 @@
-package climc
+package mpsctl
 
 import (
 	"bytes"
@@ -39,7 +39,7 @@ type inventory struct {
 // admin token for it.
 func serve(t *testing.T, st *store.Store) (url, token string) {
 	t.Helper()
-	token, _, err := st.CreateToken(t.Context(), store.NewToken{Name: "climc tests", Role: store.RoleAdmin})
+	token, _, err := st.CreateToken(t.Context(), store.NewToken{Name: "mpsctl tests", Role: store.RoleAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,16 +96,16 @@ func newInventory(t *testing.T, st *store.Store) *inventory {
 	return inv
 }
 
-// result is what one climc run printed.
+// result is what one mpsctl run printed.
 type result struct {
 	Stdout, Stderr string
 	Code           int
 }
 
-// runClimc runs climc in-process. Unless env names one, host.conf is a path
+// runMpsctl runs mpsctl in-process. Unless env names one, host.conf is a path
 // in an empty directory, so the machine's /etc/yunion/host.conf never leaks
 // into a test.
-func runClimc(t *testing.T, env map[string]string, args ...string) result {
+func runMpsctl(t *testing.T, env map[string]string, args ...string) result {
 	t.Helper()
 	e := map[string]string{EnvHostConf: filepath.Join(t.TempDir(), "absent-host.conf")}
 	for k, v := range env {

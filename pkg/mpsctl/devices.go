@@ -1,4 +1,4 @@
-package climc
+package mpsctl
 
 import (
 	"fmt"
@@ -16,7 +16,7 @@ type listFlags struct {
 }
 
 func (l *listFlags) register(cmd *cobra.Command) {
-	cmd.Flags().IntVar(&l.limit, "limit", 20, "page size (0: the server's default)")
+	cmd.Flags().IntVar(&l.limit, "limit", 20, "page size (0: the server's maximum, 2048)")
 	cmd.Flags().IntVar(&l.offset, "offset", 0, "rows to skip")
 }
 
@@ -45,6 +45,9 @@ func (a *app) isolatedDeviceListCommand() *cobra.Command {
 			if cmd.Flags().Changed("paging-marker") && page.offset != 0 {
 				return fmt.Errorf("give either --offset or --paging-marker")
 			}
+			if opts.Order != "asc" && opts.Order != "desc" {
+				return fmt.Errorf("invalid --order %q: want asc or desc", opts.Order)
+			}
 			return page.check()
 		},
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
@@ -71,6 +74,11 @@ func (a *app) isolatedDeviceListCommand() *cobra.Command {
 			}
 			p := Page{Total: list.Total, Limit: list.Limit, Offset: list.Offset,
 				MarkerField: list.MarkerField, MarkerOrder: list.MarkerOrder, NextMarker: list.NextMarker}
+			if p.Total == 0 && p.Limit == 0 {
+				// An empty page carries no limit (Cloudpods leaves it out):
+				// the footer says what was asked for.
+				p.Limit, p.Offset = page.limit, page.offset
+			}
 			if p.MarkerField != "" {
 				p.Total = len(list.IsolatedDevices)
 			}
@@ -92,14 +100,17 @@ func (a *app) isolatedDeviceListCommand() *cobra.Command {
 	f.BoolVar(&pendingRemove, "pending-removal", false, "only devices their host no longer offers, kept while a server holds them")
 	f.StringVar(&marker, "paging-marker", "", "page by marker instead of --offset: \"\" for the first page, then the NextMarker "+
 		"the footer shows (each page costs the same however deep)")
+	// Cloudpods' climc lists newest first; mpsctl keeps its creation order
+	// unless asked.
+	f.StringVar(&opts.Order, "order", "asc", "asc: oldest first (creation order), desc: newest first (as Cloudpods' climc lists)")
 	page.register(cmd)
 	return cmd
 }
 
 func (a *app) isolatedDeviceShowCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "isolated-device-show ID",
-		Short: "Show one isolated device",
+		Use:   "isolated-device-show ID|NAME",
+		Short: "Show one isolated device, by id or by name",
 		Args:  cobra.ExactArgs(1),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			dev, err := a.client().GetIsolatedDevice(cmd.Context(), args[0])

@@ -1,4 +1,4 @@
-package climc
+package mpsctl
 
 import (
 	"net"
@@ -23,7 +23,7 @@ func deadURL(t *testing.T) string {
 	return u
 }
 
-// TestFindInventory runs climc with no --url and checks which inventory it
+// TestFindInventory runs mpsctl with no --url and checks which inventory it
 // reached: the seeded one lists 8 devices, a dead URL gives the cannot-reach
 // line naming it.
 func TestFindInventory(t *testing.T) {
@@ -34,7 +34,7 @@ func TestFindInventory(t *testing.T) {
 		dir := t.TempDir()
 		tokenFile := writeFile(t, dir, "inventory.token", inv.Token+"\n")
 		goodConf := writeFile(t, dir, "good.conf",
-			"# Cloudpods host service keys, unknown to climc\nlisten_interface: br0\nport: 8885\n"+
+			"# Cloudpods host service keys, unknown to mpsctl\nlisten_interface: br0\nport: 8885\n"+
 				"mps_inventory_url: "+inv.URL+"\nmps_inventory_token_file: "+tokenFile+"\n")
 		deadConf := writeFile(t, dir, "dead.conf", "mps_inventory_url: "+dead+"\nmps_inventory_token: wrong\n")
 		deadURLGoodToken := writeFile(t, dir, "token-only.conf", "mps_inventory_url: "+dead+"\nmps_inventory_token_file: "+tokenFile+"\n")
@@ -43,7 +43,7 @@ func TestFindInventory(t *testing.T) {
 			name string
 			env  map[string]string
 			args []string
-			// reached is true when climc must have listed the seeded inventory,
+			// reached is true when mpsctl must have listed the seeded inventory,
 			// false when it must have tried the dead one.
 			reached bool
 		}{
@@ -80,7 +80,7 @@ func TestFindInventory(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				r := runClimc(t, tt.env, append(tt.args, "isolated-device-list")...)
+				r := runMpsctl(t, tt.env, append(tt.args, "isolated-device-list")...)
 				if tt.reached {
 					if r.Code != ExitOK || r.Stderr != "" {
 						t.Fatalf("exit %d, stderr %q", r.Code, r.Stderr)
@@ -100,7 +100,7 @@ func TestFindInventory(t *testing.T) {
 }
 
 // TestDefaultInventory: with no flag, no variable and a broken host.conf,
-// climc warns once and falls back to the local default URL.
+// mpsctl warns once and falls back to the local default URL.
 func TestDefaultInventory(t *testing.T) {
 	t.Parallel()
 	broken := writeFile(t, t.TempDir(), "host.conf", "mps_inventory_url: [not, a, url]\ncuda_mps_replicas: zero\n")
@@ -113,7 +113,7 @@ func TestDefaultInventory(t *testing.T) {
 		{"broken host.conf", broken, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			r := runClimc(t, map[string]string{EnvHostConf: tt.hostConf}, "--timeout", "2s", "host-list")
+			r := runMpsctl(t, map[string]string{EnvHostConf: tt.hostConf}, "--timeout", "2s", "host-list")
 			if r.Code == ExitOK {
 				t.Skip("an inventory answers on " + DefaultURL + " on this machine")
 			}
@@ -141,7 +141,7 @@ func TestTimeout(t *testing.T) {
 		<-r.Context().Done()
 	}))
 	t.Cleanup(silent.Close)
-	r := runClimc(t, nil, "--url", silent.URL, "--timeout", "50ms", "isolated-device-list")
+	r := runMpsctl(t, nil, "--url", silent.URL, "--timeout", "50ms", "isolated-device-list")
 	want := "Error: cannot reach the inventory at " + silent.URL + ": no answer within 50ms (set --url or MPS_INVENTORY_URL)\n"
 	if r.Code != ExitRuntime || r.Stderr != want {
 		t.Errorf("exit %d, stderr %q; want exit 1, %q", r.Code, r.Stderr, want)

@@ -1,4 +1,4 @@
-package climc
+package mpsctl
 
 import "slices"
 
@@ -19,7 +19,9 @@ func allDeviceColumns() []Column {
 	return []Column{
 		{Header: "ID", Field: "id", Always: true},
 		{Header: "Dev_type", Field: "dev_type", Always: true},
+		{Header: "Sharing_mode", Field: "sharing_mode"},
 		{Header: "Model", Field: "model", Always: true},
+		{Header: "Vendor", Field: "vendor"},
 		{Header: "Addr", Field: "addr", Always: true},
 		{Header: "Vendor_device_id", Field: "vendor_device_id", Always: true},
 		{Header: "Mdev_id", Field: "mdev_id"},

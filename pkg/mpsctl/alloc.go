@@ -1,4 +1,4 @@
-package climc
+package mpsctl
 
 import (
 	"errors"

@@ -1,8 +1,10 @@
-// Package climc is the command line client of the inventory. It keeps
+// Package mpsctl is the command line client of the inventory. It keeps
 // Cloudpods' climc command names, options and table layout so that an
-// operator's habits and runbooks (`climc isolated-device-list --host h1`)
-// work unchanged against this project's inventory.
-package climc
+// operator's habits and runbooks (`mpsctl isolated-device-list --host h1`)
+// work unchanged against this project's inventory. It is called mpsctl, not
+// climc, so that it never shadows Cloudpods' own climc on a host (see
+// docs/inventory.md).
+package mpsctl
 
 import (
 	"context"
@@ -26,7 +28,7 @@ const (
 	ExitUsage   = 2 // the command line is wrong
 )
 
-const rootLong = `climc talks to the GPU inventory (Cloudpods' isolated_devices resource).
+const rootLong = `mpsctl talks to the GPU inventory (Cloudpods' isolated_devices resource).
 
 Finding the inventory, first match wins, for the URL and the token each:
   1. --url / --token
@@ -61,7 +63,7 @@ type app struct {
 	endpoint endpoint
 }
 
-// Run executes climc with args (without the program name) and returns the
+// Run executes mpsctl with args (without the program name) and returns the
 // process exit code. env is os.Getenv in production; tests pass their own so
 // that they can run in parallel without touching the process environment.
 func Run(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) int {
@@ -78,13 +80,13 @@ func Run(ctx context.Context, args []string, env func(string) string, stdout, st
 		fmt.Fprintln(stderr, a.errorLine(err))
 		return ExitRuntime
 	}
-	fmt.Fprintf(stderr, "Error: %v\nRun 'climc --help' for usage.\n", err)
+	fmt.Fprintf(stderr, "Error: %v\nRun 'mpsctl --help' for usage.\n", err)
 	return ExitUsage
 }
 
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "climc",
+		Use:           "mpsctl",
 		Short:         "Command line client of the GPU inventory",
 		Long:          rootLong,
 		Version:       version.Version,

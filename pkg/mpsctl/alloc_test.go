@@ -1,4 +1,4 @@
-package climc
+package mpsctl
 
 import (
 	"encoding/json"
@@ -52,7 +52,7 @@ func newAllocInventory(t *testing.T, st *store.Store) *allocInventory {
 
 func (inv *allocInventory) run(t *testing.T, args ...string) result {
 	t.Helper()
-	return runClimc(t, nil, append(slices.Clone(inv.args), args...)...)
+	return runMpsctl(t, nil, append(slices.Clone(inv.args), args...)...)
 }
 
 // guests maps addr to guest, as stored.
@@ -87,9 +87,9 @@ func TestServerAttachDetachCommands(t *testing.T) {
 			{name: "by model", args: []string{"server-attach-isolated-device", "pod-b", "--model", h100, "--host", "gpu-1", "--count", "2"},
 				addrs: []string{"1b:00.0-0", "1a:00.0-1"}, guest: "pod-b"},
 			{name: "held by another server", args: []string{"server-attach-isolated-device", "pod-c", d0}, code: ExitRuntime,
-				err: "Error: " + api.MsgDeviceUsedByServer + " pod-a (HTTP 409 InvalidStatusError)"},
+				err: "Error: " + api.MsgDeviceUsedByServer + " pod-a (HTTP 400 BadRequestError)"},
 			{name: "more than free", args: []string{"server-attach-isolated-device", "pod-c", "--model", h100, "--host", "gpu-1", "--count", "2", "--numa-node", "1"},
-				code: ExitRuntime, err: `Error: need 2 free NVIDIA_MPS "NVIDIA H100 80GB HBM3" devices on host gpu-1 NUMA node 1, 1 free (HTTP 409 InvalidStatusError)`},
+				code: ExitRuntime, err: `Error: need 2 free NVIDIA_MPS "NVIDIA H100 80GB HBM3" devices on host gpu-1 NUMA node 1, 1 free (HTTP 400 InsufficientResourceError)`},
 			{name: "unknown host", args: []string{"server-attach-isolated-device", "pod-c", "--model", h100, "--host", "gpu-9"},
 				code: ExitRuntime, err: `Error: host "gpu-9" not found (HTTP 404 ResourceNotFoundError)`},
 			{name: "bad server id", args: []string{"server-attach-isolated-device", "pod c", d3},
@@ -98,7 +98,7 @@ func TestServerAttachDetachCommands(t *testing.T) {
 				addrs: []string{"1b:00.0-1"}, guest: "pod-c"},
 
 			{name: "detach another server's device", args: []string{"server-detach-isolated-device", "pod-b", d0}, code: ExitRuntime,
-				err: "Error: " + api.MsgDeviceUsedByServer + " pod-a, not by pod-b (HTTP 409 InvalidStatusError)"},
+				err: "Error: " + api.MsgDeviceUsedByServer + " pod-a, not by pod-b (HTTP 400 BadRequestError)"},
 			{name: "detach", args: []string{"server-detach-isolated-device", "pod-a", d0}, addrs: []string{"1a:00.0-0"}},
 			{name: "detach a free device", args: []string{"server-detach-isolated-device", "pod-a", d0}, addrs: []string{}},
 			{name: "detach all", args: []string{"server-detach-isolated-device", "pod-b", "--all"}, addrs: []string{"1a:00.0-1", "1b:00.0-0"}},
@@ -171,7 +171,7 @@ func TestIsolatedDevicePurgeCommand(t *testing.T) {
 		}
 
 		r := inv.run(t, "isolated-device-purge", held)
-		if r.Code != ExitRuntime || r.Stderr != "Error: "+api.MsgDeviceUsedByServer+" (HTTP 409 InvalidStatusError)\n" {
+		if r.Code != ExitRuntime || r.Stderr != "Error: "+api.MsgDeviceUsedByServer+" (HTTP 400 BadRequestError)\n" {
 			t.Errorf("purge of a held device: exit %d, stderr %q", r.Code, r.Stderr)
 		}
 		r = inv.run(t, "isolated-device-purge", held, "--force")
@@ -196,7 +196,7 @@ func TestIsolatedDevicePurgeCommand(t *testing.T) {
 	})
 }
 
-// Every command climc has prints JSON with -o json. A new command without
+// Every command mpsctl has prints JSON with -o json. A new command without
 // an entry here fails the test, so it cannot be added without deciding its
 // JSON.
 func TestEveryCommandHonoursJSON(t *testing.T) {

@@ -1,4 +1,4 @@
-package climc
+package mpsctl
 
 import (
 	"encoding/json"
@@ -81,7 +81,7 @@ func TestIsolatedDeviceList(t *testing.T) {
 				name:       "details fill the Host column",
 				args:       []string{"--details", "--host", "gpu-node-2", "--dev-type", api.DevTypeNvidiaMPS, "--limit", "1"},
 				wantAddrs:  []string{"1a:00.0-0"},
-				wantCols:   slices.Insert(slices.Clone(base), 6, "Host"),
+				wantCols:   slices.Insert(slices.Insert(slices.Clone(base), 6, "Host"), 3, "Vendor"),
 				wantFooter: "*** Total: 3 Pages: 3 Limit: 1 Offset: 0 Page: 1 ***",
 			},
 			{
@@ -93,7 +93,7 @@ func TestIsolatedDeviceList(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				r := runClimc(t, nil, append([]string{"--url", inv.URL, "--token", inv.Token, "isolated-device-list"}, tt.args...)...)
+				r := runMpsctl(t, nil, append([]string{"--url", inv.URL, "--token", inv.Token, "isolated-device-list"}, tt.args...)...)
 				if r.Code != ExitOK || r.Stderr != "" {
 					t.Fatalf("exit %d, stderr %q", r.Code, r.Stderr)
 				}
@@ -119,7 +119,7 @@ func TestIsolatedDeviceListCells(t *testing.T) {
 	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
 		t.Parallel()
 		inv := newInventory(t, open())
-		r := runClimc(t, nil, "--url", inv.URL, "--token", inv.Token, "isolated-device-list", "--host", "gpu-node-2", "--details", "--limit", "1")
+		r := runMpsctl(t, nil, "--url", inv.URL, "--token", inv.Token, "isolated-device-list", "--host", "gpu-node-2", "--details", "--limit", "1")
 		rows := tableRows(t, r.Stdout)
 		if len(rows) != 1 {
 			t.Fatalf("want 1 row:\n%s", r.Stdout)
@@ -142,7 +142,7 @@ func TestIsolatedDeviceListJSON(t *testing.T) {
 	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
 		t.Parallel()
 		inv := newInventory(t, open())
-		r := runClimc(t, nil, "--url", inv.URL, "--token", inv.Token, "-o", "json", "isolated-device-list", "--host", "gpu-node-1", "--limit", "2")
+		r := runMpsctl(t, nil, "--url", inv.URL, "--token", inv.Token, "-o", "json", "isolated-device-list", "--host", "gpu-node-1", "--limit", "2")
 		if r.Code != ExitOK {
 			t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 		}
@@ -169,7 +169,7 @@ func TestIsolatedDeviceShow(t *testing.T) {
 		held := inv.Devices[2]
 
 		t.Run("table", func(t *testing.T) {
-			r := runClimc(t, nil, "--url", inv.URL, "--token", inv.Token, "isolated-device-show", held.ID)
+			r := runMpsctl(t, nil, "--url", inv.URL, "--token", inv.Token, "isolated-device-show", held.ID)
 			if r.Code != ExitOK {
 				t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 			}
@@ -193,14 +193,18 @@ func TestIsolatedDeviceShow(t *testing.T) {
 					t.Errorf("%s = %q, want %q", k, fields[k], v)
 				}
 			}
-			for _, empty := range []string{"mdev_id", "render_path", "host"} {
+			// A show has the details, as Cloudpods': host and vendor.
+			if fields["host"] != "gpu-node-1" || fields["vendor"] != "NVIDIA" {
+				t.Errorf("host %q vendor %q, want the details", fields["host"], fields["vendor"])
+			}
+			for _, empty := range []string{"mdev_id", "render_path", "sharing_mode"} {
 				if _, ok := fields[empty]; ok {
 					t.Errorf("empty field %s printed", empty)
 				}
 			}
 		})
 		t.Run("json", func(t *testing.T) {
-			r := runClimc(t, nil, "--url", inv.URL, "--token", inv.Token, "isolated-device-show", "-o", "json", held.ID)
+			r := runMpsctl(t, nil, "--url", inv.URL, "--token", inv.Token, "isolated-device-show", "-o", "json", held.ID)
 			var body api.IsolatedDeviceBody
 			if err := json.Unmarshal([]byte(r.Stdout), &body); err != nil {
 				t.Fatalf("output does not parse: %v\n%s", err, r.Stdout)
@@ -216,7 +220,7 @@ func TestHostList(t *testing.T) {
 	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
 		t.Parallel()
 		inv := newInventory(t, open())
-		r := runClimc(t, nil, "--url", inv.URL, "--token", inv.Token, "host-list")
+		r := runMpsctl(t, nil, "--url", inv.URL, "--token", inv.Token, "host-list")
 		if r.Code != ExitOK {
 			t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 		}
@@ -227,7 +231,7 @@ func TestHostList(t *testing.T) {
 			t.Errorf("footer = %q", got)
 		}
 
-		r = runClimc(t, nil, "--url", inv.URL, "--token", inv.Token, "host-list", "--name", "gpu-node-2")
+		r = runMpsctl(t, nil, "--url", inv.URL, "--token", inv.Token, "host-list", "--name", "gpu-node-2")
 		rows := tableRows(t, r.Stdout)
 		if len(rows) != 1 || rows[0]["ID"] != inv.Host2.ID || rows[0]["Name"] != "gpu-node-2" {
 			t.Errorf("--name gpu-node-2 gave:\n%s", r.Stdout)
@@ -260,12 +264,12 @@ func TestRuntimeErrors(t *testing.T) {
 			{
 				name: "unknown device",
 				args: []string{"--url", inv.URL, "--token", inv.Token, "isolated-device-show", "0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b"},
-				want: regexp.MustCompile(`^Error: isolated device "0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b" not found \(HTTP 404 ResourceNotFoundError\)\n$`),
+				want: regexp.MustCompile(`^Error: isolated_device 0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b not found \(HTTP 404 ResourceNotFoundError\)\n$`),
 			},
 			{
-				name: "not a device id",
+				name: "unknown device name",
 				args: []string{"--url", inv.URL, "--token", inv.Token, "isolated-device-show", "no-such-id"},
-				want: regexp.MustCompile(`^Error: path parameter id: "no-such-id" is not an isolated device id \(a UUID\) \(HTTP 400 InputParameterError\)\n$`),
+				want: regexp.MustCompile(`^Error: isolated_device no-such-id not found \(HTTP 404 ResourceNotFoundError\)\n$`),
 			},
 			{
 				name: "unknown host",
@@ -286,7 +290,7 @@ func TestRuntimeErrors(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				r := runClimc(t, tt.env, tt.args...)
+				r := runMpsctl(t, tt.env, tt.args...)
 				if r.Code != ExitRuntime {
 					t.Errorf("exit %d, want %d", r.Code, ExitRuntime)
 				}
@@ -320,7 +324,7 @@ func TestUsageErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := runClimc(t, tt.env, tt.args...)
+			r := runMpsctl(t, tt.env, tt.args...)
 			if r.Code != ExitUsage {
 				t.Errorf("exit %d, want %d (stderr %q)", r.Code, ExitUsage, r.Stderr)
 			}
@@ -336,7 +340,7 @@ func TestUsageErrors(t *testing.T) {
 
 func TestHelpDocumentsPrecedence(t *testing.T) {
 	t.Parallel()
-	r := runClimc(t, nil, "--help")
+	r := runMpsctl(t, nil, "--help")
 	if r.Code != ExitOK {
 		t.Fatalf("exit %d", r.Code)
 	}

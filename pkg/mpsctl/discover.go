@@ -1,4 +1,4 @@
-package climc
+package mpsctl
 
 import (
 	"errors"
@@ -10,14 +10,14 @@ import (
 	"yunion.io/x/mps-daemon/pkg/config"
 )
 
-// Environment variables climc reads; the names are part of its interface.
+// Environment variables mpsctl reads; the names are part of its interface.
 const (
 	EnvURL      = "MPS_INVENTORY_URL"
 	EnvToken    = "MPS_INVENTORY_TOKEN"
 	EnvHostConf = "MPS_HOST_CONF"
 )
 
-// DefaultURL is the inventory climc talks to when nothing names one: the
+// DefaultURL is the inventory mpsctl talks to when nothing names one: the
 // mps-inventory of the local host.
 const DefaultURL = "http://127.0.0.1:9330"
 
@@ -33,7 +33,7 @@ type endpointInputs struct {
 	DefaultTokenFile string
 }
 
-// endpoint is the inventory climc will talk to.
+// endpoint is the inventory mpsctl will talk to.
 type endpoint struct {
 	URL   string
 	Token string
@@ -47,10 +47,10 @@ type loadHostConfFunc func(path string) (*config.HostConf, error)
 // token in config.DefaultInventoryTokenFile, where a local mps-inventory
 // keeps its admin token, when that file exists). host.conf is read only
 // when a flag or variable leaves something open. A host.conf that is
-// missing or not readable (climc run as non-root on a host whose host.conf
+// missing or not readable (mpsctl run as non-root on a host whose host.conf
 // is root-only) is skipped silently, as if absent; one that is readable but
 // broken gives a single warning and is otherwise ignored, so a typo in a
-// key of the host service does not take climc down. Either way host.conf's
+// key of the host service does not take mpsctl down. Either way host.conf's
 // defaults apply, the default token file included: root on the host of the
 // inventory needs no setting at all. A token file that exists but cannot
 // be read gives a warning (run as root, or give a token).
@@ -121,7 +121,7 @@ func first(vals ...string) string {
 }
 
 // oneLine folds a possibly multi-line message (config errors are joined with
-// newlines) into the single line climc promises on stderr.
+// newlines) into the single line mpsctl promises on stderr.
 func oneLine(s string) string {
 	return strings.ReplaceAll(strings.TrimSpace(s), "\n", "; ")
 }

@@ -1,0 +1,29 @@
+package main
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The keystone face's flags are checked before anything is opened.
+func TestServeFlagsChecked(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--keystone-token-ttl", "1s"}, "--keystone-token-ttl 1s: must be between 1m and 720h"},
+		{[]string{"--keystone-token-ttl", "9000h"}, "--keystone-token-ttl"},
+		{[]string{"--region", ""}, "--region: empty"},
+		{[]string{"--public-url", "ftp://x"}, `--public-url "ftp://x": not an http(s) URL`},
+		{[]string{"--public-url", "inventory:9330"}, "not an http(s) URL"},
+	} {
+		var out, errOut bytes.Buffer
+		db := filepath.Join(t.TempDir(), "inventory.db")
+		args := append([]string{"serve", "--db", db, "--admin-token-file", "", "--listen", "127.0.0.1:0"}, tt.args...)
+		if code := run(args, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), tt.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", tt.args, code, errOut.String(), tt.want)
+		}
+	}
+}
