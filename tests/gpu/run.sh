@@ -220,13 +220,14 @@ check "asking for 100% gives no more SMs" "$([ -n "$SM0" ] && [ "$SM1" = "$SM0" 
 say
 say "## 10. One cap per virtual device: two processes of one device together past its cap"
 CAPB=$(field "$ADDR-0" mps_memory_limit)
-env $(client_env) YUNION_MPS_VIRTUAL_DEVICE="$UUID::1" python3 "$C/hold.py" 25 20480 >"$W/other-device.log" 2>&1 &
+HB=$((CAPB * 6 / 10)) # each process holds 60% of the cap: two are over it
+env $(client_env) YUNION_MPS_VIRTUAL_DEVICE="$UUID::1" python3 "$C/hold.py" 25 $HB >"$W/other-device.log" 2>&1 &
 PC=$!
-env $(client_env) YUNION_MPS_VIRTUAL_DEVICE="$UUID::0" python3 "$C/hold.py" 25 20480 >"$W/first.log" 2>&1 &
+env $(client_env) YUNION_MPS_VIRTUAL_DEVICE="$UUID::0" python3 "$C/hold.py" 25 $HB >"$W/first.log" 2>&1 &
 PA=$!
 until_ok 60 grep -q started "$W/first.log"
 sleep 2
-env $(client_env) YUNION_MPS_VIRTUAL_DEVICE="$UUID::0" python3 "$C/hold.py" 25 20480 >"$W/second.log" 2>&1 &
+env $(client_env) YUNION_MPS_VIRTUAL_DEVICE="$UUID::0" python3 "$C/hold.py" 25 $HB >"$W/second.log" 2>&1 &
 PB=$!
 wait $PB; RB=$?; wait $PA; RA=$?; wait $PC; RC=$?
 say "device $UUID::0 cap $CAPB MiB; first: $(tail -1 "$W/first.log"); second: $(tail -1 "$W/second.log"); other device: $(tail -1 "$W/other-device.log")"
@@ -237,21 +238,31 @@ grep -E 'component=accounting' "$W/daemon2.log" | sed 's/^time=[^ ]* //' | block
 
 say
 say "## 11. A container's view: the pipe directory read-only, the privileged socket masked"
-# Processes in their own mount, IPC and PID namespaces, set up as the CDI
-# spec sets up a container: the GPU's pipe directory bind-mounted read-only
-# onto itself, /dev/null over control_privileged.
+# Processes in a mount namespace of their own, set up as the CDI spec sets
+# up a container: the GPU's pipe directory bind-mounted read-only onto
+# itself, /dev/null over control_privileged. Then the same client in
+# private IPC and PID namespaces too, and with an empty /dev/shm, to record
+# which namespaces a container may keep private (a runtime's choice the CDI
+# spec cannot make).
 RO="mount --bind $PIPE $PIPE && mount -o remount,bind,ro $PIPE $PIPE"
 MASK="mount --bind /dev/null $PIPE/control_privileged"
-in_ns() { unshare --mount --ipc --pid --fork --propagation private sh -c "$1 && exec \"\$@\"" sh "${@:2}"; }
+in_ns() { unshare --mount --propagation private sh -c "$1 && exec \"\$@\"" sh "${@:2}"; }
 CAP11=$(field "$ADDR-0" mps_memory_limit)
+capped() { [ -n "$1" ] && [ "$1" -le "$CAP11" ] && [ "$1" -gt $((CAP11 - 1024)) ]; }
 BEFORE=$(ls -l --time-style=+ "$PIPE" | md5sum)
 GOT=$(in_ns "$RO" env $(client_env) python3 "$C/alloc.py" 2>>"$W/client.log")
-check "client with the pipe directory read-only: served and capped" "$([ -n "$GOT" ] && [ "$GOT" -le "$CAP11" ] && [ "$GOT" -gt $((CAP11 - 1024)) ]; echo $?)" "($GOT MiB, cap $CAP11)"
+check "client with the pipe directory read-only: served and capped" "$(capped "$GOT"; echo $?)" "($GOT MiB, cap $CAP11)"
 check "...and it wrote nothing in the pipe directory" "$([ "$BEFORE" = "$(ls -l --time-style=+ "$PIPE" | md5sum)" ]; echo $?)"
-GOT=$(in_ns "$RO && mount -t tmpfs tmpfs /dev/shm" env $(client_env) python3 "$C/alloc.py" 2>>"$W/client.log")
-check "client with its own empty /dev/shm: served and capped" "$([ -n "$GOT" ] && [ "$GOT" -le "$CAP11" ] && [ "$GOT" -gt $((CAP11 - 1024)) ]; echo $?)" "($GOT MiB)"
 GOT=$(in_ns "$RO && $MASK" env $(client_env) python3 "$C/alloc.py" 2>>"$W/client.log")
-check "client with control_privileged masked: served and capped" "$([ -n "$GOT" ] && [ "$GOT" -le "$CAP11" ] && [ "$GOT" -gt $((CAP11 - 1024)) ]; echo $?)" "($GOT MiB)"
+check "client with control_privileged masked: served and capped" "$(capped "$GOT"; echo $?)" "($GOT MiB)"
+for ns in "--ipc" "--pid --fork" "--ipc --pid --fork"; do
+	echo "== unshare --mount $ns" >>"$W/client.log"
+	GOT=$(unshare --mount $ns --propagation private sh -c "$RO && $MASK && exec \"\$@\"" sh env $(client_env) timeout 60 python3 "$C/alloc.py" 2>>"$W/client.log")
+	say "fact: a client in private mount and ${ns% --fork} namespaces: $(capped "$GOT" && echo "served and capped" || echo "NOT served") (${GOT:-nothing} MiB; its error: $(grep -v '^==' "$W/client.log" | tail -1 | cut -c1-160))"
+done
+echo "== own /dev/shm" >>"$W/client.log"
+GOT=$(in_ns "$RO && mount -t tmpfs tmpfs /dev/shm" env $(client_env) timeout 60 python3 "$C/alloc.py" 2>>"$W/client.log")
+say "fact: a client with an empty /dev/shm of its own (mount namespace only): $(capped "$GOT" && echo "served and capped" || echo "NOT served") (${GOT:-nothing} MiB)"
 PCT=$(ctl get_default_active_thread_percentage)
 # Setting the value it already has: accepted or refused, nothing changes.
 PRIV=$(in_ns "$RO" env CUDA_MPS_PIPE_DIRECTORY="$PIPE" sh -c "echo set_default_active_thread_percentage ${PCT%.0} | timeout 10 nvidia-cuda-mps-control" 2>&1)
