@@ -160,9 +160,10 @@ def write_atomic(path, text):
     os.rename(path + ".new", path)
 
 
-def write_config(n, policy, latency=None):
+def write_config(n, policy, latency=None, reserve=None):
     """host.conf with thread policy, the device YAML with N slices and, with
-    latency (a list of slices), the entry's QoS (issue 13)."""
+    latency (a list of slices), the entry's QoS (issue 13), with reserve
+    when given."""
     write_atomic(f"{W}/host.conf", f"""enable_cuda_mps: true
 container_device_config_file: {W}/devices.yml
 cuda_mps_pipe_directory: {W}/pipe
@@ -180,6 +181,8 @@ mps_health_interval: 2s
     entry = f"devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_number: {n}\n"
     if latency:
         entry += f"  mps_qos:\n    latency: [{', '.join(map(str, latency))}]\n"
+        if reserve is not None:
+            entry += f"    reserve: {reserve}\n"
     write_atomic(f"{W}/devices.yml", entry)
 
 
@@ -199,7 +202,7 @@ def expected_threads(policy, n):
 QOS_RESERVE = 8  # mps_qos reserve's default (pkg/config/qos.go)
 
 
-def expected_device_threads(policy, n, latency=None):
+def expected_device_threads(policy, n, latency=None, reserve=None):
     """Each slice's share, as the daemon computes it (vdev.SplitQoS,
     vdev.BatchShare): latency slices the policy's share, the others
     (100 - reserve) / (number of batch slices), at least 1, at most the
@@ -207,13 +210,13 @@ def expected_device_threads(policy, n, latency=None):
     p = expected_threads(policy, n)
     if not latency or len(latency) == n:
         return [p] * n
-    batch = min(p, max(1, (100 - QOS_RESERVE) // (n - len(latency))))
+    batch = min(p, max(1, (100 - (QOS_RESERVE if reserve is None else reserve)) // (n - len(latency))))
     return [p if i in latency else batch for i in range(n)]
 
 
-def batch_share(n):
+def batch_share(n, reserve=None):
     """The batch share of a GPU of n slices, slice 0 latency, under auto."""
-    return expected_device_threads("auto", n, [0])[1]
+    return expected_device_threads("auto", n, [0], reserve)[1]
 
 
 def wait_for(cond, timeout=30):
@@ -278,9 +281,9 @@ def only_server(keep):
             ctl(pipe, f"shutdown_server {pid}")
 
 
-def set_vdev(n, policy, latency=None):
-    write_config(n, policy, latency)
-    want = expected_device_threads(policy, n, latency)
+def set_vdev(n, policy, latency=None, reserve=None):
+    write_config(n, policy, latency, reserve)
+    want = expected_device_threads(policy, n, latency, reserve)
     by_slice = lambda d: sorted((int(x["addr"].rsplit("-", 1)[1]), x["mps_thread_percentage"]) for x in d)
     if not wait_for(lambda: [t for _, t in by_slice(devices())] == want):
         raise RuntimeError(f"inventory never showed {n} devices at {want}%")
@@ -336,12 +339,18 @@ PIPES = []
 
 # --- one latency tenant beside saturating neighbours (issue 13) -------------
 NOISY_NS = [int(x) for x in os.environ.get("BENCH_NOISY_NS", "4,8").split(",") if x]
-# (label, thread policy, latency slices): None as policy is time-slicing;
-# "batch share" is a fixed policy of the batch share of that N for every
-# slice, the strictly enforced variant (the victim capped too, by MPS).
-NOISY_MODES = [("time-slicing", None, None), ("MPS, no cap", "none", None), ("100/N", "even", None),
-               ("default (auto, 400/N)", "auto", None), ("QoS: slice 0 latency", "auto", [0]),
-               ("every slice at the batch share", "batch share", None)]
+# (label, thread policy, latency slices, mps_qos reserve): None as policy is
+# time-slicing; "batch share" is a fixed policy of the batch share of that N
+# for every slice, the strictly enforced variant (the victim capped too, by
+# MPS). BENCH_NOISY_ONLY (labels, comma-separated) runs some of them.
+NOISY_MODES = [("time-slicing", None, None, None), ("MPS, no cap", "none", None, None), ("100/N", "even", None, None),
+               ("default (auto, 400/N)", "auto", None, None), ("QoS: slice 0 latency", "auto", [0], None),
+               ("QoS: slice 0 latency, reserve 4", "auto", [0], 4), ("QoS: slice 0 latency, reserve 2", "auto", [0], 2),
+               ("every slice at the batch share", "batch share", None, None),
+               ("every slice at the batch share of reserve 2", "batch share", None, 2)]
+if os.environ.get("BENCH_NOISY_ONLY"):
+    NOISY_MODES = [m for m in NOISY_MODES if m[0] in os.environ["BENCH_NOISY_ONLY"].split(",")]
+NOISY_ROUNDS = int(os.environ.get("BENCH_NOISY_ROUNDS", os.environ.get("BENCH_ROUNDS", "2")))
 # The bar of issue 13: victim p99 at most 1.5 times its solo p99 while the
 # neighbours keep at least 0.90 of their no-cap throughput.
 BAR_P99, BAR_TPUT = 1.5, 0.90
@@ -391,12 +400,12 @@ def bench_noisy(rounds):
         noisy_run("solo", 1, vdev_envs(1))
         modes = NOISY_MODES if r % 2 == 0 else list(reversed(NOISY_MODES))
         for n in NOISY_NS:
-            for label, policy, latency in modes:
+            for label, policy, latency, reserve in modes:
                 if policy is None:
                     only_server(None)
                     envs = [base_env() | {"CUDA_MPS_PIPE_DIRECTORY": nomps}] * n
                 else:
-                    set_vdev(n, str(batch_share(n)) if policy == "batch share" else policy, latency)
+                    set_vdev(n, str(batch_share(n, reserve)) if policy == "batch share" else policy, latency, reserve)
                     only_server(vpipe)
                     envs = vdev_envs(n)
                 noisy_run(label, n, envs)
@@ -409,14 +418,14 @@ def noisy_report():
     lines = ["## One latency tenant beside saturating neighbours", "",
              f"Slot 0 runs the small workload, the other N-1 slots back-to-back 8192^3 fp16 GEMMs; clients get "
              f"exactly their device's CDI environment. Victim alone (no cap): p50 {solo_p50:.3f} ms, p99 {solo_p99:.3f} ms. "
-             f"Medians over {ROUNDS} round(s). bar: victim p99 at most {BAR_P99} x solo and neighbours at least "
+             f"Medians over {NOISY_ROUNDS} round(s). bar: victim p99 at most {BAR_P99} x solo and neighbours at least "
              f"{BAR_TPUT} x no cap (issue 13).", "",
              "| N | mode | victim p50 ms | victim p99 ms | p99 / solo | neighbours GEMM/s | vs no cap | SMs victim / neighbour | bar |",
              "|---|---|---|---|---|---|---|---|---|"]
     for n in NOISY_NS:
-        rows = {label: [r for r in noisy if r["mode"] == label and r["n"] == n] for label, _, _ in NOISY_MODES}
+        rows = {m[0]: [r for r in noisy if r["mode"] == m[0] and r["n"] == n] for m in NOISY_MODES}
         nocap = med([r["gemm_per_s"] for r in rows["MPS, no cap"]])
-        for label, _, _ in NOISY_MODES:
+        for label, *_ in NOISY_MODES:
             rs = rows[label]
             if not rs:
                 continue
@@ -585,7 +594,7 @@ def main():
         if "identical" in parts:
             bench_rounds(ROUNDS)
         if "noisy" in parts:
-            bench_noisy(int(os.environ.get("BENCH_NOISY_ROUNDS", str(ROUNDS))))
+            bench_noisy(NOISY_ROUNDS)
         if MODES or "identical" not in parts or "cost" not in parts:
             by = aggregate()
             lines = [f"# MPS benchmark (partial: {sorted(parts)}): {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
