@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"slices"
 
 	"yunion.io/x/mps-daemon/pkg/mps"
 )
@@ -37,13 +39,52 @@ func (a *Agent) observe(ctx context.Context, gs *gpuState) (bool, string) {
 		return false, "listing MPS servers: " + err.Error()
 	}
 	for _, pid := range servers {
-		st, err := gs.ctl.ServerStatus(ctx, pid)
+		st, clients, err := serverState(ctx, gs, pid)
+		if errors.Is(err, errVanished) {
+			continue
+		}
 		if err != nil {
 			return false, err.Error()
 		}
-		if st != mps.ServerActive {
+		if st != mps.ServerActive && len(clients) > 0 {
 			return false, "MPS server in " + string(st)
 		}
 	}
 	return true, ""
+}
+
+// errVanished: the server was listed, then gone before it answered.
+var errVanished = errors.New("MPS server gone")
+
+// serverState is one server's status and clients. A server that left the
+// list between the listing and these questions (an idle server shut down:
+// by the daemon to apply a new priority, by an operator, by the control
+// daemon itself) is errVanished, no failure: it served no one. A server not
+// ACTIVE with no client left is on its way out or already recovered (the
+// next client is served, docs/gpu-runs/mps-probe-fault.txt): only one with
+// clients makes the GPU unhealthy, which the callers decide.
+func serverState(ctx context.Context, gs *gpuState, pid int) (mps.ServerStatus, []int, error) {
+	st, err := gs.ctl.ServerStatus(ctx, pid)
+	if err != nil {
+		if vanished(ctx, gs, pid) {
+			return "", nil, errVanished
+		}
+		return "", nil, err
+	}
+	clients, err := gs.ctl.Clients(ctx, pid)
+	if err != nil {
+		if vanished(ctx, gs, pid) {
+			return "", nil, errVanished
+		}
+		return "", nil, err
+	}
+	return st, clients, nil
+}
+
+// vanished reports whether server pid is no longer among the control
+// daemon's servers (false when the list cannot be read: then the first
+// error stands).
+func vanished(ctx context.Context, gs *gpuState, pid int) bool {
+	servers, err := gs.ctl.Servers(ctx)
+	return err == nil && !slices.Contains(servers, pid)
 }

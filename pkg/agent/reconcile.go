@@ -299,25 +299,33 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 	for _, pid := range servers {
 		got, err := gs.ctl.ServerLimits(ctx, pid)
 		if err != nil {
+			// Gone, or going (an idle server shut down answers nothing):
+			// with no client it serves no one; it is read again next time.
+			if _, clients, serr := serverState(ctx, gs, pid); errors.Is(serr, errVanished) || (serr == nil && len(clients) == 0) {
+				log.Debug("MPS server without clients did not answer; left until the next reconcile", "server", pid, "err", err)
+				continue
+			}
 			return fail("%v", err)
 		}
 		if !mps.LimitsMatch(got, want) {
 			if err := gs.ctl.SetServerLimits(ctx, pid, want); err != nil {
+				if vanished(ctx, gs, pid) {
+					continue
+				}
 				st.Enforced = false
 				return fail("%v", err)
 			}
 			log.Info("limits of running MPS server changed", "server", pid, "memory_limit_mib", want.PinnedMemMiB, "thread_percentage", want.ThreadPercentage)
 		}
-		status, err := gs.ctl.ServerStatus(ctx, pid)
-		if err != nil {
-			return fail("%v", err)
+		status, clients, err := serverState(ctx, gs, pid)
+		if errors.Is(err, errVanished) {
+			continue
 		}
-		clients, err := gs.ctl.Clients(ctx, pid)
 		if err != nil {
 			return fail("%v", err)
 		}
 		st.Servers = append(st.Servers, ServerState{PID: pid, Status: string(status), Clients: len(clients)})
-		if status != mps.ServerActive {
+		if status != mps.ServerActive && len(clients) > 0 {
 			st.Reason = fmt.Sprintf("MPS server %d is %s (clients %v); it recovers once they exit", pid, status, clients)
 			a.setHealth(gs, log, false, st.Reason)
 			return st

@@ -342,14 +342,14 @@ NOISY_NS = [int(x) for x in os.environ.get("BENCH_NOISY_NS", "4,8").split(",") i
 # (label, thread policy, latency slices, mps_qos reserve): None as policy is
 # time-slicing; "batch share" is a fixed policy of the batch share of that N
 # for every slice, the strictly enforced variant (the victim capped too, by
-# MPS). BENCH_NOISY_ONLY (labels, comma-separated) runs some of them.
+# MPS). BENCH_NOISY_ONLY (labels, separated by ";") runs some of them.
 NOISY_MODES = [("time-slicing", None, None, None), ("MPS, no cap", "none", None, None), ("100/N", "even", None, None),
                ("default (auto, 400/N)", "auto", None, None), ("QoS: slice 0 latency", "auto", [0], None),
                ("QoS: slice 0 latency, reserve 4", "auto", [0], 4), ("QoS: slice 0 latency, reserve 2", "auto", [0], 2),
                ("every slice at the batch share", "batch share", None, None),
                ("every slice at the batch share of reserve 2", "batch share", None, 2)]
 if os.environ.get("BENCH_NOISY_ONLY"):
-    NOISY_MODES = [m for m in NOISY_MODES if m[0] in os.environ["BENCH_NOISY_ONLY"].split(",")]
+    NOISY_MODES = [m for m in NOISY_MODES if m[0] in os.environ["BENCH_NOISY_ONLY"].split(";")]
 NOISY_ROUNDS = int(os.environ.get("BENCH_NOISY_ROUNDS", os.environ.get("BENCH_ROUNDS", "2")))
 # The bar of issue 13: victim p99 at most 1.5 times its solo p99 while the
 # neighbours keep at least 0.90 of their no-cap throughput.
