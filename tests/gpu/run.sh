@@ -20,7 +20,8 @@ cleanup() {
 	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
 	sleep 1
 	for d in "$W"/pipe/*/ "$W/pipe1"; do [ -S "$d/control" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$d timeout 10 nvidia-cuda-mps-control; done
-	cp "$W"/*.log "$OUT/" 2>/dev/null
+	# One archive: the device tool brings back at most 8 files.
+	(cd "$W" && tar czf "$OUT/logs.tgz" *.log) 2>/dev/null
 }
 trap cleanup EXIT
 
