@@ -60,8 +60,8 @@ func (h *harness) specEnv(t *testing.T) map[string]map[string]string {
 
 // TestQoSSlicesReachEveryEdge: under auto (400/N, 50% at N=8) an entry
 // with mps_qos latency [0] gives device 0 the GPU's share at normal
-// priority and the seven others 13% (7 x 13 = 91: 8% of the SMs left to
-// device 0) below normal, in the CDI spec, the inventory rows, /status,
+// priority and the seven others 13% ((100 - 4) / 7 under the default
+// reserve; 7 x 13 = 91: 9% of the SMs left to device 0) below normal, in the CDI spec, the inventory rows, /status,
 // `mps-daemon status` and /metrics; the control daemon holds 50% and
 // priority 1; GPU 1 stays as it was.
 func TestQoSSlicesReachEveryEdge(t *testing.T) {

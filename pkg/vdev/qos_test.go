@@ -17,6 +17,7 @@ func TestBatchShare(t *testing.T) {
 		{"N=8 auto, reserve 4", 50, 8, 1, 4, 13},            // 96/7 = 13 too
 		{"N=8 auto, reserve 12", 50, 8, 1, 12, 12},          // 88/7 = 12: 14 SMs
 		{"N=4 auto (no cap), reserve 8", 100, 4, 1, 8, 30},  // 3 x 30 = 90
+		{"N=4 auto (no cap), reserve 4", 100, 4, 1, 4, 32},  // 3 x 32 = 96: 42 SMs each
 		{"N=4 auto, reserve 4", 100, 4, 1, 4, 32},           // 3 x 32 = 96
 		{"never above the policy's share", 12, 8, 1, 8, 12}, // even: 100/8 = 12 < 13
 		{"two latency slices", 50, 8, 2, 8, 15},             // 92/6
