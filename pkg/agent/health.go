@@ -58,8 +58,7 @@ var errVanished = errors.New("MPS server gone")
 
 // serverState is one server's status and clients. A server that left the
 // list between the listing and these questions (an idle server shut down:
-// by the daemon to apply a new priority, by an operator, by the control
-// daemon itself) is errVanished, no failure: it served no one. A server not
+// by an operator, by another program, by the control daemon itself) is errVanished, no failure: it served no one. A server not
 // ACTIVE with no client left is on its way out or already recovered (the
 // next client is served, docs/gpu-runs/mps-probe-fault.txt): only one with
 // clients makes the GPU unhealthy, which the callers decide.

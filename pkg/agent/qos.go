@@ -1,10 +1,6 @@
 package agent
 
 import (
-	"context"
-	"log/slog"
-	"slices"
-
 	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/plan"
@@ -17,12 +13,10 @@ import (
 // share and priority reach its containers through the CDI spec; status and
 // metrics show them.
 //
-// The control has no per-server priority command, so a server that was
-// running when the default priority changed keeps the old one for the
-// clients that connect to it. The agent remembers such servers and shuts
-// each down once it has no client, so the next client starts a server with
-// the new default. A server busy meanwhile is shown in the status
-// (servers_at_old_priority); nothing of it is read back, so nothing flaps.
+// A running MPS server gives the clients that connect after a change of
+// the default client priority the new default (measured on an H100,
+// docs/gpu-runs/qos-probe-running.md), so setting the default is all a
+// change of mps_qos needs: no server is restarted for it.
 
 // serverDefaults are the defaults gp's control daemon must hold: the GPU's
 // own, or in the single layout the one daemon's for all its GPUs.
@@ -31,75 +25,6 @@ func (a *Agent) serverDefaults(cfg *Config, gp plan.GPUPlan) vdev.ServerDefaults
 		return a.layout.defaults
 	}
 	return gp.Defaults()
-}
-
-// priorityBefore is the default client priority the GPU's control daemon
-// held before this reconcile sets one: the one the agent set last, or, on
-// first sight of an adopted daemon, the one it reads (a daemon left by an
-// earlier configuration may hold 1). known is false when it cannot be read.
-func (a *Agent) priorityBefore(ctx context.Context, gs *gpuState, adopted bool) (p int, known bool) {
-	if gs.limits != (mps.Limits{}) {
-		return gs.limits.ClientPriority, true
-	}
-	if !adopted {
-		return vdev.PriorityNormal, true // a new daemon starts at 0
-	}
-	d, err := gs.ctl.Defaults(ctx)
-	if err != nil {
-		return 0, false
-	}
-	return d.ClientPriority, true
-}
-
-// notePriorityChange remembers the servers running when the default client
-// priority changed from before to now: they keep before.
-func notePriorityChange(gs *gpuState, log *slog.Logger, before int, known bool, now int, servers []int) {
-	if known && before == now {
-		return
-	}
-	if gs.oldPriority == nil {
-		gs.oldPriority = map[int]bool{}
-	}
-	for _, pid := range servers {
-		gs.oldPriority[pid] = true
-	}
-	if len(servers) > 0 {
-		log.Info("default MPS client priority changed; running servers keep the old one until they are idle and restarted",
-			"client_priority", now, "servers", servers)
-	}
-}
-
-// restartIdleOldServers shuts down the servers of st that started under an
-// old default priority and have no client now; the next client starts a
-// server with the current default. It returns those still busy.
-func (a *Agent) restartIdleOldServers(ctx context.Context, gs *gpuState, log *slog.Logger, servers []ServerState) []int {
-	if len(gs.oldPriority) == 0 {
-		return nil
-	}
-	running := map[int]ServerState{}
-	for _, s := range servers {
-		running[s.PID] = s
-	}
-	var busy []int
-	for pid := range gs.oldPriority {
-		s, ok := running[pid]
-		switch {
-		case !ok:
-			delete(gs.oldPriority, pid) // gone by itself
-		case s.Clients > 0:
-			busy = append(busy, pid)
-		default:
-			if err := gs.ctl.ShutdownServer(ctx, pid); err != nil {
-				log.Warn("restarting an idle MPS server for the new client priority", "server", pid, "err", err)
-				busy = append(busy, pid)
-				continue
-			}
-			delete(gs.oldPriority, pid)
-			log.Info("idle MPS server shut down: the next client starts one with the new client priority", "server", pid)
-		}
-	}
-	slices.Sort(busy)
-	return busy
 }
 
 // deviceClass is the QoS class of device index of GPU uuid: the plan's, or

@@ -125,12 +125,12 @@ func TestQoSSlicesReachEveryEdge(t *testing.T) {
 	}
 }
 
-// TestPriorityChangeRestartsIdleServers: servers keep the default client
-// priority they started with (the control has no per-server priority).
-// When mps_qos goes away, the default returns to 0; a server busy with a
-// client is reported and left alone, and shut down once idle, so the next
-// client starts one at the new default. Nothing flaps meanwhile.
-func TestPriorityChangeRestartsIdleServers(t *testing.T) {
+// TestPriorityChangeLeavesServersRunning: a running MPS server gives the
+// clients that connect after the default client priority changed the new
+// default (docs/gpu-runs/qos-probe-running.md). When mps_qos goes away the
+// default returns to 0 and is read back; the server busy with a client
+// runs on, healthy, and serves its next client at 0. Nothing flaps.
+func TestPriorityChangeLeavesServersRunning(t *testing.T) {
 	h := newHarness(t, "", eightWithQoS)
 	ctx := context.Background()
 	if err := h.agent.Reconcile(ctx); err != nil {
@@ -144,12 +144,13 @@ func TestPriorityChangeRestartsIdleServers(t *testing.T) {
 		t.Fatalf("server started under mps_qos: priority %d, want 1", l.ClientPriority)
 	}
 	h.cfg.Devices = mustDevices(t, h.dir, fourAndTwo)
+	ctl := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(0)}, 5*time.Second, nil)
 	for range 2 { // twice: the second reconcile changes nothing
 		if err := h.agent.Reconcile(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if g := h.agent.Status().GPUs[0]; g.ClientPriority != 0 || !g.Healthy || !slices.Equal(g.ServersAtOldPriority, []int{srv}) {
-			t.Fatalf("GPU 0: priority %d healthy %v old-priority servers %v; want 0, healthy, [%d]", g.ClientPriority, g.Healthy, g.ServersAtOldPriority, srv)
+		if g := h.agent.Status().GPUs[0]; g.ClientPriority != 0 || !g.Healthy || len(g.Servers) != 1 || g.Servers[0].PID != srv {
+			t.Fatalf("GPU 0: priority %d healthy %v servers %+v; want 0, healthy, server %d", g.ClientPriority, g.Healthy, g.Servers, srv)
 		}
 	}
 	if d, err := h.controlDefaults(0); err != nil || d.ClientPriority != 0 {
@@ -161,31 +162,17 @@ func TestPriorityChangeRestartsIdleServers(t *testing.T) {
 	if err := h.agent.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if g := h.agent.Status().GPUs[0]; len(g.ServersAtOldPriority) != 0 || len(g.Servers) != 1 {
-		t.Errorf("GPU 0 after its server went idle: %+v", g)
+	if servers, err := ctl.Servers(ctx); err != nil || !slices.Equal(servers, []int{srv}) {
+		t.Errorf("servers %v, %v; want the idle one left running", servers, err)
 	}
-	ctl := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(0)}, 5*time.Second, nil)
-	if servers, err := ctl.Servers(ctx); err != nil || len(servers) != 0 {
-		t.Errorf("servers %v, %v; want the idle one shut down", servers, err)
-	}
-	srv2, err := h.runner.AddClient(h.pipeDir(0), 4002)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l, _ := h.runner.EnforcedLimits(h.pipeDir(0), srv2); l.ClientPriority != 0 {
-		t.Errorf("the next server: priority %d, want 0", l.ClientPriority)
-	}
-	if err := h.agent.Reconcile(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if servers, _ := ctl.Servers(ctx); !slices.Equal(servers, []int{srv2}) {
-		t.Errorf("servers %v: the new one must be left alone", servers)
+	if l, _ := h.runner.EnforcedLimits(h.pipeDir(0), srv); l.ClientPriority != 0 {
+		t.Errorf("the running server's next client: priority %d, want 0", l.ClientPriority)
 	}
 }
 
 // TestAdoptedDaemonAtPriorityOne: a control daemon left by an earlier
 // configuration (or by hand) holding priority 1 is set back to 0 and read
-// back, and its idle server is restarted.
+// back; its server runs on and serves new clients at 0.
 func TestAdoptedDaemonAtPriorityOne(t *testing.T) {
 	h := newHarness(t, "", fourAndTwo)
 	ctx := context.Background()
@@ -209,8 +196,11 @@ func TestAdoptedDaemonAtPriorityOne(t *testing.T) {
 	if d, err := h.controlDefaults(0); err != nil || d.ClientPriority != 0 {
 		t.Errorf("adopted daemon: %+v, %v; want priority 0", d, err)
 	}
-	if servers, _ := ctl.Servers(ctx); slices.Contains(servers, srv) {
-		t.Errorf("the idle server started at priority 1 still runs: %v", servers)
+	if servers, _ := ctl.Servers(ctx); !slices.Equal(servers, []int{srv}) {
+		t.Errorf("servers %v; want the adopted daemon's server %d left running", servers, srv)
+	}
+	if l, _ := h.runner.EnforcedLimits(h.pipeDir(0), srv); l.ClientPriority != 0 {
+		t.Errorf("its next client: priority %d, want 0", l.ClientPriority)
 	}
 }
 

@@ -102,11 +102,9 @@ type GPUStatus struct {
 	ThreadPercentage int           `json:"thread_percentage"`
 	PipeDirectory    string        `json:"pipe_directory"`
 	// ClientPriority is the control daemon's default client priority (1
-	// when the GPU has batch devices); QoS the GPU's mps_qos; the servers
-	// still at an older default priority, busy (qos.go).
-	ClientPriority       int     `json:"client_priority"`
-	QoS                  *GPUQoS `json:"qos,omitempty"`
-	ServersAtOldPriority []int   `json:"servers_at_old_priority,omitempty"`
+	// when the GPU has batch devices); QoS the GPU's mps_qos (qos.go).
+	ClientPriority int     `json:"client_priority"`
+	QoS            *GPUQoS `json:"qos,omitempty"`
 	// Enforced is true when MPS holds the caps (read back).
 	Enforced bool `json:"enforced"`
 	// Healthy is Enforced with no server in FAULT: the devices may be handed out.
@@ -135,9 +133,6 @@ type gpuState struct {
 	// enforced: the caps are applied and read back (accounting measures
 	// only such GPUs).
 	enforced bool
-	// oldPriority are servers started under an older default client
-	// priority (qos.go).
-	oldPriority map[int]bool
 }
 
 // Reconcile brings MPS and the inventory in line with the configuration once:
@@ -282,7 +277,6 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 		}
 	}
 	want := mps.Limits{PinnedMemMiB: st.MemoryLimitMiB, ThreadPercentage: float64(st.ThreadPercentage), ClientPriority: st.ClientPriority}
-	prioBefore, prioKnown := a.priorityBefore(ctx, gs, adopted)
 	if err := gs.ctl.SetDefaults(ctx, want); err != nil {
 		return fail("applying MPS limits: %v", err)
 	}
@@ -294,7 +288,6 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 	if err != nil {
 		return fail("listing MPS servers: %v", err)
 	}
-	notePriorityChange(gs, log, prioBefore, prioKnown, want.ClientPriority, servers)
 	st.Enforced = true
 	for _, pid := range servers {
 		got, err := gs.ctl.ServerLimits(ctx, pid)
@@ -331,7 +324,6 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 			return st
 		}
 	}
-	st.ServersAtOldPriority = a.restartIdleOldServers(ctx, gs, log, st.Servers)
 	st.Healthy = true
 	a.setHealth(gs, log, true, "")
 	return st

@@ -182,9 +182,6 @@ func writeGPUs(p *printer, gpus []GPUStatus) {
 			health = "UNHEALTHY"
 			notes = append(notes, fmt.Sprintf("  GPU %d: %s", g.Index, orNone(g.Reason)))
 		}
-		if len(g.ServersAtOldPriority) > 0 {
-			notes = append(notes, fmt.Sprintf("  GPU %d: MPS servers %v keep an older default client priority until their clients exit (then restarted)", g.Index, g.ServersAtOldPriority))
-		}
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d MiB\t%d%%\t%s\t%d / %d MiB\t%s\t%s\t%s\t%s\n",
 			g.Index, g.PCI, g.Model, g.VirtualNumber, g.MemoryLimitMiB, g.ThreadPercentage, qosColumn(g),
 			g.MemoryUsedBytes>>20, g.MemoryTotalBytes>>20, g.ComputeMode,

@@ -33,7 +33,7 @@ func busyHost() Status {
 			{UUID: g0, Index: 0, Minor: 0, PCI: "0000:1a:00.0", Model: "NVIDIA H200", MemoryTotalBytes: 143771 << 20, MemoryUsedBytes: 20480 << 20,
 				ComputeMode: "Exclusive_Process", ControlDaemonUp: true, Servers: []ServerState{{PID: 4242, Status: "ACTIVE", Clients: 2}},
 				VirtualNumber: 4, MemoryLimitMiB: 35942, ThreadPercentage: 100, Enforced: true, Healthy: true,
-				ClientPriority: 1, QoS: &GPUQoS{LatencySlices: []int{0}, BatchThreadPercentage: 30, ReservePercent: 8}, ServersAtOldPriority: []int{4242}},
+				ClientPriority: 1, QoS: &GPUQoS{LatencySlices: []int{0}, BatchThreadPercentage: 30, ReservePercent: 8}},
 			{UUID: g1, Index: 1, Minor: 1, PCI: "0000:db:00.0", Model: "NVIDIA H200", MemoryTotalBytes: 143771 << 20,
 				ComputeMode: "Exclusive_Process", ControlDaemonUp: true, Servers: []ServerState{{PID: 5151, Status: "FAULT", Clients: 1}},
 				VirtualNumber: 2, MemoryLimitMiB: 71885, ThreadPercentage: 50, Enforced: true,

@@ -12,8 +12,8 @@ import (
 
 // goneRunner shuts an idle server down the moment the daemon asks about it,
 // and answers the question as a server on its way out does: with nothing.
-// What an H100 showed when the daemon's own priority restart and another
-// shutdown_server met (docs/gpu-results.md).
+// What an H100 showed when two programs shut the same idle server down
+// (docs/gpu-results.md).
 type goneRunner struct {
 	*mps.SimRunner
 	question string // the command whose answer is lost

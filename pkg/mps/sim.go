@@ -38,10 +38,11 @@ import (
 // arguments, device ordinals, unknown PIDs). Still not measured, so modelled
 // by guess and marked "not measured" in sim_commands.go: terminate_client of
 // an unknown client on a live server, shutdown_server of a live server.
-// Client priorities answer as docs/gpu-runs/qos-probe.md recorded (a server
-// keeps the default it started with: the control has no per-server
-// priority). Commands the probes never sent (start_server, ...) answer as
-// unknown commands.
+// Client priorities answer as docs/gpu-runs/qos-probe.md recorded, and a
+// running server gives the clients that connect after the default changed
+// the new default, as docs/gpu-runs/qos-probe-running.md measured: the
+// servers hold no priority of their own. Commands the probes never sent
+// (start_server, ...) answer as unknown commands.
 //
 // The daemon's state lives in a JSON file in the pipe directory, so a new
 // SimRunner in a new process finds the "running" daemon there, as the agent
@@ -202,7 +203,6 @@ func (s *SimRunner) AddClient(pipeDir string, clientPID int) (serverPID int, err
 				PID:              d.NextServerPID,
 				ThreadPercentage: d.DefaultThreadPercentage,
 				MemLimitMiB:      copyLimits(d.DefaultMemLimitMiB),
-				ClientPriority:   d.DefaultClientPriority,
 			})
 			d.NextServerPID++
 		}
@@ -236,8 +236,10 @@ func (s *SimRunner) RemoveClient(pipeDir string, clientPID int) error {
 }
 
 // EnforcedLimits are the limits a simulated server enforces on device 0: the
-// exact values set, not the rounded ones the getters print, and the default
-// client priority it started with.
+// exact values set, not the rounded ones the getters print, and the client
+// priority it gives a client that connects now: the control daemon's
+// default of the moment, whenever the server started
+// (docs/gpu-runs/qos-probe-running.md).
 func (s *SimRunner) EnforcedLimits(pipeDir string, serverPID int) (Limits, error) {
 	return s.enforced(pipeDir, serverPID, func(*simState) (int, error) { return 0, nil })
 }
@@ -273,7 +275,7 @@ func (s *SimRunner) enforced(pipeDir string, serverPID int, ordinal func(*simSta
 		if err != nil {
 			return false, err
 		}
-		l = Limits{PinnedMemMiB: srv.MemLimitMiB[i], ThreadPercentage: srv.ThreadPercentage, ClientPriority: srv.ClientPriority}
+		l = Limits{PinnedMemMiB: srv.MemLimitMiB[i], ThreadPercentage: srv.ThreadPercentage, ClientPriority: (*st).DefaultClientPriority}
 		return false, nil
 	})
 	return l, err

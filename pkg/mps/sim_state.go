@@ -41,10 +41,7 @@ type simServer struct {
 	Fault            bool        `json:"fault,omitempty"`
 	ThreadPercentage float64     `json:"thread_percentage"`
 	MemLimitMiB      map[int]int `json:"mem_limit_mib"`
-	// ClientPriority is the default priority of the control daemon when
-	// the server started; nothing reads or changes it afterwards.
-	ClientPriority int         `json:"client_priority,omitempty"`
-	Clients        []simClient `json:"clients"`
+	Clients          []simClient `json:"clients"`
 }
 
 type simClient struct {
