@@ -9,7 +9,6 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/pci"
 )
 
 // MemoryLimitMiB is the memory cap of one of n virtual devices of a GPU with
@@ -86,7 +85,7 @@ func (d Device) API(hostID string) api.IsolatedDevice {
 		VendorDeviceID:      d.GPU.VendorDeviceID(),
 		DevicePath:          d.GPU.UUID,
 		NumaNode:            d.GPU.NUMANode,
-		PCIEInfo:            pci.LinkInfo(d.GPU.PCIeGeneration, d.GPU.PCIeWidth),
+		PCIEInfo:            api.PCIEInfoOf(d.GPU.PCIeGeneration, d.GPU.PCIeWidth),
 		Index:               -1,
 		DeviceMinor:         -1,
 		MPSMemoryLimit:      d.MemoryLimitMiB,

@@ -88,7 +88,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/systemd":          {},
 		"pkg/version":          {},
 		"pkg/logging":          {},
-		"pkg/pci":              {"pkg/api"},
+		"pkg/pci":              {},
 		"pkg/gpu":              {"pkg/pci"},
 		"pkg/gpu/nvml":         {"pkg/gpu", "pkg/pci", "pkg/atomicfile"},
 		"pkg/config":           {},

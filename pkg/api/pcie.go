@@ -1,10 +1,6 @@
-package pci
+package api
 
-import (
-	"fmt"
-
-	"yunion.io/x/mps-daemon/pkg/api"
-)
+import "fmt"
 
 // link describes one PCIe generation: the transfer rate per lane as Cloudpods
 // writes it, and the usable throughput per lane in GB/s after line encoding
@@ -24,16 +20,16 @@ var generations = map[int]link{
 	7: {"128GT/s", 15.125},
 }
 
-// LinkInfo turns a PCIe generation and lane width (as NVML reports the
+// PCIEInfoOf turns a PCIe generation and lane width (as NVML reports the
 // maximum link) into Cloudpods' pcie_info. It returns nil when the generation
 // is unknown or the width is not positive, so the field is left out rather
 // than filled with a wrong figure.
-func LinkInfo(generation, width int) *api.PCIEInfo {
+func PCIEInfoOf(generation, width int) *PCIEInfo {
 	g, ok := generations[generation]
 	if !ok || width <= 0 {
 		return nil
 	}
-	return &api.PCIEInfo{
+	return &PCIEInfo{
 		LaneWidth:           width,
 		Throughput:          fmt.Sprintf("%.2f GB/s", g.gbPerLane*float64(width)),
 		TransferRatePerLane: g.rate,
