@@ -13,7 +13,6 @@ import (
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/mps"
 )
 
@@ -229,7 +228,7 @@ func TestFaultMarksDevicesUnhealthyUntilTheClientsAreGone(t *testing.T) {
 		t.Error("the CDI spec must drop the faulted GPU's devices and keep the others")
 	}
 	// Not handed out meanwhile.
-	if _, err := h.inv.AttachIsolatedDevices(ctx, "pod-c", client.AttachRequest{Host: "node-1", Model: "NVIDIA H200", Count: 5}); err == nil {
+	if _, err := h.inv.AttachIsolatedDevices(ctx, "pod-c", api.AttachRequest{Host: "node-1", Model: "NVIDIA H200", Count: 5}); err == nil {
 		t.Error("5 devices attached while only 2 are healthy")
 	}
 	if err := h.runner.RemoveClient(h.pipeDir(0), 502); err != nil {

@@ -96,6 +96,25 @@ type IsolatedDevice struct {
 	GuestStatus string `json:"guest_status,omitempty"`
 }
 
+// AttachRequest asks for Count devices of a model on a host, as Cloudpods
+// picks them: the GPU with the most free slices first, one guest's slices
+// spread across GPUs (POST /servers/{guest}/attach-isolated-device).
+type AttachRequest struct {
+	// DevType defaults to NVIDIA_MPS.
+	DevType string
+	Model   string
+	// Host is the host's id or name.
+	Host string
+	// Count defaults to 1 when 0.
+	Count int
+	// NUMANode, when set and not -1 (any node), keeps the devices on that
+	// NUMA node.
+	NUMANode *int
+	// SharingMode, when set, keeps the picks to devices of that sharing
+	// mode or of none (Cloudpods' model attach names one).
+	SharingMode string
+}
+
 // IsolatedDeviceList is the answer of GET /isolated_devices.
 //
 // A request with paging_marker (Cloudpods' marker paging; "" for the first
