@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -180,8 +181,8 @@ func Escapes(u Usage, qos map[string]DeviceQoS) []Escape {
 // DecideEscapes picks, under enforce, every escaping client for termination
 // (none already being terminated, none picked already in picked); the
 // device's memory is irrelevant here. Under report it picks nobody.
-func DecideEscapes(escapes []Escape, u Usage, caps map[string]uint64, p Policy, h History, picked []Action) []Action {
-	if p != PolicyEnforce {
+func DecideEscapes(escapes []Escape, u Usage, caps map[string]uint64, p config.AccountingPolicy, h History, picked []Action) []Action {
+	if p != config.AccountingEnforce {
 		return nil
 	}
 	taken := map[int]bool{}

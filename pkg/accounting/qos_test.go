@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/pci"
 	"yunion.io/x/mps-daemon/pkg/vdev"
@@ -79,8 +80,7 @@ func TestCheckQoS(t *testing.T) {
 
 func TestBatchQoS(t *testing.T) {
 	g := gpu.Info{UUID: gpuA, PCI: pci.Address{Bus: 0x1a}, MemoryTotalBytes: 81559 << 20}
-	auto, _ := vdev.ParseThreadPolicy("auto")
-	devs := vdev.SplitQoS(g, 4, auto, vdev.QoS{LatencySlices: []int{0}, ReservePercent: 8})
+	devs := vdev.Split(g, 4, 100, vdev.QoS{LatencySlices: []int{0}, ReservePercent: 8})
 	server := vdev.DefaultsOf(devs)
 	got := BatchQoS(devs, server)
 	want := DeviceQoS{ThreadPercentage: 30, ClientPriority: 1, Server: vdev.ServerDefaults{ThreadPercentage: 100, ClientPriority: 1}}
@@ -90,7 +90,7 @@ func TestBatchQoS(t *testing.T) {
 	if _, ok := got[gpuA+"::0"]; ok {
 		t.Error("the latency slice is checked")
 	}
-	if n := len(BatchQoS(vdev.SplitThreads(g, 4, auto), vdev.ServerDefaults{ThreadPercentage: 100})); n != 0 {
+	if n := len(BatchQoS(vdev.Split(g, 4, config.AutoThreads.Percentage(4), vdev.QoS{}), vdev.ServerDefaults{ThreadPercentage: 100})); n != 0 {
 		t.Errorf("a GPU without mps_qos has %d checked devices", n)
 	}
 }
@@ -131,7 +131,7 @@ func TestAccountantTerminatesQoSEscapes(t *testing.T) {
 	procs := map[string][]gpu.Process{gpuA: {{PID: 10, UsedMemoryBytes: gib}, {PID: 20, UsedMemoryBytes: gib},
 		{PID: 21, UsedMemoryBytes: gib}, {PID: 30, UsedMemoryBytes: gib}, {PID: 31, UsedMemoryBytes: gib}}}
 
-	r := acct.Tick(t.Context(), PolicyReport, procs, caps, qos, terms)
+	r := acct.Tick(t.Context(), config.AccountingReport, procs, caps, qos, terms)
 	var pids []int
 	for _, e := range r.Usage.Escapes {
 		pids = append(pids, e.PID)
@@ -143,7 +143,7 @@ func TestAccountantTerminatesQoSEscapes(t *testing.T) {
 		t.Errorf("escape %+v", e)
 	}
 
-	r = acct.Tick(t.Context(), PolicyEnforce, procs, caps, qos, terms)
+	r = acct.Tick(t.Context(), config.AccountingEnforce, procs, caps, qos, terms)
 	if got := stepNames(r.Steps); !slices.Equal(got, []string{"21:terminate_client", "30:terminate_client"}) {
 		t.Errorf("steps %v, want 21 and 30 terminated", got)
 	}
@@ -153,7 +153,7 @@ func TestAccountantTerminatesQoSEscapes(t *testing.T) {
 		}
 	}
 	clock.advance(grace + time.Second)
-	acct.Tick(t.Context(), PolicyEnforce, procs, caps, qos, terms)
+	acct.Tick(t.Context(), config.AccountingEnforce, procs, caps, qos, terms)
 	for _, s := range killer.sent {
 		if !strings.HasPrefix(s, "21:") && !strings.HasPrefix(s, "30:") {
 			t.Errorf("signalled %s: only the escapes may be", s)
@@ -177,7 +177,7 @@ func TestHugeEnvironmentIsAnEscape(t *testing.T) {
 	proc.addContainer(40, 1, 400, "b", b1)
 	proc.write(40, "environ", env("PAD="+strings.Repeat("x", maxEnviron), "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=13", "CUDA_MPS_CLIENT_PRIORITY=1"))
 	acct := New(Options{ProcRoot: proc.root, Identities: proc.store.Table})
-	r := acct.Tick(t.Context(), PolicyReport, map[string][]gpu.Process{gpuA: {{PID: 40, UsedMemoryBytes: gib}}},
+	r := acct.Tick(t.Context(), config.AccountingReport, map[string][]gpu.Process{gpuA: {{PID: 40, UsedMemoryBytes: gib}}},
 		map[string]uint64{b1: 20 * gib}, map[string]DeviceQoS{b1: batch13}, nil)
 	if len(r.Usage.Escapes) != 1 || !strings.Contains(r.Usage.Escapes[0].Reason, "cannot be read") {
 		t.Errorf("escapes %+v, want PID 40 for its unreadable environment", r.Usage.Escapes)

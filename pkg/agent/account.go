@@ -7,6 +7,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -56,9 +57,8 @@ type MismatchState struct {
 // grace periods between terminate_client, SIGTERM and SIGKILL are checked
 // on later ticks.
 func (a *Agent) account(ctx context.Context) {
-	// host.conf's parser checked the value (off, report or enforce).
-	policy := accounting.Policy(a.config().Host.Accounting)
-	if policy == accounting.PolicyOff {
+	policy := a.config().Host.Accounting
+	if policy == config.AccountingOff {
 		a.acct.Tick(ctx, policy, nil, nil, nil, nil)
 		a.noteUsage(accounting.Report{Policy: policy})
 		return

@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
-	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/vdev"
@@ -187,16 +186,4 @@ func (s Status) device(name string) *DeviceStatus {
 		}
 	}
 	return nil
-}
-
-// host.conf's mps_accounting values are taken as accounting policies as
-// they are: the two spellings must not drift apart.
-func TestConfigAccountingValuesArePolicies(t *testing.T) {
-	for v, p := range map[string]accounting.Policy{
-		config.AccountingOff: accounting.PolicyOff, config.AccountingReport: accounting.PolicyReport, config.AccountingEnforce: accounting.PolicyEnforce,
-	} {
-		if accounting.Policy(v) != p {
-			t.Errorf("mps_accounting %q is not accounting policy %q", v, p)
-		}
-	}
 }

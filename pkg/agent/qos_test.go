@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/vdev"
@@ -66,7 +67,7 @@ func (h *harness) specEnv(t *testing.T) map[string]map[string]string {
 // priority 1; GPU 1 stays as it was.
 func TestQoSSlicesReachEveryEdge(t *testing.T) {
 	h := newHarness(t, "", eightWithQoS)
-	h.cfg.Host.ThreadPercentage = "auto"
+	h.cfg.Host.Threads = config.AutoThreads
 	ctx := context.Background()
 	if err := h.agent.Reconcile(ctx); err != nil {
 		t.Fatal(err)
@@ -214,7 +215,7 @@ func TestAdoptedDaemonAtPriorityOne(t *testing.T) {
 // terminated; the others are untouched.
 func TestQoSEscapeTerminatedUnderEnforce(t *testing.T) {
 	h := newHarness(t, "mps_accounting: enforce\n", eightWithQoS)
-	h.cfg.Host.ThreadPercentage = "auto"
+	h.cfg.Host.Threads = config.AutoThreads
 	killer := &signals{}
 	h.withFakeProc(t, killer)
 	ctx := context.Background()

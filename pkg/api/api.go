@@ -63,7 +63,8 @@ type IsolatedDevice struct {
 	MPSMemoryLimit int `json:"mps_memory_limit"`
 	// MPSMemoryTotal is the physical GPU's memory in MiB.
 	MPSMemoryTotal int `json:"mps_memory_total"`
-	// MPSThreadPercentage is the active thread percentage: 100 / N.
+	// MPSThreadPercentage is the active thread percentage: the share the
+	// host's thread policy or the device's QoS class gives it.
 	MPSThreadPercentage int `json:"mps_thread_percentage"`
 	// GuestID is who holds the device; empty when free.
 	GuestID string `json:"guest_id"`

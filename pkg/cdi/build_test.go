@@ -182,7 +182,7 @@ func TestNames(t *testing.T) {
 
 func TestFromVirtual(t *testing.T) {
 	g := gpu.Info{UUID: gpuA, Minor: 5, MemoryTotalBytes: 143771 << 20}
-	vs := vdev.Split(g, 4)
+	vs := vdev.Split(g, 4, 25, vdev.QoS{})
 	d := FromVirtual(vs[2], idA0, "/run/pipe/"+gpuA)
 	want := Device{GPUUUID: gpuA, Index: 2, ID: idA0, Minor: 5, PipeDir: "/run/pipe/" + gpuA,
 		MemoryLimitMiB: vs[2].MemoryLimitMiB, ThreadPercentage: 25}
@@ -190,8 +190,7 @@ func TestFromVirtual(t *testing.T) {
 		t.Errorf("FromVirtual = %+v (%s), want %+v", d, d.Name(), want)
 	}
 	// A batch device of a GPU with mps_qos: its own share, below normal.
-	auto, _ := vdev.ParseThreadPolicy("auto")
-	qs := vdev.SplitQoS(g, 8, auto, vdev.QoS{LatencySlices: []int{0}, ReservePercent: 8})
+	qs := vdev.Split(g, 8, 50, vdev.QoS{LatencySlices: []int{0}, ReservePercent: 8})
 	if l, b := FromVirtual(qs[0], "", "/p"), FromVirtual(qs[5], "", "/p"); l.ThreadPercentage != 50 || l.ClientPriority != 0 || b.ThreadPercentage != 13 || b.ClientPriority != 1 {
 		t.Errorf("latency %+v, batch %+v: want 50%% at priority 0 and 13%% at priority 1", l, b)
 	}

@@ -214,7 +214,7 @@ func (hc *HostConf) checkCloudpods() []error {
 	if hc.Line("mps_thread_percentage") == 0 {
 		// Cloudpods' host agent writes 100/N into the rows it shares with
 		// us; the same policy keeps either agent from rewriting the other's.
-		hc.ThreadPercentage = "even"
+		hc.Threads = EvenThreads
 	}
 	return errs
 }

@@ -286,15 +286,6 @@ func TestBuildErrors(t *testing.T) {
 	}
 }
 
-func TestBuildRejectsABadThreadPolicy(t *testing.T) {
-	gpus, r := host(t)
-	_, err := Build(hostConf(t, "enable_cuda_mps: true\nzone: a\nmps_thread_percentage: 120\n"), nil, gpus, r)
-	want := `host.conf:3: mps_thread_percentage: "120": want auto, even, none, K/N or a percentage from 1 to 100`
-	if err == nil || err.Error() != want {
-		t.Fatalf("got %v, want %s", err, want)
-	}
-}
-
 func TestBuildReplicasWithoutFile(t *testing.T) {
 	gpus, r := host(t)
 	hc := config.DefaultHostConf()

@@ -23,7 +23,7 @@ func (p *Plan) Write(w io.Writer) error {
 	for _, g := range p.GPUs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", g.GPU.PCI, g.GPU.UUID, g.GPU.Name,
 			g.GPU.MemoryTotalMiB(), g.N, vdev.MemoryLimitMiB(g.GPU.MemoryTotalMiB(), g.N), p.Threads.Percentage(g.N),
-			g.QoS.Describe(g.N, p.Threads), g.Source)
+			g.QoS.Describe(g.N, p.Threads.Percentage(g.N)), g.Source)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing plan: %w", err)

@@ -36,8 +36,9 @@ func TestBatchShare(t *testing.T) {
 
 func TestSplitQoS(t *testing.T) {
 	g := gpu.Info{UUID: "GPU-1", PCI: pci.Address{Bus: 0x1a}, MemoryTotalBytes: 81559 << 20}
-	auto, _ := ParseThreadPolicy("auto")
-	even, _ := ParseThreadPolicy("even")
+	// The shares auto (400/N) and even (100/N) give N devices.
+	auto := func(n int) int { return min(100, 400/n) }
+	even := func(n int) int { return 100 / n }
 	type dev struct {
 		threads int
 		class   Class
@@ -46,7 +47,7 @@ func TestSplitQoS(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		n        int
-		policy   ThreadPolicy
+		policy   func(n int) int
 		q        QoS
 		want     []dev
 		defaults ServerDefaults
@@ -62,7 +63,7 @@ func TestSplitQoS(t *testing.T) {
 		{"empty list: as none", 2, auto, QoS{ReservePercent: 8}, []dev{{100, S}, {100, S}}, ServerDefaults{100, 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			devs := SplitQoS(g, tc.n, tc.policy, tc.q)
+			devs := Split(g, tc.n, tc.policy(tc.n), tc.q)
 			if len(devs) != len(tc.want) {
 				t.Fatalf("%d devices, want %d", len(devs), len(tc.want))
 			}
@@ -92,7 +93,7 @@ func TestMostProtective(t *testing.T) {
 }
 
 func TestQoSDescribe(t *testing.T) {
-	auto, _ := ParseThreadPolicy("auto")
+	auto := func(n int) int { return min(100, 400/n) }
 	for _, tc := range []struct {
 		q    QoS
 		n    int
@@ -103,7 +104,7 @@ func TestQoSDescribe(t *testing.T) {
 		{QoS{LatencySlices: []int{3, 1}, ReservePercent: 8}, 4, "latency [1 3] at 100%; 2 batch at 46%, priority 1"},
 		{QoS{LatencySlices: []int{0, 1}, ReservePercent: 8}, 2, "every slice latency: as without mps_qos"},
 	} {
-		if got := tc.q.Describe(tc.n, auto); got != tc.want {
+		if got := tc.q.Describe(tc.n, auto(tc.n)); got != tc.want {
 			t.Errorf("%+v N=%d: %q, want %q", tc.q, tc.n, got, tc.want)
 		}
 	}

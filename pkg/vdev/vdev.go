@@ -1,7 +1,8 @@
 // Package vdev is the arithmetic of splitting one physical GPU into N MPS
-// virtual devices, with Cloudpods' rules so the inventory rows match what a
-// Cloudpods host would register: memory.total / N and 100 / N, both by
-// integer division, and slices numbered from 0.
+// virtual devices: each capped at memory.total / N (integer division, as
+// Cloudpods' host agent computes it, so the inventory rows match), given the
+// share of the SMs the host's thread policy sets (config.ThreadPolicy) or
+// its QoS class (qos.go), and numbered from 0 as Cloudpods numbers slices.
 package vdev
 
 import (
@@ -21,15 +22,6 @@ func MemoryLimitMiB(totalMiB, n int) int {
 	return totalMiB / n
 }
 
-// ThreadPercentage is the active thread percentage of one of n virtual
-// devices. It is 0 when n < 1.
-func ThreadPercentage(n int) int {
-	if n < 1 {
-		return 0
-	}
-	return 100 / n
-}
-
 // Device is one virtual device: a slice of a physical GPU.
 type Device struct {
 	GPU gpu.Info
@@ -46,13 +38,7 @@ type Device struct {
 	Class Class
 }
 
-// Split divides g into n virtual devices with Cloudpods' thread percentage
-// (ThreadPercentage); nil when n < 1. SplitThreads takes a host's policy.
-func Split(g gpu.Info, n int) []Device {
-	return split(g, n, ThreadPercentage(n))
-}
-
-// split divides g into n devices of threadPct percent each.
+// split divides g into n devices of threadPct percent each; nil when n < 1.
 func split(g gpu.Info, n, threadPct int) []Device {
 	if n < 1 {
 		return nil

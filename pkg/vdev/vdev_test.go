@@ -37,14 +37,6 @@ func TestMemoryLimitMiB(t *testing.T) {
 	}
 }
 
-func TestThreadPercentage(t *testing.T) {
-	for n, want := range map[int]int{1: 100, 2: 50, 3: 33, 7: 14, 16: 6, 48: 2, 0: 0} {
-		if got := ThreadPercentage(n); got != want {
-			t.Errorf("ThreadPercentage(%d) = %d, want %d", n, got, want)
-		}
-	}
-}
-
 func h200(t *testing.T, addr string) gpu.Info {
 	t.Helper()
 	a, err := pci.Parse(addr)
@@ -60,7 +52,7 @@ func h200(t *testing.T, addr string) gpu.Info {
 
 func TestSplit(t *testing.T) {
 	g := h200(t, "00000000:AF:00.0")
-	devs := Split(g, 4)
+	devs := Split(g, 4, 25, QoS{})
 	if len(devs) != 4 {
 		t.Fatalf("got %d devices, want 4", len(devs))
 	}
@@ -71,10 +63,10 @@ func TestSplit(t *testing.T) {
 			t.Errorf("device %d: got %+v, want %+v", i, d, want)
 		}
 	}
-	if got := Split(g, 0); got != nil {
+	if got := Split(g, 0, 100, QoS{}); got != nil {
 		t.Errorf("Split by 0 gave %d devices, want none", len(got))
 	}
-	if got := Split(g, 1); len(got) != 1 || got[0].Addr != "af:00.0-0" || got[0].MemoryLimitMiB != 143771 {
+	if got := Split(g, 1, 100, QoS{}); len(got) != 1 || got[0].Addr != "af:00.0-0" || got[0].MemoryLimitMiB != 143771 {
 		t.Errorf("Split by 1 gave %+v, want the whole GPU as af:00.0-0", got)
 	}
 }
@@ -89,7 +81,7 @@ func TestAPI(t *testing.T) {
 	noLink := h200(t, "0000:3b:00.0")
 	noLink.PCIeGeneration = 0
 	var rows []any
-	for _, d := range append(Split(p40, 2), Split(noLink, 3)[2]) {
+	for _, d := range append(Split(p40, 2, 50, QoS{}), Split(noLink, 3, 33, QoS{})[2]) {
 		rows = append(rows, d.API("197c1d98-316a-42e6-889d-68497153cc82"))
 	}
 	got, err := json.MarshalIndent(rows, "", "  ")

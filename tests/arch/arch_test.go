@@ -100,7 +100,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/inventory/client": {"pkg/api"},
 		"pkg/mpsctl":           {"pkg/api", "pkg/config", "pkg/inventory/client", "pkg/version"},
 		"pkg/identity":         {"pkg/vdev", "pkg/atomicfile"},
-		"pkg/accounting":       {"pkg/gpu", "pkg/vdev", "pkg/identity"},
+		"pkg/accounting":       {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/identity"},
 		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/version", "pkg/atomicfile", "pkg/identity"},
 		"pkg/agent":            {"pkg/api", "pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/pci", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/atomicfile", "pkg/systemd", "pkg/identity"},
 		"pkg/metrics":          {"pkg/version"},

@@ -1,19 +1,20 @@
-package vdev
+package config
 
 import (
 	"fmt"
 	"strconv"
 	"strings"
 
-	"yunion.io/x/mps-daemon/pkg/gpu"
+	"gopkg.in/yaml.v3"
 )
 
 // ThreadPolicy decides the active thread percentage (the share of the GPU's
 // SMs an MPS client may use) of each of a GPU's N virtual devices. It is set
-// per host with host.conf's mps_thread_percentage:
+// per host with host.conf's mps_thread_percentage (HostConf.Threads):
 //
 //	auto    the measured default (AutoThreadPolicy; docs/benchmarks.md)
-//	even    100/N, Cloudpods' rule: the shares add up to the whole GPU
+//	even    100/N, what Cloudpods' host agent writes: the shares add up to
+//	        the whole GPU
 //	none    100: no thread cap, MPS schedules clients freely
 //	K/N     K/N percent, at most 100 (e.g. 200/N lets each device use twice
 //	        its even share while others are idle)
@@ -32,7 +33,8 @@ type ThreadPolicy struct {
 // on an H200 (docs/benchmarks.md, "Thread policy").
 const AutoThreadPolicy = "400/N"
 
-// ParseThreadPolicy reads a policy as host.conf spells it.
+// ParseThreadPolicy reads a policy as host.conf spells it; the empty string
+// is auto.
 func ParseThreadPolicy(s string) (ThreadPolicy, error) {
 	orig := s
 	s = strings.TrimSpace(s)
@@ -83,7 +85,26 @@ func (p ThreadPolicy) String() string {
 	return strconv.Itoa(p.Fixed)
 }
 
-// SplitThreads is Split with the thread percentage of policy.
-func SplitThreads(g gpu.Info, n int, policy ThreadPolicy) []Device {
-	return split(g, n, policy.Percentage(n))
+// Thread policies a host gets without mps_thread_percentage: auto, or even
+// under a Cloudpods region (checkCloudpods).
+var (
+	AutoThreads = mustThreadPolicy("auto")
+	EvenThreads = mustThreadPolicy("even")
+)
+
+func mustThreadPolicy(s string) ThreadPolicy {
+	p, err := ParseThreadPolicy(s)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// threadPolicy reads mps_thread_percentage.
+func threadPolicy(v *yaml.Node) (ThreadPolicy, error) {
+	s, err := scalarValue(v)
+	if err != nil {
+		return ThreadPolicy{}, err
+	}
+	return ParseThreadPolicy(s)
 }

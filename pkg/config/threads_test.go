@@ -1,11 +1,8 @@
-package vdev
+package config
 
 import (
 	"strings"
 	"testing"
-
-	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/pci"
 )
 
 func TestThreadPolicies(t *testing.T) {
@@ -42,16 +39,6 @@ func TestThreadPolicies(t *testing.T) {
 	for _, bad := range []string{"0", "101", "-5", "fast", "0/N", "N", "50%", "100/M"} {
 		if _, err := ParseThreadPolicy(bad); err == nil || !strings.Contains(err.Error(), bad) {
 			t.Errorf("ParseThreadPolicy(%q) = %v, want an error naming the value", bad, err)
-		}
-	}
-}
-
-func TestSplitThreadsKeepsTheMemoryCap(t *testing.T) {
-	g := gpu.Info{UUID: "GPU-1", PCI: pci.Address{Bus: 0x1a}, MemoryTotalBytes: 143771 << 20}
-	none, _ := ParseThreadPolicy("none")
-	for _, d := range SplitThreads(g, 4, none) {
-		if d.ThreadPercentage != 100 || d.MemoryLimitMiB != 143771/4 {
-			t.Errorf("%s: %d%% and %d MiB; want 100%% and total/4 whatever the thread policy", d.Addr, d.ThreadPercentage, d.MemoryLimitMiB)
 		}
 	}
 }
