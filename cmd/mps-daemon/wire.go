@@ -11,6 +11,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/gpu/nvml"
 	"yunion.io/x/mps-daemon/pkg/logging"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 )
 
 // host is the GPU side of the wiring: real NVML and nvidia-cuda-mps-control,
@@ -34,7 +35,7 @@ func openHost(f flags, cfg *agent.Config, log *slog.Logger) (*host, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &host{backend: b, runner: mps.NewSimRunner(log.With("component", "mps-sim")), sysfsRoot: sim.SysfsRoot(), devRoot: sim.DevRoot()}, nil
+	return &host{backend: b, runner: mpssim.New(log.With("component", "mps-sim")), sysfsRoot: sim.SysfsRoot(), devRoot: sim.DevRoot()}, nil
 }
 
 // wiring is what serving and tearing down both need.

@@ -13,6 +13,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 )
 
 // TestAccountantEnforcesWithSimulatedMPS is the GPU suite's scenario on the
@@ -22,7 +23,7 @@ import (
 func TestAccountantEnforcesWithSimulatedMPS(t *testing.T) {
 	dir := t.TempDir()
 	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l"), VisibleDevices: gpuA}
-	sim := mps.NewSimRunner(nil)
+	sim := mpssim.New(nil)
 	ctl := mps.NewController(sim, env, 5*time.Second, nil)
 	if _, err := ctl.Ensure(t.Context()); err != nil {
 		t.Fatal(err)

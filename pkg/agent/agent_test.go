@@ -23,6 +23,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 	"yunion.io/x/mps-daemon/pkg/pci"
 )
 
@@ -101,7 +102,7 @@ type harness struct {
 	t       testing.TB
 	dir     string
 	backend *fakeBackend
-	runner  *mps.SimRunner
+	runner  *mpssim.Runner
 	inv     *recordingInventory
 	agent   *Agent
 	cfg     *Config
@@ -132,7 +133,7 @@ func newHarness(t testing.TB, hostConf, devices string) *harness {
 
 	hc := fmt.Sprintf("enable_cuda_mps: true\ncuda_mps_pipe_directory: %s/pipe\ncuda_mps_log_directory: %s/log\nmps_state_directory: %s/state\nmps_cdi_directory: %s/cdi\nmps_thread_percentage: even\nmps_host_name: node-1\nmps_inventory_url: %s\n%s",
 		dir, dir, dir, dir, srv.URL, hostConf)
-	h := &harness{t: t, dir: dir, backend: &fakeBackend{gpus: twoGPUs()}, runner: mps.NewSimRunner(slog.New(slog.DiscardHandler))}
+	h := &harness{t: t, dir: dir, backend: &fakeBackend{gpus: twoGPUs()}, runner: mpssim.New(slog.New(slog.DiscardHandler))}
 	hcParsed, err := config.ParseHostConf(filepath.Join(dir, "host.conf"), []byte(hc))
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +272,7 @@ func TestComputeModeLeftAloneWhenConfigured(t *testing.T) {
 
 // failingRunner is the simulated control with one GPU's daemon unable to start.
 type failingRunner struct {
-	*mps.SimRunner
+	*mpssim.Runner
 	badPipe string
 }
 
@@ -279,12 +280,12 @@ func (f failingRunner) Start(ctx context.Context, env mps.Env) error {
 	if env.PipeDir == f.badPipe {
 		return errors.New("nvidia-cuda-mps-control: cannot start")
 	}
-	return f.SimRunner.Start(ctx, env)
+	return f.Runner.Start(ctx, env)
 }
 
 func TestAGPUWhoseMPSFailsIsMarkedUnhealthyAndTheOthersAreOffered(t *testing.T) {
 	h := newHarness(t, "", fourAndTwo)
-	h.agent.opts.Runner = failingRunner{SimRunner: h.runner, badPipe: h.pipeDir(1)}
+	h.agent.opts.Runner = failingRunner{Runner: h.runner, badPipe: h.pipeDir(1)}
 	err := h.agent.Reconcile(context.Background())
 	if err == nil || !strings.Contains(err.Error(), twoGPUs()[1].UUID) {
 		t.Fatalf("want an error naming the failed GPU, got %v", err)

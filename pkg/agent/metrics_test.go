@@ -23,7 +23,7 @@ func TestReconcileErrorsByKind(t *testing.T) {
 	}{
 		{metrics.ErrorInventory, func(h *harness) { h.inv.fail = errors.New("connection refused") }},
 		{metrics.ErrorConfig, func(h *harness) { h.backend.gpus = h.backend.gpus[:1] }}, // the YAML names a GPU that is gone
-		{metrics.ErrorMPS, func(h *harness) { h.agent.opts.Runner = failingRunner{SimRunner: h.runner, badPipe: h.pipeDir(1)} }},
+		{metrics.ErrorMPS, func(h *harness) { h.agent.opts.Runner = failingRunner{Runner: h.runner, badPipe: h.pipeDir(1)} }},
 		{metrics.ErrorGPU, func(h *harness) { h.backend.setErr = errors.New("NVML: insufficient permissions") }},
 	}
 	for _, tt := range tests {

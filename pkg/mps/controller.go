@@ -244,9 +244,9 @@ func (c *Controller) SetDefaults(ctx context.Context, l Limits) error {
 	// The range check also catches what the echo cannot: 100.04 is refused
 	// but echoes an unchanged 100.0 as "100.0".
 	inRange := l.ThreadPercentage > 0 && l.ThreadPercentage <= 100
-	if !inRange || formatThreadPercentage(echo) != formatThreadPercentage(l.ThreadPercentage) {
+	if !inRange || FormatThreadPercentage(echo) != FormatThreadPercentage(l.ThreadPercentage) {
 		return fmt.Errorf("mps refused active thread percentage %s (valid: above 0, at most 100): it still reads %s",
-			p, formatThreadPercentage(echo))
+			p, FormatThreadPercentage(echo))
 	}
 	cmd := "set_default_device_pinned_mem_limit " + c.ordinal + " " + FormatMemLimit(l.PinnedMemMiB)
 	out, err = c.command(ctx, cmd)
@@ -275,7 +275,7 @@ func (c *Controller) SetDefaults(ctx context.Context, l Limits) error {
 // checkReadBack compares limits as the getters print them (rounded, see
 // DisplayMemLimit) with what was set; nil when they match.
 func checkReadBack(got, want Limits) error {
-	if g, w := formatThreadPercentage(got.ThreadPercentage), formatThreadPercentage(want.ThreadPercentage); g != w {
+	if g, w := FormatThreadPercentage(got.ThreadPercentage), FormatThreadPercentage(want.ThreadPercentage); g != w {
 		return fmt.Errorf("active thread percentage reads back %s, want %s", g, w)
 	}
 	if g, w := DisplayMemLimit(got.PinnedMemMiB), DisplayMemLimit(want.PinnedMemMiB); g != w {

@@ -26,11 +26,14 @@ var (
 	ErrPIDRequired = errors.New("MPS control command needs a server PID")
 )
 
+// What the control client prints for its failures (docs/gpu-runs/
+// mps-probe*.txt): checkOutput reads them, the simulated control
+// (pkg/mps/mpssim) prints them.
 const (
-	msgNoDaemon       = "Cannot find MPS control daemon process"
-	msgUnknownCommand = "Unknown command \""
-	msgInvalidCommand = "Invalid command format."
-	msgPIDRequired    = "A server PID is required"
+	MsgNoDaemon       = "Cannot find MPS control daemon process"
+	MsgUnknownCommand = "Unknown command \""
+	MsgInvalidCommand = "Invalid command format."
+	MsgPIDRequired    = "A server PID is required"
 )
 
 // checkOutput classifies one answer of the control client. A nil result means
@@ -38,7 +41,7 @@ const (
 func checkOutput(command string, o Output) error {
 	if o.ExitCode != 0 {
 		stderr := strings.TrimSpace(o.Stderr)
-		if strings.Contains(stderr, msgNoDaemon) {
+		if strings.Contains(stderr, MsgNoDaemon) {
 			return fmt.Errorf("mps control %q: %w", command, ErrNoDaemon)
 		}
 		if stderr == "" {
@@ -49,13 +52,13 @@ func checkOutput(command string, o Output) error {
 	first, _, _ := strings.Cut(strings.TrimSpace(o.Stdout), "\n")
 	var sentinel error
 	switch {
-	case strings.HasPrefix(first, msgUnknownCommand):
+	case strings.HasPrefix(first, MsgUnknownCommand):
 		sentinel = ErrUnknownCommand
-	case first == msgInvalidCommand:
+	case first == MsgInvalidCommand:
 		sentinel = ErrInvalidCommand
-	case first == msgPIDRequired:
+	case first == MsgPIDRequired:
 		sentinel = ErrPIDRequired
-	case first == msgInvalidPriority:
+	case first == MsgInvalidPriority:
 		sentinel = ErrInvalidPriority
 	case isServerNotFound(first):
 		sentinel = ErrServerNotFound
@@ -93,9 +96,9 @@ func ParseThreadPercentage(out string) (float64, error) {
 	return p, nil
 }
 
-// formatThreadPercentage is the control's own spelling of a percentage; two
+// FormatThreadPercentage is the control's own spelling of a percentage; two
 // percentages are the same to the control when they print the same.
-func formatThreadPercentage(p float64) string {
+func FormatThreadPercentage(p float64) string {
 	return strconv.FormatFloat(p, 'f', 1, 64)
 }
 

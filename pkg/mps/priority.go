@@ -29,7 +29,9 @@ import (
 // ErrInvalidPriority: `Invalid priority value - must be 0 or 1!`.
 var ErrInvalidPriority = errors.New("invalid MPS client priority")
 
-const msgInvalidPriority = "Invalid priority value - must be 0 or 1!"
+// MsgInvalidPriority is what set_default_client_priority answers to a value
+// other than 0 and 1.
+const MsgInvalidPriority = "Invalid priority value - must be 0 or 1!"
 
 // ParseClientPriority reads the answer of get_default_client_priority.
 func ParseClientPriority(out string) (int, error) {

@@ -94,7 +94,8 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/config":           {},
 		"pkg/vdev":             {"pkg/api", "pkg/gpu", "pkg/pci"},
 		"pkg/plan":             {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/pci"},
-		"pkg/mps":              {"pkg/atomicfile"},
+		"pkg/mps":              {},
+		"pkg/mps/mpssim":       {"pkg/mps", "pkg/atomicfile"},
 		"pkg/inventory/store":  {"pkg/api"},
 		"pkg/inventory/server": {"pkg/api", "pkg/inventory/store", "pkg/metrics", "pkg/atomicfile"},
 		"pkg/inventory/client": {"pkg/api"},
@@ -127,6 +128,20 @@ func TestDependenciesPointOneWay(t *testing.T) {
 			}
 			if !found {
 				t.Errorf("%s imports %s, against the direction of dependencies", dir, ours)
+			}
+		}
+	}
+}
+
+// simulators stand in for the GPU and MPS where there is none: tests use
+// them, and the --simulate wiring of cmd/mps-daemon (wire.go), nothing else.
+var simulators = []string{"pkg/mps/mpssim"}
+
+func TestOnlyTheSimulateWiringImportsSimulators(t *testing.T) {
+	for dir, imps := range imports(t) {
+		for _, sim := range simulators {
+			if imps[module+sim] && dir != "cmd/mps-daemon" && !testSupport(dir) {
+				t.Errorf("%s imports the simulator %s: only tests and mps-daemon's --simulate wiring may", dir, sim)
 			}
 		}
 	}

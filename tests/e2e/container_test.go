@@ -13,7 +13,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/agent"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/gpu/nvml"
-	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 )
 
 // tenantScript runs as a container's PID 1. It prints what the container
@@ -127,7 +127,7 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 	pids["forger"] = c.pid(t, "forger")
 	usedMiB := map[string]uint64{"keep": 4096, "unset": 2048, "rewrite": 2048, "chroot": 1024, "deep": 512, "hidden": 1024, "other": 8192, "forger": 512}
 	simRoot := filepath.Join(e.dir, "state", "simulated-host")
-	sim := mps.NewSimRunner(nil)
+	sim := mpssim.New(nil)
 	setClients := func() {
 		t.Helper()
 		var procs []gpu.Process

@@ -15,6 +15,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/gpu/nvml"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 )
 
 // qosYAML shares the simulated host's first GPU (bus 18) in 8 with slice 0
@@ -135,7 +136,7 @@ func TestQoSOnASimulatedHost(t *testing.T) {
 			t.Errorf("/status %s: %+v, want %+v", name, d, w)
 		}
 	}
-	sim := mps.NewSimRunner(nil)
+	sim := mpssim.New(nil)
 	for _, c := range []struct {
 		g       agent.GPUStatus
 		threads float64

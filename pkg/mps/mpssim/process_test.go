@@ -1,4 +1,4 @@
-package mps
+package mpssim
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+
+	"yunion.io/x/mps-daemon/pkg/mps"
 )
 
 // TestMain doubles as the helper process of TestSimSharedAcrossProcesses: run
@@ -28,7 +30,7 @@ func simHelper(dir, first string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	s := NewSimRunner(nil)
+	s := New(nil)
 	for i := range helperClients {
 		if _, err := s.AddClient(dir, base+i); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -43,8 +45,8 @@ func simHelper(dir, first string) int {
 // one of them.
 func TestSimSharedAcrossProcesses(t *testing.T) {
 	dir := t.TempDir()
-	env := Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
-	s := NewSimRunner(nil)
+	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
+	s := New(nil)
 	if err := s.Start(t.Context(), env); err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +64,7 @@ func TestSimSharedAcrossProcesses(t *testing.T) {
 		})
 	}
 	wg.Go(func() {
-		other := NewSimRunner(nil) // a second runner in this process, too
+		other := New(nil) // a second runner in this process, too
 		for i := range helperClients {
 			if _, err := other.AddClient(env.PipeDir, 200000+i); err != nil {
 				errs <- err
@@ -79,7 +81,7 @@ func TestSimSharedAcrossProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pids, err := ParsePIDList(servers.Stdout)
+	pids, err := mps.ParsePIDList(servers.Stdout)
 	if err != nil || len(pids) != 1 {
 		t.Fatalf("servers %v (%v), want exactly one lazy server", pids, err)
 	}
@@ -87,7 +89,7 @@ func TestSimSharedAcrossProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clients, err := ParsePIDList(out.Stdout)
+	clients, err := mps.ParsePIDList(out.Stdout)
 	if err != nil {
 		t.Fatal(err)
 	}

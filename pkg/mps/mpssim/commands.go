@@ -1,4 +1,4 @@
-package mps
+package mpssim
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"yunion.io/x/mps-daemon/pkg/mps"
 )
 
 // simCommand answers one command line against a running daemon's state, as
@@ -55,7 +57,7 @@ func simCommand(st **simState, line string) (stdout string, dirty bool) {
 		// arguments are read the C way (not measured).
 		p := cAtoi(arg(0))
 		if p != 0 && p != 1 {
-			return msgInvalidPriority + "\n", false
+			return mps.MsgInvalidPriority + "\n", false
 		}
 		d.DefaultClientPriority = p
 		return "", true
@@ -77,7 +79,7 @@ func simCommand(st **simState, line string) (stdout string, dirty bool) {
 
 	case "get_server_status":
 		if len(args) == 0 {
-			return msgPIDRequired + "\n", false
+			return mps.MsgPIDRequired + "\n", false
 		}
 		pid := cAtoi(arg(0))
 		srv := server(d, pid)
@@ -85,9 +87,9 @@ func simCommand(st **simState, line string) (stdout string, dirty bool) {
 			return notFound(pid), false
 		}
 		if srv.Fault {
-			return string(ServerFault) + "\n", false
+			return string(mps.ServerFault) + "\n", false
 		}
-		return string(ServerActive) + "\n", false
+		return string(mps.ServerActive) + "\n", false
 
 	case "get_client_list":
 		pid := cAtoi(arg(0)) // no PID: "Server 0 not found" (measured)
@@ -196,7 +198,7 @@ func simCommand(st **simState, line string) (stdout string, dirty bool) {
 		*st = nil
 		return "", true
 	}
-	return msgUnknownCommand + f[0] + "\"\n", false
+	return mps.MsgUnknownCommand + f[0] + "\"\n", false
 }
 
 func server(d *simState, pid int) *simServer {
@@ -233,10 +235,10 @@ func copyLimits(m map[int]int) map[int]int {
 	return out
 }
 
-func pct(p float64) string { return formatThreadPercentage(p) + "\n" }
+func pct(p float64) string { return mps.FormatThreadPercentage(p) + "\n" }
 
 func memLine(mib int) string {
-	if s := DisplayMemLimit(mib); s != "" {
+	if s := mps.DisplayMemLimit(mib); s != "" {
 		return s + "\n"
 	}
 	return ""

@@ -1,4 +1,4 @@
-package mps
+package mpssim
 
 import (
 	"strconv"

@@ -1,4 +1,8 @@
-package mps
+// Package mpssim is the simulated MPS control: what `mps-daemon --simulate`
+// and the tests run where there is no GPU. It answers as the real
+// nvidia-cuda-mps-control does, which pkg/mps's contract test checks against
+// both. Only tests and the --simulate wiring of cmd/mps-daemon import it.
+package mpssim
 
 import (
 	"context"
@@ -13,9 +17,11 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"yunion.io/x/mps-daemon/pkg/mps"
 )
 
-// SimRunner stands in for nvidia-cuda-mps-control where there is no GPU (CI,
+// Runner stands in for nvidia-cuda-mps-control where there is no GPU (CI,
 // the simulated host). It answers every command the daemon uses, and those
 // recorded in docs/gpu-runs/mps-probe.txt and mps-probe2.txt, with the same
 // stdout, stderr and exit code as the real control (CUDA 13, driver 580):
@@ -27,7 +33,7 @@ import (
 //   - thread percentages echoed as %.1f, out-of-range ones not applied;
 //   - pinned memory limits parsed the real way (a K suffix or anything else
 //     but G means M, 0 or garbage clears the limit) and printed rounded down
-//     to whole GiB (DisplayMemLimit); the exact value is kept;
+//     to whole GiB (mps.DisplayMemLimit); the exact value is kept;
 //   - lazy servers: AddClient starts one with the defaults of that moment;
 //   - one command per invocation (the real client reads only the first
 //     line; Run refuses a command holding a newline);
@@ -36,7 +42,7 @@ import (
 //
 // docs/gpu-runs/mps-probe3.txt settled some guesses on the same machine (missing
 // arguments, device ordinals, unknown PIDs). Still not measured, so modelled
-// by guess and marked "not measured" in sim_commands.go: terminate_client of
+// by guess and marked "not measured" in commands.go: terminate_client of
 // an unknown client on a live server, shutdown_server of a live server.
 // Client priorities answer as docs/gpu-runs/qos-probe.md recorded, and a
 // running server gives the clients that connect after the default changed
@@ -45,10 +51,10 @@ import (
 // (start_server, ...) answer as unknown commands.
 //
 // The daemon's state lives in a JSON file in the pipe directory, so a new
-// SimRunner in a new process finds the "running" daemon there, as the agent
+// Runner in a new process finds the "running" daemon there, as the agent
 // does after its own restart. A mutex and a flock on a lock file in the pipe
 // directory serialise every change, since two processes may share one.
-type SimRunner struct {
+type Runner struct {
 	log *slog.Logger
 	mu  sync.Mutex
 
@@ -74,17 +80,17 @@ const (
 	lockWait = 10 * time.Second
 )
 
-// NewSimRunner returns a simulated control. The device is named like the
+// New returns a simulated control. The device is named like the
 // GPU the probes ran on; SetDeviceName changes it.
-func NewSimRunner(log *slog.Logger) *SimRunner {
+func New(log *slog.Logger) *Runner {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &SimRunner{log: log, deviceName: "NVIDIA H200", firstServerPID: 4200001, proc: procInfo}
+	return &Runner{log: log, deviceName: "NVIDIA H200", firstServerPID: 4200001, proc: procInfo}
 }
 
 // SetDeviceName sets the device name daemons started afterwards report.
-func (s *SimRunner) SetDeviceName(name string) {
+func (s *Runner) SetDeviceName(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.deviceName = name
@@ -93,7 +99,7 @@ func (s *SimRunner) SetDeviceName(name string) {
 // SetCUDAOrder sets the host's GPUs in the order CUDA enumerates them when
 // CUDA_VISIBLE_DEVICES is unset. On a mixed host it differs from nvidia-smi's
 // PCI order: CUDA puts the fastest GPU first.
-func (s *SimRunner) SetCUDAOrder(uuids []string) {
+func (s *Runner) SetCUDAOrder(uuids []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cudaOrder = append([]string(nil), uuids...)
@@ -101,7 +107,7 @@ func (s *SimRunner) SetCUDAOrder(uuids []string) {
 
 // Start implements Runner: it "daemonizes" by writing the state file and the
 // files the real daemon leaves in the pipe and log directories.
-func (s *SimRunner) Start(ctx context.Context, env Env) error {
+func (s *Runner) Start(ctx context.Context, env mps.Env) error {
 	if env.PipeDir == "" {
 		return errors.New("simulated MPS control: no pipe directory")
 	}
@@ -120,7 +126,7 @@ func (s *SimRunner) Start(ctx context.Context, env Env) error {
 		devices = strings.Split(env.VisibleDevices, ",")
 	}
 	pid := os.Getpid()
-	if CheckPipeDir(env.PipeDir) != nil {
+	if mps.CheckPipeDir(env.PipeDir) != nil {
 		// The real daemon cannot bind its socket and dies; `-d` has returned 0.
 		s.controlLog(env, pid, "Failed to bind socket "+filepath.Join(env.PipeDir, "control_privileged"))
 		return nil
@@ -143,7 +149,7 @@ func (s *SimRunner) Start(ctx context.Context, env Env) error {
 				return false, fmt.Errorf("simulated MPS control: %w", err)
 			}
 		}
-		s.controlLog(env, pid, "Starting SIMULATED control daemon (yunion.io/x/mps-daemon/pkg/mps SimRunner) using socket "+
+		s.controlLog(env, pid, "Starting SIMULATED control daemon (yunion.io/x/mps-daemon/pkg/mps/mpssim) using socket "+
 			filepath.Join(env.PipeDir, "control"))
 		*st = &simState{
 			PID:                     pid,
@@ -160,17 +166,17 @@ func (s *SimRunner) Start(ctx context.Context, env Env) error {
 }
 
 // Run implements Runner.
-func (s *SimRunner) Run(ctx context.Context, env Env, command string) (Output, error) {
-	if err := checkCommand(command); err != nil {
-		return Output{}, err
+func (s *Runner) Run(ctx context.Context, env mps.Env, command string) (mps.Output, error) {
+	if err := mps.CheckCommand(command); err != nil {
+		return mps.Output{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Output{}, fmt.Errorf("mps control %q: %w", command, err)
+		return mps.Output{}, fmt.Errorf("mps control %q: %w", command, err)
 	}
-	var out Output
+	var out mps.Output
 	err := s.withState(ctx, env.PipeDir, func(st **simState) (bool, error) {
 		if *st == nil {
-			out = Output{Stderr: msgNoDaemon + "\n", ExitCode: 1}
+			out = mps.Output{Stderr: mps.MsgNoDaemon + "\n", ExitCode: 1}
 			return false, nil
 		}
 		pid := (*st).PID
@@ -189,14 +195,14 @@ func (s *SimRunner) Run(ctx context.Context, env Env, command string) (Output, e
 
 // AddClient connects a simulated client process: the first one starts the
 // lazy server, which copies the defaults of that moment, as the real one does.
-func (s *SimRunner) AddClient(pipeDir string, clientPID int) (serverPID int, err error) {
+func (s *Runner) AddClient(pipeDir string, clientPID int) (serverPID int, err error) {
 	comm, ns := s.proc(clientPID)
 	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
 	defer cancel()
 	err = s.withState(ctx, pipeDir, func(st **simState) (bool, error) {
 		d := *st
 		if d == nil {
-			return false, fmt.Errorf("adding simulated MPS client %d in %s: %w", clientPID, pipeDir, ErrNoDaemon)
+			return false, fmt.Errorf("adding simulated MPS client %d in %s: %w", clientPID, pipeDir, mps.ErrNoDaemon)
 		}
 		if len(d.Servers) == 0 {
 			d.Servers = append(d.Servers, simServer{
@@ -221,12 +227,12 @@ func (s *SimRunner) AddClient(pipeDir string, clientPID int) (serverPID int, err
 
 // RemoveClient disconnects a simulated client; its server stays up, as the
 // real one does after its last client exits.
-func (s *SimRunner) RemoveClient(pipeDir string, clientPID int) error {
+func (s *Runner) RemoveClient(pipeDir string, clientPID int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
 	defer cancel()
 	return s.withState(ctx, pipeDir, func(st **simState) (bool, error) {
 		if *st == nil {
-			return false, fmt.Errorf("removing simulated MPS client %d in %s: %w", clientPID, pipeDir, ErrNoDaemon)
+			return false, fmt.Errorf("removing simulated MPS client %d in %s: %w", clientPID, pipeDir, mps.ErrNoDaemon)
 		}
 		if !removeClient(*st, clientPID) {
 			return false, fmt.Errorf("removing simulated MPS client %d in %s: no such client", clientPID, pipeDir)
@@ -240,7 +246,7 @@ func (s *SimRunner) RemoveClient(pipeDir string, clientPID int) error {
 // priority it gives a client that connects now: the control daemon's
 // default of the moment, whenever the server started
 // (docs/gpu-runs/qos-probe-running.md).
-func (s *SimRunner) EnforcedLimits(pipeDir string, serverPID int) (Limits, error) {
+func (s *Runner) EnforcedLimits(pipeDir string, serverPID int) (mps.Limits, error) {
 	return s.enforced(pipeDir, serverPID, func(*simState) (int, error) { return 0, nil })
 }
 
@@ -248,7 +254,7 @@ func (s *SimRunner) EnforcedLimits(pipeDir string, serverPID int) (Limits, error
 // with this UUID: the memory limit of the device ordinal that GPU has in the
 // daemon (its place in Devices), the exact value set. This is what proves
 // that caps set by ordinal land on the intended GPU.
-func (s *SimRunner) EnforcedLimitsOn(pipeDir string, serverPID int, uuid string) (Limits, error) {
+func (s *Runner) EnforcedLimitsOn(pipeDir string, serverPID int, uuid string) (mps.Limits, error) {
 	return s.enforced(pipeDir, serverPID, func(st *simState) (int, error) {
 		i := slices.Index(st.Devices, uuid)
 		if i < 0 {
@@ -259,23 +265,23 @@ func (s *SimRunner) EnforcedLimitsOn(pipeDir string, serverPID int, uuid string)
 }
 
 // enforced reads server serverPID's limits on the device ordinal picks.
-func (s *SimRunner) enforced(pipeDir string, serverPID int, ordinal func(*simState) (int, error)) (Limits, error) {
+func (s *Runner) enforced(pipeDir string, serverPID int, ordinal func(*simState) (int, error)) (mps.Limits, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
 	defer cancel()
-	var l Limits
+	var l mps.Limits
 	err := s.withState(ctx, pipeDir, func(st **simState) (bool, error) {
 		if *st == nil {
-			return false, fmt.Errorf("simulated MPS server %d in %s: %w", serverPID, pipeDir, ErrNoDaemon)
+			return false, fmt.Errorf("simulated MPS server %d in %s: %w", serverPID, pipeDir, mps.ErrNoDaemon)
 		}
 		srv := server(*st, serverPID)
 		if srv == nil {
-			return false, fmt.Errorf("simulated MPS server %d in %s: %w", serverPID, pipeDir, ErrServerNotFound)
+			return false, fmt.Errorf("simulated MPS server %d in %s: %w", serverPID, pipeDir, mps.ErrServerNotFound)
 		}
 		i, err := ordinal(*st)
 		if err != nil {
 			return false, err
 		}
-		l = Limits{PinnedMemMiB: srv.MemLimitMiB[i], ThreadPercentage: srv.ThreadPercentage, ClientPriority: (*st).DefaultClientPriority}
+		l = mps.Limits{PinnedMemMiB: srv.MemLimitMiB[i], ThreadPercentage: srv.ThreadPercentage, ClientPriority: (*st).DefaultClientPriority}
 		return false, nil
 	})
 	return l, err
@@ -286,7 +292,7 @@ func (s *SimRunner) enforced(pipeDir string, serverPID int, ordinal func(*simSta
 // dies at once, as measured on an H200 (docs/gpu-runs/mps-probe-fault.txt);
 // the faulting client stays connected until RemoveClient, after which the
 // server is ACTIVE again.
-func (s *SimRunner) Fault(pipeDir string, clientPID int) error {
+func (s *Runner) Fault(pipeDir string, clientPID int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
 	defer cancel()
 	return s.withState(ctx, pipeDir, func(st **simState) (bool, error) {
@@ -307,7 +313,7 @@ func (s *SimRunner) Fault(pipeDir string, clientPID int) error {
 
 // Kill is `kill -9` of the control daemon: it is gone with its servers and
 // clients, and nothing is cleaned up (the pid file and sockets stay).
-func (s *SimRunner) Kill(pipeDir string) {
+func (s *Runner) Kill(pipeDir string) {
 	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
 	defer cancel()
 	err := s.withState(ctx, pipeDir, func(st **simState) (bool, error) {
@@ -321,7 +327,7 @@ func (s *SimRunner) Kill(pipeDir string) {
 
 // quitFiles removes what the real daemon removes on quit: the pid file and
 // the log fifo; the sockets and control_lock stay (mps-probe.txt).
-func (s *SimRunner) quitFiles(pipeDir string) {
+func (s *Runner) quitFiles(pipeDir string) {
 	for _, f := range []string{pidFile, "log"} {
 		if err := os.Remove(filepath.Join(pipeDir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			s.log.Warn("simulated MPS control: cleaning up", "error", err)
@@ -330,7 +336,7 @@ func (s *SimRunner) quitFiles(pipeDir string) {
 }
 
 // controlLog appends a line to control.log in the real daemon's format.
-func (s *SimRunner) controlLog(env Env, pid int, msg string) {
+func (s *Runner) controlLog(env mps.Env, pid int, msg string) {
 	if env.LogDir == "" {
 		return
 	}

@@ -1,4 +1,4 @@
-package mps
+package mpssim
 
 import (
 	"context"
@@ -54,7 +54,7 @@ type simClient struct {
 // withState runs fn on the daemon state of pipeDir under the mutex and the
 // file lock; *st is nil when no daemon runs. When fn reports a change the
 // state is written back atomically, or removed when fn set it to nil.
-func (s *SimRunner) withState(ctx context.Context, pipeDir string, fn func(st **simState) (dirty bool, err error)) error {
+func (s *Runner) withState(ctx context.Context, pipeDir string, fn func(st **simState) (dirty bool, err error)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if pipeDir == "" {

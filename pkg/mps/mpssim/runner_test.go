@@ -1,4 +1,4 @@
-package mps
+package mpssim
 
 import (
 	"bufio"
@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"yunion.io/x/mps-daemon/pkg/mps"
 )
 
 // replayStep is one line of testdata/probe-replay.txt: a directive (@...) or
@@ -16,7 +18,7 @@ type replayStep struct {
 	line      int
 	directive []string
 	command   string
-	want      Output
+	want      mps.Output
 }
 
 // readReplay parses the probe transcript format (see the file's header).
@@ -71,9 +73,9 @@ func readReplay(t *testing.T, path string) []replayStep {
 // simulator and wants the same stdout, stderr and exit code, byte for byte.
 func TestSimReplaysProbes(t *testing.T) {
 	steps := readReplay(t, "testdata/probe-replay.txt")
-	s := NewSimRunner(nil)
+	s := New(nil)
 	s.proc = func(int) (string, string) { return "python3", "4026531836" }
-	var env Env
+	var env mps.Env
 	for _, st := range steps {
 		if st.directive != nil {
 			arg, err := strconv.Atoi(st.directive[1])
@@ -83,7 +85,7 @@ func TestSimReplaysProbes(t *testing.T) {
 			switch st.directive[0] {
 			case "start":
 				dir := t.TempDir()
-				env = Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l"),
+				env = mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l"),
 					VisibleDevices: "GPU-0757c6d5-b93a-6cd1-29ca-e10c633c5de6"}
 				s.firstServerPID = arg
 				if err := s.Start(t.Context(), env); err != nil {
@@ -99,7 +101,7 @@ func TestSimReplaysProbes(t *testing.T) {
 			continue
 		}
 		if env.PipeDir == "" { // before the first daemon: a directory without one
-			env = Env{PipeDir: t.TempDir()}
+			env = mps.Env{PipeDir: t.TempDir()}
 		}
 		got, err := s.Run(t.Context(), env, st.command)
 		if err != nil {
@@ -125,8 +127,8 @@ func TestSimMemLimitArgument(t *testing.T) {
 
 func TestSimStartAndQuitFiles(t *testing.T) {
 	dir := t.TempDir()
-	env := Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
-	s := NewSimRunner(nil)
+	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
+	s := New(nil)
 	if err := s.Start(t.Context(), env); err != nil {
 		t.Fatal(err)
 	}
@@ -157,8 +159,8 @@ func TestSimStartAndQuitFiles(t *testing.T) {
 
 func TestSimStateOutlivesTheRunner(t *testing.T) {
 	dir := t.TempDir()
-	env := Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
-	first := NewSimRunner(nil)
+	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
+	first := New(nil)
 	if err := first.Start(t.Context(), env); err != nil {
 		t.Fatal(err)
 	}
@@ -166,17 +168,17 @@ func TestSimStateOutlivesTheRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A new runner, as after the agent restarted, finds the same daemon.
-	second := NewSimRunner(nil)
+	second := New(nil)
 	got, err := second.Run(t.Context(), env, "get_default_active_thread_percentage")
-	if err != nil || got != (Output{Stdout: "25.0\n"}) {
+	if err != nil || got != (mps.Output{Stdout: "25.0\n"}) {
 		t.Fatalf("new runner: %+v, %v; want the 25.0 set through the first", got, err)
 	}
 }
 
 func TestSimServersKeepTheirLimits(t *testing.T) {
 	dir := t.TempDir()
-	env := Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
-	s := NewSimRunner(nil)
+	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
+	s := New(nil)
 	if err := s.Start(t.Context(), env); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +210,7 @@ func TestSimServersKeepTheirLimits(t *testing.T) {
 		t.Errorf("running server's limit = %q, want 19G", got)
 	}
 	// The server enforces the exact value; only the getter rounds it.
-	if l, err := s.EnforcedLimits(env.PipeDir, srv); err != nil || l != (Limits{PinnedMemMiB: 20389, ThreadPercentage: 25}) {
+	if l, err := s.EnforcedLimits(env.PipeDir, srv); err != nil || l != (mps.Limits{PinnedMemMiB: 20389, ThreadPercentage: 25}) {
 		t.Errorf("EnforcedLimits = %+v, %v; want 20389 MiB and 25%%", l, err)
 	}
 	if err := s.RemoveClient(env.PipeDir, 981); err != nil {
@@ -227,8 +229,8 @@ func TestSimServersKeepTheirLimits(t *testing.T) {
 
 func TestSimKill(t *testing.T) {
 	dir := t.TempDir()
-	env := Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
-	s := NewSimRunner(nil)
+	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
+	s := New(nil)
 	if err := s.Start(t.Context(), env); err != nil {
 		t.Fatal(err)
 	}
@@ -256,8 +258,8 @@ func TestSimKill(t *testing.T) {
 }
 
 func TestSimNoPipeDirectory(t *testing.T) {
-	s := NewSimRunner(nil)
-	env := Env{PipeDir: filepath.Join(t.TempDir(), "missing")}
+	s := New(nil)
+	env := mps.Env{PipeDir: filepath.Join(t.TempDir(), "missing")}
 	got, err := s.Run(t.Context(), env, "get_server_list")
 	if err != nil || got.ExitCode != 1 {
 		t.Fatalf("Run = %+v, %v; want no daemon", got, err)
