@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"yunion.io/x/mps-daemon/pkg/agent"
-	"yunion.io/x/mps-daemon/pkg/gpu/nvml"
 	"yunion.io/x/mps-daemon/pkg/logging"
 	"yunion.io/x/mps-daemon/pkg/version"
 )
@@ -39,7 +38,7 @@ func run() int {
 		RunE:          func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), f) },
 	}
 	root.PersistentFlags().StringVar(&f.config, "config", "/etc/yunion/host.conf", "path of host.conf")
-	root.PersistentFlags().StringVar(&f.simulate, "simulate", "", "run against a SIMULATED host instead of NVML and nvidia-cuda-mps-control, e.g. 8xH100 (profiles: "+fmt.Sprint(nvml.SimProfiles())+")")
+	root.PersistentFlags().StringVar(&f.simulate, "simulate", "", "run against a SIMULATED host instead of NVML and nvidia-cuda-mps-control, e.g. 8xH100 (profiles: "+simProfiles()+")")
 	root.PersistentFlags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	var force bool
 	teardown := &cobra.Command{

@@ -1,6 +1,7 @@
 // Package arch checks the boundaries the design rests on: cgo (go-nvml) only
-// in the NVML adapter, os/exec only in the MPS package, the API types a leaf,
-// and dependencies pointing one way.
+// in the NVML packages, simulators only in tests and the --simulate wiring,
+// os/exec only in the MPS package, the API types a leaf, and dependencies
+// pointing one way.
 package arch
 
 import (
@@ -16,9 +17,9 @@ import (
 
 const module = "yunion.io/x/mps-daemon/"
 
-// imports maps each non-test Go package directory (relative to the module
-// root) to the set of packages its files import.
-func imports(t *testing.T) map[string]map[string]bool {
+// fileImports maps each non-test Go file (relative to the module root) to
+// the set of packages it imports.
+func fileImports(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -42,10 +43,8 @@ func imports(t *testing.T) map[string]map[string]bool {
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(root, filepath.Dir(path))
-		if out[rel] == nil {
-			out[rel] = map[string]bool{}
-		}
+		rel, _ := filepath.Rel(root, path)
+		out[rel] = map[string]bool{}
 		for _, imp := range f.Imports {
 			p, _ := strconv.Unquote(imp.Path.Value)
 			out[rel][p] = true
@@ -55,17 +54,34 @@ func imports(t *testing.T) map[string]map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return out
+}
+
+// imports maps each non-test Go package directory (relative to the module
+// root) to the set of packages its files import.
+func imports(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	out := map[string]map[string]bool{}
+	for file, imps := range fileImports(t) {
+		dir := filepath.Dir(file)
+		if out[dir] == nil {
+			out[dir] = map[string]bool{}
+		}
+		for p := range imps {
+			out[dir][p] = true
+		}
+	}
 	if len(out) < 10 {
 		t.Fatalf("found only %d packages: wrong root?", len(out))
 	}
 	return out
 }
 
-func TestOnlyTheNVMLAdapterUsesCgoAndGoNVML(t *testing.T) {
+func TestOnlyTheNVMLPackagesUseCgoAndGoNVML(t *testing.T) {
 	for dir, imps := range imports(t) {
 		for p := range imps {
-			if (p == "C" || strings.HasPrefix(p, "github.com/NVIDIA/go-nvml")) && dir != "pkg/gpu/nvml" {
-				t.Errorf("%s imports %s: cgo and go-nvml belong in pkg/gpu/nvml only", dir, p)
+			if (p == "C" || strings.HasPrefix(p, "github.com/NVIDIA/go-nvml")) && dir != "pkg/gpu/nvml" && dir != "pkg/gpu/nvmlsim" {
+				t.Errorf("%s imports %s: cgo and go-nvml belong in the NVML packages (pkg/gpu/nvml, pkg/gpu/nvmlsim) only", dir, p)
 			}
 		}
 	}
@@ -90,7 +106,8 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/logging":          {},
 		"pkg/pci":              {},
 		"pkg/gpu":              {"pkg/pci"},
-		"pkg/gpu/nvml":         {"pkg/gpu", "pkg/pci", "pkg/atomicfile"},
+		"pkg/gpu/nvml":         {"pkg/gpu", "pkg/pci"},
+		"pkg/gpu/nvmlsim":      {"pkg/gpu", "pkg/gpu/nvml", "pkg/pci", "pkg/atomicfile"},
 		"pkg/config":           {},
 		"pkg/vdev":             {"pkg/api", "pkg/gpu", "pkg/pci"},
 		"pkg/plan":             {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/pci"},
@@ -135,13 +152,15 @@ func TestDependenciesPointOneWay(t *testing.T) {
 
 // simulators stand in for the GPU and MPS where there is none: tests use
 // them, and the --simulate wiring of cmd/mps-daemon (wire.go), nothing else.
-var simulators = []string{"pkg/mps/mpssim"}
+var simulators = []string{"pkg/mps/mpssim", "pkg/gpu/nvmlsim"}
+
+const simulateWiring = "cmd/mps-daemon/wire.go"
 
 func TestOnlyTheSimulateWiringImportsSimulators(t *testing.T) {
-	for dir, imps := range imports(t) {
+	for file, imps := range fileImports(t) {
 		for _, sim := range simulators {
-			if imps[module+sim] && dir != "cmd/mps-daemon" && !testSupport(dir) {
-				t.Errorf("%s imports the simulator %s: only tests and mps-daemon's --simulate wiring may", dir, sim)
+			if imps[module+sim] && file != simulateWiring && !testSupport(filepath.Dir(file)) && filepath.Dir(file) != sim {
+				t.Errorf("%s imports the simulator %s: only tests and mps-daemon's --simulate wiring (%s) may", file, sim, simulateWiring)
 			}
 		}
 	}

@@ -12,7 +12,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/agent"
 	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/gpu/nvml"
+	"yunion.io/x/mps-daemon/pkg/gpu/nvmlsim"
 	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 )
 
@@ -134,7 +134,7 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 		for r, pid := range pids {
 			procs = append(procs, gpu.Process{PID: pid, UsedMemoryBytes: usedMiB[r] << 20})
 		}
-		if err := nvml.WriteSimMPSProcesses(simRoot, g0.UUID, procs); err != nil {
+		if err := nvmlsim.WriteMPSProcesses(simRoot, g0.UUID, procs); err != nil {
 			t.Fatal(err)
 		}
 	}

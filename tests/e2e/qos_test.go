@@ -13,7 +13,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/agent"
 	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/gpu/nvml"
+	"yunion.io/x/mps-daemon/pkg/gpu/nvmlsim"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 )
@@ -176,7 +176,7 @@ func TestQoSOnASimulatedHost(t *testing.T) {
 		}
 		procs = append(procs, gpu.Process{PID: pid, UsedMemoryBytes: 1 << 30})
 	}
-	if err := nvml.WriteSimMPSProcesses(filepath.Join(e.dir, "state", "simulated-host"), g0.UUID, procs); err != nil {
+	if err := nvmlsim.WriteMPSProcesses(filepath.Join(e.dir, "state", "simulated-host"), g0.UUID, procs); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the escape terminated", func() (bool, string) { return !alive(escape), tail(d.Output(), 3000) })

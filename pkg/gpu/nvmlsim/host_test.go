@@ -1,6 +1,6 @@
 //go:build cgo
 
-package nvml
+package nvmlsim
 
 import (
 	"context"
@@ -13,13 +13,14 @@ import (
 	"github.com/google/uuid"
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	gpunvml "yunion.io/x/mps-daemon/pkg/gpu/nvml"
 )
 
-func newSim(t *testing.T, profile string) (*Adapter, *SimHost) {
+func newSim(t *testing.T, profile string) (*gpunvml.Adapter, *Host) {
 	t.Helper()
-	a, h, err := NewSimulated(profile, t.TempDir(), nil)
+	a, h, err := New(profile, t.TempDir(), nil)
 	if err != nil {
-		t.Fatalf("NewSimulated(%q): %v", profile, err)
+		t.Fatalf("New(%q): %v", profile, err)
 	}
 	t.Cleanup(func() {
 		if err := a.Close(); err != nil {
@@ -148,7 +149,7 @@ func TestSimulatedSetComputeMode(t *testing.T) {
 		}
 	}
 	if !reflect.DeepEqual(got, h.GPUs()) {
-		t.Errorf("SimHost.GPUs does not follow the compute mode: %+v", h.GPUs())
+		t.Errorf("Host.GPUs does not follow the compute mode: %+v", h.GPUs())
 	}
 
 	err = a.SetComputeMode(t.Context(), "GPU-00000000-0000-0000-0000-000000000000", gpu.ComputeModeDefault)
@@ -161,7 +162,7 @@ func TestSimulatedSetComputeMode(t *testing.T) {
 }
 
 func TestSimulatedUnknownProfile(t *testing.T) {
-	_, _, err := NewSimulated("8xV100", t.TempDir(), nil)
+	_, _, err := New("8xV100", t.TempDir(), nil)
 	if err == nil {
 		t.Fatal("8xV100 accepted")
 	}

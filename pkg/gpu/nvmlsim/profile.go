@@ -1,4 +1,11 @@
-package nvml
+// Package nvmlsim is the simulated host of `mps-daemon --simulate` and the
+// tests: go-nvml's mock machines made to look like a real host (stable
+// UUIDs, DGX-like PCI bus ids with hex letters, a fake sys/ and dev/ tree
+// for the resolver to walk, MPS clients listed from a file another process
+// can write), read through pkg/gpu/nvml's adapter like a real GPU. Only
+// tests and the --simulate wiring of cmd/mps-daemon import it. It needs
+// cgo (go-nvml's mocks); without cgo New returns nvml.ErrNoCgo.
+package nvmlsim
 
 import (
 	"fmt"
@@ -25,9 +32,9 @@ func simModelKeys() []string {
 	return []string{"H100", "H200", "A100", "B200", "A30", "P40"}
 }
 
-// SimProfiles lists example profiles for NewSimulated, one per model, for
+// Profiles lists example profiles for New, one per model, for
 // help text. Any count from 1 to 16 works with any model.
-func SimProfiles() []string {
+func Profiles() []string {
 	return []string{"8xH100", "8xH200", "8xA100", "8xB200", "4xA30", "4xP40"}
 }
 
@@ -62,7 +69,7 @@ func parseProfile(s string) (simProfile, error) {
 
 func profileError(s, why string) error {
 	return fmt.Errorf("simulated GPU profile %q: %s; valid profiles are <count>x<model> with count 1 to %d and model one of %s (e.g. %s)",
-		s, why, maxSimGPUs, strings.Join(simModelKeys(), ", "), strings.Join(SimProfiles(), ", "))
+		s, why, maxSimGPUs, strings.Join(simModelKeys(), ", "), strings.Join(Profiles(), ", "))
 }
 
 // simAddress is the PCI address of simulated GPU i. The first eight are a

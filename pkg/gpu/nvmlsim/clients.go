@@ -1,4 +1,4 @@
-package nvml
+package nvmlsim
 
 import (
 	"encoding/json"
@@ -32,17 +32,17 @@ type simClient struct {
 	UsedMemoryBytes uint64 `json:"used_memory_bytes"`
 }
 
-// SimMPSProcessesPath is the file a simulated host with this root reads a
+// MPSProcessesPath is the file a simulated host with this root reads a
 // GPU's MPS clients from: <root>/mps-processes/<GPU UUID>.json, a JSON list
 // of {"pid": N, "used_memory_bytes": N}. No file: no clients.
-func SimMPSProcessesPath(root, uuid string) string {
+func MPSProcessesPath(root, uuid string) string {
 	return filepath.Join(root, simClientsDir, uuid+".json")
 }
 
-// WriteSimMPSProcesses replaces the MPS clients a simulated host with this
+// WriteMPSProcesses replaces the MPS clients a simulated host with this
 // root lists for GPU uuid (atomically: a reader sees the old list or the new
 // one). nil lists none.
-func WriteSimMPSProcesses(root, uuid string, procs []gpu.Process) error {
+func WriteMPSProcesses(root, uuid string, procs []gpu.Process) error {
 	if filepath.Base(uuid) != uuid || uuid == "" || uuid == "." || uuid == ".." {
 		return fmt.Errorf("simulated MPS clients: GPU UUID %q", uuid)
 	}
@@ -57,17 +57,17 @@ func WriteSimMPSProcesses(root, uuid string, procs []gpu.Process) error {
 	if err != nil {
 		return err
 	}
-	path := SimMPSProcessesPath(root, uuid)
+	path := MPSProcessesPath(root, uuid)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("simulated MPS clients: %w", err)
 	}
 	return atomicfile.Write(path, append(b, '\n'), 0o644)
 }
 
-// readSimMPSProcesses is WriteSimMPSProcesses' list; nil when there is no
+// readMPSProcesses is WriteMPSProcesses' list; nil when there is no
 // file.
-func readSimMPSProcesses(root, uuid string) ([]gpu.Process, error) {
-	f, err := os.Open(SimMPSProcessesPath(root, uuid))
+func readMPSProcesses(root, uuid string) ([]gpu.Process, error) {
+	f, err := os.Open(MPSProcessesPath(root, uuid))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

@@ -1,4 +1,4 @@
-package nvml
+package nvmlsim
 
 import (
 	"strings"
@@ -48,7 +48,7 @@ func TestParseProfileRejects(t *testing.T) {
 }
 
 func TestSimProfilesParse(t *testing.T) {
-	for _, s := range SimProfiles() {
+	for _, s := range Profiles() {
 		if _, err := parseProfile(s); err != nil {
 			t.Errorf("example profile %q does not parse: %v", s, err)
 		}

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package nvml
+package nvmlsim
 
 import (
 	"errors"

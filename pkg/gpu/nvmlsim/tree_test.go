@@ -1,6 +1,6 @@
 //go:build cgo
 
-package nvml
+package nvmlsim
 
 import (
 	"fmt"
@@ -23,7 +23,7 @@ func readTrimmed(t *testing.T, path string) string {
 
 // checkTree checks the fake tree as pkg/gpu's resolver and NUMA reader walk
 // it: render node -> PCI dir, by-path link -> render node, numa_node.
-func checkTree(t *testing.T, h *SimHost, vendorDevice string) {
+func checkTree(t *testing.T, h *Host, vendorDevice string) {
 	t.Helper()
 	gpus := h.GPUs()
 	for i, g := range gpus {
@@ -99,9 +99,9 @@ func TestSimTreeOverItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, profile := range []string{"8xH100", "8xH100", "2xP40"} {
-		a, h, err := NewSimulated(profile, root, nil)
+		a, h, err := New(profile, root, nil)
 		if err != nil {
-			t.Fatalf("NewSimulated(%s) over %s: %v", profile, root, err)
+			t.Fatalf("New(%s) over %s: %v", profile, root, err)
 		}
 		if err := a.Close(); err != nil {
 			t.Fatal(err)
@@ -137,9 +137,9 @@ func TestSimTreeRefusesWhatIsNotOurs(t *testing.T) {
 		if err := unix.Mknod(filepath.Join(root, "dev", "nvidiactl"), unix.S_IFCHR|0o666, int(unix.Mkdev(195, 255))); err != nil {
 			t.Skipf("mknod: %v", err)
 		}
-		_, _, err := NewSimulated("1xH100", root, nil)
+		_, _, err := New("1xH100", root, nil)
 		if err == nil || !strings.Contains(err.Error(), "nvidiactl") {
-			t.Fatalf("NewSimulated over a real /dev/nvidiactl node: %v", err)
+			t.Fatalf("New over a real /dev/nvidiactl node: %v", err)
 		}
 	})
 	t.Run("directory where a device file goes", func(t *testing.T) {
@@ -147,9 +147,9 @@ func TestSimTreeRefusesWhatIsNotOurs(t *testing.T) {
 		if err := os.MkdirAll(filepath.Join(root, "dev", "nvidia0"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		_, _, err := NewSimulated("1xH100", root, nil)
+		_, _, err := New("1xH100", root, nil)
 		if err == nil || !strings.Contains(err.Error(), "nvidia0") {
-			t.Fatalf("NewSimulated over a directory dev/nvidia0: %v", err)
+			t.Fatalf("New over a directory dev/nvidia0: %v", err)
 		}
 	})
 }

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package nvml
+package nvmlsim
 
 import (
 	"fmt"
@@ -13,6 +13,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	gpunvml "yunion.io/x/mps-daemon/pkg/gpu/nvml"
 	"yunion.io/x/mps-daemon/pkg/pci"
 )
 
@@ -62,16 +63,16 @@ func teslaP40() gpus.Config {
 	}
 }
 
-// SimHost describes a simulated host: the GPUs its NVML reports and the fake
+// Host describes a simulated host: the GPUs its NVML reports and the fake
 // sysfs and /dev tree written for them.
-type SimHost struct {
+type Host struct {
 	profile simProfile
 	root    string
 	gpus    []*simGPU
 }
 
 // simGPU is the state of one simulated GPU, shared by the mock device's
-// functions and SimHost.GPUs.
+// functions and Host.GPUs.
 type simGPU struct {
 	index    int
 	uuid     string
@@ -82,16 +83,16 @@ type simGPU struct {
 	mu   sync.Mutex
 	mode nvml.ComputeMode
 	// root is the simulated host's, where its MPS clients are listed
-	// (SimMPSProcessesPath).
+	// (MPSProcessesPath).
 	root string
 }
 
-// NewSimulated builds a simulated host from a profile such as "8xH100" (see
-// SimProfiles), writes its fake sys/ and dev/ tree under root (idempotent:
+// New builds a simulated host from a profile such as "8xH100" (see
+// Profiles), writes its fake sys/ and dev/ tree under root (idempotent:
 // the same profile over the same root rewrites the same tree) and returns an
 // adapter over it. The same profile always gives the same UUIDs, bus ids and
 // order, so a restarted daemon finds the inventory already in sync.
-func NewSimulated(profile, root string, log *slog.Logger) (*Adapter, *SimHost, error) {
+func New(profile, root string, log *slog.Logger) (*gpunvml.Adapter, *Host, error) {
 	p, err := parseProfile(profile)
 	if err != nil {
 		return nil, nil, err
@@ -107,7 +108,7 @@ func NewSimulated(profile, root string, log *slog.Logger) (*Adapter, *SimHost, e
 	if err != nil {
 		return nil, nil, fmt.Errorf("simulated host %s: root %q: %w", p, root, err)
 	}
-	host := &SimHost{profile: p, root: abs}
+	host := &Host{profile: p, root: abs}
 	for i := range p.count {
 		host.gpus = append(host.gpus, &simGPU{
 			index:    i,
@@ -141,7 +142,7 @@ func NewSimulated(profile, root string, log *slog.Logger) (*Adapter, *SimHost, e
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a, err := newAdapter(srv, log.With("simulated", p.String()))
+	a, err := gpunvml.NewWithLibrary(srv, log.With("simulated", p.String()))
 	if err != nil {
 		return nil, nil, fmt.Errorf("simulated host %s: %w", p, err)
 	}
@@ -175,7 +176,7 @@ func (g *simGPU) install(d *server.Device) {
 		return g.mode, nvml.SUCCESS
 	}
 	d.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
-		procs, err := readSimMPSProcesses(g.root, g.uuid)
+		procs, err := readMPSProcesses(g.root, g.uuid)
 		if err != nil {
 			return nil, nvml.ERROR_UNKNOWN
 		}
@@ -205,8 +206,8 @@ func (g *simGPU) pciInfo() nvml.PciInfo {
 		Device:      uint32(g.addr.Device),
 		PciDeviceId: g.model.config.PciDeviceId,
 	}
-	putCString(p.BusId[:], g.addr.NVML())
-	putCString(p.BusIdLegacy[:], fmt.Sprintf("%04X:%02X:%02X.%X", g.addr.Domain, g.addr.Bus, g.addr.Device, g.addr.Function))
+	gpunvml.PutCString(p.BusId[:], g.addr.NVML())
+	gpunvml.PutCString(p.BusIdLegacy[:], fmt.Sprintf("%04X:%02X:%02X.%X", g.addr.Domain, g.addr.Bus, g.addr.Device, g.addr.Function))
 	return p
 }
 
@@ -216,7 +217,7 @@ func (g *simGPU) memoryBytes() uint64 {
 
 // info is what the adapter reports for this GPU.
 func (g *simGPU) info() gpu.Info {
-	vendor, device := splitPCIID(g.model.config.PciDeviceId)
+	vendor, device := gpunvml.SplitPCIID(g.model.config.PciDeviceId)
 	g.mu.Lock()
 	mode := g.mode
 	g.mu.Unlock()
@@ -230,34 +231,34 @@ func (g *simGPU) info() gpu.Info {
 		PCIDeviceID:      device,
 		MemoryTotalBytes: g.memoryBytes(),
 		ComputeMode:      gpu.ComputeMode(mode),
-		Architecture:     architecture(g.model.config.Architecture),
+		Architecture:     gpunvml.Architecture(g.model.config.Architecture),
 		NUMANode:         -1,
 		PCIeGeneration:   g.model.pcieGen,
 		PCIeWidth:        g.model.pcieWidth,
 	}
 }
 
-func (h *SimHost) treeGPUs() []treeGPU {
+func (h *Host) treeGPUs() []treeGPU {
 	out := make([]treeGPU, len(h.gpus))
 	for i, g := range h.gpus {
-		vendor, device := splitPCIID(g.model.config.PciDeviceId)
+		vendor, device := gpunvml.SplitPCIID(g.model.config.PciDeviceId)
 		out[i] = treeGPU{index: g.index, addr: g.addr, numaNode: g.numaNode, vendorID: vendor, deviceID: device}
 	}
 	return out
 }
 
 // Profile is the canonical profile, "8xH100", whatever case it was given in.
-func (h *SimHost) Profile() string { return h.profile.String() }
+func (h *Host) Profile() string { return h.profile.String() }
 
 // SysfsRoot is the fake sysfs, to use where the daemon would use /sys.
-func (h *SimHost) SysfsRoot() string { return filepath.Join(h.root, "sys") }
+func (h *Host) SysfsRoot() string { return filepath.Join(h.root, "sys") }
 
 // DevRoot is the fake /dev.
-func (h *SimHost) DevRoot() string { return filepath.Join(h.root, "dev") }
+func (h *Host) DevRoot() string { return filepath.Join(h.root, "dev") }
 
 // GPUs is what the adapter reports now, in its order (by PCI address), with
 // NUMANode -1 as the adapter leaves it; the node is in the fake sysfs.
-func (h *SimHost) GPUs() []gpu.Info {
+func (h *Host) GPUs() []gpu.Info {
 	out := make([]gpu.Info, len(h.gpus))
 	for i, g := range h.gpus {
 		out[i] = g.info()
@@ -267,14 +268,14 @@ func (h *SimHost) GPUs() []gpu.Info {
 
 // SetMPSProcesses sets the MPS clients NVML lists on the GPU with this UUID
 // from now on; nil lists none, as a fresh simulated host does. The list is
-// the file of SimMPSProcessesPath, so another process (a test driving a
-// daemon started with --simulate) can set it too with WriteSimMPSProcesses.
+// the file of MPSProcessesPath, so another process (a test driving a
+// daemon started with --simulate) can set it too with WriteMPSProcesses.
 // The simulated MPS control (pkg/mps) knows nothing of NVML: a test or the
 // simulated host keeps the two in step, as the driver does on a real one.
-func (h *SimHost) SetMPSProcesses(uuid string, procs []gpu.Process) error {
+func (h *Host) SetMPSProcesses(uuid string, procs []gpu.Process) error {
 	for _, g := range h.gpus {
 		if g.uuid == uuid {
-			return WriteSimMPSProcesses(h.root, uuid, procs)
+			return WriteMPSProcesses(h.root, uuid, procs)
 		}
 	}
 	return fmt.Errorf("simulated host %s: no GPU %s", h.profile, uuid)
