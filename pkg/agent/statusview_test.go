@@ -3,19 +3,15 @@ package agent
 import (
 	"bytes"
 	"context"
-	"flag"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/golden"
 	"yunion.io/x/mps-daemon/pkg/accounting"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 // busyHost is a status with everything an operator may meet: a rejected
 // edit, a GPU whose server is in FAULT, a retiring GPU, held, free,
@@ -75,22 +71,7 @@ func TestStatusViewGolden(t *testing.T) {
 			if err := WriteStatus(&b, tt.st, now); err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", "status-"+tt.name+".golden")
-			if *update {
-				if err := os.MkdirAll("testdata", 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (go test -update writes it)", err)
-			}
-			if b.String() != string(want) {
-				t.Errorf("%s differs (go test -update rewrites it)\ngot:\n%s\nwant:\n%s", path, b.String(), want)
-			}
+			golden.Check(t, "status-"+tt.name+".golden", b.Bytes())
 		})
 	}
 }

@@ -1,10 +1,6 @@
 package metrics
 
 import (
-	"bytes"
-	"flag"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -15,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+	"yunion.io/x/mps-daemon/internal/testsupport/golden"
+)
 
 const (
 	uuid0 = "GPU-5d4c3b2a-1f0e-4d3c-9b8a-7f6e5d4c3b2a"
@@ -125,23 +121,11 @@ func TestDaemonExposition(t *testing.T) {
 	d.ObserveEnforcementStep("terminate_client", "qos_escape")
 
 	names := slices.DeleteFunc(describedNames(d), func(n string) bool { return n == "mps_daemon_info" })
-	golden := filepath.Join("testdata", "daemon.prom")
-	if *update {
-		out, err := testutil.CollectAndFormat(d, expfmt.TypeTextPlain, names...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(golden, out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
+	out, err := testutil.CollectAndFormat(d, expfmt.TypeTextPlain, names...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := testutil.CollectAndCompare(d, bytes.NewReader(want), names...); err != nil {
-		t.Error(err)
-	}
+	golden.Check(t, "daemon.prom", out)
 }
 
 func TestInfoSaysVersionAndSimulation(t *testing.T) {

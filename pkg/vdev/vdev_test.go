@@ -1,18 +1,13 @@
 package vdev
 
 import (
-	"bytes"
 	"encoding/json"
-	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/golden"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/pci"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 const mib = 1024 * 1024
 
@@ -88,22 +83,5 @@ func TestAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "api.golden.json", append(got, '\n'))
-}
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (go test -update rewrites it):\ngot\n%s\nwant\n%s", path, got, want)
-	}
+	golden.Check(t, "api.golden.json", append(got, '\n'))
 }

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
-	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
 // allocEnv is a real inventory on loopback with an admin token, and a host

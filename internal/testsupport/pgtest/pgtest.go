@@ -3,7 +3,7 @@
 // How to use it: in a package whose tests need PostgreSQL, add
 // `func TestMain(m *testing.M) { pgtest.Main(m) }`, then call
 // `pgtest.DSN(t)` for the DSN of a new database that is dropped when the
-// test ends. Inventory tests rarely call it directly: tests/pgtest/storetest's
+// test ends. Inventory tests rarely call it directly: internal/testsupport/storetest's
 // `ForEachBackend(t, func(t *testing.T, open func() *store.Store))` runs a
 // test once on SQLite and once on PostgreSQL (package store's own tests use
 // their `forEachBackend`, the same thing without the import cycle). Where the

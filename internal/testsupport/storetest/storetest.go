@@ -1,6 +1,6 @@
 // Package storetest runs inventory tests on every database backend: the
 // same test body once on a SQLite file and once on a PostgreSQL database
-// (see tests/pgtest for where that comes from and when it is skipped).
+// (see internal/testsupport/pgtest for where that comes from and when it is skipped).
 // Packages using it call pgtest.Main from their TestMain.
 package storetest
 
@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/pgtest"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
-	"yunion.io/x/mps-daemon/tests/pgtest"
 )
 
 // Backend is one database backend of the inventory.
