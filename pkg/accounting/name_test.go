@@ -63,11 +63,11 @@ func TestParseEnviron(t *testing.T) {
 }
 
 func TestCaps(t *testing.T) {
-	g := gpu.Info{UUID: gpuA, MemoryTotalBytes: 143771 << 20}
+	g := gpu.Info{UUID: gpuA, MemoryTotal: 143771 << 20}
 	got := Caps(vdev.Split(g, 8, 12, vdev.QoS{}))
 	want := map[string]uint64{}
 	for i := range 8 {
-		want[vdev.Name(gpuA, i)] = 17971 << 20 // 143771 / 8 MiB, as MPS enforces per client
+		want[vdev.NameOf(gpuA, i).String()] = 17971 << 20 // 143771 / 8 MiB, as MPS enforces per client
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("Caps = %v, want %v", got, want)

@@ -92,7 +92,7 @@ func BatchQoS(devs []vdev.Device, server vdev.ServerDefaults) map[string]DeviceQ
 		if d.Class != vdev.ClassBatch {
 			continue
 		}
-		out[d.Name()] = DeviceQoS{ThreadPercentage: d.ThreadPercentage, ClientPriority: d.Class.ClientPriority(), Server: server}
+		out[d.Name().String()] = DeviceQoS{ThreadPercentage: d.ThreadPercentage, ClientPriority: d.Class.ClientPriority(), Server: server}
 	}
 	return out
 }

@@ -79,7 +79,7 @@ func TestCheckQoS(t *testing.T) {
 }
 
 func TestBatchQoS(t *testing.T) {
-	g := gpu.Info{UUID: gpuA, PCI: pci.Address{Bus: 0x1a}, MemoryTotalBytes: 81559 << 20}
+	g := gpu.Info{UUID: gpuA, PCI: pci.Address{Bus: 0x1a}, MemoryTotal: 81559 << 20}
 	devs := vdev.Split(g, 4, 100, vdev.QoS{LatencySlices: []int{0}, ReservePercent: 8})
 	server := vdev.DefaultsOf(devs)
 	got := BatchQoS(devs, server)

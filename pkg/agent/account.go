@@ -6,7 +6,6 @@ import (
 	"sort"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
-	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
@@ -87,40 +86,37 @@ func (a *Agent) account(ctx context.Context) {
 	a.met.observeAccounting(r)
 }
 
-// setDevices records the host's virtual devices from the inventory's rows,
-// keeping the last accounting figures of devices that remain. A device gone
-// from the rows is gone from the status (and from /metrics).
-func (a *Agent) setDevices(rows []api.IsolatedDevice, gpus []GPUStatus) {
+// setDevices records the host's virtual devices as the last sync left
+// them in the inventory, in its order, keeping the last accounting figures
+// of devices that remain. A device gone from the inventory is gone from
+// the status (and from /metrics).
+func (a *Agent) setDevices(order []vdev.Name) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	prev := map[string]DeviceStatus{}
 	for _, d := range a.status.Devices {
 		prev[d.Name] = d
 	}
-	index := map[string]int{}
-	for _, g := range gpus {
-		index[g.UUID] = g.Index
-	}
-	devs := make([]DeviceStatus, 0, len(rows))
-	for _, r := range rows {
-		uuid, i, ok := rowName(r)
+	devs := make([]DeviceStatus, 0, len(order))
+	for _, name := range order {
+		l, ok := a.listed[name]
 		if !ok {
 			continue
 		}
-		name := vdev.Name(uuid, i)
-		gi, known := index[uuid]
-		if !known {
-			gi = -1
+		dev := l.Device
+		gi := -1 // a GPU out of the plan
+		if _, ok := a.planned[dev.GPU.UUID]; ok {
+			gi = dev.GPU.Index
 		}
 		d := DeviceStatus{
-			Name: name, ID: r.ID, Addr: r.Addr, GPU: uuid, GPUIndex: gi,
-			CapBytes: uint64(r.MPSMemoryLimit) << 20, ThreadPercentage: r.MPSThreadPercentage,
-			Guest: r.GuestID, Healthy: !r.Unhealthy, PendingRemoval: r.PendingRemoval, CDIName: r.CDIName,
+			Name: name.String(), ID: l.ID, Addr: dev.Addr(), GPU: dev.GPU.UUID, GPUIndex: gi,
+			CapBytes: uint64(dev.MemoryLimit.Bytes()), ThreadPercentage: dev.ThreadPercentage,
+			Guest: l.Guest, Healthy: l.Healthy, PendingRemoval: l.PendingRemoval, CDIName: l.CDIName,
 		}
-		if c, ok := a.deviceClass(uuid, i); ok {
-			d.QoSClass, d.ClientPriority = string(c), c.ClientPriority()
+		if l.ClassKnown {
+			d.QoSClass, d.ClientPriority = string(dev.Class), dev.Class.ClientPriority()
 		}
-		if p, ok := prev[name]; ok {
+		if p, ok := prev[d.Name]; ok {
 			d.UsedBytes, d.Clients, d.Measured, d.OverCap, d.LastStep = p.UsedBytes, p.Clients, p.Measured, p.OverCap, p.LastStep
 		}
 		devs = append(devs, d)

@@ -104,7 +104,7 @@ func TestEnforceTerminatesTheClientThatPushedADeviceOverItsCap(t *testing.T) {
 	}
 	g0 := twoGPUs()[0].UUID
 	const gib = 1 << 30
-	// Device GPU0::0 is capped at 143771/4 MiB (35 GiB). Two processes of
+	// Device GPU0::0 is capped at h200Memory/4 (35 GiB). Two processes of
 	// its container use 20 GiB each: together over; the newer pushed it.
 	h.addProc(t, 101, 1000, g0+"::0")
 	h.addProc(t, 102, 2000, g0+"::0")

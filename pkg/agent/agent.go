@@ -71,12 +71,14 @@ type Agent struct {
 	notify Notifier
 	// loop-owned: only the Run loop (or a test calling Reconcile) touches
 	// these, never concurrently.
-	hostID    string
-	gpus      map[string]*gpuState // by UUID: every GPU the agent runs MPS for
-	planned   map[string][]vdev.Device
-	layout    singleLayout      // the single pipe layout's device list and threads
-	minors    map[string]int    // GPU UUID -> N of /dev/nvidiaN
-	cdiIDs    map[string]string // <GPU UUID>::<i> -> inventory id, as last seen
+	hostID  string
+	gpus    map[string]*gpuState     // by UUID: every GPU the agent runs MPS for
+	planned map[string][]vdev.Device // by GPU UUID
+	layout  singleLayout             // the single pipe layout's device list and threads
+	present map[string]gpu.Info      // the GPUs NVML lists, by UUID
+	// listed are the host's devices as the last sync left them in the
+	// inventory (inventory.go): their ids, guests and held devices.
+	listed    map[vdev.Name]listed
 	acct      *accounting.Accountant
 	readySent bool
 	// onReload follows a new configuration (the file watcher re-aims).
@@ -86,9 +88,9 @@ type Agent struct {
 	// beat is the Run loop's heartbeat, read by HTTP handlers and the
 	// watchdog (loop.go).
 	beat heartbeat
-	// cdiClasses (loop-owned): <GPU UUID>::<i> -> the QoS class its CDI
-	// spec entry last carried (qos.go).
-	cdiClasses map[string]vdev.Class
+	// classes (loop-owned): the QoS class each device's CDI spec entry
+	// last carried, for a device that leaves the plan while held.
+	classes map[vdev.Name]vdev.Class
 
 	mu         sync.Mutex // guards cfg, generation and status, read by HTTP handlers
 	cfg        *Config

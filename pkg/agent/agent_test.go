@@ -25,6 +25,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 	"yunion.io/x/mps-daemon/pkg/pci"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // fakeBackend stands in for NVML: the GPU is the one thing CI simulates.
@@ -67,11 +68,16 @@ func (b *fakeBackend) MPSProcesses(_ context.Context, uuid string) ([]gpu.Proces
 
 func (b *fakeBackend) Close() error { return nil }
 
+// h200Memory is an H200's memory.total as NVML reports it in MiB; a virtual
+// device of one split in N is capped at h200Memory / N: 35942 MiB at N=4,
+// 71885 at N=2.
+const h200Memory units.MiB = 143771
+
 func twoGPUs() []gpu.Info {
 	mk := func(i int, bus uint8) gpu.Info {
 		return gpu.Info{
 			Index: i, Minor: i, UUID: fmt.Sprintf("GPU-0000000%d-aaaa-bbbb-cccc-dddddddddddd", i), Name: "NVIDIA H200",
-			PCI: pci.Address{Bus: bus}, PCIVendorID: 0x10de, PCIDeviceID: 0x2335, MemoryTotalBytes: 143771 << 20,
+			PCI: pci.Address{Bus: bus}, PCIVendorID: 0x10de, PCIDeviceID: 0x2335, MemoryTotal: h200Memory.Bytes(),
 			Architecture: gpu.ArchHopper, NUMANode: -1, PCIeGeneration: 5, PCIeWidth: 16,
 		}
 	}
@@ -197,8 +203,8 @@ func TestCapsAreEnforcedBeforeAnyDeviceIsOffered(t *testing.T) {
 				return fmt.Errorf("device %s offered before its control daemon answers: %w", d.Addr, err)
 			}
 			// The control reads limits back in whole GiB (docs/gpu-runs).
-			if mps.DisplayMemLimit(lim.PinnedMemMiB) != mps.DisplayMemLimit(d.MPSMemoryLimit) {
-				return fmt.Errorf("device %s offered with cap %d MiB but MPS holds %d", d.Addr, d.MPSMemoryLimit, lim.PinnedMemMiB)
+			if mps.DisplayMemLimit(lim.MemoryLimit) != mps.DisplayMemLimit(units.MiB(d.MPSMemoryLimit)) {
+				return fmt.Errorf("device %s offered with cap %d MiB but MPS holds %d", d.Addr, d.MPSMemoryLimit, lim.MemoryLimit)
 			}
 			if int(lim.ThreadPercentage) != d.MPSThreadPercentage {
 				return fmt.Errorf("device %s offered with %d%% but MPS holds %.1f", d.Addr, d.MPSThreadPercentage, lim.ThreadPercentage)
@@ -217,7 +223,7 @@ func TestCapsAreEnforcedBeforeAnyDeviceIsOffered(t *testing.T) {
 	if len(devs) != 6 {
 		t.Fatalf("%d devices in the inventory, want 6", len(devs))
 	}
-	if devs[0].Addr != "1a:00.0-0" || devs[0].MPSMemoryLimit != 143771/4 || devs[0].MPSThreadPercentage != 25 || devs[4].Addr != "db:00.0-0" || devs[4].MPSMemoryLimit != 143771/2 {
+	if devs[0].Addr != "1a:00.0-0" || devs[0].MPSMemoryLimit != int(h200Memory/4) || devs[0].MPSThreadPercentage != 25 || devs[4].Addr != "db:00.0-0" || devs[4].MPSMemoryLimit != int(h200Memory/2) {
 		t.Errorf("devices not as planned: %+v", devs)
 	}
 	if !h.agent.Status().Ready {
@@ -344,7 +350,7 @@ func TestMPSKeepsWorkingWhileTheInventoryIsAway(t *testing.T) {
 		t.Fatal("reconcile should report the inventory failure")
 	}
 	for i := range 2 {
-		if lim, err := h.controlDefaults(i); err != nil || lim.PinnedMemMiB == 0 {
+		if lim, err := h.controlDefaults(i); err != nil || lim.MemoryLimit == 0 {
 			t.Errorf("GPU %d: MPS should be up with caps during an inventory outage: %+v %v", i, lim, err)
 		}
 	}
@@ -363,7 +369,7 @@ func TestReplicasWhenNoEntryNamesAGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	devs := h.devices()
-	if len(devs) != 6 || devs[0].MPSThreadPercentage != 33 || devs[0].MPSMemoryLimit != 143771/3 {
+	if len(devs) != 6 || devs[0].MPSThreadPercentage != 33 || devs[0].MPSMemoryLimit != int(h200Memory/3) {
 		t.Errorf("want 3 devices per GPU at 33%% and total/3: %+v", devs)
 	}
 }
@@ -392,7 +398,7 @@ func TestHealthEndpoints(t *testing.T) {
 	}
 	code, body := get("/status")
 	var st Status
-	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil || st.VirtualDevices != 6 || len(st.GPUs) != 2 || st.GPUs[0].MemoryLimitMiB != 35942 {
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil || st.VirtualDevices != 6 || len(st.GPUs) != 2 || st.GPUs[0].MemoryLimit != h200Memory/4 {
 		t.Errorf("/status: %d %s", code, body)
 	}
 	if _, body := get("/metrics"); !strings.Contains(body, `mps_daemon_virtual_devices{Hostname="node-1"} 6`) || !strings.Contains(body, `mps_daemon_reconciles_total{Hostname="node-1",result="ok"} 1`) {

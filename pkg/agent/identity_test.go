@@ -98,7 +98,7 @@ func TestSpecNotWrittenWhenAnIdentityFileCannotBe(t *testing.T) {
 	if err := store.Ensure(nil); err != nil {
 		t.Fatal(err)
 	}
-	p, err := store.Path(vdev.Name(twoGPUs()[1].UUID, 1))
+	p, err := store.Path(vdev.NameOf(twoGPUs()[1].UUID, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func (h *harness) newContainer(t *testing.T, id, device string) container {
 	if device == "" {
 		return c
 	}
-	src, err := identityStore(h.cfg).Path(device)
+	src, err := identityStore(h.cfg).Path(vdev.Name(device))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestContainerLiarIsBilledAndTerminatedByItsIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	g0 := twoGPUs()[0].UUID
-	d0, d1 := vdev.Name(g0, 0), vdev.Name(g0, 1)
+	d0, d1 := vdev.NameOf(g0, 0).String(), vdev.NameOf(g0, 1).String()
 	c11, c22 := h.newContainer(t, "11", d0), h.newContainer(t, "22", d1)
 	const gib = 1 << 30
 	h.writeProc(t, 101, 1, 1000, d0, c11)

@@ -108,11 +108,11 @@ func TestResizeDownKeepsAHeldDeviceUntilReleased(t *testing.T) {
 	if d, ok := devs["1a:00.0-3"]; !ok || !d.PendingRemoval || d.GuestID != "pod-a" {
 		t.Errorf("held device 1a:00.0-3 must stay, marked pending removal: %+v", d)
 	}
-	if d := devs["1a:00.0-0"]; d.MPSMemoryLimit != 143771/2 || d.MPSThreadPercentage != 50 {
+	if d := devs["1a:00.0-0"]; d.MPSMemoryLimit != int(h200Memory/2) || d.MPSThreadPercentage != 50 {
 		t.Errorf("remaining devices should carry the 2-way caps: %+v", d)
 	}
 	// The running server was given the new caps, the defaults too.
-	if enf, err := h.runner.EnforcedLimits(h.pipeDir(0), server); err != nil || enf.PinnedMemMiB != 143771/2 || enf.ThreadPercentage != 50 {
+	if enf, err := h.runner.EnforcedLimits(h.pipeDir(0), server); err != nil || enf.MemoryLimit != h200Memory/2 || enf.ThreadPercentage != 50 {
 		t.Errorf("running server enforces %+v (%v), want the 2-way caps", enf, err)
 	}
 
@@ -190,7 +190,7 @@ func TestDeadControlDaemonIsRestartedWithItsLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	lim, err := h.controlDefaults(1)
-	if err != nil || lim.ThreadPercentage != 50 || mps.DisplayMemLimit(lim.PinnedMemMiB) != mps.DisplayMemLimit(143771/2) {
+	if err != nil || lim.ThreadPercentage != 50 || mps.DisplayMemLimit(lim.MemoryLimit) != mps.DisplayMemLimit(h200Memory/2) {
 		t.Fatalf("restarted daemon holds %+v (%v), want the GPU's caps", lim, err)
 	}
 	if h.agent.probe(ctx) {

@@ -27,28 +27,15 @@ func (a *Agent) serverDefaults(cfg *Config, gp plan.GPUPlan) vdev.ServerDefaults
 	return gp.Defaults()
 }
 
-// deviceClass is the QoS class of device index of GPU uuid: the plan's, or
-// for a device that left the plan (held by a guest) the one its spec entry
-// last carried; ok is false when neither knows it.
-func (a *Agent) deviceClass(uuid string, index int) (c vdev.Class, ok bool) {
-	for _, d := range a.planned[uuid] {
-		if d.Index == index {
-			return d.Class, true
-		}
-	}
-	c, ok = a.cdiClasses[vdev.Name(uuid, index)]
-	return c, ok
-}
-
-// heldDevicePriority is the client priority of a held device that left the
-// plan: its last class, or, not known (the daemon restarted since), the
+// heldDevicePriority is the client priority of a device a guest holds past
+// its plan: its class's, or, not known (the daemon restarted since), the
 // default of its GPU's control daemon, which is what the device's clients
 // get without the variable anyway.
-func (a *Agent) heldDevicePriority(uuid string, index int) int {
-	if c, ok := a.deviceClass(uuid, index); ok {
-		return c.ClientPriority()
+func (a *Agent) heldDevicePriority(l listed) int {
+	if l.ClassKnown {
+		return l.Device.Class.ClientPriority()
 	}
-	if gs := a.gpus[uuid]; gs != nil && gs.limits != (mps.Limits{}) {
+	if gs := a.gpus[l.Device.GPU.UUID]; gs != nil && gs.limits != (mps.Limits{}) {
 		return gs.limits.ClientPriority
 	}
 	return vdev.PriorityNormal

@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
@@ -73,11 +74,11 @@ func TestQoSSlicesReachEveryEdge(t *testing.T) {
 		t.Fatal(err)
 	}
 	g0, g1 := twoGPUs()[0].UUID, twoGPUs()[1].UUID
-	want := map[string][2]int{vdev.Name(g1, 0): {100, 0}, vdev.Name(g1, 1): {100, 0}}
+	want := map[string][2]int{vdev.NameOf(g1, 0).String(): {100, 0}, vdev.NameOf(g1, 1).String(): {100, 0}}
 	for i := range 8 {
-		want[vdev.Name(g0, i)] = [2]int{13, 1}
+		want[vdev.NameOf(g0, i).String()] = [2]int{13, 1}
 	}
-	want[vdev.Name(g0, 0)] = [2]int{50, 0}
+	want[vdev.NameOf(g0, 0).String()] = [2]int{50, 0}
 
 	env := h.specEnv(t)
 	for name, w := range want {
@@ -87,15 +88,15 @@ func TestQoSSlicesReachEveryEdge(t *testing.T) {
 		}
 	}
 	for _, r := range h.devices() {
-		uuid, i, _ := rowName(r)
-		if w := want[vdev.Name(uuid, i)]; r.MPSThreadPercentage != w[0] {
+		_, i, _ := api.ParseSliceAddr(r.Addr)
+		if w := want[vdev.NameOf(r.DevicePath, i).String()]; r.MPSThreadPercentage != w[0] {
 			t.Errorf("inventory row %s: mps_thread_percentage %d, want %d", r.Addr, r.MPSThreadPercentage, w[0])
 		}
 	}
 	st := h.agent.Status()
 	for name, w := range want {
 		d := st.device(name)
-		class := map[string]string{vdev.Name(g0, 0): "latency"}[name]
+		class := map[string]string{vdev.NameOf(g0, 0).String(): "latency"}[name]
 		if strings.HasPrefix(name, g0) && class == "" {
 			class = "batch"
 		}
@@ -181,7 +182,7 @@ func TestAdoptedDaemonAtPriorityOne(t *testing.T) {
 	if _, err := ctl.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := ctl.SetDefaults(ctx, mps.Limits{PinnedMemMiB: 1024, ThreadPercentage: 100, ClientPriority: 1}); err != nil {
+	if err := ctl.SetDefaults(ctx, mps.Limits{MemoryLimit: 1024, ThreadPercentage: 100, ClientPriority: 1}); err != nil {
 		t.Fatal(err)
 	}
 	srv, err := h.runner.AddClient(h.pipeDir(0), 4001)
@@ -223,7 +224,7 @@ func TestQoSEscapeTerminatedUnderEnforce(t *testing.T) {
 		t.Fatal(err)
 	}
 	g0 := twoGPUs()[0].UUID
-	lat, b1 := vdev.Name(g0, 0), vdev.Name(g0, 1)
+	lat, b1 := vdev.NameOf(g0, 0).String(), vdev.NameOf(g0, 1).String()
 	cl, cb := h.newContainer(t, "31", lat), h.newContainer(t, "32", b1)
 	h.writeProc(t, 301, 1, 1000, lat, cl)
 	h.writeProc(t, 311, 1, 1100, b1, cb)

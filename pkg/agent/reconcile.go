@@ -14,6 +14,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/metrics"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/plan"
+	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -86,19 +87,19 @@ type ServerState struct {
 
 // GPUStatus is one planned GPU.
 type GPUStatus struct {
-	UUID             string `json:"uuid"`
-	Index            int    `json:"index"` // NVML's, as dcgm-exporter's gpu label
-	Minor            int    `json:"minor"` // N of /dev/nvidiaN
-	PCI              string `json:"pci"`
-	Model            string `json:"model"`
-	MemoryTotalBytes uint64 `json:"memory_total_bytes"`
-	MemoryUsedBytes  uint64 `json:"memory_used_bytes"`
-	ComputeMode      string `json:"compute_mode"`
+	UUID        string      `json:"uuid"`
+	Index       int         `json:"index"` // NVML's, as dcgm-exporter's gpu label
+	Minor       int         `json:"minor"` // N of /dev/nvidiaN
+	PCI         string      `json:"pci"`
+	Model       string      `json:"model"`
+	MemoryTotal units.Bytes `json:"memory_total_bytes"`
+	MemoryUsed  units.Bytes `json:"memory_used_bytes"`
+	ComputeMode string      `json:"compute_mode"`
 	// ControlDaemonUp: the GPU's MPS control daemon answered.
 	ControlDaemonUp  bool          `json:"control_daemon_up"`
 	Servers          []ServerState `json:"servers,omitempty"`
 	VirtualNumber    int           `json:"virtual_number"`
-	MemoryLimitMiB   int           `json:"memory_limit_mib"`
+	MemoryLimit      units.MiB     `json:"memory_limit_mib"`
 	ThreadPercentage int           `json:"thread_percentage"`
 	PipeDirectory    string        `json:"pipe_directory"`
 	// ClientPriority is the control daemon's default client priority (1
@@ -150,9 +151,9 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 		return a.fail(withKind(metrics.ErrorConfig, fmt.Errorf("invalid configuration, nothing changed: %w", err)))
 	}
 	a.layout = layoutOf(cfg, p)
-	a.minors = map[string]int{}
+	a.present = map[string]gpu.Info{}
 	for _, g := range gpus {
-		a.minors[g.UUID] = g.Minor
+		a.present[g.UUID] = g
 	}
 
 	// MPS first: it must work even while the inventory is away.
@@ -173,19 +174,18 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 
 	// The CDI spec before the inventory: a device must be startable by its
 	// <GPU UUID>::<i> name before anyone can be given it.
-	a.writeCDI(cfg, p, statuses, nil)
+	a.writeCDI(cfg, p, statuses)
 	hostID, hostName, err := a.ensureHost(ctx, cfg)
 	if err != nil {
 		a.setGPUs(statuses, 0, false)
 		return a.fail(withKind(metrics.ErrorInventory, err))
 	}
 	desired := []api.IsolatedDevice{}
+	byName := map[vdev.Name]vdev.Device{}
 	for i, gp := range p.GPUs {
 		for _, d := range gp.Devices {
-			row := d.API(hostID)
-			row.Unhealthy = !statuses[i].Healthy
-			row.CDIName = CDIName(gp.GPU.UUID, d.Index)
-			desired = append(desired, row)
+			desired = append(desired, rowOf(hostID, d, statuses[i].Healthy))
+			byName[d.Name()] = d
 		}
 	}
 	res, err := a.opts.Inventory.SyncDevices(ctx, hostID, desired)
@@ -193,9 +193,11 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 		a.setGPUs(statuses, 0, false)
 		return a.fail(withKind(metrics.ErrorInventory, fmt.Errorf("syncing devices with the inventory: %w", err)))
 	}
-	a.writeCDI(cfg, p, statuses, res.Devices)
-	a.setDevices(res.Devices, statuses)
-	retiring := a.retire(ctx, cfg, planned, res.Devices)
+	listed, order := a.byName(res.Devices, byName)
+	a.listed = listed
+	a.writeCDI(cfg, p, statuses)
+	a.setDevices(order)
+	retiring := a.retire(ctx, cfg, planned)
 	a.setGPUs(statuses, len(desired), true)
 	a.mu.Lock()
 	a.status.Retiring = retiring
@@ -225,10 +227,10 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 	g := gp.GPU
 	log := a.log.With("gpu", g.UUID, "pci", g.PCI.String())
 	st := GPUStatus{UUID: g.UUID, Index: g.Index, Minor: g.Minor, PCI: g.PCI.String(), Model: g.Name, VirtualNumber: gp.N,
-		MemoryTotalBytes: g.MemoryTotalBytes, MemoryUsedBytes: g.MemoryUsedBytes, ComputeMode: g.ComputeMode.String()}
+		MemoryTotal: g.MemoryTotal, MemoryUsed: g.MemoryUsed, ComputeMode: g.ComputeMode.String()}
 	defaults := a.serverDefaults(cfg, gp)
 	if len(gp.Devices) > 0 {
-		st.MemoryLimitMiB = gp.Devices[0].MemoryLimitMiB
+		st.MemoryLimit = gp.Devices[0].MemoryLimit
 		st.ThreadPercentage = defaults.ThreadPercentage
 	}
 	st.ClientPriority, st.QoS = defaults.ClientPriority, gpuQoS(gp)
@@ -276,12 +278,12 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 			log.Info("started MPS control daemon", "pipe_directory", gs.env.PipeDir, "log_directory", gs.env.LogDir)
 		}
 	}
-	want := mps.Limits{PinnedMemMiB: st.MemoryLimitMiB, ThreadPercentage: float64(st.ThreadPercentage), ClientPriority: st.ClientPriority}
+	want := mps.Limits{MemoryLimit: st.MemoryLimit, ThreadPercentage: float64(st.ThreadPercentage), ClientPriority: st.ClientPriority}
 	if err := gs.ctl.SetDefaults(ctx, want); err != nil {
 		return fail("applying MPS limits: %v", err)
 	}
 	if gs.limits != want && gs.limits != (mps.Limits{}) {
-		log.Info("MPS limits changed", "memory_limit_mib", want.PinnedMemMiB, "thread_percentage", want.ThreadPercentage, "client_priority", want.ClientPriority)
+		log.Info("MPS limits changed", "memory_limit_mib", int(want.MemoryLimit), "thread_percentage", want.ThreadPercentage, "client_priority", want.ClientPriority)
 	}
 	gs.limits = want
 	servers, err := gs.ctl.Servers(ctx)
@@ -308,7 +310,7 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 				st.Enforced = false
 				return fail("%v", err)
 			}
-			log.Info("limits of running MPS server changed", "server", pid, "memory_limit_mib", want.PinnedMemMiB, "thread_percentage", want.ThreadPercentage)
+			log.Info("limits of running MPS server changed", "server", pid, "memory_limit_mib", int(want.MemoryLimit), "thread_percentage", want.ThreadPercentage)
 		}
 		status, clients, err := serverState(ctx, gs, pid)
 		if errors.Is(err, errVanished) {

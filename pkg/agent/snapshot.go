@@ -37,7 +37,7 @@ func snapshotOf(st Status) metrics.Snapshot {
 		}
 		s.GPUs = append(s.GPUs, metrics.GPU{
 			Index: g.Index, UUID: g.UUID, Model: g.Model, PCIBusID: nvmlBusID(g.PCI),
-			MemoryTotalBytes: g.MemoryTotalBytes, MemoryUsedBytes: g.MemoryUsedBytes, ComputeMode: g.ComputeMode,
+			MemoryTotal: uint64(g.MemoryTotal), MemoryUsed: uint64(g.MemoryUsed), ComputeMode: g.ComputeMode,
 			ControlDaemonUp: g.ControlDaemonUp, Servers: servers, VirtualDevices: g.VirtualNumber,
 			CapsEnforced: g.Enforced, Healthy: g.Healthy, DefaultClientPriority: g.ClientPriority,
 		})

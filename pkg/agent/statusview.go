@@ -183,8 +183,8 @@ func writeGPUs(p *printer, gpus []GPUStatus) {
 			notes = append(notes, fmt.Sprintf("  GPU %d: %s", g.Index, orNone(g.Reason)))
 		}
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d MiB\t%d%%\t%s\t%d / %d MiB\t%s\t%s\t%s\t%s\n",
-			g.Index, g.PCI, g.Model, g.VirtualNumber, g.MemoryLimitMiB, g.ThreadPercentage, qosColumn(g),
-			g.MemoryUsedBytes>>20, g.MemoryTotalBytes>>20, g.ComputeMode,
+			g.Index, g.PCI, g.Model, g.VirtualNumber, g.MemoryLimit, g.ThreadPercentage, qosColumn(g),
+			g.MemoryUsed.MiB(), g.MemoryTotal.MiB(), g.ComputeMode,
 			map[bool]string{true: "up", false: "DOWN"}[g.ControlDaemonUp], servers(g.Servers), health)
 	}
 	p.flush(tw)

@@ -4,7 +4,11 @@
 // tools written for Cloudpods read it unchanged. It imports nothing of ours.
 package api
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // DevTypeNvidiaMPS is the dev_type of an MPS virtual device, as Cloudpods names it.
 const DevTypeNvidiaMPS = "NVIDIA_MPS"
@@ -215,3 +219,21 @@ const (
 
 // MsgDeviceUsedByServer is Cloudpods' text for refusing to remove a held device.
 const MsgDeviceUsedByServer = "Isolated device used by server"
+
+// SliceAddr is the addr of slice i of the GPU at gpuAddr (its PCI address
+// without domain) in Cloudpods' MPS rows: "1a:00.0-3".
+func SliceAddr(gpuAddr string, i int) string { return gpuAddr + "-" + strconv.Itoa(i) }
+
+// ParseSliceAddr splits an addr made by SliceAddr; ok is false for anything
+// else (a GPU row's addr has no slice).
+func ParseSliceAddr(addr string) (gpuAddr string, i int, ok bool) {
+	k := strings.LastIndexByte(addr, '-')
+	if k <= 0 {
+		return "", 0, false
+	}
+	i, err := strconv.Atoi(addr[k+1:])
+	if err != nil || i < 0 || strconv.Itoa(i) != addr[k+1:] {
+		return "", 0, false
+	}
+	return addr[:k], i, true
+}

@@ -58,7 +58,7 @@ func TestWriteIdenticalIsNoop(t *testing.T) {
 		}
 	}
 	devs := hostDevices()
-	devs[0].MemoryLimitMiB--
+	devs[0].MemoryLimit--
 	if _, changed, err := Sync(o, devs); err != nil || !changed {
 		t.Fatalf("changed Sync = %v, %v", changed, err)
 	}

@@ -283,8 +283,8 @@ func (d *Daemon) collectGPU(gauge gaugeFunc, g GPU) {
 	l := gpuLabelValues(g)
 	with := func(v string) []string { return append(append([]string(nil), l...), v) }
 	gauge(x.gpuInfo, 1, with(g.Model)...)
-	gauge(x.gpuMemTotal, float64(g.MemoryTotalBytes), l...)
-	gauge(x.gpuMemUsed, float64(g.MemoryUsedBytes), l...)
+	gauge(x.gpuMemTotal, float64(g.MemoryTotal), l...)
+	gauge(x.gpuMemUsed, float64(g.MemoryUsed), l...)
 	if g.ComputeMode != "" {
 		for _, m := range withValue(computeModes, g.ComputeMode) {
 			gauge(x.gpuComputeMode, boolValue(m == g.ComputeMode), with(m)...)

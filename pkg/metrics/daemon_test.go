@@ -32,13 +32,13 @@ func hostSnapshot() Snapshot {
 		GPUs: []GPU{
 			{
 				Index: 0, UUID: uuid0, Model: "NVIDIA H100 80GB HBM3", PCIBusID: "00000000:1A:00.0",
-				MemoryTotalBytes: 85520809984, MemoryUsedBytes: 4 << 30, ComputeMode: "Exclusive_Process",
+				MemoryTotal: 85520809984, MemoryUsed: 4 << 30, ComputeMode: "Exclusive_Process",
 				ControlDaemonUp: true, Servers: []Server{{State: "ACTIVE", Clients: 2}}, VirtualDevices: 2,
 				CapsEnforced: true, Healthy: true, DefaultClientPriority: 1,
 			},
 			{
 				Index: 1, UUID: uuid1, Model: "NVIDIA H100 80GB HBM3", PCIBusID: "00000000:DB:00.0",
-				MemoryTotalBytes: 85520809984, ComputeMode: "Exclusive_Process",
+				MemoryTotal: 85520809984, ComputeMode: "Exclusive_Process",
 				ControlDaemonUp: true, Servers: []Server{{State: "FAULT", Clients: 1}}, VirtualDevices: 1,
 				CapsEnforced: true, Healthy: false,
 			},

@@ -64,9 +64,9 @@ type GPU struct {
 	// Model is NVML's name, e.g. "NVIDIA H100 80GB HBM3".
 	Model string
 	// PCIBusID is NVML's form, "00000000:1A:00.0".
-	PCIBusID         string
-	MemoryTotalBytes uint64
-	MemoryUsedBytes  uint64
+	PCIBusID    string
+	MemoryTotal uint64
+	MemoryUsed  uint64
 	// ComputeMode is nvidia-smi's spelling, e.g. "Exclusive_Process".
 	ComputeMode     string
 	ControlDaemonUp bool

@@ -64,11 +64,11 @@ func runContract(t *testing.T, r mps.Runner, env mps.Env) {
 		}
 	})
 	step("set defaults", func(t *testing.T) {
-		if err := c.SetDefaults(ctx, mps.Limits{PinnedMemMiB: 35942, ThreadPercentage: 25}); err != nil {
+		if err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: 35942, ThreadPercentage: 25}); err != nil {
 			t.Fatal(err)
 		}
 		got, err := c.Defaults(ctx)
-		if err != nil || got != (mps.Limits{PinnedMemMiB: 35 * 1024, ThreadPercentage: 25}) {
+		if err != nil || got != (mps.Limits{MemoryLimit: 35 * 1024, ThreadPercentage: 25}) {
 			t.Fatalf("Defaults = %+v, %v; want 35G read back (display rounds down) and 25.0", got, err)
 		}
 		if out, err := c.Command(ctx, "get_default_device_pinned_mem_limit 0"); err != nil || out != "35G\n" {
@@ -79,7 +79,7 @@ func runContract(t *testing.T, r mps.Runner, env mps.Env) {
 		}
 	})
 	step("out-of-range percentage refused", func(t *testing.T) {
-		err := c.SetDefaults(ctx, mps.Limits{PinnedMemMiB: 35942, ThreadPercentage: 150})
+		err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: 35942, ThreadPercentage: 150})
 		if err == nil || !strings.Contains(err.Error(), "150") {
 			t.Fatalf("SetDefaults(150%%) = %v, want an error naming 150", err)
 		}
@@ -93,7 +93,7 @@ func runContract(t *testing.T, r mps.Runner, env mps.Env) {
 		if got, err := c.Defaults(ctx); err != nil || got.ClientPriority != 0 {
 			t.Fatalf("Defaults = %+v, %v; want client priority 0 before any is set", got, err)
 		}
-		if err := c.SetDefaults(ctx, mps.Limits{PinnedMemMiB: 35942, ThreadPercentage: 25, ClientPriority: 1}); err != nil {
+		if err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: 35942, ThreadPercentage: 25, ClientPriority: 1}); err != nil {
 			t.Fatal(err)
 		}
 		if out, err := c.Command(ctx, "get_default_client_priority"); err != nil || strings.TrimSpace(out) != "1" {
@@ -102,10 +102,10 @@ func runContract(t *testing.T, r mps.Runner, env mps.Env) {
 		if _, err := c.Command(ctx, "set_default_client_priority 2"); !errors.Is(err, mps.ErrInvalidPriority) {
 			t.Fatalf("set_default_client_priority 2 = %v, want ErrInvalidPriority", err)
 		}
-		if got, err := c.Defaults(ctx); err != nil || got != (mps.Limits{PinnedMemMiB: 35 * 1024, ThreadPercentage: 25, ClientPriority: 1}) {
+		if got, err := c.Defaults(ctx); err != nil || got != (mps.Limits{MemoryLimit: 35 * 1024, ThreadPercentage: 25, ClientPriority: 1}) {
 			t.Fatalf("Defaults = %+v, %v; want priority 1 left in place", got, err)
 		}
-		if err := c.SetDefaults(ctx, mps.Limits{PinnedMemMiB: 35942, ThreadPercentage: 25}); err != nil {
+		if err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: 35942, ThreadPercentage: 25}); err != nil {
 			t.Fatal(err)
 		}
 		if got, err := c.Defaults(ctx); err != nil || got.ClientPriority != 0 {

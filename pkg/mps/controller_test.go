@@ -88,11 +88,11 @@ func TestSetDefaultsReadsBack(t *testing.T) {
 		limits  mps.Limits
 		wantErr string // "" = success
 	}{
-		{"applied", mps.Limits{PinnedMemMiB: 20389, ThreadPercentage: 25}, ""},
-		{"fraction", mps.Limits{PinnedMemMiB: 512, ThreadPercentage: 33.5}, ""},
+		{"applied", mps.Limits{MemoryLimit: 20389, ThreadPercentage: 25}, ""},
+		{"fraction", mps.Limits{MemoryLimit: 512, ThreadPercentage: 33.5}, ""},
 		{"no memory limit", mps.Limits{ThreadPercentage: 100}, ""},
-		{"percentage too high", mps.Limits{PinnedMemMiB: 512, ThreadPercentage: 150}, "150"},
-		{"percentage zero", mps.Limits{PinnedMemMiB: 512, ThreadPercentage: 0}, "refused active thread percentage 0"},
+		{"percentage too high", mps.Limits{MemoryLimit: 512, ThreadPercentage: 150}, "150"},
+		{"percentage zero", mps.Limits{MemoryLimit: 512, ThreadPercentage: 0}, "refused active thread percentage 0"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -107,7 +107,7 @@ func TestSetDefaultsReadsBack(t *testing.T) {
 				}
 				got, err := ctl.Defaults(t.Context())
 				if err != nil || got.ThreadPercentage != c.limits.ThreadPercentage ||
-					mps.DisplayMemLimit(got.PinnedMemMiB) != mps.DisplayMemLimit(c.limits.PinnedMemMiB) {
+					mps.DisplayMemLimit(got.MemoryLimit) != mps.DisplayMemLimit(c.limits.MemoryLimit) {
 					t.Fatalf("Defaults = %+v, %v after SetDefaults(%+v)", got, err, c.limits)
 				}
 				return
@@ -125,7 +125,7 @@ func TestSetDefaultsDetectsDroppedMemoryLimit(t *testing.T) {
 	if _, err := ctl.Ensure(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	err := ctl.SetDefaults(t.Context(), mps.Limits{PinnedMemMiB: 35942, ThreadPercentage: 25})
+	err := ctl.SetDefaults(t.Context(), mps.Limits{MemoryLimit: 35942, ThreadPercentage: 25})
 	want := "mps limits not applied: pinned memory reads back none, want 35G"
 	if err == nil || err.Error() != want {
 		t.Fatalf("SetDefaults = %v, want %q", err, want)
@@ -180,7 +180,7 @@ func TestEnsureAdoptsAfterRestart(t *testing.T) {
 	if adopted, err := first.Ensure(t.Context()); err != nil || adopted {
 		t.Fatalf("first Ensure = %v, %v", adopted, err)
 	}
-	if err := first.SetDefaults(t.Context(), mps.Limits{PinnedMemMiB: 20389, ThreadPercentage: 25}); err != nil {
+	if err := first.SetDefaults(t.Context(), mps.Limits{MemoryLimit: 20389, ThreadPercentage: 25}); err != nil {
 		t.Fatal(err)
 	}
 	// The agent restarted: new runner, new controller, same pipe directory.
@@ -190,7 +190,7 @@ func TestEnsureAdoptsAfterRestart(t *testing.T) {
 		t.Fatalf("Ensure after restart = %v, %v; want the daemon adopted", adopted, err)
 	}
 	got, err := second.Defaults(t.Context())
-	if err != nil || got != (mps.Limits{PinnedMemMiB: 19 * 1024, ThreadPercentage: 25}) {
+	if err != nil || got != (mps.Limits{MemoryLimit: 19 * 1024, ThreadPercentage: 25}) {
 		t.Fatalf("adopted daemon's defaults = %+v, %v", got, err)
 	}
 }

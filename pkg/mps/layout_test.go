@@ -8,6 +8,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // A mixed two-GPU host: A (an older, slower GPU) has the lower PCI address,
@@ -33,7 +34,7 @@ func TestSingleLayoutCapsLandOnTheirGPU(t *testing.T) {
 	env.VisibleDevices, env.Single = mps.VisibleList([]string{gpuA, gpuB}), true
 	ctx := context.Background()
 	base := mps.NewController(r, env, 5*time.Second, nil)
-	caps := map[string]int{gpuA: 11264, gpuB: 40960}
+	caps := map[string]units.MiB{gpuA: 11264, gpuB: 40960}
 	for _, uuid := range []string{gpuA, gpuB} {
 		i, ok := mps.Ordinal(env.VisibleDevices, uuid)
 		if !ok {
@@ -43,7 +44,7 @@ func TestSingleLayoutCapsLandOnTheirGPU(t *testing.T) {
 		if _, err := c.Ensure(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.SetDefaults(ctx, mps.Limits{PinnedMemMiB: caps[uuid], ThreadPercentage: 50}); err != nil {
+		if err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: caps[uuid], ThreadPercentage: 50}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -56,12 +57,12 @@ func TestSingleLayoutCapsLandOnTheirGPU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.PinnedMemMiB != want {
-			t.Errorf("%s: server enforces %d MiB, want %d", uuid, got.PinnedMemMiB, want)
+		if got.MemoryLimit != want {
+			t.Errorf("%s: server enforces %d MiB, want %d", uuid, got.MemoryLimit, want)
 		}
 	}
 	// Read back per device, through the controllers.
-	if l, err := base.ForDevice(1).Defaults(ctx); err != nil || mps.DisplayMemLimit(l.PinnedMemMiB) != mps.DisplayMemLimit(caps[gpuB]) {
+	if l, err := base.ForDevice(1).Defaults(ctx); err != nil || mps.DisplayMemLimit(l.MemoryLimit) != mps.DisplayMemLimit(caps[gpuB]) {
 		t.Errorf("device 1 defaults %+v (%v), want B's cap", l, err)
 	}
 }
@@ -75,13 +76,13 @@ func TestNvidiaSmiIndexOnCUDAOrderMisplacesCaps(t *testing.T) {
 	ctx := context.Background()
 	base := mps.NewController(r, env, 5*time.Second, nil)
 	smiIndex := map[string]int{gpuA: 0, gpuB: 1} // PCI order
-	caps := map[string]int{gpuA: 11264, gpuB: 40960}
+	caps := map[string]units.MiB{gpuA: 11264, gpuB: 40960}
 	for uuid, idx := range smiIndex {
 		c := base.ForDevice(idx)
 		if _, err := c.Ensure(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.SetDefaults(ctx, mps.Limits{PinnedMemMiB: caps[uuid], ThreadPercentage: 50}); err != nil {
+		if err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: caps[uuid], ThreadPercentage: 50}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -90,8 +91,8 @@ func TestNvidiaSmiIndexOnCUDAOrderMisplacesCaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.PinnedMemMiB != caps[gpuB] {
-		t.Fatalf("A enforces %d MiB; the simulation should put B's cap (%d) there, as CUDA's order does", got.PinnedMemMiB, caps[gpuB])
+	if got.MemoryLimit != caps[gpuB] {
+		t.Fatalf("A enforces %d MiB; the simulation should put B's cap (%d) there, as CUDA's order does", got.MemoryLimit, caps[gpuB])
 	}
 }
 

@@ -56,7 +56,7 @@ func TestSimClientPriority(t *testing.T) {
 	if l, err := r.EnforcedLimits(env.PipeDir, srv); err != nil || l.ClientPriority != 1 {
 		t.Errorf("server started under default 1: %+v, %v; want priority 1", l, err)
 	}
-	if err := c.SetDefaults(ctx, mps.Limits{PinnedMemMiB: 4096, ThreadPercentage: 50, ClientPriority: 0}); err != nil {
+	if err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: 4096, ThreadPercentage: 50, ClientPriority: 0}); err != nil {
 		t.Fatal(err)
 	}
 	if l, err := r.EnforcedLimits(env.PipeDir, srv); err != nil || l.ClientPriority != 0 {
@@ -77,10 +77,10 @@ func TestClientPriorityOnAControlWithoutIt(t *testing.T) {
 	if _, err := c.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.SetDefaults(ctx, mps.Limits{PinnedMemMiB: 4096, ThreadPercentage: 50}); err != nil {
+	if err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: 4096, ThreadPercentage: 50}); err != nil {
 		t.Errorf("priority 0 on a control without priorities: %v", err)
 	}
-	err := c.SetDefaults(ctx, mps.Limits{PinnedMemMiB: 4096, ThreadPercentage: 50, ClientPriority: 1})
+	err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: 4096, ThreadPercentage: 50, ClientPriority: 1})
 	if !errors.Is(err, mps.ErrUnknownCommand) || !strings.Contains(err.Error(), "no client priorities") {
 		t.Errorf("priority 1: %v, want an error saying the control has no priorities", err)
 	}
@@ -105,7 +105,7 @@ func TestClientPriorityReadBack(t *testing.T) {
 	if _, err := c.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	err := c.SetDefaults(ctx, mps.Limits{PinnedMemMiB: 4096, ThreadPercentage: 50, ClientPriority: 1})
+	err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: 4096, ThreadPercentage: 50, ClientPriority: 1})
 	if err == nil || !strings.Contains(err.Error(), "client priority reads back 0, want 1") {
 		t.Errorf("SetDefaults = %v, want the read-back to catch it", err)
 	}

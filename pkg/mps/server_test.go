@@ -29,7 +29,7 @@ func simController(t *testing.T) (*mpssim.Runner, *mps.Controller, string) {
 func TestRunningServerLimitsChangeForLaterClients(t *testing.T) {
 	ctx := context.Background()
 	r, c, pipe := simController(t)
-	if err := c.SetDefaults(ctx, mps.Limits{PinnedMemMiB: 35942, ThreadPercentage: 25}); err != nil {
+	if err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: 35942, ThreadPercentage: 25}); err != nil {
 		t.Fatal(err)
 	}
 	srv, err := r.AddClient(pipe, 101)
@@ -37,22 +37,22 @@ func TestRunningServerLimitsChangeForLaterClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Resize 4 -> 2: new defaults do not reach the running server...
-	if err := c.SetDefaults(ctx, mps.Limits{PinnedMemMiB: 71885, ThreadPercentage: 50}); err != nil {
+	if err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: 71885, ThreadPercentage: 50}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := c.ServerLimits(ctx, srv)
-	if err != nil || !mps.LimitsMatch(got, mps.Limits{PinnedMemMiB: 35942, ThreadPercentage: 25}) {
+	if err != nil || !mps.LimitsMatch(got, mps.Limits{MemoryLimit: 35942, ThreadPercentage: 25}) {
 		t.Fatalf("running server should keep its limits until told: %+v %v", got, err)
 	}
 	// ...until they are set on it.
-	want := mps.Limits{PinnedMemMiB: 71885, ThreadPercentage: 50}
+	want := mps.Limits{MemoryLimit: 71885, ThreadPercentage: 50}
 	if err := c.SetServerLimits(ctx, srv, want); err != nil {
 		t.Fatal(err)
 	}
-	if enf, err := r.EnforcedLimits(pipe, srv); err != nil || enf.PinnedMemMiB != 71885 || enf.ThreadPercentage != 50 {
+	if enf, err := r.EnforcedLimits(pipe, srv); err != nil || enf.MemoryLimit != 71885 || enf.ThreadPercentage != 50 {
 		t.Fatalf("server enforces %+v (%v), want %+v exactly", enf, err, want)
 	}
-	if err := c.SetServerLimits(ctx, srv, mps.Limits{PinnedMemMiB: 1, ThreadPercentage: 0}); err == nil {
+	if err := c.SetServerLimits(ctx, srv, mps.Limits{MemoryLimit: 1, ThreadPercentage: 0}); err == nil {
 		t.Error("a 0% thread percentage must be refused")
 	}
 	if err := c.SetServerLimits(ctx, 999, want); !errors.Is(err, mps.ErrServerNotFound) {

@@ -47,11 +47,11 @@ func host(t *testing.T) ([]gpu.Info, gpu.Resolver) {
 	}
 	gpus := []gpu.Info{
 		{Index: 2, Minor: 2, UUID: uuidH100, Name: "NVIDIA H100 80GB HBM3", PCI: addr("00000000:AF:00.0"),
-			PCIVendorID: 0x10de, PCIDeviceID: 0x2330, MemoryTotalBytes: 81559 * mib, Architecture: gpu.ArchHopper, NUMANode: 1},
+			PCIVendorID: 0x10de, PCIDeviceID: 0x2330, MemoryTotal: 81559 * mib, Architecture: gpu.ArchHopper, NUMANode: 1},
 		{Index: 0, Minor: 0, UUID: uuidH200, Name: "NVIDIA H200", PCI: addr("00000000:18:00.0"),
-			PCIVendorID: 0x10de, PCIDeviceID: 0x2335, MemoryTotalBytes: 143771 * mib, Architecture: gpu.ArchHopper, NUMANode: 0},
+			PCIVendorID: 0x10de, PCIDeviceID: 0x2335, MemoryTotal: 143771 * mib, Architecture: gpu.ArchHopper, NUMANode: 0},
 		{Index: 1, Minor: 1, UUID: uuidP40, Name: "Tesla P40", PCI: addr("00000000:3B:00.0"),
-			PCIVendorID: 0x10de, PCIDeviceID: 0x1b38, MemoryTotalBytes: 24576 * mib, Architecture: gpu.ArchPascal, NUMANode: 0},
+			PCIVendorID: 0x10de, PCIDeviceID: 0x1b38, MemoryTotal: 24576 * mib, Architecture: gpu.ArchPascal, NUMANode: 0},
 	}
 	return gpus, r
 }
@@ -93,7 +93,7 @@ func splits(p *Plan) []split {
 			return nil
 		}
 		d := g.Devices[g.N-1]
-		out = append(out, split{g.GPU.PCI.String(), g.N, g.Source, d.MemoryLimitMiB, d.ThreadPercentage})
+		out = append(out, split{g.GPU.PCI.String(), g.N, g.Source, int(d.MemoryLimit), d.ThreadPercentage})
 	}
 	return out
 }

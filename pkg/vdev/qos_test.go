@@ -5,6 +5,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/pci"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 func TestBatchShare(t *testing.T) {
@@ -35,7 +36,7 @@ func TestBatchShare(t *testing.T) {
 }
 
 func TestSplitQoS(t *testing.T) {
-	g := gpu.Info{UUID: "GPU-1", PCI: pci.Address{Bus: 0x1a}, MemoryTotalBytes: 81559 << 20}
+	g := gpu.Info{UUID: "GPU-1", PCI: pci.Address{Bus: 0x1a}, MemoryTotal: 81559 << 20}
 	// The shares auto (400/N) and even (100/N) give N devices.
 	auto := func(n int) int { return min(100, 400/n) }
 	even := func(n int) int { return 100 / n }
@@ -68,8 +69,8 @@ func TestSplitQoS(t *testing.T) {
 				t.Fatalf("%d devices, want %d", len(devs), len(tc.want))
 			}
 			for i, d := range devs {
-				if (dev{d.ThreadPercentage, d.Class}) != tc.want[i] || d.MemoryLimitMiB != 81559/tc.n || d.Index != i {
-					t.Errorf("slice %d: %d%% %q %d MiB, want %d%% %q and memory total/N", i, d.ThreadPercentage, d.Class, d.MemoryLimitMiB, tc.want[i].threads, tc.want[i].class)
+				if (dev{d.ThreadPercentage, d.Class}) != tc.want[i] || d.MemoryLimit != units.MiB(81559/tc.n) || d.Index != i {
+					t.Errorf("slice %d: %d%% %q %v, want %d%% %q and memory total/N", i, d.ThreadPercentage, d.Class, d.MemoryLimit, tc.want[i].threads, tc.want[i].class)
 				}
 				if want := tc.want[i].class == B; (d.Class.ClientPriority() == PriorityBelowNormal) != want {
 					t.Errorf("slice %d: priority %d", i, d.Class.ClientPriority())

@@ -60,7 +60,7 @@ func TestDevicesFromHandBuiltMock(t *testing.T) {
 	}
 	g := got[0]
 	if g.Index != 1 || g.PCI.String() != "0000:1a:00.0" || g.VendorDeviceID() != "10de:2335" ||
-		g.MemoryTotalMiB() != 97871 || g.Architecture != gpu.ArchHopper || g.NUMANode != -1 {
+		g.MemoryTotal.MiB() != 97871 || g.Architecture != gpu.ArchHopper || g.NUMANode != -1 {
 		t.Errorf("Devices()[0] = %+v", g)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/pci"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // Library is the part of nvml.Interface the adapter uses. The real library
@@ -86,8 +87,8 @@ func readDevice(d device, index int) (gpu.Info, error) {
 	if ret != nvml.SUCCESS {
 		return info, callError("nvmlDeviceGetMemoryInfo", ret)
 	}
-	info.MemoryTotalBytes = mem.Total
-	info.MemoryUsedBytes = mem.Used
+	info.MemoryTotal = units.Bytes(mem.Total)
+	info.MemoryUsed = units.Bytes(mem.Used)
 	mode, ret := d.GetComputeMode()
 	if ret != nvml.SUCCESS {
 		return info, callError("nvmlDeviceGetComputeMode", ret)

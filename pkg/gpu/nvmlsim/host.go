@@ -15,6 +15,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	gpunvml "yunion.io/x/mps-daemon/pkg/gpu/nvml"
 	"yunion.io/x/mps-daemon/pkg/pci"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // simDriverVersion is the driver the simulated host claims: the one the MPS
@@ -222,19 +223,19 @@ func (g *simGPU) info() gpu.Info {
 	mode := g.mode
 	g.mu.Unlock()
 	return gpu.Info{
-		Index:            g.index,
-		Minor:            g.index,
-		UUID:             g.uuid,
-		Name:             g.model.config.Name,
-		PCI:              g.addr,
-		PCIVendorID:      vendor,
-		PCIDeviceID:      device,
-		MemoryTotalBytes: g.memoryBytes(),
-		ComputeMode:      gpu.ComputeMode(mode),
-		Architecture:     gpunvml.Architecture(g.model.config.Architecture),
-		NUMANode:         -1,
-		PCIeGeneration:   g.model.pcieGen,
-		PCIeWidth:        g.model.pcieWidth,
+		Index:          g.index,
+		Minor:          g.index,
+		UUID:           g.uuid,
+		Name:           g.model.config.Name,
+		PCI:            g.addr,
+		PCIVendorID:    vendor,
+		PCIDeviceID:    device,
+		MemoryTotal:    units.Bytes(g.memoryBytes()),
+		ComputeMode:    gpu.ComputeMode(mode),
+		Architecture:   gpunvml.Architecture(g.model.config.Architecture),
+		NUMANode:       -1,
+		PCIeGeneration: g.model.pcieGen,
+		PCIeWidth:      g.model.pcieWidth,
 	}
 }
 

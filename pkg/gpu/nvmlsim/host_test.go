@@ -14,6 +14,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	gpunvml "yunion.io/x/mps-daemon/pkg/gpu/nvml"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 func newSim(t *testing.T, profile string) (*gpunvml.Adapter, *Host) {
@@ -52,7 +53,7 @@ func TestSimulatedDGXH100(t *testing.T) {
 			t.Errorf("GPU %d: UUID %q is not a fresh GPU-<uuid>", i, g.UUID)
 		}
 		seen[g.UUID] = true
-		if g.VendorDeviceID() != "10de:2330" || g.Name != "NVIDIA H100 80GB HBM3" || g.MemoryTotalMiB() != 81920 ||
+		if g.VendorDeviceID() != "10de:2330" || g.Name != "NVIDIA H100 80GB HBM3" || g.MemoryTotal.MiB() != 81920 ||
 			g.Architecture != gpu.ArchHopper || g.PCIeGeneration != 5 || g.PCIeWidth != 16 ||
 			g.ComputeMode != gpu.ComputeModeDefault || g.NUMANode != -1 {
 			t.Errorf("GPU %d = %+v", i, g)
@@ -71,7 +72,7 @@ func TestSimulatedModels(t *testing.T) {
 		profile      string
 		count        int
 		vendorDevice string
-		memoryMiB    int
+		memoryMiB    units.MiB
 		arch         gpu.Architecture
 		pcieGen      int
 		mpsClients   int
@@ -96,7 +97,7 @@ func TestSimulatedModels(t *testing.T) {
 				if g.Index != i || (i > 0 && !got[i-1].PCI.Less(g.PCI)) {
 					t.Errorf("GPU %d (index %d, %s) out of bus order", i, g.Index, g.PCI)
 				}
-				if g.VendorDeviceID() != tc.vendorDevice || g.MemoryTotalMiB() != tc.memoryMiB || g.Architecture != tc.arch ||
+				if g.VendorDeviceID() != tc.vendorDevice || g.MemoryTotal.MiB() != tc.memoryMiB || g.Architecture != tc.arch ||
 					g.PCIeGeneration != tc.pcieGen || g.PCIeWidth != 16 || g.Architecture.MaxMPSClients() != tc.mpsClients {
 					t.Errorf("GPU %d = %+v", i, g)
 				}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // simCommand answers one command line against a running daemon's state, as
@@ -66,7 +67,7 @@ func simCommand(st **simState, line string) (stdout string, dirty bool) {
 		if len(args) < 1 { // measured (mps-probe3.txt)
 			return "", false
 		}
-		return memLine(d.DefaultMemLimitMiB[cAtoi(arg(0))]), false
+		return memLine(d.DefaultMemoryLimits[cAtoi(arg(0))]), false
 
 	case "set_default_device_pinned_mem_limit":
 		if len(args) < 2 { // measured with one argument (mps-probe3.txt)
@@ -74,7 +75,7 @@ func simCommand(st **simState, line string) (stdout string, dirty bool) {
 		}
 		// A bad device ordinal is accepted silently and kept: 7 reads back
 		// what was set on 7 (mps-probe3.txt).
-		setLimit(d.DefaultMemLimitMiB, cAtoi(arg(0)), arg(1))
+		setLimit(d.DefaultMemoryLimits, cAtoi(arg(0)), arg(1))
 		return "", true
 
 	case "get_server_status":
@@ -158,7 +159,7 @@ func simCommand(st **simState, line string) (stdout string, dirty bool) {
 		if srv == nil {
 			return notFound(pid), false
 		}
-		return memLine(srv.MemLimitMiB[cAtoi(arg(1))]), false
+		return memLine(srv.MemoryLimits[cAtoi(arg(1))]), false
 
 	case "set_device_pinned_mem_limit":
 		if len(args) < 3 { // "Invalid command format." goes to control.log only
@@ -169,7 +170,7 @@ func simCommand(st **simState, line string) (stdout string, dirty bool) {
 		if srv == nil {
 			return notFound(pid), false
 		}
-		setLimit(srv.MemLimitMiB, cAtoi(arg(1)), arg(2))
+		setLimit(srv.MemoryLimits, cAtoi(arg(1)), arg(2))
 		return "", true
 
 	case "terminate_client":
@@ -227,18 +228,18 @@ func removeClient(d *simState, pid int) bool {
 	return false
 }
 
-func copyLimits(m map[int]int) map[int]int {
+func copyLimits(m map[int]units.MiB) map[int]units.MiB {
 	out := maps.Clone(m)
 	if out == nil {
-		out = map[int]int{}
+		out = map[int]units.MiB{}
 	}
 	return out
 }
 
 func pct(p float64) string { return mps.FormatThreadPercentage(p) + "\n" }
 
-func memLine(mib int) string {
-	if s := mps.DisplayMemLimit(mib); s != "" {
+func memLine(limit units.MiB) string {
+	if s := mps.DisplayMemLimit(limit); s != "" {
 		return s + "\n"
 	}
 	return ""

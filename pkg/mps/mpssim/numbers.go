@@ -3,6 +3,8 @@ package mpssim
 import (
 	"strconv"
 	"strings"
+
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // The control reads its numeric arguments the C way (atoi, atof): the
@@ -17,28 +19,28 @@ func validPercentage(s string) (float64, bool) {
 }
 
 // setLimit applies a pinned memory limit argument as the control reads it
-// (simMemLimitMiB); a result of 0 clears the limit.
-func setLimit(m map[int]int, dev int, arg string) {
-	if mib := simMemLimitMiB(arg); mib > 0 {
-		m[dev] = mib
+// (readMemLimit); a result of 0 clears the limit.
+func setLimit(m map[int]units.MiB, dev int, arg string) {
+	if limit := readMemLimit(arg); limit > 0 {
+		m[dev] = limit
 	} else {
 		delete(m, dev)
 	}
 }
 
-// simMemLimitMiB is how the control reads a limit argument, as measured in
+// readMemLimit is how the control reads a limit argument, as measured in
 // mps-probe2.txt: the leading integer, times 1024 when followed by G or g,
 // otherwise MiB whatever follows (`100K` is 100 MiB, `1T` is 1 MiB); `0.5G`,
 // `0` and `abc` read 0, which clears the limit.
-func simMemLimitMiB(arg string) int {
+func readMemLimit(arg string) units.MiB {
 	n, rest := leadingInt(arg)
 	if n <= 0 {
 		return 0
 	}
 	if strings.HasPrefix(rest, "G") || strings.HasPrefix(rest, "g") {
-		return n * 1024
+		return units.MiB(n * 1024)
 	}
-	return n
+	return units.MiB(n)
 }
 
 // leadingInt reads an optionally signed decimal prefix, like C's atoi.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // Runner stands in for nvidia-cuda-mps-control where there is no GPU (CI,
@@ -157,7 +158,7 @@ func (s *Runner) Start(ctx context.Context, env mps.Env) error {
 			Devices:                 devices,
 			DeviceName:              name,
 			DefaultThreadPercentage: 100,
-			DefaultMemLimitMiB:      map[int]int{},
+			DefaultMemoryLimits:     map[int]units.MiB{},
 			NextServerPID:           s.firstServerPID,
 		}
 		s.log.Debug("simulated MPS control daemon started", "pipe_directory", env.PipeDir)
@@ -208,7 +209,7 @@ func (s *Runner) AddClient(pipeDir string, clientPID int) (serverPID int, err er
 			d.Servers = append(d.Servers, simServer{
 				PID:              d.NextServerPID,
 				ThreadPercentage: d.DefaultThreadPercentage,
-				MemLimitMiB:      copyLimits(d.DefaultMemLimitMiB),
+				MemoryLimits:     copyLimits(d.DefaultMemoryLimits),
 			})
 			d.NextServerPID++
 		}
@@ -281,7 +282,7 @@ func (s *Runner) enforced(pipeDir string, serverPID int, ordinal func(*simState)
 		if err != nil {
 			return false, err
 		}
-		l = mps.Limits{PinnedMemMiB: srv.MemLimitMiB[i], ThreadPercentage: srv.ThreadPercentage, ClientPriority: (*st).DefaultClientPriority}
+		l = mps.Limits{MemoryLimit: srv.MemoryLimits[i], ThreadPercentage: srv.ThreadPercentage, ClientPriority: (*st).DefaultClientPriority}
 		return false, nil
 	})
 	return l, err

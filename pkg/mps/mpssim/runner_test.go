@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // replayStep is one line of testdata/probe-replay.txt: a directive (@...) or
@@ -116,11 +117,11 @@ func TestSimReplaysProbes(t *testing.T) {
 
 func TestSimMemLimitArgument(t *testing.T) {
 	// mps-probe2.txt: what each argument of set_default_device_pinned_mem_limit became.
-	cases := map[string]int{"512M": 512, "1G": 1024, "2g": 2048, "1T": 1, "0.5G": 0, "0": 0,
+	cases := map[string]units.MiB{"512M": 512, "1G": 1024, "2g": 2048, "1T": 1, "0.5G": 0, "0": 0,
 		"100K": 100, "1048576K": 1048576, "abc": 0, "20389M": 20389}
 	for arg, want := range cases {
-		if got := simMemLimitMiB(arg); got != want {
-			t.Errorf("simMemLimitMiB(%q) = %d, want %d", arg, got, want)
+		if got := readMemLimit(arg); got != want {
+			t.Errorf("readMemLimit(%q) = %d, want %d", arg, got, want)
 		}
 	}
 }
@@ -210,7 +211,7 @@ func TestSimServersKeepTheirLimits(t *testing.T) {
 		t.Errorf("running server's limit = %q, want 19G", got)
 	}
 	// The server enforces the exact value; only the getter rounds it.
-	if l, err := s.EnforcedLimits(env.PipeDir, srv); err != nil || l != (mps.Limits{PinnedMemMiB: 20389, ThreadPercentage: 25}) {
+	if l, err := s.EnforcedLimits(env.PipeDir, srv); err != nil || l != (mps.Limits{MemoryLimit: 20389, ThreadPercentage: 25}) {
 		t.Errorf("EnforcedLimits = %+v, %v; want 20389 MiB and 25%%", l, err)
 	}
 	if err := s.RemoveClient(env.PipeDir, 981); err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/atomicfile"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // The simulated daemon is a JSON file in its pipe directory, not a process:
@@ -25,23 +26,23 @@ type simState struct {
 	// Devices are the GPU UUIDs by device ordinal, as the daemon's servers
 	// number them: CUDA_VISIBLE_DEVICES's order, or, without it, CUDA's own
 	// order of the host's GPUs (SetCUDAOrder).
-	Devices                 []string    `json:"devices,omitempty"`
-	DeviceName              string      `json:"device_name"`
-	DefaultThreadPercentage float64     `json:"default_thread_percentage"`
-	DefaultMemLimitMiB      map[int]int `json:"default_mem_limit_mib"` // by device ordinal; exact values
-	DefaultClientPriority   int         `json:"default_client_priority,omitempty"`
-	NextServerPID           int         `json:"next_server_pid"`
-	Servers                 []simServer `json:"servers"`
+	Devices                 []string          `json:"devices,omitempty"`
+	DeviceName              string            `json:"device_name"`
+	DefaultThreadPercentage float64           `json:"default_thread_percentage"`
+	DefaultMemoryLimits     map[int]units.MiB `json:"default_mem_limit_mib"` // by device ordinal; exact values
+	DefaultClientPriority   int               `json:"default_client_priority,omitempty"`
+	NextServerPID           int               `json:"next_server_pid"`
+	Servers                 []simServer       `json:"servers"`
 }
 
 type simServer struct {
 	PID int `json:"pid"`
 	// Fault is set by a client's fatal GPU exception; the server reports
 	// FAULT until its last client is gone (mps-probe-fault.txt).
-	Fault            bool        `json:"fault,omitempty"`
-	ThreadPercentage float64     `json:"thread_percentage"`
-	MemLimitMiB      map[int]int `json:"mem_limit_mib"`
-	Clients          []simClient `json:"clients"`
+	Fault            bool              `json:"fault,omitempty"`
+	ThreadPercentage float64           `json:"thread_percentage"`
+	MemoryLimits     map[int]units.MiB `json:"mem_limit_mib"`
+	Clients          []simClient       `json:"clients"`
 }
 
 type simClient struct {
@@ -127,12 +128,12 @@ func loadState(path string) (*simState, error) {
 		return nil, fmt.Errorf("simulated MPS control: state %s: %w", path, err)
 	}
 	// Setters write into these maps; a state holding null must not panic.
-	if st.DefaultMemLimitMiB == nil {
-		st.DefaultMemLimitMiB = map[int]int{}
+	if st.DefaultMemoryLimits == nil {
+		st.DefaultMemoryLimits = map[int]units.MiB{}
 	}
 	for i := range st.Servers {
-		if st.Servers[i].MemLimitMiB == nil {
-			st.Servers[i].MemLimitMiB = map[int]int{}
+		if st.Servers[i].MemoryLimits == nil {
+			st.Servers[i].MemoryLimits = map[int]units.MiB{}
 		}
 	}
 	return &st, nil

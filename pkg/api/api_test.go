@@ -29,3 +29,17 @@ func TestPCIEInfoMatchesCloudpods(t *testing.T) {
 		t.Error("unknown generation or width must give no pcie_info")
 	}
 }
+
+func TestSliceAddr(t *testing.T) {
+	for _, i := range []int{0, 3, 47} {
+		addr := SliceAddr("1a:00.0", i)
+		if gpu, got, ok := ParseSliceAddr(addr); !ok || gpu != "1a:00.0" || got != i {
+			t.Errorf("ParseSliceAddr(%q) = %q, %d, %v", addr, gpu, got, ok)
+		}
+	}
+	for _, bad := range []string{"1a:00.0", "-3", "1a:00.0-", "1a:00.0-x", "1a:00.0-03"} {
+		if _, _, ok := ParseSliceAddr(bad); ok {
+			t.Errorf("ParseSliceAddr(%q) accepted", bad)
+		}
+	}
+}
