@@ -14,6 +14,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -131,12 +132,12 @@ func TestEnforceTerminatesTheClientThatPushedADeviceOverItsCap(t *testing.T) {
 			t.Errorf("client %d connected=%v after enforcement, want %v", pid, there, wantThere)
 		}
 	}
-	status := h.agent.Status()
-	st := status.Accounting
+	all := h.agent.Status()
+	st := all.Accounting
 	if st == nil || st.Policy != "enforce" {
 		t.Fatalf("accounting status: %+v", st)
 	}
-	dev0 := status.device(g0 + "::0")
+	dev0 := deviceOf(all, g0+"::0")
 	if dev0 == nil || !dev0.OverCap || dev0.UsedBytes != 40*gib || dev0.LastStep != accounting.StepTerminateClient {
 		t.Errorf("device %s::0 status: %+v", g0, dev0)
 	}
@@ -170,7 +171,7 @@ func TestReportPolicyTerminatesNothing(t *testing.T) {
 	if len(clients) != 2 {
 		t.Errorf("report must not terminate anyone: clients %v", clients)
 	}
-	if d := h.agent.Status().device(g0 + "::0"); d == nil || !d.OverCap {
+	if d := deviceOf(h.agent.Status(), g0+"::0"); d == nil || !d.OverCap {
 		t.Errorf("the over-cap device should be reported: %+v", d)
 	}
 	if len(killer.sent) != 0 {
@@ -179,7 +180,7 @@ func TestReportPolicyTerminatesNothing(t *testing.T) {
 }
 
 // device finds a virtual device of the status by name.
-func (s Status) device(name string) *DeviceStatus {
+func deviceOf(s status.Status, name string) *status.Device {
 	for i := range s.Devices {
 		if s.Devices[i].Name == name {
 			return &s.Devices[i]

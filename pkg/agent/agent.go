@@ -22,6 +22,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -84,7 +85,7 @@ type Agent struct {
 	// onReload follows a new configuration (the file watcher re-aims).
 	onReload func(*Config)
 	// held is a configuration change held back (guard.go).
-	held *HeldReload
+	held *heldChange
 	// beat is the Run loop's heartbeat, read by HTTP handlers and the
 	// watchdog (loop.go).
 	beat heartbeat
@@ -95,7 +96,7 @@ type Agent struct {
 	mu         sync.Mutex // guards cfg, generation and status, read by HTTP handlers
 	cfg        *Config
 	generation int
-	status     Status
+	status     status.Status
 }
 
 // New checks the options and builds an Agent; it starts nothing.
@@ -132,7 +133,7 @@ func New(opts Options) (*Agent, error) {
 	a.status.Simulated = opts.Simulated
 	a.status.ConfigGeneration = 1
 	hostname, _ := HostName(hc) // unreadable: no Hostname label; the reconcile reports the error
-	a.met = newTelemetry(hostname, a.snapshot)
+	a.met = newTelemetry(hostname, a.Status)
 	return a, nil
 }
 
@@ -296,13 +297,13 @@ func backoff(failures int, max time.Duration) time.Duration {
 }
 
 // Status is a copy of what the agent last did.
-func (a *Agent) Status() Status {
+func (a *Agent) Status() status.Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.status
-	s.GPUs = append([]GPUStatus(nil), a.status.GPUs...)
+	s.GPUs = append([]status.GPU(nil), a.status.GPUs...)
 	s.Retiring = append([]string(nil), a.status.Retiring...)
-	s.Devices = append([]DeviceStatus(nil), a.status.Devices...)
+	s.Devices = append([]status.Device(nil), a.status.Devices...)
 	s.RestartPending = append([]string(nil), a.status.RestartPending...)
 	s.Loop = a.beat.status()
 	return s

@@ -25,6 +25,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 	"yunion.io/x/mps-daemon/pkg/pci"
+	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/units"
 )
 
@@ -397,7 +398,7 @@ func TestHealthEndpoints(t *testing.T) {
 		t.Errorf("/readyz after reconcile: %d", code)
 	}
 	code, body := get("/status")
-	var st Status
+	var st status.Status
 	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil || st.VirtualDevices != 6 || len(st.GPUs) != 2 || st.GPUs[0].MemoryLimit != h200Memory/4 {
 		t.Errorf("/status: %d %s", code, body)
 	}

@@ -7,15 +7,9 @@ import (
 	"yunion.io/x/mps-daemon/pkg/cdi"
 	"yunion.io/x/mps-daemon/pkg/identity"
 	"yunion.io/x/mps-daemon/pkg/plan"
+	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
-
-// CDIStatus is the last write of the host's CDI spec.
-type CDIStatus struct {
-	Path    string `json:"path,omitempty"`
-	Devices int    `json:"devices"`
-	Error   string `json:"error,omitempty"`
-}
 
 func (a *Agent) cdiOptions(cfg *Config) cdi.Options {
 	return cdi.Options{Dir: cfg.Host.CDIDirectory, ShmPath: cfg.Host.CDIShmPath, DevRoot: a.opts.DevRoot}
@@ -34,7 +28,7 @@ func CDIName(name vdev.Name) string {
 // the inventory is away they are the last ones seen, as dropping them would
 // break containers started by id. An invalid spec is never written; the old
 // one stays.
-func (a *Agent) writeCDI(cfg *Config, p *plan.Plan, statuses []GPUStatus) {
+func (a *Agent) writeCDI(cfg *Config, p *plan.Plan, statuses []status.GPU) {
 	var devs []cdi.Device
 	seen := map[vdev.Name]bool{}
 	classes := map[vdev.Name]vdev.Class{}
@@ -60,7 +54,7 @@ func (a *Agent) writeCDI(cfg *Config, p *plan.Plan, statuses []GPUStatus) {
 		d.ClientPriority = a.heldDevicePriority(l)
 		devs = append(devs, d)
 	}
-	st := CDIStatus{Devices: len(devs)}
+	st := status.CDI{Devices: len(devs)}
 	path, changed, err := a.syncCDI(cfg, devs)
 	st.Path = path
 	if err != nil {

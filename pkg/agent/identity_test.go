@@ -17,6 +17,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/identity"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/statusview"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -195,10 +196,10 @@ func TestContainerLiarIsBilledAndTerminatedByItsIdentity(t *testing.T) {
 		}
 	}
 	st := h.agent.Status()
-	if d := st.device(d0); d == nil || d.UsedBytes != 40*gib || d.Clients != 2 || !d.OverCap || d.LastStep != accounting.StepTerminateClient {
+	if d := deviceOf(st, d0); d == nil || d.UsedBytes != 40*gib || d.Clients != 2 || !d.OverCap || d.LastStep != accounting.StepTerminateClient {
 		t.Errorf("%s status: %+v; want 40 GiB of 2 clients, over cap, terminate_client", d0, d)
 	}
-	if d := st.device(d1); d == nil || d.UsedBytes != 20*gib || d.Clients != 1 || d.OverCap {
+	if d := deviceOf(st, d1); d == nil || d.UsedBytes != 20*gib || d.Clients != 1 || d.OverCap {
 		t.Errorf("%s status: %+v; want its own 20 GiB only", d1, d)
 	}
 	// The figure enforcement acted on is the one the status shows.
@@ -216,7 +217,7 @@ func TestContainerLiarIsBilledAndTerminatedByItsIdentity(t *testing.T) {
 		t.Errorf("no log line for the liar:\n%s", logs.String())
 	}
 	var view bytes.Buffer
-	if err := WriteStatus(&view, st, time.Now()); err != nil {
+	if err := statusview.Write(&view, st, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(view.String(), "1 MPS client disagreeing") || !strings.Contains(view.String(), "102  "+d0+"  "+d1) {

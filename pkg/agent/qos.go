@@ -1,9 +1,9 @@
 package agent
 
 import (
-	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/plan"
+	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -42,11 +42,11 @@ func (a *Agent) heldDevicePriority(l listed) int {
 }
 
 // gpuQoS is what a GPU's status says of its QoS; nil without mps_qos.
-func gpuQoS(gp plan.GPUPlan) *GPUQoS {
+func gpuQoS(gp plan.GPUPlan) *status.QoS {
 	if !gp.QoS.Active(gp.N) {
 		return nil
 	}
-	q := &GPUQoS{ReservePercent: gp.QoS.ReservePercent}
+	q := &status.QoS{ReservePercent: gp.QoS.ReservePercent}
 	for _, d := range gp.Devices {
 		switch d.Class {
 		case vdev.ClassLatency:
@@ -56,27 +56,6 @@ func gpuQoS(gp plan.GPUPlan) *GPUQoS {
 		}
 	}
 	return q
-}
-
-// GPUQoS is a GPU's mps_qos as the status shows it.
-type GPUQoS struct {
-	LatencySlices         []int `json:"latency_slices"`
-	BatchThreadPercentage int   `json:"batch_thread_percentage"`
-	ReservePercent        int   `json:"reserve_percent"`
-}
-
-// QoSEscapeState is a client of a batch device whose environment escapes
-// the device's QoS: it lacks or raises CUDA_MPS_ACTIVE_THREAD_PERCENTAGE or
-// CUDA_MPS_CLIENT_PRIORITY.
-type QoSEscapeState struct {
-	PID       int    `json:"pid"`
-	GPU       string `json:"gpu"`
-	UsedBytes uint64 `json:"used_bytes"`
-	// Device is the device it is billed to, Source how that was learnt.
-	Device      string            `json:"device"`
-	Source      string            `json:"source"`
-	Environment accounting.QoSEnv `json:"environment"`
-	Reason      string            `json:"reason"`
 }
 
 // serverDefaultsHeld are the defaults the GPU's control daemon holds, as

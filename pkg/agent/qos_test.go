@@ -18,6 +18,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/statusview"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -95,7 +96,7 @@ func TestQoSSlicesReachEveryEdge(t *testing.T) {
 	}
 	st := h.agent.Status()
 	for name, w := range want {
-		d := st.device(name)
+		d := deviceOf(st, name)
 		class := map[string]string{vdev.NameOf(g0, 0).String(): "latency"}[name]
 		if strings.HasPrefix(name, g0) && class == "" {
 			class = "batch"
@@ -117,7 +118,7 @@ func TestQoSSlicesReachEveryEdge(t *testing.T) {
 		}
 	}
 	var view bytes.Buffer
-	if err := WriteStatus(&view, st, time.Now()); err != nil {
+	if err := statusview.Write(&view, st, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []string{"latency [0], batch 13% prio 1", "50%      latency, prio 0", "13%      batch, prio 1"} {
@@ -269,11 +270,11 @@ func TestQoSEscapeTerminatedUnderEnforce(t *testing.T) {
 		!strings.Contains(a.QoSEscapes[0].Reason, "CUDA_MPS_CLIENT_PRIORITY=0 raises it") {
 		t.Fatalf("accounting status %+v, want PID 312 alone as a QoS escape", a)
 	}
-	if d := st.device(b1); d == nil || d.OverCap || d.LastStep != "terminate_client" {
+	if d := deviceOf(st, b1); d == nil || d.OverCap || d.LastStep != "terminate_client" {
 		t.Errorf("%s: %+v; under its memory cap, its escaping client terminated", b1, d)
 	}
 	var view bytes.Buffer
-	if err := WriteStatus(&view, st, time.Now()); err != nil {
+	if err := statusview.Write(&view, st, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(view.String(), "1 MPS client escaping its device's QoS") || !strings.Contains(view.String(), `312  `+b1+`  unset        "0"`) {

@@ -14,110 +14,9 @@ import (
 	"yunion.io/x/mps-daemon/pkg/metrics"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/plan"
-	"yunion.io/x/mps-daemon/pkg/units"
+	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
-
-// Status is what the agent last did, for /readyz, /status and the logs.
-type Status struct {
-	// Ready is true once a reconcile registered every planned device with
-	// enforced caps; it stays true until one fails.
-	Ready              bool        `json:"ready"`
-	Simulated          bool        `json:"simulated"`
-	HostID             string      `json:"host_id,omitempty"`
-	HostName           string      `json:"host_name,omitempty"`
-	LastReconcile      time.Time   `json:"last_reconcile"`
-	LastError          string      `json:"last_error,omitempty"`
-	InventoryReachable bool        `json:"inventory_reachable"`
-	ConfigGeneration   int         `json:"config_generation"`
-	ConfigError        string      `json:"config_error,omitempty"`
-	VirtualDevices     int         `json:"virtual_devices"`
-	GPUs               []GPUStatus `json:"gpus"`
-	// ConfigHeld is a configuration change held back until the files
-	// settle (guard.go); RestartPending the host.conf keys changed on disk
-	// that only a restart applies; Loop the main loop's heartbeat (loop.go).
-	ConfigHeld     *HeldReload `json:"config_held,omitempty"`
-	RestartPending []string    `json:"restart_pending,omitempty"`
-	Loop           LoopStatus  `json:"loop"`
-	// Retiring lists GPUs taken out of the configuration whose MPS daemon
-	// still runs because a guest holds one of their devices.
-	Retiring []string `json:"retiring,omitempty"`
-	// Accounting is the last per-device memory accounting.
-	Accounting *AccountingStatus `json:"accounting,omitempty"`
-	// CDI is the last write of the host's CDI spec.
-	CDI *CDIStatus `json:"cdi,omitempty"`
-	// Devices are the host's virtual devices as the inventory last held
-	// them, with the memory accounting last measured for each.
-	Devices []DeviceStatus `json:"devices,omitempty"`
-}
-
-// DeviceStatus is one virtual device.
-type DeviceStatus struct {
-	Name             string `json:"name"` // <GPU UUID>::<i>
-	ID               string `json:"id"`
-	Addr             string `json:"addr"`
-	GPU              string `json:"gpu"`
-	GPUIndex         int    `json:"gpu_index"`
-	CapBytes         uint64 `json:"cap_bytes"`
-	ThreadPercentage int    `json:"thread_percentage"`
-	// QoSClass is latency or batch on a GPU with mps_qos, empty otherwise;
-	// ClientPriority the MPS client priority its containers get (qos.go).
-	QoSClass       string `json:"qos_class,omitempty"`
-	ClientPriority int    `json:"client_priority"`
-	// UsedBytes and Clients are the last accounting sample; Measured is
-	// false when there was none (accounting off, or the GPU unreadable).
-	UsedBytes uint64 `json:"used_bytes"`
-	Clients   int    `json:"clients"`
-	Measured  bool   `json:"measured"`
-	OverCap   bool   `json:"over_cap,omitempty"`
-	// LastStep is what enforcement last did on one of its clients.
-	LastStep       string `json:"last_step,omitempty"`
-	Guest          string `json:"guest,omitempty"`
-	Healthy        bool   `json:"healthy"`
-	PendingRemoval bool   `json:"pending_removal,omitempty"`
-	CDIName        string `json:"cdi_name,omitempty"`
-}
-
-// ServerState is one MPS server of a GPU, as last seen.
-type ServerState struct {
-	PID     int    `json:"pid"`
-	Status  string `json:"status"`
-	Clients int    `json:"clients"`
-}
-
-// GPUStatus is one planned GPU.
-type GPUStatus struct {
-	UUID        string      `json:"uuid"`
-	Index       int         `json:"index"` // NVML's, as dcgm-exporter's gpu label
-	Minor       int         `json:"minor"` // N of /dev/nvidiaN
-	PCI         string      `json:"pci"`
-	Model       string      `json:"model"`
-	MemoryTotal units.Bytes `json:"memory_total_bytes"`
-	MemoryUsed  units.Bytes `json:"memory_used_bytes"`
-	ComputeMode string      `json:"compute_mode"`
-	// ControlDaemonUp: the GPU's MPS control daemon answered.
-	ControlDaemonUp  bool          `json:"control_daemon_up"`
-	Servers          []ServerState `json:"servers,omitempty"`
-	VirtualNumber    int           `json:"virtual_number"`
-	MemoryLimit      units.MiB     `json:"memory_limit_mib"`
-	ThreadPercentage int           `json:"thread_percentage"`
-	PipeDirectory    string        `json:"pipe_directory"`
-	// ClientPriority is the control daemon's default client priority (1
-	// when the GPU has batch devices); QoS the GPU's mps_qos (qos.go).
-	ClientPriority int     `json:"client_priority"`
-	QoS            *GPUQoS `json:"qos,omitempty"`
-	// Enforced is true when MPS holds the caps (read back).
-	Enforced bool `json:"enforced"`
-	// Healthy is Enforced with no server in FAULT: the devices may be handed out.
-	Healthy bool `json:"healthy"`
-	// Reason says why a GPU with enforced caps is unhealthy (a server in
-	// FAULT); it heals by itself.
-	Reason string `json:"reason,omitempty"`
-	// Error is a failure to get MPS going (retried with backoff).
-	Error string `json:"error,omitempty"`
-	// errKind is what failed for the metrics: gpu when NVML refused, else mps.
-	errKind metrics.ErrorKind
-}
 
 // gpuState is what the agent keeps per GPU between reconciles.
 type gpuState struct {
@@ -157,18 +56,18 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 	}
 
 	// MPS first: it must work even while the inventory is away.
-	statuses := make([]GPUStatus, 0, len(p.GPUs))
+	statuses := make([]status.GPU, 0, len(p.GPUs))
 	var gpuErrs []error
 	planned := map[string]bool{}
 	a.planned = map[string][]vdev.Device{}
 	for _, gp := range p.GPUs {
-		st := a.prepareGPU(ctx, cfg, gp)
+		st, errKind := a.prepareGPU(ctx, cfg, gp)
 		statuses = append(statuses, st)
 		planned[gp.GPU.UUID] = true
 		a.planned[gp.GPU.UUID] = gp.Devices
 		a.gpus[gp.GPU.UUID].enforced = st.Enforced
 		if st.Error != "" {
-			gpuErrs = append(gpuErrs, withKind(cmp.Or(st.errKind, metrics.ErrorMPS), fmt.Errorf("gpu %s (%s): %s", gp.GPU.PCI, gp.GPU.UUID, st.Error)))
+			gpuErrs = append(gpuErrs, withKind(cmp.Or(errKind, metrics.ErrorMPS), fmt.Errorf("gpu %s (%s): %s", gp.GPU.PCI, gp.GPU.UUID, st.Error)))
 		}
 	}
 
@@ -218,15 +117,16 @@ func (a *Agent) plan(ctx context.Context, cfg *Config) (*plan.Plan, []gpu.Info, 
 	return buildPlan(ctx, a.opts.Backend, cfg, a.opts.SysfsRoot, a.opts.DevRoot)
 }
 
-// prepareGPU gets one GPU to the point where its devices may be handed out:
+// prepareGPU gets one GPU to the point where its devices may be handed out
+// (errKind says what failed when it did not):
 // compute mode (when configured), a control daemon (adopted, started, or
 // restarted after a crash), default limits for future servers and the same
 // limits on running servers, in that order, all read back.
-func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GPUStatus {
+func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) (st status.GPU, errKind metrics.ErrorKind) {
 	hc := cfg.Host
 	g := gp.GPU
 	log := a.log.With("gpu", g.UUID, "pci", g.PCI.String())
-	st := GPUStatus{UUID: g.UUID, Index: g.Index, Minor: g.Minor, PCI: g.PCI.String(), Model: g.Name, VirtualNumber: gp.N,
+	st = status.GPU{UUID: g.UUID, Index: g.Index, Minor: g.Minor, PCI: g.PCI, Model: g.Name, VirtualNumber: gp.N,
 		MemoryTotal: g.MemoryTotal, MemoryUsed: g.MemoryUsed, ComputeMode: g.ComputeMode.String()}
 	defaults := a.serverDefaults(cfg, gp)
 	if len(gp.Devices) > 0 {
@@ -240,10 +140,10 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 		gs = a.gpu(cfg, g.UUID, log)
 	}
 	st.PipeDirectory = gs.env.PipeDir
-	fail := func(format string, args ...any) GPUStatus {
+	fail := func(format string, args ...any) (status.GPU, metrics.ErrorKind) {
 		st.Error = fmt.Sprintf(format, args...)
 		a.setHealth(gs, log, false, st.Error)
-		return st
+		return st, errKind
 	}
 
 	if hc.SetExclusiveComputeMode && g.ComputeMode != gpu.ComputeModeExclusiveProcess {
@@ -251,7 +151,7 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 			return fail("remembering the compute mode: %v", err)
 		}
 		if err := a.opts.Backend.SetComputeMode(ctx, g.UUID, gpu.ComputeModeExclusiveProcess); err != nil {
-			st.errKind = metrics.ErrorGPU // NVML refused; other failures here are MPS's
+			errKind = metrics.ErrorGPU // NVML refused; other failures here are MPS's
 			return fail("setting compute mode Exclusive_Process (set mps_set_exclusive_compute_mode: false to leave it): %v", err)
 		}
 		log.Info("compute mode set", "from", g.ComputeMode.String(), "to", gpu.ComputeModeExclusiveProcess.String())
@@ -268,7 +168,7 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 		// and restarted (layout.go): unhealthy, healing by itself.
 		st.Reason = err.Error()
 		a.setHealth(gs, log, false, st.Reason)
-		return st
+		return st, errKind
 	}
 	if !adopted {
 		if gs.limits != (mps.Limits{}) {
@@ -312,23 +212,23 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GP
 			}
 			log.Info("limits of running MPS server changed", "server", pid, "memory_limit_mib", int(want.MemoryLimit), "thread_percentage", want.ThreadPercentage)
 		}
-		status, clients, err := serverState(ctx, gs, pid)
+		state, clients, err := serverState(ctx, gs, pid)
 		if errors.Is(err, errVanished) {
 			continue
 		}
 		if err != nil {
 			return fail("%v", err)
 		}
-		st.Servers = append(st.Servers, ServerState{PID: pid, Status: string(status), Clients: len(clients)})
-		if status != mps.ServerActive && len(clients) > 0 {
-			st.Reason = fmt.Sprintf("MPS server %d is %s (clients %v); it recovers once they exit", pid, status, clients)
+		st.Servers = append(st.Servers, status.Server{PID: pid, Status: string(state), Clients: len(clients)})
+		if state != mps.ServerActive && len(clients) > 0 {
+			st.Reason = fmt.Sprintf("MPS server %d is %s (clients %v); it recovers once they exit", pid, state, clients)
 			a.setHealth(gs, log, false, st.Reason)
-			return st
+			return st, errKind
 		}
 	}
 	st.Healthy = true
 	a.setHealth(gs, log, true, "")
-	return st
+	return st, errKind
 }
 
 // gpu returns the state of one GPU, creating its controller on first sight.
@@ -377,7 +277,7 @@ func (a *Agent) ensureHost(ctx context.Context, cfg *Config) (id, name string, e
 	return h.ID, name, nil
 }
 
-func (a *Agent) setGPUs(gpus []GPUStatus, devices int, inventoryOK bool) {
+func (a *Agent) setGPUs(gpus []status.GPU, devices int, inventoryOK bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.status.GPUs = gpus

@@ -71,3 +71,19 @@ func TestCompare(t *testing.T) {
 		})
 	}
 }
+
+// In JSON an address is its sysfs form, and any form reads back.
+func TestTextForm(t *testing.T) {
+	a := Address{Bus: 0x1a}
+	b, err := a.MarshalText()
+	if err != nil || string(b) != "0000:1a:00.0" {
+		t.Fatalf("MarshalText = %q, %v", b, err)
+	}
+	var got Address
+	if err := got.UnmarshalText([]byte("00000000:1A:00.0")); err != nil || got != a {
+		t.Errorf("UnmarshalText = %+v, %v", got, err)
+	}
+	if err := got.UnmarshalText([]byte("nonsense")); err == nil {
+		t.Error("UnmarshalText accepted nonsense")
+	}
+}

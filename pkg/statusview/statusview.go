@@ -1,4 +1,8 @@
-package agent
+// Package statusview is `mps-daemon status`: it reads /status from the
+// running daemon and prints it for a person. What it prints is what the
+// daemon last did, never recomputed here, so that what the operator reads
+// is what the daemon believes.
+package statusview
 
 import (
 	"context"
@@ -6,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -14,33 +17,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"yunion.io/x/mps-daemon/pkg/accounting"
+	"yunion.io/x/mps-daemon/pkg/status"
 )
 
-// `mps-daemon status` reads /status from the running daemon and prints it
-// for a person: what the daemon last did, never recomputed here, so that
-// what the operator reads is what the daemon believes.
-
-// StatusAddress is where to reach the daemon's /status given host.conf's
-// mps_listen_address: a wildcard host (":9331", "0.0.0.0:9331", "[::]:9331")
-// is reached on loopback.
-func StatusAddress(listen string) (string, error) {
-	if listen == "" {
-		return "", errors.New("mps_listen_address is empty: the daemon serves no status (give --address)")
-	}
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil {
-		return "", fmt.Errorf("mps_listen_address %q: %w", listen, err)
-	}
-	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-		host = "127.0.0.1"
-	}
-	return net.JoinHostPort(host, port), nil
-}
-
-// FetchStatus GETs /status from the daemon at address (host:port, or a
+// Fetch GETs /status from the daemon at address (host:port, or a
 // URL) within timeout. An unreachable daemon is one line that says so.
-func FetchStatus(ctx context.Context, address string, timeout time.Duration) (Status, error) {
+func Fetch(ctx context.Context, address string, timeout time.Duration) (status.Status, error) {
 	base := address
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
@@ -49,7 +31,7 @@ func FetchStatus(ctx context.Context, address string, timeout time.Duration) (St
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/status", nil)
 	if err != nil {
-		return Status{}, fmt.Errorf("daemon address %q: %w", address, err)
+		return status.Status{}, fmt.Errorf("daemon address %q: %w", address, err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -57,22 +39,22 @@ func FetchStatus(ctx context.Context, address string, timeout time.Duration) (St
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return Status{}, fmt.Errorf("no daemon answers at %s (is yunion-mps-daemon running, with that mps_listen_address?): %w", address, err)
+		return status.Status{}, fmt.Errorf("no daemon answers at %s (is yunion-mps-daemon running, with that mps_listen_address?): %w", address, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return Status{}, fmt.Errorf("the daemon at %s answered /status with %s", address, resp.Status)
+		return status.Status{}, fmt.Errorf("the daemon at %s answered /status with %s", address, resp.Status)
 	}
-	var st Status
+	var st status.Status
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&st); err != nil {
-		return Status{}, fmt.Errorf("reading the status of the daemon at %s: %w", address, err)
+		return status.Status{}, fmt.Errorf("reading the status of the daemon at %s: %w", address, err)
 	}
 	return st, nil
 }
 
-// WriteStatus prints st for a person: a header, the GPUs, the virtual
+// Write prints st for a person: a header, the GPUs, the virtual
 // devices. now dates the last reconcile ("12s ago").
-func WriteStatus(w io.Writer, st Status, now time.Time) error {
+func Write(w io.Writer, st status.Status, now time.Time) error {
 	p := &printer{w: w}
 	host := st.HostName
 	if host == "" {
@@ -100,7 +82,7 @@ func WriteStatus(w io.Writer, st Status, now time.Time) error {
 	if len(st.RestartPending) > 0 {
 		field("needs restart", strings.Join(st.RestartPending, ", ")+" changed on disk; the running values stay until a restart")
 	}
-	if msg := stallMessage(st.Loop, now); msg != "" {
+	if msg := st.Loop.StallMessage(now); msg != "" {
 		field("main loop", "STALLED: "+msg)
 	}
 	field("last reconcile", since(st.LastReconcile, now))
@@ -133,7 +115,7 @@ func WriteStatus(w io.Writer, st Status, now time.Time) error {
 	return p.err
 }
 
-func writeEscapes(p *printer, es []QoSEscapeState) {
+func writeEscapes(p *printer, es []status.QoSEscape) {
 	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  PID\tDEVICE\tTHREADS ENV\tPRIORITY ENV\tUSED MiB\tWHY")
 	for _, e := range es {
@@ -145,7 +127,7 @@ func writeEscapes(p *printer, es []QoSEscapeState) {
 
 // envValue is a variable of a process's environment: unset, its value, or
 // "set twice".
-func envValue(v accounting.EnvValue) string {
+func envValue(v status.EnvValue) string {
 	switch {
 	case v.Twice:
 		return "set twice"
@@ -155,7 +137,7 @@ func envValue(v accounting.EnvValue) string {
 	return strconv.Quote(v.Value)
 }
 
-func writeMismatches(p *printer, ms []MismatchState) {
+func writeMismatches(p *printer, ms []status.Mismatch) {
 	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  PID\tBILLED TO\tENVIRONMENT SAYS\tBY\tUSED MiB")
 	for _, m := range ms {
@@ -164,7 +146,7 @@ func writeMismatches(p *printer, ms []MismatchState) {
 	p.flush(tw)
 }
 
-func writeGPUs(p *printer, gpus []GPUStatus) {
+func writeGPUs(p *printer, gpus []status.GPU) {
 	if len(gpus) == 0 {
 		p.line("  none planned")
 		return
@@ -193,7 +175,7 @@ func writeGPUs(p *printer, gpus []GPUStatus) {
 	}
 }
 
-func writeDevices(p *printer, devs []DeviceStatus) {
+func writeDevices(p *printer, devs []status.Device) {
 	if len(devs) == 0 {
 		p.line("  none in the inventory yet")
 		return
@@ -205,7 +187,7 @@ func writeDevices(p *printer, devs []DeviceStatus) {
 		if d.Measured {
 			used, clients = fmt.Sprint(d.UsedBytes>>20), fmt.Sprint(d.Clients)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\t%d%%\t%s\t%s\n", d.Addr, d.Name, d.CapBytes>>20, used, clients, orDash(d.Guest),
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\t%d%%\t%s\t%s\n", d.Addr, d.Name, d.MemoryLimit.MiB(), used, clients, orDash(d.Guest),
 			d.ThreadPercentage, deviceQoS(d), deviceState(d))
 	}
 	p.flush(tw)
@@ -214,7 +196,7 @@ func writeDevices(p *printer, devs []DeviceStatus) {
 // deviceState is free or attached, then what stands out: unhealthy (not
 // handed out), pending removal (left the configuration, waits for its
 // guest), over cap (its clients use more than the cap).
-func deviceState(d DeviceStatus) string {
+func deviceState(d status.Device) string {
 	s := []string{"free"}
 	if d.Guest != "" {
 		s[0] = "attached"
@@ -233,7 +215,7 @@ func deviceState(d DeviceStatus) string {
 
 // qosColumn is a GPU's QoS: "-" without mps_qos, else its latency slices
 // and the batch share, with the control daemon's default priority.
-func qosColumn(g GPUStatus) string {
+func qosColumn(g status.GPU) string {
 	if g.QoS == nil {
 		return "-"
 	}
@@ -242,14 +224,14 @@ func qosColumn(g GPUStatus) string {
 
 // deviceQoS is a device's class and client priority: "-" on a GPU without
 // mps_qos.
-func deviceQoS(d DeviceStatus) string {
+func deviceQoS(d status.Device) string {
 	if d.QoSClass == "" {
 		return "-"
 	}
 	return fmt.Sprintf("%s, prio %d", d.QoSClass, d.ClientPriority)
 }
 
-func servers(ss []ServerState) string {
+func servers(ss []status.Server) string {
 	if len(ss) == 0 {
 		return "none"
 	}
@@ -260,7 +242,7 @@ func servers(ss []ServerState) string {
 	return strings.Join(out, "; ")
 }
 
-func accountingLine(a *AccountingStatus) string {
+func accountingLine(a *status.Accounting) string {
 	if a == nil {
 		return "no tick yet"
 	}
@@ -281,7 +263,7 @@ func accountingLine(a *AccountingStatus) string {
 	return line
 }
 
-func cdiLine(c *CDIStatus) string {
+func cdiLine(c *status.CDI) string {
 	switch {
 	case c == nil:
 		return "not written yet"
@@ -354,3 +336,8 @@ func (p *printer) line(s string) { fmt.Fprintln(p, s) }
 
 // flush flushes a table written to p; its error is p's.
 func (p *printer) flush(tw *tabwriter.Writer) { _ = tw.Flush() }
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
