@@ -339,15 +339,21 @@ func TestTeardownRestoresComputeModesAndRefusesBusyGPUs(t *testing.T) {
 	if _, err := h.runner.AddClient(h.pipeDir(0), 777); err != nil {
 		t.Fatal(err)
 	}
+	// Teardown runs in a process of its own (the service stopped): a new
+	// agent on the same host.
+	fresh, err := New(h.agent.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out strings.Builder
-	err := Teardown(ctx, h.cfg, h.backend, h.runner, h.inv, false, &out, nil)
+	err = fresh.Teardown(ctx, false, &out)
 	if err == nil || !strings.Contains(err.Error(), "1 MPS clients connected") {
 		t.Fatalf("teardown with a connected client must refuse, got %v", err)
 	}
 	if len(h.devices()) != 6 {
 		t.Fatal("a refused teardown changed the inventory")
 	}
-	if err := Teardown(ctx, h.cfg, h.backend, h.runner, h.inv, true, &out, nil); err != nil {
+	if err := fresh.Teardown(ctx, true, &out); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(h.devices()); n != 0 {

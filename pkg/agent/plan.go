@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
@@ -50,11 +49,11 @@ func checkPipeDirs(cfg *Config, p *plan.Plan) error {
 	return nil
 }
 
-// CheckConfig validates the configuration against the GPUs the backend
-// reports and writes the plan (GPU, N, cap per device) to w. It touches
-// neither MPS nor the inventory nor the compute mode: it is what
-// `mps-daemon check-config` runs before an operator reloads.
-func CheckConfig(ctx context.Context, cfg *Config, backend gpu.Backend, sysfsRoot, devRoot string, w io.Writer) error {
+// Plan validates cfg against the GPUs the backend reports and returns the
+// plan: what `mps-daemon check-config` prints, and the checks a reload and
+// a reconcile make (planFor). Empty roots are host.conf's. It touches
+// neither MPS nor the inventory nor the compute mode.
+func Plan(ctx context.Context, cfg *Config, backend gpu.Backend, sysfsRoot, devRoot string) (*plan.Plan, error) {
 	if sysfsRoot == "" {
 		sysfsRoot = cfg.Host.SysfsRoot
 	}
@@ -62,21 +61,5 @@ func CheckConfig(ctx context.Context, cfg *Config, backend gpu.Backend, sysfsRoo
 		devRoot = cfg.Host.DevRoot
 	}
 	p, _, err := buildPlan(ctx, backend, cfg, sysfsRoot, devRoot)
-	if err != nil {
-		return err
-	}
-	// What the daemon reads at start besides the two files.
-	if _, err := cfg.Host.TokenValue(); err != nil {
-		return fmt.Errorf("%s: %w", cmp.Or(cfg.Host.Path, "host.conf"), err)
-	}
-	fmt.Fprintf(w, "host.conf: %s\n", cfg.Host.Path)
-	if cfg.Devices != nil {
-		fmt.Fprintf(w, "devices:   %s\n", cfg.Devices.Path)
-		for _, e := range cfg.Devices.Skipped {
-			fmt.Fprintf(w, "skipped:   %s:%d: type %q belongs to another agent\n", cfg.Devices.Path, e.Line, e.Type)
-		}
-	}
-	fmt.Fprintln(w)
-	p.Write(w)
-	return nil
+	return p, err
 }
