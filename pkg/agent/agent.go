@@ -185,11 +185,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer hold.Stop()
 	a.sendNotify("STATUS=starting: first reconcile")
 
+	// A reconcile checks every GPU when the sync interval says so (and on
+	// a retry); after an edit or a health change only the GPUs that need
+	// it (gpu.go).
 	failures := 0
-	reconcile := func() {
+	reconcile := func(full bool) {
 		wait := a.config().Host.SyncInterval
 		var err error
-		a.step(ctx, "reconcile", func(ctx context.Context) { err = a.Reconcile(ctx) })
+		a.step(ctx, "reconcile", func(ctx context.Context) { err = a.reconcile(ctx, full) })
 		if err != nil && ctx.Err() == nil {
 			failures++
 			wait = backoff(failures, wait)
@@ -207,7 +210,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			hold.Reset(max(time.Until(due), 0))
 		}
 		if applied {
-			reconcile()
+			reconcile(false)
 		}
 	}
 	for {
@@ -233,11 +236,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			var changed bool
 			a.step(ctx, "health probe", func(ctx context.Context) { changed = a.probe(ctx) })
 			if changed {
-				reconcile()
+				reconcile(false)
 			}
 			a.step(ctx, "accounting", a.account)
 		case <-next.C:
-			reconcile()
+			reconcile(true)
 		}
 	}
 }

@@ -106,13 +106,15 @@ func (r *recordingInventory) SyncDevices(ctx context.Context, hostID string, des
 }
 
 type harness struct {
-	t       testing.TB
-	dir     string
-	backend *fakeBackend
-	runner  *mpssim.Runner
-	inv     *recordingInventory
-	agent   *Agent
-	cfg     *Config
+	t   testing.TB
+	dir string
+	// inventoryURL is the inventory's loopback server.
+	inventoryURL string
+	backend      *fakeBackend
+	runner       *mpssim.Runner
+	inv          *recordingInventory
+	agent        *Agent
+	cfg          *Config
 }
 
 // newHarness builds an agent over a fake NVML, the simulated MPS control and
@@ -138,10 +140,8 @@ func newHarness(t testing.TB, hostConf, devices string) *harness {
 		t.Fatal(err)
 	}
 
-	hc := fmt.Sprintf("enable_cuda_mps: true\ncuda_mps_pipe_directory: %s/pipe\ncuda_mps_log_directory: %s/log\nmps_state_directory: %s/state\nmps_cdi_directory: %s/cdi\nmps_thread_percentage: even\nmps_host_name: node-1\nmps_inventory_url: %s\n%s",
-		dir, dir, dir, dir, srv.URL, hostConf)
-	h := &harness{t: t, dir: dir, backend: &fakeBackend{gpus: twoGPUs()}, runner: mpssim.New(slog.New(slog.DiscardHandler))}
-	hcParsed, err := config.ParseHostConf(filepath.Join(dir, "host.conf"), []byte(hc))
+	h := &harness{t: t, dir: dir, inventoryURL: srv.URL, backend: &fakeBackend{gpus: twoGPUs()}, runner: mpssim.New(slog.New(slog.DiscardHandler))}
+	hcParsed, err := config.ParseHostConf(filepath.Join(dir, "host.conf"), h.fixture(t, "host.conf", hostConf))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +159,18 @@ func newHarness(t testing.TB, hostConf, devices string) *harness {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// fixture is testdata/<name> with $DIR and $INVENTORY set to the
+// harness's, then extra.
+func (h *harness) fixture(t testing.TB, name, extra string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"DIR": h.dir, "INVENTORY": h.inventoryURL}
+	return []byte(os.Expand(string(b), func(k string) string { return vars[k] }) + extra)
 }
 
 func (h *harness) pipeDir(i int) string {

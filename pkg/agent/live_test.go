@@ -54,10 +54,8 @@ func (h *harness) writeConfig(t testing.TB, devices string) {
 	t.Helper()
 	hc := filepath.Join(h.dir, "host.conf")
 	df := filepath.Join(h.dir, "devices.yml")
-	conf := "enable_cuda_mps: true\ncontainer_device_config_file: " + df +
-		"\ncuda_mps_pipe_directory: " + h.dir + "/pipe\ncuda_mps_log_directory: " + h.dir + "/log\nmps_state_directory: " + h.dir +
-		"/state\nmps_cdi_directory: " + h.dir + "/cdi\nmps_thread_percentage: even\nmps_host_name: node-1\nmps_inventory_url: " + h.cfg.Host.InventoryURL + "\nmps_sync_interval: 1h\nmps_health_interval: 1s\nmps_listen_address: 127.0.0.1:0\n"
-	if err := os.WriteFile(hc, []byte(conf), 0o644); err != nil {
+	conf := append(h.fixture(t, "host.conf", ""), h.fixture(t, "host-files.conf", "")...)
+	if err := os.WriteFile(hc, conf, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	writeAtomic(t, df, devices)
@@ -186,7 +184,8 @@ func TestDeadControlDaemonIsRestartedWithItsLimits(t *testing.T) {
 	if !h.agent.probe(ctx) {
 		t.Fatal("the probe should notice a dead control daemon")
 	}
-	if err := h.agent.Reconcile(ctx); err != nil {
+	// What the loop runs after a probe that saw a change.
+	if err := h.agent.reconcileChanged(ctx); err != nil {
 		t.Fatal(err)
 	}
 	lim, err := h.controlDefaults(1)
@@ -216,7 +215,7 @@ func TestFaultMarksDevicesUnhealthyUntilTheClientsAreGone(t *testing.T) {
 	if !h.agent.probe(ctx) {
 		t.Fatal("the probe should notice a server in FAULT")
 	}
-	if err := h.agent.Reconcile(ctx); err != nil {
+	if err := h.agent.reconcileChanged(ctx); err != nil {
 		t.Fatalf("a FAULT is a health state, not a reconcile failure: %v", err)
 	}
 	for _, d := range h.devices() {
@@ -237,7 +236,7 @@ func TestFaultMarksDevicesUnhealthyUntilTheClientsAreGone(t *testing.T) {
 	if !h.agent.probe(ctx) {
 		t.Fatal("the probe should notice the recovery")
 	}
-	if err := h.agent.Reconcile(ctx); err != nil {
+	if err := h.agent.reconcileChanged(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range h.devices() {

@@ -139,3 +139,9 @@ func get(t *testing.T, url string) (int, string) {
 	_, _ = b.ReadFrom(resp.Body)
 	return resp.StatusCode, b.String()
 }
+
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
+}

@@ -25,7 +25,7 @@ func (a *Agent) Teardown(ctx context.Context, force bool, out io.Writer) error {
 	}
 	var busy []error
 	for _, uuid := range uuids {
-		gs := a.gpu(cfg, uuid, a.log.With("gpu", uuid))
+		gs := a.gpu(cfg, uuid)
 		if n := a.connectedClients(ctx, gs); n > 0 && !force {
 			busy = append(busy, fmt.Errorf("GPU %s: %d MPS clients connected (stop them, or use --force, which kills them)", uuid, n))
 		}
