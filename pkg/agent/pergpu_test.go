@@ -63,7 +63,7 @@ func eightGPUs(n [8]int) string {
 
 // onSimulatedHost puts h's agent on a simulated host of this profile
 // (pkg/gpu/nvmlsim, the --simulate host) and counts its MPS commands.
-func (h *harness) onSimulatedHost(t *testing.T, profile string) (*nvmlsim.Host, *countingRunner) {
+func (h *harness) onSimulatedHost(t testing.TB, profile string) (*nvmlsim.Host, *countingRunner) {
 	t.Helper()
 	backend, sim, err := nvmlsim.New(profile, filepath.Join(h.dir, "sim"), nil)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -181,10 +182,11 @@ func TestNames(t *testing.T) {
 }
 
 func TestFromVirtual(t *testing.T) {
-	g := gpu.Info{UUID: gpuA, Minor: 5, MemoryTotal: 143771 << 20}
+	const h200 units.MiB = 143771 // an H200's memory.total
+	g := gpu.Info{UUID: gpuA, Minor: 5, MemoryTotal: h200.Bytes()}
 	vs := vdev.Split(g, 4, 25, vdev.QoS{})
 	d := FromVirtual(vs[2], idA0, "/run/pipe/"+gpuA)
-	want := Device{Device: vdev.Device{GPU: g, Index: 2, MemoryLimit: 35942, ThreadPercentage: 25}, ID: idA0, PipeDir: "/run/pipe/" + gpuA}
+	want := Device{Device: vdev.Device{GPU: g, Index: 2, MemoryLimit: h200 / 4, ThreadPercentage: 25}, ID: idA0, PipeDir: "/run/pipe/" + gpuA}
 	if d != want || d.Name() != gpuA+"::2" {
 		t.Errorf("FromVirtual = %+v (%s), want %+v", d, d.Name(), want)
 	}

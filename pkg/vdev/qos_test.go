@@ -36,7 +36,8 @@ func TestBatchShare(t *testing.T) {
 }
 
 func TestSplitQoS(t *testing.T) {
-	g := gpu.Info{UUID: "GPU-1", PCI: pci.Address{Bus: 0x1a}, MemoryTotal: 81559 << 20}
+	const h100 units.MiB = 81559 // an H100's memory.total
+	g := gpu.Info{UUID: "GPU-1", PCI: pci.Address{Bus: 0x1a}, MemoryTotal: h100.Bytes()}
 	// The shares auto (400/N) and even (100/N) give N devices.
 	auto := func(n int) int { return min(100, 400/n) }
 	even := func(n int) int { return 100 / n }
@@ -69,7 +70,7 @@ func TestSplitQoS(t *testing.T) {
 				t.Fatalf("%d devices, want %d", len(devs), len(tc.want))
 			}
 			for i, d := range devs {
-				if (dev{d.ThreadPercentage, d.Class}) != tc.want[i] || d.MemoryLimit != units.MiB(81559/tc.n) || d.Index != i {
+				if (dev{d.ThreadPercentage, d.Class}) != tc.want[i] || d.MemoryLimit != h100/units.MiB(tc.n) || d.Index != i {
 					t.Errorf("slice %d: %d%% %q %v, want %d%% %q and memory total/N", i, d.ThreadPercentage, d.Class, d.MemoryLimit, tc.want[i].threads, tc.want[i].class)
 				}
 				if want := tc.want[i].class == B; (d.Class.ClientPriority() == PriorityBelowNormal) != want {

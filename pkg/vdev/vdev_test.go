@@ -8,8 +8,6 @@ import (
 	"yunion.io/x/mps-daemon/pkg/units"
 )
 
-const mib = 1024 * 1024
-
 func TestMemoryLimit(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -40,7 +38,7 @@ func h200(t *testing.T, addr string) gpu.Info {
 	}
 	return gpu.Info{
 		UUID: "GPU-5b2f1d8e-6c1a-4f0e-9d3b-7a8c9e0f1a2b", Name: "NVIDIA H200", PCI: a,
-		PCIVendorID: 0x10de, PCIDeviceID: 0x2335, MemoryTotal: 143771 * mib,
+		PCIVendorID: 0x10de, PCIDeviceID: 0x2335, MemoryTotal: units.MiB(143771).Bytes(),
 		Architecture: gpu.ArchHopper, NUMANode: 1, PCIeGeneration: 5, PCIeWidth: 16,
 	}
 }

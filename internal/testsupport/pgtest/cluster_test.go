@@ -21,9 +21,11 @@ func TestClusterHolder(t *testing.T) {
 		t.Skip("runs as a child of TestKilledTestProcessLeavesNoServer")
 	}
 	DSN(t)
-	process.mu.Lock()
-	dir := process.srv.cluster.dir
-	process.mu.Unlock()
+	srv, err := serverFor(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := srv.cluster.dir
 	fmt.Printf("CLUSTER=%s\n", dir)
 	time.Sleep(10 * time.Minute)
 }

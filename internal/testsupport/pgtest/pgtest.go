@@ -27,12 +27,13 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"yunion.io/x/mps-daemon/internal/testsupport/shared"
 )
 
 // The environment variables this package reads.
@@ -73,14 +74,18 @@ func (s *server) close() error {
 	return err
 }
 
-// process is the test process's one server. It is process-wide state by
-// nature: the cluster is shared by every test of the binary and stopped by
-// Main once they are done.
-var process struct {
-	mu     sync.Mutex
-	inMain bool
-	srv    *server
-	err    error
+// process is the test process's one server, shared by every test of the
+// binary and stopped by Main once they are done: MPS_TEST_POSTGRES_DSN's, or
+// a private cluster.
+var process = &shared.Resource[*server]{
+	Name: "pgtest",
+	Start: func() (*server, error) {
+		if dsn := os.Getenv(EnvDSN); dsn != "" {
+			return external(dsn)
+		}
+		return private()
+	},
+	Stop: func(s *server) error { return s.close() },
 }
 
 // Main runs the tests of a package (call it from TestMain) and stops the
@@ -91,24 +96,7 @@ func Main(m *testing.M) {
 
 // Run is Main for a TestMain that does more around m.Run: it calls run
 // (which calls m.Run), stops the private cluster and returns run's code.
-func Run(run func() int) int {
-	process.mu.Lock()
-	process.inMain = true
-	process.mu.Unlock()
-	code := run()
-	process.mu.Lock()
-	defer process.mu.Unlock()
-	if process.srv != nil {
-		if err := process.srv.close(); err != nil {
-			fmt.Fprintf(os.Stderr, "pgtest: stopping the test PostgreSQL server: %v\n", err)
-			if code == 0 {
-				code = 1
-			}
-		}
-		process.srv = nil
-	}
-	return code
-}
+func Run(run func() int) int { return process.Run(run) }
 
 // DSN returns the DSN of a new, empty database, dropped when t ends: a
 // postgres:// URL (a key=value DSN when MPS_TEST_POSTGRES_DSN is one). Each
@@ -143,36 +131,9 @@ func DSN(t testing.TB) string {
 }
 
 // serverFor returns the process's server, connecting or starting it on
-// first use. Outside Main nothing would stop a shared cluster, so each test
-// then gets a cluster of its own, stopped when it ends (slower, but it can
-// never outlive the process).
-func serverFor(t testing.TB) (*server, error) {
-	process.mu.Lock()
-	defer process.mu.Unlock()
-	if process.srv != nil || process.err != nil {
-		return process.srv, process.err
-	}
-	if dsn := os.Getenv(EnvDSN); dsn != "" {
-		process.srv, process.err = external(dsn)
-		return process.srv, process.err
-	}
-	if !process.inMain {
-		srv, err := private()
-		if err != nil {
-			return nil, err
-		}
-		t.Cleanup(func() {
-			if err := srv.close(); err != nil {
-				t.Errorf("pgtest: %v", err)
-			}
-		})
-		return srv, nil
-	}
-	// A failure to start is kept: the next tests fail fast with the same
-	// error instead of each running initdb again.
-	process.srv, process.err = private()
-	return process.srv, process.err
-}
+// first use (outside Main, a cluster of t's own: slower, but it can never
+// outlive the process).
+func serverFor(t testing.TB) (*server, error) { return process.Get(t) }
 
 // external is the server of MPS_TEST_POSTGRES_DSN.
 func external(dsn string) (*server, error) {
