@@ -222,24 +222,17 @@ func (hc *HostConf) checkCloudpods() []error {
 // errNoCloudpods is for callers that need the region's settings.
 var errNoCloudpods = errors.New("host.conf has no Cloudpods settings")
 
-// CloudpodsSettings returns the Cloudpods settings with Cloudpods' defaults filled
-// in, or an error when host.conf has none.
+// CloudpodsSettings returns the Cloudpods settings, admin_project "system"
+// when host.conf names none (Cloudpods' default), or an error when host.conf
+// has none. The domains and session_endpoint_type left empty take the
+// keystone client's defaults, Cloudpods' own (pkg/keystone).
 func (hc *HostConf) CloudpodsSettings() (Cloudpods, error) {
 	cp := hc.Cloudpods
 	if cp.AuthURL == "" {
 		return cp, errNoCloudpods
 	}
-	if cp.AdminDomain == "" {
-		cp.AdminDomain = "Default"
-	}
 	if cp.AdminProject == "" {
 		cp.AdminProject = "system"
-	}
-	if cp.AdminProjectDomain == "" {
-		cp.AdminProjectDomain = "Default"
-	}
-	if cp.SessionEndpointType == "" {
-		cp.SessionEndpointType = "internal"
 	}
 	return cp, nil
 }

@@ -30,8 +30,7 @@ func TestCloudpodsKeysChooseTheRegion(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Cloudpods{AuthURL: "https://10.0.0.1:30357/v3", AdminUser: "regionadmin", AdminPassword: "s3cret",
-		AdminDomain: "Default", AdminProject: "system", AdminProjectDomain: "Default", Region: "region0",
-		SessionEndpointType: "internal", SSLCACerts: "/etc/yunion/pki/ca.crt"}
+		AdminProject: "system", Region: "region0", SessionEndpointType: "internal", SSLCACerts: "/etc/yunion/pki/ca.crt"}
 	if cp != want {
 		t.Errorf("settings\n got %+v\nwant %+v", cp, want)
 	}
