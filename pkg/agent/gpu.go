@@ -39,7 +39,7 @@ type gpuState struct {
 	enforced bool
 	// applied is what the last preparation that left the GPU healthy
 	// applied, last what it showed; dirty is set when the health probe
-	// saw the GPU change since (gpu.go).
+	// saw the GPU change since.
 	applied gpuTarget
 	last    status.GPU
 	dirty   bool
@@ -110,9 +110,15 @@ func (a *Agent) plannedStatus(cfg *Config, gp plan.GPUPlan) status.GPU {
 // current reports whether gs already holds what gp needs, as its last
 // preparation left it healthy and nothing seen since says otherwise.
 func (a *Agent) current(cfg *Config, gp plan.GPUPlan, gs *gpuState, st status.GPU) bool {
-	want := mps.Limits{MemoryLimit: st.MemoryLimit, ThreadPercentage: float64(st.ThreadPercentage), ClientPriority: st.ClientPriority}
+	want := limitsOf(st)
 	exclusiveLost := cfg.Host.SetExclusiveComputeMode && gp.GPU.ComputeMode != gpu.ComputeModeExclusiveProcess
 	return !gs.dirty && gs.healthy && gs.enforced && !exclusiveLost && gs.applied == targetOf(gs.env, cfg, gp, want)
+}
+
+// limitsOf are the defaults the control daemon of a GPU of this planned
+// status must hold.
+func limitsOf(planned status.GPU) mps.Limits {
+	return mps.Limits{MemoryLimit: planned.MemoryLimit, ThreadPercentage: float64(planned.ThreadPercentage), ClientPriority: planned.ClientPriority}
 }
 
 // observed is planned with what MPS showed at the GPU's last preparation.
@@ -172,7 +178,7 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan, st
 			log.Info("started MPS control daemon", "pipe_directory", gs.env.PipeDir, "log_directory", gs.env.LogDir)
 		}
 	}
-	want := mps.Limits{MemoryLimit: st.MemoryLimit, ThreadPercentage: float64(st.ThreadPercentage), ClientPriority: st.ClientPriority}
+	want := limitsOf(st)
 	if err := gs.ctl.SetDefaults(ctx, want); err != nil {
 		return fail("applying MPS limits: %v", err)
 	}
