@@ -4,7 +4,7 @@ BIN      ?= bin
 MODULE   := yunion.io/x/mps-daemon
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X $(MODULE)/pkg/version.Version=$(VERSION)
-# Packages that must build without cgo: everything but the NVML adapter's cgo files.
+# Packages that must build without cgo: everything but the NVML packages' cgo files.
 export GOFLAGS ?= -buildvcs=false
 # go-nvml's header marks some vGPU calls deprecated; we call none of them.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
@@ -25,7 +25,8 @@ test: vet nocgo unit fuzz
 vet:
 	$(GO) vet ./...
 
-# cgo stays in pkg/gpu/nvml: the whole module must build and vet without it.
+# cgo stays in pkg/gpu/nvml and pkg/gpu/nvmlsim: the whole module must build
+# and vet without it.
 nocgo:
 	CGO_ENABLED=0 $(GO) build ./...
 	CGO_ENABLED=0 $(GO) vet ./...

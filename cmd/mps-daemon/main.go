@@ -12,8 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"yunion.io/x/mps-daemon/pkg/agent"
-	"yunion.io/x/mps-daemon/pkg/gpu/nvml"
-	"yunion.io/x/mps-daemon/pkg/logging"
 	"yunion.io/x/mps-daemon/pkg/version"
 )
 
@@ -39,7 +37,7 @@ func run() int {
 		RunE:          func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), f) },
 	}
 	root.PersistentFlags().StringVar(&f.config, "config", "/etc/yunion/host.conf", "path of host.conf")
-	root.PersistentFlags().StringVar(&f.simulate, "simulate", "", "run against a SIMULATED host instead of NVML and nvidia-cuda-mps-control, e.g. 8xH100 (profiles: "+fmt.Sprint(nvml.SimProfiles())+")")
+	root.PersistentFlags().StringVar(&f.simulate, "simulate", "", "run against a SIMULATED host instead of NVML and nvidia-cuda-mps-control, e.g. 8xH100 (profiles: "+simProfiles()+")")
 	root.PersistentFlags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	var force bool
 	teardown := &cobra.Command{
@@ -100,22 +98,10 @@ func tearDown(ctx context.Context, f flags, force bool) error {
 		return err
 	}
 	defer w.backend.Close()
-	return agent.Teardown(ctx, w.cfg, w.backend, w.runner, w.inv, force, os.Stdout, w.log)
-}
-
-func checkConfig(ctx context.Context, f flags) error {
-	log, err := logging.FromEnv(os.Stderr, f.logLevel, os.Getenv)
+	a, err := agent.New(agent.Options{Config: w.cfg, Backend: w.backend, Runner: w.runner, Inventory: w.inv,
+		SysfsRoot: w.sysfsRoot, DevRoot: w.devRoot, Simulated: f.simulate != "", Log: w.log})
 	if err != nil {
 		return err
 	}
-	cfg, err := agent.LoadConfig(f.config)
-	if err != nil {
-		return err
-	}
-	h, err := openHost(f, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer h.backend.Close()
-	return agent.CheckConfig(ctx, cfg, h.backend, h.sysfsRoot, h.devRoot, os.Stdout)
+	return a.Teardown(ctx, force, os.Stdout)
 }

@@ -1,13 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"yunion.io/x/mps-daemon/pkg/agent"
 	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/loopback"
+	"yunion.io/x/mps-daemon/pkg/statusview"
 )
 
 // statusCommand is `mps-daemon status`: what the running daemon last did,
@@ -25,15 +27,18 @@ func statusCommand(f *flags) *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("finding the daemon's address (or give --address): %w", err)
 				}
-				if address, err = agent.StatusAddress(hc.ListenAddress); err != nil {
-					return err
+				if hc.ListenAddress == "" {
+					return errors.New("mps_listen_address is empty: the daemon serves no status (give --address)")
+				}
+				if address, err = loopback.Address(hc.ListenAddress); err != nil {
+					return fmt.Errorf("mps_listen_address: %w", err)
 				}
 			}
-			st, err := agent.FetchStatus(cmd.Context(), address, timeout)
+			st, err := statusview.Fetch(cmd.Context(), address, timeout)
 			if err != nil {
 				return err
 			}
-			return agent.WriteStatus(cmd.OutOrStdout(), st, time.Now())
+			return statusview.Write(cmd.OutOrStdout(), st, time.Now())
 		},
 	}
 	c.Flags().StringVar(&address, "address", "", "the daemon's host:port (default: mps_listen_address of host.conf)")

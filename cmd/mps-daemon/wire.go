@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -9,8 +10,10 @@ import (
 	"yunion.io/x/mps-daemon/pkg/agent"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/gpu/nvml"
+	"yunion.io/x/mps-daemon/pkg/gpu/nvmlsim"
 	"yunion.io/x/mps-daemon/pkg/logging"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 )
 
 // host is the GPU side of the wiring: real NVML and nvidia-cuda-mps-control,
@@ -30,12 +33,15 @@ func openHost(f flags, cfg *agent.Config, log *slog.Logger) (*host, error) {
 		return &host{backend: b, runner: mps.NewExecRunner(cfg.Host.ControlBinary)}, nil
 	}
 	log.Warn("SIMULATED HOST: GPUs and MPS are simulated, no real GPU is shared", "profile", f.simulate)
-	b, sim, err := nvml.NewSimulated(f.simulate, filepath.Join(cfg.Host.StateDirectory, "simulated-host"), log)
+	b, sim, err := nvmlsim.New(f.simulate, filepath.Join(cfg.Host.StateDirectory, "simulated-host"), log)
 	if err != nil {
 		return nil, err
 	}
-	return &host{backend: b, runner: mps.NewSimRunner(log.With("component", "mps-sim")), sysfsRoot: sim.SysfsRoot(), devRoot: sim.DevRoot()}, nil
+	return &host{backend: b, runner: mpssim.New(log.With("component", "mps-sim")), sysfsRoot: sim.SysfsRoot(), devRoot: sim.DevRoot()}, nil
 }
+
+// simProfiles lists the simulated hosts' profiles, for --simulate's help.
+func simProfiles() string { return fmt.Sprint(nvmlsim.Profiles()) }
 
 // wiring is what serving and tearing down both need.
 type wiring struct {

@@ -94,7 +94,7 @@ func (b *bench) run(ctx context.Context) ([]result, error) {
 func (b *bench) attachDetach(ctx context.Context, w, i int) error {
 	_, h := b.randomHost()
 	guest := fmt.Sprintf("bench-%d-%d", w, i)
-	devs, err := b.client.AttachIsolatedDevices(ctx, guest, client.AttachRequest{Model: models[h.model].name, Host: h.name, Count: 1})
+	devs, err := b.client.AttachIsolatedDevices(ctx, guest, api.AttachRequest{Model: models[h.model].name, Host: h.name, Count: 1})
 	if err != nil {
 		return fmt.Errorf("attach on %s: %w", h.name, err)
 	}

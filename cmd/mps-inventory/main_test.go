@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"yunion.io/x/mps-daemon/tests/pgtest"
+	"yunion.io/x/mps-daemon/internal/testsupport/pgtest"
 )
 
 // TestMain shares one PostgreSQL server among the tests that run on both

@@ -15,6 +15,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
+	"yunion.io/x/mps-daemon/pkg/loopback"
 	"yunion.io/x/mps-daemon/pkg/systemd"
 )
 
@@ -30,17 +31,11 @@ type notifyFunc func(state string) error
 // probeURL is the /healthz URL of the server listening on addr, reached over
 // loopback when it listens on every address.
 func probeURL(addr net.Addr) string {
-	host, port, err := net.SplitHostPort(addr.String())
+	dial, err := loopback.Address(addr.String())
 	if err != nil {
-		return "http://" + addr.String() + "/healthz"
+		dial = addr.String()
 	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		host = "127.0.0.1"
-		if ip.To4() == nil {
-			host = "::1"
-		}
-	}
-	return "http://" + net.JoinHostPort(host, port) + "/healthz"
+	return "http://" + dial + "/healthz"
 }
 
 // watchdog sends WATCHDOG=1 on every tick on which GET url answers 200

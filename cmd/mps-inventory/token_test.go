@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
-	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
 var tokenLine = regexp.MustCompile(`^mpsi_[0-9a-f]{16}_[0-9a-f]{64}\n$`)

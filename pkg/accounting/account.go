@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -20,7 +21,7 @@ type Client struct {
 	// Source says how its device was learnt (see Identity.Source).
 	Source string
 	// Env is what its initial environment says of its QoS.
-	Env QoSEnv
+	Env status.QoSEnv
 }
 
 // DeviceUsage is the memory the clients of one virtual device use together.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/identity"
 )
@@ -33,7 +34,7 @@ type Accountant struct {
 	enf    *Enforcer
 	log    *slog.Logger
 	prev   *Usage
-	policy Policy
+	policy config.AccountingPolicy
 	// over and unknown are what was last logged, so a state is logged when
 	// it starts and ends, not every tick.
 	over       map[string]bool
@@ -69,7 +70,7 @@ type unknownKey struct {
 // Report is one tick's outcome: the numbers for metrics and status, the
 // devices over their cap, and what was done.
 type Report struct {
-	Policy   Policy
+	Policy   config.AccountingPolicy
 	Usage    Usage
 	Decision Decision
 	Steps    []Step
@@ -96,9 +97,9 @@ func New(o Options) *Accountant {
 // (used under enforce only). Under off it only forgets: the previous sample and any
 // termination under way, so turning enforce on later starts afresh. The
 // caller skips NVML's listing under off and passes nil procs.
-func (a *Accountant) Tick(ctx context.Context, p Policy, procs map[string][]gpu.Process, caps map[string]uint64, qos map[string]DeviceQoS, terms map[string]Terminator) Report {
+func (a *Accountant) Tick(ctx context.Context, p config.AccountingPolicy, procs map[string][]gpu.Process, caps map[string]uint64, qos map[string]DeviceQoS, terms map[string]Terminator) Report {
 	if p != a.policy {
-		if a.policy == PolicyEnforce {
+		if a.policy == config.AccountingEnforce {
 			a.enf.Reset(ctx)
 		}
 		if a.policy != "" {
@@ -107,7 +108,7 @@ func (a *Accountant) Tick(ctx context.Context, p Policy, procs map[string][]gpu.
 		a.policy = p
 	}
 	r := Report{Policy: p}
-	if p != PolicyReport && p != PolicyEnforce {
+	if p != config.AccountingReport && p != config.AccountingEnforce {
 		a.prev = nil
 		clear(a.over)
 		clear(a.unknown)
@@ -122,7 +123,7 @@ func (a *Accountant) Tick(ctx context.Context, p Policy, procs map[string][]gpu.
 	r.Decision = Decide(r.Usage, caps, p, h)
 	r.Decision.Actions = append(r.Decision.Actions, DecideEscapes(r.Usage.Escapes, r.Usage, caps, p, h, r.Decision.Actions)...)
 	a.logChanges(ctx, r)
-	if p == PolicyEnforce {
+	if p == config.AccountingEnforce {
 		r.Steps = a.enf.Run(ctx, r.Usage, r.Decision.Actions, terms)
 	}
 	a.prev = mergeUsage(a.prev, r.Usage)

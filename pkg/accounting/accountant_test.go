@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 )
 
 // TestAccountantEnforcesWithSimulatedMPS is the GPU suite's scenario on the
@@ -21,7 +23,7 @@ import (
 func TestAccountantEnforcesWithSimulatedMPS(t *testing.T) {
 	dir := t.TempDir()
 	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l"), VisibleDevices: gpuA}
-	sim := mps.NewSimRunner(nil)
+	sim := mpssim.New(nil)
 	ctl := mps.NewController(sim, env, 5*time.Second, nil)
 	if _, err := ctl.Ensure(t.Context()); err != nil {
 		t.Fatal(err)
@@ -65,7 +67,7 @@ func TestAccountantEnforcesWithSimulatedMPS(t *testing.T) {
 
 	start(10, 100, a0, 5*gib)
 	start(20, 150, a1, 6*gib)
-	r := acct.Tick(t.Context(), PolicyEnforce, sample(), caps, nil, terms)
+	r := acct.Tick(t.Context(), config.AccountingEnforce, sample(), caps, nil, terms)
 	if len(r.Decision.Over) != 0 || len(r.Steps) != 0 || r.Usage.PerDevice[a0].UsedBytes != 5*gib {
 		t.Fatalf("under the caps: %+v", r)
 	}
@@ -73,14 +75,14 @@ func TestAccountantEnforcesWithSimulatedMPS(t *testing.T) {
 	// The second process of device 0 takes it past its cap.
 	start(11, 200, a0, 4*gib)
 	clock.advance(time.Second)
-	r = acct.Tick(t.Context(), PolicyReport, sample(), caps, nil, terms)
+	r = acct.Tick(t.Context(), config.AccountingReport, sample(), caps, nil, terms)
 	if len(r.Decision.Over) != 1 || r.Decision.Over[0].Device != a0 || len(r.Steps) != 0 {
 		t.Fatalf("report: over = %+v, steps = %v; want %s reported and nothing done", r.Decision.Over, stepNames(r.Steps), a0)
 	}
 	if got := mpsClients(); !slices.Equal(got, []int{10, 11, 20}) {
 		t.Fatalf("report touched MPS clients: %v", got)
 	}
-	r = acct.Tick(t.Context(), PolicyEnforce, sample(), caps, nil, terms)
+	r = acct.Tick(t.Context(), config.AccountingEnforce, sample(), caps, nil, terms)
 	if got := stepNames(r.Steps); !slices.Equal(got, []string{"11:terminate_client"}) {
 		t.Fatalf("enforce: steps = %v, want 11:terminate_client", got)
 	}
@@ -91,17 +93,17 @@ func TestAccountantEnforcesWithSimulatedMPS(t *testing.T) {
 	// measured on an H200.
 	delete(nvml, 11)
 	clock.advance(time.Second)
-	r = acct.Tick(t.Context(), PolicyEnforce, sample(), caps, nil, terms)
+	r = acct.Tick(t.Context(), config.AccountingEnforce, sample(), caps, nil, terms)
 	if len(r.Steps) != 0 || len(r.Decision.Over) != 0 {
 		t.Fatalf("within the grace period: steps %v, over %+v", stepNames(r.Steps), r.Decision.Over)
 	}
 	clock.advance(grace)
-	r = acct.Tick(t.Context(), PolicyEnforce, sample(), caps, nil, terms)
+	r = acct.Tick(t.Context(), config.AccountingEnforce, sample(), caps, nil, terms)
 	if got := stepNames(r.Steps); !slices.Equal(got, []string{"11:sigterm"}) {
 		t.Fatalf("after the grace period: steps = %v, want 11:sigterm", got)
 	}
 	clock.advance(grace)
-	r = acct.Tick(t.Context(), PolicyEnforce, sample(), caps, nil, terms)
+	r = acct.Tick(t.Context(), config.AccountingEnforce, sample(), caps, nil, terms)
 	if got := stepNames(r.Steps); !slices.Equal(got, []string{"11:gone"}) {
 		t.Fatalf("steps = %v, want 11:gone", got)
 	}
@@ -139,7 +141,7 @@ func TestAccountantReportsUnknownAndForgetsWhenOff(t *testing.T) {
 	terms := map[string]Terminator{gpuA: term}
 
 	for range 2 {
-		r := acct.Tick(t.Context(), PolicyEnforce, procs, caps, nil, terms)
+		r := acct.Tick(t.Context(), config.AccountingEnforce, procs, caps, nil, terms)
 		if len(r.Usage.Unknown) != 1 || r.Usage.Unknown[0].PID != 30 || len(r.Steps) != 0 {
 			t.Fatalf("unknown = %+v, steps = %v; want PID 30 reported and nothing done", r.Usage.Unknown, stepNames(r.Steps))
 		}
@@ -151,15 +153,15 @@ func TestAccountantReportsUnknownAndForgetsWhenOff(t *testing.T) {
 	// A termination under way is dropped when the policy goes off, and
 	// enforce afterwards starts without history.
 	procs[gpuA] = append(procs[gpuA], gpu.Process{PID: 32, UsedMemoryBytes: 4 * gib})
-	r := acct.Tick(t.Context(), PolicyEnforce, procs, caps, nil, terms)
+	r := acct.Tick(t.Context(), config.AccountingEnforce, procs, caps, nil, terms)
 	if got := stepNames(r.Steps); !slices.Equal(got, []string{"32:terminate_client"}) {
 		t.Fatalf("steps = %v, want 32:terminate_client", got)
 	}
-	if r := acct.Tick(t.Context(), PolicyOff, nil, caps, nil, terms); len(r.Usage.PerDevice) != 0 || len(r.Steps) != 0 {
+	if r := acct.Tick(t.Context(), config.AccountingOff, nil, caps, nil, terms); len(r.Usage.PerDevice) != 0 || len(r.Steps) != 0 {
 		t.Fatalf("off: %+v", r)
 	}
 	clock.advance(time.Hour)
-	r = acct.Tick(t.Context(), PolicyReport, procs, caps, nil, terms)
+	r = acct.Tick(t.Context(), config.AccountingReport, procs, caps, nil, terms)
 	if len(r.Steps) != 0 || len(killer.sent) != 0 {
 		t.Errorf("after off then report: steps %v, signals %v; want none", stepNames(r.Steps), killer.sent)
 	}

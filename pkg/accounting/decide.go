@@ -5,19 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-)
 
-// Policy is what the host does about a device over its cap (host.conf).
-type Policy string
-
-// Policies.
-const (
-	// PolicyOff: no accounting at all; the caller skips even NVML's listing.
-	PolicyOff Policy = "off"
-	// PolicyReport: devices over their cap are reported, nobody is touched.
-	PolicyReport Policy = "report"
-	// PolicyEnforce: the client that pushed a device over is terminated.
-	PolicyEnforce Policy = "enforce"
+	"yunion.io/x/mps-daemon/pkg/config"
 )
 
 // Overage is a device over its cap.
@@ -90,9 +79,9 @@ type History struct {
 // (docs/gpu-runs/mps-probe2.txt: 20368 MiB used under a 20389 MiB limit,
 // 20 MiB free). It can after a resize lowered the device's cap, as running
 // clients keep the cap they started with.
-func Decide(u Usage, caps map[string]uint64, p Policy, h History) Decision {
+func Decide(u Usage, caps map[string]uint64, p config.AccountingPolicy, h History) Decision {
 	var d Decision
-	if p != PolicyReport && p != PolicyEnforce {
+	if p != config.AccountingReport && p != config.AccountingEnforce {
 		return d
 	}
 	prev := map[int]Client{}
@@ -110,7 +99,7 @@ func Decide(u Usage, caps map[string]uint64, p Policy, h History) Decision {
 			continue
 		}
 		d.Over = append(d.Over, Overage{Device: name, GPU: du.GPU, UsedBytes: du.UsedBytes, CapBytes: capBytes, PIDs: du.PIDs})
-		if p != PolicyEnforce {
+		if p != config.AccountingEnforce {
 			continue
 		}
 		used := du.UsedBytes

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
@@ -30,68 +31,68 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name     string
-		policy   Policy
+		policy   config.AccountingPolicy
 		usage    Usage
 		history  History
 		over     []string // devices reported over
 		picks    []int    // PIDs to terminate, in order
 		inReason string   // in the first action's reason
 	}{
-		{name: "off does nothing", policy: PolicyOff,
+		{name: "off does nothing", policy: config.AccountingOff,
 			usage: usage(map[string]DeviceUsage{a0: dev(gpuA, [3]uint64{1, 1, 20})})},
-		{name: "report lists the device, touches nobody", policy: PolicyReport,
+		{name: "report lists the device, touches nobody", policy: config.AccountingReport,
 			usage: usage(map[string]DeviceUsage{a0: dev(gpuA, [3]uint64{1, 1, 9})}), over: []string{a0}},
-		{name: "one process over the cap (after a resize) is the one", policy: PolicyEnforce,
+		{name: "one process over the cap (after a resize) is the one", policy: config.AccountingEnforce,
 			usage: usage(map[string]DeviceUsage{a0: dev(gpuA, [3]uint64{7, 1, 9})}),
 			over:  []string{a0}, picks: []int{7}, inReason: "no earlier sample"},
-		{name: "no earlier sample: the newer of two is picked", policy: PolicyEnforce,
+		{name: "no earlier sample: the newer of two is picked", policy: config.AccountingEnforce,
 			usage: usage(map[string]DeviceUsage{a0: dev(gpuA, [3]uint64{10, 100, 5}, [3]uint64{11, 200, 4})}),
 			over:  []string{a0}, picks: []int{11}},
-		{name: "the newer pushed it over: it grew from nothing", policy: PolicyEnforce,
+		{name: "the newer pushed it over: it grew from nothing", policy: config.AccountingEnforce,
 			usage:   usage(map[string]DeviceUsage{a0: dev(gpuA, [3]uint64{10, 100, 5}, [3]uint64{11, 200, 4})}),
 			history: History{Previous: &Usage{PerDevice: map[string]DeviceUsage{a0: dev(gpuA, [3]uint64{10, 100, 5})}}},
 			over:    []string{a0}, picks: []int{11}, inReason: "grew +4096 MiB"},
-		{name: "the older grew most: it is picked, not the newer", policy: PolicyEnforce,
+		{name: "the older grew most: it is picked, not the newer", policy: config.AccountingEnforce,
 			usage: usage(map[string]DeviceUsage{a0: dev(gpuA, [3]uint64{10, 100, 6}, [3]uint64{11, 200, 3})}),
 			history: History{Previous: &Usage{PerDevice: map[string]DeviceUsage{
 				a0: dev(gpuA, [3]uint64{10, 100, 2}, [3]uint64{11, 200, 3})}}},
 			over: []string{a0}, picks: []int{10}, inReason: "grew +4096 MiB"},
-		{name: "equal growth: the newest", policy: PolicyEnforce,
+		{name: "equal growth: the newest", policy: config.AccountingEnforce,
 			usage: usage(map[string]DeviceUsage{a0: dev(gpuA, [3]uint64{10, 300, 5}, [3]uint64{11, 200, 5})}),
 			history: History{Previous: &Usage{PerDevice: map[string]DeviceUsage{
 				a0: dev(gpuA, [3]uint64{10, 300, 3}, [3]uint64{11, 200, 3})}}},
 			over: []string{a0}, picks: []int{10}},
-		{name: "a reused PID is a new process that grew from nothing", policy: PolicyEnforce,
+		{name: "a reused PID is a new process that grew from nothing", policy: config.AccountingEnforce,
 			usage: usage(map[string]DeviceUsage{a0: dev(gpuA, [3]uint64{10, 100, 3}, [3]uint64{11, 900, 6})}),
 			history: History{Previous: &Usage{PerDevice: map[string]DeviceUsage{
 				a0: dev(gpuA, [3]uint64{10, 100, 1}, [3]uint64{11, 200, 6})}}},
 			over: []string{a0}, picks: []int{11}},
-		{name: "exactly at the cap is fine", policy: PolicyEnforce,
+		{name: "exactly at the cap is fine", policy: config.AccountingEnforce,
 			usage: usage(map[string]DeviceUsage{a0: dev(gpuA, [3]uint64{10, 100, 4}, [3]uint64{11, 200, 4})})},
-		{name: "as many as needed, recomputed after each pick", policy: PolicyEnforce,
+		{name: "as many as needed, recomputed after each pick", policy: config.AccountingEnforce,
 			usage: usage(map[string]DeviceUsage{b0: dev(gpuB, [3]uint64{1, 100, 4}, [3]uint64{2, 200, 3}, [3]uint64{3, 300, 3})}),
 			over:  []string{b0}, picks: []int{3, 2}},
-		{name: "one pick is enough when it frees enough", policy: PolicyEnforce,
+		{name: "one pick is enough when it frees enough", policy: config.AccountingEnforce,
 			usage: usage(map[string]DeviceUsage{a0: dev(gpuA, [3]uint64{1, 100, 4}, [3]uint64{2, 200, 2}, [3]uint64{3, 300, 3})}),
 			over:  []string{a0}, picks: []int{3}},
-		{name: "only the device over its cap; the others' clients are untouched", policy: PolicyEnforce,
+		{name: "only the device over its cap; the others' clients are untouched", policy: config.AccountingEnforce,
 			usage: usage(map[string]DeviceUsage{
 				a0: dev(gpuA, [3]uint64{10, 100, 7}),
 				a1: dev(gpuA, [3]uint64{20, 900, 5}, [3]uint64{21, 901, 4}),
 				b0: dev(gpuB, [3]uint64{30, 999, 4})}),
 			over: []string{a1}, picks: []int{21}},
-		{name: "unknown processes are reported, never picked", policy: PolicyEnforce,
+		{name: "unknown processes are reported, never picked", policy: config.AccountingEnforce,
 			usage: usage(map[string]DeviceUsage{a0: dev(gpuA, [3]uint64{10, 100, 7})},
 				UnknownProcess{Process: gpu.Process{PID: 66, UsedMemoryBytes: 100 * gib}, GPU: gpuA, Reason: "names no virtual device"})},
-		{name: "a client being terminated counts as leaving", policy: PolicyEnforce,
+		{name: "a client being terminated counts as leaving", policy: config.AccountingEnforce,
 			usage:   usage(map[string]DeviceUsage{a0: dev(gpuA, [3]uint64{10, 100, 5}, [3]uint64{11, 200, 4})}),
 			history: History{Terminating: map[int]bool{11: true}},
 			over:    []string{a0}},
-		{name: "still over without the one being terminated: the next", policy: PolicyEnforce,
+		{name: "still over without the one being terminated: the next", policy: config.AccountingEnforce,
 			usage:   usage(map[string]DeviceUsage{b0: dev(gpuB, [3]uint64{1, 100, 4}, [3]uint64{2, 200, 3}, [3]uint64{3, 300, 3})}),
 			history: History{Terminating: map[int]bool{3: true}},
 			over:    []string{b0}, picks: []int{2}},
-		{name: "a device without a cap is not judged", policy: PolicyEnforce,
+		{name: "a device without a cap is not judged", policy: config.AccountingEnforce,
 			usage: usage(map[string]DeviceUsage{gpuB + "::7": dev(gpuB, [3]uint64{1, 1, 50})})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

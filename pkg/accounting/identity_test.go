@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
@@ -42,7 +43,7 @@ func TestAccountantBillsLiarsByTheirIdentity(t *testing.T) {
 		{PID: 13, UsedMemoryBytes: 2 * gib}, {PID: 20, UsedMemoryBytes: 5 * gib},
 	}}
 
-	r := acct.Tick(t.Context(), PolicyEnforce, procs, caps, nil, terms)
+	r := acct.Tick(t.Context(), config.AccountingEnforce, procs, caps, nil, terms)
 	if got := r.Usage.PerDevice[a0]; got.UsedBytes != 9*gib || !slices.Equal(got.PIDs, []int{10, 11, 12, 13}) {
 		t.Errorf("%s = %+v; want PIDs 10-13 at 9 GiB, billed by their identity", a0, got)
 	}
@@ -68,7 +69,7 @@ func TestAccountantBillsLiarsByTheirIdentity(t *testing.T) {
 	}
 
 	clock.advance(time.Second)
-	acct.Tick(t.Context(), PolicyEnforce, procs, caps, nil, terms)
+	acct.Tick(t.Context(), config.AccountingEnforce, procs, caps, nil, terms)
 	out := logs.String()
 	if n := strings.Count(out, "disagrees with its identity file"); n != 3 {
 		t.Errorf("%d mismatch lines, want one per process (3):\n%s", n, out)

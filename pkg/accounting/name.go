@@ -38,21 +38,13 @@ func ParseEnviron(environ []byte) (device string, err error) {
 	return device, nil
 }
 
-// CapBytes is a virtual device's memory cap in bytes: the same MiB figure
-// MPS enforces per client, here for the whole device.
-func CapBytes(d vdev.Device) uint64 {
-	if d.MemoryLimitMiB <= 0 {
-		return 0
-	}
-	return uint64(d.MemoryLimitMiB) << 20
-}
-
-// Caps maps the names of devs to their caps, the form Account and Decide
-// take: the keys are also the devices Account reports.
+// Caps maps the names of devs to their memory caps in bytes (the same
+// limit MPS enforces per client, here for the whole device), the form
+// Account and Decide take: the keys are also the devices Account reports.
 func Caps(devs []vdev.Device) map[string]uint64 {
 	out := make(map[string]uint64, len(devs))
 	for _, d := range devs {
-		out[d.Name()] = CapBytes(d)
+		out[d.Name().String()] = uint64(d.MemoryLimit.Bytes())
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -63,11 +64,12 @@ func TestParseEnviron(t *testing.T) {
 }
 
 func TestCaps(t *testing.T) {
-	g := gpu.Info{UUID: gpuA, MemoryTotalBytes: 143771 << 20}
-	got := Caps(vdev.Split(g, 8))
+	const h200 units.MiB = 143771 // an H200's memory.total
+	g := gpu.Info{UUID: gpuA, MemoryTotal: h200.Bytes()}
+	got := Caps(vdev.Split(g, 8, 12, vdev.QoS{}))
 	want := map[string]uint64{}
 	for i := range 8 {
-		want[vdev.Name(gpuA, i)] = 17971 << 20 // 143771 / 8 MiB, as MPS enforces per client
+		want[vdev.NameOf(gpuA, i).String()] = uint64((h200 / 8).Bytes()) // as MPS enforces it per client
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("Caps = %v, want %v", got, want)

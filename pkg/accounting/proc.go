@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"yunion.io/x/mps-daemon/pkg/identity"
+	"yunion.io/x/mps-daemon/pkg/status"
 )
 
 // ErrExited: the process is gone (no /proc entry) or a zombie.
@@ -68,7 +69,7 @@ type Identity struct {
 	// describes any decoy found where the identity file belongs.
 	Detail string
 	// QoSEnv is what its environment says of its QoS (qos.go).
-	QoSEnv QoSEnv
+	QoSEnv status.QoSEnv
 }
 
 // Mismatch reports whether a process billed by its identity file shows
@@ -332,10 +333,10 @@ func (p *procDir) stat() (Stat, error) {
 // its QoS variables; an environment that cannot be read has its QoS marked
 // unreadable (a tenant must not hide its variables behind a huge
 // environment).
-func (p *procDir) environ() (string, QoSEnv, error) {
+func (p *procDir) environ() (string, status.QoSEnv, error) {
 	b, err := p.read("environ", maxEnviron)
 	if err != nil {
-		return "", QoSEnv{Unreadable: err.Error()}, err
+		return "", status.QoSEnv{Unreadable: err.Error()}, err
 	}
 	dev, err := ParseEnviron(b)
 	return dev, ParseQoSEnviron(b), err

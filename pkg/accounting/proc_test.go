@@ -122,10 +122,10 @@ func (f *fakeProc) process(pid, ppid int, start uint64, device, cgroup, ns, root
 // mount does).
 func (f *fakeProc) give(ctr, device string) {
 	f.t.Helper()
-	if err := f.store.Ensure([]string{device}); err != nil {
+	if err := f.store.Ensure([]vdev.Name{vdev.Name(device)}); err != nil {
 		f.t.Fatal(err)
 	}
-	src, _ := f.store.Path(device)
+	src, _ := f.store.Path(vdev.Name(device))
 	uuid, _, _ := vdev.ParseName(device)
 	dst := filepath.Join(f.ctrs, ctr, identity.ContainerPath(uuid))
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {

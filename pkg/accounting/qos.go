@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -26,34 +28,16 @@ import (
 // changes its environment in its own memory (setenv) before CUDA starts;
 // /proc shows the environment it was started with (docs/containers.md).
 
-// EnvValue is one variable of a process's initial environment.
-type EnvValue struct {
-	Value string `json:"value,omitempty"`
-	Set   bool   `json:"set"`
-	// Twice: set twice with different values; which one CUDA reads is not
-	// known, so neither is believed.
-	Twice bool `json:"twice,omitempty"`
-}
-
-// QoSEnv is what a process's initial environment says of its QoS.
-type QoSEnv struct {
-	ThreadPercentage EnvValue `json:"thread_percentage"`
-	ClientPriority   EnvValue `json:"client_priority"`
-	// Unreadable says why the environment could not be read (larger than
-	// the accounting reads, for one); then nothing in it is known.
-	Unreadable string `json:"unreadable,omitempty"`
-}
-
 // ParseQoSEnviron finds the QoS variables in the contents of
 // /proc/<pid>/environ (NUL-separated NAME=value entries).
-func ParseQoSEnviron(environ []byte) QoSEnv {
-	var q QoSEnv
+func ParseQoSEnviron(environ []byte) status.QoSEnv {
+	var q status.QoSEnv
 	for entry := range bytes.SplitSeq(environ, []byte{0}) {
 		name, value, ok := bytes.Cut(entry, []byte{'='})
 		if !ok {
 			continue
 		}
-		var v *EnvValue
+		var v *status.EnvValue
 		switch string(name) {
 		case vdev.EnvThreadPercentage:
 			v = &q.ThreadPercentage
@@ -91,7 +75,7 @@ func BatchQoS(devs []vdev.Device, server vdev.ServerDefaults) map[string]DeviceQ
 		if d.Class != vdev.ClassBatch {
 			continue
 		}
-		out[d.Name()] = DeviceQoS{ThreadPercentage: d.ThreadPercentage, ClientPriority: d.Class.ClientPriority(), Server: server}
+		out[d.Name().String()] = DeviceQoS{ThreadPercentage: d.ThreadPercentage, ClientPriority: d.Class.ClientPriority(), Server: server}
 	}
 	return out
 }
@@ -102,7 +86,7 @@ func BatchQoS(devs []vdev.Device, server vdev.ServerDefaults) map[string]DeviceQ
 // variable's, or the server's default when unset. A value CUDA might not
 // take as asked (not a number, not 0 or 1, set twice) counts as an escape:
 // what MPS then gives it is not known.
-func CheckQoS(env QoSEnv, q DeviceQoS) string {
+func CheckQoS(env status.QoSEnv, q DeviceQoS) string {
 	if env.Unreadable != "" {
 		return "its environment cannot be read (" + env.Unreadable + ")"
 	}
@@ -151,7 +135,7 @@ type Escape struct {
 	// Device is the device it is billed to; Source how that was learnt.
 	Device     string
 	Source     string
-	Env        QoSEnv
+	Env        status.QoSEnv
 	Reason     string
 	StartTicks uint64
 }
@@ -180,8 +164,8 @@ func Escapes(u Usage, qos map[string]DeviceQoS) []Escape {
 // DecideEscapes picks, under enforce, every escaping client for termination
 // (none already being terminated, none picked already in picked); the
 // device's memory is irrelevant here. Under report it picks nobody.
-func DecideEscapes(escapes []Escape, u Usage, caps map[string]uint64, p Policy, h History, picked []Action) []Action {
-	if p != PolicyEnforce {
+func DecideEscapes(escapes []Escape, u Usage, caps map[string]uint64, p config.AccountingPolicy, h History, picked []Action) []Action {
+	if p != config.AccountingEnforce {
 		return nil
 	}
 	taken := map[int]bool{}

@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/pci"
+	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -17,17 +19,17 @@ func TestParseQoSEnviron(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		in   []byte
-		want QoSEnv
+		want status.QoSEnv
 	}{
-		{"none", env("PATH=/usr/bin"), QoSEnv{}},
+		{"none", env("PATH=/usr/bin"), status.QoSEnv{}},
 		{"both", env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=13", "CUDA_MPS_CLIENT_PRIORITY=1"),
-			QoSEnv{ThreadPercentage: EnvValue{Value: "13", Set: true}, ClientPriority: EnvValue{Value: "1", Set: true}}},
-		{"empty value is set", env("CUDA_MPS_CLIENT_PRIORITY="), QoSEnv{ClientPriority: EnvValue{Set: true}}},
-		{"twice, same value", env("CUDA_MPS_CLIENT_PRIORITY=1", "CUDA_MPS_CLIENT_PRIORITY=1"), QoSEnv{ClientPriority: EnvValue{Value: "1", Set: true}}},
-		{"twice, two values", env("CUDA_MPS_CLIENT_PRIORITY=1", "CUDA_MPS_CLIENT_PRIORITY=0"), QoSEnv{ClientPriority: EnvValue{Value: "0", Set: true, Twice: true}}},
-		{"names that only start alike", env("CUDA_MPS_CLIENT_PRIORITY_X=0", "XCUDA_MPS_CLIENT_PRIORITY=0", "CUDA_MPS_CLIENT_PRIORITY"), QoSEnv{}},
+			status.QoSEnv{ThreadPercentage: status.EnvValue{Value: "13", Set: true}, ClientPriority: status.EnvValue{Value: "1", Set: true}}},
+		{"empty value is set", env("CUDA_MPS_CLIENT_PRIORITY="), status.QoSEnv{ClientPriority: status.EnvValue{Set: true}}},
+		{"twice, same value", env("CUDA_MPS_CLIENT_PRIORITY=1", "CUDA_MPS_CLIENT_PRIORITY=1"), status.QoSEnv{ClientPriority: status.EnvValue{Value: "1", Set: true}}},
+		{"twice, two values", env("CUDA_MPS_CLIENT_PRIORITY=1", "CUDA_MPS_CLIENT_PRIORITY=0"), status.QoSEnv{ClientPriority: status.EnvValue{Value: "0", Set: true, Twice: true}}},
+		{"names that only start alike", env("CUDA_MPS_CLIENT_PRIORITY_X=0", "XCUDA_MPS_CLIENT_PRIORITY=0", "CUDA_MPS_CLIENT_PRIORITY"), status.QoSEnv{}},
 		{"a huge value is cut for display", env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=" + strings.Repeat("9", 500)),
-			QoSEnv{ThreadPercentage: EnvValue{Value: strings.Repeat("9", 120) + "...", Set: true}}},
+			status.QoSEnv{ThreadPercentage: status.EnvValue{Value: strings.Repeat("9", 120) + "...", Set: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := ParseQoSEnviron(tc.in); got != tc.want {
@@ -42,31 +44,31 @@ func TestParseQoSEnviron(t *testing.T) {
 var batch13 = DeviceQoS{ThreadPercentage: 13, ClientPriority: 1, Server: vdev.ServerDefaults{ThreadPercentage: 50, ClientPriority: 1}}
 
 func TestCheckQoS(t *testing.T) {
-	set := func(v string) EnvValue { return EnvValue{Value: v, Set: true} }
+	set := func(v string) status.EnvValue { return status.EnvValue{Value: v, Set: true} }
 	for _, tc := range []struct {
 		name string
-		env  QoSEnv
+		env  status.QoSEnv
 		q    DeviceQoS
 		want string // "" for no escape, else a part of the reason
 	}{
-		{"as the spec gives it", QoSEnv{ThreadPercentage: set("13"), ClientPriority: set("1")}, batch13, ""},
-		{"lower share, still below normal", QoSEnv{ThreadPercentage: set("5"), ClientPriority: set("1")}, batch13, ""},
-		{"13.0 is 13", QoSEnv{ThreadPercentage: set(" 13.0 "), ClientPriority: set("1")}, batch13, ""},
-		{"no priority variable: the server's default 1 holds", QoSEnv{ThreadPercentage: set("13")}, batch13, ""},
-		{"no thread variable: the server's 50%", QoSEnv{ClientPriority: set("1")}, batch13, "no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: it gets the server's 50%, its device's share is 13%"},
-		{"raised share", QoSEnv{ThreadPercentage: set("40"), ClientPriority: set("1")}, batch13, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40 is above its device's share, 13%"},
-		{"asks 100: capped at 50 by MPS, still above", QoSEnv{ThreadPercentage: set("100"), ClientPriority: set("1")}, batch13, "above its device's share"},
-		{"13.5", QoSEnv{ThreadPercentage: set("13.5"), ClientPriority: set("1")}, batch13, "above its device's share"},
-		{"not a number", QoSEnv{ThreadPercentage: set("lots"), ClientPriority: set("1")}, batch13, `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="lots" is not a percentage`},
-		{"zero", QoSEnv{ThreadPercentage: set("0"), ClientPriority: set("1")}, batch13, "is not a percentage"},
-		{"priority raised", QoSEnv{ThreadPercentage: set("13"), ClientPriority: set("0")}, batch13, "CUDA_MPS_CLIENT_PRIORITY=0 raises it above its device's priority 1"},
-		{"priority garbage", QoSEnv{ThreadPercentage: set("13"), ClientPriority: set("high")}, batch13, `CUDA_MPS_CLIENT_PRIORITY="high" is not 0 or 1`},
-		{"priority twice", QoSEnv{ThreadPercentage: set("13"), ClientPriority: EnvValue{Value: "1", Set: true, Twice: true}}, batch13, "CUDA_MPS_CLIENT_PRIORITY is set twice"},
-		{"both stripped, server at priority 0", QoSEnv{}, DeviceQoS{ThreadPercentage: 13, ClientPriority: 1, Server: vdev.ServerDefaults{ThreadPercentage: 50}},
+		{"as the spec gives it", status.QoSEnv{ThreadPercentage: set("13"), ClientPriority: set("1")}, batch13, ""},
+		{"lower share, still below normal", status.QoSEnv{ThreadPercentage: set("5"), ClientPriority: set("1")}, batch13, ""},
+		{"13.0 is 13", status.QoSEnv{ThreadPercentage: set(" 13.0 "), ClientPriority: set("1")}, batch13, ""},
+		{"no priority variable: the server's default 1 holds", status.QoSEnv{ThreadPercentage: set("13")}, batch13, ""},
+		{"no thread variable: the server's 50%", status.QoSEnv{ClientPriority: set("1")}, batch13, "no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: it gets the server's 50%, its device's share is 13%"},
+		{"raised share", status.QoSEnv{ThreadPercentage: set("40"), ClientPriority: set("1")}, batch13, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40 is above its device's share, 13%"},
+		{"asks 100: capped at 50 by MPS, still above", status.QoSEnv{ThreadPercentage: set("100"), ClientPriority: set("1")}, batch13, "above its device's share"},
+		{"13.5", status.QoSEnv{ThreadPercentage: set("13.5"), ClientPriority: set("1")}, batch13, "above its device's share"},
+		{"not a number", status.QoSEnv{ThreadPercentage: set("lots"), ClientPriority: set("1")}, batch13, `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="lots" is not a percentage`},
+		{"zero", status.QoSEnv{ThreadPercentage: set("0"), ClientPriority: set("1")}, batch13, "is not a percentage"},
+		{"priority raised", status.QoSEnv{ThreadPercentage: set("13"), ClientPriority: set("0")}, batch13, "CUDA_MPS_CLIENT_PRIORITY=0 raises it above its device's priority 1"},
+		{"priority garbage", status.QoSEnv{ThreadPercentage: set("13"), ClientPriority: set("high")}, batch13, `CUDA_MPS_CLIENT_PRIORITY="high" is not 0 or 1`},
+		{"priority twice", status.QoSEnv{ThreadPercentage: set("13"), ClientPriority: status.EnvValue{Value: "1", Set: true, Twice: true}}, batch13, "CUDA_MPS_CLIENT_PRIORITY is set twice"},
+		{"both stripped, server at priority 0", status.QoSEnv{}, DeviceQoS{ThreadPercentage: 13, ClientPriority: 1, Server: vdev.ServerDefaults{ThreadPercentage: 50}},
 			"no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: it gets the server's 50%, its device's share is 13%; no CUDA_MPS_CLIENT_PRIORITY: it gets the server's priority 0, its device's is 1"},
-		{"share equal to the server's: no thread variable needed", QoSEnv{ClientPriority: set("1")},
+		{"share equal to the server's: no thread variable needed", status.QoSEnv{ClientPriority: set("1")},
 			DeviceQoS{ThreadPercentage: 12, ClientPriority: 1, Server: vdev.ServerDefaults{ThreadPercentage: 12, ClientPriority: 1}}, ""},
-		{"unreadable environment", QoSEnv{Unreadable: "environ is larger than 1048576 bytes"}, batch13, "its environment cannot be read"},
+		{"unreadable environment", status.QoSEnv{Unreadable: "environ is larger than 1048576 bytes"}, batch13, "its environment cannot be read"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := CheckQoS(tc.env, tc.q)
@@ -78,9 +80,8 @@ func TestCheckQoS(t *testing.T) {
 }
 
 func TestBatchQoS(t *testing.T) {
-	g := gpu.Info{UUID: gpuA, PCI: pci.Address{Bus: 0x1a}, MemoryTotalBytes: 81559 << 20}
-	auto, _ := vdev.ParseThreadPolicy("auto")
-	devs := vdev.SplitQoS(g, 4, auto, vdev.QoS{LatencySlices: []int{0}, ReservePercent: 8})
+	g := gpu.Info{UUID: gpuA, PCI: pci.Address{Bus: 0x1a}, MemoryTotal: 81559 << 20}
+	devs := vdev.Split(g, 4, 100, vdev.QoS{LatencySlices: []int{0}, ReservePercent: 8})
 	server := vdev.DefaultsOf(devs)
 	got := BatchQoS(devs, server)
 	want := DeviceQoS{ThreadPercentage: 30, ClientPriority: 1, Server: vdev.ServerDefaults{ThreadPercentage: 100, ClientPriority: 1}}
@@ -90,7 +91,7 @@ func TestBatchQoS(t *testing.T) {
 	if _, ok := got[gpuA+"::0"]; ok {
 		t.Error("the latency slice is checked")
 	}
-	if n := len(BatchQoS(vdev.SplitThreads(g, 4, auto), vdev.ServerDefaults{ThreadPercentage: 100})); n != 0 {
+	if n := len(BatchQoS(vdev.Split(g, 4, config.AutoThreads.Percentage(4), vdev.QoS{}), vdev.ServerDefaults{ThreadPercentage: 100})); n != 0 {
 		t.Errorf("a GPU without mps_qos has %d checked devices", n)
 	}
 }
@@ -131,7 +132,7 @@ func TestAccountantTerminatesQoSEscapes(t *testing.T) {
 	procs := map[string][]gpu.Process{gpuA: {{PID: 10, UsedMemoryBytes: gib}, {PID: 20, UsedMemoryBytes: gib},
 		{PID: 21, UsedMemoryBytes: gib}, {PID: 30, UsedMemoryBytes: gib}, {PID: 31, UsedMemoryBytes: gib}}}
 
-	r := acct.Tick(t.Context(), PolicyReport, procs, caps, qos, terms)
+	r := acct.Tick(t.Context(), config.AccountingReport, procs, caps, qos, terms)
 	var pids []int
 	for _, e := range r.Usage.Escapes {
 		pids = append(pids, e.PID)
@@ -143,7 +144,7 @@ func TestAccountantTerminatesQoSEscapes(t *testing.T) {
 		t.Errorf("escape %+v", e)
 	}
 
-	r = acct.Tick(t.Context(), PolicyEnforce, procs, caps, qos, terms)
+	r = acct.Tick(t.Context(), config.AccountingEnforce, procs, caps, qos, terms)
 	if got := stepNames(r.Steps); !slices.Equal(got, []string{"21:terminate_client", "30:terminate_client"}) {
 		t.Errorf("steps %v, want 21 and 30 terminated", got)
 	}
@@ -153,7 +154,7 @@ func TestAccountantTerminatesQoSEscapes(t *testing.T) {
 		}
 	}
 	clock.advance(grace + time.Second)
-	acct.Tick(t.Context(), PolicyEnforce, procs, caps, qos, terms)
+	acct.Tick(t.Context(), config.AccountingEnforce, procs, caps, qos, terms)
 	for _, s := range killer.sent {
 		if !strings.HasPrefix(s, "21:") && !strings.HasPrefix(s, "30:") {
 			t.Errorf("signalled %s: only the escapes may be", s)
@@ -177,7 +178,7 @@ func TestHugeEnvironmentIsAnEscape(t *testing.T) {
 	proc.addContainer(40, 1, 400, "b", b1)
 	proc.write(40, "environ", env("PAD="+strings.Repeat("x", maxEnviron), "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=13", "CUDA_MPS_CLIENT_PRIORITY=1"))
 	acct := New(Options{ProcRoot: proc.root, Identities: proc.store.Table})
-	r := acct.Tick(t.Context(), PolicyReport, map[string][]gpu.Process{gpuA: {{PID: 40, UsedMemoryBytes: gib}}},
+	r := acct.Tick(t.Context(), config.AccountingReport, map[string][]gpu.Process{gpuA: {{PID: 40, UsedMemoryBytes: gib}}},
 		map[string]uint64{b1: 20 * gib}, map[string]DeviceQoS{b1: batch13}, nil)
 	if len(r.Usage.Escapes) != 1 || !strings.Contains(r.Usage.Escapes[0].Reason, "cannot be read") {
 		t.Errorf("escapes %+v, want PID 40 for its unreadable environment", r.Usage.Escapes)

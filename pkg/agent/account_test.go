@@ -12,9 +12,9 @@ import (
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
-	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -105,7 +105,7 @@ func TestEnforceTerminatesTheClientThatPushedADeviceOverItsCap(t *testing.T) {
 	}
 	g0 := twoGPUs()[0].UUID
 	const gib = 1 << 30
-	// Device GPU0::0 is capped at 143771/4 MiB (35 GiB). Two processes of
+	// Device GPU0::0 is capped at h200Memory/4 (35 GiB). Two processes of
 	// its container use 20 GiB each: together over; the newer pushed it.
 	h.addProc(t, 101, 1000, g0+"::0")
 	h.addProc(t, 102, 2000, g0+"::0")
@@ -132,12 +132,12 @@ func TestEnforceTerminatesTheClientThatPushedADeviceOverItsCap(t *testing.T) {
 			t.Errorf("client %d connected=%v after enforcement, want %v", pid, there, wantThere)
 		}
 	}
-	status := h.agent.Status()
-	st := status.Accounting
+	all := h.agent.Status()
+	st := all.Accounting
 	if st == nil || st.Policy != "enforce" {
 		t.Fatalf("accounting status: %+v", st)
 	}
-	dev0 := status.device(g0 + "::0")
+	dev0 := deviceOf(all, g0+"::0")
 	if dev0 == nil || !dev0.OverCap || dev0.UsedBytes != 40*gib || dev0.LastStep != accounting.StepTerminateClient {
 		t.Errorf("device %s::0 status: %+v", g0, dev0)
 	}
@@ -171,7 +171,7 @@ func TestReportPolicyTerminatesNothing(t *testing.T) {
 	if len(clients) != 2 {
 		t.Errorf("report must not terminate anyone: clients %v", clients)
 	}
-	if d := h.agent.Status().device(g0 + "::0"); d == nil || !d.OverCap {
+	if d := deviceOf(h.agent.Status(), g0+"::0"); d == nil || !d.OverCap {
 		t.Errorf("the over-cap device should be reported: %+v", d)
 	}
 	if len(killer.sent) != 0 {
@@ -180,23 +180,11 @@ func TestReportPolicyTerminatesNothing(t *testing.T) {
 }
 
 // device finds a virtual device of the status by name.
-func (s Status) device(name string) *DeviceStatus {
+func deviceOf(s status.Status, name string) *status.Device {
 	for i := range s.Devices {
 		if s.Devices[i].Name == name {
 			return &s.Devices[i]
 		}
 	}
 	return nil
-}
-
-// host.conf's mps_accounting values are taken as accounting policies as
-// they are: the two spellings must not drift apart.
-func TestConfigAccountingValuesArePolicies(t *testing.T) {
-	for v, p := range map[string]accounting.Policy{
-		config.AccountingOff: accounting.PolicyOff, config.AccountingReport: accounting.PolicyReport, config.AccountingEnforce: accounting.PolicyEnforce,
-	} {
-		if accounting.Policy(v) != p {
-			t.Errorf("mps_accounting %q is not accounting policy %q", v, p)
-		}
-	}
 }

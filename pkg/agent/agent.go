@@ -22,6 +22,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -71,29 +72,31 @@ type Agent struct {
 	notify Notifier
 	// loop-owned: only the Run loop (or a test calling Reconcile) touches
 	// these, never concurrently.
-	hostID    string
-	gpus      map[string]*gpuState // by UUID: every GPU the agent runs MPS for
-	planned   map[string][]vdev.Device
-	layout    singleLayout      // the single pipe layout's device list and threads
-	minors    map[string]int    // GPU UUID -> N of /dev/nvidiaN
-	cdiIDs    map[string]string // <GPU UUID>::<i> -> inventory id, as last seen
+	hostID  string
+	gpus    map[string]*gpuState     // by UUID: every GPU the agent runs MPS for
+	planned map[string][]vdev.Device // by GPU UUID
+	layout  singleLayout             // the single pipe layout's device list and threads
+	present map[string]gpu.Info      // the GPUs NVML lists, by UUID
+	// listed are the host's devices as the last sync left them in the
+	// inventory (inventory.go): their ids, guests and held devices.
+	listed    map[vdev.Name]listed
 	acct      *accounting.Accountant
 	readySent bool
 	// onReload follows a new configuration (the file watcher re-aims).
 	onReload func(*Config)
 	// held is a configuration change held back (guard.go).
-	held *HeldReload
+	held *heldChange
 	// beat is the Run loop's heartbeat, read by HTTP handlers and the
 	// watchdog (loop.go).
 	beat heartbeat
-	// cdiClasses (loop-owned): <GPU UUID>::<i> -> the QoS class its CDI
-	// spec entry last carried (qos.go).
-	cdiClasses map[string]vdev.Class
+	// classes (loop-owned): the QoS class each device's CDI spec entry
+	// last carried, for a device that leaves the plan while held.
+	classes map[vdev.Name]vdev.Class
 
 	mu         sync.Mutex // guards cfg, generation and status, read by HTTP handlers
 	cfg        *Config
 	generation int
-	status     Status
+	status     status.Status
 }
 
 // New checks the options and builds an Agent; it starts nothing.
@@ -130,7 +133,7 @@ func New(opts Options) (*Agent, error) {
 	a.status.Simulated = opts.Simulated
 	a.status.ConfigGeneration = 1
 	hostname, _ := HostName(hc) // unreadable: no Hostname label; the reconcile reports the error
-	a.met = newTelemetry(hostname, a.snapshot)
+	a.met = newTelemetry(hostname, a.Status)
 	return a, nil
 }
 
@@ -182,11 +185,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer hold.Stop()
 	a.sendNotify("STATUS=starting: first reconcile")
 
+	// A reconcile checks every GPU when the sync interval says so (and on
+	// a retry); after an edit or a health change only the GPUs that need
+	// it (gpu.go).
 	failures := 0
-	reconcile := func() {
+	reconcile := func(full bool) {
 		wait := a.config().Host.SyncInterval
 		var err error
-		a.step(ctx, "reconcile", func(ctx context.Context) { err = a.Reconcile(ctx) })
+		a.step(ctx, "reconcile", func(ctx context.Context) { err = a.reconcile(ctx, full) })
 		if err != nil && ctx.Err() == nil {
 			failures++
 			wait = backoff(failures, wait)
@@ -204,7 +210,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			hold.Reset(max(time.Until(due), 0))
 		}
 		if applied {
-			reconcile()
+			reconcile(false)
 		}
 	}
 	for {
@@ -230,11 +236,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			var changed bool
 			a.step(ctx, "health probe", func(ctx context.Context) { changed = a.probe(ctx) })
 			if changed {
-				reconcile()
+				reconcile(false)
 			}
 			a.step(ctx, "accounting", a.account)
 		case <-next.C:
-			reconcile()
+			reconcile(true)
 		}
 	}
 }
@@ -294,13 +300,13 @@ func backoff(failures int, max time.Duration) time.Duration {
 }
 
 // Status is a copy of what the agent last did.
-func (a *Agent) Status() Status {
+func (a *Agent) Status() status.Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.status
-	s.GPUs = append([]GPUStatus(nil), a.status.GPUs...)
+	s.GPUs = append([]status.GPU(nil), a.status.GPUs...)
 	s.Retiring = append([]string(nil), a.status.Retiring...)
-	s.Devices = append([]DeviceStatus(nil), a.status.Devices...)
+	s.Devices = append([]status.Device(nil), a.status.Devices...)
 	s.RestartPending = append([]string(nil), a.status.RestartPending...)
 	s.Loop = a.beat.status()
 	return s

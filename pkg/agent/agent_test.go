@@ -23,7 +23,10 @@ import (
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 	"yunion.io/x/mps-daemon/pkg/pci"
+	"yunion.io/x/mps-daemon/pkg/status"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // fakeBackend stands in for NVML: the GPU is the one thing CI simulates.
@@ -66,11 +69,16 @@ func (b *fakeBackend) MPSProcesses(_ context.Context, uuid string) ([]gpu.Proces
 
 func (b *fakeBackend) Close() error { return nil }
 
+// h200Memory is an H200's memory.total as NVML reports it in MiB; a virtual
+// device of one split in N is capped at h200Memory / N: 35942 MiB at N=4,
+// 71885 at N=2.
+const h200Memory units.MiB = 143771
+
 func twoGPUs() []gpu.Info {
 	mk := func(i int, bus uint8) gpu.Info {
 		return gpu.Info{
 			Index: i, Minor: i, UUID: fmt.Sprintf("GPU-0000000%d-aaaa-bbbb-cccc-dddddddddddd", i), Name: "NVIDIA H200",
-			PCI: pci.Address{Bus: bus}, PCIVendorID: 0x10de, PCIDeviceID: 0x2335, MemoryTotalBytes: 143771 << 20,
+			PCI: pci.Address{Bus: bus}, PCIVendorID: 0x10de, PCIDeviceID: 0x2335, MemoryTotal: h200Memory.Bytes(),
 			Architecture: gpu.ArchHopper, NUMANode: -1, PCIeGeneration: 5, PCIeWidth: 16,
 		}
 	}
@@ -98,13 +106,15 @@ func (r *recordingInventory) SyncDevices(ctx context.Context, hostID string, des
 }
 
 type harness struct {
-	t       testing.TB
-	dir     string
-	backend *fakeBackend
-	runner  *mps.SimRunner
-	inv     *recordingInventory
-	agent   *Agent
-	cfg     *Config
+	t   testing.TB
+	dir string
+	// inventoryURL is the inventory's loopback server.
+	inventoryURL string
+	backend      *fakeBackend
+	runner       *mpssim.Runner
+	inv          *recordingInventory
+	agent        *Agent
+	cfg          *Config
 }
 
 // newHarness builds an agent over a fake NVML, the simulated MPS control and
@@ -130,10 +140,8 @@ func newHarness(t testing.TB, hostConf, devices string) *harness {
 		t.Fatal(err)
 	}
 
-	hc := fmt.Sprintf("enable_cuda_mps: true\ncuda_mps_pipe_directory: %s/pipe\ncuda_mps_log_directory: %s/log\nmps_state_directory: %s/state\nmps_cdi_directory: %s/cdi\nmps_thread_percentage: even\nmps_host_name: node-1\nmps_inventory_url: %s\n%s",
-		dir, dir, dir, dir, srv.URL, hostConf)
-	h := &harness{t: t, dir: dir, backend: &fakeBackend{gpus: twoGPUs()}, runner: mps.NewSimRunner(slog.New(slog.DiscardHandler))}
-	hcParsed, err := config.ParseHostConf(filepath.Join(dir, "host.conf"), []byte(hc))
+	h := &harness{t: t, dir: dir, inventoryURL: srv.URL, backend: &fakeBackend{gpus: twoGPUs()}, runner: mpssim.New(slog.New(slog.DiscardHandler))}
+	hcParsed, err := config.ParseHostConf(filepath.Join(dir, "host.conf"), h.fixture(t, "host.conf", hostConf))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +159,18 @@ func newHarness(t testing.TB, hostConf, devices string) *harness {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// fixture is testdata/<name> with $DIR and $INVENTORY set to the
+// harness's, then extra.
+func (h *harness) fixture(t testing.TB, name, extra string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"DIR": h.dir, "INVENTORY": h.inventoryURL}
+	return []byte(os.Expand(string(b), func(k string) string { return vars[k] }) + extra)
 }
 
 func (h *harness) pipeDir(i int) string {
@@ -196,8 +216,8 @@ func TestCapsAreEnforcedBeforeAnyDeviceIsOffered(t *testing.T) {
 				return fmt.Errorf("device %s offered before its control daemon answers: %w", d.Addr, err)
 			}
 			// The control reads limits back in whole GiB (docs/gpu-runs).
-			if mps.DisplayMemLimit(lim.PinnedMemMiB) != mps.DisplayMemLimit(d.MPSMemoryLimit) {
-				return fmt.Errorf("device %s offered with cap %d MiB but MPS holds %d", d.Addr, d.MPSMemoryLimit, lim.PinnedMemMiB)
+			if mps.DisplayMemLimit(lim.MemoryLimit) != mps.DisplayMemLimit(units.MiB(d.MPSMemoryLimit)) {
+				return fmt.Errorf("device %s offered with cap %d MiB but MPS holds %d", d.Addr, d.MPSMemoryLimit, lim.MemoryLimit)
 			}
 			if int(lim.ThreadPercentage) != d.MPSThreadPercentage {
 				return fmt.Errorf("device %s offered with %d%% but MPS holds %.1f", d.Addr, d.MPSThreadPercentage, lim.ThreadPercentage)
@@ -216,7 +236,7 @@ func TestCapsAreEnforcedBeforeAnyDeviceIsOffered(t *testing.T) {
 	if len(devs) != 6 {
 		t.Fatalf("%d devices in the inventory, want 6", len(devs))
 	}
-	if devs[0].Addr != "1a:00.0-0" || devs[0].MPSMemoryLimit != 143771/4 || devs[0].MPSThreadPercentage != 25 || devs[4].Addr != "db:00.0-0" || devs[4].MPSMemoryLimit != 143771/2 {
+	if devs[0].Addr != "1a:00.0-0" || devs[0].MPSMemoryLimit != int(h200Memory/4) || devs[0].MPSThreadPercentage != 25 || devs[4].Addr != "db:00.0-0" || devs[4].MPSMemoryLimit != int(h200Memory/2) {
 		t.Errorf("devices not as planned: %+v", devs)
 	}
 	if !h.agent.Status().Ready {
@@ -271,7 +291,7 @@ func TestComputeModeLeftAloneWhenConfigured(t *testing.T) {
 
 // failingRunner is the simulated control with one GPU's daemon unable to start.
 type failingRunner struct {
-	*mps.SimRunner
+	*mpssim.Runner
 	badPipe string
 }
 
@@ -279,12 +299,12 @@ func (f failingRunner) Start(ctx context.Context, env mps.Env) error {
 	if env.PipeDir == f.badPipe {
 		return errors.New("nvidia-cuda-mps-control: cannot start")
 	}
-	return f.SimRunner.Start(ctx, env)
+	return f.Runner.Start(ctx, env)
 }
 
 func TestAGPUWhoseMPSFailsIsMarkedUnhealthyAndTheOthersAreOffered(t *testing.T) {
 	h := newHarness(t, "", fourAndTwo)
-	h.agent.opts.Runner = failingRunner{SimRunner: h.runner, badPipe: h.pipeDir(1)}
+	h.agent.opts.Runner = failingRunner{Runner: h.runner, badPipe: h.pipeDir(1)}
 	err := h.agent.Reconcile(context.Background())
 	if err == nil || !strings.Contains(err.Error(), twoGPUs()[1].UUID) {
 		t.Fatalf("want an error naming the failed GPU, got %v", err)
@@ -343,7 +363,7 @@ func TestMPSKeepsWorkingWhileTheInventoryIsAway(t *testing.T) {
 		t.Fatal("reconcile should report the inventory failure")
 	}
 	for i := range 2 {
-		if lim, err := h.controlDefaults(i); err != nil || lim.PinnedMemMiB == 0 {
+		if lim, err := h.controlDefaults(i); err != nil || lim.MemoryLimit == 0 {
 			t.Errorf("GPU %d: MPS should be up with caps during an inventory outage: %+v %v", i, lim, err)
 		}
 	}
@@ -362,7 +382,7 @@ func TestReplicasWhenNoEntryNamesAGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	devs := h.devices()
-	if len(devs) != 6 || devs[0].MPSThreadPercentage != 33 || devs[0].MPSMemoryLimit != 143771/3 {
+	if len(devs) != 6 || devs[0].MPSThreadPercentage != 33 || devs[0].MPSMemoryLimit != int(h200Memory/3) {
 		t.Errorf("want 3 devices per GPU at 33%% and total/3: %+v", devs)
 	}
 }
@@ -390,8 +410,8 @@ func TestHealthEndpoints(t *testing.T) {
 		t.Errorf("/readyz after reconcile: %d", code)
 	}
 	code, body := get("/status")
-	var st Status
-	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil || st.VirtualDevices != 6 || len(st.GPUs) != 2 || st.GPUs[0].MemoryLimitMiB != 35942 {
+	var st status.Status
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil || st.VirtualDevices != 6 || len(st.GPUs) != 2 || st.GPUs[0].MemoryLimit != h200Memory/4 {
 		t.Errorf("/status: %d %s", code, body)
 	}
 	if _, body := get("/metrics"); !strings.Contains(body, `mps_daemon_virtual_devices{Hostname="node-1"} 6`) || !strings.Contains(body, `mps_daemon_reconciles_total{Hostname="node-1",result="ok"} 1`) {

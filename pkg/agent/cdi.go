@@ -3,83 +3,65 @@ package agent
 import (
 	"fmt"
 	"path/filepath"
-	"strconv"
-	"strings"
 
-	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/cdi"
 	"yunion.io/x/mps-daemon/pkg/identity"
 	"yunion.io/x/mps-daemon/pkg/plan"
+	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
-
-// CDIStatus is the last write of the host's CDI spec.
-type CDIStatus struct {
-	Path    string `json:"path,omitempty"`
-	Devices int    `json:"devices"`
-	Error   string `json:"error,omitempty"`
-}
 
 func (a *Agent) cdiOptions(cfg *Config) cdi.Options {
 	return cdi.Options{Dir: cfg.Host.CDIDirectory, ShmPath: cfg.Host.CDIShmPath, DevRoot: a.opts.DevRoot}
 }
 
 // CDIName is the name a container runtime is given for a virtual device.
-func CDIName(gpuUUID string, index int) string {
-	return cdi.QualifiedName(cdi.DefaultKind, vdev.Name(gpuUUID, index))
+func CDIName(name vdev.Name) string {
+	return cdi.QualifiedName(cdi.DefaultKind, name.String())
 }
 
 // writeCDI makes the host's CDI spec hold every device that may be handed
 // out (GPUs with enforced caps and no fault) and every device a guest still
 // holds (pending removal too, so its container can restart), under both
 // names: <GPU UUID>::<i> and, once the inventory has given one, the id.
-// Ids come from rows (the inventory's answer) or, while the inventory is
-// away, from the last ones seen: dropping them would break containers
-// started by id. An invalid spec is never written; the old one stays.
-func (a *Agent) writeCDI(cfg *Config, p *plan.Plan, statuses []GPUStatus, rows []api.IsolatedDevice) {
-	if rows != nil {
-		a.cdiIDs = map[string]string{}
-		for _, r := range rows {
-			if uuid, i, ok := rowName(r); ok {
-				a.cdiIDs[vdev.Name(uuid, i)] = r.ID
-			}
-		}
-	}
+// Ids and held devices come from the last sync's rows (a.listed): while
+// the inventory is away they are the last ones seen, as dropping them would
+// break containers started by id. An invalid spec is never written; the old
+// one stays.
+func (a *Agent) writeCDI(cfg *Config, p *plan.Plan, statuses []status.GPU) {
 	var devs []cdi.Device
-	seen := map[string]bool{}
-	classes := map[string]vdev.Class{}
+	seen := map[vdev.Name]bool{}
+	classes := map[vdev.Name]vdev.Class{}
 	for i, gp := range p.GPUs {
 		if !statuses[i].Healthy {
 			continue
 		}
 		pipe := cfg.pipeLog(gp.GPU.UUID).PipeDir
 		for _, d := range gp.Devices {
-			name := vdev.Name(gp.GPU.UUID, d.Index)
-			seen[name] = true
-			classes[name] = d.Class
-			devs = append(devs, cdi.FromVirtual(d, a.cdiIDs[name], pipe))
+			seen[d.Name()] = true
+			classes[d.Name()] = d.Class
+			devs = append(devs, cdi.FromVirtual(d, a.listed[d.Name()].ID, pipe))
 		}
 	}
-	for _, r := range rows {
-		uuid, i, ok := rowName(r)
-		minor, known := a.minors[uuid]
-		if !ok || !known || r.GuestID == "" || seen[vdev.Name(uuid, i)] {
+	for name, l := range a.listed {
+		if _, present := a.present[l.Device.GPU.UUID]; !present || l.Guest == "" || seen[name] {
 			continue
 		}
-		if c, ok := a.deviceClass(uuid, i); ok {
-			classes[vdev.Name(uuid, i)] = c
+		if l.ClassKnown {
+			classes[name] = l.Device.Class
 		}
-		devs = append(devs, cdi.Device{GPUUUID: uuid, Index: i, ID: r.ID, Minor: minor, PipeDir: cfg.pipeLog(uuid).PipeDir,
-			MemoryLimitMiB: r.MPSMemoryLimit, ThreadPercentage: r.MPSThreadPercentage, ClientPriority: a.heldDevicePriority(uuid, i)})
+		d := cdi.FromVirtual(l.Device, l.ID, cfg.pipeLog(l.Device.GPU.UUID).PipeDir)
+		d.ClientPriority = a.heldDevicePriority(l)
+		devs = append(devs, d)
 	}
-	st := CDIStatus{Devices: len(devs)}
+	st := status.CDI{Devices: len(devs)}
 	path, changed, err := a.syncCDI(cfg, devs)
 	st.Path = path
 	if err != nil {
 		st.Error = err.Error()
 		a.log.Error("CDI spec not written; the previous one stays", "err", err)
 	} else {
-		a.cdiClasses = classes
+		a.classes = classes
 	}
 	if err == nil && changed {
 		a.log.Info("CDI spec written", "path", path, "devices", len(devs))
@@ -87,16 +69,6 @@ func (a *Agent) writeCDI(cfg *Config, p *plan.Plan, statuses []GPUStatus, rows [
 	a.mu.Lock()
 	a.status.CDI = &st
 	a.mu.Unlock()
-}
-
-// rowName is a row's GPU UUID and slice index (from addr "<bus>-<i>").
-func rowName(r api.IsolatedDevice) (string, int, bool) {
-	k := strings.LastIndexByte(r.Addr, '-')
-	if k < 0 || r.DevicePath == "" {
-		return "", 0, false
-	}
-	i, err := strconv.Atoi(r.Addr[k+1:])
-	return r.DevicePath, i, err == nil
 }
 
 // identityStore holds the files that name each virtual device inside its
@@ -110,7 +82,7 @@ func identityStore(cfg *Config) identity.Store {
 // file cannot be made, the previous spec stays.
 func (a *Agent) syncCDI(cfg *Config, devs []cdi.Device) (string, bool, error) {
 	store := identityStore(cfg)
-	names := make([]string, len(devs))
+	names := make([]vdev.Name, len(devs))
 	for i := range devs {
 		names[i] = devs[i].Name()
 		p, err := store.Path(names[i])

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/plan"
+	"yunion.io/x/mps-daemon/pkg/status"
 )
 
 // A reload whose plan would take every virtual device off the host, or
@@ -23,15 +24,11 @@ import (
 // "turn sharing off" with no way but a restart, and a restart would apply
 // it without any check.
 
-// HeldReload is a configuration change held back, as /status shows it.
-type HeldReload struct {
-	// Reason says what the change would do.
-	Reason string `json:"reason"`
-	// Since is when the files first held this change.
-	Since time.Time `json:"since"`
-	// ApplyAt is when it is applied if the files stay unchanged.
-	ApplyAt time.Time `json:"apply_at"`
-	digest  string
+// heldChange is a configuration change held back: what /status shows, and
+// the digest of the files that hold it.
+type heldChange struct {
+	status.Held
+	digest string
 }
 
 // riskOf says why going from the plan in force to next needs the files to
@@ -66,10 +63,11 @@ func (a *Agent) holdOrRelease(digest, reason string, hold time.Duration) (held b
 		}
 		return true // still settling; said already
 	}
-	a.held = &HeldReload{Reason: reason, Since: now, ApplyAt: now.Add(hold), digest: digest}
+	a.held = &heldChange{Held: status.Held{Reason: reason, Since: now, ApplyAt: now.Add(hold)}, digest: digest}
 	a.met.daemon.ObserveReloadHeld()
 	a.mu.Lock()
-	a.status.ConfigHeld = a.held
+	shown := a.held.Held
+	a.status.ConfigHeld = &shown
 	a.mu.Unlock()
 	a.log.Warn("configuration change held back: applied only if the files stay as they are; restore them to cancel it",
 		"reason", reason, "apply_at", a.held.ApplyAt.Format(time.RFC3339), "hold", hold.String())
@@ -99,9 +97,9 @@ func (a *Agent) heldDue() (time.Time, bool) {
 
 // heldLine is what systemd's status line adds for a stalled loop, a held
 // change and keys waiting for a restart.
-func heldLine(st Status) string {
+func heldLine(st status.Status) string {
 	var line string
-	if msg := stallMessage(st.Loop, time.Now()); msg != "" {
+	if msg := st.Loop.StallMessage(time.Now()); msg != "" {
 		line += "; " + msg
 	}
 	if h := st.ConfigHeld; h != nil {

@@ -11,14 +11,16 @@ import (
 // probe looks at every GPU's control daemon and servers, read-only and each
 // call under the control timeout, and reports whether anything differs from
 // the last reconcile's verdict: a daemon that died (kill -9, OOM killer), a
-// server that went into FAULT, or one that recovered. The caller then runs a
-// full reconcile, which restarts what died, re-applies limits and updates the
-// devices' health in the inventory: one code path for every repair.
+// server that went into FAULT, or one that recovered. Such a GPU is marked
+// for the reconcile the caller runs next, which prepares it again (restarts
+// what died, re-applies limits) and updates its devices' health in the
+// inventory: one code path for every repair.
 func (a *Agent) probe(ctx context.Context) (changed bool) {
 	for uuid, gs := range a.gpus {
 		healthy, reason := a.observe(ctx, gs)
 		if healthy != gs.healthy {
 			a.log.Info("GPU health changed", "gpu", uuid, "healthy", healthy, "reason", reason)
+			gs.dirty = true
 			changed = true
 		}
 	}
@@ -58,8 +60,7 @@ var errVanished = errors.New("MPS server gone")
 
 // serverState is one server's status and clients. A server that left the
 // list between the listing and these questions (an idle server shut down:
-// by the daemon to apply a new priority, by an operator, by the control
-// daemon itself) is errVanished, no failure: it served no one. A server not
+// by an operator, by another program, by the control daemon itself) is errVanished, no failure: it served no one. A server not
 // ACTIVE with no client left is on its way out or already recovered (the
 // next client is served, docs/gpu-runs/mps-probe-fault.txt): only one with
 // clients makes the GPU unhealthy, which the callers decide.

@@ -10,10 +10,11 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/metrics"
+	"yunion.io/x/mps-daemon/pkg/status"
 )
 
 // telemetry is the agent's /metrics: pkg/metrics' collector, which reads the
-// agent's status at each scrape (snapshot.go) and keeps the counters, in a
+// agent's status at each scrape and keeps the counters, in a
 // registry of the Agent's own: no global state, and tests can run several
 // agents in one process.
 type telemetry struct {
@@ -21,9 +22,9 @@ type telemetry struct {
 	daemon *metrics.Daemon
 }
 
-func newTelemetry(hostname string, snapshot func() metrics.Snapshot) *telemetry {
+func newTelemetry(hostname string, st func() status.Status) *telemetry {
 	d := metrics.NewDaemon(metrics.DaemonOptions{
-		Hostname: hostname, Snapshot: snapshot,
+		Hostname: hostname, Status: st,
 		EnforcementSteps: accounting.StepNames(), EnforcementCauses: accounting.Causes(),
 	})
 	return &telemetry{reg: metrics.NewRegistry(d), daemon: d}
@@ -82,7 +83,7 @@ func errorKind(err error) metrics.ErrorKind {
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if msg := stallMessage(a.Status().Loop, time.Now()); msg != "" {
+		if msg := a.Status().Loop.StallMessage(time.Now()); msg != "" {
 			http.Error(w, msg, http.StatusServiceUnavailable)
 			return
 		}
@@ -90,7 +91,7 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		st := a.Status()
-		if msg := stallMessage(st.Loop, time.Now()); msg != "" {
+		if msg := st.Loop.StallMessage(time.Now()); msg != "" {
 			http.Error(w, "not ready: "+msg, http.StatusServiceUnavailable)
 			return
 		}
@@ -113,16 +114,4 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.Handle("GET /metrics", metrics.Handler(a.met.reg))
 	return mux
-}
-
-// stallMessage says how the main loop is stalled, "" when it is not.
-func stallMessage(l LoopStatus, now time.Time) string {
-	if !l.Stalled {
-		return ""
-	}
-	msg := "main loop stalled in " + l.Step
-	if l.Since != nil {
-		msg += " for " + now.Sub(*l.Since).Round(time.Second).String()
-	}
-	return msg
 }

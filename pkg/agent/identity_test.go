@@ -17,6 +17,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/identity"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/statusview"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -98,7 +99,7 @@ func TestSpecNotWrittenWhenAnIdentityFileCannotBe(t *testing.T) {
 	if err := store.Ensure(nil); err != nil {
 		t.Fatal(err)
 	}
-	p, err := store.Path(vdev.Name(twoGPUs()[1].UUID, 1))
+	p, err := store.Path(vdev.NameOf(twoGPUs()[1].UUID, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +133,7 @@ func (h *harness) newContainer(t *testing.T, id, device string) container {
 	if device == "" {
 		return c
 	}
-	src, err := identityStore(h.cfg).Path(device)
+	src, err := identityStore(h.cfg).Path(vdev.Name(device))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestContainerLiarIsBilledAndTerminatedByItsIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	g0 := twoGPUs()[0].UUID
-	d0, d1 := vdev.Name(g0, 0), vdev.Name(g0, 1)
+	d0, d1 := vdev.NameOf(g0, 0).String(), vdev.NameOf(g0, 1).String()
 	c11, c22 := h.newContainer(t, "11", d0), h.newContainer(t, "22", d1)
 	const gib = 1 << 30
 	h.writeProc(t, 101, 1, 1000, d0, c11)
@@ -195,10 +196,10 @@ func TestContainerLiarIsBilledAndTerminatedByItsIdentity(t *testing.T) {
 		}
 	}
 	st := h.agent.Status()
-	if d := st.device(d0); d == nil || d.UsedBytes != 40*gib || d.Clients != 2 || !d.OverCap || d.LastStep != accounting.StepTerminateClient {
+	if d := deviceOf(st, d0); d == nil || d.UsedBytes != 40*gib || d.Clients != 2 || !d.OverCap || d.LastStep != accounting.StepTerminateClient {
 		t.Errorf("%s status: %+v; want 40 GiB of 2 clients, over cap, terminate_client", d0, d)
 	}
-	if d := st.device(d1); d == nil || d.UsedBytes != 20*gib || d.Clients != 1 || d.OverCap {
+	if d := deviceOf(st, d1); d == nil || d.UsedBytes != 20*gib || d.Clients != 1 || d.OverCap {
 		t.Errorf("%s status: %+v; want its own 20 GiB only", d1, d)
 	}
 	// The figure enforcement acted on is the one the status shows.
@@ -216,7 +217,7 @@ func TestContainerLiarIsBilledAndTerminatedByItsIdentity(t *testing.T) {
 		t.Errorf("no log line for the liar:\n%s", logs.String())
 	}
 	var view bytes.Buffer
-	if err := WriteStatus(&view, st, time.Now()); err != nil {
+	if err := statusview.Write(&view, st, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(view.String(), "1 MPS client disagreeing") || !strings.Contains(view.String(), "102  "+d0+"  "+d1) {

@@ -91,7 +91,7 @@ func (a *Agent) retiring(cfg *Config, uuid string, log *slog.Logger) (*gpuState,
 		return gs, gs.env.Single
 	}
 	if !cfg.single() {
-		return a.gpu(cfg, uuid, log), false
+		return a.gpu(cfg, uuid), false
 	}
 	perGPU := *cfg
 	hc := *cfg.Host

@@ -9,6 +9,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 const onlyFirst = `devices:
@@ -60,8 +61,8 @@ func TestSingleLayoutCapsLandOnEachGPU(t *testing.T) {
 			t.Errorf("device %s of the waiting GPU offered as healthy", d.Addr)
 		}
 	}
-	if l, err := h.runner.EnforcedLimitsOn(root, srv, gpus[0].UUID); err != nil || l.PinnedMemMiB != 143771/4 {
-		t.Fatalf("the connected client's server: %+v %v, want GPU 0's cap %d kept", l, err, 143771/4)
+	if l, err := h.runner.EnforcedLimitsOn(root, srv, gpus[0].UUID); err != nil || l.MemoryLimit != h200Memory/4 {
+		t.Fatalf("the connected client's server: %+v %v, want GPU 0's cap %v kept", l, err, h200Memory/4)
 	}
 
 	// The client leaves: the daemon restarts with both GPUs, each capped on
@@ -79,13 +80,13 @@ func TestSingleLayoutCapsLandOnEachGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, want := range []int{143771 / 4, 143771 / 2} {
+	for i, want := range []units.MiB{h200Memory / 4, h200Memory / 2} {
 		l, err := h.runner.EnforcedLimitsOn(root, srv, gpus[i].UUID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.PinnedMemMiB != want || l.ThreadPercentage != 50 {
-			t.Errorf("GPU %d (%s): %d MiB at %v%%, want %d MiB at 50%% (the largest share, 100/2)", i, gpus[i].UUID, l.PinnedMemMiB, l.ThreadPercentage, want)
+		if l.MemoryLimit != want || l.ThreadPercentage != 50 {
+			t.Errorf("GPU %d (%s): %v at %v%%, want %v at 50%% (the largest share, 100/2)", i, gpus[i].UUID, l.MemoryLimit, l.ThreadPercentage, want)
 		}
 	}
 	for _, d := range h.devices() {

@@ -13,7 +13,6 @@ import (
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/mps"
 )
 
@@ -55,10 +54,8 @@ func (h *harness) writeConfig(t testing.TB, devices string) {
 	t.Helper()
 	hc := filepath.Join(h.dir, "host.conf")
 	df := filepath.Join(h.dir, "devices.yml")
-	conf := "enable_cuda_mps: true\ncontainer_device_config_file: " + df +
-		"\ncuda_mps_pipe_directory: " + h.dir + "/pipe\ncuda_mps_log_directory: " + h.dir + "/log\nmps_state_directory: " + h.dir +
-		"/state\nmps_cdi_directory: " + h.dir + "/cdi\nmps_thread_percentage: even\nmps_host_name: node-1\nmps_inventory_url: " + h.cfg.Host.InventoryURL + "\nmps_sync_interval: 1h\nmps_health_interval: 1s\nmps_listen_address: 127.0.0.1:0\n"
-	if err := os.WriteFile(hc, []byte(conf), 0o644); err != nil {
+	conf := append(h.fixture(t, "host.conf", ""), h.fixture(t, "host-files.conf", "")...)
+	if err := os.WriteFile(hc, conf, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	writeAtomic(t, df, devices)
@@ -109,11 +106,11 @@ func TestResizeDownKeepsAHeldDeviceUntilReleased(t *testing.T) {
 	if d, ok := devs["1a:00.0-3"]; !ok || !d.PendingRemoval || d.GuestID != "pod-a" {
 		t.Errorf("held device 1a:00.0-3 must stay, marked pending removal: %+v", d)
 	}
-	if d := devs["1a:00.0-0"]; d.MPSMemoryLimit != 143771/2 || d.MPSThreadPercentage != 50 {
+	if d := devs["1a:00.0-0"]; d.MPSMemoryLimit != int(h200Memory/2) || d.MPSThreadPercentage != 50 {
 		t.Errorf("remaining devices should carry the 2-way caps: %+v", d)
 	}
 	// The running server was given the new caps, the defaults too.
-	if enf, err := h.runner.EnforcedLimits(h.pipeDir(0), server); err != nil || enf.PinnedMemMiB != 143771/2 || enf.ThreadPercentage != 50 {
+	if enf, err := h.runner.EnforcedLimits(h.pipeDir(0), server); err != nil || enf.MemoryLimit != h200Memory/2 || enf.ThreadPercentage != 50 {
 		t.Errorf("running server enforces %+v (%v), want the 2-way caps", enf, err)
 	}
 
@@ -187,11 +184,12 @@ func TestDeadControlDaemonIsRestartedWithItsLimits(t *testing.T) {
 	if !h.agent.probe(ctx) {
 		t.Fatal("the probe should notice a dead control daemon")
 	}
-	if err := h.agent.Reconcile(ctx); err != nil {
+	// What the loop runs after a probe that saw a change.
+	if err := h.agent.reconcileChanged(ctx); err != nil {
 		t.Fatal(err)
 	}
 	lim, err := h.controlDefaults(1)
-	if err != nil || lim.ThreadPercentage != 50 || mps.DisplayMemLimit(lim.PinnedMemMiB) != mps.DisplayMemLimit(143771/2) {
+	if err != nil || lim.ThreadPercentage != 50 || mps.DisplayMemLimit(lim.MemoryLimit) != mps.DisplayMemLimit(h200Memory/2) {
 		t.Fatalf("restarted daemon holds %+v (%v), want the GPU's caps", lim, err)
 	}
 	if h.agent.probe(ctx) {
@@ -217,7 +215,7 @@ func TestFaultMarksDevicesUnhealthyUntilTheClientsAreGone(t *testing.T) {
 	if !h.agent.probe(ctx) {
 		t.Fatal("the probe should notice a server in FAULT")
 	}
-	if err := h.agent.Reconcile(ctx); err != nil {
+	if err := h.agent.reconcileChanged(ctx); err != nil {
 		t.Fatalf("a FAULT is a health state, not a reconcile failure: %v", err)
 	}
 	for _, d := range h.devices() {
@@ -229,7 +227,7 @@ func TestFaultMarksDevicesUnhealthyUntilTheClientsAreGone(t *testing.T) {
 		t.Error("the CDI spec must drop the faulted GPU's devices and keep the others")
 	}
 	// Not handed out meanwhile.
-	if _, err := h.inv.AttachIsolatedDevices(ctx, "pod-c", client.AttachRequest{Host: "node-1", Model: "NVIDIA H200", Count: 5}); err == nil {
+	if _, err := h.inv.AttachIsolatedDevices(ctx, "pod-c", api.AttachRequest{Host: "node-1", Model: "NVIDIA H200", Count: 5}); err == nil {
 		t.Error("5 devices attached while only 2 are healthy")
 	}
 	if err := h.runner.RemoveClient(h.pipeDir(0), 502); err != nil {
@@ -238,7 +236,7 @@ func TestFaultMarksDevicesUnhealthyUntilTheClientsAreGone(t *testing.T) {
 	if !h.agent.probe(ctx) {
 		t.Fatal("the probe should notice the recovery")
 	}
-	if err := h.agent.Reconcile(ctx); err != nil {
+	if err := h.agent.reconcileChanged(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range h.devices() {
@@ -340,15 +338,21 @@ func TestTeardownRestoresComputeModesAndRefusesBusyGPUs(t *testing.T) {
 	if _, err := h.runner.AddClient(h.pipeDir(0), 777); err != nil {
 		t.Fatal(err)
 	}
+	// Teardown runs in a process of its own (the service stopped): a new
+	// agent on the same host.
+	fresh, err := New(h.agent.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out strings.Builder
-	err := Teardown(ctx, h.cfg, h.backend, h.runner, h.inv, false, &out, nil)
+	err = fresh.Teardown(ctx, false, &out)
 	if err == nil || !strings.Contains(err.Error(), "1 MPS clients connected") {
 		t.Fatalf("teardown with a connected client must refuse, got %v", err)
 	}
 	if len(h.devices()) != 6 {
 		t.Fatal("a refused teardown changed the inventory")
 	}
-	if err := Teardown(ctx, h.cfg, h.backend, h.runner, h.inv, true, &out, nil); err != nil {
+	if err := fresh.Teardown(ctx, true, &out); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(h.devices()); n != 0 {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/status"
 )
 
 // The Run loop does every step one after the other: reconciles, reloads,
@@ -38,16 +39,6 @@ type heartbeat struct {
 	stalled bool // the watchdog said so
 }
 
-// LoopStatus is the loop's heartbeat as /status shows it.
-type LoopStatus struct {
-	// Step is what the loop is doing now; empty while it waits.
-	Step string `json:"step,omitempty"`
-	// Since is when it began Step.
-	Since *time.Time `json:"since,omitempty"`
-	// Stalled is true when Step ran past its deadline and the grace.
-	Stalled bool `json:"stalled,omitempty"`
-}
-
 func (h *heartbeat) enter(step string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -74,10 +65,10 @@ func (h *heartbeat) check(limit time.Duration) (step string, busy time.Duration,
 	return h.step, busy, stalled, changed
 }
 
-func (h *heartbeat) status() LoopStatus {
+func (h *heartbeat) status() status.Loop {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	st := LoopStatus{Step: h.step, Stalled: h.stalled}
+	st := status.Loop{Step: h.step, Stalled: h.stalled}
 	if h.step != "" {
 		since := h.since
 		st.Since = &since

@@ -91,7 +91,7 @@ func TestStalledLoopFailsReadinessAndStopsTheWatchdog(t *testing.T) {
 	if !hasMsg(n.all(), "STATUS=", "main loop stalled in reconcile") {
 		t.Errorf("systemd's status line does not show the stall: %q", n.all())
 	}
-	if !snapshotOf(h.agent.Status()).LoopStalled {
+	if !strings.Contains(scrapeAgent(t, srv.URL), `mps_daemon_loop_stalled{Hostname="node-1"} 1`) {
 		t.Error("the metric does not show the stall")
 	}
 
@@ -138,4 +138,10 @@ func get(t *testing.T, url string) (int, string) {
 	var b bytes.Buffer
 	_, _ = b.ReadFrom(resp.Body)
 	return resp.StatusCode, b.String()
+}
+
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
 }

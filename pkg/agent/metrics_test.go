@@ -23,7 +23,7 @@ func TestReconcileErrorsByKind(t *testing.T) {
 	}{
 		{metrics.ErrorInventory, func(h *harness) { h.inv.fail = errors.New("connection refused") }},
 		{metrics.ErrorConfig, func(h *harness) { h.backend.gpus = h.backend.gpus[:1] }}, // the YAML names a GPU that is gone
-		{metrics.ErrorMPS, func(h *harness) { h.agent.opts.Runner = failingRunner{SimRunner: h.runner, badPipe: h.pipeDir(1)} }},
+		{metrics.ErrorMPS, func(h *harness) { h.agent.opts.Runner = failingRunner{Runner: h.runner, badPipe: h.pipeDir(1)} }},
 		{metrics.ErrorGPU, func(h *harness) { h.backend.setErr = errors.New("NVML: insufficient permissions") }},
 	}
 	for _, tt := range tests {
@@ -86,7 +86,7 @@ func TestMetricsFollowAResize(t *testing.T) {
 	for _, want := range []string{
 		`mps_gpu_virtual_devices{` + gpu0 + `} 4`,
 		`mps_gpu_healthy{` + gpu0 + `} 1`,
-		// 143771 MiB / 4 = 35942 MiB
+		// h200Memory / 4 = 35942 MiB
 		`mps_virtual_device_memory_limit_bytes{Hostname="node-1",UUID="` + twoGPUs()[0].UUID + `",addr="1a:00.0-3",device="nvidia0",gpu="0",pci_bus_id="00000000:1A:00.0",virtual_device="` + twoGPUs()[0].UUID + `::3"} 3.7687918592e+10`,
 		`mps_daemon_ready{Hostname="node-1"} 1`,
 	} {

@@ -14,8 +14,11 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/statusview"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -60,23 +63,23 @@ func (h *harness) specEnv(t *testing.T) map[string]map[string]string {
 
 // TestQoSSlicesReachEveryEdge: under auto (400/N, 50% at N=8) an entry
 // with mps_qos latency [0] gives device 0 the GPU's share at normal
-// priority and the seven others 13% (7 x 13 = 91: 8% of the SMs left to
-// device 0) below normal, in the CDI spec, the inventory rows, /status,
+// priority and the seven others 13% ((100 - 4) / 7 under the default
+// reserve; 7 x 13 = 91: 9% of the SMs left to device 0) below normal, in the CDI spec, the inventory rows, /status,
 // `mps-daemon status` and /metrics; the control daemon holds 50% and
 // priority 1; GPU 1 stays as it was.
 func TestQoSSlicesReachEveryEdge(t *testing.T) {
 	h := newHarness(t, "", eightWithQoS)
-	h.cfg.Host.ThreadPercentage = "auto"
+	h.cfg.Host.Threads = config.AutoThreads
 	ctx := context.Background()
 	if err := h.agent.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
 	g0, g1 := twoGPUs()[0].UUID, twoGPUs()[1].UUID
-	want := map[string][2]int{vdev.Name(g1, 0): {100, 0}, vdev.Name(g1, 1): {100, 0}}
+	want := map[string][2]int{vdev.NameOf(g1, 0).String(): {100, 0}, vdev.NameOf(g1, 1).String(): {100, 0}}
 	for i := range 8 {
-		want[vdev.Name(g0, i)] = [2]int{13, 1}
+		want[vdev.NameOf(g0, i).String()] = [2]int{13, 1}
 	}
-	want[vdev.Name(g0, 0)] = [2]int{50, 0}
+	want[vdev.NameOf(g0, 0).String()] = [2]int{50, 0}
 
 	env := h.specEnv(t)
 	for name, w := range want {
@@ -86,15 +89,15 @@ func TestQoSSlicesReachEveryEdge(t *testing.T) {
 		}
 	}
 	for _, r := range h.devices() {
-		uuid, i, _ := rowName(r)
-		if w := want[vdev.Name(uuid, i)]; r.MPSThreadPercentage != w[0] {
+		_, i, _ := api.ParseSliceAddr(r.Addr)
+		if w := want[vdev.NameOf(r.DevicePath, i).String()]; r.MPSThreadPercentage != w[0] {
 			t.Errorf("inventory row %s: mps_thread_percentage %d, want %d", r.Addr, r.MPSThreadPercentage, w[0])
 		}
 	}
 	st := h.agent.Status()
 	for name, w := range want {
-		d := st.device(name)
-		class := map[string]string{vdev.Name(g0, 0): "latency"}[name]
+		d := deviceOf(st, name)
+		class := map[string]string{vdev.NameOf(g0, 0).String(): "latency"}[name]
 		if strings.HasPrefix(name, g0) && class == "" {
 			class = "batch"
 		}
@@ -115,7 +118,7 @@ func TestQoSSlicesReachEveryEdge(t *testing.T) {
 		}
 	}
 	var view bytes.Buffer
-	if err := WriteStatus(&view, st, time.Now()); err != nil {
+	if err := statusview.Write(&view, st, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []string{"latency [0], batch 13% prio 1", "50%      latency, prio 0", "13%      batch, prio 1"} {
@@ -125,12 +128,12 @@ func TestQoSSlicesReachEveryEdge(t *testing.T) {
 	}
 }
 
-// TestPriorityChangeRestartsIdleServers: servers keep the default client
-// priority they started with (the control has no per-server priority).
-// When mps_qos goes away, the default returns to 0; a server busy with a
-// client is reported and left alone, and shut down once idle, so the next
-// client starts one at the new default. Nothing flaps meanwhile.
-func TestPriorityChangeRestartsIdleServers(t *testing.T) {
+// TestPriorityChangeLeavesServersRunning: a running MPS server gives the
+// clients that connect after the default client priority changed the new
+// default (docs/gpu-runs/qos-probe-running.md). When mps_qos goes away the
+// default returns to 0 and is read back; the server busy with a client
+// runs on, healthy, and serves its next client at 0. Nothing flaps.
+func TestPriorityChangeLeavesServersRunning(t *testing.T) {
 	h := newHarness(t, "", eightWithQoS)
 	ctx := context.Background()
 	if err := h.agent.Reconcile(ctx); err != nil {
@@ -144,12 +147,13 @@ func TestPriorityChangeRestartsIdleServers(t *testing.T) {
 		t.Fatalf("server started under mps_qos: priority %d, want 1", l.ClientPriority)
 	}
 	h.cfg.Devices = mustDevices(t, h.dir, fourAndTwo)
+	ctl := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(0)}, 5*time.Second, nil)
 	for range 2 { // twice: the second reconcile changes nothing
 		if err := h.agent.Reconcile(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if g := h.agent.Status().GPUs[0]; g.ClientPriority != 0 || !g.Healthy || !slices.Equal(g.ServersAtOldPriority, []int{srv}) {
-			t.Fatalf("GPU 0: priority %d healthy %v old-priority servers %v; want 0, healthy, [%d]", g.ClientPriority, g.Healthy, g.ServersAtOldPriority, srv)
+		if g := h.agent.Status().GPUs[0]; g.ClientPriority != 0 || !g.Healthy || len(g.Servers) != 1 || g.Servers[0].PID != srv {
+			t.Fatalf("GPU 0: priority %d healthy %v servers %+v; want 0, healthy, server %d", g.ClientPriority, g.Healthy, g.Servers, srv)
 		}
 	}
 	if d, err := h.controlDefaults(0); err != nil || d.ClientPriority != 0 {
@@ -161,31 +165,17 @@ func TestPriorityChangeRestartsIdleServers(t *testing.T) {
 	if err := h.agent.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if g := h.agent.Status().GPUs[0]; len(g.ServersAtOldPriority) != 0 || len(g.Servers) != 1 {
-		t.Errorf("GPU 0 after its server went idle: %+v", g)
+	if servers, err := ctl.Servers(ctx); err != nil || !slices.Equal(servers, []int{srv}) {
+		t.Errorf("servers %v, %v; want the idle one left running", servers, err)
 	}
-	ctl := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(0)}, 5*time.Second, nil)
-	if servers, err := ctl.Servers(ctx); err != nil || len(servers) != 0 {
-		t.Errorf("servers %v, %v; want the idle one shut down", servers, err)
-	}
-	srv2, err := h.runner.AddClient(h.pipeDir(0), 4002)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l, _ := h.runner.EnforcedLimits(h.pipeDir(0), srv2); l.ClientPriority != 0 {
-		t.Errorf("the next server: priority %d, want 0", l.ClientPriority)
-	}
-	if err := h.agent.Reconcile(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if servers, _ := ctl.Servers(ctx); !slices.Equal(servers, []int{srv2}) {
-		t.Errorf("servers %v: the new one must be left alone", servers)
+	if l, _ := h.runner.EnforcedLimits(h.pipeDir(0), srv); l.ClientPriority != 0 {
+		t.Errorf("the running server's next client: priority %d, want 0", l.ClientPriority)
 	}
 }
 
 // TestAdoptedDaemonAtPriorityOne: a control daemon left by an earlier
 // configuration (or by hand) holding priority 1 is set back to 0 and read
-// back, and its idle server is restarted.
+// back; its server runs on and serves new clients at 0.
 func TestAdoptedDaemonAtPriorityOne(t *testing.T) {
 	h := newHarness(t, "", fourAndTwo)
 	ctx := context.Background()
@@ -193,7 +183,7 @@ func TestAdoptedDaemonAtPriorityOne(t *testing.T) {
 	if _, err := ctl.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := ctl.SetDefaults(ctx, mps.Limits{PinnedMemMiB: 1024, ThreadPercentage: 100, ClientPriority: 1}); err != nil {
+	if err := ctl.SetDefaults(ctx, mps.Limits{MemoryLimit: 1024, ThreadPercentage: 100, ClientPriority: 1}); err != nil {
 		t.Fatal(err)
 	}
 	srv, err := h.runner.AddClient(h.pipeDir(0), 4001)
@@ -209,8 +199,11 @@ func TestAdoptedDaemonAtPriorityOne(t *testing.T) {
 	if d, err := h.controlDefaults(0); err != nil || d.ClientPriority != 0 {
 		t.Errorf("adopted daemon: %+v, %v; want priority 0", d, err)
 	}
-	if servers, _ := ctl.Servers(ctx); slices.Contains(servers, srv) {
-		t.Errorf("the idle server started at priority 1 still runs: %v", servers)
+	if servers, _ := ctl.Servers(ctx); !slices.Equal(servers, []int{srv}) {
+		t.Errorf("servers %v; want the adopted daemon's server %d left running", servers, srv)
+	}
+	if l, _ := h.runner.EnforcedLimits(h.pipeDir(0), srv); l.ClientPriority != 0 {
+		t.Errorf("its next client: priority %d, want 0", l.ClientPriority)
 	}
 }
 
@@ -224,7 +217,7 @@ func TestAdoptedDaemonAtPriorityOne(t *testing.T) {
 // terminated; the others are untouched.
 func TestQoSEscapeTerminatedUnderEnforce(t *testing.T) {
 	h := newHarness(t, "mps_accounting: enforce\n", eightWithQoS)
-	h.cfg.Host.ThreadPercentage = "auto"
+	h.cfg.Host.Threads = config.AutoThreads
 	killer := &signals{}
 	h.withFakeProc(t, killer)
 	ctx := context.Background()
@@ -232,7 +225,7 @@ func TestQoSEscapeTerminatedUnderEnforce(t *testing.T) {
 		t.Fatal(err)
 	}
 	g0 := twoGPUs()[0].UUID
-	lat, b1 := vdev.Name(g0, 0), vdev.Name(g0, 1)
+	lat, b1 := vdev.NameOf(g0, 0).String(), vdev.NameOf(g0, 1).String()
 	cl, cb := h.newContainer(t, "31", lat), h.newContainer(t, "32", b1)
 	h.writeProc(t, 301, 1, 1000, lat, cl)
 	h.writeProc(t, 311, 1, 1100, b1, cb)
@@ -277,11 +270,11 @@ func TestQoSEscapeTerminatedUnderEnforce(t *testing.T) {
 		!strings.Contains(a.QoSEscapes[0].Reason, "CUDA_MPS_CLIENT_PRIORITY=0 raises it") {
 		t.Fatalf("accounting status %+v, want PID 312 alone as a QoS escape", a)
 	}
-	if d := st.device(b1); d == nil || d.OverCap || d.LastStep != "terminate_client" {
+	if d := deviceOf(st, b1); d == nil || d.OverCap || d.LastStep != "terminate_client" {
 		t.Errorf("%s: %+v; under its memory cap, its escaping client terminated", b1, d)
 	}
 	var view bytes.Buffer
-	if err := WriteStatus(&view, st, time.Now()); err != nil {
+	if err := statusview.Write(&view, st, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(view.String(), "1 MPS client escaping its device's QoS") || !strings.Contains(view.String(), `312  `+b1+`  unset        "0"`) {

@@ -1,152 +1,37 @@
 package agent
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/metrics"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/plan"
+	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
-// Status is what the agent last did, for /readyz, /status and the logs.
-type Status struct {
-	// Ready is true once a reconcile registered every planned device with
-	// enforced caps; it stays true until one fails.
-	Ready              bool        `json:"ready"`
-	Simulated          bool        `json:"simulated"`
-	HostID             string      `json:"host_id,omitempty"`
-	HostName           string      `json:"host_name,omitempty"`
-	LastReconcile      time.Time   `json:"last_reconcile"`
-	LastError          string      `json:"last_error,omitempty"`
-	InventoryReachable bool        `json:"inventory_reachable"`
-	ConfigGeneration   int         `json:"config_generation"`
-	ConfigError        string      `json:"config_error,omitempty"`
-	VirtualDevices     int         `json:"virtual_devices"`
-	GPUs               []GPUStatus `json:"gpus"`
-	// ConfigHeld is a configuration change held back until the files
-	// settle (guard.go); RestartPending the host.conf keys changed on disk
-	// that only a restart applies; Loop the main loop's heartbeat (loop.go).
-	ConfigHeld     *HeldReload `json:"config_held,omitempty"`
-	RestartPending []string    `json:"restart_pending,omitempty"`
-	Loop           LoopStatus  `json:"loop"`
-	// Retiring lists GPUs taken out of the configuration whose MPS daemon
-	// still runs because a guest holds one of their devices.
-	Retiring []string `json:"retiring,omitempty"`
-	// Accounting is the last per-device memory accounting.
-	Accounting *AccountingStatus `json:"accounting,omitempty"`
-	// CDI is the last write of the host's CDI spec.
-	CDI *CDIStatus `json:"cdi,omitempty"`
-	// Devices are the host's virtual devices as the inventory last held
-	// them, with the memory accounting last measured for each.
-	Devices []DeviceStatus `json:"devices,omitempty"`
-}
-
-// DeviceStatus is one virtual device.
-type DeviceStatus struct {
-	Name             string `json:"name"` // <GPU UUID>::<i>
-	ID               string `json:"id"`
-	Addr             string `json:"addr"`
-	GPU              string `json:"gpu"`
-	GPUIndex         int    `json:"gpu_index"`
-	CapBytes         uint64 `json:"cap_bytes"`
-	ThreadPercentage int    `json:"thread_percentage"`
-	// QoSClass is latency or batch on a GPU with mps_qos, empty otherwise;
-	// ClientPriority the MPS client priority its containers get (qos.go).
-	QoSClass       string `json:"qos_class,omitempty"`
-	ClientPriority int    `json:"client_priority"`
-	// UsedBytes and Clients are the last accounting sample; Measured is
-	// false when there was none (accounting off, or the GPU unreadable).
-	UsedBytes uint64 `json:"used_bytes"`
-	Clients   int    `json:"clients"`
-	Measured  bool   `json:"measured"`
-	OverCap   bool   `json:"over_cap,omitempty"`
-	// LastStep is what enforcement last did on one of its clients.
-	LastStep       string `json:"last_step,omitempty"`
-	Guest          string `json:"guest,omitempty"`
-	Healthy        bool   `json:"healthy"`
-	PendingRemoval bool   `json:"pending_removal,omitempty"`
-	CDIName        string `json:"cdi_name,omitempty"`
-}
-
-// ServerState is one MPS server of a GPU, as last seen.
-type ServerState struct {
-	PID     int    `json:"pid"`
-	Status  string `json:"status"`
-	Clients int    `json:"clients"`
-}
-
-// GPUStatus is one planned GPU.
-type GPUStatus struct {
-	UUID             string `json:"uuid"`
-	Index            int    `json:"index"` // NVML's, as dcgm-exporter's gpu label
-	Minor            int    `json:"minor"` // N of /dev/nvidiaN
-	PCI              string `json:"pci"`
-	Model            string `json:"model"`
-	MemoryTotalBytes uint64 `json:"memory_total_bytes"`
-	MemoryUsedBytes  uint64 `json:"memory_used_bytes"`
-	ComputeMode      string `json:"compute_mode"`
-	// ControlDaemonUp: the GPU's MPS control daemon answered.
-	ControlDaemonUp  bool          `json:"control_daemon_up"`
-	Servers          []ServerState `json:"servers,omitempty"`
-	VirtualNumber    int           `json:"virtual_number"`
-	MemoryLimitMiB   int           `json:"memory_limit_mib"`
-	ThreadPercentage int           `json:"thread_percentage"`
-	PipeDirectory    string        `json:"pipe_directory"`
-	// ClientPriority is the control daemon's default client priority (1
-	// when the GPU has batch devices); QoS the GPU's mps_qos; the servers
-	// still at an older default priority, busy (qos.go).
-	ClientPriority       int     `json:"client_priority"`
-	QoS                  *GPUQoS `json:"qos,omitempty"`
-	ServersAtOldPriority []int   `json:"servers_at_old_priority,omitempty"`
-	// Enforced is true when MPS holds the caps (read back).
-	Enforced bool `json:"enforced"`
-	// Healthy is Enforced with no server in FAULT: the devices may be handed out.
-	Healthy bool `json:"healthy"`
-	// Reason says why a GPU with enforced caps is unhealthy (a server in
-	// FAULT); it heals by itself.
-	Reason string `json:"reason,omitempty"`
-	// Error is a failure to get MPS going (retried with backoff).
-	Error string `json:"error,omitempty"`
-	// errKind is what failed for the metrics: gpu when NVML refused, else mps.
-	errKind metrics.ErrorKind
-}
-
-// gpuState is what the agent keeps per GPU between reconciles.
-type gpuState struct {
-	// base talks to the GPU's control daemon; ctl is base bound to the
-	// GPU's device ordinal in it (always 0 in the per-GPU layout).
-	base   *mps.Controller
-	ctl    *mps.Controller
-	env    mps.Env
-	limits mps.Limits
-	// healthy and reason are the last reconcile's verdict; the health probe
-	// compares against them.
-	healthy bool
-	reason  string
-	// enforced: the caps are applied and read back (accounting measures
-	// only such GPUs).
-	enforced bool
-	// oldPriority are servers started under an older default client
-	// priority (qos.go).
-	oldPriority map[int]bool
-}
-
-// Reconcile brings MPS and the inventory in line with the configuration once:
-// plan; per GPU compute mode, control daemon, default limits and the limits
-// of running servers (read back); only then the inventory. A GPU whose MPS
+// Reconcile brings MPS and the inventory in line with the configuration
+// once, checking every GPU: plan; MPS per GPU (compute mode, control daemon,
+// default limits and the limits of running servers, read back); the CDI
+// spec; only then the inventory; then what left the plan. A GPU whose MPS
 // fails keeps its devices in the inventory marked unhealthy, so nothing is
 // handed out on it and nothing held is lost. A configuration or GPU error
 // changes nothing.
-func (a *Agent) Reconcile(ctx context.Context) (err error) {
+func (a *Agent) Reconcile(ctx context.Context) error { return a.reconcile(ctx, true) }
+
+// reconcileChanged is Reconcile after an edit or a health change: only the
+// GPUs whose target changed, or that are not known healthy, are prepared
+// (gpu.go); the CDI spec and the inventory follow the whole plan as always.
+func (a *Agent) reconcileChanged(ctx context.Context) error { return a.reconcile(ctx, false) }
+
+func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 	start := time.Now()
 	defer func() { a.met.observe(time.Since(start), err) }()
 	cfg := a.config()
@@ -155,58 +40,39 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 		return a.fail(withKind(metrics.ErrorConfig, fmt.Errorf("invalid configuration, nothing changed: %w", err)))
 	}
 	a.layout = layoutOf(cfg, p)
-	a.minors = map[string]int{}
+	a.present = map[string]gpu.Info{}
 	for _, g := range gpus {
-		a.minors[g.UUID] = g.Minor
+		a.present[g.UUID] = g
 	}
-
-	// MPS first: it must work even while the inventory is away.
-	statuses := make([]GPUStatus, 0, len(p.GPUs))
-	var gpuErrs []error
 	planned := map[string]bool{}
 	a.planned = map[string][]vdev.Device{}
 	for _, gp := range p.GPUs {
-		st := a.prepareGPU(ctx, cfg, gp)
-		statuses = append(statuses, st)
 		planned[gp.GPU.UUID] = true
 		a.planned[gp.GPU.UUID] = gp.Devices
-		a.gpus[gp.GPU.UUID].enforced = st.Enforced
-		if st.Error != "" {
-			gpuErrs = append(gpuErrs, withKind(cmp.Or(st.errKind, metrics.ErrorMPS), fmt.Errorf("gpu %s (%s): %s", gp.GPU.PCI, gp.GPU.UUID, st.Error)))
-		}
 	}
+
+	// MPS first: it must work even while the inventory is away.
+	statuses, gpuErrs := a.prepareGPUs(ctx, cfg, p, full)
 
 	// The CDI spec before the inventory: a device must be startable by its
 	// <GPU UUID>::<i> name before anyone can be given it.
-	a.writeCDI(cfg, p, statuses, nil)
-	hostID, hostName, err := a.ensureHost(ctx, cfg)
+	a.writeCDI(cfg, p, statuses)
+	res, desired, hostName, err := a.syncInventory(ctx, cfg, p, statuses)
 	if err != nil {
 		a.setGPUs(statuses, 0, false)
-		return a.fail(withKind(metrics.ErrorInventory, err))
+		return a.fail(err)
 	}
-	desired := []api.IsolatedDevice{}
-	for i, gp := range p.GPUs {
-		for _, d := range gp.Devices {
-			row := d.API(hostID)
-			row.Unhealthy = !statuses[i].Healthy
-			row.CDIName = CDIName(gp.GPU.UUID, d.Index)
-			desired = append(desired, row)
-		}
+	if res.Created > 0 {
+		// The spec once more: the devices just created have their ids.
+		a.writeCDI(cfg, p, statuses)
 	}
-	res, err := a.opts.Inventory.SyncDevices(ctx, hostID, desired)
-	if err != nil {
-		a.setGPUs(statuses, 0, false)
-		return a.fail(withKind(metrics.ErrorInventory, fmt.Errorf("syncing devices with the inventory: %w", err)))
-	}
-	a.writeCDI(cfg, p, statuses, res.Devices)
-	a.setDevices(res.Devices, statuses)
-	retiring := a.retire(ctx, cfg, planned, res.Devices)
-	a.setGPUs(statuses, len(desired), true)
+	retiring := a.retire(ctx, cfg, planned)
+	a.setGPUs(statuses, desired, true)
 	a.mu.Lock()
 	a.status.Retiring = retiring
 	a.mu.Unlock()
 	a.log.Info("reconciled",
-		"simulated", a.opts.Simulated, "host", hostName, "gpus", len(p.GPUs), "virtual_devices", len(desired),
+		"simulated", a.opts.Simulated, "host", hostName, "gpus", len(p.GPUs), "virtual_devices", desired,
 		"created", res.Created, "updated", res.Updated, "deleted", res.Deleted, "held", len(res.Held),
 		"duration", time.Since(start).Round(time.Millisecond).String())
 	if len(gpuErrs) > 0 {
@@ -216,149 +82,36 @@ func (a *Agent) Reconcile(ctx context.Context) (err error) {
 	return nil
 }
 
+// syncInventory is the inventory stage: the host registered (once), its
+// devices synced from the plan, marked unhealthy where their GPU is, and
+// what the inventory then holds kept in a.listed and the status. It returns
+// the sync's result, how many devices the plan has and the host's name.
+func (a *Agent) syncInventory(ctx context.Context, cfg *Config, p *plan.Plan, statuses []status.GPU) (res client.SyncResult, desired int, host string, err error) {
+	hostID, host, err := a.ensureHost(ctx, cfg)
+	if err != nil {
+		return res, 0, host, withKind(metrics.ErrorInventory, err)
+	}
+	rows := []api.IsolatedDevice{}
+	byName := map[vdev.Name]vdev.Device{}
+	for i, gp := range p.GPUs {
+		for _, d := range gp.Devices {
+			rows = append(rows, rowOf(hostID, d, statuses[i].Healthy))
+			byName[d.Name()] = d
+		}
+	}
+	res, err = a.opts.Inventory.SyncDevices(ctx, hostID, rows)
+	if err != nil {
+		return res, 0, host, withKind(metrics.ErrorInventory, fmt.Errorf("syncing devices with the inventory: %w", err))
+	}
+	listed, order := a.byName(res.Devices, byName)
+	a.listed = listed
+	a.setDevices(order)
+	return res, len(rows), host, nil
+}
+
 // plan builds the plan of cfg against the GPUs present.
 func (a *Agent) plan(ctx context.Context, cfg *Config) (*plan.Plan, []gpu.Info, error) {
 	return buildPlan(ctx, a.opts.Backend, cfg, a.opts.SysfsRoot, a.opts.DevRoot)
-}
-
-// prepareGPU gets one GPU to the point where its devices may be handed out:
-// compute mode (when configured), a control daemon (adopted, started, or
-// restarted after a crash), default limits for future servers and the same
-// limits on running servers, in that order, all read back.
-func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan) GPUStatus {
-	hc := cfg.Host
-	g := gp.GPU
-	log := a.log.With("gpu", g.UUID, "pci", g.PCI.String())
-	st := GPUStatus{UUID: g.UUID, Index: g.Index, Minor: g.Minor, PCI: g.PCI.String(), Model: g.Name, VirtualNumber: gp.N,
-		MemoryTotalBytes: g.MemoryTotalBytes, MemoryUsedBytes: g.MemoryUsedBytes, ComputeMode: g.ComputeMode.String()}
-	defaults := a.serverDefaults(cfg, gp)
-	if len(gp.Devices) > 0 {
-		st.MemoryLimitMiB = gp.Devices[0].MemoryLimitMiB
-		st.ThreadPercentage = defaults.ThreadPercentage
-	}
-	st.ClientPriority, st.QoS = defaults.ClientPriority, gpuQoS(gp)
-	gs := a.gpu(cfg, g.UUID, log)
-	if cfg.single() && gs.env.VisibleDevices != a.layout.visible {
-		delete(a.gpus, g.UUID) // the planned GPUs changed: a controller for the new list
-		gs = a.gpu(cfg, g.UUID, log)
-	}
-	st.PipeDirectory = gs.env.PipeDir
-	fail := func(format string, args ...any) GPUStatus {
-		st.Error = fmt.Sprintf(format, args...)
-		a.setHealth(gs, log, false, st.Error)
-		return st
-	}
-
-	if hc.SetExclusiveComputeMode && g.ComputeMode != gpu.ComputeModeExclusiveProcess {
-		if err := a.state.rememberMode(g.UUID, g.ComputeMode); err != nil {
-			return fail("remembering the compute mode: %v", err)
-		}
-		if err := a.opts.Backend.SetComputeMode(ctx, g.UUID, gpu.ComputeModeExclusiveProcess); err != nil {
-			st.errKind = metrics.ErrorGPU // NVML refused; other failures here are MPS's
-			return fail("setting compute mode Exclusive_Process (set mps_set_exclusive_compute_mode: false to leave it): %v", err)
-		}
-		log.Info("compute mode set", "from", g.ComputeMode.String(), "to", gpu.ComputeModeExclusiveProcess.String())
-		st.ComputeMode = gpu.ComputeModeExclusiveProcess.String()
-	}
-
-	adopted, err := gs.ctl.Ensure(ctx)
-	if err != nil {
-		return fail("MPS control daemon: %v", err)
-	}
-	st.ControlDaemonUp = true
-	if err := a.bindDevice(cfg, gs, g.UUID, log); err != nil {
-		// The single daemon cannot take this GPU's caps until it is idle
-		// and restarted (layout.go): unhealthy, healing by itself.
-		st.Reason = err.Error()
-		a.setHealth(gs, log, false, st.Reason)
-		return st
-	}
-	if !adopted {
-		if gs.limits != (mps.Limits{}) {
-			a.met.daemon.ObserveControlDaemonRestart()
-			log.Warn("MPS control daemon was gone and is started again; its clients were lost with it", "pipe_directory", gs.env.PipeDir)
-		} else {
-			log.Info("started MPS control daemon", "pipe_directory", gs.env.PipeDir, "log_directory", gs.env.LogDir)
-		}
-	}
-	want := mps.Limits{PinnedMemMiB: st.MemoryLimitMiB, ThreadPercentage: float64(st.ThreadPercentage), ClientPriority: st.ClientPriority}
-	prioBefore, prioKnown := a.priorityBefore(ctx, gs, adopted)
-	if err := gs.ctl.SetDefaults(ctx, want); err != nil {
-		return fail("applying MPS limits: %v", err)
-	}
-	if gs.limits != want && gs.limits != (mps.Limits{}) {
-		log.Info("MPS limits changed", "memory_limit_mib", want.PinnedMemMiB, "thread_percentage", want.ThreadPercentage, "client_priority", want.ClientPriority)
-	}
-	gs.limits = want
-	servers, err := gs.ctl.Servers(ctx)
-	if err != nil {
-		return fail("listing MPS servers: %v", err)
-	}
-	notePriorityChange(gs, log, prioBefore, prioKnown, want.ClientPriority, servers)
-	st.Enforced = true
-	for _, pid := range servers {
-		got, err := gs.ctl.ServerLimits(ctx, pid)
-		if err != nil {
-			// Gone, or going (an idle server shut down answers nothing):
-			// with no client it serves no one; it is read again next time.
-			if _, clients, serr := serverState(ctx, gs, pid); errors.Is(serr, errVanished) || (serr == nil && len(clients) == 0) {
-				log.Debug("MPS server without clients did not answer; left until the next reconcile", "server", pid, "err", err)
-				continue
-			}
-			return fail("%v", err)
-		}
-		if !mps.LimitsMatch(got, want) {
-			if err := gs.ctl.SetServerLimits(ctx, pid, want); err != nil {
-				if vanished(ctx, gs, pid) {
-					continue
-				}
-				st.Enforced = false
-				return fail("%v", err)
-			}
-			log.Info("limits of running MPS server changed", "server", pid, "memory_limit_mib", want.PinnedMemMiB, "thread_percentage", want.ThreadPercentage)
-		}
-		status, clients, err := serverState(ctx, gs, pid)
-		if errors.Is(err, errVanished) {
-			continue
-		}
-		if err != nil {
-			return fail("%v", err)
-		}
-		st.Servers = append(st.Servers, ServerState{PID: pid, Status: string(status), Clients: len(clients)})
-		if status != mps.ServerActive && len(clients) > 0 {
-			st.Reason = fmt.Sprintf("MPS server %d is %s (clients %v); it recovers once they exit", pid, status, clients)
-			a.setHealth(gs, log, false, st.Reason)
-			return st
-		}
-	}
-	st.ServersAtOldPriority = a.restartIdleOldServers(ctx, gs, log, st.Servers)
-	st.Healthy = true
-	a.setHealth(gs, log, true, "")
-	return st
-}
-
-// gpu returns the state of one GPU, creating its controller on first sight.
-func (a *Agent) gpu(cfg *Config, uuid string, log *slog.Logger) *gpuState {
-	if gs, ok := a.gpus[uuid]; ok {
-		return gs
-	}
-	env := a.envFor(cfg, uuid)
-	ctl := mps.NewController(a.opts.Runner, env, cfg.Host.ControlTimeout, log.With("component", "mps"))
-	gs := &gpuState{env: env, base: ctl, ctl: ctl, healthy: true}
-	a.gpus[uuid] = gs
-	return gs
-}
-
-// setHealth records a GPU's verdict and logs the transitions.
-func (a *Agent) setHealth(gs *gpuState, log *slog.Logger, healthy bool, reason string) {
-	if healthy != gs.healthy {
-		if healthy {
-			log.Info("GPU healthy again: its devices are handed out again")
-		} else {
-			log.Warn("GPU unhealthy: its devices are marked unhealthy and not handed out", "reason", reason)
-		}
-	}
-	gs.healthy, gs.reason = healthy, reason
 }
 
 // ensureHost registers the host once per process; the inventory finds it by
@@ -383,7 +136,7 @@ func (a *Agent) ensureHost(ctx context.Context, cfg *Config) (id, name string, e
 	return h.ID, name, nil
 }
 
-func (a *Agent) setGPUs(gpus []GPUStatus, devices int, inventoryOK bool) {
+func (a *Agent) setGPUs(gpus []status.GPU, devices int, inventoryOK bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.status.GPUs = gpus

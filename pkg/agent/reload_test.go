@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,8 @@ import (
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/plan"
+	"yunion.io/x/mps-daemon/pkg/status"
+	"yunion.io/x/mps-daemon/pkg/statusview"
 )
 
 func TestRiskOf(t *testing.T) {
@@ -102,7 +105,9 @@ func TestTruncatedHostConfIsHeldBackUntilItSettles(t *testing.T) {
 	if !strings.Contains(h.agent.statusLine(), "config change held back until") {
 		t.Errorf("systemd's status line does not say so: %q", h.agent.statusLine())
 	}
-	if snapshotOf(st).ConfigHeld != true {
+	srv := httptest.NewServer(h.agent.Handler())
+	defer srv.Close()
+	if !strings.Contains(scrapeAgent(t, srv.URL), `mps_daemon_config_held{Hostname="node-1"} 1`) {
 		t.Error("the metric does not say so")
 	}
 
@@ -228,14 +233,14 @@ func TestRestartOnlyChangeIsShownUntilUndone(t *testing.T) {
 func TestStatusViewShowsHeldPendingAndStalled(t *testing.T) {
 	now := time.Date(2026, 11, 23, 14, 2, 37, 0, time.Local)
 	since := now.Add(-95 * time.Second)
-	st := Status{
+	st := status.Status{
 		ConfigGeneration: 3,
-		ConfigHeld:       &HeldReload{Reason: "it would remove all 32 virtual devices of the host", Since: now, ApplyAt: now.Add(30 * time.Second)},
+		ConfigHeld:       &status.Held{Reason: "it would remove all 32 virtual devices of the host", Since: now, ApplyAt: now.Add(30 * time.Second)},
 		RestartPending:   []string{"mps_listen_address"},
-		Loop:             LoopStatus{Step: "reconcile", Since: &since, Stalled: true},
+		Loop:             status.Loop{Step: "reconcile", Since: &since, Stalled: true},
 	}
 	var b strings.Builder
-	if err := WriteStatus(&b, st, now); err != nil {
+	if err := statusview.Write(&b, st, now); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 
-	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
@@ -19,12 +18,12 @@ import (
 // pending removal (the sync does that), and the GPU is listed as retiring.
 // Daemons found in the pipe root that this process never started (a GPU
 // removed while the daemon was down) are retired the same way.
-// rows are the host's devices as the inventory holds them after the sync.
-func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[string]bool, rows []api.IsolatedDevice) []string {
+// What guests hold is a.listed, the inventory's devices after the sync.
+func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[string]bool) []string {
 	heldPerGPU := map[string]int{}
-	for _, r := range rows {
-		if r.GuestID != "" {
-			heldPerGPU[r.DevicePath]++
+	for _, l := range a.listed {
+		if l.Guest != "" {
+			heldPerGPU[l.Device.GPU.UUID]++
 		}
 	}
 	var retiring []string
@@ -79,7 +78,7 @@ func (a *Agent) restoreModes(ctx context.Context, cfg *Config, planned map[strin
 		return
 	}
 	for uuid, name := range modes {
-		_, present := a.minors[uuid]
+		_, present := a.present[uuid]
 		inUse := planned[uuid] && cfg.Host.SetExclusiveComputeMode
 		if !present || inUse || slices.Contains(retiring, uuid) {
 			continue

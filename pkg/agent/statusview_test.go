@@ -3,97 +3,14 @@ package agent
 import (
 	"bytes"
 	"context"
-	"flag"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"yunion.io/x/mps-daemon/pkg/accounting"
+	"yunion.io/x/mps-daemon/pkg/statusview"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
-
-// busyHost is a status with everything an operator may meet: a rejected
-// edit, a GPU whose server is in FAULT, a retiring GPU, held, free,
-// unmeasured, pending and over-cap devices.
-func busyHost() Status {
-	g0, g1 := twoGPUs()[0].UUID, twoGPUs()[1].UUID
-	return Status{
-		Ready: false, Simulated: true, HostID: "5c0f3e2a-9b1d-4c7e-8f6a-2d3b4c5d6e7f", HostName: "node-1",
-		LastReconcile:      time.Date(2026, 11, 22, 2, 41, 4, 0, time.UTC),
-		LastError:          "gpu 0000:db:00.0 (" + g1 + "): MPS control daemon: cannot start\nsecond cause, on its own line",
-		InventoryReachable: true, ConfigGeneration: 3,
-		ConfigError:    "/etc/yunion/host_container_device.yml:5: virtual_number: must be 1 to 48, got 64",
-		VirtualDevices: 6,
-		GPUs: []GPUStatus{
-			{UUID: g0, Index: 0, Minor: 0, PCI: "0000:1a:00.0", Model: "NVIDIA H200", MemoryTotalBytes: 143771 << 20, MemoryUsedBytes: 20480 << 20,
-				ComputeMode: "Exclusive_Process", ControlDaemonUp: true, Servers: []ServerState{{PID: 4242, Status: "ACTIVE", Clients: 2}},
-				VirtualNumber: 4, MemoryLimitMiB: 35942, ThreadPercentage: 100, Enforced: true, Healthy: true,
-				ClientPriority: 1, QoS: &GPUQoS{LatencySlices: []int{0}, BatchThreadPercentage: 30, ReservePercent: 8}, ServersAtOldPriority: []int{4242}},
-			{UUID: g1, Index: 1, Minor: 1, PCI: "0000:db:00.0", Model: "NVIDIA H200", MemoryTotalBytes: 143771 << 20,
-				ComputeMode: "Exclusive_Process", ControlDaemonUp: true, Servers: []ServerState{{PID: 5151, Status: "FAULT", Clients: 1}},
-				VirtualNumber: 2, MemoryLimitMiB: 71885, ThreadPercentage: 50, Enforced: true,
-				Reason: "MPS server 5151 is FAULT (clients [5200]); it recovers once they exit"},
-		},
-		Retiring: []string{"GPU-00000002-aaaa-bbbb-cccc-dddddddddddd"},
-		Accounting: &AccountingStatus{Policy: "enforce", Unknown: []UnknownProcessState{{PID: 77, GPU: g0, UsedBytes: 1 << 30, Reason: "no YUNION_MPS_VIRTUAL_DEVICE"}},
-			Mismatches: []MismatchState{{PID: 81, GPU: g0, UsedBytes: 6144 << 20, Device: g0 + "::2", Source: "identity", Environment: g0 + "::3"},
-				{PID: 82, GPU: g0, UsedBytes: 30000 << 20, Device: g0 + "::2", Source: "ancestor"}},
-			QoSEscapes: []QoSEscapeState{{PID: 91, GPU: g0, UsedBytes: 2048 << 20, Device: g0 + "::3", Source: "identity",
-				Environment: accounting.QoSEnv{ClientPriority: accounting.EnvValue{Value: "0", Set: true}},
-				Reason:      "no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: it gets the server's 100%, its device's share is 30%; CUDA_MPS_CLIENT_PRIORITY=0 raises it above its device's priority 1"}}},
-		CDI: &CDIStatus{Path: "/etc/cdi/yunion.io-mps-gpu.yaml", Devices: 6},
-		Devices: []DeviceStatus{
-			{Name: g0 + "::0", ID: "d0", Addr: "1a:00.0-0", GPU: g0, CapBytes: 35942 << 20, UsedBytes: 12288 << 20, Clients: 2, Measured: true, Guest: "pod-a", Healthy: true,
-				ThreadPercentage: 100, QoSClass: "latency"},
-			{Name: g0 + "::1", ID: "d1", Addr: "1a:00.0-1", GPU: g0, CapBytes: 35942 << 20, Measured: true, Healthy: true, ThreadPercentage: 30, QoSClass: "batch", ClientPriority: 1},
-			{Name: g0 + "::2", ID: "d2", Addr: "1a:00.0-2", GPU: g0, CapBytes: 35942 << 20, UsedBytes: 36000 << 20, Clients: 1, Measured: true, OverCap: true, Guest: "pod-b", Healthy: true,
-				ThreadPercentage: 30, QoSClass: "batch", ClientPriority: 1},
-			{Name: g0 + "::3", ID: "d3", Addr: "1a:00.0-3", GPU: g0, CapBytes: 35942 << 20, Measured: true, Healthy: true, ThreadPercentage: 30, QoSClass: "batch", ClientPriority: 1},
-			{Name: g1 + "::0", ID: "d4", Addr: "db:00.0-0", GPU: g1, CapBytes: 71885 << 20, Guest: "pod-c", Healthy: false, ThreadPercentage: 50},
-			{Name: g1 + "::1", ID: "d5", Addr: "db:00.0-1", GPU: g1, CapBytes: 71885 << 20, Healthy: false, PendingRemoval: true, Guest: "pod-d", ThreadPercentage: 50},
-		},
-	}
-}
-
-func TestStatusViewGolden(t *testing.T) {
-	tests := []struct {
-		name string
-		st   Status
-	}{
-		{"busy", busyHost()},
-		{"starting", Status{ConfigGeneration: 1}},
-	}
-	now := time.Date(2026, 11, 22, 2, 41, 16, 0, time.UTC)
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var b bytes.Buffer
-			if err := WriteStatus(&b, tt.st, now); err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join("testdata", "status-"+tt.name+".golden")
-			if *update {
-				if err := os.MkdirAll("testdata", 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (go test -update writes it)", err)
-			}
-			if b.String() != string(want) {
-				t.Errorf("%s differs (go test -update rewrites it)\ngot:\n%s\nwant:\n%s", path, b.String(), want)
-			}
-		})
-	}
-}
 
 // The summary is read from the running daemon's /status, as
 // `mps-daemon status` does, not recomputed.
@@ -104,12 +21,12 @@ func TestStatusIsReadFromTheRunningDaemon(t *testing.T) {
 	}
 	srv := httptest.NewServer(h.agent.Handler())
 	defer srv.Close()
-	st, err := FetchStatus(context.Background(), strings.TrimPrefix(srv.URL, "http://"), 5*time.Second)
+	st, err := statusview.Fetch(context.Background(), strings.TrimPrefix(srv.URL, "http://"), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b bytes.Buffer
-	if err := WriteStatus(&b, st, time.Now()); err != nil {
+	if err := statusview.Write(&b, st, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -123,38 +40,5 @@ func TestStatusIsReadFromTheRunningDaemon(t *testing.T) {
 	}
 	if n := strings.Count(out, "  free"); n != 6 {
 		t.Errorf("%d free devices shown, want 6:\n%s", n, out)
-	}
-}
-
-func TestStatusOfADaemonThatIsNotRunning(t *testing.T) {
-	srv := httptest.NewServer(nil)
-	addr := strings.TrimPrefix(srv.URL, "http://")
-	srv.Close() // nothing listens there now
-	_, err := FetchStatus(context.Background(), addr, 5*time.Second)
-	if err == nil {
-		t.Fatal("want an error")
-	}
-	if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, "no daemon answers at "+addr) || !strings.Contains(msg, "refused") {
-		t.Errorf("want one line naming the address and the cause, got %q", msg)
-	}
-}
-
-func TestStatusAddress(t *testing.T) {
-	tests := []struct{ listen, want string }{
-		{"127.0.0.1:9331", "127.0.0.1:9331"},
-		{"0.0.0.0:9331", "127.0.0.1:9331"},
-		{":9331", "127.0.0.1:9331"},
-		{"[::]:9331", "127.0.0.1:9331"},
-		{"10.1.2.3:9400", "10.1.2.3:9400"},
-		{"", ""},
-		{"9331", ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.listen, func(t *testing.T) {
-			got, err := StatusAddress(tt.listen)
-			if got != tt.want || (tt.want == "") != (err != nil) {
-				t.Errorf("StatusAddress(%q) = %q, %v; want %q", tt.listen, got, err, tt.want)
-			}
-		})
 	}
 }

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/mps"
 )
 
 // Teardown undoes what the daemon set up on this host, for decommissioning
@@ -17,22 +15,17 @@ import (
 // the pipe root stops, and each GPU gets back the compute mode it had before
 // the daemon first changed it. Run it with the service stopped, or the
 // service starts MPS again. A GPU with connected MPS clients is refused
-// unless force: stopping its daemon kills them.
-func Teardown(ctx context.Context, cfg *Config, backend gpu.Backend, runner mps.Runner, inv Inventory, force bool, out io.Writer, log *slog.Logger) error {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	a, err := New(Options{Config: cfg, Backend: backend, Runner: runner, Inventory: inv, Log: log})
-	if err != nil {
-		return err
-	}
+// unless force: stopping its daemon kills them. It works on the agent's
+// options, as a new agent that has not run.
+func (a *Agent) Teardown(ctx context.Context, force bool, out io.Writer) error {
+	cfg, backend, inv := a.config(), a.opts.Backend, a.opts.Inventory
 	uuids := a.unplanned(cfg, map[string]bool{})
 	if cfg.single() {
 		uuids = append(uuids, singleDaemon) // the one daemon in the pipe root
 	}
 	var busy []error
 	for _, uuid := range uuids {
-		gs := a.gpu(cfg, uuid, a.log.With("gpu", uuid))
+		gs := a.gpu(cfg, uuid)
 		if n := a.connectedClients(ctx, gs); n > 0 && !force {
 			busy = append(busy, fmt.Errorf("GPU %s: %d MPS clients connected (stop them, or use --force, which kills them)", uuid, n))
 		}

@@ -8,14 +8,15 @@ import (
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 )
 
 // goneRunner shuts an idle server down the moment the daemon asks about it,
 // and answers the question as a server on its way out does: with nothing.
-// What an H100 showed when the daemon's own priority restart and another
-// shutdown_server met (docs/gpu-results.md).
+// What an H100 showed when two programs shut the same idle server down
+// (docs/gpu-results.md).
 type goneRunner struct {
-	*mps.SimRunner
+	*mpssim.Runner
 	question string // the command whose answer is lost
 	done     bool
 }
@@ -24,12 +25,12 @@ func (r *goneRunner) Run(ctx context.Context, env mps.Env, command string) (mps.
 	if !r.done && strings.HasPrefix(command, r.question+" ") {
 		r.done = true
 		pid := strings.Fields(command)[1]
-		if _, err := r.SimRunner.Run(ctx, env, "shutdown_server "+pid); err != nil {
+		if _, err := r.Runner.Run(ctx, env, "shutdown_server "+pid); err != nil {
 			return mps.Output{}, err
 		}
 		return mps.Output{Stdout: "\n"}, nil
 	}
-	return r.SimRunner.Run(ctx, env, command)
+	return r.Runner.Run(ctx, env, command)
 }
 
 // An idle MPS server that goes away while the daemon reads it is no fault:
@@ -55,7 +56,7 @@ func TestServerGoneWhileReadIsNoFault(t *testing.T) {
 				}
 				return srv
 			}
-			r := &goneRunner{SimRunner: h.runner, question: question}
+			r := &goneRunner{Runner: h.runner, question: question}
 			for _, gs := range h.agent.gpus {
 				gs.ctl = mps.NewController(r, gs.env, h.cfg.Host.ControlTimeout, h.agent.log)
 			}

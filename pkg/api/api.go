@@ -4,7 +4,11 @@
 // tools written for Cloudpods read it unchanged. It imports nothing of ours.
 package api
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // DevTypeNvidiaMPS is the dev_type of an MPS virtual device, as Cloudpods names it.
 const DevTypeNvidiaMPS = "NVIDIA_MPS"
@@ -63,7 +67,8 @@ type IsolatedDevice struct {
 	MPSMemoryLimit int `json:"mps_memory_limit"`
 	// MPSMemoryTotal is the physical GPU's memory in MiB.
 	MPSMemoryTotal int `json:"mps_memory_total"`
-	// MPSThreadPercentage is the active thread percentage: 100 / N.
+	// MPSThreadPercentage is the active thread percentage: the share the
+	// host's thread policy or the device's QoS class gives it.
 	MPSThreadPercentage int `json:"mps_thread_percentage"`
 	// GuestID is who holds the device; empty when free.
 	GuestID string `json:"guest_id"`
@@ -94,6 +99,25 @@ type IsolatedDevice struct {
 	Vendor      string `json:"vendor,omitempty"`
 	Guest       string `json:"guest,omitempty"`
 	GuestStatus string `json:"guest_status,omitempty"`
+}
+
+// AttachRequest asks for Count devices of a model on a host, as Cloudpods
+// picks them: the GPU with the most free slices first, one guest's slices
+// spread across GPUs (POST /servers/{guest}/attach-isolated-device).
+type AttachRequest struct {
+	// DevType defaults to NVIDIA_MPS.
+	DevType string
+	Model   string
+	// Host is the host's id or name.
+	Host string
+	// Count defaults to 1 when 0.
+	Count int
+	// NUMANode, when set and not -1 (any node), keeps the devices on that
+	// NUMA node.
+	NUMANode *int
+	// SharingMode, when set, keeps the picks to devices of that sharing
+	// mode or of none (Cloudpods' model attach names one).
+	SharingMode string
 }
 
 // IsolatedDeviceList is the answer of GET /isolated_devices.
@@ -195,3 +219,21 @@ const (
 
 // MsgDeviceUsedByServer is Cloudpods' text for refusing to remove a held device.
 const MsgDeviceUsedByServer = "Isolated device used by server"
+
+// SliceAddr is the addr of slice i of the GPU at gpuAddr (its PCI address
+// without domain) in Cloudpods' MPS rows: "1a:00.0-3".
+func SliceAddr(gpuAddr string, i int) string { return gpuAddr + "-" + strconv.Itoa(i) }
+
+// ParseSliceAddr splits an addr made by SliceAddr; ok is false for anything
+// else (a GPU row's addr has no slice).
+func ParseSliceAddr(addr string) (gpuAddr string, i int, ok bool) {
+	k := strings.LastIndexByte(addr, '-')
+	if k <= 0 {
+		return "", 0, false
+	}
+	i, err := strconv.Atoi(addr[k+1:])
+	if err != nil || i < 0 || strconv.Itoa(i) != addr[k+1:] {
+		return "", 0, false
+	}
+	return addr[:k], i, true
+}

@@ -70,7 +70,7 @@ func Build(o Options, devs []Device) (*specs.Spec, error) {
 func build(o Options, devs []Device, nodes nodeSet) *specs.Spec {
 	sorted := slices.Clone(devs)
 	slices.SortFunc(sorted, func(a, b Device) int {
-		return cmp.Or(cmp.Compare(a.GPUUUID, b.GPUUUID), cmp.Compare(a.Index, b.Index))
+		return cmp.Or(cmp.Compare(a.GPU.UUID, b.GPU.UUID), cmp.Compare(a.Index, b.Index))
 	})
 	// No annotations: they need cdiVersion 0.6.0, which Debian 12's Podman
 	// (4.3.1) and Ubuntu 22.04's refuse. The file's header names its writer;
@@ -98,13 +98,13 @@ func build(o Options, devs []Device, nodes nodeSet) *specs.Spec {
 func containerEdits(o Options, d Device, nodes nodeSet) specs.ContainerEdits {
 	e := specs.ContainerEdits{
 		Env: []string{
-			EnvVisibleDevices + "=" + d.GPUUUID,
+			EnvVisibleDevices + "=" + d.GPU.UUID,
 			EnvPipeDirectory + "=" + d.PipeDir,
 			// Device 0: the GPU's control daemon sees only its own GPU.
-			EnvMemoryLimit + "=" + fmt.Sprintf("0=%dM", d.MemoryLimitMiB),
+			EnvMemoryLimit + "=" + fmt.Sprintf("0=%dM", d.MemoryLimit),
 			EnvThreadPercentage + "=" + strconv.Itoa(d.ThreadPercentage),
 			EnvClientPriority + "=" + strconv.Itoa(d.ClientPriority),
-			vdev.EnvVar + "=" + d.Name(),
+			vdev.EnvVar + "=" + d.Name().String(),
 		},
 		Mounts: []*specs.Mount{{
 			HostPath:      d.PipeDir,
@@ -123,7 +123,7 @@ func containerEdits(o Options, d Device, nodes nodeSet) specs.ContainerEdits {
 			Options:       slices.Clone(maskMountOptions),
 		}, {
 			HostPath:      d.IdentityFile,
-			ContainerPath: identity.ContainerPath(d.GPUUUID),
+			ContainerPath: identity.ContainerPath(d.GPU.UUID),
 			Type:          "bind",
 			Options:       slices.Clone(identityMountOptions),
 		}},
@@ -136,7 +136,7 @@ func containerEdits(o Options, d Device, nodes nodeSet) specs.ContainerEdits {
 			Options:       slices.Clone(shmMountOptions),
 		})
 	}
-	for _, n := range append([]string{"nvidia" + strconv.Itoa(d.Minor)}, controlNodes[:]...) {
+	for _, n := range append([]string{"nvidia" + strconv.Itoa(d.GPU.Minor)}, controlNodes[:]...) {
 		if !nodes[n] {
 			continue
 		}

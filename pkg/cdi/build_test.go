@@ -11,6 +11,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -34,21 +35,21 @@ func TestInvalidStatesNeverWrite(t *testing.T) {
 		{"no identity file", nil, func(d []Device) []Device { d[0].IdentityFile = ""; return d }, "identity file is empty"},
 		{"relative identity file", nil, func(d []Device) []Device { d[0].IdentityFile = "identity/x"; return d }, `identity file "identity/x" is not an absolute clean path`},
 		{"one identity file for two devices", nil, func(d []Device) []Device { d[2].IdentityFile = d[1].IdentityFile; return d }, "is also device 1's"},
-		{"memory cap 0", nil, func(d []Device) []Device { d[3].MemoryLimitMiB = 0; return d }, "memory limit 0 MiB: want > 0"},
+		{"memory cap 0", nil, func(d []Device) []Device { d[3].MemoryLimit = 0; return d }, "memory limit 0 MiB: want > 0"},
 		{"thread percentage 0", nil, func(d []Device) []Device { d[3].ThreadPercentage = 0; return d }, "thread percentage 0: want 1..100"},
 		{"thread percentage 101", nil, func(d []Device) []Device { d[3].ThreadPercentage = 101; return d }, "thread percentage 101"},
 		{"client priority 2", nil, func(d []Device) []Device { d[3].ClientPriority = 2; return d }, "client priority 2: want 0 or 1"},
 		{"client priority -1", nil, func(d []Device) []Device { d[4].ClientPriority = -1; return d }, "client priority -1"},
-		{"GPU UUID without GPU-", nil, func(d []Device) []Device { d[0].GPUUUID = strings.TrimPrefix(gpuB, "GPU-"); return d }, "want GPU-xxxxxxxx"},
-		{"GPU UUID not hex", nil, func(d []Device) []Device { d[1].GPUUUID = "GPU-4baeae3a-899f-8852-bd11-2e4ce3171ezz"; return d }, "invalid UUID"},
-		{"MIG UUID", nil, func(d []Device) []Device { d[1].GPUUUID = "MIG-4baeae3a-899f-8852-bd11-2e4ce3171eb0"; return d }, "want GPU-"},
+		{"GPU UUID without GPU-", nil, func(d []Device) []Device { d[0].GPU.UUID = strings.TrimPrefix(gpuB, "GPU-"); return d }, "want GPU-xxxxxxxx"},
+		{"GPU UUID not hex", nil, func(d []Device) []Device { d[1].GPU.UUID = "GPU-4baeae3a-899f-8852-bd11-2e4ce3171ezz"; return d }, "invalid UUID"},
+		{"MIG UUID", nil, func(d []Device) []Device { d[1].GPU.UUID = "MIG-4baeae3a-899f-8852-bd11-2e4ce3171eb0"; return d }, "want GPU-"},
 		{"inventory id not a UUID", nil, func(d []Device) []Device { d[1].ID = "dev-1"; return d }, `inventory id "dev-1" is not a UUID`},
 		{"negative index", nil, func(d []Device) []Device { d[4].Index = -1; return d }, "slice index -1 is negative"},
-		{"negative minor", nil, func(d []Device) []Device { d[1].Minor = -1; d[2].Minor = -1; return d }, "device minor -1 is negative"},
+		{"negative minor", nil, func(d []Device) []Device { d[1].GPU.Minor = -1; d[2].GPU.Minor = -1; return d }, "device minor -1 is negative"},
 		{"one GPU, two pipe directories", nil, func(d []Device) []Device { d[2].PipeDir = "/tmp/other"; return d }, "GPU " + gpuA + ` has minor 0 and pipe directory "/tmp/other" here`},
 		{"two GPUs, one minor", nil, func(d []Device) []Device {
 			for i := range d {
-				d[i].Minor = 0
+				d[i].GPU.Minor = 0
 			}
 			return d
 		}, "/dev/nvidia0 is also GPU " + gpuB + "'s"},
@@ -106,7 +107,7 @@ func TestInvalidStatesNeverWrite(t *testing.T) {
 // TestInvalidReportsEveryProblem: an operator sees all problems at once.
 func TestInvalidReportsEveryProblem(t *testing.T) {
 	d := hostDevices()
-	d[0].MemoryLimitMiB, d[5].PipeDir = 0, ""
+	d[0].MemoryLimit, d[5].PipeDir = 0, ""
 	_, err := Build(testOptions(t), d)
 	for _, want := range []string{"device 0 (" + gpuB + "::2): invalid CDI spec: memory limit 0", "device 5 (" + gpuB + "::3): invalid CDI spec: pipe directory is empty"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -170,7 +171,7 @@ func TestBuildOrderIndependent(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	q := QualifiedName(DefaultKind, vdev.Name(gpuA, 3))
+	q := QualifiedName(DefaultKind, vdev.NameOf(gpuA, 3).String())
 	if q != "yunion.io/mps-gpu="+gpuA+"::3" {
 		t.Errorf("QualifiedName = %q", q)
 	}
@@ -181,17 +182,16 @@ func TestNames(t *testing.T) {
 }
 
 func TestFromVirtual(t *testing.T) {
-	g := gpu.Info{UUID: gpuA, Minor: 5, MemoryTotalBytes: 143771 << 20}
-	vs := vdev.Split(g, 4)
+	const h200 units.MiB = 143771 // an H200's memory.total
+	g := gpu.Info{UUID: gpuA, Minor: 5, MemoryTotal: h200.Bytes()}
+	vs := vdev.Split(g, 4, 25, vdev.QoS{})
 	d := FromVirtual(vs[2], idA0, "/run/pipe/"+gpuA)
-	want := Device{GPUUUID: gpuA, Index: 2, ID: idA0, Minor: 5, PipeDir: "/run/pipe/" + gpuA,
-		MemoryLimitMiB: vs[2].MemoryLimitMiB, ThreadPercentage: 25}
+	want := Device{Device: vdev.Device{GPU: g, Index: 2, MemoryLimit: h200 / 4, ThreadPercentage: 25}, ID: idA0, PipeDir: "/run/pipe/" + gpuA}
 	if d != want || d.Name() != gpuA+"::2" {
 		t.Errorf("FromVirtual = %+v (%s), want %+v", d, d.Name(), want)
 	}
 	// A batch device of a GPU with mps_qos: its own share, below normal.
-	auto, _ := vdev.ParseThreadPolicy("auto")
-	qs := vdev.SplitQoS(g, 8, auto, vdev.QoS{LatencySlices: []int{0}, ReservePercent: 8})
+	qs := vdev.Split(g, 8, 50, vdev.QoS{LatencySlices: []int{0}, ReservePercent: 8})
 	if l, b := FromVirtual(qs[0], "", "/p"), FromVirtual(qs[5], "", "/p"); l.ThreadPercentage != 50 || l.ClientPriority != 0 || b.ThreadPercentage != 13 || b.ClientPriority != 1 {
 		t.Errorf("latency %+v, batch %+v: want 50%% at priority 0 and 13%% at priority 1", l, b)
 	}

@@ -74,46 +74,30 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Device is one virtual device as a container gets it.
+// Device is one virtual device as a container gets it: the planned device
+// (its GPU, slice, caps and class) and where its container finds MPS.
 type Device struct {
-	// GPUUUID is the physical GPU, "GPU-<uuid>" as NVML prints it.
-	GPUUUID string
-	// Index is the slice number, as in the inventory's addr ("1a:00.0-3").
-	Index int
+	vdev.Device
 	// ID is the inventory id; empty before the first sync, and then the
-	// device is only reachable by Name.
+	// device is only reachable by its name.
 	ID string
-	// Minor is N of /dev/nvidiaN.
-	Minor int
 	// PipeDir is the GPU's MPS pipe directory on the host.
 	PipeDir string
 	// IdentityFile is the host file naming the device (identity.Store),
-	// mounted read-only at identity.ContainerPath(GPUUUID): what the
+	// mounted read-only at identity.ContainerPath(GPU.UUID): what the
 	// accounting finds again through /proc/<pid>/root.
-	IdentityFile     string
-	MemoryLimitMiB   int
-	ThreadPercentage int
-	// ClientPriority is vdev.PriorityNormal or vdev.PriorityBelowNormal.
+	IdentityFile string
+	// ClientPriority is vdev.PriorityNormal or vdev.PriorityBelowNormal:
+	// its class's (FromVirtual), or, for a device held past its plan whose
+	// class is not known any more, its GPU's control daemon default.
 	ClientPriority int
 }
-
-// Name is the device's stable CDI name, "<GPU UUID>::<i>" (vdev.Name).
-func (d Device) Name() string { return vdev.Name(d.GPUUUID, d.Index) }
 
 // FromVirtual is the CDI view of a planned virtual device; id is its
 // inventory id ("" when not synced yet), pipeDir its GPU's pipe directory.
 // IdentityFile is left for the caller, which makes the file.
 func FromVirtual(v vdev.Device, id, pipeDir string) Device {
-	return Device{
-		GPUUUID:          v.GPU.UUID,
-		Index:            v.Index,
-		ID:               id,
-		Minor:            v.GPU.Minor,
-		PipeDir:          pipeDir,
-		MemoryLimitMiB:   v.MemoryLimitMiB,
-		ThreadPercentage: v.ThreadPercentage,
-		ClientPriority:   v.Class.ClientPriority(),
-	}
+	return Device{Device: v, ID: id, PipeDir: pipeDir, ClientPriority: v.Class.ClientPriority()}
 }
 
 // QualifiedName is what a runtime is given: "yunion.io/mps-gpu=GPU-…::3".

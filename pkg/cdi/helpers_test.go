@@ -9,7 +9,9 @@ import (
 
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/identity"
+	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -28,23 +30,30 @@ func hostDevices() []Device {
 	devs := []Device{
 		// GPU B has mps_qos: slice 0 latency, the others batch (30%,
 		// below normal priority).
-		{GPUUUID: gpuB, Index: 2, ID: "0f9a3c52-1d7e-4b8a-9e61-3c2d5f7a8b90", Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 30, ClientPriority: 1},
-		{GPUUUID: gpuA, Index: 0, ID: idA0, Minor: 0, PipeDir: pipeA, MemoryLimitMiB: 71885, ThreadPercentage: 50},
-		{GPUUUID: gpuA, Index: 1, ID: idA1, Minor: 0, PipeDir: pipeA, MemoryLimitMiB: 71885, ThreadPercentage: 50},
-		{GPUUUID: gpuB, Index: 0, Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 100},
-		{GPUUUID: gpuB, Index: 1, Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 30, ClientPriority: 1},
-		{GPUUUID: gpuB, Index: 3, Minor: 1, PipeDir: pipeB, MemoryLimitMiB: 35942, ThreadPercentage: 30, ClientPriority: 1},
+		device(gpuB, 1, 2, "0f9a3c52-1d7e-4b8a-9e61-3c2d5f7a8b90", pipeB, 35942, 30, 1),
+		device(gpuA, 0, 0, idA0, pipeA, 71885, 50, 0),
+		device(gpuA, 0, 1, idA1, pipeA, 71885, 50, 0),
+		device(gpuB, 1, 0, "", pipeB, 35942, 100, 0),
+		device(gpuB, 1, 1, "", pipeB, 35942, 30, 1),
+		device(gpuB, 1, 3, "", pipeB, 35942, 30, 1),
 	}
 	for i := range devs {
-		devs[i].IdentityFile = identityFile(devs[i].GPUUUID, devs[i].Index)
+		devs[i].IdentityFile = identityFile(devs[i].GPU.UUID, devs[i].Index)
 	}
 	return devs
+}
+
+// device is slice index of the GPU uuid (/dev/nvidia<minor>) as a
+// container gets it.
+func device(uuid string, minor, index int, id, pipe string, limit units.MiB, threads, priority int) Device {
+	v := vdev.Device{GPU: gpu.Info{UUID: uuid, Minor: minor}, Index: index, MemoryLimit: limit, ThreadPercentage: threads}
+	return Device{Device: v, ID: id, PipeDir: pipe, ClientPriority: priority}
 }
 
 // identityFile is where the daemon's default state directory keeps a
 // device's identity file (identity.Store); Build never reads it.
 func identityFile(uuid string, i int) string {
-	p, err := identity.Store{Dir: "/var/lib/yunion-mps/identity"}.Path(vdev.Name(uuid, i))
+	p, err := identity.Store{Dir: "/var/lib/yunion-mps/identity"}.Path(vdev.NameOf(uuid, i))
 	if err != nil {
 		panic(err)
 	}

@@ -62,13 +62,13 @@ func TestInjectEveryEdit(t *testing.T) {
 				wantEnv := []string{
 					"PATH=/usr/bin",
 					// The user's -e is replaced, in place, by the device's cap.
-					fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=%dM", d.MemoryLimitMiB),
+					fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=%dM", d.MemoryLimit),
 					// So is the priority: a batch device's 1 wins.
 					fmt.Sprintf("CUDA_MPS_CLIENT_PRIORITY=%d", d.ClientPriority),
-					"NVIDIA_VISIBLE_DEVICES=" + d.GPUUUID,
+					"NVIDIA_VISIBLE_DEVICES=" + d.GPU.UUID,
 					"CUDA_MPS_PIPE_DIRECTORY=" + d.PipeDir,
 					fmt.Sprintf("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%d", d.ThreadPercentage),
-					fmt.Sprintf("YUNION_MPS_VIRTUAL_DEVICE=%s::%d", d.GPUUUID, d.Index),
+					fmt.Sprintf("YUNION_MPS_VIRTUAL_DEVICE=%s::%d", d.GPU.UUID, d.Index),
 				}
 				if !slices.Equal(s.Process.Env, wantEnv) {
 					t.Errorf("env:\n got %q\nwant %q", s.Process.Env, wantEnv)
@@ -78,7 +78,7 @@ func TestInjectEveryEdit(t *testing.T) {
 					{Destination: "/dev/shm", Source: "/dev/shm", Type: "bind", Options: []string{"rw", "nosuid", "nodev", "noexec", "bind"}},
 					{Destination: d.PipeDir, Source: d.PipeDir, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
 					// The file naming the device, where the accounting looks.
-					{Destination: "/run/yunion-mps/devices/" + d.GPUUUID, Source: d.IdentityFile, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
+					{Destination: "/run/yunion-mps/devices/" + d.GPU.UUID, Source: d.IdentityFile, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
 					// Root in the container must not reach the privileged socket.
 					{Destination: d.PipeDir + "/control_privileged", Source: "/dev/null", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
 				}
@@ -100,13 +100,13 @@ func TestInjectNoShm(t *testing.T) {
 	d := hostDevices()[0]
 	writeAndLoad(t, o, []Device{d})
 	s := container()
-	if _, err := loadCache(t, o.Dir).InjectDevices(s, QualifiedName(DefaultKind, d.Name())); err != nil {
+	if _, err := loadCache(t, o.Dir).InjectDevices(s, QualifiedName(DefaultKind, d.Name().String())); err != nil {
 		t.Fatal(err)
 	}
 	want := []oci.Mount{
 		{Destination: "/dev/shm", Source: "shm", Type: "tmpfs", Options: []string{"nosuid"}},
 		{Destination: d.PipeDir, Source: d.PipeDir, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
-		{Destination: "/run/yunion-mps/devices/" + d.GPUUUID, Source: d.IdentityFile, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
+		{Destination: "/run/yunion-mps/devices/" + d.GPU.UUID, Source: d.IdentityFile, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
 		{Destination: d.PipeDir + "/control_privileged", Source: "/dev/null", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
 	}
 	if fmt.Sprint(s.Mounts) != fmt.Sprint(want) {
@@ -142,10 +142,10 @@ func TestInjectDeviceNodes(t *testing.T) {
 			devRoot := charDevRoot(t, tt.chars...)
 			o := Options{Dir: t.TempDir(), DevRoot: devRoot}
 			d := hostDevices()[0]
-			d.Minor = tt.minor
+			d.GPU.Minor = tt.minor
 			writeAndLoad(t, o, []Device{d})
 			s := container()
-			if _, err := loadCache(t, o.Dir).InjectDevices(s, QualifiedName(DefaultKind, d.Name())); err != nil {
+			if _, err := loadCache(t, o.Dir).InjectDevices(s, QualifiedName(DefaultKind, d.Name().String())); err != nil {
 				t.Fatal(err)
 			}
 			var got []node

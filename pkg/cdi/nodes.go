@@ -47,9 +47,9 @@ func minorsOf(devs []Device) []int {
 	seen := map[int]bool{}
 	var out []int
 	for _, d := range devs {
-		if !seen[d.Minor] {
-			seen[d.Minor] = true
-			out = append(out, d.Minor)
+		if !seen[d.GPU.Minor] {
+			seen[d.GPU.Minor] = true
+			out = append(out, d.GPU.Minor)
 		}
 	}
 	return out

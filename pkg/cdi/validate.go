@@ -98,7 +98,7 @@ func validateDevices(devs []Device) error {
 	for i, d := range devs {
 		at := fmt.Sprintf("device %d (%s)", i, d.Name())
 		bad := func(err error) { errs = append(errs, fmt.Errorf("%s: %w", at, err)) }
-		if err := validGPUUUID(d.GPUUUID); err != nil {
+		if err := validGPUUUID(d.GPU.UUID); err != nil {
 			bad(err)
 		}
 		if d.Index < 0 {
@@ -109,8 +109,8 @@ func validateDevices(devs []Device) error {
 				bad(invalidf("inventory id %q is not a UUID", d.ID))
 			}
 		}
-		if d.Minor < 0 {
-			bad(invalidf("device minor %d is negative", d.Minor))
+		if d.GPU.Minor < 0 {
+			bad(invalidf("device minor %d is negative", d.GPU.Minor))
 		}
 		if err := absClean("pipe directory", d.PipeDir); err != nil {
 			bad(err)
@@ -123,8 +123,8 @@ func validateDevices(devs []Device) error {
 			bad(invalidf("identity file %q is also device %d's", d.IdentityFile, j))
 		}
 		identities[d.IdentityFile] = i
-		if d.MemoryLimitMiB <= 0 {
-			bad(invalidf("memory limit %d MiB: want > 0", d.MemoryLimitMiB))
+		if d.MemoryLimit <= 0 {
+			bad(invalidf("memory limit %v: want > 0", d.MemoryLimit))
 		}
 		if d.ThreadPercentage <= 0 || d.ThreadPercentage > 100 {
 			bad(invalidf("thread percentage %d: want 1..100", d.ThreadPercentage))
@@ -138,15 +138,15 @@ func validateDevices(devs []Device) error {
 			}
 			names[n] = i
 		}
-		if g, seen := gpus[d.GPUUUID]; seen && (g.minor != d.Minor || g.pipeDir != d.PipeDir) {
+		if g, seen := gpus[d.GPU.UUID]; seen && (g.minor != d.GPU.Minor || g.pipeDir != d.PipeDir) {
 			bad(invalidf("GPU %s has minor %d and pipe directory %q here, minor %d and %q elsewhere",
-				d.GPUUUID, d.Minor, d.PipeDir, g.minor, g.pipeDir))
+				d.GPU.UUID, d.GPU.Minor, d.PipeDir, g.minor, g.pipeDir))
 		}
-		gpus[d.GPUUUID] = gpuFacts{d.Minor, d.PipeDir}
-		if u, seen := minors[d.Minor]; seen && u != d.GPUUUID {
-			bad(invalidf("/dev/nvidia%d is also GPU %s's", d.Minor, u))
+		gpus[d.GPU.UUID] = gpuFacts{d.GPU.Minor, d.PipeDir}
+		if u, seen := minors[d.GPU.Minor]; seen && u != d.GPU.UUID {
+			bad(invalidf("/dev/nvidia%d is also GPU %s's", d.GPU.Minor, u))
 		}
-		minors[d.Minor] = d.GPUUUID
+		minors[d.GPU.Minor] = d.GPU.UUID
 	}
 	return errors.Join(errs...)
 }
@@ -155,9 +155,9 @@ func validateDevices(devs []Device) error {
 // id once known.
 func deviceNames(d Device) []string {
 	if d.ID == "" {
-		return []string{d.Name()}
+		return []string{d.Name().String()}
 	}
-	return []string{d.Name(), d.ID}
+	return []string{d.Name().String(), d.ID}
 }
 
 // validateSpec runs the CDI library's checks that do not need a file: the

@@ -3,7 +3,6 @@ package cdi
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,10 +12,9 @@ import (
 
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/golden"
 	"yunion.io/x/mps-daemon/pkg/version"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 
 // TestWriteGolden pins the file runtimes read: its name, and every byte.
 func TestWriteGolden(t *testing.T) {
@@ -34,19 +32,7 @@ func TestWriteGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "spec.golden.yaml")
-	if *update {
-		if err := os.WriteFile(golden, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("spec differs from %s (go test -update to refresh):\n%s", golden, got)
-	}
+	golden.Check(t, "spec.golden.yaml", got)
 	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o644 {
 		t.Errorf("spec mode %v (%v), want 0644 so every runtime can read it", fi.Mode(), err)
 	}
@@ -72,7 +58,7 @@ func TestWriteIdenticalIsNoop(t *testing.T) {
 		}
 	}
 	devs := hostDevices()
-	devs[0].MemoryLimitMiB--
+	devs[0].MemoryLimit--
 	if _, changed, err := Sync(o, devs); err != nil || !changed {
 		t.Fatalf("changed Sync = %v, %v", changed, err)
 	}

@@ -214,7 +214,7 @@ func (hc *HostConf) checkCloudpods() []error {
 	if hc.Line("mps_thread_percentage") == 0 {
 		// Cloudpods' host agent writes 100/N into the rows it shares with
 		// us; the same policy keeps either agent from rewriting the other's.
-		hc.ThreadPercentage = "even"
+		hc.Threads = EvenThreads
 	}
 	return errs
 }
@@ -222,24 +222,17 @@ func (hc *HostConf) checkCloudpods() []error {
 // errNoCloudpods is for callers that need the region's settings.
 var errNoCloudpods = errors.New("host.conf has no Cloudpods settings")
 
-// CloudpodsSettings returns the Cloudpods settings with Cloudpods' defaults filled
-// in, or an error when host.conf has none.
+// CloudpodsSettings returns the Cloudpods settings, admin_project "system"
+// when host.conf names none (Cloudpods' default), or an error when host.conf
+// has none. The domains and session_endpoint_type left empty take the
+// keystone client's defaults, Cloudpods' own (pkg/keystone).
 func (hc *HostConf) CloudpodsSettings() (Cloudpods, error) {
 	cp := hc.Cloudpods
 	if cp.AuthURL == "" {
 		return cp, errNoCloudpods
 	}
-	if cp.AdminDomain == "" {
-		cp.AdminDomain = "Default"
-	}
 	if cp.AdminProject == "" {
 		cp.AdminProject = "system"
-	}
-	if cp.AdminProjectDomain == "" {
-		cp.AdminProjectDomain = "Default"
-	}
-	if cp.SessionEndpointType == "" {
-		cp.SessionEndpointType = "internal"
 	}
 	return cp, nil
 }

@@ -30,13 +30,12 @@ func TestCloudpodsKeysChooseTheRegion(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Cloudpods{AuthURL: "https://10.0.0.1:30357/v3", AdminUser: "regionadmin", AdminPassword: "s3cret",
-		AdminDomain: "Default", AdminProject: "system", AdminProjectDomain: "Default", Region: "region0",
-		SessionEndpointType: "internal", SSLCACerts: "/etc/yunion/pki/ca.crt"}
+		AdminProject: "system", Region: "region0", SessionEndpointType: "internal", SSLCACerts: "/etc/yunion/pki/ca.crt"}
 	if cp != want {
 		t.Errorf("settings\n got %+v\nwant %+v", cp, want)
 	}
-	if hc.Backend() != BackendRegion || hc.Layout() != LayoutSingle || hc.ThreadPercentage != "even" {
-		t.Errorf("backend %s layout %s threads %s, want region, single, even", hc.Backend(), hc.Layout(), hc.ThreadPercentage)
+	if hc.Backend() != BackendRegion || hc.Layout() != LayoutSingle || hc.Threads != EvenThreads {
+		t.Errorf("backend %s layout %s threads %s, want region, single, even", hc.Backend(), hc.Layout(), hc.Threads)
 	}
 	if hc.Line("auth_url") != 2 || hc.Line("admin_password") != 4 {
 		t.Errorf("lines of auth_url %d admin_password %d, want 2 and 4", hc.Line("auth_url"), hc.Line("admin_password"))
@@ -51,19 +50,19 @@ func TestExplicitKeysChooseBackendAndLayout(t *testing.T) {
 		extra, backend, layout, threads string
 	}{
 		// An explicit inventory URL keeps the standalone inventory.
-		{"mps_inventory_url: http://10.0.0.9:9330\n", BackendInventory, LayoutPerGPU, "auto"},
-		{"mps_inventory_backend: inventory\n", BackendInventory, LayoutPerGPU, "auto"},
-		{"mps_inventory_backend: inventory\nmps_pipe_layout: single\n", BackendInventory, LayoutSingle, "auto"},
+		{"mps_inventory_url: http://10.0.0.9:9330\n", BackendInventory, LayoutPerGPU, "auto (400/N)"},
+		{"mps_inventory_backend: inventory\n", BackendInventory, LayoutPerGPU, "auto (400/N)"},
+		{"mps_inventory_backend: inventory\nmps_pipe_layout: single\n", BackendInventory, LayoutSingle, "auto (400/N)"},
 		{"mps_pipe_layout: per_gpu\nmps_thread_percentage: 200/N\n", BackendRegion, LayoutPerGPU, "200/N"},
-		{"mps_inventory_url: http://10.0.0.9:9330\nmps-inventory-backend: region\n", BackendRegion, LayoutSingle, "even"},
+		{"mps_inventory_url: http://10.0.0.9:9330\nmps-inventory-backend: region\n", BackendRegion, LayoutSingle, "even (100/N)"},
 	} {
 		hc, err := ParseHostConf("host.conf", []byte(cloudpodsHostConf+tc.extra))
 		if err != nil {
 			t.Errorf("%q: %v", tc.extra, err)
 			continue
 		}
-		if hc.Backend() != tc.backend || hc.Layout() != tc.layout || hc.ThreadPercentage != tc.threads {
-			t.Errorf("%q: backend %s layout %s threads %s, want %s %s %s", tc.extra, hc.Backend(), hc.Layout(), hc.ThreadPercentage, tc.backend, tc.layout, tc.threads)
+		if hc.Backend() != tc.backend || hc.Layout() != tc.layout || hc.Threads.String() != tc.threads {
+			t.Errorf("%q: backend %s layout %s threads %s, want %s %s %s", tc.extra, hc.Backend(), hc.Layout(), hc.Threads, tc.backend, tc.layout, tc.threads)
 		}
 	}
 	hc, err := ParseHostConf("host.conf", []byte("enable_cuda_mps: true\n"))

@@ -65,12 +65,12 @@ type HostConf struct {
 	CDIShmPath string
 	// Accounting is the per-virtual-device memory policy: off, report or
 	// enforce (docs/containers.md).
-	Accounting string
+	Accounting AccountingPolicy
 	// ProcRoot is /proc, read to map MPS clients to virtual devices.
 	ProcRoot string
-	// ThreadPercentage is the thread policy (auto, even, none, K/N or a
-	// percentage); pkg/plan parses and checks it (vdev.ParseThreadPolicy).
-	ThreadPercentage string
+	// Threads is mps_thread_percentage, the thread policy (auto, even,
+	// none, K/N or a percentage; threads.go).
+	Threads ThreadPolicy
 	// HostName is the name registered in the inventory; empty means the
 	// caller uses os.Hostname.
 	HostName  string
@@ -121,7 +121,7 @@ func DefaultHostConf() *HostConf {
 		CDIShmPath:              "/dev/shm",
 		Accounting:              AccountingEnforce,
 		ProcRoot:                "/proc",
-		ThreadPercentage:        "auto",
+		Threads:                 AutoThreads,
 		SysfsRoot:               "/sys",
 		DevRoot:                 "/dev",
 		ReloadHoldTime:          30 * time.Second,
@@ -230,7 +230,7 @@ func (hc *HostConf) set(key string, v *yaml.Node) error {
 	case "mps_proc_root":
 		hc.ProcRoot, err = absPath(v)
 	case "mps_thread_percentage":
-		hc.ThreadPercentage, err = scalarValue(v)
+		hc.Threads, err = threadPolicy(v)
 	case "mps_host_name":
 		hc.HostName, err = scalarValue(v)
 	case "mps_sysfs_root":
@@ -376,21 +376,30 @@ func hostPort(v *yaml.Node) (string, error) {
 	return s, nil
 }
 
-// Accounting policies (mps_accounting).
+// AccountingPolicy is what the host does about a virtual device whose MPS
+// clients use more than its cap (mps_accounting, docs/containers.md).
+type AccountingPolicy string
+
+// Accounting policies.
 const (
-	AccountingOff     = "off"
-	AccountingReport  = "report"
-	AccountingEnforce = "enforce"
+	// AccountingOff: no accounting at all, not even NVML's listing.
+	AccountingOff AccountingPolicy = "off"
+	// AccountingReport: devices over their cap are reported, nobody is
+	// touched.
+	AccountingReport AccountingPolicy = "report"
+	// AccountingEnforce: the client that pushed a device over is
+	// terminated.
+	AccountingEnforce AccountingPolicy = "enforce"
 )
 
-func accountingPolicy(v *yaml.Node) (string, error) {
+func accountingPolicy(v *yaml.Node) (AccountingPolicy, error) {
 	s, err := scalarValue(v)
 	if err != nil {
 		return "", err
 	}
-	switch s {
+	switch p := AccountingPolicy(s); p {
 	case AccountingOff, AccountingReport, AccountingEnforce:
-		return s, nil
+		return p, nil
 	}
 	return "", fmt.Errorf("%q: want off, report or enforce", s)
 }

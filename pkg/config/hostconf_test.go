@@ -127,6 +127,7 @@ func TestParseHostConfErrors(t *testing.T) {
 		{"replicas a list", "cuda_mps_replicas:\n- 1\n", []string{`host.conf:2: cuda_mps_replicas: want a single value, got a list`}},
 		{"replicas a fraction", "cuda_mps_replicas: 2.5", []string{`host.conf:1: cuda_mps_replicas: want a whole number, got "2.5"`}},
 		{"bool", "enable_cuda_mps: maybe", []string{`host.conf:1: enable_cuda_mps: want true or false, got "maybe"`}},
+		{"thread policy", "enable_cuda_mps: true\nzone: a\nmps_thread_percentage: 120\n", []string{`host.conf:3: mps_thread_percentage: "120": want auto, even, none, K/N or a percentage from 1 to 100`}},
 		{"duration unit", "mps_sync_interval: 10x", []string{`host.conf:1: mps_sync_interval: want a duration such as "10s" or a number of seconds, got "10x"`}},
 		{"duration zero", "mps_sync_interval: 0", []string{`host.conf:1: mps_sync_interval: must be positive, got "0"`}},
 		{"duration negative", "mps_inventory_timeout: -5s", []string{`host.conf:1: mps_inventory_timeout: must be positive, got "-5s"`}},

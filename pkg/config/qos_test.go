@@ -16,12 +16,12 @@ func TestParseDevicesQoS(t *testing.T) {
 	}{
 		{"none", entryHead, nil},
 		{"empty value", entryHead + "  mps_qos:\n", nil},
-		{"latency only", entryHead + "  mps_qos:\n    latency: [0]\n", &MPSQoS{Line: 6, LatencySlices: []int{0}, ReservePercent: 8}},
+		{"latency only: reserve 4", entryHead + "  mps_qos:\n    latency: [0]\n", &MPSQoS{Line: 6, LatencySlices: []int{0}, ReservePercent: 4}},
 		{"block list, reserve, sorted", entryHead + "  mps_qos:\n    reserve: 12\n    latency:\n    - 7\n    - 2\n", &MPSQoS{Line: 6, LatencySlices: []int{2, 7}, ReservePercent: 12}},
 		{"flow mapping, quoted numbers", entryHead + "  mps_qos: {latency: [\"3\"], reserve: \"4\"}\n", &MPSQoS{Line: 5, LatencySlices: []int{3}, ReservePercent: 4}},
-		{"empty list: no latency slices", entryHead + "  mps_qos: {latency: []}\n", &MPSQoS{Line: 5, ReservePercent: 8}},
-		{"every slice", "devices:\n- {path: /dev/nvidia0, type: NVIDIA_MPS, virtual_number: 2, mps_qos: {latency: [1, 0]}}\n", &MPSQoS{Line: 2, LatencySlices: []int{0, 1}, ReservePercent: 8}},
-		{"merged", "q: &q {latency: [1]}\n" + entryHead + "  mps_qos: *q\n", &MPSQoS{Line: 1, LatencySlices: []int{1}, ReservePercent: 8}},
+		{"empty list: no latency slices", entryHead + "  mps_qos: {latency: []}\n", &MPSQoS{Line: 5, ReservePercent: DefaultQoSReservePercent}},
+		{"every slice", "devices:\n- {path: /dev/nvidia0, type: NVIDIA_MPS, virtual_number: 2, mps_qos: {latency: [1, 0]}}\n", &MPSQoS{Line: 2, LatencySlices: []int{0, 1}, ReservePercent: DefaultQoSReservePercent}},
+		{"merged", "q: &q {latency: [1]}\n" + entryHead + "  mps_qos: *q\n", &MPSQoS{Line: 1, LatencySlices: []int{1}, ReservePercent: DefaultQoSReservePercent}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			df, err := ParseDevices("dev.yml", []byte(tc.in))

@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"yunion.io/x/mps-daemon/pkg/pci"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // ComputeMode is NVML's compute mode, with NVML's numbering.
@@ -109,24 +110,20 @@ type Info struct {
 	Name  string
 	PCI   pci.Address
 	// PCIVendorID and PCIDeviceID, e.g. 0x10de and 0x2335.
-	PCIVendorID      uint16
-	PCIDeviceID      uint16
-	MemoryTotalBytes uint64
-	// MemoryUsedBytes is what NVML reports in use when the GPU was listed.
-	MemoryUsedBytes uint64
-	ComputeMode     ComputeMode
-	Architecture    Architecture
+	PCIVendorID uint16
+	PCIDeviceID uint16
+	// MemoryTotal is NVML's memory.total.
+	MemoryTotal units.Bytes
+	// MemoryUsed is what NVML reports in use when the GPU was listed.
+	MemoryUsed   units.Bytes
+	ComputeMode  ComputeMode
+	Architecture Architecture
 	// NUMANode is read from sysfs; -1 when unknown.
 	NUMANode int
 	// PCIeGeneration and PCIeWidth are the maximum link (stable, unlike the
 	// current link that drops to Gen1 when the GPU idles); 0 when unknown.
 	PCIeGeneration int
 	PCIeWidth      int
-}
-
-// MemoryTotalMiB is memory.total in MiB, as nvidia-smi prints it.
-func (i Info) MemoryTotalMiB() int {
-	return int(i.MemoryTotalBytes / (1024 * 1024))
 }
 
 // VendorDeviceID is Cloudpods' "10de:2335" form.

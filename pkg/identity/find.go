@@ -45,7 +45,7 @@ const (
 // of another GPU's device) is a decoy: skipped, described in the second
 // result, and the climb goes on. ErrNotFound when nothing was accepted.
 func Find(procDir int, gpuUUID string, t Table) (name, decoy string, err error) {
-	if !validName(vdev.Name(gpuUUID, 0)) {
+	if !validName(string(vdev.NameOf(gpuUUID, 0))) {
 		return "", "", fmt.Errorf("finding identity file: GPU UUID %q: %w", gpuUUID, vdev.ErrBadName)
 	}
 	rel := strings.Split(strings.TrimPrefix(ContainerPath(gpuUUID), "/"), "/")

@@ -39,7 +39,7 @@ func ContainerPath(gpuUUID string) string { return path.Join(ContainerDir, gpuUU
 // content is what an identity file holds.
 func content(name string) []byte { return []byte(name + "\n") }
 
-// validName accepts only what vdev.Name makes, with a GPU UUID fit for a
+// validName accepts only what vdev.NameOf makes, with a GPU UUID fit for a
 // file name (no slash, no dot-only name).
 func validName(name string) bool {
 	uuid, _, err := vdev.ParseName(name)

@@ -28,7 +28,7 @@ func ino(t *testing.T, p string) uint64 {
 
 func TestEnsureCreatesStableRootOnlyFiles(t *testing.T) {
 	s := Store{Dir: filepath.Join(t.TempDir(), "state", "identity")}
-	names := []string{vdev.Name(gpuA, 0), vdev.Name(gpuA, 1), vdev.Name(gpuB, 3)}
+	names := []vdev.Name{vdev.NameOf(gpuA, 0), vdev.NameOf(gpuA, 1), vdev.NameOf(gpuB, 3)}
 	if err := s.Ensure(names); err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestEnsureCreatesStableRootOnlyFiles(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("identity directory mode %v (%v), want 0700: nobody but root may reach the files", fi.Mode(), err)
 	}
-	p, _ := s.Path(vdev.Name(gpuB, 3))
+	p, _ := s.Path(vdev.NameOf(gpuB, 3))
 	if filepath.Base(p) != gpuB+".3" {
 		t.Errorf("file name %q, want %s.3 (no colon)", filepath.Base(p), gpuB)
 	}
@@ -102,22 +102,22 @@ func TestEnsureRefusesWhatIsNotItsOwn(t *testing.T) {
 	if err := s.Ensure(nil); err != nil {
 		t.Fatal(err)
 	}
-	p, _ := s.Path(vdev.Name(gpuA, 0))
+	p, _ := s.Path(vdev.NameOf(gpuA, 0))
 	if err := os.Symlink("/etc/passwd", p); err != nil {
 		t.Fatal(err)
 	}
-	err := s.Ensure([]string{vdev.Name(gpuA, 0), vdev.Name(gpuA, 1)})
+	err := s.Ensure([]vdev.Name{vdev.NameOf(gpuA, 0), vdev.NameOf(gpuA, 1)})
 	if err == nil || !strings.Contains(err.Error(), "not ours to replace") {
 		t.Errorf("a symlink at an identity file's path: %v", err)
 	}
 	if l, _ := os.Readlink(p); l != "/etc/passwd" {
 		t.Error("the symlink was touched")
 	}
-	if p1, _ := s.Path(vdev.Name(gpuA, 1)); !exists(p1) {
+	if p1, _ := s.Path(vdev.NameOf(gpuA, 1)); !exists(p1) {
 		t.Error("one bad entry kept the others from being made")
 	}
 	for _, bad := range []string{"GPU-x", "GPU-a/b::0", "../x::1", "GPU-x::-1"} {
-		if err := s.Ensure([]string{bad}); !errors.Is(err, vdev.ErrBadName) {
+		if err := s.Ensure([]vdev.Name{vdev.Name(bad)}); !errors.Is(err, vdev.ErrBadName) {
 			t.Errorf("name %q: %v, want ErrBadName", bad, err)
 		}
 	}
@@ -129,7 +129,7 @@ func TestEnsureRefusesWhatIsNotItsOwn(t *testing.T) {
 	if err := os.Symlink(t.TempDir(), link); err != nil {
 		t.Fatal(err)
 	}
-	if err := (Store{Dir: link}).Ensure([]string{vdev.Name(gpuA, 0)}); err == nil || !strings.Contains(err.Error(), "not a directory") {
+	if err := (Store{Dir: link}).Ensure([]vdev.Name{vdev.NameOf(gpuA, 0)}); err == nil || !strings.Contains(err.Error(), "not a directory") {
 		t.Errorf("identity directory as a symlink: %v", err)
 	}
 }
@@ -157,7 +157,7 @@ func newFakeProc(t *testing.T, rootBelow string) *fakeProc {
 	t.Helper()
 	base := t.TempDir()
 	s := Store{Dir: filepath.Join(base, "state", "identity")}
-	if err := s.Ensure([]string{vdev.Name(gpuA, 0), vdev.Name(gpuA, 1), vdev.Name(gpuB, 2)}); err != nil {
+	if err := s.Ensure([]vdev.Name{vdev.NameOf(gpuA, 0), vdev.NameOf(gpuA, 1), vdev.NameOf(gpuB, 2)}); err != nil {
 		t.Fatal(err)
 	}
 	tab, err := s.Table()
@@ -195,7 +195,7 @@ func (p *fakeProc) at(uuid string) string {
 
 // mount stands in for the CDI bind mount: a hard link gives the store's
 // inode a second path, as a bind mount does.
-func (p *fakeProc) mount(name, uuid string) {
+func (p *fakeProc) mount(name vdev.Name, uuid string) {
 	p.t.Helper()
 	src, _ := p.store.Path(name)
 	if err := os.Link(src, p.at(uuid)); err != nil {
@@ -210,7 +210,7 @@ func (p *fakeProc) find(uuid string) (string, string, error) {
 func TestFindAcceptsOnlyTheDaemonsOwnFile(t *testing.T) {
 	t.Run("mounted file", func(t *testing.T) {
 		p := newFakeProc(t, "")
-		p.mount(vdev.Name(gpuA, 1), gpuA)
+		p.mount(vdev.NameOf(gpuA, 1), gpuA)
 		name, decoy, err := p.find(gpuA)
 		if err != nil || name != gpuA+"::1" || decoy != "" {
 			t.Errorf("Find = %q, %q, %v", name, decoy, err)
@@ -230,7 +230,7 @@ func TestFindAcceptsOnlyTheDaemonsOwnFile(t *testing.T) {
 			}
 		}, "did not make"},
 		{"an absolute symlink to the host file", func(p *fakeProc) {
-			src, _ := p.store.Path(vdev.Name(gpuA, 0))
+			src, _ := p.store.Path(vdev.NameOf(gpuA, 0))
 			if err := os.Symlink(src, p.at(gpuA)); err != nil {
 				t.Fatal(err)
 			}
@@ -240,7 +240,7 @@ func TestFindAcceptsOnlyTheDaemonsOwnFile(t *testing.T) {
 			if err := os.MkdirAll(filepath.Join(elsewhere, "devices"), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			src, _ := p.store.Path(vdev.Name(gpuA, 0))
+			src, _ := p.store.Path(vdev.NameOf(gpuA, 0))
 			if err := os.Link(src, filepath.Join(elsewhere, "devices", gpuA)); err != nil {
 				t.Fatal(err)
 			}
@@ -272,7 +272,7 @@ func TestFindAcceptsOnlyTheDaemonsOwnFile(t *testing.T) {
 			}
 		}, "did not make"},
 		{"another GPU's device file at this GPU's path", func(p *fakeProc) {
-			p.mount(vdev.Name(gpuB, 2), gpuA)
+			p.mount(vdev.NameOf(gpuB, 2), gpuA)
 		}, "a device of another GPU"},
 	}
 	for _, d := range decoys {
@@ -310,7 +310,7 @@ func TestFindAcceptsOnlyTheDaemonsOwnFile(t *testing.T) {
 // stop the climb.
 func TestFindClimbsOutOfAChroot(t *testing.T) {
 	p := newFakeProc(t, "tmp/jail")
-	p.mount(vdev.Name(gpuA, 0), gpuA)
+	p.mount(vdev.NameOf(gpuA, 0), gpuA)
 	jail := filepath.Join(p.root, "tmp", "jail", ContainerPath(gpuA))
 	if err := os.MkdirAll(filepath.Dir(jail), 0o755); err != nil {
 		t.Fatal(err)
@@ -332,7 +332,7 @@ func TestFindClimbsOutOfAChroot(t *testing.T) {
 // root, where no identity file is) instead of looking at every level.
 func TestFindBelowAVeryDeepRoot(t *testing.T) {
 	p := newFakeProc(t, strings.Repeat("d/", 3*maxLevels))
-	p.mount(vdev.Name(gpuA, 0), gpuA) // at the container's root, far above
+	p.mount(vdev.NameOf(gpuA, 0), gpuA) // at the container's root, far above
 	start := time.Now()
 	if name, _, err := p.find(gpuA); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Find = %q, %v; want ErrNotFound (only the top is searched that far up)", name, err)

@@ -56,13 +56,13 @@ func nameOf(file string) (string, bool) {
 	if err != nil || i < 0 || strconv.Itoa(i) != file[k+1:] {
 		return "", false
 	}
-	name := vdev.Name(file[:k], i)
+	name := string(vdev.NameOf(file[:k], i))
 	return name, validName(name)
 }
 
 // Path is the host file of device name, the source of its CDI bind mount.
-func (s Store) Path(name string) (string, error) {
-	f, err := fileName(name)
+func (s Store) Path(name vdev.Name) (string, error) {
+	f, err := fileName(string(name))
 	if err != nil {
 		return "", err
 	}
@@ -75,13 +75,13 @@ func (s Store) Path(name string) (string, error) {
 // never replaced by another one or removed: a container holding it keeps
 // the inode the daemon knows. Anything at a file's path that is not a
 // regular file is an error, as is a directory that is not root's own.
-func (s Store) Ensure(names []string) error {
+func (s Store) Ensure(names []vdev.Name) error {
 	if err := s.ensureDir(); err != nil {
 		return err
 	}
 	var errs []error
 	for _, n := range names {
-		if err := s.ensureFile(n); err != nil {
+		if err := s.ensureFile(string(n)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -120,7 +120,7 @@ func (s Store) ensureDir() error {
 }
 
 func (s Store) ensureFile(name string) error {
-	path, err := s.Path(name)
+	path, err := s.Path(vdev.Name(name))
 	if err != nil {
 		return err
 	}

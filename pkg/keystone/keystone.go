@@ -103,18 +103,7 @@ func New(o Options) (*Client, error) {
 	if o.Interface == "" {
 		o.Interface = "internal"
 	}
-	if o.HTTP == nil {
-		o.HTTP = &http.Client{}
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = 10 * time.Second
-	}
-	switch {
-	case o.Retries == 0:
-		o.Retries = 3
-	case o.Retries < 0:
-		o.Retries = 0
-	}
+	o.HTTP, o.Timeout, o.Retries = CallDefaults(o.HTTP, o.Timeout, o.Retries)
 	if o.RenewBefore <= 0 {
 		o.RenewBefore = 10 * time.Minute
 	}
@@ -184,7 +173,7 @@ func (c *Client) authenticate(ctx context.Context) (string, error) {
 		if errors.Is(err, ErrUnauthorized) || ctx.Err() != nil || attempt >= c.o.Retries {
 			return "", last
 		}
-		wait := backoff(attempt)
+		wait := Backoff(attempt)
 		c.log.Warn("keystone authentication failed; retrying", "err", err, "retry_in", wait.String())
 		select {
 		case <-ctx.Done():
@@ -194,10 +183,31 @@ func (c *Client) authenticate(ctx context.Context) (string, error) {
 	}
 }
 
-// backoff is 200ms doubled per attempt, with up to 50% jitter.
-func backoff(attempt int) time.Duration {
-	d := 200 * time.Millisecond << min(attempt, 5)
+// Backoff is the wait before a failed call to a Cloudpods service is tried
+// again, attempt counting from 0: 200ms doubled per attempt up to 5s, with
+// up to 50% jitter. pkg/region's calls wait the same.
+func Backoff(attempt int) time.Duration {
+	d := min(200*time.Millisecond<<min(attempt, 5), 5*time.Second)
 	return d + time.Duration(rand.Int64N(int64(d)/2+1))
+}
+
+// CallDefaults fills the defaults of how a Cloudpods service is called, the
+// same for keystone and the region: a plain HTTP client, 10s per attempt,
+// 3 retries (a negative count: none).
+func CallDefaults(httpc *http.Client, timeout time.Duration, retries int) (*http.Client, time.Duration, int) {
+	if httpc == nil {
+		httpc = &http.Client{}
+	}
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	switch {
+	case retries == 0:
+		retries = 3
+	case retries < 0:
+		retries = 0
+	}
+	return httpc, timeout, retries
 }
 
 // authRequest is keystone v3's password authentication body.

@@ -1,3 +1,13 @@
+// Package metrics owns the Prometheus series of the daemon and the
+// inventory: their names, labels, help texts and units. The daemon's state
+// series are built at scrape time from its status (pkg/status), so a GPU or
+// virtual device that is gone is simply absent from the next scrape:
+// nothing is ever deleted and nothing goes stale. Counters (what happened
+// since the process started) live in the collector.
+//
+// GPU series carry dcgm-exporter's labels spelled as dcgm-exporter spells
+// them (gpu, UUID, device, modelName, pci_bus_id, Hostname), so they join
+// with DCGM_FI_* series on UUID (see docs/monitoring.md).
 package metrics
 
 import (
@@ -8,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/version"
 )
 
@@ -16,9 +27,10 @@ type DaemonOptions struct {
 	// Hostname is the Hostname label of every series (the name the host
 	// registers under); empty leaves the label out.
 	Hostname string
-	// Snapshot is called once per scrape; it must be safe to call from any
-	// goroutine.
-	Snapshot func() Snapshot
+	// Status is called once per scrape for the daemon's state as it is
+	// then, so a GPU or device that is gone is simply absent; it must be
+	// safe to call from any goroutine.
+	Status func() status.Status
 	// EnforcementSteps are the steps accounting may take, EnforcementCauses
 	// why; each pair has a series from the start.
 	EnforcementSteps  []string
@@ -27,9 +39,9 @@ type DaemonOptions struct {
 
 // Daemon is the daemon's collector: the counters of what happened since
 // the process started, and the state of GPUs and virtual devices read from
-// a Snapshot at each scrape.
+// the daemon's status at each scrape.
 type Daemon struct {
-	snapshot func() Snapshot
+	status func() status.Status
 
 	reconciles       *prometheus.CounterVec
 	reconcileErrors  *prometheus.CounterVec
@@ -42,7 +54,7 @@ type Daemon struct {
 	d daemonDescs
 }
 
-// daemonDescs are the series built from the snapshot.
+// daemonDescs are the series built from the status.
 type daemonDescs struct {
 	info, ready, inventory, generation, reloadOK, lastReconcile *prometheus.Desc
 	gpus, devices, retiring, accounting                         *prometheus.Desc
@@ -71,7 +83,7 @@ func NewDaemon(o DaemonOptions) *Daemon {
 		return desc(name, help, append(append([]string(nil), deviceLabels...), extra...)...)
 	}
 	d := &Daemon{
-		snapshot: o.Snapshot,
+		status: o.Status,
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mps_daemon_reconciles_total", Help: "Reconciles run, by result (ok or error).", ConstLabels: cl,
 		}, []string{"result"}),
@@ -217,15 +229,15 @@ func (d *Daemon) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect sends the counters, then the state of one fresh snapshot.
+// Collect sends the counters, then the state of one fresh status.
 func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range d.counters() {
 		c.Collect(ch)
 	}
-	if d.snapshot == nil {
+	if d.status == nil {
 		return
 	}
-	s := d.snapshot()
+	s := d.status()
 	x := &d.d
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
@@ -234,34 +246,37 @@ func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
 	gauge(x.ready, boolValue(s.Ready))
 	gauge(x.inventory, boolValue(s.InventoryReachable))
 	gauge(x.generation, float64(s.ConfigGeneration))
-	gauge(x.reloadOK, boolValue(!s.ConfigRejected))
+	gauge(x.reloadOK, boolValue(s.ConfigError == ""))
 	if !s.LastReconcile.IsZero() {
 		gauge(x.lastReconcile, float64(s.LastReconcile.UnixNano())/1e9)
 	}
 	gauge(x.gpus, float64(len(s.GPUs)))
 	gauge(x.devices, float64(s.VirtualDevices))
-	gauge(x.retiring, float64(s.RetiringGPUs))
-	gauge(x.configHeld, boolValue(s.ConfigHeld))
-	gauge(x.restartPending, float64(s.RestartPending))
-	gauge(x.loopStalled, boolValue(s.LoopStalled))
-	if s.AccountingPolicy != "" {
-		for _, p := range withValue(accountingPolicies, s.AccountingPolicy) {
-			gauge(x.accounting, boolValue(p == s.AccountingPolicy), p)
+	gauge(x.retiring, float64(len(s.Retiring)))
+	gauge(x.configHeld, boolValue(s.ConfigHeld != nil))
+	gauge(x.restartPending, float64(len(s.RestartPending)))
+	gauge(x.loopStalled, boolValue(s.Loop.Stalled))
+	if a := s.Accounting; a != nil {
+		if a.Policy != "" {
+			for _, p := range withValue(accountingPolicies, a.Policy) {
+				gauge(x.accounting, boolValue(p == a.Policy), p)
+			}
 		}
-	}
-	if s.AccountingClients != nil {
-		for _, src := range AccountingSources {
-			gauge(x.acctClients, float64(s.AccountingClients[src]), src)
+		// No clients map: no sample (policy off), and no series.
+		if a.Clients != nil {
+			for _, src := range AccountingSources {
+				gauge(x.acctClients, float64(a.Clients[src]), src)
+			}
+			gauge(x.acctMismatches, float64(len(a.Mismatches)))
+			gauge(x.acctQoSEscapes, float64(len(a.QoSEscapes)))
 		}
-		gauge(x.acctMismatches, float64(s.AccountingMismatches))
-		gauge(x.acctQoSEscapes, float64(s.AccountingQoSEscapes))
 	}
 
-	byUUID := map[string]*GPU{}
+	byUUID := map[string]*status.GPU{}
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
 		if byUUID[g.UUID] != nil {
-			continue // one series per GPU, whatever the snapshot says
+			continue // one series per GPU, whatever the status says
 		}
 		byUUID[g.UUID] = g
 		d.collectGPU(gauge, *g)
@@ -272,19 +287,19 @@ func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		seen[dev.Name] = true
-		d.collectDevice(gauge, dev, byUUID[dev.GPUUUID])
+		d.collectDevice(gauge, dev, byUUID[dev.GPU])
 	}
 }
 
 type gaugeFunc func(desc *prometheus.Desc, v float64, labels ...string)
 
-func (d *Daemon) collectGPU(gauge gaugeFunc, g GPU) {
+func (d *Daemon) collectGPU(gauge gaugeFunc, g status.GPU) {
 	x := &d.d
 	l := gpuLabelValues(g)
 	with := func(v string) []string { return append(append([]string(nil), l...), v) }
 	gauge(x.gpuInfo, 1, with(g.Model)...)
-	gauge(x.gpuMemTotal, float64(g.MemoryTotalBytes), l...)
-	gauge(x.gpuMemUsed, float64(g.MemoryUsedBytes), l...)
+	gauge(x.gpuMemTotal, float64(g.MemoryTotal), l...)
+	gauge(x.gpuMemUsed, float64(g.MemoryUsed), l...)
 	if g.ComputeMode != "" {
 		for _, m := range withValue(computeModes, g.ComputeMode) {
 			gauge(x.gpuComputeMode, boolValue(m == g.ComputeMode), with(m)...)
@@ -295,25 +310,25 @@ func (d *Daemon) collectGPU(gauge gaugeFunc, g GPU) {
 	count := map[string]int{}
 	clients := 0
 	for _, srv := range g.Servers {
-		states = withValue(states, srv.State)
-		count[srv.State]++
+		states = withValue(states, srv.Status)
+		count[srv.Status]++
 		clients += srv.Clients
 	}
 	for _, st := range states {
 		gauge(x.gpuServers, float64(count[st]), with(st)...)
 	}
 	gauge(x.gpuClients, float64(clients), l...)
-	gauge(x.gpuEnforced, boolValue(g.CapsEnforced), l...)
+	gauge(x.gpuEnforced, boolValue(g.Enforced), l...)
 	gauge(x.gpuHealthy, boolValue(g.Healthy), l...)
-	gauge(x.gpuVirtualDevices, float64(g.VirtualDevices), l...)
-	gauge(x.gpuPriority, float64(g.DefaultClientPriority), l...)
+	gauge(x.gpuVirtualDevices, float64(g.VirtualNumber), l...)
+	gauge(x.gpuPriority, float64(g.ClientPriority), l...)
 }
 
-func (d *Daemon) collectDevice(gauge gaugeFunc, dev VirtualDevice, g *GPU) {
+func (d *Daemon) collectDevice(gauge gaugeFunc, dev status.Device, g *status.GPU) {
 	x := &d.d
 	l := deviceLabelValues(dev, g)
 	with := func(v string) []string { return append(append([]string(nil), l...), v) }
-	gauge(x.devLimit, float64(dev.CapBytes), l...)
+	gauge(x.devLimit, float64(dev.MemoryLimit), l...)
 	gauge(x.devThreads, float64(dev.ThreadPercentage)/100, l...)
 	gauge(x.devPriority, float64(dev.ClientPriority), l...)
 	if dev.Measured {
@@ -327,8 +342,8 @@ func (d *Daemon) collectDevice(gauge gaugeFunc, dev VirtualDevice, g *GPU) {
 	}
 	gauge(x.devHealthy, boolValue(dev.Healthy), l...)
 	gauge(x.devPending, boolValue(dev.PendingRemoval), l...)
-	if dev.InventoryID != "" {
-		gauge(x.devInfo, 1, with(dev.InventoryID)...)
+	if dev.ID != "" {
+		gauge(x.devInfo, 1, with(dev.ID)...)
 	}
 }
 

@@ -1,10 +1,6 @@
 package metrics
 
 import (
-	"bytes"
-	"flag"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -15,78 +11,83 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+	"yunion.io/x/mps-daemon/internal/testsupport/golden"
+	"yunion.io/x/mps-daemon/pkg/pci"
+	"yunion.io/x/mps-daemon/pkg/status"
+	"yunion.io/x/mps-daemon/pkg/units"
+)
 
 const (
 	uuid0 = "GPU-5d4c3b2a-1f0e-4d3c-9b8a-7f6e5d4c3b2a"
 	uuid1 = "GPU-0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
 )
 
-// hostSnapshot is a host with two H100s: GPU 0 split in two with mps_qos
+// hostStatus is a host with two H100s: GPU 0 split in two with mps_qos
 // (device 0 latency, held and measured; device 1 batch, free), GPU 1 whole,
 // its server in FAULT.
-func hostSnapshot() Snapshot {
-	return Snapshot{
-		Ready: true, InventoryReachable: true, ConfigGeneration: 3, ConfigRejected: true,
+func hostStatus() status.Status {
+	const h100 units.Bytes = 85520809984
+	return status.Status{
+		Ready: true, InventoryReachable: true, ConfigGeneration: 3, ConfigError: "dev.yml:3: rejected",
 		LastReconcile:  time.Date(2026, 11, 22, 2, 41, 4, 0, time.UTC),
-		VirtualDevices: 3, RetiringGPUs: 1, AccountingPolicy: "enforce", ConfigHeld: true, RestartPending: 2,
-		AccountingClients: map[string]int{"identity": 2, "unknown": 1}, AccountingMismatches: 1, AccountingQoSEscapes: 1,
-		GPUs: []GPU{
+		VirtualDevices: 3, Retiring: []string{"GPU-retiring"}, ConfigHeld: &status.Held{}, RestartPending: []string{"mps_listen_address", "mps_host_name"},
+		Accounting: &status.Accounting{Policy: "enforce", Clients: map[string]int{"identity": 2, "unknown": 1},
+			Mismatches: []status.Mismatch{{PID: 1}}, QoSEscapes: []status.QoSEscape{{PID: 2}}},
+		GPUs: []status.GPU{
 			{
-				Index: 0, UUID: uuid0, Model: "NVIDIA H100 80GB HBM3", PCIBusID: "00000000:1A:00.0",
-				MemoryTotalBytes: 85520809984, MemoryUsedBytes: 4 << 30, ComputeMode: "Exclusive_Process",
-				ControlDaemonUp: true, Servers: []Server{{State: "ACTIVE", Clients: 2}}, VirtualDevices: 2,
-				CapsEnforced: true, Healthy: true, DefaultClientPriority: 1,
+				Index: 0, UUID: uuid0, Model: "NVIDIA H100 80GB HBM3", PCI: pci.Address{Bus: 0x1a},
+				MemoryTotal: h100, MemoryUsed: 4 << 30, ComputeMode: "Exclusive_Process",
+				ControlDaemonUp: true, Servers: []status.Server{{Status: "ACTIVE", Clients: 2}}, VirtualNumber: 2,
+				Enforced: true, Healthy: true, ClientPriority: 1,
 			},
 			{
-				Index: 1, UUID: uuid1, Model: "NVIDIA H100 80GB HBM3", PCIBusID: "00000000:DB:00.0",
-				MemoryTotalBytes: 85520809984, ComputeMode: "Exclusive_Process",
-				ControlDaemonUp: true, Servers: []Server{{State: "FAULT", Clients: 1}}, VirtualDevices: 1,
-				CapsEnforced: true, Healthy: false,
+				Index: 1, UUID: uuid1, Model: "NVIDIA H100 80GB HBM3", PCI: pci.Address{Bus: 0xdb},
+				MemoryTotal: h100, ComputeMode: "Exclusive_Process",
+				ControlDaemonUp: true, Servers: []status.Server{{Status: "FAULT", Clients: 1}}, VirtualNumber: 1,
+				Enforced: true, Healthy: false,
 			},
 		},
-		Devices: []VirtualDevice{
+		Devices: []status.Device{
 			{
-				Name: uuid0 + "::0", GPUUUID: uuid0, Addr: "1a:00.0-0", InventoryID: "0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b",
-				CapBytes: 40779 << 20, ThreadPercentage: 100, Measured: true, UsedBytes: 3 << 30, Clients: 2,
+				Name: uuid0 + "::0", GPU: uuid0, Addr: "1a:00.0-0", ID: "0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b",
+				MemoryLimit: (h100.MiB() / 2).Bytes(), ThreadPercentage: 100, Measured: true, UsedBytes: 3 << 30, Clients: 2,
 				Guest: "guest-7", Healthy: true,
 			},
 			{
-				Name: uuid0 + "::1", GPUUUID: uuid0, Addr: "1a:00.0-1", InventoryID: "1c6f6c5f-6e6d-4e7b-8c2b-1d2e3f4a5b6c",
-				CapBytes: 40779 << 20, ThreadPercentage: 92, ClientPriority: 1, Healthy: true,
+				Name: uuid0 + "::1", GPU: uuid0, Addr: "1a:00.0-1", ID: "1c6f6c5f-6e6d-4e7b-8c2b-1d2e3f4a5b6c",
+				MemoryLimit: (h100.MiB() / 2).Bytes(), ThreadPercentage: 92, ClientPriority: 1, Healthy: true,
 			},
 			{
-				Name: uuid1 + "::0", GPUUUID: uuid1, Addr: "db:00.0-0", InventoryID: "2d7a7d6a-7f7e-4f8c-9d3c-2e3f4a5b6c7d",
-				CapBytes: 81559 << 20, ThreadPercentage: 100, Measured: true, UsedBytes: 90000 << 20, Clients: 1, OverCap: true,
+				Name: uuid1 + "::0", GPU: uuid1, Addr: "db:00.0-0", ID: "2d7a7d6a-7f7e-4f8c-9d3c-2e3f4a5b6c7d",
+				MemoryLimit: h100.MiB().Bytes(), ThreadPercentage: 100, Measured: true, UsedBytes: 90000 << 20, Clients: 1, OverCap: true,
 				Guest: "guest-9", Healthy: false, PendingRemoval: true,
 			},
 		},
 	}
 }
 
-// swappable is a snapshot source a test changes between scrapes.
+// swappable is a status source a test changes between scrapes.
 type swappable struct {
 	mu sync.Mutex
-	s  Snapshot
+	s  status.Status
 }
 
-func (w *swappable) get() Snapshot {
+func (w *swappable) get() status.Status {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.s
 }
 
-func (w *swappable) set(s Snapshot) {
+func (w *swappable) set(s status.Status) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.s = s
 }
 
-func newTestDaemon(s Snapshot) (*Daemon, *swappable) {
+func newTestDaemon(s status.Status) (*Daemon, *swappable) {
 	w := &swappable{s: s}
-	return NewDaemon(DaemonOptions{Hostname: "node-1", Snapshot: w.get, EnforcementSteps: []string{"terminate_client", "sigkill"},
+	return NewDaemon(DaemonOptions{Hostname: "node-1", Status: w.get, EnforcementSteps: []string{"terminate_client", "sigkill"},
 		EnforcementCauses: []string{"memory_cap", "qos_escape"}}), w
 }
 
@@ -113,7 +114,7 @@ func describedNames(c prometheus.Collector) []string {
 // against testdata/daemon.prom (go test -update rewrites it). Only
 // mps_daemon_info is left out: it carries the Go version.
 func TestDaemonExposition(t *testing.T) {
-	d, _ := newTestDaemon(hostSnapshot())
+	d, _ := newTestDaemon(hostStatus())
 	d.ObserveReconcile(120*time.Millisecond, "")
 	d.ObserveReconcile(30*time.Millisecond, ErrorInventory)
 	d.ObserveReconcile(10*time.Millisecond, ErrorInventory)
@@ -125,27 +126,15 @@ func TestDaemonExposition(t *testing.T) {
 	d.ObserveEnforcementStep("terminate_client", "qos_escape")
 
 	names := slices.DeleteFunc(describedNames(d), func(n string) bool { return n == "mps_daemon_info" })
-	golden := filepath.Join("testdata", "daemon.prom")
-	if *update {
-		out, err := testutil.CollectAndFormat(d, expfmt.TypeTextPlain, names...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(golden, out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
+	out, err := testutil.CollectAndFormat(d, expfmt.TypeTextPlain, names...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := testutil.CollectAndCompare(d, bytes.NewReader(want), names...); err != nil {
-		t.Error(err)
-	}
+	golden.Check(t, "daemon.prom", out)
 }
 
 func TestInfoSaysVersionAndSimulation(t *testing.T) {
-	s := hostSnapshot()
+	s := hostStatus()
 	s.Simulated = true
 	d, _ := newTestDaemon(s)
 	got := labelsOf(t, gather(t, d), "mps_daemon_info")
@@ -157,7 +146,7 @@ func TestInfoSaysVersionAndSimulation(t *testing.T) {
 // A device removed between two scrapes (a resize) is absent from the
 // second: no stale series, nothing to delete.
 func TestRemovedDeviceLeavesNoSeries(t *testing.T) {
-	d, src := newTestDaemon(hostSnapshot())
+	d, src := newTestDaemon(hostStatus())
 	deviceSeries := []string{
 		"mps_virtual_device_memory_limit_bytes", "mps_virtual_device_thread_limit_ratio", "mps_virtual_device_attached",
 		"mps_virtual_device_healthy", "mps_virtual_device_pending_removal", "mps_virtual_device_info",
@@ -165,7 +154,7 @@ func TestRemovedDeviceLeavesNoSeries(t *testing.T) {
 	if n := testutil.CollectAndCount(d, deviceSeries...); n != 3*len(deviceSeries) {
 		t.Fatalf("%d device series before the resize, want %d", n, 3*len(deviceSeries))
 	}
-	s := hostSnapshot()
+	s := hostStatus()
 	s.Devices = s.Devices[:1] // 1a:00.0-1 and db:00.0-0 removed
 	s.GPUs = s.GPUs[:1]       // and GPU 1 taken out of the configuration
 	src.set(s)
@@ -186,7 +175,7 @@ func TestRemovedDeviceLeavesNoSeries(t *testing.T) {
 // The GPU labels are spelled as dcgm-exporter spells them, with its values,
 // so that DCGM_FI_DEV_* series and ours join on UUID (or gpu + Hostname).
 func TestGPULabelsAsDCGMExporterSpellsThem(t *testing.T) {
-	d, _ := newTestDaemon(hostSnapshot())
+	d, _ := newTestDaemon(hostStatus())
 	want := map[string]string{
 		"gpu": "1", "UUID": uuid1, "device": "nvidia1", "pci_bus_id": "00000000:DB:00.0", "Hostname": "node-1",
 	}
@@ -216,8 +205,8 @@ func TestGPULabelsAsDCGMExporterSpellsThem(t *testing.T) {
 }
 
 func TestStateSeries(t *testing.T) {
-	s := hostSnapshot()
-	s.GPUs[1].Servers = append(s.GPUs[1].Servers, Server{State: "SHUTDOWN"})
+	s := hostStatus()
+	s.GPUs[1].Servers = append(s.GPUs[1].Servers, status.Server{Status: "SHUTDOWN"})
 	s.Devices[1].Measured = false
 	d, _ := newTestDaemon(s)
 	families := gather(t, d)
@@ -274,10 +263,10 @@ func TestStateSeries(t *testing.T) {
 	}
 }
 
-// A device whose GPU is not in the snapshot (a retiring GPU) keeps its
+// A device whose GPU is not in the status (a retiring GPU) keeps its
 // series with the labels it has.
 func TestDeviceOfAnUnlistedGPU(t *testing.T) {
-	s := hostSnapshot()
+	s := hostStatus()
 	s.GPUs = s.GPUs[:1]
 	d, _ := newTestDaemon(s)
 	for _, l := range labelsOf(t, gather(t, d), "mps_virtual_device_pending_removal") {
@@ -288,7 +277,7 @@ func TestDeviceOfAnUnlistedGPU(t *testing.T) {
 }
 
 func TestNoHostnameLeavesTheLabelOut(t *testing.T) {
-	d := NewDaemon(DaemonOptions{Snapshot: hostSnapshot})
+	d := NewDaemon(DaemonOptions{Status: hostStatus})
 	for _, mf := range gather(t, d) {
 		for _, m := range mf.GetMetric() {
 			if _, ok := labelMap(m)[LabelHostname]; ok {
@@ -299,7 +288,7 @@ func TestNoHostnameLeavesTheLabelOut(t *testing.T) {
 }
 
 func TestCountersCountFromZero(t *testing.T) {
-	d, _ := newTestDaemon(Snapshot{})
+	d, _ := newTestDaemon(status.Status{})
 	const want = `
 # HELP mps_daemon_reconcile_errors_total Failed reconciles, by what failed: config (the configuration does not fit the GPUs), gpu (NVML), mps (a control daemon), inventory.
 # TYPE mps_daemon_reconcile_errors_total counter
@@ -330,7 +319,7 @@ mps_daemon_reconciles_total{Hostname="node-1",result="ok"} 1
 
 // promlint, as client_golang ships it: names, units, _total, help texts.
 func TestDaemonLint(t *testing.T) {
-	d, _ := newTestDaemon(hostSnapshot())
+	d, _ := newTestDaemon(hostStatus())
 	d.ObserveReconcile(time.Second, ErrorGPU)
 	problems, err := testutil.CollectAndLint(d)
 	if err != nil {
@@ -344,7 +333,7 @@ func TestDaemonLint(t *testing.T) {
 // promtool check metrics on what a scrape of the daemon's registry returns
 // (Go runtime and process series included).
 func TestDaemonPromtool(t *testing.T) {
-	d, _ := newTestDaemon(hostSnapshot())
+	d, _ := newTestDaemon(hostStatus())
 	d.ObserveReconcile(time.Second, ErrorGPU)
 	checkMetricsWithPromtool(t, scrape(t, NewRegistry(d)))
 }

@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"yunion.io/x/mps-daemon/pkg/status"
 )
 
 // Label names. The GPU labels are dcgm-exporter's, spelled as it spells
@@ -35,14 +37,14 @@ var (
 )
 
 // gpuLabelValues are one GPU's values for gpuLabels.
-func gpuLabelValues(g GPU) []string {
-	return []string{strconv.Itoa(g.Index), g.UUID, "nvidia" + strconv.Itoa(g.Index), g.PCIBusID}
+func gpuLabelValues(g status.GPU) []string {
+	return []string{strconv.Itoa(g.Index), g.UUID, "nvidia" + strconv.Itoa(g.Index), g.PCI.NVML()}
 }
 
 // deviceLabelValues are one device's values for deviceLabels. A device of a
-// GPU the snapshot does not list (a retiring GPU) has only its UUID.
-func deviceLabelValues(d VirtualDevice, g *GPU) []string {
-	v := []string{"", d.GPUUUID, "", ""}
+// GPU the status does not list (a retiring GPU) has only its UUID.
+func deviceLabelValues(d status.Device, g *status.GPU) []string {
+	v := []string{"", d.GPU, "", ""}
 	if g != nil {
 		v = gpuLabelValues(*g)
 	}

@@ -1,4 +1,4 @@
-package mps
+package mps_test
 
 import (
 	"context"
@@ -9,14 +9,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 )
 
 // runContract is what the agent relies on from a control, run the same way
 // against the simulator (CI) and the real nvidia-cuda-mps-control (a GPU
 // host): passing on both is what makes the simulator a fair stand-in.
-func runContract(t *testing.T, r Runner, env Env) {
+func runContract(t *testing.T, r mps.Runner, env mps.Env) {
 	ctx := t.Context()
-	c := NewController(r, env, 10*time.Second, slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	c := mps.NewController(r, env, 10*time.Second, slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(func() {
 		// Never leave a daemon behind, even when an assertion failed.
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -32,7 +35,7 @@ func runContract(t *testing.T, r Runner, env Env) {
 		}
 	}
 	step("no daemon", func(t *testing.T) {
-		if _, err := c.command(ctx, "get_server_list"); !errors.Is(err, ErrNoDaemon) {
+		if _, err := c.Command(ctx, "get_server_list"); !errors.Is(err, mps.ErrNoDaemon) {
 			t.Fatalf("get_server_list = %v, want ErrNoDaemon", err)
 		}
 		if up, err := c.Running(ctx); err != nil || up {
@@ -56,27 +59,27 @@ func runContract(t *testing.T, r Runner, env Env) {
 	})
 	step("initial defaults", func(t *testing.T) {
 		got, err := c.Defaults(ctx)
-		if err != nil || got != (Limits{ThreadPercentage: 100}) {
+		if err != nil || got != (mps.Limits{ThreadPercentage: 100}) {
 			t.Fatalf("Defaults = %+v, %v; want 100%% and no memory limit", got, err)
 		}
 	})
 	step("set defaults", func(t *testing.T) {
-		if err := c.SetDefaults(ctx, Limits{PinnedMemMiB: 35942, ThreadPercentage: 25}); err != nil {
+		if err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: 35942, ThreadPercentage: 25}); err != nil {
 			t.Fatal(err)
 		}
 		got, err := c.Defaults(ctx)
-		if err != nil || got != (Limits{PinnedMemMiB: 35 * 1024, ThreadPercentage: 25}) {
+		if err != nil || got != (mps.Limits{MemoryLimit: 35 * 1024, ThreadPercentage: 25}) {
 			t.Fatalf("Defaults = %+v, %v; want 35G read back (display rounds down) and 25.0", got, err)
 		}
-		if out, err := c.command(ctx, "get_default_device_pinned_mem_limit 0"); err != nil || out != "35G\n" {
+		if out, err := c.Command(ctx, "get_default_device_pinned_mem_limit 0"); err != nil || out != "35G\n" {
 			t.Fatalf("get_default_device_pinned_mem_limit 0 = %q, %v; want 35G", out, err)
 		}
-		if out, err := c.command(ctx, "get_default_active_thread_percentage"); err != nil || out != "25.0\n" {
+		if out, err := c.Command(ctx, "get_default_active_thread_percentage"); err != nil || out != "25.0\n" {
 			t.Fatalf("get_default_active_thread_percentage = %q, %v; want 25.0", out, err)
 		}
 	})
 	step("out-of-range percentage refused", func(t *testing.T) {
-		err := c.SetDefaults(ctx, Limits{PinnedMemMiB: 35942, ThreadPercentage: 150})
+		err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: 35942, ThreadPercentage: 150})
 		if err == nil || !strings.Contains(err.Error(), "150") {
 			t.Fatalf("SetDefaults(150%%) = %v, want an error naming 150", err)
 		}
@@ -90,19 +93,19 @@ func runContract(t *testing.T, r Runner, env Env) {
 		if got, err := c.Defaults(ctx); err != nil || got.ClientPriority != 0 {
 			t.Fatalf("Defaults = %+v, %v; want client priority 0 before any is set", got, err)
 		}
-		if err := c.SetDefaults(ctx, Limits{PinnedMemMiB: 35942, ThreadPercentage: 25, ClientPriority: 1}); err != nil {
+		if err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: 35942, ThreadPercentage: 25, ClientPriority: 1}); err != nil {
 			t.Fatal(err)
 		}
-		if out, err := c.command(ctx, "get_default_client_priority"); err != nil || strings.TrimSpace(out) != "1" {
+		if out, err := c.Command(ctx, "get_default_client_priority"); err != nil || strings.TrimSpace(out) != "1" {
 			t.Fatalf("get_default_client_priority = %q, %v; want 1", out, err)
 		}
-		if _, err := c.command(ctx, "set_default_client_priority 2"); !errors.Is(err, ErrInvalidPriority) {
+		if _, err := c.Command(ctx, "set_default_client_priority 2"); !errors.Is(err, mps.ErrInvalidPriority) {
 			t.Fatalf("set_default_client_priority 2 = %v, want ErrInvalidPriority", err)
 		}
-		if got, err := c.Defaults(ctx); err != nil || got != (Limits{PinnedMemMiB: 35 * 1024, ThreadPercentage: 25, ClientPriority: 1}) {
+		if got, err := c.Defaults(ctx); err != nil || got != (mps.Limits{MemoryLimit: 35 * 1024, ThreadPercentage: 25, ClientPriority: 1}) {
 			t.Fatalf("Defaults = %+v, %v; want priority 1 left in place", got, err)
 		}
-		if err := c.SetDefaults(ctx, Limits{PinnedMemMiB: 35942, ThreadPercentage: 25}); err != nil {
+		if err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: 35942, ThreadPercentage: 25}); err != nil {
 			t.Fatal(err)
 		}
 		if got, err := c.Defaults(ctx); err != nil || got.ClientPriority != 0 {
@@ -110,12 +113,12 @@ func runContract(t *testing.T, r Runner, env Env) {
 		}
 	})
 	step("unknown command", func(t *testing.T) {
-		if _, err := c.command(ctx, "nosuchcommand"); !errors.Is(err, ErrUnknownCommand) {
+		if _, err := c.Command(ctx, "nosuchcommand"); !errors.Is(err, mps.ErrUnknownCommand) {
 			t.Fatalf("nosuchcommand = %v, want ErrUnknownCommand", err)
 		}
 	})
 	step("server pid required", func(t *testing.T) {
-		if _, err := c.command(ctx, "get_server_status"); !errors.Is(err, ErrPIDRequired) {
+		if _, err := c.Command(ctx, "get_server_status"); !errors.Is(err, mps.ErrPIDRequired) {
 			t.Fatalf("get_server_status = %v, want ErrPIDRequired", err)
 		}
 	})
@@ -136,7 +139,7 @@ func runContract(t *testing.T, r Runner, env Env) {
 
 func TestContractSim(t *testing.T) {
 	dir := t.TempDir()
-	runContract(t, NewSimRunner(nil), Env{
+	runContract(t, mpssim.New(nil), mps.Env{
 		PipeDir:        filepath.Join(dir, "p"),
 		LogDir:         filepath.Join(dir, "l"),
 		VisibleDevices: "GPU-0757c6d5-b93a-6cd1-29ca-e10c633c5de6",
@@ -170,7 +173,7 @@ func TestContractReal(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	runContract(t, NewExecRunner(bin), Env{
+	runContract(t, mps.NewExecRunner(bin), mps.Env{
 		PipeDir:        filepath.Join(dir, "p"),
 		LogDir:         filepath.Join(dir, "l"),
 		VisibleDevices: gpu,

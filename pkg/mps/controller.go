@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // maxSocketPath is the longest unix socket path that binds: sun_path holds
@@ -21,8 +23,8 @@ const pollInterval = 100 * time.Millisecond
 
 // Limits are the defaults a control daemon gives every server it starts.
 type Limits struct {
-	PinnedMemMiB     int     // set_default_device_pinned_mem_limit 0 <n>M; 0 = none
-	ThreadPercentage float64 // set_default_active_thread_percentage, (0, 100]
+	MemoryLimit      units.MiB // set_default_device_pinned_mem_limit 0 <n>M; 0 = none
+	ThreadPercentage float64   // set_default_active_thread_percentage, (0, 100]
 	// ClientPriority is set_default_client_priority, 0 or 1 (priority.go):
 	// a default of the control daemon only; a running server's cannot be
 	// read or set, so server limits leave it at 0.
@@ -244,11 +246,11 @@ func (c *Controller) SetDefaults(ctx context.Context, l Limits) error {
 	// The range check also catches what the echo cannot: 100.04 is refused
 	// but echoes an unchanged 100.0 as "100.0".
 	inRange := l.ThreadPercentage > 0 && l.ThreadPercentage <= 100
-	if !inRange || formatThreadPercentage(echo) != formatThreadPercentage(l.ThreadPercentage) {
+	if !inRange || FormatThreadPercentage(echo) != FormatThreadPercentage(l.ThreadPercentage) {
 		return fmt.Errorf("mps refused active thread percentage %s (valid: above 0, at most 100): it still reads %s",
-			p, formatThreadPercentage(echo))
+			p, FormatThreadPercentage(echo))
 	}
-	cmd := "set_default_device_pinned_mem_limit " + c.ordinal + " " + FormatMemLimit(l.PinnedMemMiB)
+	cmd := "set_default_device_pinned_mem_limit " + c.ordinal + " " + FormatMemLimit(l.MemoryLimit)
 	out, err = c.command(ctx, cmd)
 	if err != nil {
 		return fmt.Errorf("setting pinned memory limit: %w", err)
@@ -275,10 +277,10 @@ func (c *Controller) SetDefaults(ctx context.Context, l Limits) error {
 // checkReadBack compares limits as the getters print them (rounded, see
 // DisplayMemLimit) with what was set; nil when they match.
 func checkReadBack(got, want Limits) error {
-	if g, w := formatThreadPercentage(got.ThreadPercentage), formatThreadPercentage(want.ThreadPercentage); g != w {
+	if g, w := FormatThreadPercentage(got.ThreadPercentage), FormatThreadPercentage(want.ThreadPercentage); g != w {
 		return fmt.Errorf("active thread percentage reads back %s, want %s", g, w)
 	}
-	if g, w := DisplayMemLimit(got.PinnedMemMiB), DisplayMemLimit(want.PinnedMemMiB); g != w {
+	if g, w := DisplayMemLimit(got.MemoryLimit), DisplayMemLimit(want.MemoryLimit); g != w {
 		return fmt.Errorf("pinned memory reads back %s, want %s", orNone(g), orNone(w))
 	}
 	return nil
@@ -295,7 +297,7 @@ func orNone(s string) string {
 	return s
 }
 
-// Defaults reads the daemon's defaults. PinnedMemMiB is what the control
+// Defaults reads the daemon's defaults. MemoryLimit is what the control
 // prints, rounded down to whole GiB from 1 GiB on (see DisplayMemLimit); 0
 // means no limit.
 func (c *Controller) Defaults(ctx context.Context) (Limits, error) {
@@ -323,11 +325,11 @@ func (c *Controller) readLimits(ctx context.Context, pctCommand, memCommand stri
 	if err != nil {
 		return Limits{}, fmt.Errorf("pinned memory limit: %w", err)
 	}
-	mib, _, err := ParseMemLimit(out)
+	limit, _, err := ParseMemLimit(out)
 	if err != nil {
 		return Limits{}, fmt.Errorf("pinned memory limit: %w", err)
 	}
-	return Limits{PinnedMemMiB: mib, ThreadPercentage: p}, nil
+	return Limits{MemoryLimit: limit, ThreadPercentage: p}, nil
 }
 
 // Servers lists the daemon's MPS server PIDs; servers start lazily with the

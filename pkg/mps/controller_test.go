@@ -1,4 +1,4 @@
-package mps
+package mps_test
 
 import (
 	"bytes"
@@ -11,16 +11,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 )
 
-func simEnv(t *testing.T) Env {
+func simEnv(t *testing.T) mps.Env {
 	dir := t.TempDir()
-	return Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l"), VisibleDevices: "GPU-1"}
+	return mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l"), VisibleDevices: "GPU-1"}
 }
 
 func TestEnsureRefusesLongPipeDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
-	c := NewController(NewSimRunner(nil), Env{PipeDir: dir}, time.Second, nil)
+	c := mps.NewController(mpssim.New(nil), mps.Env{PipeDir: dir}, time.Second, nil)
 	_, err := c.Ensure(t.Context())
 	if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "107") {
 		t.Fatalf("Ensure = %v, want an error naming the directory and the 107-byte limit", err)
@@ -36,7 +39,7 @@ func TestEnsureMakesDirectoriesTraversable(t *testing.T) {
 	if err := os.Mkdir(env.PipeDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	c := NewController(NewSimRunner(nil), env, 5*time.Second, nil)
+	c := mps.NewController(mpssim.New(nil), env, 5*time.Second, nil)
 	if _, err := c.Ensure(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -54,14 +57,14 @@ func TestEnsureMakesDirectoriesTraversable(t *testing.T) {
 // deadRunner is a control whose daemon never comes up.
 type deadRunner struct{}
 
-func (deadRunner) Run(context.Context, Env, string) (Output, error) {
-	return Output{Stderr: msgNoDaemon + "\n", ExitCode: 1}, nil
+func (deadRunner) Run(context.Context, mps.Env, string) (mps.Output, error) {
+	return mps.Output{Stderr: mps.MsgNoDaemon + "\n", ExitCode: 1}, nil
 }
-func (deadRunner) Start(context.Context, Env) error { return nil }
+func (deadRunner) Start(context.Context, mps.Env) error { return nil }
 
 func TestEnsureDaemonNeverComesUp(t *testing.T) {
 	env := simEnv(t)
-	c := NewController(deadRunner{}, env, 300*time.Millisecond, nil)
+	c := mps.NewController(deadRunner{}, env, 300*time.Millisecond, nil)
 	_, err := c.Ensure(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "did not come up") ||
 		!strings.Contains(err.Error(), filepath.Join(env.LogDir, "control.log")) {
@@ -70,30 +73,30 @@ func TestEnsureDaemonNeverComesUp(t *testing.T) {
 }
 
 // ignoringRunner is a control that acknowledges memory limits and drops them.
-type ignoringRunner struct{ *SimRunner }
+type ignoringRunner struct{ *mpssim.Runner }
 
-func (r ignoringRunner) Run(ctx context.Context, env Env, command string) (Output, error) {
+func (r ignoringRunner) Run(ctx context.Context, env mps.Env, command string) (mps.Output, error) {
 	if strings.HasPrefix(command, "set_default_device_pinned_mem_limit ") {
-		return Output{}, nil
+		return mps.Output{}, nil
 	}
-	return r.SimRunner.Run(ctx, env, command)
+	return r.Runner.Run(ctx, env, command)
 }
 
 func TestSetDefaultsReadsBack(t *testing.T) {
 	cases := []struct {
 		name    string
-		limits  Limits
+		limits  mps.Limits
 		wantErr string // "" = success
 	}{
-		{"applied", Limits{PinnedMemMiB: 20389, ThreadPercentage: 25}, ""},
-		{"fraction", Limits{PinnedMemMiB: 512, ThreadPercentage: 33.5}, ""},
-		{"no memory limit", Limits{ThreadPercentage: 100}, ""},
-		{"percentage too high", Limits{PinnedMemMiB: 512, ThreadPercentage: 150}, "150"},
-		{"percentage zero", Limits{PinnedMemMiB: 512, ThreadPercentage: 0}, "refused active thread percentage 0"},
+		{"applied", mps.Limits{MemoryLimit: 20389, ThreadPercentage: 25}, ""},
+		{"fraction", mps.Limits{MemoryLimit: 512, ThreadPercentage: 33.5}, ""},
+		{"no memory limit", mps.Limits{ThreadPercentage: 100}, ""},
+		{"percentage too high", mps.Limits{MemoryLimit: 512, ThreadPercentage: 150}, "150"},
+		{"percentage zero", mps.Limits{MemoryLimit: 512, ThreadPercentage: 0}, "refused active thread percentage 0"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ctl := NewController(NewSimRunner(nil), simEnv(t), 5*time.Second, nil)
+			ctl := mps.NewController(mpssim.New(nil), simEnv(t), 5*time.Second, nil)
 			if _, err := ctl.Ensure(t.Context()); err != nil {
 				t.Fatal(err)
 			}
@@ -104,7 +107,7 @@ func TestSetDefaultsReadsBack(t *testing.T) {
 				}
 				got, err := ctl.Defaults(t.Context())
 				if err != nil || got.ThreadPercentage != c.limits.ThreadPercentage ||
-					DisplayMemLimit(got.PinnedMemMiB) != DisplayMemLimit(c.limits.PinnedMemMiB) {
+					mps.DisplayMemLimit(got.MemoryLimit) != mps.DisplayMemLimit(c.limits.MemoryLimit) {
 					t.Fatalf("Defaults = %+v, %v after SetDefaults(%+v)", got, err, c.limits)
 				}
 				return
@@ -118,11 +121,11 @@ func TestSetDefaultsReadsBack(t *testing.T) {
 
 func TestSetDefaultsDetectsDroppedMemoryLimit(t *testing.T) {
 	env := simEnv(t)
-	ctl := NewController(ignoringRunner{NewSimRunner(nil)}, env, 5*time.Second, nil)
+	ctl := mps.NewController(ignoringRunner{mpssim.New(nil)}, env, 5*time.Second, nil)
 	if _, err := ctl.Ensure(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	err := ctl.SetDefaults(t.Context(), Limits{PinnedMemMiB: 35942, ThreadPercentage: 25})
+	err := ctl.SetDefaults(t.Context(), mps.Limits{MemoryLimit: 35942, ThreadPercentage: 25})
 	want := "mps limits not applied: pinned memory reads back none, want 35G"
 	if err == nil || err.Error() != want {
 		t.Fatalf("SetDefaults = %v, want %q", err, want)
@@ -132,14 +135,14 @@ func TestSetDefaultsDetectsDroppedMemoryLimit(t *testing.T) {
 // blockingRunner answers nothing until its context ends, like a wedged daemon.
 type blockingRunner struct{}
 
-func (blockingRunner) Run(ctx context.Context, _ Env, _ string) (Output, error) {
+func (blockingRunner) Run(ctx context.Context, _ mps.Env, _ string) (mps.Output, error) {
 	<-ctx.Done()
-	return Output{}, ctx.Err()
+	return mps.Output{}, ctx.Err()
 }
-func (blockingRunner) Start(ctx context.Context, _ Env) error { <-ctx.Done(); return ctx.Err() }
+func (blockingRunner) Start(ctx context.Context, _ mps.Env) error { <-ctx.Done(); return ctx.Err() }
 
 func TestControllerCallsHaveTimeouts(t *testing.T) {
-	c := NewController(blockingRunner{}, simEnv(t), 50*time.Millisecond, nil)
+	c := mps.NewController(blockingRunner{}, simEnv(t), 50*time.Millisecond, nil)
 	if _, err := c.Servers(t.Context()); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Servers on a wedged daemon = %v, want a deadline error", err)
 	}
@@ -151,7 +154,7 @@ func TestControllerCallsHaveTimeouts(t *testing.T) {
 func TestControllerLogsEachCommand(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c := NewController(NewSimRunner(nil), simEnv(t), 5*time.Second, log)
+	c := mps.NewController(mpssim.New(nil), simEnv(t), 5*time.Second, log)
 	if up, err := c.Running(t.Context()); err != nil || up {
 		t.Fatalf("Running = %v, %v", up, err)
 	}
@@ -165,7 +168,7 @@ func TestControllerLogsEachCommand(t *testing.T) {
 }
 
 func TestQuitWithoutDaemon(t *testing.T) {
-	c := NewController(NewSimRunner(nil), simEnv(t), time.Second, nil)
+	c := mps.NewController(mpssim.New(nil), simEnv(t), time.Second, nil)
 	if err := c.Quit(t.Context()); err != nil {
 		t.Fatalf("Quit with no daemon = %v, want nil (already stopped)", err)
 	}
@@ -173,21 +176,21 @@ func TestQuitWithoutDaemon(t *testing.T) {
 
 func TestEnsureAdoptsAfterRestart(t *testing.T) {
 	env := simEnv(t)
-	first := NewController(NewSimRunner(nil), env, 5*time.Second, nil)
+	first := mps.NewController(mpssim.New(nil), env, 5*time.Second, nil)
 	if adopted, err := first.Ensure(t.Context()); err != nil || adopted {
 		t.Fatalf("first Ensure = %v, %v", adopted, err)
 	}
-	if err := first.SetDefaults(t.Context(), Limits{PinnedMemMiB: 20389, ThreadPercentage: 25}); err != nil {
+	if err := first.SetDefaults(t.Context(), mps.Limits{MemoryLimit: 20389, ThreadPercentage: 25}); err != nil {
 		t.Fatal(err)
 	}
 	// The agent restarted: new runner, new controller, same pipe directory.
-	second := NewController(NewSimRunner(nil), env, 5*time.Second, nil)
+	second := mps.NewController(mpssim.New(nil), env, 5*time.Second, nil)
 	adopted, err := second.Ensure(t.Context())
 	if err != nil || !adopted {
 		t.Fatalf("Ensure after restart = %v, %v; want the daemon adopted", adopted, err)
 	}
 	got, err := second.Defaults(t.Context())
-	if err != nil || got != (Limits{PinnedMemMiB: 19 * 1024, ThreadPercentage: 25}) {
+	if err != nil || got != (mps.Limits{MemoryLimit: 19 * 1024, ThreadPercentage: 25}) {
 		t.Fatalf("adopted daemon's defaults = %+v, %v", got, err)
 	}
 }

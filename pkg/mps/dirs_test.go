@@ -1,4 +1,4 @@
-package mps
+package mps_test
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 )
 
 func TestPipeAndLogDirectoriesServeEveryUIDAndNoMore(t *testing.T) {
@@ -25,8 +28,8 @@ func TestPipeAndLogDirectoriesServeEveryUIDAndNoMore(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = os.Chmod(filepath.Join(root, "pipe"), 0o777)
-	env := Env{PipeDir: filepath.Join(root, "pipe", "GPU-1"), LogDir: filepath.Join(root, "log", "GPU-1"), VisibleDevices: "GPU-1"}
-	c := NewController(NewSimRunner(nil), env, 5*time.Second, nil)
+	env := mps.Env{PipeDir: filepath.Join(root, "pipe", "GPU-1"), LogDir: filepath.Join(root, "log", "GPU-1"), VisibleDevices: "GPU-1"}
+	c := mps.NewController(mpssim.New(nil), env, 5*time.Second, nil)
 	if _, err := c.Ensure(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -48,25 +51,25 @@ func TestServerModeSwitchesOnlyWhenIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	r := NewSimRunner(nil)
-	perUser := Env{PipeDir: dir + "/p", LogDir: dir + "/l", VisibleDevices: "GPU-1"}
+	r := mpssim.New(nil)
+	perUser := mps.Env{PipeDir: dir + "/p", LogDir: dir + "/l", VisibleDevices: "GPU-1"}
 	multi := perUser
 	multi.MultiUser = true
-	if _, err := NewController(r, perUser, 5*time.Second, nil).Ensure(ctx); err != nil {
+	if _, err := mps.NewController(r, perUser, 5*time.Second, nil).Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if m, known := recordedMode(perUser.PipeDir); !known || m {
+	if m, known := mps.RecordedMode(perUser.PipeDir); !known || m {
 		t.Fatalf("mode recorded %v/%v, want per-user", m, known)
 	}
 	// A client is connected: switching would kill it, so the daemon stays.
 	if _, err := r.AddClient(perUser.PipeDir, 11); err != nil {
 		t.Fatal(err)
 	}
-	adopted, err := NewController(r, multi, 5*time.Second, nil).Ensure(ctx)
+	adopted, err := mps.NewController(r, multi, 5*time.Second, nil).Ensure(ctx)
 	if err != nil || !adopted {
 		t.Fatalf("busy daemon: adopted=%v err=%v, want it adopted unchanged", adopted, err)
 	}
-	if m, _ := recordedMode(perUser.PipeDir); m {
+	if m, _ := mps.RecordedMode(perUser.PipeDir); m {
 		t.Fatal("a busy daemon was switched")
 	}
 	// Idle: the server is gone (the real one exits with its last client only
@@ -74,7 +77,7 @@ func TestServerModeSwitchesOnlyWhenIdle(t *testing.T) {
 	if err := r.RemoveClient(perUser.PipeDir, 11); err != nil {
 		t.Fatal(err)
 	}
-	ctl := NewController(r, multi, 5*time.Second, nil)
+	ctl := mps.NewController(r, multi, 5*time.Second, nil)
 	servers, _ := ctl.Servers(ctx)
 	for _, s := range servers {
 		if err := ctl.ShutdownServer(ctx, s); err != nil {
@@ -85,16 +88,7 @@ func TestServerModeSwitchesOnlyWhenIdle(t *testing.T) {
 	if err != nil || adopted {
 		t.Fatalf("idle daemon: adopted=%v err=%v, want a fresh start", adopted, err)
 	}
-	if m, known := recordedMode(perUser.PipeDir); !known || !m {
+	if m, known := mps.RecordedMode(perUser.PipeDir); !known || !m {
 		t.Fatal("the restarted daemon should serve every UID (-multiuser-server)")
-	}
-}
-
-func TestStartArgs(t *testing.T) {
-	if got := startArgs(Env{MultiUser: true}); len(got) != 2 || got[1] != "-multiuser-server" {
-		t.Errorf("multi-user start args %v", got)
-	}
-	if got := startArgs(Env{}); len(got) != 1 || got[0] != "-d" {
-		t.Errorf("per-user start args %v", got)
 	}
 }

@@ -1,10 +1,14 @@
-package mps
+package mps_test
 
 import (
 	"context"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // A mixed two-GPU host: A (an older, slower GPU) has the lower PCI address,
@@ -14,12 +18,12 @@ const (
 	gpuB = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
 )
 
-func mixedHost(t *testing.T) (*SimRunner, Env) {
+func mixedHost(t *testing.T) (*mpssim.Runner, mps.Env) {
 	t.Helper()
-	r := NewSimRunner(nil)
+	r := mpssim.New(nil)
 	r.SetCUDAOrder([]string{gpuB, gpuA})
 	dir := t.TempDir()
-	return r, Env{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log")}
+	return r, mps.Env{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log")}
 }
 
 // The single layout: the daemon is started with the UUIDs in a chosen
@@ -27,12 +31,12 @@ func mixedHost(t *testing.T) (*SimRunner, Env) {
 // server enforces A's cap on A and B's on B.
 func TestSingleLayoutCapsLandOnTheirGPU(t *testing.T) {
 	r, env := mixedHost(t)
-	env.VisibleDevices, env.Single = VisibleList([]string{gpuA, gpuB}), true
+	env.VisibleDevices, env.Single = mps.VisibleList([]string{gpuA, gpuB}), true
 	ctx := context.Background()
-	base := NewController(r, env, 5*time.Second, nil)
-	caps := map[string]int{gpuA: 11264, gpuB: 40960}
+	base := mps.NewController(r, env, 5*time.Second, nil)
+	caps := map[string]units.MiB{gpuA: 11264, gpuB: 40960}
 	for _, uuid := range []string{gpuA, gpuB} {
-		i, ok := Ordinal(env.VisibleDevices, uuid)
+		i, ok := mps.Ordinal(env.VisibleDevices, uuid)
 		if !ok {
 			t.Fatalf("%s not in %s", uuid, env.VisibleDevices)
 		}
@@ -40,7 +44,7 @@ func TestSingleLayoutCapsLandOnTheirGPU(t *testing.T) {
 		if _, err := c.Ensure(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.SetDefaults(ctx, Limits{PinnedMemMiB: caps[uuid], ThreadPercentage: 50}); err != nil {
+		if err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: caps[uuid], ThreadPercentage: 50}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -53,12 +57,12 @@ func TestSingleLayoutCapsLandOnTheirGPU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.PinnedMemMiB != want {
-			t.Errorf("%s: server enforces %d MiB, want %d", uuid, got.PinnedMemMiB, want)
+		if got.MemoryLimit != want {
+			t.Errorf("%s: server enforces %d MiB, want %d", uuid, got.MemoryLimit, want)
 		}
 	}
 	// Read back per device, through the controllers.
-	if l, err := base.ForDevice(1).Defaults(ctx); err != nil || DisplayMemLimit(l.PinnedMemMiB) != DisplayMemLimit(caps[gpuB]) {
+	if l, err := base.ForDevice(1).Defaults(ctx); err != nil || mps.DisplayMemLimit(l.MemoryLimit) != mps.DisplayMemLimit(caps[gpuB]) {
 		t.Errorf("device 1 defaults %+v (%v), want B's cap", l, err)
 	}
 }
@@ -70,15 +74,15 @@ func TestSingleLayoutCapsLandOnTheirGPU(t *testing.T) {
 func TestNvidiaSmiIndexOnCUDAOrderMisplacesCaps(t *testing.T) {
 	r, env := mixedHost(t)
 	ctx := context.Background()
-	base := NewController(r, env, 5*time.Second, nil)
+	base := mps.NewController(r, env, 5*time.Second, nil)
 	smiIndex := map[string]int{gpuA: 0, gpuB: 1} // PCI order
-	caps := map[string]int{gpuA: 11264, gpuB: 40960}
+	caps := map[string]units.MiB{gpuA: 11264, gpuB: 40960}
 	for uuid, idx := range smiIndex {
 		c := base.ForDevice(idx)
 		if _, err := c.Ensure(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.SetDefaults(ctx, Limits{PinnedMemMiB: caps[uuid], ThreadPercentage: 50}); err != nil {
+		if err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: caps[uuid], ThreadPercentage: 50}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -87,8 +91,8 @@ func TestNvidiaSmiIndexOnCUDAOrderMisplacesCaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.PinnedMemMiB != caps[gpuB] {
-		t.Fatalf("A enforces %d MiB; the simulation should put B's cap (%d) there, as CUDA's order does", got.PinnedMemMiB, caps[gpuB])
+	if got.MemoryLimit != caps[gpuB] {
+		t.Fatalf("A enforces %d MiB; the simulation should put B's cap (%d) there, as CUDA's order does", got.MemoryLimit, caps[gpuB])
 	}
 }
 
@@ -103,13 +107,13 @@ func TestSingleLayoutDaemonRestartsForNewGPUsOnlyWhenIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv, _ := r.AddClient(env.PipeDir, 4242)
-	env.VisibleDevices, env.Single = VisibleList([]string{gpuA, gpuB}), true
-	c := NewController(r, env, 5*time.Second, nil)
+	env.VisibleDevices, env.Single = mps.VisibleList([]string{gpuA, gpuB}), true
+	c := mps.NewController(r, env, 5*time.Second, nil)
 	adopted, err := c.Ensure(ctx)
 	if err != nil || !adopted {
 		t.Fatalf("busy daemon of unknown devices: adopted %v err %v, want adopted as it is", adopted, err)
 	}
-	if _, known := RecordedDevices(env.PipeDir); known {
+	if _, known := mps.RecordedDevices(env.PipeDir); known {
 		t.Fatal("a daemon we did not start got a device record")
 	}
 	if err := r.RemoveClient(env.PipeDir, 4242); err != nil {
@@ -122,7 +126,7 @@ func TestSingleLayoutDaemonRestartsForNewGPUsOnlyWhenIdle(t *testing.T) {
 	if err != nil || adopted {
 		t.Fatalf("idle daemon of unknown devices: adopted %v err %v, want restarted", adopted, err)
 	}
-	if got, _ := RecordedDevices(env.PipeDir); got != env.VisibleDevices {
+	if got, _ := mps.RecordedDevices(env.PipeDir); got != env.VisibleDevices {
 		t.Fatalf("recorded devices %q, want %q", got, env.VisibleDevices)
 	}
 	// Same list again: adopted.

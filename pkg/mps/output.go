@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // The control client reports most failures on stdout and still exits 0
@@ -26,11 +28,14 @@ var (
 	ErrPIDRequired = errors.New("MPS control command needs a server PID")
 )
 
+// What the control client prints for its failures (docs/gpu-runs/
+// mps-probe*.txt): checkOutput reads them, the simulated control
+// (pkg/mps/mpssim) prints them.
 const (
-	msgNoDaemon       = "Cannot find MPS control daemon process"
-	msgUnknownCommand = "Unknown command \""
-	msgInvalidCommand = "Invalid command format."
-	msgPIDRequired    = "A server PID is required"
+	MsgNoDaemon       = "Cannot find MPS control daemon process"
+	MsgUnknownCommand = "Unknown command \""
+	MsgInvalidCommand = "Invalid command format."
+	MsgPIDRequired    = "A server PID is required"
 )
 
 // checkOutput classifies one answer of the control client. A nil result means
@@ -38,7 +43,7 @@ const (
 func checkOutput(command string, o Output) error {
 	if o.ExitCode != 0 {
 		stderr := strings.TrimSpace(o.Stderr)
-		if strings.Contains(stderr, msgNoDaemon) {
+		if strings.Contains(stderr, MsgNoDaemon) {
 			return fmt.Errorf("mps control %q: %w", command, ErrNoDaemon)
 		}
 		if stderr == "" {
@@ -49,13 +54,13 @@ func checkOutput(command string, o Output) error {
 	first, _, _ := strings.Cut(strings.TrimSpace(o.Stdout), "\n")
 	var sentinel error
 	switch {
-	case strings.HasPrefix(first, msgUnknownCommand):
+	case strings.HasPrefix(first, MsgUnknownCommand):
 		sentinel = ErrUnknownCommand
-	case first == msgInvalidCommand:
+	case first == MsgInvalidCommand:
 		sentinel = ErrInvalidCommand
-	case first == msgPIDRequired:
+	case first == MsgPIDRequired:
 		sentinel = ErrPIDRequired
-	case first == msgInvalidPriority:
+	case first == MsgInvalidPriority:
 		sentinel = ErrInvalidPriority
 	case isServerNotFound(first):
 		sentinel = ErrServerNotFound
@@ -93,9 +98,9 @@ func ParseThreadPercentage(out string) (float64, error) {
 	return p, nil
 }
 
-// formatThreadPercentage is the control's own spelling of a percentage; two
+// FormatThreadPercentage is the control's own spelling of a percentage; two
 // percentages are the same to the control when they print the same.
-func formatThreadPercentage(p float64) string {
+func FormatThreadPercentage(p float64) string {
 	return strconv.FormatFloat(p, 'f', 1, 64)
 }
 
@@ -103,7 +108,7 @@ func formatThreadPercentage(p float64) string {
 // when no limit is set, otherwise the display form (`512M`, `19G`). The value
 // returned is the display value in MiB, so `19G` gives 19456 even when 20389M
 // was set and is enforced: the control rounds down what it prints.
-func ParseMemLimit(out string) (mib int, set bool, err error) {
+func ParseMemLimit(out string) (limit units.MiB, set bool, err error) {
 	s := strings.TrimSpace(out)
 	if s == "" {
 		return 0, false, nil
@@ -120,28 +125,28 @@ func ParseMemLimit(out string) (mib int, set bool, err error) {
 	if err != nil || n < 0 {
 		return 0, false, fmt.Errorf("parsing pinned memory limit from %q: want <n>M or <n>G", out)
 	}
-	return n * unit, true, nil
+	return units.MiB(n * unit), true, nil
 }
 
-// DisplayMemLimit is how the control prints a limit of mib MiB: whole GiB,
+// DisplayMemLimit is how the control prints a limit: whole GiB,
 // rounded down, from 1024 MiB on (`20389M` -> `19G`, `1536M` -> `1G`), MiB
-// below (`1023M`). No limit (mib <= 0) prints nothing. Measured in
+// below (`1023M`). No limit (0 or less) prints nothing. Measured in
 // docs/gpu-runs/mps-probe2.txt.
-func DisplayMemLimit(mib int) string {
+func DisplayMemLimit(limit units.MiB) string {
 	switch {
-	case mib <= 0:
+	case limit <= 0:
 		return ""
-	case mib >= 1024:
-		return strconv.Itoa(mib/1024) + "G"
+	case limit >= 1024:
+		return strconv.Itoa(int(limit/1024)) + "G"
 	default:
-		return strconv.Itoa(mib) + "M"
+		return strconv.Itoa(int(limit)) + "M"
 	}
 }
 
 // FormatMemLimit is the value we send: exact MiB, since the limit enforced is
 // the value set, whatever the getter prints.
-func FormatMemLimit(mib int) string {
-	return strconv.Itoa(mib) + "M"
+func FormatMemLimit(limit units.MiB) string {
+	return strconv.Itoa(int(limit)) + "M"
 }
 
 // ParsePIDList reads one PID a line (get_server_list, get_client_list);

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // The answers below are the texts of docs/gpu-runs/mps-probe*.txt.
@@ -81,7 +83,7 @@ func TestParseThreadPercentage(t *testing.T) {
 // memLimitReadBack is mps-probe2.txt: the value set (in MiB) and what
 // get_default_device_pinned_mem_limit printed afterwards.
 var memLimitReadBack = []struct {
-	setMiB  int
+	setMiB  units.MiB
 	printed string
 }{
 	{512, "512M"}, {1023, "1023M"}, {1024, "1G"}, {1536, "1G"}, {2047, "1G"},
@@ -104,7 +106,7 @@ func TestDisplayMemLimitMatchesTheControl(t *testing.T) {
 func TestParseMemLimit(t *testing.T) {
 	cases := []struct {
 		in       string
-		wantMiB  int
+		wantMiB  units.MiB
 		wantSet  bool
 		wantFail bool
 	}{

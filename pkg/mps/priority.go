@@ -20,15 +20,18 @@ import (
 // A client's CUDA_MPS_CLIENT_PRIORITY overrides the default either way (a
 // client at 0 under a default of 1 was served as normal): the priority is a
 // scheduling hint, not a limit. The control names no per-server priority
-// command (`strings` finds only "_default_ priority"), so a server that runs
-// keeps the default it started with, as far as anyone can tell: nothing reads
-// a running server's priority back. LimitsMatch therefore leaves the
-// priority out, and the agent restarts idle servers to apply a new default.
+// command (`strings` finds only "_default_ priority"), and needs none: a
+// server that is already running gives the clients that connect after a
+// change the new default (measured on an H100,
+// docs/gpu-runs/qos-probe-running.md). LimitsMatch and SetServerLimits
+// therefore leave the priority out: the default is all there is to set.
 
 // ErrInvalidPriority: `Invalid priority value - must be 0 or 1!`.
 var ErrInvalidPriority = errors.New("invalid MPS client priority")
 
-const msgInvalidPriority = "Invalid priority value - must be 0 or 1!"
+// MsgInvalidPriority is what set_default_client_priority answers to a value
+// other than 0 and 1.
+const MsgInvalidPriority = "Invalid priority value - must be 0 or 1!"
 
 // ParseClientPriority reads the answer of get_default_client_priority.
 func ParseClientPriority(out string) (int, error) {

@@ -3,8 +3,9 @@
 // is offered to anyone.
 //
 // Runner is the only exec boundary of the project: ExecRunner runs the real
-// nvidia-cuda-mps-control, SimRunner answers like it from a state file, and
-// the contract test (contract_test.go) runs the same assertions on both. What
+// nvidia-cuda-mps-control, the simulated control of pkg/mps/mpssim answers
+// like it from a state file, and the contract test (contract_test.go) runs
+// the same assertions on both. What
 // the real control prints is recorded in docs/gpu-runs/mps-probe*.txt; the
 // parsers here are tested against those texts.
 package mps
@@ -78,7 +79,7 @@ func NewExecRunner(binary string) Runner {
 
 // Run implements Runner.
 func (r *ExecRunner) Run(ctx context.Context, env Env, command string) (Output, error) {
-	if err := checkCommand(command); err != nil {
+	if err := CheckCommand(command); err != nil {
 		return Output{}, err
 	}
 	cmd := exec.CommandContext(ctx, r.binary)
@@ -146,9 +147,9 @@ func expiredVerb(err error) string {
 	return "was canceled"
 }
 
-// checkCommand refuses command lines the control client would not run as
+// CheckCommand refuses command lines the control client would not run as
 // one command: it reads one line per invocation.
-func checkCommand(command string) error {
+func CheckCommand(command string) error {
 	if strings.ContainsAny(command, "\r\n") {
 		return fmt.Errorf("mps control command %q: one command line per call, without newlines", command)
 	}

@@ -212,3 +212,12 @@ func TestExecRunnerMissingBinary(t *testing.T) {
 		t.Errorf("Run = %v, want an error naming %s and mps_control_binary", err, bin)
 	}
 }
+
+func TestStartArgs(t *testing.T) {
+	if got := startArgs(Env{MultiUser: true}); len(got) != 2 || got[1] != "-multiuser-server" {
+		t.Errorf("multi-user start args %v", got)
+	}
+	if got := startArgs(Env{}); len(got) != 1 || got[0] != "-d" {
+		t.Errorf("per-user start args %v", got)
+	}
+}

@@ -41,7 +41,7 @@ func (c *Controller) Clients(ctx context.Context, pid int) ([]int, error) {
 }
 
 // ServerLimits reads what a running server enforces for clients that
-// connect from now on; PinnedMemMiB is rounded like the defaults.
+// connect from now on; MemoryLimit is rounded like the defaults.
 func (c *Controller) ServerLimits(ctx context.Context, pid int) (Limits, error) {
 	p := strconv.Itoa(pid)
 	l, err := c.readLimits(ctx, "get_active_thread_percentage "+p, "get_device_pinned_mem_limit "+p+" "+c.ordinal)
@@ -65,7 +65,7 @@ func (c *Controller) SetServerLimits(ctx context.Context, pid int, l Limits) err
 	if _, err := c.command(ctx, "set_active_thread_percentage "+p+" "+pctText); err != nil {
 		return fmt.Errorf("setting thread percentage of MPS server %d: %w", pid, err)
 	}
-	if _, err := c.command(ctx, "set_device_pinned_mem_limit "+p+" "+c.ordinal+" "+FormatMemLimit(l.PinnedMemMiB)); err != nil {
+	if _, err := c.command(ctx, "set_device_pinned_mem_limit "+p+" "+c.ordinal+" "+FormatMemLimit(l.MemoryLimit)); err != nil {
 		return fmt.Errorf("setting pinned memory limit of MPS server %d: %w", pid, err)
 	}
 	got, err := c.ServerLimits(ctx, pid)

@@ -1,4 +1,4 @@
-package mps
+package mps_test
 
 import (
 	"errors"
@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 )
 
 func TestParseTerminateStatus(t *testing.T) {
@@ -16,20 +19,20 @@ func TestParseTerminateStatus(t *testing.T) {
 		want error // nil: success; errUnexpected: any other error
 	}{
 		{"done (mps-probe2.txt)", "0\n", nil},
-		{"unknown server (mps-probe.txt)", "Server 999999 not found\nServer 999999 not found!\n1\n", ErrServerNotFound},
-		{"unknown client (not measured)", "1\n", ErrClientNotFound},
+		{"unknown server (mps-probe.txt)", "Server 999999 not found\nServer 999999 not found!\n1\n", mps.ErrServerNotFound},
+		{"unknown client (not measured)", "1\n", mps.ErrClientNotFound},
 		{"nothing", "", errUnexpected},
 		{"garbage", "maybe\n", errUnexpected},
 		{"zero after text", "Server 5 not found\n0\n", errUnexpected},
 		{"other status", "2\n", errUnexpected},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := ParseTerminateStatus(tc.out)
+			err := mps.ParseTerminateStatus(tc.out)
 			switch {
 			case tc.want == nil && err != nil:
 				t.Fatalf("ParseTerminateStatus(%q) = %v, want success", tc.out, err)
 			case tc.want == errUnexpected:
-				if err == nil || errors.Is(err, ErrServerNotFound) || errors.Is(err, ErrClientNotFound) {
+				if err == nil || errors.Is(err, mps.ErrServerNotFound) || errors.Is(err, mps.ErrClientNotFound) {
 					t.Fatalf("ParseTerminateStatus(%q) = %v, want an unexpected-answer error", tc.out, err)
 				}
 			case tc.want != nil && !errors.Is(err, tc.want):
@@ -43,9 +46,9 @@ var errUnexpected = errors.New("unexpected")
 
 func TestTerminateClientOnSimulatedControl(t *testing.T) {
 	dir := t.TempDir()
-	env := Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l"), VisibleDevices: "GPU-1"}
-	sim := NewSimRunner(nil)
-	c := NewController(sim, env, 5*time.Second, nil)
+	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l"), VisibleDevices: "GPU-1"}
+	sim := mpssim.New(nil)
+	c := mps.NewController(sim, env, 5*time.Second, nil)
 	if _, err := c.Ensure(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -74,18 +77,18 @@ func TestTerminateClientOnSimulatedControl(t *testing.T) {
 	}
 
 	err = c.TerminateClient(t.Context(), srv, 981)
-	if !errors.Is(err, ErrClientNotFound) || !strings.Contains(err.Error(), "981") {
+	if !errors.Is(err, mps.ErrClientNotFound) || !strings.Contains(err.Error(), "981") {
 		t.Errorf("terminating 981 again = %v, want ErrClientNotFound naming 981", err)
 	}
 	err = c.TerminateClient(t.Context(), 999999, 982)
-	if !errors.Is(err, ErrServerNotFound) || !strings.Contains(err.Error(), "999999") {
+	if !errors.Is(err, mps.ErrServerNotFound) || !strings.Contains(err.Error(), "999999") {
 		t.Errorf("terminating on server 999999 = %v, want ErrServerNotFound naming it", err)
 	}
 
 	if err := c.Quit(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ClientServers(t.Context()); !errors.Is(err, ErrNoDaemon) {
+	if _, err := c.ClientServers(t.Context()); !errors.Is(err, mps.ErrNoDaemon) {
 		t.Errorf("ClientServers without a daemon = %v, want ErrNoDaemon", err)
 	}
 }

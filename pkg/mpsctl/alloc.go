@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"yunion.io/x/mps-daemon/pkg/api"
-	"yunion.io/x/mps-daemon/pkg/inventory/client"
 )
 
 // Attaching, detaching and purging, with Cloudpods' command names. Each
@@ -21,7 +20,7 @@ func (a *app) allocCommands() []*cobra.Command {
 
 func (a *app) serverAttachCommand() *cobra.Command {
 	var (
-		req  client.AttachRequest
+		req  api.AttachRequest
 		numa int
 	)
 	cmd := &cobra.Command{

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
-	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
 const h100 = "NVIDIA H100 80GB HBM3"

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
-	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
 // deadURL is a loopback URL where nothing listens: a port that was just free.

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/golden"
 	"yunion.io/x/mps-daemon/pkg/api"
 )
 
@@ -127,7 +128,7 @@ func TestListTableGolden(t *testing.T) {
 			if h := headerCells(got); !slices.Equal(h, tt.headers) {
 				t.Errorf("columns = %q, want %q", h, tt.headers)
 			}
-			golden(t, tt.golden, got)
+			golden.Check(t, tt.golden, []byte(got))
 		})
 	}
 }
@@ -228,5 +229,5 @@ func TestShowTableGolden(t *testing.T) {
 	if strings.Contains(got, "| mdev_id") || strings.Contains(got, "| render_path") {
 		t.Errorf("empty fields printed:\n%s", got)
 	}
-	golden(t, "isolated-device-show.golden", got)
+	golden.Check(t, "isolated-device-show.golden", []byte(got))
 }

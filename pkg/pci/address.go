@@ -97,3 +97,16 @@ func (a Address) Compare(b Address) int {
 
 // Less orders addresses as the bus enumerates them.
 func (a Address) Less(b Address) bool { return a.Compare(b) < 0 }
+
+// MarshalText is the sysfs form (String), as JSON carries an address.
+func (a Address) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+// UnmarshalText reads any form Parse takes.
+func (a *Address) UnmarshalText(b []byte) error {
+	p, err := Parse(string(b))
+	if err != nil {
+		return err
+	}
+	*a = p
+	return nil
+}

@@ -1,9 +1,6 @@
 package pci
 
-import (
-	"encoding/json"
-	"testing"
-)
+import "testing"
 
 func TestParseNormalisesCaseAndDomain(t *testing.T) {
 	// Every spelling of the same function must compare equal: this is the
@@ -75,27 +72,18 @@ func TestCompare(t *testing.T) {
 	}
 }
 
-func TestLinkInfoMatchesCloudpods(t *testing.T) {
-	cases := []struct {
-		gen, width int
-		want       string
-	}{
-		// The exact object of the Cloudpods documentation for a Tesla P40.
-		{3, 16, `{"lane_width":16,"throughput":"15.76 GB/s","transfer_rate_per_lane":"8GT/s","version":"3.0"}`},
-		{1, 16, `{"lane_width":16,"throughput":"4.00 GB/s","transfer_rate_per_lane":"2.5GT/s","version":"1.0"}`},
-		{4, 4, `{"lane_width":4,"throughput":"7.88 GB/s","transfer_rate_per_lane":"16GT/s","version":"4.0"}`},
-		{5, 16, `{"lane_width":16,"throughput":"63.01 GB/s","transfer_rate_per_lane":"32GT/s","version":"5.0"}`},
+// In JSON an address is its sysfs form, and any form reads back.
+func TestTextForm(t *testing.T) {
+	a := Address{Bus: 0x1a}
+	b, err := a.MarshalText()
+	if err != nil || string(b) != "0000:1a:00.0" {
+		t.Fatalf("MarshalText = %q, %v", b, err)
 	}
-	for _, c := range cases {
-		b, err := json.Marshal(LinkInfo(c.gen, c.width))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(b) != c.want {
-			t.Errorf("LinkInfo(%d, %d) = %s, want %s", c.gen, c.width, b, c.want)
-		}
+	var got Address
+	if err := got.UnmarshalText([]byte("00000000:1A:00.0")); err != nil || got != a {
+		t.Errorf("UnmarshalText = %+v, %v", got, err)
 	}
-	if LinkInfo(0, 16) != nil || LinkInfo(3, 0) != nil {
-		t.Error("unknown generation or width must give no pcie_info")
+	if err := got.UnmarshalText([]byte("nonsense")); err == nil {
+		t.Error("UnmarshalText accepted nonsense")
 	}
 }

@@ -65,7 +65,7 @@ type Plan struct {
 	// log.
 	Skipped []config.DeviceEntry
 	// Threads is host.conf's thread policy (mps_thread_percentage).
-	Threads vdev.ThreadPolicy
+	Threads config.ThreadPolicy
 }
 
 // Build makes the plan. When the device YAML has NVIDIA_MPS entries, exactly
@@ -80,7 +80,7 @@ func Build(hc *config.HostConf, df *config.DeviceFile, gpus []gpu.Info, r gpu.Re
 	if hc == nil {
 		hc = config.DefaultHostConf()
 	}
-	p := &Plan{Enabled: hc.EnableCudaMPS}
+	p := &Plan{Enabled: hc.EnableCudaMPS, Threads: hc.Threads}
 	if !p.Enabled {
 		return p, nil
 	}
@@ -90,11 +90,7 @@ func Build(hc *config.HostConf, df *config.DeviceFile, gpus []gpu.Info, r gpu.Re
 	var errs []error
 	// The file host.conf errors point at; DefaultHostConf has no Path.
 	hcFile := cmp.Or(hc.Path, "host.conf")
-	threads, err := vdev.ParseThreadPolicy(hc.ThreadPercentage)
-	if err != nil {
-		return p, &config.Error{File: hcFile, Line: hc.Line("mps_thread_percentage"), Field: "mps_thread_percentage", Msg: err.Error()}
-	}
-	p.Threads = threads
+	threads := hc.Threads
 	if df == nil || len(df.Entries) == 0 {
 		for _, g := range gpus {
 			if msg := overLimit(g, hc.CudaMPSReplicas); msg != "" {
@@ -143,8 +139,8 @@ func (p *Plan) VirtualDevices() int {
 	return n
 }
 
-func newGPUPlan(g gpu.Info, n int, source string, threads vdev.ThreadPolicy, q vdev.QoS) GPUPlan {
-	return GPUPlan{GPU: g, N: n, Source: source, QoS: q, Devices: vdev.SplitQoS(g, n, threads, q)}
+func newGPUPlan(g gpu.Info, n int, source string, threads config.ThreadPolicy, q vdev.QoS) GPUPlan {
+	return GPUPlan{GPU: g, N: n, Source: source, QoS: q, Devices: vdev.Split(g, n, threads.Percentage(n), q)}
 }
 
 // qosOf is an entry's mps_qos in vdev's terms; config checked the slices

@@ -22,8 +22,8 @@ func (p *Plan) Write(w io.Writer) error {
 	fmt.Fprintln(tw, "PCI ADDRESS\tUUID\tMODEL\tMEMORY MiB\tN\tMiB EACH\tTHREAD %\tQOS\tSOURCE")
 	for _, g := range p.GPUs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", g.GPU.PCI, g.GPU.UUID, g.GPU.Name,
-			g.GPU.MemoryTotalMiB(), g.N, vdev.MemoryLimitMiB(g.GPU.MemoryTotalMiB(), g.N), p.Threads.Percentage(g.N),
-			g.QoS.Describe(g.N, p.Threads), g.Source)
+			g.GPU.MemoryTotal.MiB(), g.N, vdev.MemoryLimit(g.GPU.MemoryTotal.MiB(), g.N), p.Threads.Percentage(g.N),
+			g.QoS.Describe(g.N, p.Threads.Percentage(g.N)), g.Source)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing plan: %w", err)

@@ -2,15 +2,11 @@ package plan
 
 import (
 	"bytes"
-	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/golden"
 	"yunion.io/x/mps-daemon/pkg/config"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 func TestWrite(t *testing.T) {
 	for _, tc := range []struct {
@@ -47,24 +43,7 @@ func TestWrite(t *testing.T) {
 			if err := p.Write(&buf); err != nil {
 				t.Fatal(err)
 			}
-			golden(t, tc.golden, buf.Bytes())
+			golden.Check(t, tc.golden, buf.Bytes())
 		})
-	}
-}
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test -update creates it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (go test -update rewrites it):\ngot\n%s\nwant\n%s", path, got, want)
 	}
 }

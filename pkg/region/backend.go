@@ -63,18 +63,7 @@ func New(o Options) (*Backend, error) {
 	if o.Keystone == nil || o.NICs == nil {
 		return nil, errors.New("region: keystone client and NICs are required")
 	}
-	if o.HTTP == nil {
-		o.HTTP = &http.Client{}
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = 10 * time.Second
-	}
-	switch {
-	case o.Retries == 0:
-		o.Retries = 3
-	case o.Retries < 0:
-		o.Retries = 0
-	}
+	o.HTTP, o.Timeout, o.Retries = keystone.CallDefaults(o.HTTP, o.Timeout, o.Retries)
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}

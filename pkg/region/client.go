@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
@@ -101,7 +100,7 @@ func (c *caller) call(ctx context.Context, method, path string, query url.Values
 		if ctx.Err() != nil || !retryable(err) || attempt >= c.retries {
 			return err
 		}
-		wait := retryWait(attempt)
+		wait := keystone.Backoff(attempt)
 		c.log.Debug("region call failed; retrying", "method", method, "path", path, "err", err, "retry_in", wait.String())
 		select {
 		case <-ctx.Done():
@@ -130,12 +129,6 @@ func retryable(err error) bool {
 		return ae.Status >= 500 || ae.Status == http.StatusTooManyRequests
 	}
 	return true // no answer
-}
-
-// retryWait is 200ms doubled per attempt up to 5s, with up to 50% jitter.
-func retryWait(attempt int) time.Duration {
-	d := min(200*time.Millisecond<<min(attempt, 5), 5*time.Second)
-	return d + time.Duration(rand.Int64N(int64(d)/2+1))
 }
 
 func (c *caller) once(ctx context.Context, tok, method, path string, query url.Values, payload []byte, out any) error {

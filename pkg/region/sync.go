@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
-	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/client"
@@ -234,10 +232,8 @@ func rowOf(d api.IsolatedDevice) row {
 
 // gpuAddr is a slice's addr without its "-<i>": the GPU's.
 func gpuAddr(sliceAddr string) string {
-	if i := strings.LastIndexByte(sliceAddr, '-'); i > 0 {
-		if _, err := strconv.Atoi(sliceAddr[i+1:]); err == nil {
-			return sliceAddr[:i]
-		}
+	if gpu, _, ok := api.ParseSliceAddr(sliceAddr); ok {
+		return gpu
 	}
 	return sliceAddr
 }
@@ -318,7 +314,7 @@ func (w *wantRow) slices(model string, r row) []api.IsolatedDevice {
 	for i := len(w.devs); i < len(guests); i++ {
 		extra := w.devs[len(w.devs)-1]
 		extra.ID, extra.HostID, extra.GuestID, extra.PendingRemoval = id, r.HostID, guests[i], true
-		extra.Addr = fmt.Sprintf("%s-%d", gpuAddr(extra.Addr), i)
+		extra.Addr = api.SliceAddr(gpuAddr(extra.Addr), i)
 		out = append(out, extra)
 	}
 	return out
@@ -335,7 +331,7 @@ func heldSlices(model string, r row) []api.IsolatedDevice {
 	for i, g := range guests {
 		addr, id := r.Addr, r.ID
 		if model == ModelGPU {
-			addr, id = fmt.Sprintf("%s-%d", r.Addr, i), ""
+			addr, id = api.SliceAddr(r.Addr, i), ""
 		}
 		out = append(out, api.IsolatedDevice{
 			ID: id, HostID: r.HostID, DevType: api.DevTypeNvidiaMPS, Model: r.Model, Addr: addr,

@@ -19,13 +19,17 @@ var ErrBadName = errors.New("malformed virtual device name")
 
 // Name is a virtual device's stable name: its GPU's UUID, two colons, the
 // slice index as in its addr ("GPU-5f0...::3"). It is the CDI device name,
-// the value of EnvVar and the accounting's key.
-func Name(gpuUUID string, index int) string {
-	return gpuUUID + "::" + strconv.Itoa(index)
+// the value of EnvVar, the content of its identity file and the key the
+// agent and the accounting know the device by.
+type Name string
+
+// NameOf is the name of slice index of the GPU with this UUID.
+func NameOf(gpuUUID string, index int) Name {
+	return Name(gpuUUID + "::" + strconv.Itoa(index))
 }
 
-// Name is d's stable name (see Name).
-func (d Device) Name() string { return Name(d.GPU.UUID, d.Index) }
+// String is the name as it is written everywhere.
+func (n Name) String() string { return string(n) }
 
 // ParseName splits a name made by Name into its GPU UUID and index; anything
 // else is an error wrapping ErrBadName. The UUID is only required to be

@@ -10,14 +10,14 @@ import (
 const gpuA = "GPU-4baeae3a-899f-8852-bd11-2e4ce3171eb0"
 
 func TestNameRoundTrip(t *testing.T) {
-	name := Name(gpuA, 7)
+	name := NameOf(gpuA, 7)
 	if name != gpuA+"::7" {
 		t.Fatalf("Name = %q", name)
 	}
 	if d := (Device{GPU: gpu.Info{UUID: gpuA}, Index: 7}); d.Name() != name {
 		t.Errorf("Device.Name = %q, want %q", d.Name(), name)
 	}
-	uuid, i, err := ParseName(name)
+	uuid, i, err := ParseName(name.String())
 	if err != nil || uuid != gpuA || i != 7 {
 		t.Errorf("ParseName(%q) = %q, %d, %v", name, uuid, i, err)
 	}

@@ -115,15 +115,16 @@ func BatchShare(p, n, latency, reserve int) int {
 	return min(p, max(1, (100-reserve)/batch))
 }
 
-// SplitQoS is SplitThreads with q: latency slices get the policy's share
-// and ClassLatency, the others BatchShare and ClassBatch. Without an active
-// q (Active), it is SplitThreads.
-func SplitQoS(g gpu.Info, n int, policy ThreadPolicy, q QoS) []Device {
-	devs := SplitThreads(g, n, policy)
+// Split divides g into n virtual devices (nil when n < 1), each capped at
+// memory.total / n and given p percent of the SMs, the share the host's
+// thread policy gives each of n devices. With an active q (Active), the
+// latency slices keep p and get ClassLatency, the others BatchShare and
+// ClassBatch.
+func Split(g gpu.Info, n, p int, q QoS) []Device {
+	devs := split(g, n, p)
 	if !q.Active(n) {
 		return devs
 	}
-	p := policy.Percentage(n)
 	batch := BatchShare(p, n, q.latencyCount(n), q.ReservePercent)
 	for i := range devs {
 		if slices.Contains(q.LatencySlices, i) {
@@ -171,16 +172,16 @@ func MostProtective(ds ...ServerDefaults) ServerDefaults {
 	return out
 }
 
-// Describe says what q makes of a GPU of n slices under policy, for
-// check-config and logs: "slice 0 latency 50%; 7 batch at 13%, priority 1".
-func (q QoS) Describe(n int, policy ThreadPolicy) string {
+// Describe says what q makes of a GPU of n slices whose policy gives each p
+// percent, for check-config and logs: "latency [0] at 50%; 7 batch at 13%,
+// priority 1".
+func (q QoS) Describe(n, p int) string {
 	if !q.Active(n) {
 		if len(q.LatencySlices) > 0 {
 			return "every slice latency: as without mps_qos"
 		}
 		return "-"
 	}
-	p := policy.Percentage(n)
 	l := q.latencyCount(n)
 	ls := slices.Sorted(slices.Values(q.LatencySlices))
 	return fmt.Sprintf("latency %v at %d%%; %d batch at %d%%, priority %d", ls, p, n-l, BatchShare(p, n, l, q.ReservePercent), PriorityBelowNormal)

@@ -5,6 +5,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/pci"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 func TestBatchShare(t *testing.T) {
@@ -17,6 +18,7 @@ func TestBatchShare(t *testing.T) {
 		{"N=8 auto, reserve 4", 50, 8, 1, 4, 13},            // 96/7 = 13 too
 		{"N=8 auto, reserve 12", 50, 8, 1, 12, 12},          // 88/7 = 12: 14 SMs
 		{"N=4 auto (no cap), reserve 8", 100, 4, 1, 8, 30},  // 3 x 30 = 90
+		{"N=4 auto (no cap), reserve 4", 100, 4, 1, 4, 32},  // 3 x 32 = 96: 42 SMs each
 		{"N=4 auto, reserve 4", 100, 4, 1, 4, 32},           // 3 x 32 = 96
 		{"never above the policy's share", 12, 8, 1, 8, 12}, // even: 100/8 = 12 < 13
 		{"two latency slices", 50, 8, 2, 8, 15},             // 92/6
@@ -34,9 +36,11 @@ func TestBatchShare(t *testing.T) {
 }
 
 func TestSplitQoS(t *testing.T) {
-	g := gpu.Info{UUID: "GPU-1", PCI: pci.Address{Bus: 0x1a}, MemoryTotalBytes: 81559 << 20}
-	auto, _ := ParseThreadPolicy("auto")
-	even, _ := ParseThreadPolicy("even")
+	const h100 units.MiB = 81559 // an H100's memory.total
+	g := gpu.Info{UUID: "GPU-1", PCI: pci.Address{Bus: 0x1a}, MemoryTotal: h100.Bytes()}
+	// The shares auto (400/N) and even (100/N) give N devices.
+	auto := func(n int) int { return min(100, 400/n) }
+	even := func(n int) int { return 100 / n }
 	type dev struct {
 		threads int
 		class   Class
@@ -45,7 +49,7 @@ func TestSplitQoS(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		n        int
-		policy   ThreadPolicy
+		policy   func(n int) int
 		q        QoS
 		want     []dev
 		defaults ServerDefaults
@@ -61,13 +65,13 @@ func TestSplitQoS(t *testing.T) {
 		{"empty list: as none", 2, auto, QoS{ReservePercent: 8}, []dev{{100, S}, {100, S}}, ServerDefaults{100, 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			devs := SplitQoS(g, tc.n, tc.policy, tc.q)
+			devs := Split(g, tc.n, tc.policy(tc.n), tc.q)
 			if len(devs) != len(tc.want) {
 				t.Fatalf("%d devices, want %d", len(devs), len(tc.want))
 			}
 			for i, d := range devs {
-				if (dev{d.ThreadPercentage, d.Class}) != tc.want[i] || d.MemoryLimitMiB != 81559/tc.n || d.Index != i {
-					t.Errorf("slice %d: %d%% %q %d MiB, want %d%% %q and memory total/N", i, d.ThreadPercentage, d.Class, d.MemoryLimitMiB, tc.want[i].threads, tc.want[i].class)
+				if (dev{d.ThreadPercentage, d.Class}) != tc.want[i] || d.MemoryLimit != h100/units.MiB(tc.n) || d.Index != i {
+					t.Errorf("slice %d: %d%% %q %v, want %d%% %q and memory total/N", i, d.ThreadPercentage, d.Class, d.MemoryLimit, tc.want[i].threads, tc.want[i].class)
 				}
 				if want := tc.want[i].class == B; (d.Class.ClientPriority() == PriorityBelowNormal) != want {
 					t.Errorf("slice %d: priority %d", i, d.Class.ClientPriority())
@@ -91,7 +95,7 @@ func TestMostProtective(t *testing.T) {
 }
 
 func TestQoSDescribe(t *testing.T) {
-	auto, _ := ParseThreadPolicy("auto")
+	auto := func(n int) int { return min(100, 400/n) }
 	for _, tc := range []struct {
 		q    QoS
 		n    int
@@ -102,7 +106,7 @@ func TestQoSDescribe(t *testing.T) {
 		{QoS{LatencySlices: []int{3, 1}, ReservePercent: 8}, 4, "latency [1 3] at 100%; 2 batch at 46%, priority 1"},
 		{QoS{LatencySlices: []int{0, 1}, ReservePercent: 8}, 2, "every slice latency: as without mps_qos"},
 	} {
-		if got := tc.q.Describe(tc.n, auto); got != tc.want {
+		if got := tc.q.Describe(tc.n, auto(tc.n)); got != tc.want {
 			t.Errorf("%+v N=%d: %q, want %q", tc.q, tc.n, got, tc.want)
 		}
 	}

@@ -1,34 +1,28 @@
 // Package vdev is the arithmetic of splitting one physical GPU into N MPS
-// virtual devices, with Cloudpods' rules so the inventory rows match what a
-// Cloudpods host would register: memory.total / N and 100 / N, both by
-// integer division, and slices numbered from 0.
+// virtual devices: each capped at memory.total / N (integer division, as
+// Cloudpods' host agent computes it, so the inventory rows match), given the
+// share of the SMs the host's thread policy sets (config.ThreadPolicy) or
+// its QoS class (qos.go), and numbered from 0 as Cloudpods numbers slices.
+//
+// Device is the one form of a virtual device from the plan to the edges:
+// the MPS limits, the CDI spec (cdi.Device adds where its container finds
+// MPS), the inventory row and the status are all made from it.
 package vdev
 
 import (
-	"fmt"
-
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/pci"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
-// MemoryLimitMiB is the memory cap of one of n virtual devices of a GPU with
-// totalMiB of memory. Rounding down keeps the n caps within the card. It is 0
+// MemoryLimit is the memory cap of one of n virtual devices of a GPU with
+// total memory. Rounding down keeps the n caps within the card. It is 0
 // when n < 1.
-func MemoryLimitMiB(totalMiB, n int) int {
+func MemoryLimit(total units.MiB, n int) units.MiB {
 	if n < 1 {
 		return 0
 	}
-	return totalMiB / n
-}
-
-// ThreadPercentage is the active thread percentage of one of n virtual
-// devices. It is 0 when n < 1.
-func ThreadPercentage(n int) int {
-	if n < 1 {
-		return 0
-	}
-	return 100 / n
+	return total / units.MiB(n)
 }
 
 // Device is one virtual device: a slice of a physical GPU.
@@ -36,61 +30,31 @@ type Device struct {
 	GPU gpu.Info
 	// Index is the slice number, from 0.
 	Index int
-	// Addr is Cloudpods' addr: the GPU's PCI address without domain, "-",
-	// the slice number ("1a:00.0-3").
-	Addr             string
-	MemoryLimitMiB   int
-	MemoryTotalMiB   int
+	// MemoryLimit is the device's cap: memory.total / N (MemoryLimit).
+	MemoryLimit units.MiB
+	// ThreadPercentage is the share of the GPU's SMs its clients may use.
 	ThreadPercentage int
 	// Class is the device's QoS class (qos.go); ClassShared on a GPU
 	// without mps_qos.
 	Class Class
 }
 
-// Split divides g into n virtual devices with Cloudpods' thread percentage
-// (ThreadPercentage); nil when n < 1. SplitThreads takes a host's policy.
-func Split(g gpu.Info, n int) []Device {
-	return split(g, n, ThreadPercentage(n))
-}
+// Addr is Cloudpods' addr of d: its GPU's PCI address without domain, "-",
+// the slice number ("1a:00.0-3").
+func (d Device) Addr() string { return api.SliceAddr(d.GPU.PCI.Short(), d.Index) }
 
-// split divides g into n devices of threadPct percent each.
+// Name is d's stable name (NameOf).
+func (d Device) Name() Name { return NameOf(d.GPU.UUID, d.Index) }
+
+// split divides g into n devices of threadPct percent each; nil when n < 1.
 func split(g gpu.Info, n, threadPct int) []Device {
 	if n < 1 {
 		return nil
 	}
-	total := g.MemoryTotalMiB()
+	limit := MemoryLimit(g.MemoryTotal.MiB(), n)
 	devs := make([]Device, n)
 	for i := range devs {
-		devs[i] = Device{
-			GPU:              g,
-			Index:            i,
-			Addr:             fmt.Sprintf("%s-%d", g.PCI.Short(), i),
-			MemoryLimitMiB:   MemoryLimitMiB(total, n),
-			MemoryTotalMiB:   total,
-			ThreadPercentage: threadPct,
-		}
+		devs[i] = Device{GPU: g, Index: i, MemoryLimit: limit, ThreadPercentage: threadPct}
 	}
 	return devs
-}
-
-// API is the inventory row of d on host hostID. The name is left empty: the
-// inventory or the operator names devices. index and device_minor are -1 as
-// Cloudpods writes them for MPS devices; device_path is the GPU UUID, which
-// is what containers get in NVIDIA_VISIBLE_DEVICES.
-func (d Device) API(hostID string) api.IsolatedDevice {
-	return api.IsolatedDevice{
-		HostID:              hostID,
-		DevType:             api.DevTypeNvidiaMPS,
-		Model:               d.GPU.Name,
-		Addr:                d.Addr,
-		VendorDeviceID:      d.GPU.VendorDeviceID(),
-		DevicePath:          d.GPU.UUID,
-		NumaNode:            d.GPU.NUMANode,
-		PCIEInfo:            pci.LinkInfo(d.GPU.PCIeGeneration, d.GPU.PCIeWidth),
-		Index:               -1,
-		DeviceMinor:         -1,
-		MPSMemoryLimit:      d.MemoryLimitMiB,
-		MPSMemoryTotal:      d.MemoryTotalMiB,
-		MPSThreadPercentage: d.ThreadPercentage,
-	}
 }

@@ -1,6 +1,7 @@
 // Package arch checks the boundaries the design rests on: cgo (go-nvml) only
-// in the NVML adapter, os/exec only in the MPS package, the API types a leaf,
-// and dependencies pointing one way.
+// in the NVML packages, simulators only in tests and the --simulate wiring,
+// os/exec only in the MPS package, the API types a leaf, and dependencies
+// pointing one way.
 package arch
 
 import (
@@ -16,9 +17,9 @@ import (
 
 const module = "yunion.io/x/mps-daemon/"
 
-// imports maps each non-test Go package directory (relative to the module
-// root) to the set of packages its files import.
-func imports(t *testing.T) map[string]map[string]bool {
+// fileImports maps each non-test Go file (relative to the module root) to
+// the set of packages it imports.
+func fileImports(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -42,10 +43,8 @@ func imports(t *testing.T) map[string]map[string]bool {
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(root, filepath.Dir(path))
-		if out[rel] == nil {
-			out[rel] = map[string]bool{}
-		}
+		rel, _ := filepath.Rel(root, path)
+		out[rel] = map[string]bool{}
 		for _, imp := range f.Imports {
 			p, _ := strconv.Unquote(imp.Path.Value)
 			out[rel][p] = true
@@ -55,17 +54,34 @@ func imports(t *testing.T) map[string]map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return out
+}
+
+// imports maps each non-test Go package directory (relative to the module
+// root) to the set of packages its files import.
+func imports(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	out := map[string]map[string]bool{}
+	for file, imps := range fileImports(t) {
+		dir := filepath.Dir(file)
+		if out[dir] == nil {
+			out[dir] = map[string]bool{}
+		}
+		for p := range imps {
+			out[dir][p] = true
+		}
+	}
 	if len(out) < 10 {
 		t.Fatalf("found only %d packages: wrong root?", len(out))
 	}
 	return out
 }
 
-func TestOnlyTheNVMLAdapterUsesCgoAndGoNVML(t *testing.T) {
+func TestOnlyTheNVMLPackagesUseCgoAndGoNVML(t *testing.T) {
 	for dir, imps := range imports(t) {
 		for p := range imps {
-			if (p == "C" || strings.HasPrefix(p, "github.com/NVIDIA/go-nvml")) && dir != "pkg/gpu/nvml" {
-				t.Errorf("%s imports %s: cgo and go-nvml belong in pkg/gpu/nvml only", dir, p)
+			if (p == "C" || strings.HasPrefix(p, "github.com/NVIDIA/go-nvml")) && dir != "pkg/gpu/nvml" && dir != "pkg/gpu/nvmlsim" {
+				t.Errorf("%s imports %s: cgo and go-nvml belong in the NVML packages (pkg/gpu/nvml, pkg/gpu/nvmlsim) only", dir, p)
 			}
 		}
 	}
@@ -80,32 +96,54 @@ func TestOnlyTheMPSPackageRunsCommands(t *testing.T) {
 	}
 }
 
+// leaves are data and small helpers anything may import; they import
+// nothing of ours but what is listed here. pkg/api (the REST types) and
+// pkg/status (the daemon's /status) are the data every side reads, so the
+// daemon, metrics, the status view and the CLI never go through each other.
+var leaves = map[string][]string{
+	"pkg/api":        {},
+	"pkg/status":     {"pkg/pci", "pkg/units"},
+	"pkg/loopback":   {},
+	"pkg/units":      {},
+	"pkg/pci":        {},
+	"pkg/atomicfile": {},
+	"pkg/systemd":    {},
+	"pkg/version":    {},
+	"pkg/logging":    {},
+}
+
+func isLeaf(dir string) bool {
+	_, ok := leaves[dir]
+	return ok
+}
+
 func TestDependenciesPointOneWay(t *testing.T) {
-	// Which of our packages each package may import. cmd/* wires anything.
+	// Which of our packages each package may import besides the leaves.
+	// cmd/* wires anything.
 	allowed := map[string][]string{
-		"pkg/api":              {},
-		"pkg/atomicfile":       {},
-		"pkg/systemd":          {},
-		"pkg/version":          {},
-		"pkg/logging":          {},
-		"pkg/pci":              {"pkg/api"},
-		"pkg/gpu":              {"pkg/pci"},
-		"pkg/gpu/nvml":         {"pkg/gpu", "pkg/pci", "pkg/atomicfile"},
+		"pkg/gpu":              {},
+		"pkg/gpu/nvml":         {"pkg/gpu"},
+		"pkg/gpu/nvmlsim":      {"pkg/gpu", "pkg/gpu/nvml"},
 		"pkg/config":           {},
-		"pkg/vdev":             {"pkg/api", "pkg/gpu", "pkg/pci"},
-		"pkg/plan":             {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/pci"},
-		"pkg/mps":              {"pkg/atomicfile"},
-		"pkg/inventory/store":  {"pkg/api"},
-		"pkg/inventory/server": {"pkg/api", "pkg/inventory/store", "pkg/metrics", "pkg/atomicfile"},
-		"pkg/inventory/client": {"pkg/api"},
-		"pkg/mpsctl":           {"pkg/api", "pkg/config", "pkg/inventory/client", "pkg/version"},
-		"pkg/identity":         {"pkg/vdev", "pkg/atomicfile"},
-		"pkg/accounting":       {"pkg/gpu", "pkg/vdev", "pkg/identity"},
-		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/version", "pkg/atomicfile", "pkg/identity"},
-		"pkg/agent":            {"pkg/api", "pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/pci", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/atomicfile", "pkg/systemd", "pkg/identity"},
-		"pkg/metrics":          {"pkg/version"},
+		"pkg/vdev":             {"pkg/gpu"},
+		"pkg/plan":             {"pkg/config", "pkg/gpu", "pkg/vdev"},
+		"pkg/mps":              {},
+		"pkg/mps/mpssim":       {"pkg/mps"},
+		"pkg/inventory/store":  {},
+		"pkg/inventory/server": {"pkg/inventory/store", "pkg/metrics"},
+		"pkg/inventory/client": {},
+		"pkg/mpsctl":           {"pkg/config", "pkg/inventory/client"},
+		"pkg/identity":         {"pkg/vdev"},
+		"pkg/accounting":       {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/identity"},
+		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/identity"},
+		"pkg/agent":            {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity"},
+		"pkg/metrics":          {},
+		"pkg/statusview":       {},
 		"pkg/keystone":         {},
-		"pkg/region":           {"pkg/api", "pkg/keystone", "pkg/inventory/client", "pkg/pci"},
+		"pkg/region":           {"pkg/keystone", "pkg/inventory/client"},
+	}
+	for leaf, deps := range leaves {
+		allowed[leaf] = deps
 	}
 	for dir, imps := range imports(t) {
 		if strings.HasPrefix(dir, "cmd/") || testSupport(dir) {
@@ -121,12 +159,29 @@ func TestDependenciesPointOneWay(t *testing.T) {
 				continue
 			}
 			ours := strings.TrimPrefix(p, module)
-			found := false
+			_, leaf := leaves[ours]
+			found := leaf && !isLeaf(dir)
 			for _, a := range ok {
 				found = found || a == ours
 			}
 			if !found {
 				t.Errorf("%s imports %s, against the direction of dependencies", dir, ours)
+			}
+		}
+	}
+}
+
+// simulators stand in for the GPU and MPS where there is none: tests use
+// them, and the --simulate wiring of cmd/mps-daemon (wire.go), nothing else.
+var simulators = []string{"pkg/mps/mpssim", "pkg/gpu/nvmlsim"}
+
+const simulateWiring = "cmd/mps-daemon/wire.go"
+
+func TestOnlyTheSimulateWiringImportsSimulators(t *testing.T) {
+	for file, imps := range fileImports(t) {
+		for _, sim := range simulators {
+			if imps[module+sim] && file != simulateWiring && !testSupport(filepath.Dir(file)) && filepath.Dir(file) != sim {
+				t.Errorf("%s imports the simulator %s: only tests and mps-daemon's --simulate wiring (%s) may", file, sim, simulateWiring)
 			}
 		}
 	}

@@ -7,16 +7,16 @@ import (
 	"strings"
 	"testing"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/alloctest"
+	"yunion.io/x/mps-daemon/internal/testsupport/pgtest"
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/client"
-	"yunion.io/x/mps-daemon/tests/alloctest"
-	"yunion.io/x/mps-daemon/tests/pgtest"
 )
 
 // The concurrency proof against the real thing: two mps-inventory
 // processes on one database (a SQLite file, then PostgreSQL), hundreds of
 // concurrent attach and detach requests spread over both (see
-// tests/alloctest for what is checked).
+// internal/testsupport/alloctest for what is checked).
 func TestConcurrentAttachTwoInventories(t *testing.T) {
 	backends := []struct {
 		name string

@@ -76,6 +76,8 @@ func TestCheckConfigChecksEverythingTheDaemonChecks(t *testing.T) {
 			want: "reading mps_inventory_token_file: open /nonexistent/mps.token: no such file or directory", startFail: true},
 		{name: "pipe root too long for a GPU's sockets", conf: map[string]string{"cuda_mps_pipe_directory": "/tmp/" + strings.Repeat("p", 70)},
 			want: "cuda_mps_pipe_directory: too long for the MPS sockets under it"},
+		{name: "thread policy 120", conf: map[string]string{"mps_thread_percentage": "120"},
+			want: `mps_thread_percentage: "120": want auto, even, none, K/N or a percentage from 1 to 100`, startFail: true},
 		{name: "sync interval 1ns", conf: map[string]string{"mps_sync_interval": "1ns"},
 			want: `mps_sync_interval: must be from 1s to 1h, got "1ns"`, startFail: true},
 		{name: "control timeout 10h", conf: map[string]string{"mps_control_timeout": "10h"},

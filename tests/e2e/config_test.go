@@ -212,7 +212,7 @@ func TestRetiredGPUComputeMode(t *testing.T) {
 	h := startHost(t, fmt.Sprintf(devicesYAML, 3), "")
 	var db string
 	for _, g := range h.status(t).GPUs {
-		if g.PCI == "0000:db:00.0" {
+		if g.PCI.String() == "0000:db:00.0" {
 			db = g.UUID
 			if g.ComputeMode != "Exclusive_Process" {
 				t.Fatalf("GPU db in %s", g.ComputeMode)

@@ -10,10 +10,10 @@ import (
 	"syscall"
 	"testing"
 
-	"yunion.io/x/mps-daemon/pkg/agent"
 	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/gpu/nvml"
-	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/gpu/nvmlsim"
+	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
+	"yunion.io/x/mps-daemon/pkg/status"
 )
 
 // tenantScript runs as a container's PID 1. It prints what the container
@@ -66,7 +66,7 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 	e := newEnv(t, url, daemonAddr)
 	appendConf(t, e, "mps_health_interval: 1s\nmps_accounting: enforce\n")
 	d := startDaemon(t, e)
-	st := waitStatus(t, daemonAddr, func(st agent.Status) bool { return st.Ready && st.CDI != nil && st.CDI.Devices > 0 }, d)
+	st := waitStatus(t, daemonAddr, func(st status.Status) bool { return st.Ready && st.CDI != nil && st.CDI.Devices > 0 }, d)
 
 	// GPU 0 (bus 18) is split in four: 20480 MiB each.
 	g0 := st.GPUs[0]
@@ -127,14 +127,14 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 	pids["forger"] = c.pid(t, "forger")
 	usedMiB := map[string]uint64{"keep": 4096, "unset": 2048, "rewrite": 2048, "chroot": 1024, "deep": 512, "hidden": 1024, "other": 8192, "forger": 512}
 	simRoot := filepath.Join(e.dir, "state", "simulated-host")
-	sim := mps.NewSimRunner(nil)
+	sim := mpssim.New(nil)
 	setClients := func() {
 		t.Helper()
 		var procs []gpu.Process
 		for r, pid := range pids {
 			procs = append(procs, gpu.Process{PID: pid, UsedMemoryBytes: usedMiB[r] << 20})
 		}
-		if err := nvml.WriteSimMPSProcesses(simRoot, g0.UUID, procs); err != nil {
+		if err := nvmlsim.WriteMPSProcesses(simRoot, g0.UUID, procs); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -151,7 +151,7 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 			sumA += usedMiB[r]
 		}
 	}
-	st = waitStatus(t, daemonAddr, func(st agent.Status) bool {
+	st = waitStatus(t, daemonAddr, func(st status.Status) bool {
 		d0 := device(st, dev(0))
 		return d0 != nil && d0.Measured && d0.UsedBytes == sumA<<20
 	}, d)
@@ -162,7 +162,7 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 	if d0 := device(st, dev(0)); d0.Clients != len(pids)-2 || d0.OverCap {
 		t.Errorf("%s: %+v; want all of A's processes, under the cap", dev(0), d0)
 	}
-	mism := map[int]agent.MismatchState{}
+	mism := map[int]status.Mismatch{}
 	for _, m := range st.Accounting.Mismatches {
 		mism[m.PID] = m
 	}
@@ -224,7 +224,7 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 	}
 	delete(pids, "rewrite")
 	setClients()
-	st = waitStatus(t, daemonAddr, func(st agent.Status) bool {
+	st = waitStatus(t, daemonAddr, func(st status.Status) bool {
 		d0 := device(st, dev(0))
 		return d0 != nil && d0.UsedBytes == (sumA-2048)<<20 && !d0.OverCap
 	}, d)
@@ -249,15 +249,15 @@ func appendConf(t *testing.T, e *env, lines string) {
 }
 
 // waitStatus polls the daemon's /status until ok.
-func waitStatus(t *testing.T, addr string, ok func(agent.Status) bool, d *proc) agent.Status {
+func waitStatus(t *testing.T, addr string, ok func(status.Status) bool, d *proc) status.Status {
 	t.Helper()
-	var st agent.Status
+	var st status.Status
 	eventually(t, "status", func() (bool, string) {
 		code, body := get("http://" + addr + "/status")
 		if code != http.StatusOK {
 			return false, body
 		}
-		st = agent.Status{}
+		st = status.Status{}
 		if err := json.Unmarshal([]byte(body), &st); err != nil {
 			return false, err.Error()
 		}
@@ -266,7 +266,7 @@ func waitStatus(t *testing.T, addr string, ok func(agent.Status) bool, d *proc) 
 	return st
 }
 
-func device(st agent.Status, name string) *agent.DeviceStatus {
+func device(st status.Status, name string) *status.Device {
 	for i := range st.Devices {
 		if st.Devices[i].Name == name {
 			return &st.Devices[i]

@@ -50,21 +50,12 @@ func newEnv(t *testing.T, inventoryURL string, listen string) *env {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	e := &env{dir: dir, hostConf: filepath.Join(dir, "host.conf"), devices: filepath.Join(dir, "devices.yml"), inventoryURL: inventoryURL}
-	conf := fmt.Sprintf(`# a Cloudpods key this daemon does not know
-hostname: e2e-host
-enable_cuda_mps: true
-container_device_config_file: %s
-cuda_mps_pipe_directory: %s/pipe
-cuda_mps_log_directory: %s/log
-mps_inventory_url: %s
-mps_listen_address: %s
-mps_state_directory: %s/state
-mps_cdi_directory: %s/cdi
-mps_thread_percentage: even
-mps_host_name: e2e-host
-mps_sync_interval: 1s
-mps_inventory_token_file: %s
-`, e.devices, dir, dir, inventoryURL, listen, dir, dir, filesFor(t, inventoryURL).tokenFile)
+	tmpl, err := os.ReadFile(filepath.Join("testdata", "host.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"DIR": dir, "INVENTORY": inventoryURL, "LISTEN": listen, "TOKEN_FILE": filesFor(t, inventoryURL).tokenFile}
+	conf := os.Expand(string(tmpl), func(k string) string { return vars[k] })
 	if err := os.WriteFile(e.hostConf, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}

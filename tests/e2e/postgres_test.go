@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/pgtest"
 	"yunion.io/x/mps-daemon/pkg/api"
-	"yunion.io/x/mps-daemon/tests/pgtest"
 )
 
 // Two mps-inventory processes started at once on one PostgreSQL database

@@ -11,10 +11,11 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"yunion.io/x/mps-daemon/pkg/agent"
 	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/gpu/nvml"
+	"yunion.io/x/mps-daemon/pkg/gpu/nvmlsim"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
+	"yunion.io/x/mps-daemon/pkg/status"
 )
 
 // qosYAML shares the simulated host's first GPU (bus 18) in 8 with slice 0
@@ -100,12 +101,12 @@ func TestQoSOnASimulatedHost(t *testing.T) {
 	setKey(t, e.hostConf, "mps_thread_percentage", "auto")
 	appendConf(t, e, "mps_health_interval: 1s\nmps_accounting: enforce\n")
 	d := startDaemon(t, e)
-	st := waitStatus(t, daemonAddr, func(st agent.Status) bool { return st.Ready && st.CDI != nil && st.CDI.Devices == 10 }, d)
+	st := waitStatus(t, daemonAddr, func(st status.Status) bool { return st.Ready && st.CDI != nil && st.CDI.Devices == 10 }, d)
 	g0, g1 := st.GPUs[0], st.GPUs[1]
-	if g0.PCI != "0000:18:00.0" || g1.PCI != "0000:db:00.0" {
+	if g0.PCI.String() != "0000:18:00.0" || g1.PCI.String() != "0000:db:00.0" {
 		t.Fatalf("GPUs %s and %s, want 18 and db", g0.PCI, g1.PCI)
 	}
-	dev := func(g agent.GPUStatus, i int) string { return fmt.Sprintf("%s::%d", g.UUID, i) }
+	dev := func(g status.GPU, i int) string { return fmt.Sprintf("%s::%d", g.UUID, i) }
 	type qos struct {
 		threads, prio int
 		class         string
@@ -135,9 +136,9 @@ func TestQoSOnASimulatedHost(t *testing.T) {
 			t.Errorf("/status %s: %+v, want %+v", name, d, w)
 		}
 	}
-	sim := mps.NewSimRunner(nil)
+	sim := mpssim.New(nil)
 	for _, c := range []struct {
-		g       agent.GPUStatus
+		g       status.GPU
 		threads float64
 		prio    int
 	}{{g0, 50, 1}, {g1, 100, 0}} {
@@ -175,7 +176,7 @@ func TestQoSOnASimulatedHost(t *testing.T) {
 		}
 		procs = append(procs, gpu.Process{PID: pid, UsedMemoryBytes: 1 << 30})
 	}
-	if err := nvml.WriteSimMPSProcesses(filepath.Join(e.dir, "state", "simulated-host"), g0.UUID, procs); err != nil {
+	if err := nvmlsim.WriteMPSProcesses(filepath.Join(e.dir, "state", "simulated-host"), g0.UUID, procs); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the escape terminated", func() (bool, string) { return !alive(escape), tail(d.Output(), 3000) })

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"yunion.io/x/mps-daemon/pkg/agent"
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/client"
+	"yunion.io/x/mps-daemon/pkg/status"
 )
 
 // Issue 12: a configuration edit can never hurt a running tenant. These
@@ -83,13 +83,13 @@ func startHost(t *testing.T, devices, extraConf string) *hostEnv {
 	return h
 }
 
-func (h *hostEnv) status(t *testing.T) agent.Status {
+func (h *hostEnv) status(t *testing.T) status.Status {
 	t.Helper()
 	code, body := get("http://" + h.daemonAddr + "/status")
 	if code != http.StatusOK {
 		t.Fatalf("/status: %d %s", code, body)
 	}
-	var st agent.Status
+	var st status.Status
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatalf("/status: %v\n%s", err, body)
 	}
@@ -272,7 +272,7 @@ func TestRewritesInPlaceNeverReachMPSOrTheInventory(t *testing.T) {
 	var gpu3a string
 	for _, g := range h.status(t).GPUs {
 		configured[g.UUID] = true
-		if strings.Contains(g.PCI, ":3a:00.0") {
+		if strings.Contains(g.PCI.String(), ":3a:00.0") {
 			gpu3a = g.UUID
 		}
 	}

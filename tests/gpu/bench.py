@@ -199,7 +199,7 @@ def expected_threads(policy, n):
     return min(100, max(1, int(policy.split("/")[0]) // n))
 
 
-QOS_RESERVE = 8  # mps_qos reserve's default (pkg/config/qos.go)
+QOS_RESERVE = 4  # mps_qos reserve's default (pkg/config/qos.go)
 
 
 def expected_device_threads(policy, n, latency=None, reserve=None):
@@ -345,7 +345,7 @@ NOISY_NS = [int(x) for x in os.environ.get("BENCH_NOISY_NS", "4,8").split(",") i
 # MPS). BENCH_NOISY_ONLY (labels, separated by ";") runs some of them.
 NOISY_MODES = [("time-slicing", None, None, None), ("MPS, no cap", "none", None, None), ("100/N", "even", None, None),
                ("default (auto, 400/N)", "auto", None, None), ("QoS: slice 0 latency", "auto", [0], None),
-               ("QoS: slice 0 latency, reserve 4", "auto", [0], 4), ("QoS: slice 0 latency, reserve 2", "auto", [0], 2),
+               ("QoS: slice 0 latency, reserve 8", "auto", [0], 8), ("QoS: slice 0 latency, reserve 2", "auto", [0], 2),
                ("every slice at the batch share", "batch share", None, None),
                ("every slice at the batch share of reserve 2", "batch share", None, 2)]
 if os.environ.get("BENCH_NOISY_ONLY"):

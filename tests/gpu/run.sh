@@ -370,9 +370,10 @@ say
 say "## 14. Per-device QoS (mps_qos): latency and batch slices, and a batch client that escapes"
 # Slice 0 latency, 1-3 batch, under auto (no cap at N=4): the batch slices
 # get (100 - 8) / 3 = 30% and priority 1, the control daemon 100% and 1.
-OLD_SERVERS=$(ctl get_server_list | tr '\n' ' ')
+# reserve 8 is written out: it was the default when this section was run
+# on a GPU (docs/gpu-results.md records 30%); the default is 4 since.
 sed -i 's/^mps_thread_percentage: .*/mps_thread_percentage: auto/' "$W/host.conf"
-printf 'devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_number: 4\n  mps_qos:\n    latency: [0]\n' >"$W/devices.yml.new"
+printf 'devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_number: 4\n  mps_qos:\n    latency: [0]\n    reserve: 8\n' >"$W/devices.yml.new"
 mv "$W/devices.yml.new" "$W/devices.yml"
 qos_rows() { is "$ADDR-0" mps_thread_percentage 100 && is "$ADDR-1" mps_thread_percentage 30 && is "$ADDR-3" mps_thread_percentage 30; }
 until_ok 30 qos_rows; check "inventory rows: slice 0 at 100%, slices 1-3 at 30%" $?
@@ -383,8 +384,6 @@ for d in 0 1; do say "spec environment of $UUID::$d: $(python3 "$C/cdi_env.py" "
 python3 "$C/cdi_env.py" "$SPEC" "$UUID::1" | grep -qx CUDA_MPS_CLIENT_PRIORITY=1 && python3 "$C/cdi_env.py" "$SPEC" "$UUID::1" | grep -qx CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30
 check "a batch device's spec entry carries 30% and priority 1" $?
 python3 "$C/cdi_env.py" "$SPEC" "$UUID::0" | grep -qx CUDA_MPS_CLIENT_PRIORITY=0; check "the latency device's carries priority 0" $?
-idle_restarted() { for s in $OLD_SERVERS; do ctl get_server_list | grep -qx "$s" && return 1; done; return 0; }
-until_ok 15 idle_restarted; check "idle MPS servers started at the old priority were shut down" $? "(before: ${OLD_SERVERS:-none}; now: $(ctl get_server_list | tr '\n' ' '))"
 mkdir -p /run/yunion-mps
 SML=$(in_device "$UUID::0" python3 "$C/sms.py" 2>>"$W/client.log")
 SMB=$(in_device "$UUID::1" python3 "$C/sms.py" 2>>"$W/client.log")
@@ -410,7 +409,7 @@ wait $PQB; RQB=$?; wait $PQL; RQL=$?
 check "the batch client with its device's environment ran on" "$([ $RQB = 0 ]; echo $?)" "($(tail -1 "$W/qos-batch.log"))"
 check "the latency device's client without any QoS variable ran on" "$([ $RQL = 0 ]; echo $?)" "($(tail -1 "$W/qos-latency.log"))"
 block <"$W/status14.json"
-grep -E "component=accounting.*pid=($PQE|$PQB|$PQL) |client priority|MPS server shut down" "$W/daemon2.log" | sed 's/^time=[^ ]* //' | block
+grep -E "component=accounting.*pid=($PQE|$PQB|$PQL) |client priority" "$W/daemon2.log" | sed 's/^time=[^ ]* //' | block
 rmdir /run/yunion-mps 2>/dev/null
 
 say

@@ -28,11 +28,11 @@ import (
 	"testing"
 
 	"yunion.io/x/mps-daemon/internal/testsupport/cloudpods"
+	"yunion.io/x/mps-daemon/internal/testsupport/pgtest"
+	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
-	"yunion.io/x/mps-daemon/tests/pgtest"
-	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
 func TestMain(m *testing.M) {

@@ -5,9 +5,9 @@ import (
 	"testing"
 
 	"yunion.io/x/mps-daemon/internal/testsupport/cloudpods"
+	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
-	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
 // How the real climc logs in to the inventory's keystone face: as a user

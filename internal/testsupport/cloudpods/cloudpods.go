@@ -27,10 +27,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"yunion.io/x/mps-daemon/internal/testsupport/shared"
 )
 
 // The environment variables this package reads.
@@ -295,11 +296,10 @@ func (c *Cloud) StartRegion(ctx context.Context) error {
 
 // process is the test process's shared control plane, started by the first
 // Get and stopped by Main.
-var process struct {
-	mu     sync.Mutex
-	inMain bool
-	cloud  *Cloud
-	err    error
+var process = &shared.Resource[*Cloud]{
+	Name:  "cloudpods",
+	Start: func() (*Cloud, error) { return Start(context.Background(), Options{}) },
+	Stop:  func(c *Cloud) error { return c.Stop() },
 }
 
 // Main runs the tests of a package (call it from TestMain) and stops the
@@ -309,24 +309,7 @@ func Main(m *testing.M) {
 }
 
 // Run is Main for a TestMain that does more around m.Run.
-func Run(run func() int) int {
-	process.mu.Lock()
-	process.inMain = true
-	process.mu.Unlock()
-	code := run()
-	process.mu.Lock()
-	defer process.mu.Unlock()
-	if process.cloud != nil {
-		if err := process.cloud.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "cloudpods: stopping the test control plane: %v\n", err)
-			if code == 0 {
-				code = 1
-			}
-		}
-		process.cloud = nil
-	}
-	return code
-}
+func Run(run func() int) int { return process.Run(run) }
 
 // Get returns the process's control plane, starting it on first use. It
 // skips the test when Cloudpods is unavailable (fails under
@@ -334,7 +317,7 @@ func Run(run func() int) int {
 // when the test ends.
 func Get(t testing.TB) *Cloud {
 	t.Helper()
-	c, err := shared(t)
+	c, err := process.Get(t)
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) && os.Getenv(EnvRequire) != "1" {
 			t.Skipf("%v (set %s=1 to make this a failure)", err, EnvRequire)
@@ -361,29 +344,6 @@ func New(t testing.TB, opts Options) *Cloud {
 		}
 	})
 	return c
-}
-
-func shared(t testing.TB) (*Cloud, error) {
-	process.mu.Lock()
-	defer process.mu.Unlock()
-	if process.cloud != nil || process.err != nil {
-		return process.cloud, process.err
-	}
-	if !process.inMain {
-		c, err := Start(context.Background(), Options{})
-		if err != nil {
-			return nil, err
-		}
-		t.Cleanup(func() {
-			if err := c.Stop(); err != nil {
-				t.Errorf("cloudpods: %v", err)
-			}
-		})
-		return c, nil
-	}
-	// A failure to start is kept: later tests fail fast with the same error.
-	process.cloud, process.err = Start(context.Background(), Options{})
-	return process.cloud, process.err
 }
 
 // freePorts returns n TCP ports free on 127.0.0.1 right now.

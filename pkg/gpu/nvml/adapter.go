@@ -18,7 +18,7 @@ import (
 // concurrent use; Close waits for calls in flight, so NVML is never used after
 // it is shut down.
 type Adapter struct {
-	lib library
+	lib Library
 	log *slog.Logger
 
 	mu     sync.RWMutex // held for reading by NVML calls, for writing by Close
@@ -31,12 +31,14 @@ var _ gpu.Backend = (*Adapter)(nil)
 // run time) and initialises it. On a host without the NVIDIA driver the error
 // wraps ErrLibraryNotFound.
 func New(log *slog.Logger) (*Adapter, error) {
-	return newAdapter(nvml.New(), log)
+	return NewWithLibrary(nvml.New(), log)
 }
 
-// newAdapter initialises lib and wraps it. Real and simulated machines both
-// come through here, so they are read by the same code.
-func newAdapter(lib library, log *slog.Logger) (*Adapter, error) {
+// NewWithLibrary initialises lib and wraps it: New gives the host's NVML,
+// the simulated host (pkg/gpu/nvmlsim) go-nvml's mock machine. Real and
+// simulated machines both come through here, so they are read by the same
+// code.
+func NewWithLibrary(lib Library, log *slog.Logger) (*Adapter, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -22,7 +22,7 @@ func fakeDevice(uuid, busID string) *mock.Device {
 		GetNameFunc:        func() (string, nvml.Return) { return "NVIDIA H20", nvml.SUCCESS },
 		GetPciInfoFunc: func() (nvml.PciInfo, nvml.Return) {
 			p := nvml.PciInfo{PciDeviceId: 0x233510DE}
-			putCString(p.BusId[:], busID)
+			PutCString(p.BusId[:], busID)
 			return p, nvml.SUCCESS
 		},
 		GetMemoryInfoFunc:            func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: 97871 << 20}, nvml.SUCCESS },
@@ -47,7 +47,7 @@ func fakeLibrary(devs ...*mock.Device) *mock.Interface {
 func TestDevicesFromHandBuiltMock(t *testing.T) {
 	// Index 0 sits on the higher bus: the list must come back in bus order.
 	lib := fakeLibrary(fakeDevice("GPU-b", "00000000:DB:00.0"), fakeDevice("GPU-a", "00000000:1A:00.0"))
-	a, err := newAdapter(lib, nil)
+	a, err := NewWithLibrary(lib, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestDevicesFromHandBuiltMock(t *testing.T) {
 	}
 	g := got[0]
 	if g.Index != 1 || g.PCI.String() != "0000:1a:00.0" || g.VendorDeviceID() != "10de:2335" ||
-		g.MemoryTotalMiB() != 97871 || g.Architecture != gpu.ArchHopper || g.NUMANode != -1 {
+		g.MemoryTotal.MiB() != 97871 || g.Architecture != gpu.ArchHopper || g.NUMANode != -1 {
 		t.Errorf("Devices()[0] = %+v", g)
 	}
 }
@@ -123,7 +123,7 @@ func TestDevicesErrorsNameTheGPU(t *testing.T) {
 			spoil: func(d *mock.Device, _ *mock.Interface) {
 				d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
 					var p nvml.PciInfo
-					putCString(p.BusId[:], "garbage")
+					PutCString(p.BusId[:], "garbage")
 					return p, nvml.SUCCESS
 				}
 			},
@@ -134,7 +134,7 @@ func TestDevicesErrorsNameTheGPU(t *testing.T) {
 			bad := fakeDevice("GPU-bad", "00000000:2A:00.0")
 			lib := fakeLibrary(fakeDevice("GPU-good", "00000000:18:00.0"), bad)
 			tc.spoil(bad, lib)
-			a, err := newAdapter(lib, nil)
+			a, err := NewWithLibrary(lib, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,7 +161,7 @@ func TestOptionalAnswersReadAsUnknown(t *testing.T) {
 	d.GetMaxPcieLinkGenerationFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
 	d.GetMaxPcieLinkWidthFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
 	d.GetArchitectureFunc = func() (nvml.DeviceArchitecture, nvml.Return) { return 0, nvml.ERROR_FUNCTION_NOT_FOUND }
-	a, err := newAdapter(fakeLibrary(d), nil)
+	a, err := NewWithLibrary(fakeLibrary(d), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,10 +178,10 @@ func TestLegacyBusID(t *testing.T) {
 	d := fakeDevice("GPU-old", "")
 	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
 		var p nvml.PciInfo
-		putCString(p.BusIdLegacy[:], "0000:AB:00.0")
+		PutCString(p.BusIdLegacy[:], "0000:AB:00.0")
 		return p, nvml.SUCCESS
 	}
-	a, err := newAdapter(fakeLibrary(d), nil)
+	a, err := NewWithLibrary(fakeLibrary(d), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestLegacyBusID(t *testing.T) {
 
 func TestInitFailures(t *testing.T) {
 	t.Run("library missing", func(t *testing.T) {
-		_, err := newAdapter(nvml.New(nvml.WithLibraryPath("/nonexistent/libnvidia-ml.so.1")), nil)
+		_, err := NewWithLibrary(nvml.New(nvml.WithLibraryPath("/nonexistent/libnvidia-ml.so.1")), nil)
 		if !errors.Is(err, ErrLibraryNotFound) {
 			t.Fatalf("err = %v, want ErrLibraryNotFound", err)
 		}
@@ -209,7 +209,7 @@ func TestInitFailures(t *testing.T) {
 	t.Run("driver not loaded", func(t *testing.T) {
 		lib := fakeLibrary()
 		lib.InitFunc = func() nvml.Return { return nvml.ERROR_DRIVER_NOT_LOADED }
-		_, err := newAdapter(lib, nil)
+		_, err := NewWithLibrary(lib, nil)
 		if !errors.Is(err, nvml.ERROR_DRIVER_NOT_LOADED) || !strings.Contains(err.Error(), "kernel module") {
 			t.Fatalf("err = %v", err)
 		}
@@ -218,7 +218,7 @@ func TestInitFailures(t *testing.T) {
 
 func TestCloseShutsDownOnce(t *testing.T) {
 	lib := fakeLibrary(fakeDevice("GPU-a", "00000000:18:00.0"))
-	a, err := newAdapter(lib, nil)
+	a, err := NewWithLibrary(lib, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,9 +247,9 @@ func TestSplitPCIID(t *testing.T) {
 		{0x1B3810DE, 0x10de, 0x1b38},
 		{0x00000000, 0, 0},
 	} {
-		v, d := splitPCIID(tc.id)
+		v, d := SplitPCIID(tc.id)
 		if v != tc.vendor || d != tc.device {
-			t.Errorf("splitPCIID(%#x) = %#x, %#x, want %#x, %#x", tc.id, v, d, tc.vendor, tc.device)
+			t.Errorf("SplitPCIID(%#x) = %#x, %#x, want %#x, %#x", tc.id, v, d, tc.vendor, tc.device)
 		}
 	}
 }
@@ -257,8 +257,8 @@ func TestSplitPCIID(t *testing.T) {
 func TestCStringRoundTrip(t *testing.T) {
 	var signed [16]int8
 	var unsigned [8]uint8
-	putCString(signed[:], "0000:AB:00.0")
-	putCString(unsigned[:], "truncated here")
+	PutCString(signed[:], "0000:AB:00.0")
+	PutCString(unsigned[:], "truncated here")
 	if got := cString(signed[:]); got != "0000:AB:00.0" {
 		t.Errorf("int8 round trip = %q", got)
 	}

@@ -10,11 +10,12 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/pci"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
-// library is the part of nvml.Interface the adapter uses. The real library
+// Library is the part of nvml.Interface the adapter uses. The real library
 // (nvml.New) and go-nvml's mock server both satisfy it.
-type library interface {
+type Library interface {
 	Init() nvml.Return
 	Shutdown() nvml.Return
 	SystemGetDriverVersion() (string, nvml.Return)
@@ -23,8 +24,9 @@ type library interface {
 	DeviceGetHandleByUUID(string) (nvml.Device, nvml.Return)
 }
 
-// device is the part of nvml.Device the adapter uses; a simulated device must
-// set a *Func for each of these, as the mock panics on a nil one.
+// device is the part of nvml.Device the adapter uses; a simulated device
+// (pkg/gpu/nvmlsim) must set a *Func for each of these, as the mock panics
+// on a nil one.
 type device interface {
 	GetMinorNumber() (int, nvml.Return)
 	GetUUID() (string, nvml.Return)
@@ -40,7 +42,7 @@ type device interface {
 }
 
 var (
-	_ library = nvml.Interface(nil)
+	_ Library = nvml.Interface(nil)
 	_ device  = nvml.Device(nil)
 )
 
@@ -80,13 +82,13 @@ func readDevice(d device, index int) (gpu.Info, error) {
 		return info, fmt.Errorf("nvmlDeviceGetPciInfo: %w", err)
 	}
 	info.PCI = addr
-	info.PCIVendorID, info.PCIDeviceID = splitPCIID(p.PciDeviceId)
+	info.PCIVendorID, info.PCIDeviceID = SplitPCIID(p.PciDeviceId)
 	mem, ret := d.GetMemoryInfo()
 	if ret != nvml.SUCCESS {
 		return info, callError("nvmlDeviceGetMemoryInfo", ret)
 	}
-	info.MemoryTotalBytes = mem.Total
-	info.MemoryUsedBytes = mem.Used
+	info.MemoryTotal = units.Bytes(mem.Total)
+	info.MemoryUsed = units.Bytes(mem.Used)
 	mode, ret := d.GetComputeMode()
 	if ret != nvml.SUCCESS {
 		return info, callError("nvmlDeviceGetComputeMode", ret)
@@ -95,7 +97,7 @@ func readDevice(d device, index int) (gpu.Info, error) {
 	arch, ret := d.GetArchitecture()
 	switch {
 	case ret == nvml.SUCCESS:
-		info.Architecture = architecture(arch)
+		info.Architecture = Architecture(arch)
 	case unsupported(ret):
 		info.Architecture = gpu.ArchUnknown
 	default:
@@ -136,9 +138,9 @@ func pciAddress(p nvml.PciInfo) (pci.Address, error) {
 	return pci.Parse(id)
 }
 
-// splitPCIID splits NVML's PciDeviceId, which packs the device id in the high
+// SplitPCIID splits NVML's PciDeviceId, which packs the device id in the high
 // half and the vendor id in the low half: 0x233510DE is 10de:2335.
-func splitPCIID(id uint32) (vendor, device uint16) {
+func SplitPCIID(id uint32) (vendor, device uint16) {
 	return uint16(id & 0xffff), uint16(id >> 16)
 }
 
@@ -155,9 +157,9 @@ func cString[T ~int8 | ~uint8](b []T) string {
 	return string(out)
 }
 
-// putCString writes s into a C char array, NUL-terminated and truncated to
+// PutCString writes s into a C char array, NUL-terminated and truncated to
 // fit, as NVML fills its fixed-size fields.
-func putCString[T ~int8 | ~uint8](dst []T, s string) {
+func PutCString[T ~int8 | ~uint8](dst []T, s string) {
 	clear(dst)
 	n := min(len(s), len(dst)-1)
 	for i := range n {
@@ -165,9 +167,9 @@ func putCString[T ~int8 | ~uint8](dst []T, s string) {
 	}
 }
 
-// architecture maps NVML's numbering onto gpu.Architecture; anything newer
+// Architecture maps NVML's numbering onto gpu.Architecture; anything newer
 // than this code knows is ArchUnknown, which gets the safe MPS client limit.
-func architecture(a nvml.DeviceArchitecture) gpu.Architecture {
+func Architecture(a nvml.DeviceArchitecture) gpu.Architecture {
 	switch a {
 	case nvml.DEVICE_ARCH_KEPLER:
 		return gpu.ArchKepler

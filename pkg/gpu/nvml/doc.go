@@ -1,10 +1,10 @@
-// Package nvml is the daemon's only door to NVML and its only cgo. It adapts
-// github.com/NVIDIA/go-nvml to gpu.Backend for two kinds of machine:
+// Package nvml is the daemon's door to NVML, and with pkg/gpu/nvmlsim its
+// only cgo. It adapts github.com/NVIDIA/go-nvml to gpu.Backend for two kinds
+// of machine:
 //
 //   - a real host, where libnvidia-ml.so.1 is loaded at run time (New), and
-//   - a simulated host built from go-nvml's mock machines (NewSimulated), made
-//     to look like a real one: stable UUIDs, DGX-like PCI bus ids with hex
-//     letters, and a fake sys/ and dev/ tree for the resolver to walk.
+//   - a simulated host built from go-nvml's mock machines (pkg/gpu/nvmlsim,
+//     through NewWithLibrary).
 //
 // Both go through the same adapter code, so what the simulation tests is what
 // runs on a GPU host. A build without cgo (CGO_ENABLED=0) keeps the exported

@@ -18,11 +18,6 @@ var _ gpu.Backend = (*Adapter)(nil)
 // New returns ErrNoCgo: NVML needs a cgo build.
 func New(log *slog.Logger) (*Adapter, error) { return nil, ErrNoCgo }
 
-// NewSimulated returns ErrNoCgo: go-nvml's mock machines need a cgo build.
-func NewSimulated(profile, root string, log *slog.Logger) (*Adapter, *SimHost, error) {
-	return nil, nil, ErrNoCgo
-}
-
 // Devices returns ErrNoCgo.
 func (a *Adapter) Devices(ctx context.Context) ([]gpu.Info, error) { return nil, ErrNoCgo }
 
@@ -38,21 +33,3 @@ func (a *Adapter) MPSProcesses(ctx context.Context, uuid string) ([]gpu.Process,
 
 // Close does nothing.
 func (a *Adapter) Close() error { return nil }
-
-// SimHost stands in for the simulated host in a build without cgo.
-type SimHost struct{}
-
-// Profile returns "".
-func (h *SimHost) Profile() string { return "" }
-
-// SysfsRoot returns "".
-func (h *SimHost) SysfsRoot() string { return "" }
-
-// DevRoot returns "".
-func (h *SimHost) DevRoot() string { return "" }
-
-// GPUs returns nil.
-func (h *SimHost) GPUs() []gpu.Info { return nil }
-
-// SetMPSProcesses returns ErrNoCgo.
-func (h *SimHost) SetMPSProcesses(uuid string, procs []gpu.Process) error { return ErrNoCgo }

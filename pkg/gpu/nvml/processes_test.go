@@ -13,48 +13,6 @@ import (
 	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
-func TestSimulatedMPSProcesses(t *testing.T) {
-	a, h := newSim(t, "2xH200")
-	gpus := h.GPUs()
-	// A fresh simulated host runs no MPS clients.
-	for _, g := range gpus {
-		got, err := a.MPSProcesses(t.Context(), g.UUID)
-		if err != nil || len(got) != 0 {
-			t.Fatalf("MPSProcesses(%s) on a fresh host = %v, %v; want none", g.UUID, got, err)
-		}
-	}
-	set := []gpu.Process{{PID: 981, UsedMemoryBytes: 20368 << 20}, {PID: 42, UsedMemoryBytes: 1168 << 20}}
-	if err := h.SetMPSProcesses(gpus[1].UUID, set); err != nil {
-		t.Fatal(err)
-	}
-	got, err := a.MPSProcesses(t.Context(), gpus[1].UUID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []gpu.Process{{PID: 42, UsedMemoryBytes: 1168 << 20}, {PID: 981, UsedMemoryBytes: 20368 << 20}}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("MPSProcesses = %+v, want %+v (sorted by PID)", got, want)
-	}
-	if other, err := a.MPSProcesses(t.Context(), gpus[0].UUID); err != nil || len(other) != 0 {
-		t.Errorf("the other GPU lists %v, %v; want none", other, err)
-	}
-	if err := h.SetMPSProcesses(gpus[1].UUID, nil); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := a.MPSProcesses(t.Context(), gpus[1].UUID); err != nil || len(got) != 0 {
-		t.Errorf("after clearing: %v, %v", got, err)
-	}
-	if err := h.SetMPSProcesses("GPU-nope", set); err == nil {
-		t.Error("SetMPSProcesses on an unknown GPU succeeded")
-	}
-	if err := h.SetMPSProcesses(gpus[0].UUID, []gpu.Process{{PID: -1}}); err == nil {
-		t.Error("SetMPSProcesses with PID -1 succeeded")
-	}
-	if _, err := a.MPSProcesses(t.Context(), "GPU-nope"); err == nil || !strings.Contains(err.Error(), "GPU-nope") {
-		t.Errorf("MPSProcesses of an unknown GPU: %v", err)
-	}
-}
-
 func TestMPSProcessesAnswers(t *testing.T) {
 	for _, tc := range []struct {
 		name    string

@@ -34,8 +34,8 @@ func TestRealNVML(t *testing.T) {
 		t.Fatal("no GPUs")
 	}
 	for _, g := range got {
-		t.Logf("%+v pci=%s vendor:device=%s memory=%dMiB arch=%s mode=%s", g, g.PCI, g.VendorDeviceID(), g.MemoryTotalMiB(), g.Architecture, g.ComputeMode)
-		if !strings.HasPrefix(g.UUID, "GPU-") || g.PCIVendorID != 0x10de || g.MemoryTotalBytes == 0 ||
+		t.Logf("%+v pci=%s vendor:device=%s memory=%dMiB arch=%s mode=%s", g, g.PCI, g.VendorDeviceID(), g.MemoryTotal.MiB(), g.Architecture, g.ComputeMode)
+		if !strings.HasPrefix(g.UUID, "GPU-") || g.PCIVendorID != 0x10de || g.MemoryTotal == 0 ||
 			g.Architecture == gpu.ArchUnknown || g.Name == "" {
 			t.Errorf("implausible GPU %+v", g)
 		}

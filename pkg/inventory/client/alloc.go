@@ -30,21 +30,6 @@ import (
 //     and the second would answer 404 without saying which guest the first
 //     detached.
 
-// AttachRequest asks for Count devices of a model on a host, as Cloudpods
-// picks them: the GPU with the most free slices first, one guest's slices
-// spread across GPUs.
-type AttachRequest struct {
-	// DevType defaults to NVIDIA_MPS on the server.
-	DevType string
-	Model   string
-	// Host is the host's id or name.
-	Host string
-	// Count defaults to 1 when 0.
-	Count int
-	// NUMANode, when set, keeps the devices on that NUMA node.
-	NUMANode *int
-}
-
 // attachBody is the body of attach: one device, or the model form.
 type attachBody struct {
 	Device   string `json:"device,omitempty"`
@@ -53,6 +38,8 @@ type attachBody struct {
 	Count    int    `json:"count,omitempty"`
 	Host     string `json:"host,omitempty"`
 	NUMANode *int   `json:"numa_node,omitempty"`
+	// SharingMode is sent only when set.
+	SharingMode string `json:"sharing_mode,omitempty"`
 }
 
 type detachBody struct {
@@ -77,9 +64,9 @@ func (c *Client) AttachIsolatedDevice(ctx context.Context, guest, id string) ([]
 // all or none; not enough free devices is refused (IsRefused), saying how
 // many are free. It is not retried once the request may have reached the server
 // (see above).
-func (c *Client) AttachIsolatedDevices(ctx context.Context, guest string, r AttachRequest) ([]api.IsolatedDevice, error) {
+func (c *Client) AttachIsolatedDevices(ctx context.Context, guest string, r api.AttachRequest) ([]api.IsolatedDevice, error) {
 	var out api.IsolatedDevicesBody
-	body := attachBody{DevType: r.DevType, Model: r.Model, Count: r.Count, Host: r.Host, NUMANode: r.NUMANode}
+	body := attachBody{DevType: r.DevType, Model: r.Model, Count: r.Count, Host: r.Host, NUMANode: r.NUMANode, SharingMode: r.SharingMode}
 	err := c.doUnrepeatable(ctx, "POST", serverPath(guest, "attach-isolated-device"), body, &out)
 	return out.IsolatedDevices, err
 }

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
-	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
 // allocEnv is a real inventory on loopback with an admin token, and a host
@@ -92,11 +92,11 @@ func TestAttachDetachPurge(t *testing.T) {
 			t.Errorf("attach of a held device: %v, want a refusal", err)
 		}
 		numa := 0
-		got, err = c.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 3, NUMANode: &numa})
+		got, err = c.AttachIsolatedDevices(ctx, "pod-b", api.AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 3, NUMANode: &numa})
 		if err != nil || !slices.Equal(addrsOf(got), []string{"07:00.0-0", "06:00.0-1", "07:00.0-1"}) {
 			t.Fatalf("attach by model: %v, %v", addrsOf(got), err)
 		}
-		_, err = c.AttachIsolatedDevices(ctx, "pod-c", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 5})
+		_, err = c.AttachIsolatedDevices(ctx, "pod-c", api.AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 5})
 		if !IsRefused(err) || err.Error() != `need 5 free NVIDIA_MPS "Tesla P40" devices on host gpu-1, 4 free` {
 			t.Errorf("attach of more than free: %v", err)
 		}
@@ -168,7 +168,7 @@ func TestAllocRetries(t *testing.T) {
 			t.Run("attach by model is not", func(t *testing.T) {
 				var seen atomic.Int64
 				e := newAllocEnv(t, storetest.Open(t, b.DSN(t)), loseAnswers("/attach-isolated-device", 1, &seen))
-				_, err := e.client(Options{}).AttachIsolatedDevices(ctx, "pod-a", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 2})
+				_, err := e.client(Options{}).AttachIsolatedDevices(ctx, "pod-a", api.AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 2})
 				if err == nil || seen.Load() != 1 {
 					t.Errorf("%v after %d requests; want the 503 after 1", err, seen.Load())
 				}
@@ -180,7 +180,7 @@ func TestAllocRetries(t *testing.T) {
 				var seen atomic.Int64
 				e := newAllocEnv(t, storetest.Open(t, b.DSN(t)), loseAnswers("/detach-isolated-device", 1, &seen))
 				c := e.client(Options{})
-				if _, err := c.AttachIsolatedDevices(ctx, "pod-a", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 2}); err != nil {
+				if _, err := c.AttachIsolatedDevices(ctx, "pod-a", api.AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 2}); err != nil {
 					t.Fatal(err)
 				}
 				// The retry answers what it released: nothing, the lost first
@@ -228,14 +228,14 @@ func TestUnrepeatableRetriedOnConnectionRefused(t *testing.T) {
 		e := newAllocEnv(t, open(), nil)
 		var dials atomic.Int64
 		c := e.client(Options{HTTPClient: refuseFirstDial(2, &dials)})
-		got, err := c.AttachIsolatedDevices(ctx, "pod-a", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 2})
+		got, err := c.AttachIsolatedDevices(ctx, "pod-a", api.AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 2})
 		if err != nil || len(got) != 2 || dials.Load() != 3 {
 			t.Errorf("%v, %v after %d dials; want 2 devices after 3", addrsOf(got), err, dials.Load())
 		}
 
 		dials.Store(0)
 		none := e.client(Options{HTTPClient: refuseFirstDial(10, &dials), Retries: -1})
-		if _, err := none.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1"}); err == nil || dials.Load() != 1 {
+		if _, err := none.AttachIsolatedDevices(ctx, "pod-b", api.AttachRequest{Model: "Tesla P40", Host: "gpu-1"}); err == nil || dials.Load() != 1 {
 			t.Errorf("with retries off: %v after %d dials; want the error after 1", err, dials.Load())
 		}
 	})
@@ -270,7 +270,7 @@ func TestSyncPendingRemoval(t *testing.T) {
 		if _, err := c.AttachIsolatedDevice(ctx, "pod-b", d3.ID); !IsRefused(err) {
 			t.Errorf("attach of a released device pending removal: %v, want a refusal", err)
 		}
-		if got, err := c.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 6}); err != nil || slices.Contains(addrsOf(got), "06:00.0-3") {
+		if got, err := c.AttachIsolatedDevices(ctx, "pod-b", api.AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 6}); err != nil || slices.Contains(addrsOf(got), "06:00.0-3") {
 			t.Errorf("attach by model: %v, %v; want the 6 wanted devices only", addrsOf(got), err)
 		}
 		if _, err := c.DetachAll(ctx, "pod-b"); err != nil {
@@ -303,18 +303,18 @@ func TestSyncCarriesUnhealthy(t *testing.T) {
 			want[i].Unhealthy = true
 		}
 		mustSync(t, c, e.host.ID, want, SyncResult{Updated: 4, Unchanged: 4})
-		got, err := c.AttachIsolatedDevices(ctx, "pod-a", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 4})
+		got, err := c.AttachIsolatedDevices(ctx, "pod-a", api.AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 4})
 		if err != nil || !slices.Equal(addrsOf(got), []string{"07:00.0-0", "07:00.0-1", "07:00.0-2", "07:00.0-3"}) {
 			t.Errorf("attach with GPU-06 unhealthy: %v, %v", addrsOf(got), err)
 		}
-		if _, err := c.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1"}); !IsRefused(err) {
+		if _, err := c.AttachIsolatedDevices(ctx, "pod-b", api.AttachRequest{Model: "Tesla P40", Host: "gpu-1"}); !IsRefused(err) {
 			t.Errorf("attach with only unhealthy devices free: %v, want a refusal", err)
 		}
 		for i := range 4 {
 			want[i].Unhealthy = false
 		}
 		mustSync(t, c, e.host.ID, want, SyncResult{Updated: 4, Unchanged: 4})
-		if _, err := c.AttachIsolatedDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1"}); err != nil {
+		if _, err := c.AttachIsolatedDevices(ctx, "pod-b", api.AttachRequest{Model: "Tesla P40", Host: "gpu-1"}); err != nil {
 			t.Errorf("attach once healthy again: %v", err)
 		}
 	})

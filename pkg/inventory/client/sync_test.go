@@ -11,10 +11,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
-	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
 // inventory is a real mps-inventory (server over a SQLite file or a

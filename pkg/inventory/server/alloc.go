@@ -104,7 +104,7 @@ func (s *server) attachDevices(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		req := store.AttachRequest{
+		req := api.AttachRequest{
 			DevType: deref(in.DevType), Model: deref(in.Model), Host: host,
 			Count: deref(in.Count), NUMANode: in.NUMANode, SharingMode: deref(in.SharingMode),
 		}

@@ -4,12 +4,12 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/alloctest"
+	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
-	"yunion.io/x/mps-daemon/tests/alloctest"
-	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
-// The proof (see tests/alloctest): hundreds of concurrent attach
+// The proof (see internal/testsupport/alloctest): hundreds of concurrent attach
 // and detach requests at two servers on one database, over loopback, on
 // each backend; 24 workers of 16 guests each compete for 32 devices (4 GPUs
 // of 8 slices).

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
-	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
 // seedGPUs registers host name with gpus GPUs of slices MPS slices each,

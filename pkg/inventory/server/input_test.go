@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
-	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
 // unknownUUID is a well-formed device id no device has.

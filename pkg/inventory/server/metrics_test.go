@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
-	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
 // The inventory counts requests by route pattern, never by path: two

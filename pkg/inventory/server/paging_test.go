@@ -6,9 +6,9 @@ import (
 	"slices"
 	"testing"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
-	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
 
 // Cloudpods' marker paging: paging_marker ("" first) and next_marker walk

@@ -3,25 +3,21 @@ package server
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/golden"
+	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
-	"yunion.io/x/mps-daemon/tests/pgtest/storetest"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 // env is a real server over a real database (a SQLite file or a PostgreSQL
 // database: see newEnvOn).
@@ -164,26 +160,10 @@ func TestEnvelopesGolden(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				got := normalise(e.mustCall("GET", tt.path, "", nil))
-				golden(t, filepath.Join("testdata", tt.name+".golden.json"), got)
+				golden.Check(t, tt.name+".golden.json", got)
 			})
 		}
 	})
-}
-
-func golden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (go test -update rewrites it)\ngot:  %s\nwant: %s", path, got, want)
-	}
 }
 
 // Every field of api.IsolatedDevice (and api.Host) must be a field of the

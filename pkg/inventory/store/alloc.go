@@ -100,23 +100,9 @@ func CheckGuestID(guest string) error {
 	return nil
 }
 
-// AttachRequest asks for Count devices of a model on a host.
-type AttachRequest struct {
-	// DevType defaults to NVIDIA_MPS.
-	DevType string
-	Model   string
-	// Host is the host's id or name.
-	Host string
-	// Count defaults to 1.
-	Count int
-	// NUMANode, when set and not AnyNUMANode, keeps the picks on that node.
-	NUMANode *int
-	// SharingMode, when set, keeps the picks to devices of that sharing
-	// mode or of none (Cloudpods' model attach names one).
-	SharingMode string
-}
-
-func (r AttachRequest) normalize() (AttachRequest, int, error) {
+// normalizeAttach fills r's defaults and checks it; numa is AnyNUMANode
+// when r names no node.
+func normalizeAttach(r api.AttachRequest) (api.AttachRequest, int, error) {
 	if r.DevType == "" {
 		r.DevType = api.DevTypeNvidiaMPS
 	}
@@ -171,11 +157,11 @@ func (s *Store) AttachDevice(ctx context.Context, guest, id string) (api.Isolate
 
 // AttachDevices picks r.Count free devices (see Pick) and gives them all to
 // guest, or refuses and gives none. They are returned in pick order.
-func (s *Store) AttachDevices(ctx context.Context, guest string, r AttachRequest) ([]api.IsolatedDevice, error) {
+func (s *Store) AttachDevices(ctx context.Context, guest string, r api.AttachRequest) ([]api.IsolatedDevice, error) {
 	if err := CheckGuestID(guest); err != nil {
 		return nil, err
 	}
-	r, numa, err := r.normalize()
+	r, numa, err := normalizeAttach(r)
 	if err != nil {
 		return nil, err
 	}

@@ -138,12 +138,12 @@ func TestAttachByID(t *testing.T) {
 func TestAttachByModel(t *testing.T) {
 	ctx := t.Context()
 	one := func(n int) *int { return &n }
-	p40 := AttachRequest{Model: "Tesla P40", Host: "gpu-1"}
-	withCount := func(r AttachRequest, n int) AttachRequest { r.Count = n; return r }
+	p40 := api.AttachRequest{Model: "Tesla P40", Host: "gpu-1"}
+	withCount := func(r api.AttachRequest, n int) api.AttachRequest { r.Count = n; return r }
 	tests := []struct {
 		name  string
 		prep  func(t *testing.T, s *Store, devs []api.IsolatedDevice)
-		req   AttachRequest
+		req   api.AttachRequest
 		want  []string
 		kind  error
 		msg   string
@@ -164,7 +164,7 @@ func TestAttachByModel(t *testing.T) {
 		},
 		{
 			name: "NUMA node",
-			req:  AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 2, NUMANode: one(1)},
+			req:  api.AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 2, NUMANode: one(1)},
 			want: []string{"07:00.0-0", "07:00.0-1"},
 		},
 		{name: "by host id", byHostID: true, req: p40, want: []string{"06:00.0-0"}},
@@ -192,17 +192,17 @@ func TestAttachByModel(t *testing.T) {
 		},
 		{
 			name: "not enough on the NUMA node",
-			req:  AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 5, NUMANode: one(0)},
+			req:  api.AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 5, NUMANode: one(0)},
 			kind: ErrNoCapacity, msg: `need 5 free NVIDIA_MPS "Tesla P40" devices on host gpu-1 NUMA node 0, 4 free`,
 		},
-		{name: "other model", req: AttachRequest{Model: "Tesla T4", Host: "gpu-1"}, kind: ErrNoCapacity, msg: "0 free"},
-		{name: "other dev_type", req: AttachRequest{DevType: "GPU-HPC", Model: "Tesla P40", Host: "gpu-1"}, kind: ErrNoCapacity, msg: "need 1 free GPU-HPC"},
-		{name: "unknown host", req: AttachRequest{Model: "Tesla P40", Host: "gpu-9"}, kind: ErrNotFound, msg: `host "gpu-9" not found`},
-		{name: "no model", req: AttachRequest{Host: "gpu-1"}, kind: ErrInvalid, msg: "missing required field model"},
-		{name: "no host", req: AttachRequest{Model: "Tesla P40"}, kind: ErrInvalid, msg: "missing required field host"},
+		{name: "other model", req: api.AttachRequest{Model: "Tesla T4", Host: "gpu-1"}, kind: ErrNoCapacity, msg: "0 free"},
+		{name: "other dev_type", req: api.AttachRequest{DevType: "GPU-HPC", Model: "Tesla P40", Host: "gpu-1"}, kind: ErrNoCapacity, msg: "need 1 free GPU-HPC"},
+		{name: "unknown host", req: api.AttachRequest{Model: "Tesla P40", Host: "gpu-9"}, kind: ErrNotFound, msg: `host "gpu-9" not found`},
+		{name: "no model", req: api.AttachRequest{Host: "gpu-1"}, kind: ErrInvalid, msg: "missing required field model"},
+		{name: "no host", req: api.AttachRequest{Model: "Tesla P40"}, kind: ErrInvalid, msg: "missing required field host"},
 		{name: "negative count", req: withCount(p40, -1), kind: ErrInvalid, msg: "count:"},
 		{name: "count too large", req: withCount(p40, MaxAttachCount+1), kind: ErrInvalid, msg: "count:"},
-		{name: "bad numa node", req: AttachRequest{Model: "Tesla P40", Host: "gpu-1", NUMANode: one(-2)}, kind: ErrInvalid, msg: "numa_node:"},
+		{name: "bad numa node", req: api.AttachRequest{Model: "Tesla P40", Host: "gpu-1", NUMANode: one(-2)}, kind: ErrInvalid, msg: "numa_node:"},
 		{name: "bad guest", guest: "no spaces", req: p40, kind: ErrInvalid, msg: "guest:"},
 	}
 	// One database per backend; each case gets a host of its own (named
@@ -260,7 +260,7 @@ func TestDetach(t *testing.T) {
 		ctx := t.Context()
 		s := open()
 		devs := allocHost(t, s, "gpu-1")
-		if _, err := s.AttachDevices(ctx, "g1", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 3}); err != nil {
+		if _, err := s.AttachDevices(ctx, "g1", api.AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 3}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.AttachDevice(ctx, "g2", devs[7].ID); err != nil {

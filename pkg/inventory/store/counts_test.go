@@ -72,7 +72,7 @@ func TestCountsFollowEveryWrite(t *testing.T) {
 		}{
 			{"attach by id", func() error { _, err := s.AttachDevice(ctx, "pod-a", devs[0].ID); return err }},
 			{"attach by model", func() error {
-				_, err := s.AttachDevices(ctx, "pod-b", AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 3})
+				_, err := s.AttachDevices(ctx, "pod-b", api.AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 3})
 				return err
 			}},
 			{"attach on another host", func() error { _, err := s.AttachDevice(ctx, "pod-b", devs[7].ID); return err }},
@@ -134,7 +134,7 @@ func TestConcurrentWritesKeepCounts(t *testing.T) {
 					case op < 3:
 						_, err = s.AttachDevice(ctx, guest, devs[rand.N(len(devs))].ID)
 					case op < 6:
-						_, err = s.AttachDevices(ctx, guest, AttachRequest{Model: "Tesla P40", Host: hosts[rand.N(len(hosts))], Count: 1 + rand.N(2)})
+						_, err = s.AttachDevices(ctx, guest, api.AttachRequest{Model: "Tesla P40", Host: hosts[rand.N(len(hosts))], Count: 1 + rand.N(2)})
 					case op < 8:
 						_, err = s.DetachAll(ctx, guest)
 					default:

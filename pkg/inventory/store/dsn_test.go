@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"yunion.io/x/mps-daemon/tests/pgtest"
+	"yunion.io/x/mps-daemon/internal/testsupport/pgtest"
 )
 
 func TestParseDSN(t *testing.T) {

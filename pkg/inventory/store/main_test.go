@@ -4,18 +4,18 @@ import (
 	"path/filepath"
 	"testing"
 
-	"yunion.io/x/mps-daemon/tests/pgtest"
+	"yunion.io/x/mps-daemon/internal/testsupport/pgtest"
 )
 
 // TestMain shares one PostgreSQL server among the package's tests and stops
-// it at the end (see tests/pgtest).
+// it at the end (see internal/testsupport/pgtest).
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // forEachBackend runs f once on a new SQLite file and once on a new
 // PostgreSQL database, as subtests "sqlite" and "postgres". open returns a
 // new Store on the subtest's database: call it twice for two pools on one
 // database (two mps-inventory processes). It is
-// tests/pgtest/storetest.ForEachBackend for this package, which that one
+// internal/testsupport/storetest.ForEachBackend for this package, which that one
 // imports.
 func forEachBackend(t *testing.T, f func(t *testing.T, open func() *Store)) {
 	t.Helper()

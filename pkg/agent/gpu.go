@@ -1,0 +1,257 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/metrics"
+	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/plan"
+	"yunion.io/x/mps-daemon/pkg/status"
+)
+
+// The MPS stage of a reconcile, one GPU at a time. A GPU is prepared
+// (prepareGPU: compute mode, control daemon, limits set and read back) when
+// what it must hold changed, when it is not known to be healthy, or when
+// the reconcile checks everything (a full one: the first, the periodic one,
+// a retry). A reconcile after an edit of the files is not full: a GPU whose
+// entry did not change, and whose daemon is healthy, is not asked anything;
+// its status is the last preparation's, with what NVML lists now.
+
+// gpuState is what the agent keeps per GPU between reconciles.
+type gpuState struct {
+	// base talks to the GPU's control daemon; ctl is base bound to the
+	// GPU's device ordinal in it (always 0 in the per-GPU layout).
+	base   *mps.Controller
+	ctl    *mps.Controller
+	env    mps.Env
+	limits mps.Limits
+	// healthy and reason are the last reconcile's verdict; the health probe
+	// compares against them.
+	healthy bool
+	reason  string
+	// enforced: the caps are applied and read back (accounting measures
+	// only such GPUs).
+	enforced bool
+	// applied is what the last preparation that left the GPU healthy
+	// applied, last what it showed; dirty is set when the health probe
+	// saw the GPU change since.
+	applied gpuTarget
+	last    status.GPU
+	dirty   bool
+}
+
+// gpuTarget is what a GPU's MPS must hold: where its control daemon lives,
+// its defaults (which running servers get too), how many devices share it
+// and whether the daemon sets its compute mode. Two equal targets need the
+// same MPS calls.
+type gpuTarget struct {
+	env       mps.Env
+	limits    mps.Limits
+	n         int
+	exclusive bool
+}
+
+// targetOf is what gp's control daemon, in env, must hold, want being its
+// limits.
+func targetOf(env mps.Env, cfg *Config, gp plan.GPUPlan, want mps.Limits) gpuTarget {
+	return gpuTarget{env: env, limits: want, n: gp.N, exclusive: cfg.Host.SetExclusiveComputeMode}
+}
+
+// prepareGPUs is the MPS stage: each planned GPU prepared, or, when full is
+// false and nothing about it changed, taken as it was. It returns the
+// GPUs' status in plan order and their failures.
+func (a *Agent) prepareGPUs(ctx context.Context, cfg *Config, p *plan.Plan, full bool) ([]status.GPU, []error) {
+	statuses := make([]status.GPU, 0, len(p.GPUs))
+	var errs []error
+	for _, gp := range p.GPUs {
+		uuid := gp.GPU.UUID
+		gs := a.gpu(cfg, uuid)
+		if cfg.single() && gs.env.VisibleDevices != a.layout.visible {
+			delete(a.gpus, uuid) // the planned GPUs changed: a controller for the new list
+			gs = a.gpu(cfg, uuid)
+		}
+		st := a.plannedStatus(cfg, gp)
+		st.PipeDirectory = gs.env.PipeDir
+		var errKind metrics.ErrorKind
+		if !full && a.current(cfg, gp, gs, st) {
+			st = observed(st, gs.last)
+		} else {
+			st, errKind = a.prepareGPU(ctx, cfg, gp, st)
+		}
+		gs.dirty = false
+		gs.enforced = st.Enforced
+		statuses = append(statuses, st)
+		if st.Error != "" {
+			errs = append(errs, withKind(cmp.Or(errKind, metrics.ErrorMPS), fmt.Errorf("gpu %s (%s): %s", gp.GPU.PCI, gp.GPU.UUID, st.Error)))
+		}
+	}
+	return statuses, errs
+}
+
+// plannedStatus is what the plan and NVML say of a GPU, before MPS is asked.
+func (a *Agent) plannedStatus(cfg *Config, gp plan.GPUPlan) status.GPU {
+	g := gp.GPU
+	st := status.GPU{UUID: g.UUID, Index: g.Index, Minor: g.Minor, PCI: g.PCI, Model: g.Name, VirtualNumber: gp.N,
+		MemoryTotal: g.MemoryTotal, MemoryUsed: g.MemoryUsed, ComputeMode: g.ComputeMode.String()}
+	defaults := a.serverDefaults(cfg, gp)
+	if len(gp.Devices) > 0 {
+		st.MemoryLimit = gp.Devices[0].MemoryLimit
+		st.ThreadPercentage = defaults.ThreadPercentage
+	}
+	st.ClientPriority, st.QoS = defaults.ClientPriority, gpuQoS(gp)
+	return st
+}
+
+// current reports whether gs already holds what gp needs, as its last
+// preparation left it healthy and nothing seen since says otherwise.
+func (a *Agent) current(cfg *Config, gp plan.GPUPlan, gs *gpuState, st status.GPU) bool {
+	want := limitsOf(st)
+	exclusiveLost := cfg.Host.SetExclusiveComputeMode && gp.GPU.ComputeMode != gpu.ComputeModeExclusiveProcess
+	return !gs.dirty && gs.healthy && gs.enforced && !exclusiveLost && gs.applied == targetOf(gs.env, cfg, gp, want)
+}
+
+// limitsOf are the defaults the control daemon of a GPU of this planned
+// status must hold.
+func limitsOf(planned status.GPU) mps.Limits {
+	return mps.Limits{MemoryLimit: planned.MemoryLimit, ThreadPercentage: float64(planned.ThreadPercentage), ClientPriority: planned.ClientPriority}
+}
+
+// observed is planned with what MPS showed at the GPU's last preparation.
+func observed(planned, last status.GPU) status.GPU {
+	planned.ControlDaemonUp, planned.Servers = last.ControlDaemonUp, last.Servers
+	planned.Enforced, planned.Healthy, planned.Reason, planned.Error = last.Enforced, last.Healthy, last.Reason, last.Error
+	return planned
+}
+
+// prepareGPU gets one GPU to the point where its devices may be handed out
+// (errKind says what failed when it did not): compute mode (when
+// configured), a control daemon (adopted, started, or restarted after a
+// crash), default limits for future servers and the same limits on running
+// servers, in that order, all read back. st comes with what the plan says
+// of the GPU (plannedStatus) and leaves with what MPS showed.
+func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan, st status.GPU) (_ status.GPU, errKind metrics.ErrorKind) {
+	hc := cfg.Host
+	g := gp.GPU
+	log := a.log.With("gpu", g.UUID, "pci", g.PCI.String())
+	gs := a.gpu(cfg, g.UUID)
+	gs.applied = gpuTarget{} // until this preparation succeeds
+	fail := func(format string, args ...any) (status.GPU, metrics.ErrorKind) {
+		st.Error = fmt.Sprintf(format, args...)
+		a.setHealth(gs, log, false, st.Error)
+		return st, errKind
+	}
+
+	if hc.SetExclusiveComputeMode && g.ComputeMode != gpu.ComputeModeExclusiveProcess {
+		if err := a.state.rememberMode(g.UUID, g.ComputeMode); err != nil {
+			return fail("remembering the compute mode: %v", err)
+		}
+		if err := a.opts.Backend.SetComputeMode(ctx, g.UUID, gpu.ComputeModeExclusiveProcess); err != nil {
+			errKind = metrics.ErrorGPU // NVML refused; other failures here are MPS's
+			return fail("setting compute mode Exclusive_Process (set mps_set_exclusive_compute_mode: false to leave it): %v", err)
+		}
+		log.Info("compute mode set", "from", g.ComputeMode.String(), "to", gpu.ComputeModeExclusiveProcess.String())
+		st.ComputeMode = gpu.ComputeModeExclusiveProcess.String()
+	}
+
+	adopted, err := gs.ctl.Ensure(ctx)
+	if err != nil {
+		return fail("MPS control daemon: %v", err)
+	}
+	st.ControlDaemonUp = true
+	if err := a.bindDevice(cfg, gs, g.UUID, log); err != nil {
+		// The single daemon cannot take this GPU's caps until it is idle
+		// and restarted (layout.go): unhealthy, healing by itself.
+		st.Reason = err.Error()
+		a.setHealth(gs, log, false, st.Reason)
+		return st, errKind
+	}
+	if !adopted {
+		if gs.limits != (mps.Limits{}) {
+			a.met.daemon.ObserveControlDaemonRestart()
+			log.Warn("MPS control daemon was gone and is started again; its clients were lost with it", "pipe_directory", gs.env.PipeDir)
+		} else {
+			log.Info("started MPS control daemon", "pipe_directory", gs.env.PipeDir, "log_directory", gs.env.LogDir)
+		}
+	}
+	want := limitsOf(st)
+	if err := gs.ctl.SetDefaults(ctx, want); err != nil {
+		return fail("applying MPS limits: %v", err)
+	}
+	if gs.limits != want && gs.limits != (mps.Limits{}) {
+		log.Info("MPS limits changed", "memory_limit_mib", int(want.MemoryLimit), "thread_percentage", want.ThreadPercentage, "client_priority", want.ClientPriority)
+	}
+	gs.limits = want
+	servers, err := gs.ctl.Servers(ctx)
+	if err != nil {
+		return fail("listing MPS servers: %v", err)
+	}
+	st.Enforced = true
+	for _, pid := range servers {
+		got, err := gs.ctl.ServerLimits(ctx, pid)
+		if err != nil {
+			// Gone, or going (an idle server shut down answers nothing):
+			// with no client it serves no one; it is read again next time.
+			if _, clients, serr := serverState(ctx, gs, pid); errors.Is(serr, errVanished) || (serr == nil && len(clients) == 0) {
+				log.Debug("MPS server without clients did not answer; left until the next reconcile", "server", pid, "err", err)
+				continue
+			}
+			return fail("%v", err)
+		}
+		if !mps.LimitsMatch(got, want) {
+			if err := gs.ctl.SetServerLimits(ctx, pid, want); err != nil {
+				if vanished(ctx, gs, pid) {
+					continue
+				}
+				st.Enforced = false
+				return fail("%v", err)
+			}
+			log.Info("limits of running MPS server changed", "server", pid, "memory_limit_mib", int(want.MemoryLimit), "thread_percentage", want.ThreadPercentage)
+		}
+		state, clients, err := serverState(ctx, gs, pid)
+		if errors.Is(err, errVanished) {
+			continue
+		}
+		if err != nil {
+			return fail("%v", err)
+		}
+		st.Servers = append(st.Servers, status.Server{PID: pid, Status: string(state), Clients: len(clients)})
+		if state != mps.ServerActive && len(clients) > 0 {
+			st.Reason = fmt.Sprintf("MPS server %d is %s (clients %v); it recovers once they exit", pid, state, clients)
+			a.setHealth(gs, log, false, st.Reason)
+			return st, errKind
+		}
+	}
+	st.Healthy = true
+	a.setHealth(gs, log, true, "")
+	gs.applied, gs.last = targetOf(gs.env, cfg, gp, want), st
+	return st, errKind
+}
+
+// gpu returns the state of one GPU, creating its controller on first sight.
+func (a *Agent) gpu(cfg *Config, uuid string) *gpuState {
+	if gs, ok := a.gpus[uuid]; ok {
+		return gs
+	}
+	env := a.envFor(cfg, uuid)
+	ctl := mps.NewController(a.opts.Runner, env, cfg.Host.ControlTimeout, a.log.With("gpu", uuid, "component", "mps"))
+	gs := &gpuState{env: env, base: ctl, ctl: ctl, healthy: true}
+	a.gpus[uuid] = gs
+	return gs
+}
+
+// setHealth records a GPU's verdict and logs the transitions.
+func (a *Agent) setHealth(gs *gpuState, log *slog.Logger, healthy bool, reason string) {
+	if healthy != gs.healthy {
+		if healthy {
+			log.Info("GPU healthy again: its devices are handed out again")
+		} else {
+			log.Warn("GPU unhealthy: its devices are marked unhealthy and not handed out", "reason", reason)
+		}
+	}
+	gs.healthy, gs.reason = healthy, reason
+}

@@ -1,0 +1,65 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+
+	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/metrics"
+	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/plan"
+)
+
+// buildPlan lists the GPUs, reads their NUMA nodes from sysfs and builds the
+// plan of cfg against them; it also returns the GPUs.
+func buildPlan(ctx context.Context, backend gpu.Backend, cfg *Config, sysfsRoot, devRoot string) (*plan.Plan, []gpu.Info, error) {
+	gpus, err := backend.Devices(ctx)
+	if err != nil {
+		return nil, nil, withKind(metrics.ErrorGPU, fmt.Errorf("listing GPUs: %w", err))
+	}
+	gpu.FillNUMA(sysfsRoot, gpus)
+	p, err := planFor(cfg, gpus, sysfsRoot, devRoot)
+	return p, gpus, err
+}
+
+// planFor builds the plan of cfg against gpus and checks what only the plan
+// tells: that the MPS sockets of every planned GPU fit a unix socket path.
+func planFor(cfg *Config, gpus []gpu.Info, sysfsRoot, devRoot string) (*plan.Plan, error) {
+	p, err := plan.Build(cfg.Host, cfg.Devices, gpus, gpu.Resolver{SysfsRoot: sysfsRoot, DevRoot: devRoot})
+	return p, errors.Join(err, checkPipeDirs(cfg, p))
+}
+
+// checkPipeDirs refuses a pipe root under which a planned GPU's control
+// sockets could not bind: the control daemon would fail with nothing but
+// "Cannot find MPS control daemon process".
+func checkPipeDirs(cfg *Config, p *plan.Plan) error {
+	if p == nil {
+		return nil
+	}
+	for _, g := range p.GPUs {
+		if err := mps.CheckPipeDir(cfg.pipeLog(g.GPU.UUID).PipeDir); err != nil {
+			hc := cfg.Host
+			return &config.Error{File: cmp.Or(hc.Path, "host.conf"), Line: hc.Line("cuda_mps_pipe_directory"), Field: "cuda_mps_pipe_directory",
+				Msg: fmt.Sprintf("too long for the MPS sockets under it: %v", err)}
+		}
+	}
+	return nil
+}
+
+// Plan validates cfg against the GPUs the backend reports and returns the
+// plan: what `mps-daemon check-config` prints, and the checks a reload and
+// a reconcile make (planFor). Empty roots are host.conf's. It touches
+// neither MPS nor the inventory nor the compute mode.
+func Plan(ctx context.Context, cfg *Config, backend gpu.Backend, sysfsRoot, devRoot string) (*plan.Plan, error) {
+	if sysfsRoot == "" {
+		sysfsRoot = cfg.Host.SysfsRoot
+	}
+	if devRoot == "" {
+		devRoot = cfg.Host.DevRoot
+	}
+	p, _, err := buildPlan(ctx, backend, cfg, sysfsRoot, devRoot)
+	return p, err
+}

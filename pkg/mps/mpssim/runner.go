@@ -1,0 +1,366 @@
+// Package mpssim is the simulated MPS control: what `mps-daemon --simulate`
+// and the tests run where there is no GPU. It answers as the real
+// nvidia-cuda-mps-control does, which pkg/mps's contract test checks against
+// both. Only tests and the --simulate wiring of cmd/mps-daemon import it.
+package mpssim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/units"
+)
+
+// Runner stands in for nvidia-cuda-mps-control where there is no GPU (CI,
+// the simulated host). It answers every command the daemon uses, and those
+// recorded in docs/gpu-runs/mps-probe.txt and mps-probe2.txt, with the same
+// stdout, stderr and exit code as the real control (CUDA 13, driver 580):
+//
+//   - no daemon: exit 1, `Cannot find MPS control daemon process` on stderr;
+//   - the failures the real one prints on stdout with exit 0: unknown
+//     command, `A server PID is required`, `Server N not found`, ps's
+//     `Server not found`, terminate_client's three lines;
+//   - thread percentages echoed as %.1f, out-of-range ones not applied;
+//   - pinned memory limits parsed the real way (a K suffix or anything else
+//     but G means M, 0 or garbage clears the limit) and printed rounded down
+//     to whole GiB (mps.DisplayMemLimit); the exact value is kept;
+//   - lazy servers: AddClient starts one with the defaults of that moment;
+//   - one command per invocation (the real client reads only the first
+//     line; Run refuses a command holding a newline);
+//   - quit (pid file and log fifo removed) versus Kill (`kill -9`: nothing
+//     cleaned up, servers and clients gone with the daemon).
+//
+// docs/gpu-runs/mps-probe3.txt settled some guesses on the same machine (missing
+// arguments, device ordinals, unknown PIDs). Still not measured, so modelled
+// by guess and marked "not measured" in commands.go: terminate_client of
+// an unknown client on a live server, shutdown_server of a live server.
+// Client priorities answer as docs/gpu-runs/qos-probe.md recorded, and a
+// running server gives the clients that connect after the default changed
+// the new default, as docs/gpu-runs/qos-probe-running.md measured: the
+// servers hold no priority of their own. Commands the probes never sent
+// (start_server, ...) answer as unknown commands.
+//
+// The daemon's state lives in a JSON file in the pipe directory, so a new
+// Runner in a new process finds the "running" daemon there, as the agent
+// does after its own restart. A mutex and a flock on a lock file in the pipe
+// directory serialise every change, since two processes may share one.
+type Runner struct {
+	log *slog.Logger
+	mu  sync.Mutex
+
+	// deviceName is what get_device_client_list prints for device 0.
+	deviceName string
+	// firstServerPID numbers the simulated servers. It lies above Linux's
+	// largest PID (4194304), so no simulated server PID is a real process.
+	firstServerPID int
+	// proc reads a client's command name and PID namespace for ps.
+	proc func(pid int) (comm, namespace string)
+	// cudaOrder is the host's GPUs in CUDA's default enumeration order
+	// (fastest first), what a daemon started without CUDA_VISIBLE_DEVICES
+	// numbers its devices by.
+	cudaOrder []string
+}
+
+const (
+	simStateFile = "sim-control.json"
+	simLockFile  = "sim-control.lock"
+	pidFile      = "nvidia-cuda-mps-control.pid"
+	// lockWait bounds how long the simulator waits for another process's
+	// lock when the caller gave no context (AddClient, RemoveClient, Kill).
+	lockWait = 10 * time.Second
+)
+
+// New returns a simulated control. The device is named like the
+// GPU the probes ran on; SetDeviceName changes it.
+func New(log *slog.Logger) *Runner {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Runner{log: log, deviceName: "NVIDIA H200", firstServerPID: 4200001, proc: procInfo}
+}
+
+// SetDeviceName sets the device name daemons started afterwards report.
+func (s *Runner) SetDeviceName(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deviceName = name
+}
+
+// SetCUDAOrder sets the host's GPUs in the order CUDA enumerates them when
+// CUDA_VISIBLE_DEVICES is unset. On a mixed host it differs from nvidia-smi's
+// PCI order: CUDA puts the fastest GPU first.
+func (s *Runner) SetCUDAOrder(uuids []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cudaOrder = append([]string(nil), uuids...)
+}
+
+// Start implements Runner: it "daemonizes" by writing the state file and the
+// files the real daemon leaves in the pipe and log directories.
+func (s *Runner) Start(ctx context.Context, env mps.Env) error {
+	if env.PipeDir == "" {
+		return errors.New("simulated MPS control: no pipe directory")
+	}
+	for _, dir := range []string{env.PipeDir, env.LogDir} {
+		if dir != "" {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("simulated MPS control: %w", err)
+			}
+		}
+	}
+	s.mu.Lock()
+	name := s.deviceName
+	devices := append([]string(nil), s.cudaOrder...)
+	s.mu.Unlock()
+	if env.VisibleDevices != "" {
+		devices = strings.Split(env.VisibleDevices, ",")
+	}
+	pid := os.Getpid()
+	if mps.CheckPipeDir(env.PipeDir) != nil {
+		// The real daemon cannot bind its socket and dies; `-d` has returned 0.
+		s.controlLog(env, pid, "Failed to bind socket "+filepath.Join(env.PipeDir, "control_privileged"))
+		return nil
+	}
+	return s.withState(ctx, env.PipeDir, func(st **simState) (bool, error) {
+		if *st != nil {
+			// The real `-d` prints this and exits 1 (mps-probe3.txt).
+			return false, fmt.Errorf("simulated MPS control in %s: An instance of this daemon is already running", env.PipeDir)
+		}
+		for _, f := range []string{"control", "control_privileged", "control_lock", "log"} {
+			if err := os.WriteFile(filepath.Join(env.PipeDir, f), nil, 0o666); err != nil {
+				return false, fmt.Errorf("simulated MPS control: %w", err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(env.PipeDir, pidFile), []byte(strconv.Itoa(pid)), 0o666); err != nil {
+			return false, fmt.Errorf("simulated MPS control: %w", err)
+		}
+		if env.LogDir != "" {
+			if err := os.WriteFile(filepath.Join(env.LogDir, "server.log"), nil, 0o644); err != nil {
+				return false, fmt.Errorf("simulated MPS control: %w", err)
+			}
+		}
+		s.controlLog(env, pid, "Starting SIMULATED control daemon (yunion.io/x/mps-daemon/pkg/mps/mpssim) using socket "+
+			filepath.Join(env.PipeDir, "control"))
+		*st = &simState{
+			PID:                     pid,
+			VisibleDevices:          env.VisibleDevices,
+			Devices:                 devices,
+			DeviceName:              name,
+			DefaultThreadPercentage: 100,
+			DefaultMemoryLimits:     map[int]units.MiB{},
+			NextServerPID:           s.firstServerPID,
+		}
+		s.log.Debug("simulated MPS control daemon started", "pipe_directory", env.PipeDir)
+		return true, nil
+	})
+}
+
+// Run implements Runner.
+func (s *Runner) Run(ctx context.Context, env mps.Env, command string) (mps.Output, error) {
+	if err := mps.CheckCommand(command); err != nil {
+		return mps.Output{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return mps.Output{}, fmt.Errorf("mps control %q: %w", command, err)
+	}
+	var out mps.Output
+	err := s.withState(ctx, env.PipeDir, func(st **simState) (bool, error) {
+		if *st == nil {
+			out = mps.Output{Stderr: mps.MsgNoDaemon + "\n", ExitCode: 1}
+			return false, nil
+		}
+		pid := (*st).PID
+		s.controlLog(env, pid, "Cmd:"+command)
+		var dirty bool
+		out.Stdout, dirty = simCommand(st, command)
+		if *st == nil {
+			s.quitFiles(env.PipeDir)
+			s.controlLog(env, pid, "Exit with status 0")
+			s.log.Debug("simulated MPS control daemon quit", "pipe_directory", env.PipeDir)
+		}
+		return dirty, nil
+	})
+	return out, err
+}
+
+// AddClient connects a simulated client process: the first one starts the
+// lazy server, which copies the defaults of that moment, as the real one does.
+func (s *Runner) AddClient(pipeDir string, clientPID int) (serverPID int, err error) {
+	comm, ns := s.proc(clientPID)
+	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
+	defer cancel()
+	err = s.withState(ctx, pipeDir, func(st **simState) (bool, error) {
+		d := *st
+		if d == nil {
+			return false, fmt.Errorf("adding simulated MPS client %d in %s: %w", clientPID, pipeDir, mps.ErrNoDaemon)
+		}
+		if len(d.Servers) == 0 {
+			d.Servers = append(d.Servers, simServer{
+				PID:              d.NextServerPID,
+				ThreadPercentage: d.DefaultThreadPercentage,
+				MemoryLimits:     copyLimits(d.DefaultMemoryLimits),
+			})
+			d.NextServerPID++
+		}
+		srv := &d.Servers[0]
+		serverPID = srv.PID
+		for _, c := range srv.Clients {
+			if c.PID == clientPID {
+				return false, nil
+			}
+		}
+		srv.Clients = append(srv.Clients, simClient{PID: clientPID, Context: 1, Command: comm, Namespace: ns})
+		return true, nil
+	})
+	return serverPID, err
+}
+
+// RemoveClient disconnects a simulated client; its server stays up, as the
+// real one does after its last client exits.
+func (s *Runner) RemoveClient(pipeDir string, clientPID int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
+	defer cancel()
+	return s.withState(ctx, pipeDir, func(st **simState) (bool, error) {
+		if *st == nil {
+			return false, fmt.Errorf("removing simulated MPS client %d in %s: %w", clientPID, pipeDir, mps.ErrNoDaemon)
+		}
+		if !removeClient(*st, clientPID) {
+			return false, fmt.Errorf("removing simulated MPS client %d in %s: no such client", clientPID, pipeDir)
+		}
+		return true, nil
+	})
+}
+
+// EnforcedLimits are the limits a simulated server enforces on device 0: the
+// exact values set, not the rounded ones the getters print, and the client
+// priority it gives a client that connects now: the control daemon's
+// default of the moment, whenever the server started
+// (docs/gpu-runs/qos-probe-running.md).
+func (s *Runner) EnforcedLimits(pipeDir string, serverPID int) (mps.Limits, error) {
+	return s.enforced(pipeDir, serverPID, func(*simState) (int, error) { return 0, nil })
+}
+
+// EnforcedLimitsOn are the limits a simulated server enforces on the GPU
+// with this UUID: the memory limit of the device ordinal that GPU has in the
+// daemon (its place in Devices), the exact value set. This is what proves
+// that caps set by ordinal land on the intended GPU.
+func (s *Runner) EnforcedLimitsOn(pipeDir string, serverPID int, uuid string) (mps.Limits, error) {
+	return s.enforced(pipeDir, serverPID, func(st *simState) (int, error) {
+		i := slices.Index(st.Devices, uuid)
+		if i < 0 {
+			return 0, fmt.Errorf("simulated MPS server %d in %s does not see GPU %s (it sees %v)", serverPID, pipeDir, uuid, st.Devices)
+		}
+		return i, nil
+	})
+}
+
+// enforced reads server serverPID's limits on the device ordinal picks.
+func (s *Runner) enforced(pipeDir string, serverPID int, ordinal func(*simState) (int, error)) (mps.Limits, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
+	defer cancel()
+	var l mps.Limits
+	err := s.withState(ctx, pipeDir, func(st **simState) (bool, error) {
+		if *st == nil {
+			return false, fmt.Errorf("simulated MPS server %d in %s: %w", serverPID, pipeDir, mps.ErrNoDaemon)
+		}
+		srv := server(*st, serverPID)
+		if srv == nil {
+			return false, fmt.Errorf("simulated MPS server %d in %s: %w", serverPID, pipeDir, mps.ErrServerNotFound)
+		}
+		i, err := ordinal(*st)
+		if err != nil {
+			return false, err
+		}
+		l = mps.Limits{MemoryLimit: srv.MemoryLimits[i], ThreadPercentage: srv.ThreadPercentage, ClientPriority: (*st).DefaultClientPriority}
+		return false, nil
+	})
+	return l, err
+}
+
+// Fault models a client that hits a fatal GPU exception (an illegal
+// address): its server reports FAULT and every OTHER client of that server
+// dies at once, as measured on an H200 (docs/gpu-runs/mps-probe-fault.txt);
+// the faulting client stays connected until RemoveClient, after which the
+// server is ACTIVE again.
+func (s *Runner) Fault(pipeDir string, clientPID int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
+	defer cancel()
+	return s.withState(ctx, pipeDir, func(st **simState) (bool, error) {
+		if *st == nil {
+			return false, fmt.Errorf("simulated MPS control in %s: not running", pipeDir)
+		}
+		for i := range (*st).Servers {
+			srv := &(*st).Servers[i]
+			if slices.ContainsFunc(srv.Clients, func(c simClient) bool { return c.PID == clientPID }) {
+				srv.Fault = true
+				srv.Clients = slices.DeleteFunc(srv.Clients, func(c simClient) bool { return c.PID != clientPID })
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("simulated MPS control in %s: no client %d", pipeDir, clientPID)
+	})
+}
+
+// Kill is `kill -9` of the control daemon: it is gone with its servers and
+// clients, and nothing is cleaned up (the pid file and sockets stay).
+func (s *Runner) Kill(pipeDir string) {
+	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
+	defer cancel()
+	err := s.withState(ctx, pipeDir, func(st **simState) (bool, error) {
+		*st = nil
+		return true, nil
+	})
+	if err != nil {
+		s.log.Warn("killing simulated MPS control daemon", "pipe_directory", pipeDir, "error", err)
+	}
+}
+
+// quitFiles removes what the real daemon removes on quit: the pid file and
+// the log fifo; the sockets and control_lock stay (mps-probe.txt).
+func (s *Runner) quitFiles(pipeDir string) {
+	for _, f := range []string{pidFile, "log"} {
+		if err := os.Remove(filepath.Join(pipeDir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("simulated MPS control: cleaning up", "error", err)
+		}
+	}
+}
+
+// controlLog appends a line to control.log in the real daemon's format.
+func (s *Runner) controlLog(env mps.Env, pid int, msg string) {
+	if env.LogDir == "" {
+		return
+	}
+	f, err := os.OpenFile(filepath.Join(env.LogDir, "control.log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		s.log.Debug("simulated MPS control: control.log", "error", err)
+		return
+	}
+	defer f.Close()
+	_, _ = fmt.Fprintf(f, "[%s Control %5d] %s\n", time.Now().Format("2006-01-02 15:04:05.000"), pid, msg)
+}
+
+// procInfo is what ps shows of a client: its command name and PID namespace
+// inode, from /proc; a simulated client without a process shows placeholders.
+func procInfo(pid int) (comm, namespace string) {
+	comm, namespace = "unknown", "0"
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil {
+		comm = strings.TrimSpace(string(b))
+	}
+	if l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err == nil {
+		if in, ok := strings.CutPrefix(l, "pid:["); ok {
+			namespace = strings.TrimSuffix(in, "]")
+		}
+	}
+	return comm, namespace
+}

@@ -1,0 +1,271 @@
+package mpssim
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/units"
+)
+
+// replayStep is one line of testdata/probe-replay.txt: a directive (@...) or
+// a command with the answer the real control gave.
+type replayStep struct {
+	line      int
+	directive []string
+	command   string
+	want      mps.Output
+}
+
+// readReplay parses the probe transcript format (see the file's header).
+func readReplay(t *testing.T, path string) []replayStep {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var steps []replayStep
+	var cur *replayStep
+	section := ""
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		l := sc.Text()
+		switch {
+		case strings.HasPrefix(l, "### "):
+			steps = append(steps, replayStep{line: n, command: strings.TrimPrefix(l, "### ")})
+			cur, section = &steps[len(steps)-1], ""
+		case strings.HasPrefix(l, "@"):
+			steps = append(steps, replayStep{line: n, directive: strings.Fields(l[1:])})
+			cur = nil
+		case cur != nil && strings.HasPrefix(l, "rc="):
+			rc, err := strconv.Atoi(strings.TrimPrefix(l, "rc="))
+			if err != nil {
+				t.Fatalf("%s:%d: %v", path, n, err)
+			}
+			cur.want.ExitCode = rc
+		case cur != nil && (l == "--stdout" || l == "--stderr"):
+			section = l
+		case cur != nil && section != "" && strings.HasSuffix(l, "$"):
+			text := strings.TrimSuffix(l, "$") + "\n"
+			if section == "--stdout" {
+				cur.want.Stdout += text
+			} else {
+				cur.want.Stderr += text
+			}
+		case l == "" || strings.HasPrefix(l, "# "):
+			cur = nil
+		default:
+			t.Fatalf("%s:%d: unexpected line %q", path, n, l)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return steps
+}
+
+// TestSimReplaysProbes runs every command of the real probes against the
+// simulator and wants the same stdout, stderr and exit code, byte for byte.
+func TestSimReplaysProbes(t *testing.T) {
+	steps := readReplay(t, "testdata/probe-replay.txt")
+	s := New(nil)
+	s.proc = func(int) (string, string) { return "python3", "4026531836" }
+	var env mps.Env
+	for _, st := range steps {
+		if st.directive != nil {
+			arg, err := strconv.Atoi(st.directive[1])
+			if err != nil {
+				t.Fatalf("line %d: %v", st.line, err)
+			}
+			switch st.directive[0] {
+			case "start":
+				dir := t.TempDir()
+				env = mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l"),
+					VisibleDevices: "GPU-0757c6d5-b93a-6cd1-29ca-e10c633c5de6"}
+				s.firstServerPID = arg
+				if err := s.Start(t.Context(), env); err != nil {
+					t.Fatalf("line %d: %v", st.line, err)
+				}
+			case "add-client":
+				if _, err := s.AddClient(env.PipeDir, arg); err != nil {
+					t.Fatalf("line %d: %v", st.line, err)
+				}
+			default:
+				t.Fatalf("line %d: unknown directive %q", st.line, st.directive[0])
+			}
+			continue
+		}
+		if env.PipeDir == "" { // before the first daemon: a directory without one
+			env = mps.Env{PipeDir: t.TempDir()}
+		}
+		got, err := s.Run(t.Context(), env, st.command)
+		if err != nil {
+			t.Fatalf("line %d: %s: %v", st.line, st.command, err)
+		}
+		if got != st.want {
+			t.Errorf("line %d: %s:\n got %q / %q / rc=%d\nwant %q / %q / rc=%d", st.line, st.command,
+				got.Stdout, got.Stderr, got.ExitCode, st.want.Stdout, st.want.Stderr, st.want.ExitCode)
+		}
+	}
+}
+
+func TestSimMemLimitArgument(t *testing.T) {
+	// mps-probe2.txt: what each argument of set_default_device_pinned_mem_limit became.
+	cases := map[string]units.MiB{"512M": 512, "1G": 1024, "2g": 2048, "1T": 1, "0.5G": 0, "0": 0,
+		"100K": 100, "1048576K": 1048576, "abc": 0, "20389M": 20389}
+	for arg, want := range cases {
+		if got := readMemLimit(arg); got != want {
+			t.Errorf("readMemLimit(%q) = %d, want %d", arg, got, want)
+		}
+	}
+}
+
+func TestSimStartAndQuitFiles(t *testing.T) {
+	dir := t.TempDir()
+	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
+	s := New(nil)
+	if err := s.Start(t.Context(), env); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"control", "control_privileged", "control_lock", "log", pidFile} {
+		if _, err := os.Stat(filepath.Join(env.PipeDir, f)); err != nil {
+			t.Errorf("pipe directory lacks %s: %v", f, err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(env.PipeDir, pidFile)); string(b) != strconv.Itoa(os.Getpid()) {
+		t.Errorf("pid file holds %q, want %d", b, os.Getpid())
+	}
+	if b, _ := os.ReadFile(filepath.Join(env.LogDir, "control.log")); !strings.Contains(string(b), "SIMULATED") {
+		t.Errorf("control.log does not say the daemon is simulated:\n%s", b)
+	}
+	if err := s.Start(t.Context(), env); err == nil {
+		t.Error("a second Start in the same pipe directory succeeded")
+	}
+	if _, err := s.Run(t.Context(), env, "quit"); err != nil {
+		t.Fatal(err)
+	}
+	// What the real quit leaves (mps-probe.txt): the sockets and control_lock.
+	for f, want := range map[string]bool{"control": true, "control_privileged": true, "control_lock": true, "log": false, pidFile: false} {
+		if _, err := os.Stat(filepath.Join(env.PipeDir, f)); (err == nil) != want {
+			t.Errorf("after quit, %s present = %v, want %v", f, err == nil, want)
+		}
+	}
+}
+
+func TestSimStateOutlivesTheRunner(t *testing.T) {
+	dir := t.TempDir()
+	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
+	first := New(nil)
+	if err := first.Start(t.Context(), env); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Run(t.Context(), env, "set_default_active_thread_percentage 25"); err != nil {
+		t.Fatal(err)
+	}
+	// A new runner, as after the agent restarted, finds the same daemon.
+	second := New(nil)
+	got, err := second.Run(t.Context(), env, "get_default_active_thread_percentage")
+	if err != nil || got != (mps.Output{Stdout: "25.0\n"}) {
+		t.Fatalf("new runner: %+v, %v; want the 25.0 set through the first", got, err)
+	}
+}
+
+func TestSimServersKeepTheirLimits(t *testing.T) {
+	dir := t.TempDir()
+	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
+	s := New(nil)
+	if err := s.Start(t.Context(), env); err != nil {
+		t.Fatal(err)
+	}
+	run := func(cmd string) string {
+		t.Helper()
+		out, err := s.Run(t.Context(), env, cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Stdout
+	}
+	run("set_default_active_thread_percentage 25")
+	run("set_default_device_pinned_mem_limit 0 20389M")
+	srv, err := s.AddClient(env.PipeDir, 981)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.AddClient(env.PipeDir, 982)
+	if err != nil || again != srv {
+		t.Fatalf("second client got server %d (%v), want the running server %d", again, err, srv)
+	}
+	// Defaults changed later apply to servers started later only.
+	run("set_default_active_thread_percentage 50")
+	run("set_default_device_pinned_mem_limit 0 8G")
+	if got := run(fmt.Sprintf("get_active_thread_percentage %d", srv)); got != "25.0\n" {
+		t.Errorf("running server's percentage = %q, want 25.0", got)
+	}
+	if got := run(fmt.Sprintf("get_device_pinned_mem_limit %d 0", srv)); got != "19G\n" {
+		t.Errorf("running server's limit = %q, want 19G", got)
+	}
+	// The server enforces the exact value; only the getter rounds it.
+	if l, err := s.EnforcedLimits(env.PipeDir, srv); err != nil || l != (mps.Limits{MemoryLimit: 20389, ThreadPercentage: 25}) {
+		t.Errorf("EnforcedLimits = %+v, %v; want 20389 MiB and 25%%", l, err)
+	}
+	if err := s.RemoveClient(env.PipeDir, 981); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveClient(env.PipeDir, 981); err == nil {
+		t.Error("removing a client twice succeeded")
+	}
+	if got := run(fmt.Sprintf("get_client_list %d", srv)); got != "982\n" {
+		t.Errorf("clients = %q, want 982", got)
+	}
+	if got := run("get_server_list"); got != fmt.Sprintf("%d\n", srv) {
+		t.Errorf("servers = %q: the server stays up after a client leaves", got)
+	}
+}
+
+func TestSimKill(t *testing.T) {
+	dir := t.TempDir()
+	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
+	s := New(nil)
+	if err := s.Start(t.Context(), env); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddClient(env.PipeDir, 981); err != nil {
+		t.Fatal(err)
+	}
+	s.Kill(env.PipeDir)
+	got, err := s.Run(t.Context(), env, "get_server_list")
+	if err != nil || got.ExitCode != 1 || got.Stderr != "Cannot find MPS control daemon process\n" {
+		t.Fatalf("after kill: %+v, %v; want no daemon", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(env.PipeDir, pidFile)); err != nil {
+		t.Errorf("kill -9 cleans nothing up, but the pid file is gone: %v", err)
+	}
+	if _, err := s.AddClient(env.PipeDir, 981); err == nil {
+		t.Error("a client connected to a killed daemon")
+	}
+	// A new daemon starts in the same directory, without the old servers.
+	if err := s.Start(t.Context(), env); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Run(t.Context(), env, "get_server_list"); got.Stdout != "" {
+		t.Errorf("new daemon lists servers %q", got.Stdout)
+	}
+}
+
+func TestSimNoPipeDirectory(t *testing.T) {
+	s := New(nil)
+	env := mps.Env{PipeDir: filepath.Join(t.TempDir(), "missing")}
+	got, err := s.Run(t.Context(), env, "get_server_list")
+	if err != nil || got.ExitCode != 1 {
+		t.Fatalf("Run = %+v, %v; want no daemon", got, err)
+	}
+	if _, err := os.Stat(env.PipeDir); err == nil {
+		t.Error("asking a missing pipe directory created it")
+	}
+}

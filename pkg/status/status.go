@@ -1,0 +1,238 @@
+// Package status holds what the host daemon reports of itself: the JSON of
+// its /status, which `mps-daemon status` prints and pkg/metrics turns into
+// series at each scrape. Like pkg/api for the REST types, it is data only
+// and imports nothing of ours but the leaves pci and units, so the daemon,
+// metrics and the status view read the same types without going through
+// each other.
+package status
+
+import (
+	"time"
+
+	"yunion.io/x/mps-daemon/pkg/pci"
+	"yunion.io/x/mps-daemon/pkg/units"
+)
+
+// Status is what the daemon last did, for /readyz, /status and the logs.
+type Status struct {
+	// Ready is true once a reconcile registered every planned device with
+	// enforced caps; it stays true until one fails.
+	Ready              bool      `json:"ready"`
+	Simulated          bool      `json:"simulated"`
+	HostID             string    `json:"host_id,omitempty"`
+	HostName           string    `json:"host_name,omitempty"`
+	LastReconcile      time.Time `json:"last_reconcile"`
+	LastError          string    `json:"last_error,omitempty"`
+	InventoryReachable bool      `json:"inventory_reachable"`
+	ConfigGeneration   int       `json:"config_generation"`
+	// ConfigError is the last edit of the configuration, rejected: the
+	// one before it runs.
+	ConfigError    string `json:"config_error,omitempty"`
+	VirtualDevices int    `json:"virtual_devices"`
+	GPUs           []GPU  `json:"gpus"`
+	// ConfigHeld is a configuration change held back until the files
+	// settle; RestartPending the host.conf keys changed on disk that only a
+	// restart applies; Loop the main loop's heartbeat.
+	ConfigHeld     *Held    `json:"config_held,omitempty"`
+	RestartPending []string `json:"restart_pending,omitempty"`
+	Loop           Loop     `json:"loop"`
+	// Retiring lists GPUs taken out of the configuration whose MPS daemon
+	// still runs because a guest holds one of their devices.
+	Retiring []string `json:"retiring,omitempty"`
+	// Accounting is the last per-device memory accounting.
+	Accounting *Accounting `json:"accounting,omitempty"`
+	// CDI is the last write of the host's CDI spec.
+	CDI *CDI `json:"cdi,omitempty"`
+	// Devices are the host's virtual devices as the inventory last held
+	// them, with the memory accounting last measured for each.
+	Devices []Device `json:"devices,omitempty"`
+}
+
+// GPU is one planned GPU.
+type GPU struct {
+	UUID        string      `json:"uuid"`
+	Index       int         `json:"index"` // NVML's, as dcgm-exporter's gpu label
+	Minor       int         `json:"minor"` // N of /dev/nvidiaN
+	PCI         pci.Address `json:"pci"`
+	Model       string      `json:"model"`
+	MemoryTotal units.Bytes `json:"memory_total_bytes"`
+	MemoryUsed  units.Bytes `json:"memory_used_bytes"`
+	ComputeMode string      `json:"compute_mode"`
+	// ControlDaemonUp: the GPU's MPS control daemon answered.
+	ControlDaemonUp bool     `json:"control_daemon_up"`
+	Servers         []Server `json:"servers,omitempty"`
+	VirtualNumber   int      `json:"virtual_number"`
+	// MemoryLimit is each of its virtual devices' cap.
+	MemoryLimit      units.MiB `json:"memory_limit_mib"`
+	ThreadPercentage int       `json:"thread_percentage"`
+	PipeDirectory    string    `json:"pipe_directory"`
+	// ClientPriority is the control daemon's default client priority (1
+	// when the GPU has batch devices); QoS the GPU's mps_qos.
+	ClientPriority int  `json:"client_priority"`
+	QoS            *QoS `json:"qos,omitempty"`
+	// Enforced is true when MPS holds the caps (read back).
+	Enforced bool `json:"enforced"`
+	// Healthy is Enforced with no server in FAULT: the devices may be handed out.
+	Healthy bool `json:"healthy"`
+	// Reason says why a GPU with enforced caps is unhealthy (a server in
+	// FAULT); it heals by itself.
+	Reason string `json:"reason,omitempty"`
+	// Error is a failure to get MPS going (retried with backoff).
+	Error string `json:"error,omitempty"`
+}
+
+// Server is one MPS server of a GPU, as last seen.
+type Server struct {
+	PID int `json:"pid"`
+	// Status is what get_server_status printed: ACTIVE or FAULT.
+	Status  string `json:"status"`
+	Clients int    `json:"clients"`
+}
+
+// QoS is a GPU's mps_qos.
+type QoS struct {
+	LatencySlices         []int `json:"latency_slices"`
+	BatchThreadPercentage int   `json:"batch_thread_percentage"`
+	ReservePercent        int   `json:"reserve_percent"`
+}
+
+// Device is one virtual device.
+type Device struct {
+	// Name is the device's vdev.Name, <GPU UUID>::<i>.
+	Name     string `json:"name"`
+	ID       string `json:"id"`
+	Addr     string `json:"addr"`
+	GPU      string `json:"gpu"`
+	GPUIndex int    `json:"gpu_index"`
+	// MemoryLimit is the device's cap.
+	MemoryLimit      units.Bytes `json:"cap_bytes"`
+	ThreadPercentage int         `json:"thread_percentage"`
+	// QoSClass is latency or batch on a GPU with mps_qos, empty otherwise;
+	// ClientPriority the MPS client priority its containers get.
+	QoSClass       string `json:"qos_class,omitempty"`
+	ClientPriority int    `json:"client_priority"`
+	// UsedBytes and Clients are the last accounting sample; Measured is
+	// false when there was none (accounting off, or the GPU unreadable).
+	UsedBytes uint64 `json:"used_bytes"`
+	Clients   int    `json:"clients"`
+	Measured  bool   `json:"measured"`
+	OverCap   bool   `json:"over_cap,omitempty"`
+	// LastStep is what enforcement last did on one of its clients.
+	LastStep       string `json:"last_step,omitempty"`
+	Guest          string `json:"guest,omitempty"`
+	Healthy        bool   `json:"healthy"`
+	PendingRemoval bool   `json:"pending_removal,omitempty"`
+	CDIName        string `json:"cdi_name,omitempty"`
+}
+
+// Accounting is the last accounting tick: its policy, how its clients
+// were billed, the MPS clients it could bill to no device and those whose
+// environment disagreed with their identity. The per-device figures live
+// in Status.Devices.
+type Accounting struct {
+	Policy string `json:"policy"`
+	// Clients counts the sample's clients by how they were billed
+	// (accounting's Source* values, "unknown" for none).
+	Clients    map[string]int   `json:"clients_by_source,omitempty"`
+	Unknown    []UnknownProcess `json:"unknown_processes,omitempty"`
+	Mismatches []Mismatch       `json:"mismatched_processes,omitempty"`
+	// QoSEscapes are clients of batch devices whose environment escapes
+	// the device's QoS.
+	QoSEscapes []QoSEscape `json:"qos_escapes,omitempty"`
+}
+
+// UnknownProcess is an MPS client billed to no device.
+type UnknownProcess struct {
+	PID       int    `json:"pid"`
+	GPU       string `json:"gpu"`
+	UsedBytes uint64 `json:"used_bytes"`
+	// Environment is the device its environment names, if any: not
+	// believed for a process in a container.
+	Environment string `json:"environment,omitempty"`
+	Reason      string `json:"reason"`
+}
+
+// Mismatch is an MPS client billed by its identity file whose environment
+// names another device or none, or whose own view hid the file.
+type Mismatch struct {
+	PID       int    `json:"pid"`
+	GPU       string `json:"gpu"`
+	UsedBytes uint64 `json:"used_bytes"`
+	// Device is the device it is billed to, Source how that was learnt.
+	Device      string `json:"device"`
+	Source      string `json:"source"`
+	Environment string `json:"environment"`
+	Reason      string `json:"reason"`
+}
+
+// QoSEscape is a client of a batch device whose environment escapes the
+// device's QoS: it lacks or raises CUDA_MPS_ACTIVE_THREAD_PERCENTAGE or
+// CUDA_MPS_CLIENT_PRIORITY.
+type QoSEscape struct {
+	PID       int    `json:"pid"`
+	GPU       string `json:"gpu"`
+	UsedBytes uint64 `json:"used_bytes"`
+	// Device is the device it is billed to, Source how that was learnt.
+	Device      string `json:"device"`
+	Source      string `json:"source"`
+	Environment QoSEnv `json:"environment"`
+	Reason      string `json:"reason"`
+}
+
+// EnvValue is one variable of a process's initial environment.
+type EnvValue struct {
+	Value string `json:"value,omitempty"`
+	Set   bool   `json:"set"`
+	// Twice: set twice with different values; which one CUDA reads is not
+	// known, so neither is believed.
+	Twice bool `json:"twice,omitempty"`
+}
+
+// QoSEnv is what a process's initial environment says of its QoS, as the
+// accounting reads it.
+type QoSEnv struct {
+	ThreadPercentage EnvValue `json:"thread_percentage"`
+	ClientPriority   EnvValue `json:"client_priority"`
+	// Unreadable says why the environment could not be read (larger than
+	// the accounting reads, for one); then nothing in it is known.
+	Unreadable string `json:"unreadable,omitempty"`
+}
+
+// CDI is the last write of the host's CDI spec.
+type CDI struct {
+	Path    string `json:"path,omitempty"`
+	Devices int    `json:"devices"`
+	Error   string `json:"error,omitempty"`
+}
+
+// Held is a configuration change held back until the files settle.
+type Held struct {
+	// Reason says what the change would do.
+	Reason string `json:"reason"`
+	// Since is when the files first held this change.
+	Since time.Time `json:"since"`
+	// ApplyAt is when it is applied if the files stay unchanged.
+	ApplyAt time.Time `json:"apply_at"`
+}
+
+// Loop is the main loop's heartbeat.
+type Loop struct {
+	// Step is what the loop is doing now; empty while it waits.
+	Step string `json:"step,omitempty"`
+	// Since is when it began Step.
+	Since *time.Time `json:"since,omitempty"`
+	// Stalled is true when Step ran past its deadline and the grace.
+	Stalled bool `json:"stalled,omitempty"`
+}
+
+// StallMessage says how the loop is stalled at now, "" when it is not.
+func (l Loop) StallMessage(now time.Time) string {
+	if !l.Stalled {
+		return ""
+	}
+	msg := "main loop stalled in " + l.Step
+	if l.Since != nil {
+		msg += " for " + now.Sub(*l.Since).Round(time.Second).String()
+	}
+	return msg
+}
