@@ -35,9 +35,10 @@ import urllib.request
 
 import yaml
 
+from together import run_together
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUNDLE = os.path.normpath(os.path.join(HERE, "..", "..", ".gpu-bundle"))
-CLIENT = os.path.join(HERE, "clients", "bench_client.py")
 OUT = os.environ.get("OUT", "/tmp/bench-out")
 SECONDS = float(os.environ.get("BENCH_SECONDS", "4"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
@@ -84,26 +85,7 @@ def ctl(pipe, cmd):
 
 def run_clients(label, n, workload, envs):
     """n clients with envs[i]; all start together; aggregate figures."""
-    tag = f"{label}-{n}-{workload}".replace("/", "_")
-    barrier = f"{W}/go-{tag}"
-    outs, procs = [], []
-    for i in range(n):
-        out = f"{W}/{tag}-{i}.json"
-        outs.append(out)
-        procs.append(subprocess.Popen([sys.executable, CLIENT, workload, str(SECONDS), barrier, out],
-                                      env=envs[i], stdout=subprocess.DEVNULL, stderr=open(out + ".err", "w")))
-    deadline = time.time() + 120
-    while not all(os.path.exists(o + ".ready") for o in outs):
-        if any(p.poll() not in (None, 0) for p in procs) or time.time() > deadline:
-            for p in procs:
-                p.kill()
-            errs = " | ".join(open(o + ".err").read().strip()[-300:] for o in outs)
-            raise RuntimeError(f"{tag}: a client failed to start: {errs}")
-        time.sleep(0.05)
-    open(barrier, "w").close()
-    for p in procs:
-        p.wait(timeout=SECONDS + 60)
-    res = [json.load(open(o)) for o in outs]
+    res = run_together(W, f"{label}-{n}-{workload}", [(workload, envs[i]) for i in range(n)], SECONDS)
     r = {"mode": label, "n": n, "workload": workload,
          "steps_per_s": sum(x["steps"] for x in res) / SECONDS,
          "p50_ms": statistics.median(x["p50_ms"] for x in res),
@@ -359,26 +341,8 @@ noisy = []
 
 def noisy_run(label, n, envs):
     """Slot 0 runs the latency-bound small workload, the others saturate."""
-    tag = f"noisy-{label}-{n}".replace("/", "_").replace(" ", "_").replace(",", "").replace(":", "")
-    barrier = f"{W}/go-{tag}"
-    outs, procs = [], []
-    for i in range(n):
-        wl = "small" if i == 0 else "saturate"
-        out = f"{W}/{tag}-{i}.json"
-        outs.append((wl, out))
-        procs.append(subprocess.Popen([sys.executable, CLIENT, wl, str(SECONDS), barrier, out], env=envs[i],
-                                      stdout=subprocess.DEVNULL, stderr=open(out + ".err", "w")))
-    deadline = time.time() + 120
-    while not all(os.path.exists(o + ".ready") for _, o in outs):
-        if any(p.poll() not in (None, 0) for p in procs) or time.time() > deadline:
-            for p in procs:
-                p.kill()
-            raise RuntimeError(f"{tag}: " + " | ".join(open(o + ".err").read()[-300:] for _, o in outs))
-        time.sleep(0.05)
-    open(barrier, "w").close()
-    for p in procs:
-        p.wait(timeout=SECONDS + 120)
-    res = [(wl, json.load(open(o))) for wl, o in outs]
+    specs = [("small" if i == 0 else "saturate", envs[i]) for i in range(n)]
+    res = list(zip([wl for wl, _ in specs], run_together(W, f"noisy-{label}-{n}", specs, SECONDS)))
     v = res[0][1]
     r = {"mode": label, "n": n, "p50_ms": v["p50_ms"], "p99_ms": v["p99_ms"], "victim_sms": v["sms"],
          "gemm_per_s": sum(x["steps"] for wl, x in res[1:]) * 4 / SECONDS,

@@ -24,8 +24,9 @@ import sys
 import tempfile
 import time
 
+from together import run_together
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-CLIENT = os.path.join(HERE, "clients", "bench_client.py")
 OUT = os.environ.get("OUT", "/tmp/qos-out")
 SECONDS = float(os.environ.get("QOS_SECONDS", "4"))
 NS = [int(x) for x in os.environ.get("QOS_NS", "8,4").split(",")]
@@ -90,30 +91,14 @@ def quit_mps(pipe):
 def run(label, n, pipe, victim_env, neighbour_env, victim=True):
     """Victim (small) on slot 0 unless victim=False, saturating neighbours on
     the others; all start together."""
-    tag = label.replace("/", "_").replace(" ", "_") + f"-{n}"
-    barrier = f"{W}/go-{tag}"
-    outs, procs = [], []
+    specs = []
     for i in range(n):
         wl = "small" if (i == 0 and victim) else "saturate"
         env = base_env()
         if pipe:
             env["CUDA_MPS_PIPE_DIRECTORY"] = pipe
-        env |= (victim_env if wl == "small" else neighbour_env)
-        out = f"{W}/{tag}-{i}.json"
-        outs.append((wl, out))
-        procs.append(subprocess.Popen([sys.executable, CLIENT, wl, str(SECONDS), barrier, out], env=env,
-                                      stdout=subprocess.DEVNULL, stderr=open(out + ".err", "w")))
-    deadline = time.time() + 120
-    while not all(os.path.exists(o + ".ready") for _, o in outs):
-        if any(p.poll() not in (None, 0) for p in procs) or time.time() > deadline:
-            for p in procs:
-                p.kill()
-            raise RuntimeError(f"{tag}: " + " | ".join(open(o + ".err").read()[-300:] for _, o in outs))
-        time.sleep(0.05)
-    open(barrier, "w").close()
-    for p in procs:
-        p.wait(timeout=SECONDS + 120)
-    res = [(wl, json.load(open(o))) for wl, o in outs]
+        specs.append((wl, env | (victim_env if wl == "small" else neighbour_env)))
+    res = list(zip([wl for wl, _ in specs], run_together(W, f"{label}-{n}", specs, SECONDS)))
     v = [r for wl, r in res if wl == "small"]
     nb = [r for wl, r in res if wl == "saturate"]
     r = {"label": label, "n": n,
