@@ -129,13 +129,15 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	// The line comes before the address file: whoever waits for the file
+	// to know the inventory is up finds the line already written.
+	log.Info("serving", "address", ln.Addr().String(), "db", store.RedactDSN(f.db), "backend", st.Dialect())
 	if f.addressFile != "" {
 		if err := writeAddress(f.addressFile, ln.Addr().String()); err != nil {
 			_ = srv.Close()
 			return err
 		}
 	}
-	log.Info("serving", "address", ln.Addr().String(), "db", store.RedactDSN(f.db), "backend", st.Dialect())
 	stopSystemd := superviseWithSystemd(ctx, st, f.adminTokenFile, ln.Addr(), log)
 	defer stopSystemd()
 

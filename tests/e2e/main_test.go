@@ -146,6 +146,16 @@ func run(t *testing.T, env []string, name string, args ...string) (string, strin
 
 // eventually polls cond until it holds or the deadline passes. The deadline
 // is generous: it bounds a hang, it does not measure speed.
+// logs waits until the process has written a line containing want: its
+// output comes through a pipe, so a line written before a state the test
+// saw over HTTP or in a file can still be on its way.
+func (p *proc) logs(t *testing.T, want string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("a log line with %q", want), func() (bool, string) {
+		return strings.Contains(p.Output(), want), p.Output()
+	})
+}
+
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)

@@ -36,7 +36,9 @@ func TestTwoInventoriesShareOnePostgresDatabase(t *testing.T) {
 	for i, in := range invs {
 		eventually(t, fmt.Sprintf("inventory %d serving", i), func() (bool, string) {
 			addr, err := os.ReadFile(in.addrFile)
-			if err != nil || len(addr) == 0 || in.p.exited() {
+			// The output reaches this test through a pipe, so the
+			// serving line may trail the address file.
+			if err != nil || len(addr) == 0 || in.p.exited() || !strings.Contains(in.p.Output(), "msg=serving") {
 				return false, in.p.Output()
 			}
 			in.url = "http://" + string(addr)
