@@ -11,19 +11,18 @@
 package keystone
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
+
+	"yunion.io/x/mps-daemon/pkg/restcall"
 )
 
 // Credentials are Cloudpods' host.conf keys for its own services' admin
@@ -62,6 +61,9 @@ type Options struct {
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
+
+// maxAnswer bounds a token's answer (its catalog included).
+const maxAnswer = 8 << 20
 
 // ErrUnauthorized: keystone refused the credentials (401), which no retry mends.
 var ErrUnauthorized = errors.New("keystone refused the credentials")
@@ -160,35 +162,29 @@ func (c *Client) Endpoint(ctx context.Context, serviceType string) (string, erro
 	return pickEndpoint(c.catalog, serviceType, c.o.Region, c.o.Interface)
 }
 
-// authenticate gets a new token, retrying what may succeed on another try.
-// Called with mu held.
+// authenticate gets a new token, retrying what may succeed on another try
+// (anything but a refusal of the credentials). Called with mu held.
 func (c *Client) authenticate(ctx context.Context) (string, error) {
-	var last error
-	for attempt := 0; ; attempt++ {
-		tok, err := c.authOnce(ctx)
-		if err == nil {
-			return tok, nil
-		}
-		last = err
-		if errors.Is(err, ErrUnauthorized) || ctx.Err() != nil || attempt >= c.o.Retries {
-			return "", last
-		}
-		wait := Backoff(attempt)
-		c.log.Warn("keystone authentication failed; retrying", "err", err, "retry_in", wait.String())
-		select {
-		case <-ctx.Done():
-			return "", errors.Join(ctx.Err(), last)
-		case <-time.After(wait):
-		}
+	var tok string
+	err := restcall.Retry(ctx, RetryPolicy(c.o.Retries, func(err error) bool { return !errors.Is(err, ErrUnauthorized) },
+		func(err error, wait time.Duration) {
+			c.log.Warn("keystone authentication failed; retrying", "err", err, "retry_in", wait.String())
+		}), func() error {
+		var err error
+		tok, err = c.authOnce(ctx)
+		return err
+	})
+	if err != nil {
+		return "", err
 	}
+	return tok, nil
 }
 
-// Backoff is the wait before a failed call to a Cloudpods service is tried
-// again, attempt counting from 0: 200ms doubled per attempt up to 5s, with
-// up to 50% jitter. pkg/region's calls wait the same.
-func Backoff(attempt int) time.Duration {
-	d := min(200*time.Millisecond<<min(attempt, 5), 5*time.Second)
-	return d + time.Duration(rand.Int64N(int64(d)/2+1))
+// RetryPolicy is how a call to a Cloudpods service (keystone, the region)
+// is retried: retries times, waiting 200ms doubled per retry up to 5s,
+// jittered; retryable and notify as restcall.Policy's.
+func RetryPolicy(retries int, retryable func(error) bool, notify func(error, time.Duration)) restcall.Policy {
+	return restcall.Policy{Retries: retries, First: 200 * time.Millisecond, Max: 5 * time.Second, Retryable: retryable, Notify: notify}
 }
 
 // CallDefaults fills the defaults of how a Cloudpods service is called, the
@@ -271,42 +267,30 @@ func (c *Client) authOnce(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
-	defer cancel()
 	target := c.o.AuthURL + "/auth/tokens"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(payload))
-	if err != nil {
-		return "", fmt.Errorf("keystone %s: %w", target, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", UserAgent)
-	resp, err := c.o.HTTP.Do(req)
+	call := restcall.Caller{HTTP: c.o.HTTP, Timeout: c.o.Timeout, MaxAnswer: maxAnswer}
+	ans, err := call.Do(ctx, restcall.Request{Method: http.MethodPost, URL: target, Header: http.Header{"User-Agent": {UserAgent}}, JSON: payload})
 	if err != nil {
 		return "", fmt.Errorf("authenticating with keystone %s: %w", target, err)
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return "", fmt.Errorf("authenticating with keystone %s: reading the answer: %w", target, err)
-	}
 	switch {
-	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return "", fmt.Errorf("authenticating as %q in project %q with keystone %s: %s: %w",
-			c.o.User, c.o.Project, target, resp.Status, ErrUnauthorized)
-	case resp.StatusCode/100 != 2:
-		return "", fmt.Errorf("authenticating with keystone %s: %s", target, resp.Status)
+	case ans.Status == http.StatusUnauthorized || ans.Status == http.StatusForbidden:
+		return "", fmt.Errorf("authenticating as %q in project %q with keystone %s: %d %s: %w",
+			c.o.User, c.o.Project, target, ans.Status, http.StatusText(ans.Status), ErrUnauthorized)
+	case ans.Status/100 != 2:
+		return "", fmt.Errorf("authenticating with keystone %s: %d %s", target, ans.Status, http.StatusText(ans.Status))
 	}
-	tok := resp.Header.Get("X-Subject-Token")
-	var ans tokenAnswer
-	if err := json.Unmarshal(data, &ans); err != nil || tok == "" {
+	tok := ans.Header.Get("X-Subject-Token")
+	var answer tokenAnswer
+	if err := json.Unmarshal(ans.Body, &answer); err != nil || tok == "" {
 		return "", fmt.Errorf("authenticating with keystone %s: an answer without a token (not keystone v3?)", target)
 	}
 	now := c.o.Now()
-	c.token, c.catalog = tok, ans.Token.Catalog
-	c.issued, c.expires = now, ans.Token.ExpiresAt
-	if !ans.Token.IssuedAt.IsZero() && ans.Token.ExpiresAt.After(ans.Token.IssuedAt) {
+	c.token, c.catalog = tok, answer.Token.Catalog
+	c.issued, c.expires = now, answer.Token.ExpiresAt
+	if !answer.Token.IssuedAt.IsZero() && answer.Token.ExpiresAt.After(answer.Token.IssuedAt) {
 		// Lifetime from keystone's own clock; expiry on ours.
-		c.expires = now.Add(ans.Token.ExpiresAt.Sub(ans.Token.IssuedAt))
+		c.expires = now.Add(answer.Token.ExpiresAt.Sub(answer.Token.IssuedAt))
 	}
 	if c.expires.IsZero() || !c.expires.After(now) {
 		c.expires = now.Add(time.Hour) // no usable expiry: renew hourly

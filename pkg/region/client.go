@@ -11,12 +11,10 @@
 package region
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -24,6 +22,7 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/keystone"
+	"yunion.io/x/mps-daemon/pkg/restcall"
 )
 
 // ServiceType is the catalog entry of the region's API: the one Cloudpods'
@@ -61,6 +60,9 @@ func isNotFound(err error) bool {
 	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
 }
 
+// maxAnswer bounds an answer of the region (a page of rows).
+const maxAnswer = 32 << 20
+
 // caller sends requests to the region with the keystone token.
 type caller struct {
 	ks      *keystone.Client
@@ -81,33 +83,28 @@ func (c *caller) call(ctx context.Context, method, path string, query url.Values
 			return fmt.Errorf("encoding %s %s: %w", method, path, err)
 		}
 	}
+	policy := keystone.RetryPolicy(c.retries, retryable, func(err error, wait time.Duration) {
+		c.log.Debug("region call failed; retrying", "method", method, "path", path, "err", err, "retry_in", wait.String())
+	})
 	reauthed := false
-	for attempt := 0; ; attempt++ {
+	return restcall.Retry(ctx, policy, func() error {
+		// keystone retries its own failures: one more round here would
+		// multiply them.
 		tok, err := c.ks.Token(ctx)
 		if err != nil {
-			return fmt.Errorf("%s %s: %w", method, path, err)
+			return restcall.Permanent(fmt.Errorf("%s %s: %w", method, path, err))
 		}
 		err = c.once(ctx, tok, method, path, query, payload, out)
-		if err == nil {
-			return nil
-		}
 		if refusedToken(err) && !reauthed {
 			c.ks.Refused(tok)
 			reauthed = true
-			attempt--
-			continue
+			if tok, err = c.ks.Token(ctx); err != nil {
+				return restcall.Permanent(fmt.Errorf("%s %s: %w", method, path, err))
+			}
+			err = c.once(ctx, tok, method, path, query, payload, out)
 		}
-		if ctx.Err() != nil || !retryable(err) || attempt >= c.retries {
-			return err
-		}
-		wait := keystone.Backoff(attempt)
-		c.log.Debug("region call failed; retrying", "method", method, "path", path, "err", err, "retry_in", wait.String())
-		select {
-		case <-ctx.Done():
-			return errors.Join(ctx.Err(), err)
-		case <-time.After(wait):
-		}
-	}
+		return err
+	})
 }
 
 // refusedToken reports an answer that means the region did not take the
@@ -128,7 +125,7 @@ func retryable(err error) bool {
 	if errors.As(err, &ae) {
 		return ae.Status >= 500 || ae.Status == http.StatusTooManyRequests
 	}
-	return true // no answer
+	return restcall.IsNoAnswer(err)
 }
 
 func (c *caller) once(ctx context.Context, tok, method, path string, query url.Values, payload []byte, out any) error {
@@ -137,41 +134,24 @@ func (c *caller) once(ctx context.Context, tok, method, path string, query url.V
 		base, err = c.ks.Endpoint(ctx, "compute")
 	}
 	if err != nil {
-		return err
+		return restcall.Permanent(err) // keystone has retried already
 	}
 	target := base + path
 	if len(query) > 0 {
 		target += "?" + query.Encode()
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	var body io.Reader
-	if payload != nil {
-		body = bytes.NewReader(payload)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, target, body)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("X-Auth-Token", tok)
-	req.Header.Set("User-Agent", keystone.UserAgent)
-	if payload != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
+	call := restcall.Caller{HTTP: c.http, Timeout: c.timeout, MaxAnswer: maxAnswer}
+	ans, err := call.Do(ctx, restcall.Request{Method: method, URL: target, JSON: payload,
+		Header: http.Header{"X-Auth-Token": {tok}, "User-Agent": {keystone.UserAgent}}})
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
-	if err != nil {
-		return fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		ae := &APIError{Status: resp.StatusCode}
-		_ = json.Unmarshal(data, ae)
+	if ans.Status/100 != 2 {
+		ae := &APIError{Status: ans.Status}
+		_ = json.Unmarshal(ans.Body, ae)
 		return fmt.Errorf("%s %s: %w", method, path, ae)
 	}
+	data := ans.Body
 	if out != nil && len(data) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {
 			return fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)

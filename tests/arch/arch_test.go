@@ -107,6 +107,7 @@ var leaves = map[string][]string{
 	"pkg/units":      {},
 	"pkg/pci":        {},
 	"pkg/atomicfile": {},
+	"pkg/restcall":   {},
 	"pkg/systemd":    {},
 	"pkg/version":    {},
 	"pkg/logging":    {},

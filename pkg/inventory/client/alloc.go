@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/url"
 	"syscall"
-	"time"
 
 	"yunion.io/x/mps-daemon/pkg/api"
 )
@@ -106,20 +105,8 @@ func (c *Client) PurgeIsolatedDevice(ctx context.Context, id string, force bool)
 // doUnrepeatable sends a request that must not be sent twice: a failure is
 // retried only when the connection was refused (nothing was sent).
 func (c *Client) doUnrepeatable(ctx context.Context, method, path string, in, out any) error {
-	for attempt := 0; ; attempt++ {
-		err := c.doRetrying(ctx, 0, method, path, nil, in, out)
-		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || attempt >= c.retries || ctx.Err() != nil {
-			return err
-		}
-		delay := c.backoff(attempt, err)
-		c.log.Debug("retrying inventory request: connection refused", "method", method, "path", path,
-			"attempt", attempt+1, "delay", delay)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-	}
+	return c.doRetrying(ctx, notSent, method, path, nil, in, out)
 }
+
+// notSent: the connection was refused, so the request never left.
+func notSent(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }

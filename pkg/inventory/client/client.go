@@ -7,14 +7,11 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -23,6 +20,7 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/restcall"
 )
 
 // Options configures a Client.
@@ -63,12 +61,11 @@ type Client struct {
 	source  func() (string, error)
 	tokenMu sync.Mutex
 	token   string
-	timeout time.Duration
 	retries int
-	http    *http.Client
+	call    restcall.Caller
 	log     *slog.Logger
-	// backoffBase is the first retry's delay; it doubles each retry up to
-	// backoffMax.
+	// backoffBase is the first retry's wait; it doubles each retry up to
+	// backoffMax (restcall.Policy).
 	backoffBase, backoffMax time.Duration
 	// pageSize is SyncDevices' page size.
 	pageSize int
@@ -77,13 +74,14 @@ type Client struct {
 // New returns a client. A malformed URL is reported by the first call.
 func New(o Options) *Client {
 	c := &Client{
-		base: strings.TrimRight(o.URL, "/"), token: o.Token, source: o.TokenSource, timeout: o.Timeout, retries: o.Retries,
-		http: o.HTTPClient, log: o.Log, backoffBase: 100 * time.Millisecond, backoffMax: 5 * time.Second,
+		base: strings.TrimRight(o.URL, "/"), token: o.Token, source: o.TokenSource, retries: o.Retries,
+		call: restcall.Caller{HTTP: o.HTTPClient, Timeout: o.Timeout, MaxAnswer: maxAnswerBytes},
+		log:  o.Log, backoffBase: 100 * time.Millisecond, backoffMax: 5 * time.Second,
 		pageSize: syncPageSize,
 	}
 	c.baseErr = CheckURL(o.URL)
-	if c.timeout <= 0 {
-		c.timeout = defaultTimeout
+	if c.call.Timeout <= 0 {
+		c.call.Timeout = defaultTimeout
 	}
 	switch {
 	case c.retries == 0:
@@ -91,8 +89,8 @@ func New(o Options) *Client {
 	case c.retries < 0:
 		c.retries = 0
 	}
-	if c.http == nil {
-		c.http = &http.Client{}
+	if c.call.HTTP == nil {
+		c.call.HTTP = &http.Client{}
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -171,21 +169,18 @@ func hasStatus(err error, status int) bool {
 	return errors.As(err, &ae) && ae.Status == status
 }
 
-// transportError is a failed exchange: no answer, or an answer cut short.
-type transportError struct{ err error }
-
-func (e *transportError) Error() string { return e.err.Error() }
-func (e *transportError) Unwrap() error { return e.err }
-
 // do sends one request, retrying what may succeed on another try. in is
 // marshalled as the body, the answer unmarshalled into out (both optional).
 // Error answers come back as *APIError, unwrapped.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, in, out any) error {
-	return c.doRetrying(ctx, c.retries, method, path, query, in, out)
+	return c.doRetrying(ctx, retryable, method, path, query, in, out)
 }
 
-// doRetrying is do with its own number of retries.
-func (c *Client) doRetrying(ctx context.Context, retries int, method, path string, query url.Values, in, out any) error {
+// doRetrying is do with its own idea of which failures are worth another
+// try. After a 401 the token
+// is read again once (TokenSource) and, when it changed, the request sent
+// again at once.
+func (c *Client) doRetrying(ctx context.Context, worthRetrying func(error) bool, method, path string, query url.Values, in, out any) error {
 	if c.baseErr != nil {
 		return c.baseErr
 	}
@@ -200,72 +195,46 @@ func (c *Client) doRetrying(ctx context.Context, retries int, method, path strin
 	if len(query) > 0 {
 		target += "?" + query.Encode()
 	}
-	refreshed := false
-	for attempt := 0; ; attempt++ {
-		err := c.attempt(ctx, method, target, payload, out)
-		if err == nil {
-			return nil
-		}
-		if !refreshed && hasStatus(err, http.StatusUnauthorized) && c.refreshToken() {
-			refreshed = true
-			attempt--
-			continue
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s %s: %w", method, path, errors.Join(ctx.Err(), err))
-		}
-		if !retryable(err) || attempt >= retries {
-			var ae *APIError
-			if errors.As(err, &ae) {
-				return ae
-			}
-			return fmt.Errorf("%s %s: %w", method, path, err)
-		}
-		delay := c.backoff(attempt, err)
-		c.log.Debug("retrying inventory request", "method", method, "path", path,
-			"attempt", attempt+1, "delay", delay, "error", err)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%s %s: %w", method, path, errors.Join(ctx.Err(), err))
-		case <-t.C:
-		}
+	policy := restcall.Policy{
+		Retries: c.retries, First: c.backoffBase, Max: c.backoffMax,
+		Retryable: worthRetrying, After: retryAfter,
+		Notify: func(err error, wait time.Duration) {
+			c.log.Debug("retrying inventory request", "method", method, "path", path, "delay", wait, "error", err)
+		},
 	}
+	refreshed := false
+	err := restcall.Retry(ctx, policy, func() error {
+		err := c.attempt(ctx, method, target, payload, out)
+		if err != nil && !refreshed && hasStatus(err, http.StatusUnauthorized) && c.refreshToken() {
+			refreshed = true
+			err = c.attempt(ctx, method, target, payload, out)
+		}
+		return err
+	})
+	var ae *APIError
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() == nil && errors.As(err, &ae):
+		return ae
+	}
+	return fmt.Errorf("%s %s: %w", method, path, err)
 }
 
 func (c *Client) attempt(ctx context.Context, method, target string, payload []byte, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	var body io.Reader
-	if payload != nil {
-		body = bytes.NewReader(payload)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, target, body)
-	if err != nil {
-		return fmt.Errorf("building request: %w", err)
-	}
-	req.Header.Set("Accept", "application/json")
-	if payload != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	h := http.Header{}
 	if token := c.currentToken(); token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+		h.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := c.http.Do(req)
+	ans, err := c.call.Do(ctx, restcall.Request{Method: method, URL: target, Header: h, JSON: payload})
 	if err != nil {
-		return &transportError{err}
+		return err
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
-	if err != nil {
-		return &transportError{fmt.Errorf("reading answer: %w", err)}
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return apiError(resp, b)
+	if ans.Status < 200 || ans.Status > 299 {
+		return apiError(ans)
 	}
 	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
+		if err := json.Unmarshal(ans.Body, out); err != nil {
 			return fmt.Errorf("decoding answer: %w", err)
 		}
 	}
@@ -274,16 +243,16 @@ func (c *Client) attempt(ctx context.Context, method, target string, payload []b
 
 // apiError reads an error answer; one that is not an api.Error (a proxy's
 // page) keeps its first bytes as details.
-func apiError(resp *http.Response, b []byte) *APIError {
-	e := &APIError{Status: resp.StatusCode}
+func apiError(ans restcall.Answer) *APIError {
+	e := &APIError{Status: ans.Status}
 	var body api.Error
-	if json.Unmarshal(b, &body) == nil && (body.Class != "" || body.Details != "") {
+	if json.Unmarshal(ans.Body, &body) == nil && (body.Class != "" || body.Details != "") {
 		e.Code, e.Class, e.Details = body.Code, body.Class, body.Details
 	} else {
-		e.Code, e.Class = resp.StatusCode, http.StatusText(resp.StatusCode)
-		e.Details = strings.TrimSpace(string(b[:min(len(b), 200)]))
+		e.Code, e.Class = ans.Status, http.StatusText(ans.Status)
+		e.Details = strings.TrimSpace(string(ans.Body[:min(len(ans.Body), 200)]))
 	}
-	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+	if secs, err := strconv.Atoi(ans.Header.Get("Retry-After")); err == nil && secs > 0 {
 		e.retryAfter = min(time.Duration(secs)*time.Second, maxRetryAfter)
 	}
 	return e
@@ -292,28 +261,20 @@ func apiError(resp *http.Response, b []byte) *APIError {
 // retryable: no answer, a server error, or "too many requests". A 4xx will
 // answer the same next time.
 func retryable(err error) bool {
-	var te *transportError
-	if errors.As(err, &te) {
+	if restcall.IsNoAnswer(err) {
 		return true
 	}
 	var ae *APIError
 	return errors.As(err, &ae) && (ae.Status >= 500 || ae.Status == http.StatusTooManyRequests)
 }
 
-// backoff is base*2^attempt capped at max, of which the upper half is
-// random (so agents that failed together do not retry together), or the
-// server's Retry-After when that is longer.
-func (c *Client) backoff(attempt int, err error) time.Duration {
-	d := c.backoffMax
-	if attempt < 30 {
-		d = min(c.backoffBase<<attempt, c.backoffMax)
-	}
-	d = d/2 + rand.N(d/2+1)
+// retryAfter is the wait the inventory asked for, if any.
+func retryAfter(err error) time.Duration {
 	var ae *APIError
-	if errors.As(err, &ae) && ae.retryAfter > d {
-		d = ae.retryAfter
+	if errors.As(err, &ae) {
+		return ae.retryAfter
 	}
-	return d
+	return 0
 }
 
 func (c *Client) currentToken() string {

@@ -13,6 +13,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
+	"yunion.io/x/mps-daemon/pkg/restcall"
 )
 
 // failing fronts the real API: the first `failures` calls get fail, the
@@ -197,17 +198,18 @@ func TestEnsureHostRace(t *testing.T) {
 	})
 }
 
-func TestBackoffGrowsAndHonoursRetryAfter(t *testing.T) {
-	c := New(Options{URL: "http://x"})
-	for attempt := range 8 {
-		d := c.backoff(attempt, errors.New("x"))
-		full := min(c.backoffBase<<attempt, c.backoffMax)
-		if d < full/2 || d > full {
-			t.Errorf("attempt %d: delay %v outside [%v, %v]", attempt, d, full/2, full)
+// The inventory's Retry-After sets the wait before the next try (capped,
+// so a confused proxy cannot park the agent); the waits themselves are
+// restcall's, tested there.
+func TestRetryAfterIsHonouredAndCapped(t *testing.T) {
+	for _, tt := range []struct {
+		header string
+		want   time.Duration
+	}{{"7", 7 * time.Second}, {"3600", maxRetryAfter}, {"", 0}, {"soon", 0}, {"-5", 0}} {
+		ans := restcall.Answer{Status: 503, Header: http.Header{"Retry-After": {tt.header}}}
+		if got := retryAfter(apiError(ans)); got != tt.want {
+			t.Errorf("Retry-After %q: wait %v, want %v", tt.header, got, tt.want)
 		}
-	}
-	if d := c.backoff(0, &APIError{Status: 503, retryAfter: 7 * time.Second}); d != 7*time.Second {
-		t.Errorf("with Retry-After 7s: %v", d)
 	}
 }
 
