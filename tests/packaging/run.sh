@@ -13,7 +13,8 @@
 #   3. .rpm: the same root booted again with a RHEL-like "disable *" preset,
 #      a host.conf the Cloudpods host service wrote before us, and rpm inside:
 #      install (signature checked), enable --now both units, upgrade with an
-#      edited config(noreplace) file, erase.
+#      edited config(noreplace) file, erase; then the upgrade from Cloudpods'
+#      own package (a stand-in) that must keep MPS clients alive.
 #
 # Needs root, debootstrap, systemd-nspawn (systemd-container), rpm, lintian,
 # rpmlint, apt-ftparchive (apt-utils), gpg, objdump, Go; reaches the Debian
@@ -361,4 +362,39 @@ assert_eq "the Cloudpods host.conf" "$(in_ct_sh 'sha256sum </etc/yunion/host.con
 in_ct test -d /var/lib/yunion-mps
 note "ok: edited config saved as .rpmsave, untouched one removed, host.conf and state kept (rpm has no purge)"
 assert_eq "unit links left" "$(in_ct find /etc/systemd/system -name 'yunion-mps-*.service' -not -path '*.d/*')" ""
+
+step "rpm: upgrade from Cloudpods' own yunion-mps-daemon (the stand-in, as rpm)"
+# Cloudpods' rpm (build/build.sh) has the same scriptlets as its .deb: %post
+# preset, %preun disable and stop whatever $1, %postun daemon-reload. rpm
+# runs our %pretrans first and that %preun after our %post.
+PKG_ARCH=$($GO env GOARCH) $NFPM package --config tests/packaging/cloudpods-standin/nfpm.yaml --packager rpm --target "$WORK/standin/" >/dev/null
+cp "$WORK"/standin/*.rpm "$r/srv/standin.rpm"
+rm -rf "$r/etc/systemd/system/yunion-mps-daemon.service.d" "$r/etc/systemd/system/yunion-mps-inventory.service.d"
+in_ct systemctl daemon-reload
+in_ct rpm -ivh --nodeps /srv/standin.rpm | sed 's/^/   | /'
+in_ct systemctl enable yunion-mps-daemon 2>&1 | sed 's/^/   | /'  # "disable *": the operator enabled it
+in_ct rm -rf /tmp/nvidia-mps /var/lib/cloudpods-standin
+in_ct systemctl start yunion-mps-daemon
+wait_for "the stand-in's MPS control daemon and its client" 'test -s /var/lib/cloudpods-standin/client.pid' 30
+client=$(in_ct cat /var/lib/cloudpods-standin/client.pid)
+in_ct_sh 'echo "mps_pipe_layout: single" >>/etc/yunion/host.conf'
+in_ct_sh 'rpm -Uvh --nodeps /srv/rpms/v2/*.rpm' | sed 's/^/   | /'
+assert_eq "upgraded from Cloudpods' package" "$(in_ct rpm -q --qf '%{EPOCH}:%{VERSION}-%{RELEASE}\n' yunion-mps-daemon)" "1:$V2-1"
+in_ct test ! -e /var/lib/cloudpods-standin/quit-sent || fail "Cloudpods' daemon sent quit during the upgrade: $(in_ct cat /var/lib/cloudpods-standin/quit-sent)"
+in_ct kill -0 "$client" || fail "the CUDA client ($client) died in the upgrade"
+assert_contains "MPS state" "$(in_ct cat /tmp/nvidia-mps/pipe/sim-control.json)" "\"pid\": $client"
+note "ok: no quit; the MPS control daemon and its client ($client) survived"
+assert_eq "enabled after the upgrade (the old %preun disabled it, %posttrans enabled it again)" "$(in_ct systemctl is-enabled yunion-mps-daemon)" "enabled"
+in_ct test ! -e /opt/yunion/bin/mps-daemon
+in_ct test ! -e /run/systemd/system/yunion-mps-daemon.service.d/50-yunion-mps-upgrade.conf
+in_ct test ! -e /var/lib/yunion-mps/.cloudpods-upgrade
+assert_contains "the unit is ours" "$(in_ct systemctl show -p ExecStart --value yunion-mps-daemon)" "/usr/bin/mps-daemon"
+simulate_dropin "$r"
+in_ct systemctl daemon-reload
+in_ct timeout 120 systemctl restart yunion-mps-daemon
+assert_eq "service after the upgrade" "$(in_ct systemctl is-active yunion-mps-daemon)" "active"
+in_ct kill -0 "$client" || fail "the CUDA client ($client) died when our daemon started"
+wait_for "our daemon adopted the running control daemon, caps left to it until it is idle" \
+	'journalctl -u yunion-mps-daemon --no-pager | grep -q "started by another program"' 60
+note "ok: our daemon runs, adopted the control daemon in the pipe root and waits for its client to leave"
 poweroff
