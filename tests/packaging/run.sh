@@ -77,6 +77,35 @@ ExecStart=
 ExecStart=/usr/bin/mps-daemon --config /etc/yunion/host.conf --simulate 8xH100 $MPS_DAEMON_OPTS
 EOF
 }
+# After an upgrade from the stand-in (deb or rpm): no quit was sent, the
+# client $1 and the MPS state survived, the service is enabled again and the
+# upgrade's traces are gone.
+upgrade_kept_mps() {
+	in_ct test ! -e /var/lib/cloudpods-standin/quit-sent || fail "Cloudpods' daemon sent quit during the upgrade: $(in_ct cat /var/lib/cloudpods-standin/quit-sent)"
+	in_ct kill -0 "$1" || fail "the CUDA client ($1) died in the upgrade"
+	assert_contains "MPS state" "$(in_ct cat /tmp/nvidia-mps/pipe/sim-control.json)" "\"pid\": $1"
+	note "ok: no quit; the MPS control daemon and its client ($1) survived"
+	assert_eq "enabled after the upgrade (the old prerm disabled it)" "$(in_ct systemctl is-enabled yunion-mps-daemon)" "enabled"
+	in_ct test ! -e /opt/yunion/bin/mps-daemon
+	in_ct test ! -e /run/systemd/system/yunion-mps-daemon.service.d/50-yunion-mps-upgrade.conf
+	in_ct test ! -e /var/lib/yunion-mps/.cloudpods-upgrade
+	assert_contains "the unit is ours" "$(in_ct systemctl show -p ExecStart --value yunion-mps-daemon)" "/usr/bin/mps-daemon"
+}
+# Our daemon started by the upgrade's scripts has no GPU here: with the
+# --simulate drop-in of root $1 (which would have turned Cloudpods' unit
+# into ours before the upgrade) it is restarted, and must adopt the control
+# daemon the stand-in left, its client $2 alive.
+adopts_after_upgrade() {
+	simulate_dropin "$1"
+	in_ct systemctl daemon-reload
+	in_ct timeout 120 systemctl restart yunion-mps-daemon
+	assert_eq "service after the upgrade" "$(in_ct systemctl is-active yunion-mps-daemon)" "active"
+	assert_contains "main process" "$(in_ct_sh 'cat /proc/$(systemctl show -p MainPID --value yunion-mps-daemon)/cmdline | tr "\0" " "')" "/usr/bin/mps-daemon"
+	in_ct kill -0 "$2" || fail "the CUDA client ($2) died when our daemon started"
+	wait_for "our daemon adopted the running control daemon, caps left to it until it is idle" \
+		'journalctl -u yunion-mps-daemon --no-pager | grep -q "started by another program"' 60
+	note "ok: our daemon runs, adopted the control daemon in the pipe root and waits for its client to leave"
+}
 deb() { echo "$WORK/$1/$2_$3-1_$($GO env GOARCH).deb"; }
 rpmfile() { ls "$WORK/$1/$2-$3-1."*.rpm; }
 
@@ -270,27 +299,9 @@ client=$(in_ct cat /var/lib/cloudpods-standin/client.pid)
 in_ct_sh 'echo "mps_pipe_layout: single" >>/etc/yunion/host.conf'
 in_ct apt-get install -y yunion-mps-daemon </dev/null | grep -E '^(Unpacking|Setting up)' | sed 's/^/   | /'
 assert_eq "upgraded from Cloudpods' package" "$(in_ct dpkg-query -W -f='${Version}\n' yunion-mps-daemon)" "1:$V2-1"
-in_ct test ! -e /var/lib/cloudpods-standin/quit-sent || fail "Cloudpods' daemon sent quit during the upgrade: $(in_ct cat /var/lib/cloudpods-standin/quit-sent)"
-in_ct kill -0 "$client" || fail "the CUDA client ($client) died in the upgrade"
-assert_contains "MPS state" "$(in_ct cat /tmp/nvidia-mps/pipe/sim-control.json)" "\"pid\": $client"
-note "ok: no quit; the MPS control daemon and its client ($client) survived"
-assert_eq "enabled after the upgrade" "$(in_ct systemctl is-enabled yunion-mps-daemon)" "enabled"
-in_ct test ! -e /opt/yunion/bin/mps-daemon
-in_ct test ! -e /run/systemd/system/yunion-mps-daemon.service.d/50-yunion-mps-upgrade.conf
-in_ct test ! -e /var/lib/yunion-mps/.cloudpods-upgrade
+upgrade_kept_mps "$client"
 in_ct test -f /lib/systemd/system/yunion-mps-daemon.service
-# postinst started our daemon as the old one ran; without a GPU it needs the
-# --simulate drop-in (which would have turned Cloudpods' unit into ours
-# before the upgrade), so it comes now, with a restart.
-simulate_dropin "$WORK/deb-root"
-in_ct systemctl daemon-reload
-in_ct timeout 120 systemctl restart yunion-mps-daemon
-assert_eq "service after the upgrade" "$(in_ct systemctl is-active yunion-mps-daemon)" "active"
-assert_contains "main process" "$(in_ct_sh 'cat /proc/$(systemctl show -p MainPID --value yunion-mps-daemon)/cmdline | tr "\0" " "')" "/usr/bin/mps-daemon"
-in_ct kill -0 "$client" || fail "the CUDA client ($client) died when our daemon started"
-wait_for "our daemon adopted the running control daemon, caps left to it until it is idle" \
-	'journalctl -u yunion-mps-daemon --no-pager | grep -q "started by another program"' 60
-note "ok: our daemon runs, adopted the control daemon in the pipe root and waits for its client to leave"
+adopts_after_upgrade "$WORK/deb-root" "$client"
 poweroff
 
 # -------------------------------------------------------------------- .rpm
@@ -380,21 +391,6 @@ client=$(in_ct cat /var/lib/cloudpods-standin/client.pid)
 in_ct_sh 'echo "mps_pipe_layout: single" >>/etc/yunion/host.conf'
 in_ct_sh 'rpm -Uvh --nodeps /srv/rpms/v2/*.rpm' | sed 's/^/   | /'
 assert_eq "upgraded from Cloudpods' package" "$(in_ct rpm -q --qf '%{EPOCH}:%{VERSION}-%{RELEASE}\n' yunion-mps-daemon)" "1:$V2-1"
-in_ct test ! -e /var/lib/cloudpods-standin/quit-sent || fail "Cloudpods' daemon sent quit during the upgrade: $(in_ct cat /var/lib/cloudpods-standin/quit-sent)"
-in_ct kill -0 "$client" || fail "the CUDA client ($client) died in the upgrade"
-assert_contains "MPS state" "$(in_ct cat /tmp/nvidia-mps/pipe/sim-control.json)" "\"pid\": $client"
-note "ok: no quit; the MPS control daemon and its client ($client) survived"
-assert_eq "enabled after the upgrade (the old %preun disabled it, %posttrans enabled it again)" "$(in_ct systemctl is-enabled yunion-mps-daemon)" "enabled"
-in_ct test ! -e /opt/yunion/bin/mps-daemon
-in_ct test ! -e /run/systemd/system/yunion-mps-daemon.service.d/50-yunion-mps-upgrade.conf
-in_ct test ! -e /var/lib/yunion-mps/.cloudpods-upgrade
-assert_contains "the unit is ours" "$(in_ct systemctl show -p ExecStart --value yunion-mps-daemon)" "/usr/bin/mps-daemon"
-simulate_dropin "$r"
-in_ct systemctl daemon-reload
-in_ct timeout 120 systemctl restart yunion-mps-daemon
-assert_eq "service after the upgrade" "$(in_ct systemctl is-active yunion-mps-daemon)" "active"
-in_ct kill -0 "$client" || fail "the CUDA client ($client) died when our daemon started"
-wait_for "our daemon adopted the running control daemon, caps left to it until it is idle" \
-	'journalctl -u yunion-mps-daemon --no-pager | grep -q "started by another program"' 60
-note "ok: our daemon runs, adopted the control daemon in the pipe root and waits for its client to leave"
+upgrade_kept_mps "$client"
+adopts_after_upgrade "$r" "$client"
 poweroff
