@@ -1,4 +1,5 @@
-# Helpers of the GPU suite (sourced by run.sh).
+# Helpers of the GPU suites (sourced by run.sh and multi.sh, which set OUT,
+# W, PIDS, REPORT, FAIL and DAEMON_ADDR first).
 say() { echo "$*" | tee -a "$REPORT"; }
 check() { # check NAME STATUS(0=pass) [DETAIL]
 	if [ "$2" = 0 ]; then say "- PASS: $1 ${3:-}"; else say "- FAIL: $1 ${3:-}"; FAIL=1; fi
@@ -35,3 +36,14 @@ set_vn() { # set_vn N: rewrite the device YAML atomically, as an editor saves
 	printf 'devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_number: %s\n' "$1" >"$W/devices.yml.new"
 	mv "$W/devices.yml.new" "$W/devices.yml"
 }
+
+# On exit: the processes started stopped, every MPS control daemon under
+# $W quit, the logs in one archive (the device tool brings back at most 8
+# files).
+cleanup() {
+	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+	sleep 1
+	for d in "$W"/pipe/*/ "$W/pipe1"; do [ -S "$d/control" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$d timeout 10 nvidia-cuda-mps-control; done
+	(cd "$W" && tar czf "$OUT/logs.tgz" *.log) 2>/dev/null
+}
+trap cleanup EXIT

@@ -17,14 +17,6 @@ PIDS=()
 FAIL=0
 DAEMON_ADDR=127.0.0.1:19341
 . "$HERE/lib.sh"
-cleanup() {
-	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
-	sleep 1
-	for d in "$W"/pipe/*/ "$W/pipe1"; do [ -S "$d/control" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$d timeout 10 nvidia-cuda-mps-control; done
-	# One archive: the device tool brings back at most 8 files.
-	(cd "$W" && tar czf "$OUT/logs.tgz" *.log) 2>/dev/null
-}
-trap cleanup EXIT
 : >"$REPORT"
 say "# Multi-GPU suite: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 nvidia-smi --query-gpu=index,uuid,name,pci.bus_id,memory.total,compute_mode --format=csv | block

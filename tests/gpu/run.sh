@@ -16,14 +16,6 @@ PIDS=()
 FAIL=0
 DAEMON_ADDR=127.0.0.1:19331
 . "$HERE/lib.sh"
-cleanup() {
-	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
-	sleep 1
-	for d in "$W"/pipe/*/ "$W/pipe1"; do [ -S "$d/control" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$d timeout 10 nvidia-cuda-mps-control; done
-	# One archive: the device tool brings back at most 8 files.
-	(cd "$W" && tar czf "$OUT/logs.tgz" *.log) 2>/dev/null
-}
-trap cleanup EXIT
 
 UUID=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
 BUS=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1)
