@@ -55,20 +55,6 @@ func (inv *allocInventory) run(t *testing.T, args ...string) result {
 	return runMpsctl(t, nil, append(slices.Clone(inv.args), args...)...)
 }
 
-// guests maps addr to guest, as stored.
-func (inv *allocInventory) guests(t *testing.T) map[string]string {
-	t.Helper()
-	devs, _, err := inv.st.ListDevices(t.Context(), store.DeviceFilter{Limit: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[string]string{}
-	for _, d := range devs {
-		m[d.Addr] = d.GuestID
-	}
-	return m
-}
-
 func TestServerAttachDetachCommands(t *testing.T) {
 	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
 		t.Parallel()
@@ -155,7 +141,7 @@ func TestServerAttachDetachCommands(t *testing.T) {
 			})
 		}
 		want := map[string]string{"1a:00.0-0": "", "1a:00.0-1": "", "1b:00.0-0": "", "1b:00.0-1": "pod-c"}
-		if got := inv.guests(t); !maps.Equal(got, want) {
+		if got := storetest.Guests(t, inv.st); !maps.Equal(got, want) {
 			t.Errorf("final state %v, want %v", got, want)
 		}
 	})
@@ -190,7 +176,7 @@ func TestIsolatedDevicePurgeCommand(t *testing.T) {
 		if _, ok := body["detached_guest"]; ok || body["isolated_device"] == nil {
 			t.Errorf("purge of a free device -o json: %s; want isolated_device and no detached_guest", r.Stdout)
 		}
-		if got := inv.guests(t); len(got) != 2 {
+		if got := storetest.Guests(t, inv.st); len(got) != 2 {
 			t.Errorf("devices left: %v, want 2", got)
 		}
 	})

@@ -66,3 +66,18 @@ func Open(t testing.TB, dsn string) *store.Store {
 	})
 	return s
 }
+
+// Guests maps every device's addr to the guest holding it ("" when free),
+// as stored.
+func Guests(t testing.TB, st *store.Store) map[string]string {
+	t.Helper()
+	devs, _, err := st.ListDevices(t.Context(), store.DeviceFilter{Limit: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, d := range devs {
+		m[d.Addr] = d.GuestID
+	}
+	return m
+}

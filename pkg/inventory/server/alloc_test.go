@@ -50,20 +50,6 @@ func devAddrs(devs []api.IsolatedDevice) []string {
 	return out
 }
 
-// guestOf maps every device's addr to its guest, as stored.
-func guestOf(t *testing.T, st *store.Store) map[string]string {
-	t.Helper()
-	devs, _, err := st.ListDevices(t.Context(), store.DeviceFilter{Limit: 10000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[string]string{}
-	for _, d := range devs {
-		m[d.Addr] = d.GuestID
-	}
-	return m
-}
-
 func TestAttachDetachAPI(t *testing.T) {
 	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
 		e := newEnvOn(t, open(), Options{})
@@ -156,7 +142,7 @@ func TestAttachDetachAPI(t *testing.T) {
 				}
 			})
 		}
-		if got, want := guestOf(t, e.st), map[string]string{"1a:00.0-0": "", "1b:00.0-1": ""}; !maps.Equal(got, want) {
+		if got, want := storetest.Guests(t, e.st), map[string]string{"1a:00.0-0": "", "1b:00.0-1": ""}; !maps.Equal(got, want) {
 			t.Errorf("final state %v, want %v", got, want)
 		}
 	})
@@ -225,7 +211,7 @@ func TestAttachBadInput(t *testing.T) {
 		if _, err := e.st.DetachDevice(t.Context(), "g", devs[1].ID); err != nil {
 			t.Fatal(err)
 		}
-		if got := guestOf(t, e.st); got["1a:00.0-0"] != "" || got["1a:00.0-1"] != "" {
+		if got := storetest.Guests(t, e.st); got["1a:00.0-0"] != "" || got["1a:00.0-1"] != "" {
 			t.Errorf("refused requests attached devices: %v", got)
 		}
 	})
@@ -262,7 +248,7 @@ func TestAllocRoutesAreAdminOnly(t *testing.T) {
 				})
 			}
 		}
-		if got := guestOf(t, e.st); got["1a:00.0-0"] != "" || got["1a:00.0-1"] != "pod-a" {
+		if got := storetest.Guests(t, e.st); got["1a:00.0-0"] != "" || got["1a:00.0-1"] != "pod-a" {
 			t.Errorf("forbidden calls changed the devices: %v", got)
 		}
 	})
