@@ -147,6 +147,49 @@ func TestUpdateHeldDeviceAndDelete(t *testing.T) {
 	})
 }
 
+// No limit reads more than 2048 rows, whatever it asks: a page is bounded
+// for the server as for the client, and the answer says the limit it kept.
+func TestListPageIsBoundedAtTheMaximum(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		e := newEnvOn(t, open(), Options{})
+		h, _ := e.seed() // one device
+		var devs []api.IsolatedDevice
+		for i := range maxLimit + 99 {
+			devs = append(devs, api.IsolatedDevice{HostID: h.ID, DevType: api.DevTypeNvidiaMPS, Model: "NVIDIA H100",
+				Addr: fmt.Sprintf("%02x:00.0-%d", 0x10+i/100, i%100), VendorDeviceID: "10de:2330", Index: -1, DeviceMinor: -1})
+		}
+		for len(devs) > 0 {
+			n := min(len(devs), store.MaxCreateDevices)
+			if _, err := e.st.CreateDevices(t.Context(), devs[:n]); err != nil {
+				t.Fatal(err)
+			}
+			devs = devs[n:]
+		}
+		for _, tt := range []struct {
+			query             string
+			wantRows, wantLim int
+		}{
+			{"?limit=5000", maxLimit, maxLimit},
+			{"?limit=1000000000", maxLimit, maxLimit},
+			{"", maxLimit, maxLimit},
+			{"?limit=3000&offset=2000", 148, maxLimit},
+			{"?limit=10", 10, 10},
+		} {
+			var list api.IsolatedDeviceList
+			e.mustCall("GET", "/isolated_devices"+tt.query, "", &list)
+			if len(list.IsolatedDevices) != tt.wantRows || list.Limit != tt.wantLim || list.Total != maxLimit+100 {
+				t.Errorf("%s: %d rows, limit %d, total %d; want %d rows, limit %d, total %d",
+					tt.query, len(list.IsolatedDevices), list.Limit, list.Total, tt.wantRows, tt.wantLim, maxLimit+100)
+			}
+		}
+		var hosts api.HostList
+		e.mustCall("GET", "/hosts?limit=5000", "", &hosts)
+		if hosts.Limit != 5000 || len(hosts.Hosts) != 1 {
+			t.Errorf("hosts: limit %d, %d rows; want 5000 as asked (one host matches)", hosts.Limit, len(hosts.Hosts))
+		}
+	})
+}
+
 func TestListQueryParameters(t *testing.T) {
 	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
 		e := newEnvOn(t, open(), Options{})

@@ -26,7 +26,7 @@ func (s *server) listHosts(w http.ResponseWriter, r *http.Request) error {
 		out.Hosts[i] = viewHost(h)
 	}
 	if total > 0 {
-		out.Total, out.Limit, out.Offset = total, answerLimit(f.Limit, total), f.Offset
+		out.Total, out.Limit, out.Offset = total, answerLimit(r.URL.Query(), total), f.Offset
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -107,7 +107,7 @@ func (s *server) listDevices(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := deviceListView{IsolatedDevices: viewDevices(devs)}
 	if total > 0 {
-		out.Total, out.Limit, out.Offset = total, answerLimit(f.Limit, total), f.Offset
+		out.Total, out.Limit, out.Offset = total, answerLimit(r.URL.Query(), total), f.Offset
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

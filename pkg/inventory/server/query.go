@@ -30,9 +30,10 @@ const (
 	maxListValues = 100
 )
 
-// parsePage reads limit and offset: limit 0 is maxLimit.
+// parsePage reads limit and offset for the query: limit 0, or one above
+// maxLimit, reads maxLimit rows.
 func parsePage(q url.Values) (limit, offset int, err error) {
-	limit, err = nonNegative(q, "limit", 0)
+	limit, err = askedLimit(q)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -40,14 +41,22 @@ func parsePage(q url.Values) (limit, offset int, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
+	return min(limit, maxLimit), offset, nil
+}
+
+// askedLimit is the limit the client asked for; 0 or none is maxLimit.
+func askedLimit(q url.Values) (int, error) {
+	limit, err := nonNegative(q, "limit", 0)
 	if limit == 0 {
 		limit = maxLimit
 	}
-	return limit, offset, nil
+	return limit, err
 }
 
-// answerLimit is the limit an answer reports for a page of total rows.
-func answerLimit(asked, total int) int {
+// answerLimit is the limit an answer to q reports for a page of total
+// rows: the one asked for, or maxLimit once more rows than that match.
+func answerLimit(q url.Values, total int) int {
+	asked, _ := askedLimit(q) // parsePage refused a bad one
 	if total > maxLimit && asked > maxLimit {
 		return maxLimit
 	}
