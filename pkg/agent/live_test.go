@@ -371,6 +371,34 @@ func TestTeardownRestoresComputeModesAndRefusesBusyGPUs(t *testing.T) {
 	}
 }
 
+// A host switched to the single layout still runs the per-GPU daemons of
+// before (until they are retired): teardown stops those, each in its own
+// directory, not the pipe root's daemon once per GPU.
+func TestTeardownInTheSingleLayoutStopsPerGPUDaemonsLeftBehind(t *testing.T) {
+	h := newHarness(t, "", fourAndTwo)
+	ctx := context.Background()
+	if err := h.agent.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hc := *h.cfg.Host
+	hc.PipeLayout = config.LayoutSingle
+	opts := h.agent.opts
+	opts.Config = &Config{Host: &hc, Devices: h.cfg.Devices}
+	fresh, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := fresh.Teardown(ctx, true, &out); err != nil {
+		t.Fatalf("teardown: %v\n%s", err, out.String())
+	}
+	for i := range 2 {
+		if up, _ := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(i)}, 5*time.Second, nil).Running(ctx); up {
+			t.Errorf("GPU %d's per-GPU control daemon still runs after teardown said:\n%s", i, out.String())
+		}
+	}
+}
+
 func TestRestartOnlyKeysKeepTheirRunningValues(t *testing.T) {
 	cur, err := config.ParseHostConf("host.conf", []byte("mps_listen_address: 127.0.0.1:9331\nmps_multiuser_server: true\nmps_health_interval: 10s\ncuda_mps_replicas: 4\n"))
 	if err != nil {

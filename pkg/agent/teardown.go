@@ -20,12 +20,19 @@ import (
 func (a *Agent) Teardown(ctx context.Context, force bool, out io.Writer) error {
 	cfg, backend, inv := a.config(), a.opts.Backend, a.opts.Inventory
 	uuids := a.unplanned(cfg, map[string]bool{})
+	daemons := make([]*gpuState, len(uuids), len(uuids)+1)
+	for i, uuid := range uuids {
+		// In the single layout a <root>/<uuid> is a per-GPU daemon left
+		// from before the switch: stopped in its own directory.
+		daemons[i], _ = a.retiring(cfg, uuid, a.log)
+	}
 	if cfg.single() {
 		uuids = append(uuids, singleDaemon) // the one daemon in the pipe root
+		daemons = append(daemons, a.gpu(cfg, singleDaemon))
 	}
 	var busy []error
-	for _, uuid := range uuids {
-		gs := a.gpu(cfg, uuid)
+	for i, uuid := range uuids {
+		gs := daemons[i]
 		if n := a.connectedClients(ctx, gs); n > 0 && !force {
 			busy = append(busy, fmt.Errorf("GPU %s: %d MPS clients connected (stop them, or use --force, which kills them)", uuid, n))
 		}
@@ -42,8 +49,8 @@ func (a *Agent) Teardown(ctx context.Context, force bool, out io.Writer) error {
 	} else {
 		fmt.Fprintf(out, "inventory: %d devices removed, %d held by guests kept (pending removal)\n", res.Deleted, len(res.Held))
 	}
-	for _, uuid := range uuids {
-		if err := a.gpus[uuid].ctl.Quit(ctx); err != nil {
+	for i, uuid := range uuids {
+		if err := daemons[i].ctl.Quit(ctx); err != nil {
 			errs = append(errs, err)
 			continue
 		}
