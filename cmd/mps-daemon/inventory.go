@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 
@@ -40,9 +41,13 @@ func regionBackend(hc *config.HostConf, log *slog.Logger) (*region.Backend, erro
 	if hc.RegionInsecureTLS {
 		log.Warn("mps_region_insecure_tls: the certificates of keystone and the region are NOT checked")
 	}
-	httpc, err := keystone.NewHTTPClient(cp.SSLCACerts, hc.RegionInsecureTLS)
+	ca, err := cp.CACerts()
 	if err != nil {
 		return nil, err
+	}
+	httpc, err := keystone.NewHTTPClient(ca, hc.RegionInsecureTLS)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cp.SSLCACerts, err)
 	}
 	ks, err := keystone.New(keystone.Options{
 		Credentials: keystone.Credentials{

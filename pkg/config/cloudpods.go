@@ -219,6 +219,20 @@ func (hc *HostConf) checkCloudpods() []error {
 	return errs
 }
 
+// CACerts is the content of ssl_ca_certs (nil when unset), read as every
+// file host.conf names: never blocking on a FIFO, never past
+// MaxConfigBytes (a CA bundle is a few hundred KiB at most).
+func (cp Cloudpods) CACerts() ([]byte, error) {
+	if cp.SSLCACerts == "" {
+		return nil, nil
+	}
+	data, err := ReadFile(cp.SSLCACerts, MaxConfigBytes)
+	if err != nil {
+		return nil, fmt.Errorf("reading ssl_ca_certs: %w", err)
+	}
+	return data, nil
+}
+
 // errNoCloudpods is for callers that need the region's settings.
 var errNoCloudpods = errors.New("host.conf has no Cloudpods settings")
 

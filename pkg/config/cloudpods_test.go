@@ -1,7 +1,10 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -122,5 +125,45 @@ mps_sync_interval =
 	_, err = ParseHostConf("host.conf", []byte("enable_cuda_mps: [\n"))
 	if err == nil || !strings.Contains(err.Error(), "invalid YAML") {
 		t.Errorf("broken file: %v", err)
+	}
+}
+
+// ssl_ca_certs is a file host.conf names like any other: relative to
+// host.conf's folder, and read without ever blocking on a FIFO or reading
+// a huge file whole.
+func TestCACertsFile(t *testing.T) {
+	dir := t.TempDir()
+	conf := "auth_url: https://keystone:30357/v3\nadmin_user: regionadmin\nadmin_password: x\nssl_ca_certs: pki/ca.crt\n"
+	hc, err := ParseHostConf(filepath.Join(dir, "host.conf"), []byte(conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := hc.CloudpodsSettings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "pki", "ca.crt"); cp.SSLCACerts != want {
+		t.Fatalf("ssl_ca_certs = %s, want %s", cp.SSLCACerts, want)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "pki"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cp.SSLCACerts, []byte("-----BEGIN CERTIFICATE-----\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := cp.CACerts(); err != nil || len(b) == 0 {
+		t.Errorf("CACerts of a regular file: %d bytes, %v", len(b), err)
+	}
+	if err := os.Remove(cp.SSLCACerts); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(cp.SSLCACerts, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.CACerts(); err == nil || !strings.Contains(err.Error(), "ssl_ca_certs") || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("a FIFO at ssl_ca_certs: %v, want an error naming the key and the file type", err)
+	}
+	if b, err := (Cloudpods{}).CACerts(); b != nil || err != nil {
+		t.Errorf("no ssl_ca_certs: %q, %v", b, err)
 	}
 }

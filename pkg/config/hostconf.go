@@ -301,6 +301,9 @@ func ParseHostConf(path string, data []byte) (*HostConf, error) {
 	if f := hc.InventoryTokenFile; f != "" && !filepath.IsAbs(f) {
 		hc.InventoryTokenFile = filepath.Join(dir, f)
 	}
+	if f := hc.Cloudpods.SSLCACerts; f != "" && !filepath.IsAbs(f) {
+		hc.Cloudpods.SSLCACerts = filepath.Join(dir, f)
+	}
 	if hc.InventoryToken != "" && hc.InventoryTokenFile != "" && hc.Line("mps_inventory_token_file") > 0 {
 		errs = append(errs, errorf(path, hc.lines["mps_inventory_token_file"], "mps_inventory_token_file",
 			"set only one of mps_inventory_token (line %d) and mps_inventory_token_file", hc.lines["mps_inventory_token"]))

@@ -3,35 +3,30 @@ package keystone
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
+	"errors"
 	"net"
 	"net/http"
-	"os"
 	"time"
 )
 
 // NewHTTPClient returns the HTTP client for keystone and the region: TLS
-// verified against the system's roots plus the PEM certificates in caFile
-// (host.conf's ssl_ca_certs, when set); insecure (host.conf's
+// verified against the system's roots plus the PEM certificates caPEM
+// (the content of host.conf's ssl_ca_certs, when set); insecure (host.conf's
 // mps_region_insecure_tls, off by default) skips verification, which
 // Cloudpods' own agents always do. Each request is bounded by the caller's
 // context; the transport bounds connecting and the TLS handshake.
-func NewHTTPClient(caFile string, insecure bool) (*http.Client, error) {
+func NewHTTPClient(caPEM []byte, insecure bool) (*http.Client, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	switch {
 	case insecure:
 		cfg.InsecureSkipVerify = true //nolint:gosec // an explicit operator setting, off by default
-	case caFile != "":
+	case caPEM != nil:
 		pool, err := x509.SystemCertPool()
 		if err != nil || pool == nil {
 			pool = x509.NewCertPool()
 		}
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("reading ssl_ca_certs: %w", err)
-		}
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("ssl_ca_certs %s holds no PEM certificate", caFile)
+		if !pool.AppendCertsFromPEM(caPEM) {
+			return nil, errors.New("ssl_ca_certs holds no PEM certificate")
 		}
 		cfg.RootCAs = pool
 	}
