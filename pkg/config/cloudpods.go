@@ -74,7 +74,7 @@ func normalizeKey(k string) string { return strings.ReplaceAll(strings.TrimSpace
 
 // setCloudpods stores one of Cloudpods' keys or ours of this file; handled
 // is false for any other key. Cloudpods takes whichever spelling it meets
-// first; here two spellings of one key must agree.
+// first; here a key set twice, under either spelling, must have one value.
 func (hc *HostConf) setCloudpods(key string, k, v *yaml.Node) (handled bool, err error) {
 	if ourCloudpodsKeys[key] {
 		if first, dup := hc.lines[key]; dup {
@@ -95,14 +95,10 @@ func (hc *HostConf) setCloudpods(key string, k, v *yaml.Node) (handled bool, err
 		return true, err
 	}
 	s = strings.TrimSpace(s)
-	field := map[string]*string{
-		"auth_url": &hc.Cloudpods.AuthURL, "admin_user": &hc.Cloudpods.AdminUser,
-		"admin_password": &hc.Cloudpods.AdminPassword, "admin_domain": &hc.Cloudpods.AdminDomain,
-		"admin_project": &hc.Cloudpods.AdminProject, "admin_project_domain": &hc.Cloudpods.AdminProjectDomain,
-		"region": &hc.Cloudpods.Region, "session_endpoint_type": &hc.Cloudpods.SessionEndpointType,
-		"ssl_ca_certs": &hc.Cloudpods.SSLCACerts, "listen_interface": &hc.Cloudpods.ListenInterface,
-	}[canon]
-	if first, dup := hc.lines[canon]; dup && canon != key {
+	field := hc.Cloudpods.field(canon)
+	// Set again, under any spelling and in any order: only the same value
+	// is no conflict.
+	if first, dup := hc.lines[canon]; dup {
 		if *field != s {
 			return true, fmt.Errorf("sets %s again with another value (first at line %d)", canon, first)
 		}
@@ -111,6 +107,34 @@ func (hc *HostConf) setCloudpods(key string, k, v *yaml.Node) (handled bool, err
 	hc.lines[canon] = k.Line
 	*field = s
 	return true, nil
+}
+
+// field is the setting of a canonical Cloudpods key (cloudpodsAliases'
+// values).
+func (cp *Cloudpods) field(canon string) *string {
+	switch canon {
+	case "auth_url":
+		return &cp.AuthURL
+	case "admin_user":
+		return &cp.AdminUser
+	case "admin_password":
+		return &cp.AdminPassword
+	case "admin_domain":
+		return &cp.AdminDomain
+	case "admin_project":
+		return &cp.AdminProject
+	case "admin_project_domain":
+		return &cp.AdminProjectDomain
+	case "region":
+		return &cp.Region
+	case "session_endpoint_type":
+		return &cp.SessionEndpointType
+	case "ssl_ca_certs":
+		return &cp.SSLCACerts
+	case "listen_interface":
+		return &cp.ListenInterface
+	}
+	panic("config: no Cloudpods setting " + canon) // cloudpodsAliases and this switch are kept in step by TestEveryCloudpodsKeyIsStored
 }
 
 func (hc *HostConf) setOurCloudpods(key string, v *yaml.Node) error {

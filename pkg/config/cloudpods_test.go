@@ -80,6 +80,9 @@ func TestCloudpodsKeyErrors(t *testing.T) {
 		{"auth_url: keystone:5000\nadmin_user: a\nadmin_password: b\n", "host.conf:1: auth_url: want keystone's http(s)"},
 		{"auth_url: http://k/v3\nadmin_password: b\n", "admin_user: the region backend needs"},
 		{"auth_url: http://k/v3\nauth_uri: http://other/v3\n", "host.conf:2: auth_uri: sets auth_url again with another value (first at line 1)"},
+		{"auth_uri: http://k/v3\nauth_url: http://other/v3\n", "host.conf:2: auth_url: sets auth_url again with another value (first at line 1)"},
+		{"auth_url: http://k/v3\nauth-url: http://other/v3\n", "host.conf:2: auth_url: sets auth_url again with another value (first at line 1)"},
+		{"admin_user: a\nadmin_user: b\n", "host.conf:2: admin_user: sets admin_user again with another value (first at line 1)"},
 		{"mps_pipe_layout: both\n", `host.conf:1: mps_pipe_layout: "both": want one of auto, per-gpu, single`},
 		{"mps_region_host_mac: eth0\n", "mps_region_host_mac: want a MAC address"},
 		{"mps_region_device_model: old\n", "mps_region_device_model"},
@@ -165,5 +168,30 @@ func TestCACertsFile(t *testing.T) {
 	}
 	if b, err := (Cloudpods{}).CACerts(); b != nil || err != nil {
 		t.Errorf("no ssl_ca_certs: %q, %v", b, err)
+	}
+}
+
+// Every spelling of a Cloudpods key lands in its setting.
+func TestEveryCloudpodsKeyIsStored(t *testing.T) {
+	needed := map[string]string{"auth_url": "http://k/v3", "admin_user": "a", "admin_password": "b"}
+	for key, canon := range cloudpodsAliases {
+		value := map[string]string{"auth_url": "http://v/v3", "session_endpoint_type": "public"}[canon]
+		if value == "" {
+			value = "v"
+		}
+		conf := key + ": " + value + "\n"
+		for k, v := range needed {
+			if k != canon {
+				conf += k + ": " + v + "\n"
+			}
+		}
+		hc, err := ParseHostConf("host.conf", []byte(conf))
+		if err != nil {
+			t.Errorf("%s: %v", key, err)
+			continue
+		}
+		if got := *hc.Cloudpods.field(canon); got != value {
+			t.Errorf("%s: %s = %q, want %q", key, canon, got, value)
+		}
 	}
 }
