@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/keystone"
 	"yunion.io/x/mps-daemon/pkg/restcall"
 )
@@ -46,13 +47,9 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("region answered %d %s", e.Status, http.StatusText(e.Status))
 }
 
-// msgUsedByServer is the region's refusal to delete or purge a device a
-// guest holds (api.ErrMsgIsolatedDeviceUsedByServer).
-const msgUsedByServer = "Isolated device used by server"
-
 func isUsedByServer(err error) bool {
 	var ae *APIError
-	return errors.As(err, &ae) && strings.Contains(ae.Details, msgUsedByServer)
+	return errors.As(err, &ae) && strings.Contains(ae.Details, api.MsgDeviceUsedByServer) // the region refuses to delete or purge a held device
 }
 
 func isNotFound(err error) bool {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"reflect"
@@ -120,6 +121,9 @@ func (s *server) decodeJSONAt(r *http.Request, b []byte, dst any, prefix string)
 		return badInput("request body holds more than one JSON value")
 	default:
 		return s.bodyError(err)
+	}
+	if !s.log.Enabled(r.Context(), slog.LevelDebug) {
+		return nil // finding them parses the body again, for a debug line only
 	}
 	if unknown := unknownFields(b, reflect.TypeOf(dst), prefix); len(unknown) > 0 {
 		s.log.Debug("ignoring unknown fields of the request body", "method", r.Method, "path", r.URL.Path, "fields", unknown)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"errors"
 	"net/http"
 	"slices"
@@ -88,7 +89,7 @@ func (s *server) issueToken(w http.ResponseWriter, r *http.Request) error {
 	methods := id.Methods
 	project := ""
 	if sc := req.Auth.Scope; sc != nil && sc.Project != nil {
-		project = first(sc.Project.Name, sc.Project.ID)
+		project = cmp.Or(sc.Project.Name, sc.Project.ID)
 	}
 	expires := time.Now().Add(s.keystoneTTL)
 	var tok store.Token
@@ -96,7 +97,7 @@ func (s *server) issueToken(w http.ResponseWriter, r *http.Request) error {
 	case slices.Contains(methods, "password") && id.Password != nil:
 		u := id.Password.User
 		t, err := s.st.VerifyToken(r.Context(), u.Password)
-		if err == nil && !userMatches(t, first(u.Name, u.ID)) {
+		if err == nil && !userMatches(t, cmp.Or(u.Name, u.ID)) {
 			err = store.ErrInvalidToken
 		}
 		if err != nil {

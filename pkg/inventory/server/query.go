@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"net/url"
 	"regexp"
 	"slices"
@@ -158,7 +159,7 @@ var deviceQueryParams = []string{
 // project's client sent it. server and guest_id both name a guest
 // (Cloudpods' master region ignores server: see docs/inventory.md).
 func deviceFilter(q url.Values) (store.DeviceFilter, error) {
-	f := store.DeviceFilter{HostID: first(q.Get("host_id"), q.Get("host")), GuestID: first(q.Get("guest_id"), q.Get("server"))}
+	f := store.DeviceFilter{HostID: cmp.Or(q.Get("host_id"), q.Get("host")), GuestID: cmp.Or(q.Get("guest_id"), q.Get("server"))}
 	lists := []struct {
 		name string
 		dst  *[]string
@@ -286,14 +287,4 @@ func markerPaging(q url.Values) (marker string, byMarker, desc bool, err error) 
 		return "", false, false, badInput("query parameter paging_order: %q is not asc or desc", o)
 	}
 	return q.Get("paging_marker"), true, desc, nil
-}
-
-// first is the first non-empty of vals.
-func first(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
