@@ -37,7 +37,15 @@ const (
 	// SourceEnviron: YUNION_MPS_VIRTUAL_DEVICE; believed only for processes
 	// in the host's mount namespace, that is outside containers.
 	SourceEnviron = "environ"
+	// SourceUnknown counts the clients billed to no device (status and
+	// metrics; no Client carries it).
+	SourceUnknown = "unknown"
 )
+
+// Sources lists every source a count of clients is kept for.
+func Sources() []string {
+	return []string{SourceIdentity, SourceAncestor, SourceEnviron, SourceUnknown}
+}
 
 // Limits on what is read from /proc: a process controls the size of its
 // environment, and nothing here may cost more than a bounded read.

@@ -100,7 +100,7 @@ func (a *Agent) noteUsage(r accounting.Report) {
 	}
 	st := status.Accounting{Policy: string(r.Policy)}
 	if r.Usage.PerDevice != nil {
-		st.Clients = map[string]int{"unknown": len(r.Usage.Unknown)}
+		st.Clients = map[string]int{accounting.SourceUnknown: len(r.Usage.Unknown)}
 		for _, d := range r.Usage.PerDevice {
 			for _, c := range d.Clients {
 				st.Clients[c.Source]++

@@ -25,7 +25,7 @@ type telemetry struct {
 func newTelemetry(hostname string, st func() status.Status) *telemetry {
 	d := metrics.NewDaemon(metrics.DaemonOptions{
 		Hostname: hostname, Status: st,
-		EnforcementSteps: accounting.StepNames(), EnforcementCauses: accounting.Causes(),
+		EnforcementSteps: accounting.StepNames(), EnforcementCauses: accounting.Causes(), AccountingSources: accounting.Sources(),
 	})
 	return &telemetry{reg: metrics.NewRegistry(d), daemon: d}
 }

@@ -35,13 +35,17 @@ type DaemonOptions struct {
 	// why; each pair has a series from the start.
 	EnforcementSteps  []string
 	EnforcementCauses []string
+	// AccountingSources are how accounting bills a client; each has a
+	// series while accounting runs.
+	AccountingSources []string
 }
 
 // Daemon is the daemon's collector: the counters of what happened since
 // the process started, and the state of GPUs and virtual devices read from
 // the daemon's status at each scrape.
 type Daemon struct {
-	status func() status.Status
+	status  func() status.Status
+	sources []string // accounting's, for its clients' series
 
 	reconciles       *prometheus.CounterVec
 	reconcileErrors  *prometheus.CounterVec
@@ -83,7 +87,7 @@ func NewDaemon(o DaemonOptions) *Daemon {
 		return desc(name, help, append(append([]string(nil), deviceLabels...), extra...)...)
 	}
 	d := &Daemon{
-		status: o.Status,
+		status: o.Status, sources: o.AccountingSources,
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mps_daemon_reconciles_total", Help: "Reconciles run, by result (ok or error).", ConstLabels: cl,
 		}, []string{"result"}),
@@ -264,7 +268,7 @@ func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
 		}
 		// No clients map: no sample (policy off), and no series.
 		if a.Clients != nil {
-			for _, src := range AccountingSources {
+			for _, src := range d.sources {
 				gauge(x.acctClients, float64(a.Clients[src]), src)
 			}
 			gauge(x.acctMismatches, float64(len(a.Mismatches)))

@@ -88,7 +88,7 @@ func (w *swappable) set(s status.Status) {
 func newTestDaemon(s status.Status) (*Daemon, *swappable) {
 	w := &swappable{s: s}
 	return NewDaemon(DaemonOptions{Hostname: "node-1", Status: w.get, EnforcementSteps: []string{"terminate_client", "sigkill"},
-		EnforcementCauses: []string{"memory_cap", "qos_escape"}}), w
+		EnforcementCauses: []string{"memory_cap", "qos_escape"}, AccountingSources: []string{"identity", "ancestor", "environ", "unknown"}}), w
 }
 
 // describedNames are the metric names a collector describes.

@@ -154,7 +154,7 @@ func TestDashboardStructure(t *testing.T) {
 // _bucket, _sum and _count of their histograms included.
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
-	d := NewDaemon(DaemonOptions{Hostname: "h", Status: hostStatus})
+	d := NewDaemon(DaemonOptions{Hostname: "h", Status: hostStatus, AccountingSources: []string{"identity", "ancestor", "environ", "unknown"}})
 	d.ObserveReconcile(time.Second, "")
 	h := NewHTTP(InventoryPrefix)
 	h.Observe("/hosts", "GET", 200, time.Millisecond)

@@ -91,11 +91,6 @@ var serverStates = []string{"ACTIVE", "FAULT"}
 // accountingPolicies are host.conf's mps_accounting values.
 var accountingPolicies = []string{"off", "report", "enforce"}
 
-// AccountingSources are how accounting billed a client (pkg/accounting's
-// Source* values), and "unknown" for one billed to no device; each has a
-// series while accounting runs.
-var AccountingSources = []string{"identity", "ancestor", "environ", "unknown"}
-
 func boolValue(b bool) float64 {
 	if b {
 		return 1
