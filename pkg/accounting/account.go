@@ -40,9 +40,14 @@ type DeviceUsage struct {
 type UnknownProcess struct {
 	gpu.Process
 	GPU string
-	// Device is the name it gave, if any.
+	// Device is the device it was identified as (by Source) when that
+	// device is not one it can be billed to; empty when none was found.
 	Device string
-	Reason string
+	Source string
+	// Environment is the device its environment names, if any (believed
+	// only outside containers).
+	Environment string
+	Reason      string
 }
 
 // Mismatch is a client billed by its identity file whose own view
@@ -100,10 +105,9 @@ func Account(procs map[string][]gpu.Process, caps map[string]uint64, lookup Look
 	for _, uuid := range slices.Sorted(maps.Keys(procs)) {
 		for _, p := range procs[uuid] {
 			id, err := lookup(p.PID, uuid)
-			unknown := UnknownProcess{Process: p, GPU: uuid, Device: id.Device}
+			unknown := UnknownProcess{Process: p, GPU: uuid, Device: id.Device, Source: id.Source, Environment: id.Environment}
 			switch {
 			case err != nil:
-				unknown.Device = id.Environment
 				unknown.Reason = join(reason(err), id.Detail)
 			default:
 				devGPU, _, _ := vdev.ParseName(id.Device)

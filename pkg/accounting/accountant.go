@@ -155,7 +155,7 @@ func (a *Accountant) logChanges(ctx context.Context, r Report) {
 		unknown[k] = true
 		if !a.unknown[k] {
 			a.log.WarnContext(ctx, "MPS client billed to no virtual device (reported, never terminated)", "gpu", u.GPU,
-				"pid", u.PID, "used_mib", u.UsedMemoryBytes>>20, "named", u.Device, "reason", u.Reason)
+				"pid", u.PID, "used_mib", u.UsedMemoryBytes>>20, "device", u.Device, "source", u.Source, "environment", u.Environment, "reason", u.Reason)
 		}
 	}
 	a.unknown = unknown

@@ -384,6 +384,11 @@ func TestAccount(t *testing.T) {
 	if len(u.Unknown) != len(wantUnknown) {
 		t.Fatalf("Unknown = %+v, want PIDs 13-16 and 32", u.Unknown)
 	}
+	// PID 15's identity names a device this host lacks: that is the device
+	// shown, not its environment's.
+	if got := u.Unknown[2]; got.Device == "" || got.Source == "" {
+		t.Errorf("the device PID 15 was identified as should be shown, with how: %+v", got)
+	}
 	for i, w := range wantUnknown {
 		got := u.Unknown[i]
 		if got.PID != w.pid || got.GPU != gpuA || !strings.Contains(got.Reason, w.reason) {
@@ -391,7 +396,7 @@ func TestAccount(t *testing.T) {
 		}
 	}
 
-	if u.Unknown[4].Device != gpuA+"::0" {
+	if u.Unknown[4].Environment != gpuA+"::0" || u.Unknown[4].Device != "" {
 		t.Errorf("the unknown container process's claim should be shown: %+v", u.Unknown[4])
 	}
 	wantMismatch := []Mismatch{{PID: 31, GPU: gpuA, UsedBytes: 2 << 30, Device: gpuA + "::1", Source: id, Environment: gpuA + "::0", StartTicks: 900,

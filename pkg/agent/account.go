@@ -108,7 +108,8 @@ func (a *Agent) noteUsage(r accounting.Report) {
 		}
 	}
 	for _, p := range r.Usage.Unknown {
-		st.Unknown = append(st.Unknown, status.UnknownProcess{PID: p.PID, GPU: p.GPU, UsedBytes: p.UsedMemoryBytes, Environment: p.Device, Reason: p.Reason})
+		st.Unknown = append(st.Unknown, status.UnknownProcess{PID: p.PID, GPU: p.GPU, UsedBytes: p.UsedMemoryBytes,
+			Device: p.Device, Source: p.Source, Environment: p.Environment, Reason: p.Reason})
 	}
 	for _, m := range r.Usage.Mismatches {
 		st.Mismatches = append(st.Mismatches, status.Mismatch{PID: m.PID, GPU: m.GPU, UsedBytes: m.UsedBytes,

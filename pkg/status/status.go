@@ -146,6 +146,10 @@ type UnknownProcess struct {
 	PID       int    `json:"pid"`
 	GPU       string `json:"gpu"`
 	UsedBytes uint64 `json:"used_bytes"`
+	// Device is the device it was identified as (Source: identity,
+	// ancestor or environ) when that is one it cannot be billed to.
+	Device string `json:"device,omitempty"`
+	Source string `json:"source,omitempty"`
 	// Environment is the device its environment names, if any: not
 	// believed for a process in a container.
 	Environment string `json:"environment,omitempty"`
