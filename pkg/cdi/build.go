@@ -73,8 +73,9 @@ func build(o Options, devs []Device, nodes nodeSet) *specs.Spec {
 		return cmp.Or(cmp.Compare(a.GPU.UUID, b.GPU.UUID), cmp.Compare(a.Index, b.Index))
 	})
 	// No annotations: they need cdiVersion 0.6.0, which Debian 12's Podman
-	// (4.3.1) and Ubuntu 22.04's refuse. The file's header names its writer;
-	// the identity file and YUNION_MPS_VIRTUAL_DEVICE name the device.
+	// (4.3.1) refuses (docs/runs/podman-cdi-version.md). The file's header
+	// names its writer; the identity file and YUNION_MPS_VIRTUAL_DEVICE name
+	// the device.
 	s := &specs.Spec{Kind: o.Kind}
 	for _, d := range sorted {
 		// Two names, the same edits: the stable name and the inventory id.
