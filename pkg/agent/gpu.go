@@ -30,10 +30,8 @@ type gpuState struct {
 	ctl    *mps.Controller
 	env    mps.Env
 	limits mps.Limits
-	// healthy and reason are the last reconcile's verdict; the health probe
-	// compares against them.
+	// healthy is the last verdict; the health probe compares against it.
 	healthy bool
-	reason  string
 	// enforced: the caps are applied and read back (accounting measures
 	// only such GPUs).
 	enforced bool
@@ -253,5 +251,5 @@ func (a *Agent) setHealth(gs *gpuState, log *slog.Logger, healthy bool, reason s
 			log.Warn("GPU unhealthy: its devices are marked unhealthy and not handed out", "reason", reason)
 		}
 	}
-	gs.healthy, gs.reason = healthy, reason
+	gs.healthy = healthy
 }

@@ -43,11 +43,10 @@ type listed struct {
 	// guest still holds, as its row describes it (its class as it was last
 	// planned, ClassShared when that is not known).
 	Device vdev.Device
-	// Planned is false for a device out of the plan; ClassKnown false when
-	// such a device's class was never seen by this process (its row does
-	// not carry it).
-	Planned, ClassKnown bool
-	ID                  string
+	// ClassKnown is false for a device out of the plan whose class was
+	// never seen by this process (its row does not carry it).
+	ClassKnown bool
+	ID         string
 	// Guest holds the device; empty when free.
 	Guest          string
 	Healthy        bool
@@ -71,7 +70,7 @@ func (a *Agent) byName(rows []api.IsolatedDevice, planned map[vdev.Name]vdev.Dev
 		name := vdev.NameOf(r.DevicePath, i)
 		l := listed{ID: r.ID, Guest: r.GuestID, Healthy: !r.Unhealthy, PendingRemoval: r.PendingRemoval, CDIName: r.CDIName}
 		if d, ok := planned[name]; ok {
-			l.Device, l.Planned, l.ClassKnown = d, true, true
+			l.Device, l.ClassKnown = d, true
 		} else {
 			l.Device, l.ClassKnown = a.unplannedDevice(r, i)
 		}

@@ -19,13 +19,12 @@ import (
 // deleting or replacing the sockets every other container on the GPU uses.
 // The shared memory is writable: a client that uses it creates segments
 // there. Measured, with the reasons: docs/containers.md.
+// The identity file and the mask over the privileged socket are read-only
+// too: neither their content nor, without CAP_SYS_ADMIN, the mount can be
+// changed from inside.
 var (
-	pipeMountOptions = []string{"ro", "nosuid", "nodev", "noexec", "bind"}
-	shmMountOptions  = []string{"rw", "nosuid", "nodev", "noexec", "bind"}
-	maskMountOptions = []string{"ro", "nosuid", "nodev", "noexec", "bind"}
-	// The identity file: read-only, so neither its content nor, without
-	// CAP_SYS_ADMIN, the mount can be changed from inside.
-	identityMountOptions = []string{"ro", "nosuid", "nodev", "noexec", "bind"}
+	readOnlyMountOptions = []string{"ro", "nosuid", "nodev", "noexec", "bind"}
+	shmMountOptions      = []string{"rw", "nosuid", "nodev", "noexec", "bind"}
 )
 
 // privilegedSocket is the control daemon's socket for privileged commands
@@ -111,7 +110,7 @@ func containerEdits(o Options, d Device, nodes nodeSet) specs.ContainerEdits {
 			HostPath:      d.PipeDir,
 			ContainerPath: d.PipeDir,
 			Type:          "bind",
-			Options:       slices.Clone(pipeMountOptions),
+			Options:       slices.Clone(readOnlyMountOptions),
 		}, {
 			// Over the socket, inside the mount above (runtimes mount
 			// shallower paths first). Should the socket be missing, the
@@ -121,12 +120,12 @@ func containerEdits(o Options, d Device, nodes nodeSet) specs.ContainerEdits {
 			HostPath:      "/dev/null",
 			ContainerPath: filepath.Join(d.PipeDir, privilegedSocket),
 			Type:          "bind",
-			Options:       slices.Clone(maskMountOptions),
+			Options:       slices.Clone(readOnlyMountOptions),
 		}, {
 			HostPath:      d.IdentityFile,
 			ContainerPath: identity.ContainerPath(d.GPU.UUID),
 			Type:          "bind",
-			Options:       slices.Clone(identityMountOptions),
+			Options:       slices.Clone(readOnlyMountOptions),
 		}},
 	}
 	if o.ShmPath != NoShm {

@@ -148,9 +148,8 @@ func (c *Controller) Ensure(ctx context.Context) (adopted bool, err error) {
 func (c *Controller) switchIfIdle(ctx context.Context) (switched bool, err error) {
 	multi, known := recordedMode(c.env.PipeDir)
 	devices, knownDevices := RecordedDevices(c.env.PipeDir)
-	single := strings.Contains(c.env.VisibleDevices, ",") || c.env.Single
 	modeDiffers := known && multi != c.env.MultiUser
-	devicesDiffer := (knownDevices && devices != c.env.VisibleDevices) || (!knownDevices && single)
+	devicesDiffer := (knownDevices && devices != c.env.VisibleDevices) || (!knownDevices && c.env.Single)
 	if !known && !devicesDiffer {
 		c.log.Debug("adopted an MPS control daemon started elsewhere; its server mode is unknown and left as is", "pipe_directory", c.env.PipeDir)
 		return false, nil
