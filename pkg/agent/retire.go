@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -84,19 +85,31 @@ func (a *Agent) restoreModes(ctx context.Context, cfg *Config, planned map[strin
 			continue
 		}
 		log := a.log.With("gpu", uuid)
-		mode, err := gpu.ParseComputeMode(name)
-		if err == nil {
-			err = a.opts.Backend.SetComputeMode(ctx, uuid, mode)
-		}
+		restored, err := a.restoreMode(ctx, uuid, name)
 		if err != nil {
 			log.Warn("restoring the compute mode the GPU had", "mode", name, "err", err)
-			continue
 		}
-		if err := a.state.forgetMode(uuid); err != nil {
-			log.Warn("forgetting a restored compute mode", "err", err)
+		if restored {
+			log.Info("compute mode restored: the daemon no longer needs the GPU in Exclusive_Process", "mode", name)
 		}
-		log.Info("compute mode restored: the daemon no longer needs the GPU in Exclusive_Process", "mode", name)
 	}
+}
+
+// restoreMode sets GPU uuid back to the recorded compute mode name and
+// forgets the record; restored says whether the GPU has its mode back (the
+// error may then be about forgetting it).
+func (a *Agent) restoreMode(ctx context.Context, uuid, name string) (restored bool, err error) {
+	mode, err := gpu.ParseComputeMode(name)
+	if err == nil {
+		err = a.opts.Backend.SetComputeMode(ctx, uuid, mode)
+	}
+	if err != nil {
+		return false, fmt.Errorf("restoring compute mode of %s: %w", uuid, err)
+	}
+	if err := a.state.forgetMode(uuid); err != nil {
+		return true, fmt.Errorf("forgetting the restored compute mode of %s: %w", uuid, err)
+	}
+	return true, nil
 }
 
 // unplanned lists GPUs with a known or findable control daemon outside the

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-
-	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
 // Teardown undoes what the daemon set up on this host, for decommissioning
@@ -18,7 +16,7 @@ import (
 // unless force: stopping its daemon kills them. It works on the agent's
 // options, as a new agent that has not run.
 func (a *Agent) Teardown(ctx context.Context, force bool, out io.Writer) error {
-	cfg, backend, inv := a.config(), a.opts.Backend, a.opts.Inventory
+	cfg, inv := a.config(), a.opts.Inventory
 	uuids := a.unplanned(cfg, map[string]bool{})
 	daemons := make([]*gpuState, len(uuids), len(uuids)+1)
 	for i, uuid := range uuids {
@@ -61,18 +59,13 @@ func (a *Agent) Teardown(ctx context.Context, force bool, out io.Writer) error {
 		errs = append(errs, err)
 	}
 	for uuid, name := range modes {
-		mode, err := gpu.ParseComputeMode(name)
-		if err == nil {
-			err = backend.SetComputeMode(ctx, uuid, mode)
-		}
+		restored, err := a.restoreMode(ctx, uuid, name)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("restoring compute mode of %s: %w", uuid, err))
-			continue
-		}
-		if err := a.state.forgetMode(uuid); err != nil {
 			errs = append(errs, err)
 		}
-		fmt.Fprintf(out, "%s: compute mode restored to %s\n", uuid, name)
+		if restored {
+			fmt.Fprintf(out, "%s: compute mode restored to %s\n", uuid, name)
+		}
 	}
 	return errors.Join(errs...)
 }
