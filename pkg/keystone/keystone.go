@@ -105,7 +105,7 @@ func New(o Options) (*Client, error) {
 	if o.Interface == "" {
 		o.Interface = "internal"
 	}
-	o.HTTP, o.Timeout, o.Retries = CallDefaults(o.HTTP, o.Timeout, o.Retries)
+	o.HTTP, o.Timeout, o.Retries = restcall.Defaults(o.HTTP, o.Timeout, o.Retries)
 	if o.RenewBefore <= 0 {
 		o.RenewBefore = 10 * time.Minute
 	}
@@ -185,25 +185,6 @@ func (c *Client) authenticate(ctx context.Context) (string, error) {
 // jittered; retryable and notify as restcall.Policy's.
 func RetryPolicy(retries int, retryable func(error) bool, notify func(error, time.Duration)) restcall.Policy {
 	return restcall.Policy{Retries: retries, First: 200 * time.Millisecond, Max: 5 * time.Second, Retryable: retryable, Notify: notify}
-}
-
-// CallDefaults fills the defaults of how a Cloudpods service is called, the
-// same for keystone and the region: a plain HTTP client, 10s per attempt,
-// 3 retries (a negative count: none).
-func CallDefaults(httpc *http.Client, timeout time.Duration, retries int) (*http.Client, time.Duration, int) {
-	if httpc == nil {
-		httpc = &http.Client{}
-	}
-	if timeout <= 0 {
-		timeout = 10 * time.Second
-	}
-	switch {
-	case retries == 0:
-		retries = 3
-	case retries < 0:
-		retries = 0
-	}
-	return httpc, timeout, retries
 }
 
 // authRequest is keystone v3's password authentication body.

@@ -13,6 +13,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/keystone"
 	"yunion.io/x/mps-daemon/pkg/pci"
+	"yunion.io/x/mps-daemon/pkg/restcall"
 )
 
 // The data models a region may speak for MPS devices.
@@ -63,7 +64,7 @@ func New(o Options) (*Backend, error) {
 	if o.Keystone == nil || o.NICs == nil {
 		return nil, errors.New("region: keystone client and NICs are required")
 	}
-	o.HTTP, o.Timeout, o.Retries = keystone.CallDefaults(o.HTTP, o.Timeout, o.Retries)
+	o.HTTP, o.Timeout, o.Retries = restcall.Defaults(o.HTTP, o.Timeout, o.Retries)
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}

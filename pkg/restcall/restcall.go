@@ -97,6 +97,25 @@ func (c Caller) Do(ctx context.Context, r Request) (Answer, error) {
 	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
 }
 
+// Defaults fills what a caller left unset: a plain HTTP client, 10s per
+// attempt, 3 retries (a negative count: none). The inventory client,
+// keystone and the region client take the same.
+func Defaults(httpc *http.Client, timeout time.Duration, retries int) (*http.Client, time.Duration, int) {
+	if httpc == nil {
+		httpc = &http.Client{}
+	}
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	switch {
+	case retries == 0:
+		retries = 3
+	case retries < 0:
+		retries = 0
+	}
+	return httpc, timeout, retries
+}
+
 // Policy says how a call is retried.
 type Policy struct {
 	// Retries is how many tries may follow the first; 0 none.

@@ -169,3 +169,23 @@ func TestWaitsGrowAndHonourTheServer(t *testing.T) {
 		t.Errorf("no wait asked for: %v", d)
 	}
 }
+
+func TestDefaults(t *testing.T) {
+	mine := &http.Client{}
+	for _, tt := range []struct {
+		httpc       *http.Client
+		timeout     time.Duration
+		retries     int
+		wantTimeout time.Duration
+		wantRetries int
+	}{
+		{nil, 0, 0, 10 * time.Second, 3},
+		{mine, time.Second, 5, time.Second, 5},
+		{nil, -time.Second, -1, 10 * time.Second, 0},
+	} {
+		h, to, r := Defaults(tt.httpc, tt.timeout, tt.retries)
+		if h == nil || (tt.httpc != nil && h != tt.httpc) || to != tt.wantTimeout || r != tt.wantRetries {
+			t.Errorf("Defaults(%v, %v, %d) = %v, %v, %d", tt.httpc, tt.timeout, tt.retries, h, to, r)
+		}
+	}
+}

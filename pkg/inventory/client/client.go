@@ -45,8 +45,6 @@ type Options struct {
 }
 
 const (
-	defaultTimeout = 10 * time.Second
-	defaultRetries = 3
 	// maxAnswerBytes bounds what is read of an answer; a page of 2048
 	// devices is about 1.5 MB.
 	maxAnswerBytes = 32 << 20
@@ -74,24 +72,13 @@ type Client struct {
 // New returns a client. A malformed URL is reported by the first call.
 func New(o Options) *Client {
 	c := &Client{
-		base: strings.TrimRight(o.URL, "/"), token: o.Token, source: o.TokenSource, retries: o.Retries,
-		call: restcall.Caller{HTTP: o.HTTPClient, Timeout: o.Timeout, MaxAnswer: maxAnswerBytes},
+		base: strings.TrimRight(o.URL, "/"), token: o.Token, source: o.TokenSource,
+		call: restcall.Caller{MaxAnswer: maxAnswerBytes},
 		log:  o.Log, backoffBase: 100 * time.Millisecond, backoffMax: 5 * time.Second,
 		pageSize: syncPageSize,
 	}
 	c.baseErr = CheckURL(o.URL)
-	if c.call.Timeout <= 0 {
-		c.call.Timeout = defaultTimeout
-	}
-	switch {
-	case c.retries == 0:
-		c.retries = defaultRetries
-	case c.retries < 0:
-		c.retries = 0
-	}
-	if c.call.HTTP == nil {
-		c.call.HTTP = &http.Client{}
-	}
+	c.call.HTTP, c.call.Timeout, c.retries = restcall.Defaults(o.HTTPClient, o.Timeout, o.Retries)
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
