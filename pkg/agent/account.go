@@ -8,6 +8,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/status"
+	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -108,15 +109,15 @@ func (a *Agent) noteUsage(r accounting.Report) {
 		}
 	}
 	for _, p := range r.Usage.Unknown {
-		st.Unknown = append(st.Unknown, status.UnknownProcess{PID: p.PID, GPU: p.GPU, UsedBytes: p.UsedMemoryBytes,
+		st.Unknown = append(st.Unknown, status.UnknownProcess{PID: p.PID, GPU: p.GPU, UsedBytes: units.Bytes(p.UsedMemoryBytes),
 			Device: p.Device, Source: p.Source, Environment: p.Environment, Reason: p.Reason})
 	}
 	for _, m := range r.Usage.Mismatches {
-		st.Mismatches = append(st.Mismatches, status.Mismatch{PID: m.PID, GPU: m.GPU, UsedBytes: m.UsedBytes,
+		st.Mismatches = append(st.Mismatches, status.Mismatch{PID: m.PID, GPU: m.GPU, UsedBytes: units.Bytes(m.UsedBytes),
 			Device: m.Device, Source: m.Source, Environment: m.Environment, Reason: m.Reason})
 	}
 	for _, e := range r.Usage.Escapes {
-		st.QoSEscapes = append(st.QoSEscapes, status.QoSEscape{PID: e.PID, GPU: e.GPU, UsedBytes: e.UsedBytes,
+		st.QoSEscapes = append(st.QoSEscapes, status.QoSEscape{PID: e.PID, GPU: e.GPU, UsedBytes: units.Bytes(e.UsedBytes),
 			Device: e.Device, Source: e.Source, Environment: e.Env, Reason: e.Reason})
 	}
 	a.mu.Lock()
@@ -125,7 +126,7 @@ func (a *Agent) noteUsage(r accounting.Report) {
 	for i := range a.status.Devices {
 		d := &a.status.Devices[i]
 		u, measured := r.Usage.PerDevice[d.Name]
-		d.UsedBytes, d.Clients, d.Measured, d.OverCap = u.UsedBytes, len(u.PIDs), measured, over[d.Name]
+		d.UsedBytes, d.Clients, d.Measured, d.OverCap = units.Bytes(u.UsedBytes), len(u.PIDs), measured, over[d.Name]
 		if step, ok := last[d.Name]; ok {
 			d.LastStep = step
 		}

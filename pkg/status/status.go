@@ -113,10 +113,10 @@ type Device struct {
 	ClientPriority int    `json:"client_priority"`
 	// UsedBytes and Clients are the last accounting sample; Measured is
 	// false when there was none (accounting off, or the GPU unreadable).
-	UsedBytes uint64 `json:"used_bytes"`
-	Clients   int    `json:"clients"`
-	Measured  bool   `json:"measured"`
-	OverCap   bool   `json:"over_cap,omitempty"`
+	UsedBytes units.Bytes `json:"used_bytes"`
+	Clients   int         `json:"clients"`
+	Measured  bool        `json:"measured"`
+	OverCap   bool        `json:"over_cap,omitempty"`
 	// LastStep is what enforcement last did on one of its clients.
 	LastStep       string `json:"last_step,omitempty"`
 	Guest          string `json:"guest,omitempty"`
@@ -143,9 +143,9 @@ type Accounting struct {
 
 // UnknownProcess is an MPS client billed to no device.
 type UnknownProcess struct {
-	PID       int    `json:"pid"`
-	GPU       string `json:"gpu"`
-	UsedBytes uint64 `json:"used_bytes"`
+	PID       int         `json:"pid"`
+	GPU       string      `json:"gpu"`
+	UsedBytes units.Bytes `json:"used_bytes"`
 	// Device is the device it was identified as (Source: identity,
 	// ancestor or environ) when that is one it cannot be billed to.
 	Device string `json:"device,omitempty"`
@@ -159,9 +159,9 @@ type UnknownProcess struct {
 // Mismatch is an MPS client billed by its identity file whose environment
 // names another device or none, or whose own view hid the file.
 type Mismatch struct {
-	PID       int    `json:"pid"`
-	GPU       string `json:"gpu"`
-	UsedBytes uint64 `json:"used_bytes"`
+	PID       int         `json:"pid"`
+	GPU       string      `json:"gpu"`
+	UsedBytes units.Bytes `json:"used_bytes"`
 	// Device is the device it is billed to, Source how that was learnt.
 	Device      string `json:"device"`
 	Source      string `json:"source"`
@@ -173,9 +173,9 @@ type Mismatch struct {
 // device's QoS: it lacks or raises CUDA_MPS_ACTIVE_THREAD_PERCENTAGE or
 // CUDA_MPS_CLIENT_PRIORITY.
 type QoSEscape struct {
-	PID       int    `json:"pid"`
-	GPU       string `json:"gpu"`
-	UsedBytes uint64 `json:"used_bytes"`
+	PID       int         `json:"pid"`
+	GPU       string      `json:"gpu"`
+	UsedBytes units.Bytes `json:"used_bytes"`
 	// Device is the device it is billed to, Source how that was learnt.
 	Device      string `json:"device"`
 	Source      string `json:"source"`

@@ -120,7 +120,7 @@ func writeEscapes(p *printer, es []status.QoSEscape) {
 	fmt.Fprintln(tw, "  PID\tDEVICE\tTHREADS ENV\tPRIORITY ENV\tUSED MiB\tWHY")
 	for _, e := range es {
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\n", e.PID, e.Device, envValue(e.Environment.ThreadPercentage),
-			envValue(e.Environment.ClientPriority), e.UsedBytes>>20, e.Reason)
+			envValue(e.Environment.ClientPriority), e.UsedBytes.MiB(), e.Reason)
 	}
 	p.flush(tw)
 }
@@ -141,7 +141,7 @@ func writeMismatches(p *printer, ms []status.Mismatch) {
 	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  PID\tBILLED TO\tENVIRONMENT SAYS\tBY\tUSED MiB")
 	for _, m := range ms {
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\n", m.PID, m.Device, orDash(m.Environment), m.Source, m.UsedBytes>>20)
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\n", m.PID, m.Device, orDash(m.Environment), m.Source, m.UsedBytes.MiB())
 	}
 	p.flush(tw)
 }
@@ -185,7 +185,7 @@ func writeDevices(p *printer, devs []status.Device) {
 	for _, d := range devs {
 		used, clients := "-", "-"
 		if d.Measured {
-			used, clients = fmt.Sprint(d.UsedBytes>>20), fmt.Sprint(d.Clients)
+			used, clients = fmt.Sprint(int(d.UsedBytes.MiB())), fmt.Sprint(d.Clients)
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\t%d%%\t%s\t%s\n", d.Addr, d.Name, d.MemoryLimit.MiB(), used, clients, orDash(d.Guest),
 			d.ThreadPercentage, deviceQoS(d), deviceState(d))

@@ -153,7 +153,7 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 	}
 	st = waitStatus(t, daemonAddr, func(st status.Status) bool {
 		d0 := device(st, dev(0))
-		return d0 != nil && d0.Measured && d0.UsedBytes == sumA<<20
+		return d0 != nil && d0.Measured && uint64(d0.UsedBytes) == sumA<<20
 	}, d)
 	// Every process of A on A's device, the neighbour's alone on its own.
 	if d1 := device(st, dev(1)); d1 == nil || d1.UsedBytes != 8192<<20 || d1.Clients != 1 {
@@ -226,7 +226,7 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 	setClients()
 	st = waitStatus(t, daemonAddr, func(st status.Status) bool {
 		d0 := device(st, dev(0))
-		return d0 != nil && d0.UsedBytes == (sumA-2048)<<20 && !d0.OverCap
+		return d0 != nil && uint64(d0.UsedBytes) == (sumA-2048)<<20 && !d0.OverCap
 	}, d)
 	if d1 := device(st, dev(1)); d1 == nil || d1.UsedBytes != 8192<<20 || d1.LastStep != "" {
 		t.Errorf("%s: %+v; the neighbour's device must be untouched", dev(1), d1)
