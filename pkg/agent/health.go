@@ -15,9 +15,22 @@ import (
 // for the reconcile the caller runs next, which prepares it again (restarts
 // what died, re-applies limits) and updates its devices' health in the
 // inventory: one code path for every repair.
+//
+// A control daemon is asked once per probe: in the single layout every GPU
+// shares the one in the pipe root, and its verdict is each GPU's.
 func (a *Agent) probe(ctx context.Context) (changed bool) {
+	type verdict struct {
+		healthy bool
+		reason  string
+	}
+	seen := map[string]verdict{} // by pipe directory
 	for uuid, gs := range a.gpus {
-		healthy, reason := a.observe(ctx, gs)
+		v, ok := seen[gs.env.PipeDir]
+		if !ok {
+			v.healthy, v.reason = a.observe(ctx, gs)
+			seen[gs.env.PipeDir] = v
+		}
+		healthy, reason := v.healthy, v.reason
 		if healthy != gs.healthy {
 			a.log.Info("GPU health changed", "gpu", uuid, "healthy", healthy, "reason", reason)
 			gs.dirty = true

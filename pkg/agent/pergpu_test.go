@@ -155,3 +155,41 @@ func (h *harness) controlDefaultsOf(uuid string) (mps.Limits, error) {
 	c := mps.NewController(h.runner, mps.Env{PipeDir: filepath.Join(h.dir, "pipe", uuid), VisibleDevices: uuid}, 5*time.Second, nil)
 	return c.Defaults(context.Background())
 }
+
+// In the single layout the GPUs share one control daemon: a health probe
+// asks it once, not once per GPU.
+func TestSingleLayoutProbesItsDaemonOnce(t *testing.T) {
+	h := newHarness(t, "mps_pipe_layout: single\n", eightGPUs([8]int{4, 4, 4, 4, 4, 4, 4, 4}))
+	_, runner := h.onSimulatedHost(t, "8xH100")
+	ctx := context.Background()
+	if err := h.agent.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runner.take()
+	if h.agent.probe(ctx) {
+		t.Error("a probe of healthy GPUs reported a change")
+	}
+	perGPU := newHarness(t, "", eightGPUs([8]int{4, 4, 4, 4, 4, 4, 4, 4}))
+	_, perGPURunner := perGPU.onSimulatedHost(t, "8xH100")
+	if err := perGPU.agent.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	perGPURunner.take()
+	perGPU.agent.probe(ctx)
+	single, each := runner.take(), perGPURunner.take()
+	if len(single) != 1 || len(each) != 8 {
+		t.Fatalf("daemons asked: single layout %v, per-GPU layout %v", single, each)
+	}
+	for _, n := range single {
+		if n != each[firstKey(each)] {
+			t.Errorf("the single daemon was sent %d commands in one probe, a per-GPU daemon %d: want the same", n, each[firstKey(each)])
+		}
+	}
+}
+
+func firstKey(m map[string]int) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}
