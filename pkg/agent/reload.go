@@ -2,12 +2,10 @@ package agent
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/config"
-	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/systemd"
 )
 
@@ -82,12 +80,7 @@ func (a *Agent) reload(ctx context.Context, trigger string) bool {
 // assess checks next against the GPUs present, the way a reconcile would,
 // and says whether going to it from cur is a change to hold back.
 func (a *Agent) assess(ctx context.Context, cur, next *Config) (risk string, err error) {
-	gpus, err := a.opts.Backend.Devices(ctx)
-	if err != nil {
-		return "", fmt.Errorf("listing GPUs: %w", err)
-	}
-	gpu.FillNUMA(a.opts.SysfsRoot, gpus)
-	np, err := planFor(next, gpus, a.opts.SysfsRoot, a.opts.DevRoot)
+	np, gpus, err := a.plan(ctx, next)
 	if err != nil {
 		return "", err
 	}
