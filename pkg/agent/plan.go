@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
@@ -49,17 +50,33 @@ func checkPipeDirs(cfg *Config, p *plan.Plan) error {
 	return nil
 }
 
-// Plan validates cfg against the GPUs the backend reports and returns the
-// plan: what `mps-daemon check-config` prints, and the checks a reload and
-// a reconcile make (planFor). Empty roots are host.conf's. It touches
-// neither MPS nor the inventory nor the compute mode.
-func Plan(ctx context.Context, cfg *Config, backend gpu.Backend, sysfsRoot, devRoot string) (*plan.Plan, error) {
-	if sysfsRoot == "" {
-		sysfsRoot = cfg.Host.SysfsRoot
+// CheckConfig is `mps-daemon check-config`: cfg validated against the GPUs
+// the backend reports, with the checks a reload and a reconcile make
+// (planFor), and what the daemon reads at start besides the two files (the
+// inventory token, ssl_ca_certs); then the plan written to w. Empty roots
+// are host.conf's. It touches neither MPS nor the inventory nor the compute
+// mode.
+func CheckConfig(ctx context.Context, w io.Writer, cfg *Config, backend gpu.Backend, sysfsRoot, devRoot string) error {
+	p, _, err := buildPlan(ctx, backend, cfg, cmp.Or(sysfsRoot, cfg.Host.SysfsRoot), cmp.Or(devRoot, cfg.Host.DevRoot))
+	if err != nil {
+		return err
 	}
-	if devRoot == "" {
-		devRoot = cfg.Host.DevRoot
+	hostConf := cmp.Or(cfg.Host.Path, "host.conf")
+	if _, err := cfg.Host.TokenValue(); err != nil {
+		return fmt.Errorf("%s: %w", hostConf, err)
 	}
-	p, _, err := buildPlan(ctx, backend, cfg, sysfsRoot, devRoot)
-	return p, err
+	if cp, err := cfg.Host.CloudpodsSettings(); err == nil {
+		if _, err := cp.CACerts(); err != nil {
+			return fmt.Errorf("%s: %w", hostConf, err)
+		}
+	}
+	fmt.Fprintf(w, "host.conf: %s\n", cfg.Host.Path)
+	if cfg.Devices != nil {
+		fmt.Fprintf(w, "devices:   %s\n", cfg.Devices.Path)
+		for _, e := range cfg.Devices.Skipped {
+			fmt.Fprintf(w, "skipped:   %s:%d: type %q belongs to another agent\n", cfg.Devices.Path, e.Line, e.Type)
+		}
+	}
+	fmt.Fprintln(w)
+	return p.Write(w)
 }
