@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"yunion.io/x/mps-daemon/pkg/atomicfile"
 	"yunion.io/x/mps-daemon/pkg/gpu"
@@ -67,7 +68,9 @@ func WriteMPSProcesses(root, uuid string, procs []gpu.Process) error {
 // readMPSProcesses is WriteMPSProcesses' list; nil when there is no
 // file.
 func readMPSProcesses(root, uuid string) ([]gpu.Process, error) {
-	f, err := os.Open(MPSProcessesPath(root, uuid))
+	// Non-blocking, a regular file only: a FIFO put there by hand must not
+	// hold the accounting tick (and the main loop) up.
+	f, err := os.OpenFile(MPSProcessesPath(root, uuid), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -75,6 +78,9 @@ func readMPSProcesses(root, uuid string) ([]gpu.Process, error) {
 		return nil, fmt.Errorf("simulated MPS clients of %s: %w", uuid, err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("simulated MPS clients of %s: %s is not a regular file", uuid, f.Name())
+	}
 	b, err := io.ReadAll(io.LimitReader(f, maxSimClientsFile+1))
 	if err != nil {
 		return nil, fmt.Errorf("simulated MPS clients of %s: %w", uuid, err)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
@@ -89,5 +90,16 @@ func TestSimulatedMPSProcesses(t *testing.T) {
 	}
 	if _, err := a.MPSProcesses(t.Context(), "GPU-nope"); err == nil || !strings.Contains(err.Error(), "GPU-nope") {
 		t.Errorf("MPSProcesses of an unknown GPU: %v", err)
+	}
+	// A FIFO in place of the file is refused at once, not waited on.
+	path := MPSProcessesPath(h.root, gpus[0].UUID)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.MPSProcesses(t.Context(), gpus[0].UUID); err == nil {
+		t.Errorf("MPSProcesses with a FIFO for the list: %v", err)
 	}
 }
