@@ -50,21 +50,38 @@ type UnknownProcess struct {
 	Reason      string
 }
 
+func (u UnknownProcess) gpuPID() (string, int) { return u.GPU, u.PID }
+
+// Flagged is a client billed to a device and reported for something about
+// it, which Reason says: a Mismatch or an Escape.
+type Flagged struct {
+	Client
+	GPU string
+	// Device is the device it is billed to; Client.Source says how that
+	// was learnt.
+	Device string
+	Reason string
+}
+
+func (f Flagged) gpuPID() (string, int) { return f.GPU, f.PID }
+
 // Mismatch is a client billed by its identity file whose own view
 // disagrees: its environment names another device or none, or its identity
 // file is hidden from it (billed through an ancestor). It is billed to
 // Device all the same, and reported.
 type Mismatch struct {
-	PID       int
-	GPU       string
-	UsedBytes uint64
-	// Device is the device it is billed to; Source how that was learnt.
-	Device string
-	Source string
+	Flagged
 	// Environment is what YUNION_MPS_VIRTUAL_DEVICE says ("" unset).
 	Environment string
-	Reason      string
-	StartTicks  uint64
+}
+
+// byGPUThenPID sorts reported processes as logs and /status list them.
+func byGPUThenPID[T interface{ gpuPID() (string, int) }](s []T) {
+	slices.SortFunc(s, func(a, b T) int {
+		ag, ap := a.gpuPID()
+		bg, bp := b.gpuPID()
+		return cmp.Or(cmp.Compare(ag, bg), cmp.Compare(ap, bp))
+	})
 }
 
 // Usage is one sample of accounting.
@@ -119,11 +136,12 @@ func Account(procs map[string][]gpu.Process, caps map[string]uint64, lookup Look
 					unknown.Reason = fmt.Sprintf("names %s, which this host does not have", id.Device)
 				default:
 					d.UsedBytes += p.UsedMemoryBytes
-					d.Clients = append(d.Clients, Client{PID: p.PID, UsedBytes: p.UsedMemoryBytes, StartTicks: id.StartTicks, Source: id.Source, Env: id.QoSEnv})
+					c := Client{PID: p.PID, UsedBytes: p.UsedMemoryBytes, StartTicks: id.StartTicks, Source: id.Source, Env: id.QoSEnv}
+					d.Clients = append(d.Clients, c)
 					u.PerDevice[id.Device] = d
 					if id.Mismatch() {
-						u.Mismatches = append(u.Mismatches, Mismatch{PID: p.PID, GPU: uuid, UsedBytes: p.UsedMemoryBytes,
-							Device: id.Device, Source: id.Source, Environment: id.Environment, Reason: mismatchReason(id), StartTicks: id.StartTicks})
+						u.Mismatches = append(u.Mismatches, Mismatch{Flagged: Flagged{Client: c, GPU: uuid, Device: id.Device,
+							Reason: mismatchReason(id)}, Environment: id.Environment})
 					}
 					continue
 				}
@@ -131,12 +149,8 @@ func Account(procs map[string][]gpu.Process, caps map[string]uint64, lookup Look
 			u.Unknown = append(u.Unknown, unknown)
 		}
 	}
-	slices.SortFunc(u.Unknown, func(a, b UnknownProcess) int {
-		return cmp.Or(cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.PID, b.PID))
-	})
-	slices.SortFunc(u.Mismatches, func(a, b Mismatch) int {
-		return cmp.Or(cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.PID, b.PID))
-	})
+	byGPUThenPID(u.Unknown)
+	byGPUThenPID(u.Mismatches)
 	for name, d := range u.PerDevice {
 		slices.SortFunc(d.Clients, func(a, b Client) int { return cmp.Compare(a.PID, b.PID) })
 		d.PIDs = make([]int, len(d.Clients))

@@ -35,36 +35,24 @@ type Accountant struct {
 	log    *slog.Logger
 	prev   *Usage
 	policy config.AccountingPolicy
-	// over and unknown are what was last logged, so a state is logged when
-	// it starts and ends, not every tick.
-	over       map[string]bool
-	unknown    map[unknownKey]bool
-	mismatches map[mismatchKey]bool
-	escapes    map[escapeKey]bool
+	// over and reported are what was last logged, so a state is logged
+	// when it starts (and, for over, ends), not every tick.
+	over     map[string]bool
+	reported map[reportKey]bool
 	// refreshErr is the last failure to read the identity files or the
 	// host's mount namespace, logged when it changes.
 	refreshErr string
 }
 
-type mismatchKey struct {
-	pid    int
-	start  uint64
-	device string
-	env    string
-	source string
-}
-
-type escapeKey struct {
-	pid    int
-	start  uint64
-	device string
-	reason string
-}
-
-type unknownKey struct {
-	gpu    string
-	pid    int
-	reason string
+// reportKey is what makes an unknown, mismatched or escaping client the
+// same one from tick to tick: a change in any field is logged anew. kind
+// keeps the three apart.
+type reportKey struct {
+	kind                        string
+	gpu                         string
+	pid                         int
+	start                       uint64
+	device, env, source, reason string
 }
 
 // Report is one tick's outcome: the numbers for metrics and status, the
@@ -86,8 +74,7 @@ func New(o Options) *Accountant {
 	m := &Mapper{ProcRoot: o.ProcRoot, Identities: o.Identities}
 	// NewEnforcer fails only without Procs, which is set here.
 	enf, _ := NewEnforcer(EnforcerOptions{Grace: o.Grace, Killer: o.Killer, Procs: m, Now: o.Now, Log: log})
-	return &Accountant{mapper: m, enf: enf, log: log, over: map[string]bool{}, unknown: map[unknownKey]bool{}, mismatches: map[mismatchKey]bool{},
-		escapes: map[escapeKey]bool{}}
+	return &Accountant{mapper: m, enf: enf, log: log, over: map[string]bool{}, reported: map[reportKey]bool{}}
 }
 
 // Tick accounts one sample. procs is Sample's answer (GPU UUID -> MPS
@@ -111,9 +98,7 @@ func (a *Accountant) Tick(ctx context.Context, p config.AccountingPolicy, procs 
 	if p != config.AccountingReport && p != config.AccountingEnforce {
 		a.prev = nil
 		clear(a.over)
-		clear(a.unknown)
-		clear(a.mismatches)
-		clear(a.escapes)
+		clear(a.reported)
 		return r
 	}
 	a.refresh(ctx)
@@ -130,8 +115,8 @@ func (a *Accountant) Tick(ctx context.Context, p config.AccountingPolicy, procs 
 	return r
 }
 
-// logChanges logs devices going over or back under their cap, and unknown
-// processes when first seen.
+// logChanges logs devices going over or back under their cap, and unknown,
+// mismatched and escaping clients when first seen.
 func (a *Accountant) logChanges(ctx context.Context, r Report) {
 	over := map[string]bool{}
 	for _, o := range r.Decision.Over {
@@ -149,36 +134,30 @@ func (a *Accountant) logChanges(ctx context.Context, r Report) {
 		}
 	}
 	a.over = over
-	unknown := map[unknownKey]bool{}
+	reported := map[reportKey]bool{}
+	firstSeen := func(k reportKey) bool {
+		reported[k] = true
+		return !a.reported[k]
+	}
 	for _, u := range r.Usage.Unknown {
-		k := unknownKey{u.GPU, u.PID, u.Reason}
-		unknown[k] = true
-		if !a.unknown[k] {
+		if firstSeen(reportKey{kind: "unknown", gpu: u.GPU, pid: u.PID, reason: u.Reason}) {
 			a.log.WarnContext(ctx, "MPS client billed to no virtual device (reported, never terminated)", "gpu", u.GPU,
 				"pid", u.PID, "used_mib", u.UsedMemoryBytes>>20, "device", u.Device, "source", u.Source, "environment", u.Environment, "reason", u.Reason)
 		}
 	}
-	a.unknown = unknown
-	mismatches := map[mismatchKey]bool{}
 	for _, m := range r.Usage.Mismatches {
-		k := mismatchKey{m.PID, m.StartTicks, m.Device, m.Environment, m.Source}
-		mismatches[k] = true
-		if !a.mismatches[k] {
+		if firstSeen(reportKey{kind: "mismatch", pid: m.PID, start: m.StartTicks, device: m.Device, env: m.Environment, source: m.Source}) {
 			a.log.WarnContext(ctx, "MPS client's environment or view disagrees with its identity file; billed by its identity", "gpu", m.GPU,
 				"pid", m.PID, "device", m.Device, "environment", m.Environment, "source", m.Source, "used_mib", m.UsedBytes>>20, "reason", m.Reason)
 		}
 	}
-	a.mismatches = mismatches
-	escapes := map[escapeKey]bool{}
 	for _, e := range r.Usage.Escapes {
-		k := escapeKey{e.PID, e.StartTicks, e.Device, e.Reason}
-		escapes[k] = true
-		if !a.escapes[k] {
+		if firstSeen(reportKey{kind: "escape", pid: e.PID, start: e.StartTicks, device: e.Device, reason: e.Reason}) {
 			a.log.WarnContext(ctx, "MPS client escapes its batch device's QoS (its environment); terminated under enforce", "gpu", e.GPU,
 				"pid", e.PID, "device", e.Device, "source", e.Source, "used_mib", e.UsedBytes>>20, "reason", e.Reason, "policy", string(r.Policy))
 		}
 	}
-	a.escapes = escapes
+	a.reported = reported
 }
 
 // refresh re-reads the identity files and the host's mount namespace; a

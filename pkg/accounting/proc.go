@@ -313,8 +313,9 @@ func (p *procDir) read(file string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// readErr turns "the process went away" (ENOENT; ESRCH between open and
-// read) into ErrExited.
+// readErr turns "the process went away" into ErrExited: ENOENT, and ESRCH,
+// which Linux's procfs gives for a file opened in a held /proc/<pid>
+// directory once its process was reaped (TestExitRaceOnRealProc; 6.18).
 func (p *procDir) readErr(file string, err error) error {
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("PID %d: %w", p.pid, ErrExited)

@@ -2,7 +2,6 @@ package accounting
 
 import (
 	"bytes"
-	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -127,18 +126,9 @@ func CheckQoS(env status.QoSEnv, q DeviceQoS) string {
 	return strings.Join(why, "; ")
 }
 
-// Escape is a client of a batch device whose environment escapes its QoS.
-type Escape struct {
-	PID       int
-	GPU       string
-	UsedBytes uint64
-	// Device is the device it is billed to; Source how that was learnt.
-	Device     string
-	Source     string
-	Env        status.QoSEnv
-	Reason     string
-	StartTicks uint64
-}
+// Escape is a client of a batch device whose environment (Client.Env)
+// escapes its QoS; Reason says how.
+type Escape = Flagged
 
 // Escapes finds the clients of u billed to a device of qos whose
 // environment escapes it; sorted by GPU then PID.
@@ -152,12 +142,11 @@ func Escapes(u Usage, qos map[string]DeviceQoS) []Escape {
 		d := u.PerDevice[name]
 		for _, c := range d.Clients {
 			if why := CheckQoS(c.Env, q); why != "" {
-				out = append(out, Escape{PID: c.PID, GPU: d.GPU, UsedBytes: c.UsedBytes, Device: name, Source: c.Source,
-					Env: c.Env, Reason: why, StartTicks: c.StartTicks})
+				out = append(out, Escape{Client: c, GPU: d.GPU, Device: name, Reason: why})
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b Escape) int { return cmp.Or(cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.PID, b.PID)) })
+	byGPUThenPID(out)
 	return out
 }
 

@@ -76,8 +76,8 @@ func readMPSEntry(file string, e *DeviceEntry, m *mapping) []error {
 			errs = append(errs, errorf(file, v.Line, e.Field(name), "%v", err))
 		}
 	}
-	if q := m.get("mps_qos"); q != nil && len(errs) == 0 {
-		errs = append(errs, checkQoSSlices(file, e, q)...)
+	if len(errs) == 0 {
+		errs = append(errs, checkQoSSlices(file, e)...)
 	}
 	slices.SortStableFunc(errs, func(a, b error) int { return a.(*Error).Line - b.(*Error).Line })
 	return errs

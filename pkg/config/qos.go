@@ -45,6 +45,10 @@ type MPSQoS struct {
 	// ReservePercent is the share of the SMs the batch slices leave free
 	// between them, DefaultQoSReservePercent unless set.
 	ReservePercent int
+
+	// lines are where each of LatencySlices was written, kept by readQoS
+	// for checkQoSSlices's messages and dropped once it has checked them.
+	lines []int
 }
 
 // qosKeys are the keys mps_qos takes.
@@ -52,7 +56,7 @@ var qosKeys = []string{"latency", "reserve"}
 
 // readQoS reads mps_qos into e.QoS, returning every problem, each at its
 // own line. Slices are checked against virtual_number by checkQoSSlices,
-// once that is read.
+// once that is read, at the lines kept here.
 func readQoS(file string, e *DeviceEntry, v *yaml.Node) []error {
 	field := e.Field("mps_qos")
 	if v.Kind != yaml.MappingNode {
@@ -101,6 +105,7 @@ func readQoS(file string, e *DeviceEntry, v *yaml.Node) []error {
 				continue
 			}
 			q.LatencySlices = append(q.LatencySlices, n)
+			q.lines = append(q.lines, item.Line)
 		}
 	}
 	if len(errs) > 0 {
@@ -111,31 +116,26 @@ func readQoS(file string, e *DeviceEntry, v *yaml.Node) []error {
 }
 
 // checkQoSSlices checks the latency slices of e against its virtual_number:
-// each must exist, none twice. v is mps_qos's value, for the lines. On
-// success the slices are sorted.
-func checkQoSSlices(file string, e *DeviceEntry, v *yaml.Node) []error {
-	if e.QoS == nil || e.VirtualNumber < 1 {
+// each must exist, none twice. On success the slices are sorted.
+func checkQoSSlices(file string, e *DeviceEntry) []error {
+	q := e.QoS
+	if q == nil {
 		return nil
 	}
-	var items []*yaml.Node
-	if m, err := readMapping(v); err == nil {
-		if l := m.get("latency"); l != nil {
-			items = l.Content
-		}
+	lines := q.lines
+	q.lines = nil
+	if e.VirtualNumber < 1 {
+		return nil
 	}
 	var errs []error
 	seen := map[int]bool{}
-	for i, n := range e.QoS.LatencySlices {
-		line := v.Line
-		if i < len(items) {
-			line = deref(items[i]).Line
-		}
+	for i, n := range q.LatencySlices {
 		at := fmt.Sprintf("%s.latency[%d]", e.Field("mps_qos"), i)
 		switch {
 		case n < 0 || n >= e.VirtualNumber:
-			errs = append(errs, errorf(file, line, at, "slice %d does not exist: virtual_number %d makes slices 0 to %d", n, e.VirtualNumber, e.VirtualNumber-1))
+			errs = append(errs, errorf(file, lines[i], at, "slice %d does not exist: virtual_number %d makes slices 0 to %d", n, e.VirtualNumber, e.VirtualNumber-1))
 		case seen[n]:
-			errs = append(errs, errorf(file, line, at, "slice %d is listed twice", n))
+			errs = append(errs, errorf(file, lines[i], at, "slice %d is listed twice", n))
 		}
 		seen[n] = true
 	}
@@ -143,6 +143,6 @@ func checkQoSSlices(file string, e *DeviceEntry, v *yaml.Node) []error {
 		e.QoS = nil
 		return errs
 	}
-	slices.Sort(e.QoS.LatencySlices)
+	slices.Sort(q.LatencySlices)
 	return nil
 }

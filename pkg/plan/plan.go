@@ -144,7 +144,9 @@ func newGPUPlan(g gpu.Info, n int, source string, threads config.ThreadPolicy, q
 }
 
 // qosOf is an entry's mps_qos in vdev's terms; config checked the slices
-// against virtual_number.
+// against virtual_number (distinct, in range, ascending), which vdev takes
+// on trust. config may not import vdev nor vdev config (tests/arch), so
+// the two types meet here.
 func qosOf(e config.DeviceEntry) vdev.QoS {
 	if e.QoS == nil {
 		return vdev.QoS{}

@@ -74,7 +74,9 @@ func (c Class) String() string {
 
 // QoS is a GPU's mps_qos: the latency slices and the reserve.
 type QoS struct {
-	// LatencySlices are slice numbers (from 0) for latency-bound tenants.
+	// LatencySlices are slice numbers (from 0) for latency-bound tenants:
+	// distinct, ascending and each below the GPU's number of slices, as
+	// config checks a device YAML's mps_qos. They are trusted here.
 	LatencySlices []int
 	// ReservePercent is the share of the SMs the batch slices leave free
 	// between them.
@@ -85,19 +87,8 @@ type QoS struct {
 // slices are latency slices and some are not. With none, or all, every
 // device is alike, as without QoS.
 func (q QoS) Active(n int) bool {
-	l := q.latencyCount(n)
+	l := len(q.LatencySlices)
 	return l > 0 && l < n
-}
-
-// latencyCount counts the distinct latency slices below n.
-func (q QoS) latencyCount(n int) int {
-	seen := map[int]bool{}
-	for _, s := range q.LatencySlices {
-		if s >= 0 && s < n {
-			seen[s] = true
-		}
-	}
-	return len(seen)
 }
 
 // BatchShare is the thread percentage of each of the batch slices of a
@@ -125,7 +116,7 @@ func Split(g gpu.Info, n, p int, q QoS) []Device {
 	if !q.Active(n) {
 		return devs
 	}
-	batch := BatchShare(p, n, q.latencyCount(n), q.ReservePercent)
+	batch := BatchShare(p, n, len(q.LatencySlices), q.ReservePercent)
 	for i := range devs {
 		if slices.Contains(q.LatencySlices, i) {
 			devs[i].Class = ClassLatency
@@ -182,7 +173,6 @@ func (q QoS) Describe(n, p int) string {
 		}
 		return "-"
 	}
-	l := q.latencyCount(n)
-	ls := slices.Sorted(slices.Values(q.LatencySlices))
-	return fmt.Sprintf("latency %v at %d%%; %d batch at %d%%, priority %d", ls, p, n-l, BatchShare(p, n, l, q.ReservePercent), PriorityBelowNormal)
+	l := len(q.LatencySlices)
+	return fmt.Sprintf("latency %v at %d%%; %d batch at %d%%, priority %d", q.LatencySlices, p, n-l, BatchShare(p, n, l, q.ReservePercent), PriorityBelowNormal)
 }

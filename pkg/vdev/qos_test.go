@@ -19,7 +19,7 @@ func TestBatchShare(t *testing.T) {
 		{"N=8 auto, reserve 12", 50, 8, 1, 12, 12},          // 88/7 = 12: 14 SMs
 		{"N=4 auto (no cap), reserve 8", 100, 4, 1, 8, 30},  // 3 x 30 = 90
 		{"N=4 auto (no cap), reserve 4", 100, 4, 1, 4, 32},  // 3 x 32 = 96: 42 SMs each
-		{"N=4 auto, reserve 4", 100, 4, 1, 4, 32},           // 3 x 32 = 96
+		{"one batch slice takes all but the reserve", 100, 4, 3, 4, 96},
 		{"never above the policy's share", 12, 8, 1, 8, 12}, // even: 100/8 = 12 < 13
 		{"two latency slices", 50, 8, 2, 8, 15},             // 92/6
 		{"at least 1: MPS refuses 0", 2, 48, 1, 50, 1},      // 50/47 = 1
@@ -103,7 +103,7 @@ func TestQoSDescribe(t *testing.T) {
 	}{
 		{QoS{}, 8, "-"},
 		{QoS{LatencySlices: []int{0}, ReservePercent: 8}, 8, "latency [0] at 50%; 7 batch at 13%, priority 1"},
-		{QoS{LatencySlices: []int{3, 1}, ReservePercent: 8}, 4, "latency [1 3] at 100%; 2 batch at 46%, priority 1"},
+		{QoS{LatencySlices: []int{1, 3}, ReservePercent: 8}, 4, "latency [1 3] at 100%; 2 batch at 46%, priority 1"},
 		{QoS{LatencySlices: []int{0, 1}, ReservePercent: 8}, 2, "every slice latency: as without mps_qos"},
 	} {
 		if got := tc.q.Describe(tc.n, auto(tc.n)); got != tc.want {

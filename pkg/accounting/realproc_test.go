@@ -1,0 +1,108 @@
+package accounting
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"yunion.io/x/mps-daemon/pkg/identity"
+	"yunion.io/x/mps-daemon/pkg/vdev"
+)
+
+// TestExitRaceOnRealProc runs the exit race against the kernel's procfs
+// rather than a fake tree: a process that names a device in its
+// environment is opened, then killed (a zombie) and reaped while its
+// /proc directory is held open. Whatever errno the kernel gives (ENOENT,
+// ESRCH), every read through the held directory must say the process
+// exited, or fail otherwise, and never yield the device it named: a
+// process that is gone is billed to nothing.
+func TestExitRaceOnRealProc(t *testing.T) {
+	dev := gpuA + "::0"
+	cmd := exec.Command("sleep", "60")
+	cmd.Env = []string{vdev.EnvVar + "=" + dev}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	reaped := false
+	t.Cleanup(func() {
+		if !reaped {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	m := &Mapper{ProcRoot: "/proc"}
+	if err := m.Refresh(); err != nil && !errors.Is(err, ErrOwnNamespace) {
+		t.Fatal(err)
+	}
+
+	// Alive: billed by its environment (it runs in the test's mount
+	// namespace, the host's or the one standing for it).
+	id, err := m.Lookup(pid, gpuA)
+	if err != nil || id.Device != dev || id.Source != SourceEnviron || id.StartTicks == 0 {
+		t.Fatalf("live process: %+v, %v; want %s from its environment", id, err, dev)
+	}
+	p, err := m.open(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if st, err := p.stat(); err != nil || st.StartTicks != id.StartTicks || st.PPID != os.Getpid() {
+		t.Fatalf("live stat: %+v, %v", st, err)
+	}
+	if name, _, err := identity.Find(p.fd(), gpuA, nil); !errors.Is(err, identity.ErrNotFound) {
+		t.Fatalf("live process without an identity file: %q, %v; want ErrNotFound", name, err)
+	}
+
+	// Killed, not reaped: a zombie, which NVML may still list.
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := p.stat()
+		if errors.Is(err, ErrExited) {
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("killed process: stat says %v; want ErrExited (a zombie)", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if id, err := m.Lookup(pid, gpuA); !errors.Is(err, ErrExited) || id.Device != "" {
+		t.Errorf("zombie: Lookup = %+v, %v; want ErrExited and no device", id, err)
+	}
+	if _, err := m.StartTicks(pid); !errors.Is(err, ErrExited) {
+		t.Errorf("zombie: StartTicks: %v; want ErrExited", err)
+	}
+	if d, _, err := p.environ(); d == dev || err == nil {
+		t.Errorf("zombie: environ = %q, %v; want an error and no device", d, err)
+	}
+
+	// Reaped: its directory, still held, belongs to nobody.
+	cmd.Wait()
+	reaped = true
+	if _, err := p.stat(); !errors.Is(err, ErrExited) {
+		t.Errorf("reaped: stat: %v; want ErrExited", err)
+	}
+	if d, q, err := p.environ(); !errors.Is(err, ErrExited) || d != "" || q.Unreadable == "" {
+		t.Errorf("reaped: environ = %q, %+v, %v; want ErrExited, no device, its QoS unreadable", d, q, err)
+	}
+	if name, _, err := identity.Find(p.fd(), gpuA, nil); err == nil || errors.Is(err, identity.ErrNotFound) || name != "" {
+		t.Errorf("reaped: identity.Find = %q, %v; want an error other than ErrNotFound", name, err)
+	}
+	if _, err := p.mountNS(); !errors.Is(err, ErrExited) {
+		t.Errorf("reaped: mount namespace: %v; want ErrExited", err)
+	}
+	if err := p.gone(errors.New("some other failure")); !errors.Is(err, ErrExited) {
+		t.Errorf("reaped: gone: %v; want ErrExited to win", err)
+	}
+	if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+		t.Logf("PID %d already reused: Lookup by PID not checked", pid)
+	} else if id, err := m.Lookup(pid, gpuA); !errors.Is(err, ErrExited) || id.Device != "" {
+		t.Errorf("reaped: Lookup = %+v, %v; want ErrExited and no device", id, err)
+	}
+}
