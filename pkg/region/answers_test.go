@@ -2,7 +2,9 @@ package region
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -30,5 +32,64 @@ func TestModelProbeTellsColumnsApart(t *testing.T) {
 	}
 	if m, err := b.modelBy(ctx, c.HostID, missing); err != nil || m != ModelPerSlice {
 		t.Fatalf("probing %s: %q %v, want %q", missing, m, err, ModelPerSlice)
+	}
+}
+
+// A token the region does not take (made up here; a revoked or expired one
+// is answered alike, tests/e2e's TestCloudpodsRegion) is refused on every
+// read the backend acts on, as refusedToken recognises: never an empty list
+// that would make SyncDevices create rows again. The one read that answers
+// it, the model probe, decides by whether the column exists, which does not
+// depend on the token.
+func TestRefusedTokenNeverReadsAsAnEmptyList(t *testing.T) {
+	c := cloudpods.Get(t)
+	ctx := context.Background()
+	mac := newMAC()
+	hostID, err := c.CreateHost(ctx, "refused-token", mac, "127.0.0.72")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBackend(t, c, mac, Options{})
+	const bogus = "gAAAAAB-not-a-token-of-this-keystone"
+	// The host record exists, and so does a GPU row. (No NVIDIA_MPS row:
+	// this region takes one only once a device model defines the type,
+	// which would change what the other tests of this binary see.)
+	gpu := map[string]any{"host_id": hostID, "dev_type": devTypeGPU, "sharing_mode": sharingModeMPS, "addr": "7a:00.0",
+		"virtual_num": 2, "model": "H100 SXM5 80GB", "vendor_device_id": "10de:2330"}
+	if err := c.Call(ctx, http.MethodPost, pathDevices, wrap(gpu), nil); err != nil {
+		t.Fatal(err)
+	}
+	reads := map[string]struct {
+		path  string
+		query url.Values
+		rows  int // with a good token
+	}{
+		"host by MAC":    {pathHosts, byMACQuery(mac), 1},
+		"GPU rows":       {pathDevices, rowsQuery(hostID, devTypeGPU), 1},
+		"per-slice rows": {pathDevices, rowsQuery(hostID, devTypeMPS), 0},
+	}
+	for name, r := range reads {
+		var with struct {
+			Hosts   []json.RawMessage `json:"hosts"`
+			Devices []json.RawMessage `json:"isolated_devices"`
+		}
+		tok, err := b.o.Keystone.Token(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.c.once(ctx, tok, http.MethodGet, r.path, r.query, nil, &with); err != nil || len(with.Hosts)+len(with.Devices) != r.rows {
+			t.Fatalf("%s with the token: %d rows, %v; want %d", name, len(with.Hosts)+len(with.Devices), err, r.rows)
+		}
+		var refused json.RawMessage
+		err = b.c.once(ctx, bogus, http.MethodGet, r.path, r.query, nil, &refused)
+		if !refusedToken(err) {
+			t.Errorf("%s with a refused token: %v (answer %s), want 401 or 403 allow:none", name, err, refused)
+		}
+	}
+	for column, want := range map[string]string{modelColumn: ModelGPU, "mps_no_such_column": ModelPerSlice} {
+		err := b.c.once(ctx, bogus, http.MethodGet, pathModelProbe, modelQuery(hostID, column), nil, nil)
+		if m, ok := modelOf(err); !ok || m != want {
+			t.Errorf("probing %s with a refused token: %q (%v), want %q as with a good one", column, m, err, want)
+		}
 	}
 }

@@ -56,8 +56,7 @@ func (b *Backend) EnsureHost(ctx context.Context, name string) (api.Host, error)
 		var list struct {
 			Hosts []hostRecord `json:"hosts"`
 		}
-		q := url.Values{"any_mac": {nic.MAC}, "scope": {"system"}, "limit": {"0"}}
-		if err := b.c.call(ctx, http.MethodGet, "/hosts", q, nil, &list); err != nil {
+		if err := b.c.call(ctx, http.MethodGet, pathHosts, byMACQuery(nic.MAC), nil, &list); err != nil {
 			return api.Host{}, fmt.Errorf("looking up the host record by MAC %s: %w", nic.MAC, err)
 		}
 		switch {
@@ -81,6 +80,13 @@ func (b *Backend) EnsureHost(ctx context.Context, name string) (api.Host, error)
 			ErrNoHostRecord, strings.Join(macs, ", "))
 	}
 	return b.createHost(ctx, name, nics)
+}
+
+const pathHosts = "/hosts"
+
+// byMACQuery finds the host records with a NIC of mac.
+func byMACQuery(mac string) url.Values {
+	return url.Values{"any_mac": {mac}, "scope": {"system"}, "limit": {"0"}}
 }
 
 func hostNames(hs []hostRecord) string {
