@@ -1,14 +1,21 @@
 package region
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"yunion.io/x/mps-daemon/internal/testsupport/cloudpods"
+	"yunion.io/x/mps-daemon/pkg/keystone"
 )
 
 // What the backend reads from the region's answers, checked against the
@@ -91,5 +98,48 @@ func TestRefusedTokenNeverReadsAsAnEmptyList(t *testing.T) {
 		if m, ok := modelOf(err); !ok || m != want {
 			t.Errorf("probing %s with a refused token: %q (%v), want %q as with a good one", column, m, err, want)
 		}
+	}
+}
+
+// A wrong password: the real keystone refuses it (401), the backend fails
+// with keystone.ErrUnauthorized after one attempt (no retry mends it), and
+// neither the error nor a log line carries the password.
+func TestWrongPasswordFailsOnceWithoutTheSecret(t *testing.T) {
+	c := cloudpods.Get(t)
+	target, err := url.Parse(c.AuthURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var auths atomic.Int32
+	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/auth/tokens") {
+			auths.Add(1)
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	const password = "Not-the-sysadmin-password-42"
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ks, err := keystone.New(keystone.Options{Credentials: keystone.Credentials{
+		AuthURL: srv.URL + target.Path, User: c.User, Password: password, Project: c.Project, Region: c.RegionName,
+	}, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Options{Keystone: ks, NICs: func() ([]NIC, error) { return []NIC{{MAC: c.HostMAC}}, nil }, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.EnsureHost(context.Background(), "x")
+	if !errors.Is(err, keystone.ErrUnauthorized) {
+		t.Fatalf("EnsureHost with a wrong password: %v, want keystone.ErrUnauthorized", err)
+	}
+	if n := auths.Load(); n != 1 {
+		t.Errorf("keystone was asked %d times, want once: a refused password is not retried", n)
+	}
+	if strings.Contains(err.Error(), password) || strings.Contains(logs.String(), password) {
+		t.Errorf("the password leaked:\nerror: %v\nlog: %s", err, logs.String())
 	}
 }
