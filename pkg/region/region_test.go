@@ -59,15 +59,6 @@ func slices(uuid, bus string, n, totalMiB int) []api.IsolatedDevice {
 	return out
 }
 
-func hostRows(t *testing.T, c *cloudpods.Cloud, hostID string) map[string]cloudpods.Device {
-	t.Helper()
-	m, err := c.HostDevices(context.Background(), hostID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
 func TestHostRecordFoundByMACNeverDuplicated(t *testing.T) {
 	c := cloudpods.Get(t)
 	ctx := context.Background()
@@ -138,7 +129,7 @@ func TestGPURowsResizeAndHeld(t *testing.T) {
 	if b.Model() != ModelGPU || res.Created != 2 || len(res.Devices) != 6 {
 		t.Fatalf("model %s, created %d rows, %d devices; want gpu, 2, 6", b.Model(), res.Created, len(res.Devices))
 	}
-	rows := hostRows(t, c, hostID)
+	rows := c.HostDevices(t, hostID)
 	r := rows["18:00.0"]
 	if len(rows) != 2 || r.Model != "H100 SXM5 80GB" || r.DevType != "GPU" || r.SharingMode != "MPS" || r.VirtualNum != 4 || r.MemorySize != 20480 || r.MPSMemoryLimit != 20480 || r.DevicePath != "GPU-a1" {
 		t.Fatalf("rows %+v", rows)
@@ -170,7 +161,7 @@ func TestGPURowsResizeAndHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows = hostRows(t, c, hostID)
+	rows = c.HostDevices(t, hostID)
 	if len(rows) != 1 || rows["18:00.0"].ID != r.ID || rows["18:00.0"].VirtualNum != 2 || rows["18:00.0"].MemorySize != 81920 {
 		t.Fatalf("after the shrink: %+v, want the held row only, virtual_num 2 (attached), memory 81920", rows)
 	}
@@ -185,7 +176,7 @@ func TestGPURowsResizeAndHeld(t *testing.T) {
 	}
 	// The GPU leaves altogether: the held row is kept, nothing else.
 	res, err = b.SyncDevices(ctx, hostID, nil)
-	if err != nil || len(res.Held) != 1 || len(hostRows(t, c, hostID)) != 1 {
+	if err != nil || len(res.Held) != 1 || len(c.HostDevices(t, hostID)) != 1 {
 		t.Fatalf("GPU gone while held: %+v %v", res, err)
 	}
 	for _, g := range []string{guest, other} {
@@ -193,7 +184,7 @@ func TestGPURowsResizeAndHeld(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if res, err = b.SyncDevices(ctx, hostID, nil); err != nil || res.Deleted != 1 || len(hostRows(t, c, hostID)) != 0 {
+	if res, err = b.SyncDevices(ctx, hostID, nil); err != nil || res.Deleted != 1 || len(c.HostDevices(t, hostID)) != 0 {
 		t.Fatalf("released: %+v %v, want the row purged", res, err)
 	}
 }
@@ -222,7 +213,7 @@ func TestPerSliceRowsRefusedThenAcceptedWithADeviceModel(t *testing.T) {
 	if err != nil || res.Created != 2 {
 		t.Fatalf("with a device model: %+v %v", res, err)
 	}
-	rows := hostRows(t, c, hostID)
+	rows := c.HostDevices(t, hostID)
 	if rows["5d:00.0-0"].DevType != "NVIDIA_MPS" || rows["5d:00.0-1"].MPSMemoryLimit != 40960 {
 		t.Fatalf("rows %+v", rows)
 	}
