@@ -160,7 +160,7 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 	if err := cmd.Run(); err != nil {
 		c := &Cloud{Dir: dir, Work: work}
 		_ = c.Stop()
-		return nil, fmt.Errorf("cloudpods-up.sh: %w\n%s", err, tail(out.String(), 4000))
+		return nil, fmt.Errorf("cloudpods-up.sh: %w\n%s", err, Tail(out.String(), 4000))
 	}
 	c, err := read(dir, work)
 	if err != nil {
@@ -360,7 +360,9 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-func tail(s string, n int) string {
+// Tail is the last n bytes of s (a program's output, for a failure
+// message), marked with "..." when cut.
+func Tail(s string, n int) string {
 	if len(s) > n {
 		return "..." + s[len(s)-n:]
 	}
