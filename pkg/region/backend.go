@@ -40,7 +40,8 @@ type Options struct {
 	NICs func() ([]NIC, error)
 	// CreateHost creates a missing host record (mps_region_create_host).
 	CreateHost bool
-	// Model forces a data model; "" or "auto" probes the region.
+	// Model forces a data model (ModelGPU, ModelPerSlice); "" probes the
+	// region.
 	Model string
 	// Models names GPU models as Cloudpods' host agent does (lspci's
 	// pci.ids name); nil keeps the driver's name.
@@ -69,9 +70,7 @@ func New(o Options) (*Backend, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	switch o.Model {
-	case "", "auto":
-		o.Model = ""
-	case ModelGPU, ModelPerSlice:
+	case "", ModelGPU, ModelPerSlice:
 	default:
 		return nil, fmt.Errorf("region: unknown device model %q", o.Model)
 	}
