@@ -27,11 +27,10 @@ type NIC struct {
 
 // hostRecord is what is read of a host.
 type hostRecord struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	AccessIP  string `json:"access_ip"`
-	AccessMAC string `json:"access_mac"`
-	HostType  string `json:"host_type"`
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	AccessIP string `json:"access_ip"`
+	HostType string `json:"host_type"`
 }
 
 // EnsureHost finds the host record Cloudpods keeps for this machine the way

@@ -42,7 +42,6 @@ type row struct {
 	GuestID             string          `json:"guest_id"`
 	AllocatedCount      int             `json:"allocated_count"`
 	Guest               json.RawMessage `json:"guest"` // a list in master, a name before
-	Host                string          `json:"host"`
 }
 
 // guests are the names (or ids) of the guests holding the row, at least
