@@ -81,6 +81,19 @@ func regionBackend(hc *config.HostConf, log *slog.Logger) (*region.Backend, erro
 	}
 	return region.New(region.Options{
 		Keystone: ks, HTTP: httpc, Timeout: hc.InventoryTimeout, NICs: nics, Models: models,
-		CreateHost: hc.RegionCreateHost, Model: hc.RegionDeviceModel, Log: log.With("component", "region"),
+		CreateHost: hc.RegionCreateHost, Model: regionModel(hc.RegionDeviceModel), Log: log.With("component", "region"),
 	})
+}
+
+// regionModel is mps_region_device_model in the region backend's names
+// (config and region may not import each other); auto leaves it to probe
+// the region.
+func regionModel(v string) string {
+	switch v {
+	case config.DeviceModelGPU:
+		return region.ModelGPU
+	case config.DeviceModelPerSlice:
+		return region.ModelPerSlice
+	}
+	return ""
 }

@@ -224,7 +224,6 @@ type tokenAnswer struct {
 
 type service struct {
 	Type      string     `json:"type"`
-	Name      string     `json:"name"`
 	Endpoints []endpoint `json:"endpoints"`
 }
 

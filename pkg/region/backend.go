@@ -40,7 +40,8 @@ type Options struct {
 	NICs func() ([]NIC, error)
 	// CreateHost creates a missing host record (mps_region_create_host).
 	CreateHost bool
-	// Model forces a data model; "" or "auto" probes the region.
+	// Model forces a data model (ModelGPU, ModelPerSlice); "" probes the
+	// region.
 	Model string
 	// Models names GPU models as Cloudpods' host agent does (lspci's
 	// pci.ids name); nil keeps the driver's name.
@@ -69,9 +70,7 @@ func New(o Options) (*Backend, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	switch o.Model {
-	case "", "auto":
-		o.Model = ""
-	case ModelGPU, ModelPerSlice:
+	case "", ModelGPU, ModelPerSlice:
 	default:
 		return nil, fmt.Errorf("region: unknown device model %q", o.Model)
 	}
@@ -100,17 +99,48 @@ func (b *Backend) deviceModel(ctx context.Context, hostID string) (string, error
 	if b.model != "" {
 		return b.model, nil
 	}
-	q := url.Values{"field": {"sharing_mode"}, "scope": {"system"}, "host": {hostID}}
-	err := b.c.call(ctx, http.MethodGet, "/isolated_devices/distinct-field", q, nil, nil)
+	model, err := b.modelBy(ctx, hostID, modelColumn)
+	if err != nil {
+		return "", err
+	}
+	b.model = model
+	b.log.Info("the region's MPS device model", "model", b.model)
+	return b.model, nil
+}
+
+// modelColumn is the isolated_devices column only a region of the GPU-row
+// model has.
+const modelColumn = "sharing_mode"
+
+// pathModelProbe answers the distinct values of an isolated_devices column.
+const pathModelProbe = pathDevices + "/distinct-field"
+
+// modelQuery asks for the distinct values of column among the host's rows.
+func modelQuery(hostID, column string) url.Values {
+	return url.Values{"field": {column}, "scope": {"system"}, "host": {hostID}}
+}
+
+// modelBy asks the region for the distinct values of column and reads the
+// model from the answer (modelOf).
+func (b *Backend) modelBy(ctx context.Context, hostID, column string) (string, error) {
+	err := b.c.call(ctx, http.MethodGet, pathModelProbe, modelQuery(hostID, column), nil, nil)
+	if model, ok := modelOf(err); ok {
+		return model, nil
+	}
+	return "", fmt.Errorf("asking the region which MPS device model it speaks: %w", err)
+}
+
+// modelOf reads the answer to the probe: any answer means the column
+// exists (the GPU-row model), a 400 "model has no field <column>" (what the
+// region answers for a column its table lacks) that it does not (the
+// per-slice model). ok is false for any other failure.
+func modelOf(err error) (model string, ok bool) {
 	var ae *APIError
 	switch {
 	case err == nil:
-		b.model = ModelGPU
+		return ModelGPU, true
 	case errors.As(err, &ae) && ae.Status == http.StatusBadRequest && strings.Contains(ae.Details, "has no field"):
-		b.model = ModelPerSlice
-	default:
-		return "", fmt.Errorf("asking the region which MPS device model it speaks: %w", err)
+		return ModelPerSlice, true
 	}
-	b.log.Info("the region's MPS device model", "model", b.model)
-	return b.model, nil
+	return "", false
 }

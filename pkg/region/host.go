@@ -27,11 +27,10 @@ type NIC struct {
 
 // hostRecord is what is read of a host.
 type hostRecord struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	AccessIP  string `json:"access_ip"`
-	AccessMAC string `json:"access_mac"`
-	HostType  string `json:"host_type"`
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	AccessIP string `json:"access_ip"`
+	HostType string `json:"host_type"`
 }
 
 // EnsureHost finds the host record Cloudpods keeps for this machine the way
@@ -56,8 +55,7 @@ func (b *Backend) EnsureHost(ctx context.Context, name string) (api.Host, error)
 		var list struct {
 			Hosts []hostRecord `json:"hosts"`
 		}
-		q := url.Values{"any_mac": {nic.MAC}, "scope": {"system"}, "limit": {"0"}}
-		if err := b.c.call(ctx, http.MethodGet, "/hosts", q, nil, &list); err != nil {
+		if err := b.c.call(ctx, http.MethodGet, pathHosts, byMACQuery(nic.MAC), nil, &list); err != nil {
 			return api.Host{}, fmt.Errorf("looking up the host record by MAC %s: %w", nic.MAC, err)
 		}
 		switch {
@@ -81,6 +79,13 @@ func (b *Backend) EnsureHost(ctx context.Context, name string) (api.Host, error)
 			ErrNoHostRecord, strings.Join(macs, ", "))
 	}
 	return b.createHost(ctx, name, nics)
+}
+
+const pathHosts = "/hosts"
+
+// byMACQuery finds the host records with a NIC of mac.
+func byMACQuery(mac string) url.Values {
+	return url.Values{"any_mac": {mac}, "scope": {"system"}, "limit": {"0"}}
 }
 
 func hostNames(hs []hostRecord) string {

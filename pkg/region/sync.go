@@ -42,7 +42,6 @@ type row struct {
 	GuestID             string          `json:"guest_id"`
 	AllocatedCount      int             `json:"allocated_count"`
 	Guest               json.RawMessage `json:"guest"` // a list in master, a name before
-	Host                string          `json:"host"`
 }
 
 // guests are the names (or ids) of the guests holding the row, at least
@@ -166,11 +165,10 @@ func (b *Backend) hostRows(ctx context.Context, hostID, model string) ([]row, er
 	if model == ModelGPU {
 		devType = devTypeGPU
 	}
-	q := url.Values{"host": {hostID}, "scope": {"system"}, "details": {"true"}, "limit": {"0"}, "dev_type": {devType}}
 	var list struct {
 		Devices []row `json:"isolated_devices"`
 	}
-	if err := b.c.call(ctx, http.MethodGet, pathDevices, q, nil, &list); err != nil {
+	if err := b.c.call(ctx, http.MethodGet, pathDevices, rowsQuery(hostID, devType), nil, &list); err != nil {
 		return nil, fmt.Errorf("listing the host's isolated devices in the region: %w", err)
 	}
 	var out []row
@@ -184,6 +182,11 @@ func (b *Backend) hostRows(ctx context.Context, hostID, model string) ([]row, er
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// rowsQuery lists the host's rows of devType, every one (limit 0).
+func rowsQuery(hostID, devType string) url.Values {
+	return url.Values{"host": {hostID}, "scope": {"system"}, "details": {"true"}, "limit": {"0"}, "dev_type": {devType}}
 }
 
 // wantRow is one row the host wants, with the virtual devices it stands for.

@@ -171,15 +171,6 @@ func gpuRows(t *testing.T, rows []map[string]string, out string) map[string]map[
 	return m
 }
 
-func regionDevices(t *testing.T, c *cloudpods.Cloud, hostID string) map[string]cloudpods.Device {
-	t.Helper()
-	m, err := c.HostDevices(context.Background(), hostID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
 // TestCloudpodsRegion is the seed's runbook against Cloudpods' real keystone,
 // region and climc: the daemon waits for the host record the host agent
 // keeps, registers its GPUs in the region's model, the real climc lists
@@ -235,7 +226,7 @@ func TestCloudpodsRegion(t *testing.T) {
 			}
 		}
 	}
-	devs := regionDevices(t, c, hostID)
+	devs := c.HostDevices(t, hostID)
 	if devs["18:00.0"].VirtualNum != 4 || devs["18:00.0"].MPSMemoryLimit != 81920/4 || devs["2a:00.0"].VirtualNum != 2 {
 		t.Fatalf("rows %+v, want virtual_num 4 and 2, limit memory.total/4", devs)
 	}
@@ -253,7 +244,7 @@ func TestCloudpodsRegion(t *testing.T) {
 	// Resize: the first GPU goes from 4 to 2, in place.
 	h.writeDevices(t, 2)
 	eventually(t, "resized", func() (bool, string) {
-		devs := regionDevices(t, c, hostID)
+		devs := c.HostDevices(t, hostID)
 		return devs["18:00.0"].VirtualNum == 2 && devs["18:00.0"].ID == firstID, fmt.Sprintf("%+v", devs)
 	})
 
@@ -267,7 +258,7 @@ func TestCloudpodsRegion(t *testing.T) {
 	<-d.done
 	d = h.start(t)
 	eventually(t, "ready after kill -9", func() (bool, string) { st := h.status(t); return st.Ready, st.LastError })
-	devs = regionDevices(t, c, hostID)
+	devs = c.HostDevices(t, hostID)
 	if len(devs) != 2 || devs["18:00.0"].ID != firstID {
 		t.Fatalf("after restart and kill -9: %+v, want the same two rows", devs)
 	}
@@ -301,7 +292,7 @@ func TestCloudpodsRegion(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "released row purged", func() (bool, string) {
-		devs := regionDevices(t, c, hostID)
+		devs := c.HostDevices(t, hostID)
 		_, held := devs["2a:00.0"]
 		return !held && len(devs) == 1, fmt.Sprintf("%+v", devs)
 	})
@@ -342,7 +333,7 @@ func TestCloudpodsRegion(t *testing.T) {
 	eventually(t, "a new keystone token", func() (bool, string) {
 		return strings.Count(d.Output(), "authenticated with keystone") > before, d.Output()
 	})
-	devs = regionDevices(t, c, hostID)
+	devs = c.HostDevices(t, hostID)
 	if len(devs) != 1 || devs["18:00.0"].ID != firstID {
 		t.Fatalf("after the outage: %+v, want the one row", devs)
 	}

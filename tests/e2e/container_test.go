@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/cloudpods"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/gpu/nvmlsim"
 	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
@@ -275,9 +276,5 @@ func device(st status.Status, name string) *status.Device {
 	return nil
 }
 
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
+// tail is the end of a daemon's output for a failure message.
+var tail = cloudpods.Tail

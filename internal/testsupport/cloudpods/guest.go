@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"testing"
 )
 
 // CreateGuest makes a guest (a pod) on a host without a scheduler or a host
@@ -74,21 +75,23 @@ type Device struct {
 	AllocatedCount int    `json:"allocated_count"`
 }
 
-// HostDevices lists a host's isolated devices by addr, failing on two rows
-// at one addr (a duplicate is what the tests look for).
-func (c *Cloud) HostDevices(ctx context.Context, hostID string) (map[string]Device, error) {
+// HostDevices lists a host's isolated devices by addr and fails the test on
+// an error or on two rows at one addr (a duplicate is what the tests look
+// for).
+func (c *Cloud) HostDevices(t testing.TB, hostID string) map[string]Device {
+	t.Helper()
 	var l struct {
 		Devices []Device `json:"isolated_devices"`
 	}
-	if err := c.Call(ctx, http.MethodGet, "/isolated_devices?scope=system&details=true&limit=0&host="+hostID, nil, &l); err != nil {
-		return nil, err
+	if err := c.Call(context.Background(), http.MethodGet, "/isolated_devices?scope=system&details=true&limit=0&host="+hostID, nil, &l); err != nil {
+		t.Fatalf("listing the devices of host %s: %v", hostID, err)
 	}
 	m := map[string]Device{}
 	for _, d := range l.Devices {
 		if _, dup := m[d.Addr]; dup {
-			return nil, fmt.Errorf("host %s has two rows at %s", hostID, d.Addr)
+			t.Fatalf("host %s has two rows at %s", hostID, d.Addr)
 		}
 		m[d.Addr] = d
 	}
-	return m, nil
+	return m
 }

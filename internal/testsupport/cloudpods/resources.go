@@ -107,7 +107,8 @@ func (c *Cloud) Endpoint() Endpoint {
 
 // RunClimcAt runs the real climc against ep (an mps-inventory's keystone
 // face, say) and returns what it printed and its exit status. climc keeps
-// the token it got in $TMPDIR: it runs with TMPDIR set to tmp.
+// the token it got in $TMPDIR: it runs with TMPDIR set to tmp (when not
+// empty).
 func (c *Cloud) RunClimcAt(ctx context.Context, ep Endpoint, tmp string, args ...string) (stdout, stderr string, code int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -116,7 +117,10 @@ func (c *Cloud) RunClimcAt(ctx context.Context, ep Endpoint, tmp string, args ..
 	cmd.Env = append(os.Environ(),
 		"OS_AUTH_URL="+ep.AuthURL, "OS_USERNAME="+ep.User, "OS_PASSWORD="+ep.Password,
 		"OS_PROJECT_NAME="+ep.Project, "OS_REGION_NAME="+ep.Region,
-		"OS_DOMAIN_NAME="+ep.Domain, "OS_PROJECT_DOMAIN="+ep.Domain, "TMPDIR="+tmp)
+		"OS_DOMAIN_NAME="+ep.Domain, "OS_PROJECT_DOMAIN="+ep.Domain)
+	if tmp != "" {
+		cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
+	}
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err = cmd.Run()
 	if ee, ok := err.(*exec.ExitError); ok {
