@@ -4,10 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"yunion.io/x/mps-daemon/pkg/restcall"
 )
 
 // Cloudpods holds the host.conf keys Cloudpods' own services read for their
@@ -221,7 +222,7 @@ func (hc *HostConf) checkCloudpods() []error {
 	cp := &hc.Cloudpods
 	if cp.AuthURL == "" {
 		errs = append(errs, errorf(hc.Path, at("auth_url"), "auth_url", "the region backend needs keystone's URL (auth_url)"))
-	} else if u, err := url.Parse(cp.AuthURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	} else if !restcall.IsHTTPURL(cp.AuthURL) {
 		errs = append(errs, errorf(hc.Path, at("auth_url"), "auth_url", "want keystone's http(s)://host:port/v3 URL, got %q", cp.AuthURL))
 	}
 	if cp.AdminUser == "" {

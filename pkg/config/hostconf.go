@@ -9,13 +9,14 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"yunion.io/x/mps-daemon/pkg/restcall"
 )
 
 // DefaultHostConfPath is where Cloudpods keeps host.conf.
@@ -357,8 +358,7 @@ func httpURL(v *yaml.Node) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	u, err := url.Parse(s)
-	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+	if !restcall.IsHTTPURL(s) {
 		return "", fmt.Errorf("want an http:// or https:// URL with a host, got %s", describe(v))
 	}
 	return s, nil

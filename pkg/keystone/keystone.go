@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -86,8 +85,7 @@ type Client struct {
 
 // New checks the credentials and returns a client; it does not connect.
 func New(o Options) (*Client, error) {
-	u, err := url.Parse(o.AuthURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if !restcall.IsHTTPURL(o.AuthURL) {
 		return nil, fmt.Errorf("keystone auth_url %q: want http(s)://host[:port]/v3", o.AuthURL)
 	}
 	if o.User == "" || o.Password == "" {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -95,6 +96,13 @@ func (c Caller) Do(ctx context.Context, r Request) (Answer, error) {
 		return Answer{}, fmt.Errorf("%w: more than %d bytes (status %d)", ErrAnswerTooLarge, c.MaxAnswer, resp.StatusCode)
 	}
 	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
+}
+
+// IsHTTPURL reports whether raw is an http:// or https:// URL with a host:
+// what every service URL in host.conf must be.
+func IsHTTPURL(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 // Defaults fills what a caller left unset: a plain HTTP client, 10s per

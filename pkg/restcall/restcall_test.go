@@ -189,3 +189,14 @@ func TestDefaults(t *testing.T) {
 		}
 	}
 }
+
+func TestIsHTTPURL(t *testing.T) {
+	for raw, want := range map[string]bool{
+		"http://127.0.0.1:9330": true, "https://keystone:30357/v3": true,
+		"keystone:5000": false, "ftp://host/": false, "http://": false, "": false, "http://[::1": false,
+	} {
+		if got := IsHTTPURL(raw); got != want {
+			t.Errorf("IsHTTPURL(%q) = %v, want %v", raw, got, want)
+		}
+	}
+}

@@ -88,8 +88,7 @@ func New(o Options) *Client {
 // CheckURL refuses an inventory URL a Client cannot use: one that is not
 // http(s)://host[:port][/path].
 func CheckURL(raw string) error {
-	u, err := url.Parse(strings.TrimRight(raw, "/"))
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if !restcall.IsHTTPURL(strings.TrimRight(raw, "/")) {
 		return fmt.Errorf("inventory URL %q: want http(s)://host[:port][/path]", raw)
 	}
 	return nil
