@@ -86,11 +86,7 @@ func (s *server) attachDevices(w http.ResponseWriter, r *http.Request) error {
 		if *in.Device == "" {
 			return badInput("field device: empty")
 		}
-		id, err := s.st.DeviceID(r.Context(), *in.Device)
-		if err != nil {
-			return err
-		}
-		d, err := s.st.AttachDevice(r.Context(), guest, id)
+		d, err := s.st.AttachDevice(r.Context(), guest, *in.Device)
 		if err != nil {
 			return err
 		}
@@ -173,11 +169,7 @@ func (s *server) detachDevices(w http.ResponseWriter, r *http.Request) error {
 	case in.Device != nil && *in.Device == "":
 		return badInput("field device: empty")
 	case in.Device != nil:
-		id, err := s.st.DeviceID(r.Context(), *in.Device)
-		if err != nil {
-			return err
-		}
-		devs, err = s.st.DetachDevice(r.Context(), guest, id)
+		devs, err = s.st.DetachDevice(r.Context(), guest, *in.Device)
 		if err != nil {
 			return err
 		}
@@ -201,16 +193,13 @@ func (s *server) detachDevices(w http.ResponseWriter, r *http.Request) error {
 // is a 400 BadRequestError "Isolated device used by server", as Cloudpods
 // answers; its host agent matches that text. The body is optional.
 func (s *server) purgeDevice(w http.ResponseWriter, r *http.Request) error {
-	id, err := s.deviceID(r)
-	if err != nil {
-		return err
-	}
 	in := &purgeInput{}
 	if _, err := s.decodeWrapped(w, r, "isolated_device", in, true); err != nil {
 		return err
 	}
 	force := in.Force || in.Purge
-	if err := s.mayChangeDevice(r, id, nil); err != nil {
+	id, err := s.mayChangeDevice(r, r.PathValue("id"), nil)
+	if err != nil {
 		return err
 	}
 	if force {

@@ -52,6 +52,7 @@ func TestDeviceCRUD(t *testing.T) {
 		}
 		want := d
 		want.GuestID, want.Model, want.MPSMemoryLimit, want.PCIEInfo, want.UpdatedAt = guest, model, limit, nil, up.UpdatedAt
+		want.Guest = guest   // details follow the row
 		want.UpdateVersion++ // every update counts, as in Cloudpods
 		if !reflect.DeepEqual(up, want) {
 			t.Errorf("updated\n%+v\nwant\n%+v", up, want)
