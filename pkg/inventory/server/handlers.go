@@ -84,7 +84,7 @@ func (s *server) updateHost(w http.ResponseWriter, r *http.Request) error {
 func (s *server) deleteHost(w http.ResponseWriter, r *http.Request) error {
 	h, err := s.st.DeleteHost(r.Context(), r.PathValue("id"))
 	if err != nil {
-		return inUseAs(err, http.StatusNotAcceptable, api.ClassNotEmpty)
+		return err
 	}
 	writeJSON(w, http.StatusOK, hostBodyView{viewHost(h)})
 	return nil
@@ -202,7 +202,7 @@ func (s *server) deleteDevice(w http.ResponseWriter, r *http.Request) error {
 	}
 	d, err := s.st.DeleteDevice(r.Context(), id)
 	if err != nil {
-		return inUseAs(err, http.StatusNotAcceptable, api.ClassNotEmpty)
+		return err
 	}
 	writeJSON(w, http.StatusOK, deviceBodyView{viewDevice(d)})
 	return nil

@@ -50,8 +50,8 @@ import (
 // group read, the claims, detach-all), so two transactions never wait for
 // each other in a cycle.
 
-// Refusals of allocation. Both are kinds of ErrInUse: the server answers
-// them with 409, like a device held by another guest.
+// Refusals of allocation. Both are kinds of ErrInUse; the server answers
+// each with its own status (see answerFor in pkg/inventory/server).
 var (
 	// ErrNoCapacity: fewer free devices than asked for, or a device that is
 	// unhealthy or pending removal.

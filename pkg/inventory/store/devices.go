@@ -277,12 +277,12 @@ func applyDeviceUpdate(d *api.IsolatedDevice, u DeviceUpdate) error {
 }
 
 // DeleteDevice removes the device idOrName names (see GetDevice) and
-// returns it as it was. A device held by
-// a guest (guest_id set) is kept and ErrInUse returned with Cloudpods'
-// message, so a host's sync never pulls a device from under a running
-// guest. It never forces: that is PurgeDevice's.
+// returns it as it was. A device held by a guest (guest_id set) is kept and
+// ErrNotEmpty returned with Cloudpods' message, so a host's sync never
+// pulls a device from under a running guest. It never forces: that is
+// PurgeDevice's.
 func (s *Store) DeleteDevice(ctx context.Context, idOrName string) (api.IsolatedDevice, error) {
-	d, _, err := s.PurgeDevice(ctx, idOrName, false)
+	d, _, err := s.removeDevice(ctx, idOrName, false, ErrNotEmpty)
 	return d, err
 }
 

@@ -113,13 +113,19 @@ func (s *Store) release(ctx context.Context, tx *sql.Tx, guest, id string, now t
 // device used by server") unless force is set; then it is detached and
 // removed, and detachedGuest names the guest that held it.
 func (s *Store) PurgeDevice(ctx context.Context, idOrName string, force bool) (d api.IsolatedDevice, detachedGuest string, err error) {
+	return s.removeDevice(ctx, idOrName, force, ErrInUse)
+}
+
+// removeDevice is PurgeDevice and DeleteDevice: without force, a held
+// device is refused with the kind held.
+func (s *Store) removeDevice(ctx context.Context, idOrName string, force bool, held error) (d api.IsolatedDevice, detachedGuest string, err error) {
 	err = s.retryRaces(ctx, "deleting isolated device "+idOrName, func() error {
 		return s.inTx(ctx, false, func(tx *sql.Tx) error {
 			if d, err = s.lockDevice(ctx, tx, idOrName, false); err != nil {
 				return err
 			}
 			if d.GuestID != "" && !force {
-				return refuse(ErrInUse, "%s", api.MsgDeviceUsedByServer)
+				return refuse(held, "%s", api.MsgDeviceUsedByServer)
 			}
 			res, err := s.prep(tx).ExecContext(ctx, s.d.bind(`DELETE FROM isolated_devices WHERE id = ? AND guest_id = ?`), d.ID, d.GuestID)
 			if err != nil {
