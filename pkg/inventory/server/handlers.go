@@ -14,8 +14,9 @@ import (
 // on to look it up by name.
 
 func (s *server) listHosts(w http.ResponseWriter, r *http.Request) error {
-	s.logUnknownParams(r, hostQueryParams)
-	f, err := hostFilter(r.URL.Query())
+	q := parseParams(r.URL.Query())
+	s.logUnknownParams(r, q, hostQueryParams)
+	f, err := hostFilter(q.Values)
 	if err != nil {
 		return err
 	}
@@ -28,7 +29,7 @@ func (s *server) listHosts(w http.ResponseWriter, r *http.Request) error {
 		out.Hosts[i] = viewHost(h)
 	}
 	if total > 0 {
-		out.Total, out.Limit, out.Offset = total, answerLimit(r.URL.Query(), total), f.Offset
+		out.Total, out.Limit, out.Offset = total, answerLimit(q.Values, total), f.Offset
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -91,12 +92,13 @@ func (s *server) deleteHost(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) listDevices(w http.ResponseWriter, r *http.Request) error {
-	s.logUnknownParams(r, deviceQueryParams)
-	f, err := deviceFilter(r.URL.Query())
+	q := parseParams(r.URL.Query())
+	s.logUnknownParams(r, q, deviceQueryParams)
+	f, err := deviceFilter(q)
 	if err != nil {
 		return err
 	}
-	marker, byMarker, desc, err := markerPaging(r.URL.Query())
+	marker, byMarker, desc, err := markerPaging(q.Values)
 	if err != nil {
 		return err
 	}
@@ -109,7 +111,7 @@ func (s *server) listDevices(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := deviceListView{IsolatedDevices: viewDevices(devs)}
 	if total > 0 {
-		out.Total, out.Limit, out.Offset = total, answerLimit(r.URL.Query(), total), f.Offset
+		out.Total, out.Limit, out.Offset = total, answerLimit(q.Values, total), f.Offset
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -219,10 +221,10 @@ func (s *server) deviceInput(w http.ResponseWriter, r *http.Request) (*deviceInp
 	return body.IsolatedDevice, nil
 }
 
-// logUnknownParams names, at debug, the query parameters of r that the
-// route ignores.
-func (s *server) logUnknownParams(r *http.Request, known []string) {
-	if unknown := unknownParams(r.URL.Query(), known); len(unknown) > 0 {
+// logUnknownParams names, at debug, the query parameters of r (read as q)
+// that the route ignores.
+func (s *server) logUnknownParams(r *http.Request, q params, known []string) {
+	if unknown := q.unknown(known); len(unknown) > 0 {
 		s.log.Debug("ignoring unknown query parameters", "method", r.Method, "path", r.URL.Path, "parameters", unknown)
 	}
 }
