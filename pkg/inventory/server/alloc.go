@@ -123,7 +123,7 @@ func (s *server) attachHost(r *http.Request, guest, named string) (string, error
 	if named != "" {
 		return named, nil
 	}
-	held, _, err := s.st.ListDevices(r.Context(), store.DeviceFilter{GuestID: guest, Limit: 1})
+	held, err := s.heldBy(r, guest, 1)
 	if err != nil {
 		return "", err
 	}
@@ -143,12 +143,20 @@ func (s *server) attachHost(r *http.Request, guest, named string) (string, error
 // writeServer answers a wrapped attach or detach: the guest and every
 // device it holds (at most a page of maxLimit).
 func (s *server) writeServer(w http.ResponseWriter, r *http.Request, guest string) error {
-	held, _, err := s.st.ListDevices(r.Context(), store.DeviceFilter{GuestID: guest, Limit: maxLimit})
+	held, err := s.heldBy(r, guest, maxLimit)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, viewServer(guest, held))
 	return nil
+}
+
+// heldBy returns the first limit devices guest holds, in creation order.
+// It reads them as the first marker page, which counts nothing: nothing
+// here answers a total.
+func (s *server) heldBy(r *http.Request, guest string, limit int) ([]api.IsolatedDevice, error) {
+	page, err := s.st.ListDevicesByMarker(r.Context(), store.DeviceFilter{GuestID: guest, Limit: limit}, "", false)
+	return page.Devices, err
 }
 
 func (s *server) detachDevices(w http.ResponseWriter, r *http.Request) error {
