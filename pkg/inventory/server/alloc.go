@@ -86,11 +86,7 @@ func (s *server) attachDevices(w http.ResponseWriter, r *http.Request) error {
 		if *in.Device == "" {
 			return badInput("field device: empty")
 		}
-		id, err := s.st.DeviceID(r.Context(), *in.Device)
-		if err != nil {
-			return err
-		}
-		d, err := s.st.AttachDevice(r.Context(), guest, id)
+		d, err := s.st.AttachDevice(r.Context(), guest, *in.Device)
 		if err != nil {
 			return err
 		}
@@ -127,7 +123,7 @@ func (s *server) attachHost(r *http.Request, guest, named string) (string, error
 	if named != "" {
 		return named, nil
 	}
-	held, _, err := s.st.ListDevices(r.Context(), store.DeviceFilter{GuestID: guest, Limit: 1})
+	held, err := s.heldBy(r, guest, 1)
 	if err != nil {
 		return "", err
 	}
@@ -147,12 +143,20 @@ func (s *server) attachHost(r *http.Request, guest, named string) (string, error
 // writeServer answers a wrapped attach or detach: the guest and every
 // device it holds (at most a page of maxLimit).
 func (s *server) writeServer(w http.ResponseWriter, r *http.Request, guest string) error {
-	held, _, err := s.st.ListDevices(r.Context(), store.DeviceFilter{GuestID: guest, Limit: maxLimit})
+	held, err := s.heldBy(r, guest, maxLimit)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, viewServer(guest, held))
 	return nil
+}
+
+// heldBy returns the first limit devices guest holds, in creation order.
+// It reads them as the first marker page, which counts nothing: nothing
+// here answers a total.
+func (s *server) heldBy(r *http.Request, guest string, limit int) ([]api.IsolatedDevice, error) {
+	page, err := s.st.ListDevicesByMarker(r.Context(), store.DeviceFilter{GuestID: guest, Limit: limit}, "", false)
+	return page.Devices, err
 }
 
 func (s *server) detachDevices(w http.ResponseWriter, r *http.Request) error {
@@ -173,11 +177,7 @@ func (s *server) detachDevices(w http.ResponseWriter, r *http.Request) error {
 	case in.Device != nil && *in.Device == "":
 		return badInput("field device: empty")
 	case in.Device != nil:
-		id, err := s.st.DeviceID(r.Context(), *in.Device)
-		if err != nil {
-			return err
-		}
-		devs, err = s.st.DetachDevice(r.Context(), guest, id)
+		devs, err = s.st.DetachDevice(r.Context(), guest, *in.Device)
 		if err != nil {
 			return err
 		}
@@ -201,16 +201,13 @@ func (s *server) detachDevices(w http.ResponseWriter, r *http.Request) error {
 // is a 400 BadRequestError "Isolated device used by server", as Cloudpods
 // answers; its host agent matches that text. The body is optional.
 func (s *server) purgeDevice(w http.ResponseWriter, r *http.Request) error {
-	id, err := s.deviceID(r)
-	if err != nil {
-		return err
-	}
 	in := &purgeInput{}
 	if _, err := s.decodeWrapped(w, r, "isolated_device", in, true); err != nil {
 		return err
 	}
 	force := in.Force || in.Purge
-	if err := s.mayChangeDevice(r, id, nil); err != nil {
+	id, err := s.mayChangeDevice(r, r.PathValue("id"), nil)
+	if err != nil {
 		return err
 	}
 	if force {

@@ -194,35 +194,38 @@ func (s *server) mayCreateDevice(r *http.Request, in *deviceInput) error {
 	return forbidden("token for host %s may not create isolated devices of host %s", tok.Host, *in.HostID)
 }
 
-// mayChangeDevice: PUT, DELETE and purge of /isolated_devices/{id}, id
-// resolved (deviceID); in is the PUT body, nil for the others. A host token changes its own host's
-// devices only, may not move one to another host, nor attach or detach it.
-func (s *server) mayChangeDevice(r *http.Request, id string, in *deviceInput) error {
+// mayChangeDevice: PUT, DELETE and purge of /isolated_devices/{id}, where
+// idOrName is the path's {id}; in is the PUT body, nil for the others. A
+// host token changes its own host's devices only, may not move one to
+// another host, nor attach or detach it. It returns what the handler is to
+// change: the id of the device checked (so a rename in between cannot turn
+// the request to another device), or idOrName for an admin token.
+func (s *server) mayChangeDevice(r *http.Request, idOrName string, in *deviceInput) (string, error) {
 	tok, check, err := scoped(r)
 	if !check || err != nil {
-		return err
+		return idOrName, err
 	}
-	d, err := s.st.GetDevice(r.Context(), id)
+	d, err := s.st.GetDevice(r.Context(), idOrName)
 	if err != nil {
-		return err // 404: a host token may read every device anyway
+		return "", err // 404: a host token may read every device anyway
 	}
 	own, err := s.ownHost(r, tok)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if d.HostID != own.ID {
-		return forbidden("token for host %s may not %s %s: the device belongs to host %s", tok.Host, r.Method, r.URL.Path, d.HostID)
+		return "", forbidden("token for host %s may not %s %s: the device belongs to host %s", tok.Host, r.Method, r.URL.Path, d.HostID)
 	}
 	if in == nil {
-		return nil
+		return d.ID, nil
 	}
 	if in.HostID != nil && *in.HostID != "" && *in.HostID != own.ID && *in.HostID != own.Name {
-		return forbidden("token for host %s may not move isolated device %s to host %s", tok.Host, id, *in.HostID)
+		return "", forbidden("token for host %s may not move isolated device %s to host %s", tok.Host, d.ID, *in.HostID)
 	}
 	if in.GuestID != nil && *in.GuestID != d.GuestID {
-		return forbidden("token for host %s may not change guest_id: attaching and detaching are for admin tokens", tok.Host)
+		return "", forbidden("token for host %s may not change guest_id: attaching and detaching are for admin tokens", tok.Host)
 	}
-	return nil
+	return d.ID, nil
 }
 
 // mayForce: a purge with force (which detaches the guest) is admin's.

@@ -29,18 +29,6 @@ func notImplemented(format string, args ...any) error {
 	return &httpError{http.StatusNotImplemented, api.ClassNotImplemented, fmt.Sprintf(format, args...)}
 }
 
-// inUseAs answers a store refusal of a row in use (ErrInUse, but not its
-// kinds ErrNoCapacity and ErrContention) with the status and class
-// Cloudpods gives it on that route; other errors pass through.
-func inUseAs(err error, status int, class string) error {
-	var se *store.Error
-	if errors.As(err, &se) && errors.Is(se, store.ErrInUse) &&
-		!errors.Is(se, store.ErrNoCapacity) && !errors.Is(se, store.ErrContention) {
-		return &httpError{status, class, se.Msg}
-	}
-	return err
-}
-
 // answerFor maps an error to the status and body the client gets, with
 // Cloudpods' statuses and classes (its httperrors). Refusals (httpError,
 // store.Error) carry their own text; anything else is the server's fault
@@ -48,13 +36,15 @@ func inUseAs(err error, status int, class string) error {
 //
 // A row in use is a 400 BadRequestError, as Cloudpods refuses attaching a
 // held device or purging one; DELETE of a held device or of a host with
-// devices is a 406 NotEmptyError (inUseAs). Too few free devices is a 400
+// devices is a 406 NotEmptyError. Too few free devices is a 400
 // InsufficientResourceError. Two deliberate differences: a duplicate is a
 // 409 DuplicateResourceError (Cloudpods: 400 "dev addr ... registed"),
 // which this project's client relies on to adopt a row a concurrent sync
 // created; and rows that keep changing under a request are a 409
 // ConflictError, which may be retried (Cloudpods serialises with locks
-// and has no such answer).
+// and has no such answer). An invalid token never comes here as a store
+// refusal: authentication and the keystone routes answer it themselves
+// (401, or 404 for a subject token).
 func answerFor(err error) (int, api.Error) {
 	var he *httpError
 	if errors.As(err, &he) {
@@ -76,8 +66,8 @@ func answerFor(err error) (int, api.Error) {
 			status, class = http.StatusConflict, api.ClassConflict
 		case errors.Is(se, store.ErrInUse):
 			status, class = http.StatusBadRequest, api.ClassBadRequest
-		case errors.Is(se, store.ErrInvalidToken):
-			status, class = http.StatusUnauthorized, api.ClassUnauthorized
+		case errors.Is(se, store.ErrNotEmpty):
+			status, class = http.StatusNotAcceptable, api.ClassNotEmpty
 		}
 		if status != http.StatusInternalServerError {
 			return status, api.Error{Code: status, Class: class, Details: se.Msg}

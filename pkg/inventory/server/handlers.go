@@ -9,11 +9,14 @@ import (
 
 // Answers are 200 with the resource's envelope, as Cloudpods answers,
 // creates included; DELETE and purge answer with the resource as it was.
-// A device in a path is its id or its name (see deviceID).
+// A device in a path is its id or its name (see store.GetDevice). An
+// unknown one is a 404, so climc, which tries a name as an id first, goes
+// on to look it up by name.
 
 func (s *server) listHosts(w http.ResponseWriter, r *http.Request) error {
-	s.logUnknownParams(r, hostQueryParams)
-	f, err := hostFilter(r.URL.Query())
+	q := parseParams(r.URL.Query())
+	s.logUnknownParams(r, q, hostQueryParams)
+	f, err := hostFilter(q.Values)
 	if err != nil {
 		return err
 	}
@@ -26,7 +29,7 @@ func (s *server) listHosts(w http.ResponseWriter, r *http.Request) error {
 		out.Hosts[i] = viewHost(h)
 	}
 	if total > 0 {
-		out.Total, out.Limit, out.Offset = total, answerLimit(r.URL.Query(), total), f.Offset
+		out.Total, out.Limit, out.Offset = total, answerLimit(q.Values, total), f.Offset
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -82,19 +85,20 @@ func (s *server) updateHost(w http.ResponseWriter, r *http.Request) error {
 func (s *server) deleteHost(w http.ResponseWriter, r *http.Request) error {
 	h, err := s.st.DeleteHost(r.Context(), r.PathValue("id"))
 	if err != nil {
-		return inUseAs(err, http.StatusNotAcceptable, api.ClassNotEmpty)
+		return err
 	}
 	writeJSON(w, http.StatusOK, hostBodyView{viewHost(h)})
 	return nil
 }
 
 func (s *server) listDevices(w http.ResponseWriter, r *http.Request) error {
-	s.logUnknownParams(r, deviceQueryParams)
-	f, err := deviceFilter(r.URL.Query())
+	q := parseParams(r.URL.Query())
+	s.logUnknownParams(r, q, deviceQueryParams)
+	f, err := deviceFilter(q)
 	if err != nil {
 		return err
 	}
-	marker, byMarker, desc, err := markerPaging(r.URL.Query())
+	marker, byMarker, desc, err := markerPaging(q.Values)
 	if err != nil {
 		return err
 	}
@@ -107,7 +111,7 @@ func (s *server) listDevices(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := deviceListView{IsolatedDevices: viewDevices(devs)}
 	if total > 0 {
-		out.Total, out.Limit, out.Offset = total, answerLimit(r.URL.Query(), total), f.Offset
+		out.Total, out.Limit, out.Offset = total, answerLimit(q.Values, total), f.Offset
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -146,7 +150,8 @@ func (s *server) createDevice(w http.ResponseWriter, r *http.Request) error {
 	if d, err = s.st.CreateDevice(r.Context(), d); err != nil {
 		return err
 	}
-	return s.writeDevice(w, r, d)
+	writeDevice(w, d)
+	return nil
 }
 
 // getDevice answers a device with its details (host, vendor, guest), as a
@@ -155,38 +160,26 @@ func (s *server) getDevice(w http.ResponseWriter, r *http.Request) error {
 	if _, err := parseBool(r.URL.Query(), "details"); err != nil {
 		return err
 	}
-	id, err := s.deviceID(r)
+	d, err := s.st.GetDevice(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	d, err := s.st.GetDevice(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	return s.writeDevice(w, r, d)
-}
-
-// writeDevice answers d with its details.
-func (s *server) writeDevice(w http.ResponseWriter, r *http.Request, d api.IsolatedDevice) error {
-	h, err := s.st.GetHost(r.Context(), d.HostID)
-	if err != nil {
-		return err
-	}
-	d.Host, d.Vendor, d.Guest = h.Name, store.VendorOf(d.VendorDeviceID), d.GuestID
-	writeJSON(w, http.StatusOK, deviceBodyView{viewDevice(d)})
+	writeDevice(w, d)
 	return nil
 }
 
+// writeDevice answers d, read with its details.
+func writeDevice(w http.ResponseWriter, d api.IsolatedDevice) {
+	writeJSON(w, http.StatusOK, deviceBodyView{viewDevice(d)})
+}
+
 func (s *server) updateDevice(w http.ResponseWriter, r *http.Request) error {
-	id, err := s.deviceID(r)
-	if err != nil {
-		return err
-	}
 	in, err := s.deviceInput(w, r)
 	if err != nil {
 		return err
 	}
-	if err := s.mayChangeDevice(r, id, in); err != nil {
+	id, err := s.mayChangeDevice(r, r.PathValue("id"), in)
+	if err != nil {
 		return err
 	}
 	u, err := in.update()
@@ -197,33 +190,24 @@ func (s *server) updateDevice(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.writeDevice(w, r, d)
+	writeDevice(w, d)
+	return nil
 }
 
 // deleteDevice serves DELETE: a device held by a guest is refused with 406
 // NotEmptyError "Isolated device used by server", as Cloudpods refuses it
 // (only purge may force, see alloc.go).
 func (s *server) deleteDevice(w http.ResponseWriter, r *http.Request) error {
-	id, err := s.deviceID(r)
+	id, err := s.mayChangeDevice(r, r.PathValue("id"), nil)
 	if err != nil {
-		return err
-	}
-	if err := s.mayChangeDevice(r, id, nil); err != nil {
 		return err
 	}
 	d, err := s.st.DeleteDevice(r.Context(), id)
 	if err != nil {
-		return inUseAs(err, http.StatusNotAcceptable, api.ClassNotEmpty)
+		return err
 	}
 	writeJSON(w, http.StatusOK, deviceBodyView{viewDevice(d)})
 	return nil
-}
-
-// deviceID is the id of the device the path's {id} names: an id, or a
-// device name (as Cloudpods resolves a path). An unknown one is a 404, so
-// climc, which tries a name as an id first, goes on to look it up by name.
-func (s *server) deviceID(r *http.Request) (string, error) {
-	return s.st.DeviceID(r.Context(), r.PathValue("id"))
 }
 
 func (s *server) deviceInput(w http.ResponseWriter, r *http.Request) (*deviceInput, error) {
@@ -237,10 +221,10 @@ func (s *server) deviceInput(w http.ResponseWriter, r *http.Request) (*deviceInp
 	return body.IsolatedDevice, nil
 }
 
-// logUnknownParams names, at debug, the query parameters of r that the
-// route ignores.
-func (s *server) logUnknownParams(r *http.Request, known []string) {
-	if unknown := unknownParams(r.URL.Query(), known); len(unknown) > 0 {
+// logUnknownParams names, at debug, the query parameters of r (read as q)
+// that the route ignores.
+func (s *server) logUnknownParams(r *http.Request, q params, known []string) {
+	if unknown := q.unknown(known); len(unknown) > 0 {
 		s.log.Debug("ignoring unknown query parameters", "method", r.Method, "path", r.URL.Path, "parameters", unknown)
 	}
 }

@@ -113,35 +113,94 @@ func parseOptionalInt(q url.Values, name string) (*int, error) {
 // listIndex matches a numbered list parameter: name.N.
 var listIndex = regexp.MustCompile(`^([a-z_]+)\.(\d+)$`)
 
-// queryList reads the values of list filter name: name=v (repeatable) and
-// name.0=v, name.1=w... in their number's order. Empty values are dropped.
-func queryList(q url.Values, name string) ([]string, error) {
-	vals := slices.Clone(q[name])
+// params is a request's query with its keys grouped by parameter name, in
+// one pass over the keys: name=v (repeatable) and name.0=v, name.1=w...
+// are all name's. The filters read their values from it (list), and the
+// debug line of ignored parameters their names (unknown).
+type params struct {
+	url.Values
+	byName map[string]*param
+}
+
+// param is what the query holds for one parameter name.
+type param struct {
+	// keys are the query keys of the name: the name itself and its
+	// numbered forms.
+	keys []string
+	// values are name=v's values, then name.N's in N's order; empty values
+	// are dropped.
+	values []string
+	// err refuses a numbered key whose number does not parse.
+	err error
+}
+
+// parseParams groups q's keys by name (see params).
+func parseParams(q url.Values) params {
 	type numbered struct {
 		n int
 		v []string
 	}
-	var nums []numbered
+	p := params{Values: q, byName: map[string]*param{}}
+	nums := map[string][]numbered{}
 	for key, v := range q {
+		name := key
 		m := listIndex.FindStringSubmatch(key)
-		if m == nil || m[1] != name {
+		if m != nil {
+			name = m[1]
+		}
+		pp := p.byName[name]
+		if pp == nil {
+			pp = &param{}
+			p.byName[name] = pp
+		}
+		pp.keys = append(pp.keys, key)
+		if m == nil {
 			continue
 		}
 		n, err := strconv.Atoi(m[2])
 		if err != nil {
-			return nil, badInput("query parameter %s: not a list index", key)
+			pp.err = badInput("query parameter %s: not a list index", key)
+			continue
 		}
-		nums = append(nums, numbered{n, v})
+		nums[name] = append(nums[name], numbered{n, v})
 	}
-	slices.SortFunc(nums, func(a, b numbered) int { return a.n - b.n })
-	for _, x := range nums {
-		vals = append(vals, x.v...)
+	for name, pp := range p.byName {
+		vals := slices.Clone(q[name])
+		slices.SortFunc(nums[name], func(a, b numbered) int { return a.n - b.n })
+		for _, x := range nums[name] {
+			vals = append(vals, x.v...)
+		}
+		pp.values = slices.DeleteFunc(vals, func(v string) bool { return v == "" })
 	}
-	vals = slices.DeleteFunc(vals, func(v string) bool { return v == "" })
-	if len(vals) > maxListValues {
-		return nil, badInput("query parameter %s: %d values, at most %d", name, len(vals), maxListValues)
+	return p
+}
+
+// list reads the values of list filter name: name=v (repeatable) and
+// name.0=v, name.1=w... in their number's order. Empty values are dropped.
+func (p params) list(name string) ([]string, error) {
+	pp := p.byName[name]
+	switch {
+	case pp == nil:
+		return nil, nil
+	case pp.err != nil:
+		return nil, pp.err
+	case len(pp.values) > maxListValues:
+		return nil, badInput("query parameter %s: %d values, at most %d", name, len(pp.values), maxListValues)
 	}
-	return vals, nil
+	return pp.values, nil
+}
+
+// unknown lists the keys of parameters that are none of known (with their
+// numbered forms), for the debug line of an ignored parameter.
+func (p params) unknown(known []string) []string {
+	var out []string
+	for name, pp := range p.byName {
+		if !slices.Contains(known, name) {
+			out = append(out, pp.keys...)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // deviceQueryParams are the list parameters deviceFilter reads (with their
@@ -158,7 +217,7 @@ var deviceQueryParams = []string{
 // is not a boolean is a GPU's device_path, as older versions of this
 // project's client sent it. server and guest_id both name a guest
 // (Cloudpods' master region ignores server: see docs/inventory.md).
-func deviceFilter(q url.Values) (store.DeviceFilter, error) {
+func deviceFilter(q params) (store.DeviceFilter, error) {
 	f := store.DeviceFilter{HostID: cmp.Or(q.Get("host_id"), q.Get("host")), GuestID: cmp.Or(q.Get("guest_id"), q.Get("server"))}
 	lists := []struct {
 		name string
@@ -168,13 +227,13 @@ func deviceFilter(q url.Values) (store.DeviceFilter, error) {
 		{"vendor_device_id", &f.VendorDeviceIDs}, {"vendor", &f.Vendors}, {"name", &f.Names},
 	}
 	for _, l := range lists {
-		vals, err := queryList(q, l.name)
+		vals, err := q.list(l.name)
 		if err != nil {
 			return f, err
 		}
 		*l.dst = vals
 	}
-	nodes, err := queryList(q, "numa_node")
+	nodes, err := q.list("numa_node")
 	if err != nil {
 		return f, err
 	}
@@ -192,28 +251,28 @@ func deviceFilter(q url.Values) (store.DeviceFilter, error) {
 			f.DevicePaths = append(f.DevicePaths, g)
 		}
 	}
-	if f.Unused, err = parseBool(q, "unused"); err != nil {
+	if f.Unused, err = parseBool(q.Values, "unused"); err != nil {
 		return f, err
 	}
-	if f.Details, err = parseBool(q, "details"); err != nil {
+	if f.Details, err = parseBool(q.Values, "details"); err != nil {
 		return f, err
 	}
-	if f.Unhealthy, err = parseOptionalBool(q, "unhealthy"); err != nil {
+	if f.Unhealthy, err = parseOptionalBool(q.Values, "unhealthy"); err != nil {
 		return f, err
 	}
-	if f.PendingRemoval, err = parseOptionalBool(q, "pending_removal"); err != nil {
+	if f.PendingRemoval, err = parseOptionalBool(q.Values, "pending_removal"); err != nil {
 		return f, err
 	}
-	if f.Index, err = parseOptionalInt(q, "index"); err != nil {
+	if f.Index, err = parseOptionalInt(q.Values, "index"); err != nil {
 		return f, err
 	}
-	if f.DeviceMinor, err = parseOptionalInt(q, "device_minor"); err != nil {
+	if f.DeviceMinor, err = parseOptionalInt(q.Values, "device_minor"); err != nil {
 		return f, err
 	}
 	if f.Desc, err = listOrder(q); err != nil {
 		return f, err
 	}
-	f.Limit, f.Offset, err = parsePage(q)
+	f.Limit, f.Offset, err = parsePage(q.Values)
 	return f, err
 }
 
@@ -222,7 +281,7 @@ func deviceFilter(q url.Values) (store.DeviceFilter, error) {
 // oldest first with order=asc; created_at (and id, its tie-break) is the
 // one order_by this inventory has, since every other order would sort the
 // whole table.
-func listOrder(q url.Values) (desc bool, err error) {
+func listOrder(q params) (desc bool, err error) {
 	switch o := strings.ToLower(q.Get("order")); o {
 	case "", "desc":
 		desc = true
@@ -230,7 +289,7 @@ func listOrder(q url.Values) (desc bool, err error) {
 	default:
 		return false, badInput("query parameter order: %q is not asc or desc", o)
 	}
-	by, err := queryList(q, "order_by")
+	by, err := q.list("order_by")
 	if err != nil {
 		return false, err
 	}
@@ -250,23 +309,6 @@ func hostFilter(q url.Values) (store.HostFilter, error) {
 	var err error
 	f.Limit, f.Offset, err = parsePage(q)
 	return f, err
-}
-
-// unknownParams lists the parameters of q that are none of known (or their
-// numbered forms), for the debug line of an ignored parameter.
-func unknownParams(q url.Values, known []string) []string {
-	var out []string
-	for key := range q {
-		name := key
-		if m := listIndex.FindStringSubmatch(key); m != nil {
-			name = m[1]
-		}
-		if !slices.Contains(known, name) {
-			out = append(out, key)
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // markerPaging reads Cloudpods' marker paging parameters: paging_marker

@@ -31,6 +31,10 @@ import (
 //     commit, then re-evaluates its WHERE on the committed row, finds
 //     guest_id no longer '' and changes nothing (row count 0).
 //
+// A request that names one device (attach, detach, update, delete) reads
+// that row locked first (lockDevice: it may be named by its name), so its
+// conditional write finds the row as read.
+//
 // A count that falls short means another writer got there first: the
 // transaction rolls back, nothing of it remains, and the whole read-decide-
 // write runs again on fresh rows (errRace, retryRaces). A multi-device
@@ -46,8 +50,8 @@ import (
 // group read, the claims, detach-all), so two transactions never wait for
 // each other in a cycle.
 
-// Refusals of allocation. Both are kinds of ErrInUse: the server answers
-// them with 409, like a device held by another guest.
+// Refusals of allocation. Both are kinds of ErrInUse; the server answers
+// each with its own status (see answerFor in pkg/inventory/server).
 var (
 	// ErrNoCapacity: fewer free devices than asked for, or a device that is
 	// unhealthy or pending removal.
@@ -126,27 +130,33 @@ func normalizeAttach(r api.AttachRequest) (api.AttachRequest, int, error) {
 	return r, numa, nil
 }
 
-// AttachDevice gives device id to guest. A device the guest already holds
-// is answered as attached (a retried request succeeds); one that another
-// guest holds, or that is unhealthy or pending removal, is refused.
-func (s *Store) AttachDevice(ctx context.Context, guest, id string) (api.IsolatedDevice, error) {
+// AttachDevice gives the device idOrName names (see GetDevice) to guest.
+// A device the guest already holds is answered as attached (a retried
+// request succeeds); one that another guest holds, or that is unhealthy or
+// pending removal, is refused. The row is read locked (lockDevice), so the
+// claim finds it as read and the answer is that row with its guest set.
+func (s *Store) AttachDevice(ctx context.Context, guest, idOrName string) (api.IsolatedDevice, error) {
 	if err := CheckGuestID(guest); err != nil {
 		return api.IsolatedDevice{}, err
 	}
 	var d api.IsolatedDevice
-	err := s.retryRaces(ctx, "attaching isolated device "+id, func() error {
+	err := s.retryRaces(ctx, "attaching isolated device "+idOrName, func() error {
 		return s.inTx(ctx, false, func(tx *sql.Tx) error {
-			n, err := s.claim(ctx, tx, guest, id)
+			cur, err := s.lockDevice(ctx, tx, idOrName, false)
 			if err != nil {
 				return err
 			}
-			if d, err = s.getDevice(ctx, tx, id); err != nil {
+			now := s.timestamp()
+			n, err := s.claim(ctx, tx, guest, cur.ID, now)
+			if err != nil {
 				return err
 			}
-			if n == 1 {
-				return nil
+			d = cur
+			if n == 0 {
+				return notClaimable(cur, guest)
 			}
-			return notClaimable(d, guest)
+			d.GuestID, d.UpdatedAt = guest, now
+			return nil
 		})
 	})
 	if err != nil {
@@ -193,7 +203,7 @@ func (s *Store) AttachDevices(ctx context.Context, guest string, r api.AttachReq
 				return refuse(ErrNoCapacity, "need %d free %s %q devices on %s, %d free", r.Count, r.DevType, r.Model, where, free)
 			}
 			for _, id := range slices.Sorted(slices.Values(ids)) {
-				n, err := s.claim(ctx, tx, guest, id)
+				n, err := s.claim(ctx, tx, guest, id, s.timestamp())
 				if err != nil {
 					return err
 				}
@@ -217,19 +227,19 @@ func (s *Store) AttachDevices(ctx context.Context, guest string, r api.AttachReq
 	return out, nil
 }
 
-// claim hands device id to guest if it is claimable; it returns the row
-// count (0 or 1).
-func (s *Store) claim(ctx context.Context, tx *sql.Tx, guest, id string) (int64, error) {
-	res, err := s.prep(tx).ExecContext(ctx, s.d.bind(claimStmt), guest, formatTime(s.timestamp()), id)
+// claim hands device id to guest if it is claimable, stamping it updated
+// at now; it returns the row count (0 or 1).
+func (s *Store) claim(ctx context.Context, tx *sql.Tx, guest, id string, now time.Time) (int64, error) {
+	res, err := s.prep(tx).ExecContext(ctx, s.d.bind(claimStmt), guest, formatTime(now), id)
 	if err != nil {
 		return 0, fmt.Errorf("attaching isolated device %s: %w", id, err)
 	}
 	return rowsAffected(res)
 }
 
-// notClaimable says why d, read after a claim changed nothing, cannot go
-// to guest: nil when guest holds it already, errRace when it looks free
-// (another writer changed it in between).
+// notClaimable says why d, as read before a claim that changed nothing,
+// cannot go to guest: nil when guest holds it already, errRace when it
+// looks free (another writer changed it in between).
 func notClaimable(d api.IsolatedDevice, guest string) error {
 	switch {
 	case d.GuestID == guest:

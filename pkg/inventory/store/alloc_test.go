@@ -337,7 +337,7 @@ func TestPurge(t *testing.T) {
 
 		_, _, err = s.PurgeDevice(ctx, heldDev.ID, false)
 		wantRefusal(t, err, ErrInUse, api.MsgDeviceUsedByServer)
-		if _, err := s.DeleteDevice(ctx, heldDev.ID); !errors.Is(err, ErrInUse) || err.Error() != api.MsgDeviceUsedByServer {
+		if _, err := s.DeleteDevice(ctx, heldDev.ID); !errors.Is(err, ErrNotEmpty) || err.Error() != api.MsgDeviceUsedByServer {
 			t.Errorf("delete of a held device: %v, want exactly %q", err, api.MsgDeviceUsedByServer)
 		}
 

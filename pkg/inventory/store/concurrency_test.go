@@ -123,7 +123,7 @@ func TestConcurrentHostUpdatesLoseNothing(t *testing.T) {
 
 // An operator deleting a host while its agent registers a device on it:
 // either the host goes and the device is refused (ErrNotFound), or the
-// device is created and the delete refused (ErrInUse); never a device left
+// device is created and the delete refused (ErrNotEmpty); never a device left
 // on a deleted host, never a database error.
 func TestDeleteHostRacingCreateDevice(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, open func() *Store) {
@@ -140,7 +140,7 @@ func TestDeleteHostRacingCreateDevice(t *testing.T) {
 			switch {
 			case delErr == nil && errors.Is(createErr, ErrNotFound):
 				outcomes["host deleted"]++
-			case createErr == nil && errors.Is(delErr, ErrInUse):
+			case createErr == nil && errors.Is(delErr, ErrNotEmpty):
 				outcomes["device created"]++
 			default:
 				t.Fatalf("round %d: DeleteHost: %v; CreateDevice: %v", i, delErr, createErr)

@@ -42,8 +42,8 @@ type DeviceFilter struct {
 	// Unhealthy and PendingRemoval, when set, keep the devices whose flag
 	// has that value.
 	Unhealthy, PendingRemoval *bool
-	// Details fills Host (the host's name). Guest and GuestStatus stay
-	// empty: guests live outside this inventory.
+	// Details fills the details (see withDetails): the host's name, the
+	// vendor and the guest's id.
 	Details       bool
 	Limit, Offset int
 	// Desc lists newest first (Cloudpods' default order) instead of in

@@ -63,10 +63,11 @@ const (
 		sharing_mode, hot_pluggable, virtual_num, memory_size, update_version, '', seq`
 )
 
-// CreateDevice adds an isolated device. HostID may be the host's id or name;
-// the stored row carries the id. The store assigns id and timestamps, and a
-// name when d has none (dev_<host name>_<nanoseconds>, as Cloudpods names
-// them); VirtualNum 0 is stored as 1.
+// CreateDevice adds an isolated device and returns it as stored, with its
+// details. HostID may be the host's id or name; the stored row carries the
+// id. The store assigns id and timestamps, and a name when d has none
+// (dev_<host name>_<nanoseconds>, as Cloudpods names them); VirtualNum 0
+// is stored as 1.
 func (s *Store) CreateDevice(ctx context.Context, d api.IsolatedDevice) (api.IsolatedDevice, error) {
 	if d.ID != "" {
 		return api.IsolatedDevice{}, refuse(ErrInvalid, "id is assigned by the server")
@@ -98,6 +99,7 @@ func (s *Store) CreateDevice(ctx context.Context, d api.IsolatedDevice) (api.Iso
 		if d.Name == "" {
 			d.Name = generatedName(h.Name, s.now().UnixNano())
 		}
+		d = withDetails(d, h.Name)
 		_, err = s.prep(tx).ExecContext(ctx, s.d.bind(`INSERT INTO isolated_devices (`+deviceInsertColumns+`) VALUES `+deviceInsertPlaceholders),
 			deviceInsertArgs(d, pcie)...)
 		return s.deviceWriteError(err, d)
@@ -108,32 +110,62 @@ func (s *Store) CreateDevice(ctx context.Context, d api.IsolatedDevice) (api.Iso
 	return d, nil
 }
 
-// GetDevice reads one device by id. Host, Guest and GuestStatus (details)
-// are left empty.
-func (s *Store) GetDevice(ctx context.Context, id string) (api.IsolatedDevice, error) {
-	return s.getDevice(ctx, s.db, id)
+// GetDevice reads the device idOrName names, with its details (host name,
+// vendor, guest). idOrName is resolved as Cloudpods resolves a path: a
+// device id, or failing that a device name. A name no device has is
+// ErrNotFound (climc then searches by name, and prints its own "not
+// found"); a name several devices share is ErrDuplicate.
+func (s *Store) GetDevice(ctx context.Context, idOrName string) (api.IsolatedDevice, error) {
+	return s.readDevice(ctx, s.db, idOrName, "", true)
 }
 
-func (s *Store) getDevice(ctx context.Context, q querier, id string) (api.IsolatedDevice, error) {
-	return s.readDevice(ctx, q, id, "")
+// getDevice is GetDevice within q, without details.
+func (s *Store) getDevice(ctx context.Context, q querier, idOrName string) (api.IsolatedDevice, error) {
+	return s.readDevice(ctx, q, idOrName, "", false)
 }
 
 // lockDevice is getDevice for a write transaction that then changes the
 // row: on PostgreSQL it locks the row, so the write cannot find it changed.
-func (s *Store) lockDevice(ctx context.Context, tx *sql.Tx, id string) (api.IsolatedDevice, error) {
-	return s.readDevice(ctx, tx, id, s.d.forUpdate("d"))
+func (s *Store) lockDevice(ctx context.Context, tx *sql.Tx, idOrName string, details bool) (api.IsolatedDevice, error) {
+	return s.readDevice(ctx, tx, idOrName, s.d.forUpdate("d"), details)
 }
 
-func (s *Store) readDevice(ctx context.Context, q querier, id, lock string) (api.IsolatedDevice, error) {
-	row := s.prep(q).QueryRowContext(ctx, s.d.bind(`SELECT `+deviceColumns+deviceFrom+` WHERE d.id = ?`+lock), id)
-	d, err := scanDevice(row, false)
-	if errors.Is(err, sql.ErrNoRows) {
-		return api.IsolatedDevice{}, deviceNotFound(id)
-	}
+// readDeviceQuery reads the device an id or a name names (id, name, id):
+// the id's row first, then at most two of the name's, in id order (the
+// order every statement that locks several device rows keeps, see
+// alloc.go) so that a name two devices share is told apart from one.
+const readDeviceQuery = `SELECT ` + deviceColumns + deviceFrom + `
+	WHERE d.id = ? OR d.name = ? ORDER BY CASE WHEN d.id = ? THEN 0 ELSE 1 END, d.id LIMIT 2`
+
+// readDevice reads the device idOrName names (see GetDevice) in one
+// statement; lock is the dialect's row lock or "".
+func (s *Store) readDevice(ctx context.Context, q querier, idOrName, lock string, details bool) (api.IsolatedDevice, error) {
+	rows, err := s.prep(q).QueryContext(ctx, s.d.bind(readDeviceQuery+lock), idOrName, idOrName, idOrName)
 	if err != nil {
-		return api.IsolatedDevice{}, fmt.Errorf("reading isolated device %s: %w", id, err)
+		return api.IsolatedDevice{}, fmt.Errorf("reading isolated device %s: %w", idOrName, err)
 	}
-	return d, nil
+	defer rows.Close()
+	var named []api.IsolatedDevice
+	for rows.Next() {
+		d, err := scanDevice(rows, details)
+		if err != nil {
+			return api.IsolatedDevice{}, fmt.Errorf("reading isolated device %s: %w", idOrName, err)
+		}
+		if d.ID == idOrName {
+			return d, nil
+		}
+		named = append(named, d)
+	}
+	if err := rows.Err(); err != nil {
+		return api.IsolatedDevice{}, fmt.Errorf("reading isolated device %s: %w", idOrName, err)
+	}
+	switch len(named) {
+	case 0:
+		return api.IsolatedDevice{}, deviceNotFound(idOrName)
+	case 1:
+		return named[0], nil
+	}
+	return api.IsolatedDevice{}, refuse(ErrDuplicate, "several isolated devices are named %s: name one by its id", idOrName)
 }
 
 // deviceNotFound is the refusal for a device id or name that names no
@@ -142,56 +174,26 @@ func deviceNotFound(idOrName string) error {
 	return refuse(ErrNotFound, "isolated_device %s not found", idOrName)
 }
 
-// DeviceID resolves what a client named a device by, as Cloudpods resolves
-// a path: a device id, or failing that a device name. A name no device has
-// is ErrNotFound (climc then searches by name, and prints its own "not
-// found"); a name several devices share is ErrDuplicate.
-func (s *Store) DeviceID(ctx context.Context, idOrName string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, txTimeout)
-	defer cancel()
-	var id string
-	err := s.prep(s.db).QueryRowContext(ctx, s.d.bind(`SELECT id FROM isolated_devices WHERE id = ?`), idOrName).Scan(&id)
-	if err == nil {
-		return id, nil
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return "", fmt.Errorf("reading isolated device %s: %w", idOrName, err)
-	}
-	rows, err := s.prep(s.db).QueryContext(ctx, s.d.bind(`SELECT id FROM isolated_devices WHERE name = ? ORDER BY seq LIMIT 2`), idOrName)
-	if err != nil {
-		return "", fmt.Errorf("finding isolated device %s by name: %w", idOrName, err)
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		if err := rows.Scan(&id); err != nil {
-			return "", fmt.Errorf("finding isolated device %s by name: %w", idOrName, err)
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
-		return "", fmt.Errorf("finding isolated device %s by name: %w", idOrName, err)
-	}
-	switch len(ids) {
-	case 0:
-		return "", deviceNotFound(idOrName)
-	case 1:
-		return ids[0], nil
-	}
-	return "", refuse(ErrDuplicate, "several isolated devices are named %s: name one by its id", idOrName)
+// withDetails fills d's details, as a Cloudpods show has them: its host's
+// name, its vendor (from vendor_device_id) and its guest (the guest's id:
+// guests live outside this inventory, so GuestStatus stays empty).
+func withDetails(d api.IsolatedDevice, hostName string) api.IsolatedDevice {
+	d.Host, d.Vendor, d.Guest = hostName, VendorOf(d.VendorDeviceID), d.GuestID
+	return d
 }
 
-// UpdateDevice changes the fields u names and returns the device as stored.
+// UpdateDevice changes the fields u names of the device idOrName names (see
+// GetDevice) and returns it as stored, with its details.
 // It may give a free device a guest or free a held one, but not move a
 // device from one guest to another (ErrInUse: detach it first). The row is
 // read locked and the write is conditional on the guest_id read (see
 // alloc.go), so an attach or detach that commits in between is never
 // overwritten with the old guest_id.
-func (s *Store) UpdateDevice(ctx context.Context, id string, u DeviceUpdate) (api.IsolatedDevice, error) {
+func (s *Store) UpdateDevice(ctx context.Context, idOrName string, u DeviceUpdate) (api.IsolatedDevice, error) {
 	var d api.IsolatedDevice
-	err := s.retryRaces(ctx, "updating isolated device "+id, func() error {
+	err := s.retryRaces(ctx, "updating isolated device "+idOrName, func() error {
 		return s.inTx(ctx, false, func(tx *sql.Tx) error {
-			cur, err := s.lockDevice(ctx, tx, id)
+			cur, err := s.lockDevice(ctx, tx, idOrName, true)
 			if err != nil {
 				return err
 			}
@@ -199,6 +201,7 @@ func (s *Store) UpdateDevice(ctx context.Context, id string, u DeviceUpdate) (ap
 			if err := applyDeviceUpdate(&d, u); err != nil {
 				return err
 			}
+			d = withDetails(d, cur.Host)
 			if cur.GuestID != "" && d.GuestID != "" && d.GuestID != cur.GuestID {
 				return refuse(ErrInUse, "%s %s: detach it before giving it to %s", api.MsgDeviceUsedByServer, cur.GuestID, d.GuestID)
 			}
@@ -273,12 +276,13 @@ func applyDeviceUpdate(d *api.IsolatedDevice, u DeviceUpdate) error {
 	return validateDevice(*d)
 }
 
-// DeleteDevice removes a device and returns it as it was. A device held by
-// a guest (guest_id set) is kept and ErrInUse returned with Cloudpods'
-// message, so a host's sync never pulls a device from under a running
-// guest. It never forces: that is PurgeDevice's.
-func (s *Store) DeleteDevice(ctx context.Context, id string) (api.IsolatedDevice, error) {
-	d, _, err := s.PurgeDevice(ctx, id, false)
+// DeleteDevice removes the device idOrName names (see GetDevice) and
+// returns it as it was. A device held by a guest (guest_id set) is kept and
+// ErrNotEmpty returned with Cloudpods' message, so a host's sync never
+// pulls a device from under a running guest. It never forces: that is
+// PurgeDevice's.
+func (s *Store) DeleteDevice(ctx context.Context, idOrName string) (api.IsolatedDevice, error) {
+	d, _, err := s.removeDevice(ctx, idOrName, false, ErrNotEmpty)
 	return d, err
 }
 
@@ -371,9 +375,7 @@ func scanDevice(r rowScanner, details bool, extra ...any) (api.IsolatedDevice, e
 	}
 	d.CreatedAt, d.UpdatedAt = created.t, updated.t
 	if details {
-		d.Host = hostName
-		d.Vendor = VendorOf(d.VendorDeviceID)
-		d.Guest = d.GuestID
+		d = withDetails(d, hostName)
 	}
 	return d, nil
 }

@@ -52,6 +52,7 @@ func TestDeviceCRUD(t *testing.T) {
 		}
 		want := d
 		want.GuestID, want.Model, want.MPSMemoryLimit, want.PCIEInfo, want.UpdatedAt = guest, model, limit, nil, up.UpdatedAt
+		want.Guest = guest   // details follow the row
 		want.UpdateVersion++ // every update counts, as in Cloudpods
 		if !reflect.DeepEqual(up, want) {
 			t.Errorf("updated\n%+v\nwant\n%+v", up, want)
@@ -60,8 +61,8 @@ func TestDeviceCRUD(t *testing.T) {
 			t.Errorf("update not stored: %+v", got)
 		}
 
-		if _, err := s.DeleteDevice(ctx, d.ID); !errors.Is(err, ErrInUse) || err.Error() != api.MsgDeviceUsedByServer {
-			t.Fatalf("delete of a held device: %v, want ErrInUse %q", err, api.MsgDeviceUsedByServer)
+		if _, err := s.DeleteDevice(ctx, d.ID); !errors.Is(err, ErrNotEmpty) || err.Error() != api.MsgDeviceUsedByServer {
+			t.Fatalf("delete of a held device: %v, want ErrNotEmpty %q", err, api.MsgDeviceUsedByServer)
 		}
 		if _, err := s.GetDevice(ctx, d.ID); err != nil {
 			t.Fatalf("held device gone after refused delete: %v", err)

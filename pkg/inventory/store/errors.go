@@ -12,9 +12,12 @@ var (
 	// ErrDuplicate: the row would break a uniqueness rule (host name, or a
 	// device's (host_id, vendor_device_id, addr)).
 	ErrDuplicate = errors.New("duplicate")
-	// ErrInUse: the row cannot be removed while something depends on it (a
-	// device held by a guest, a host that still has devices).
+	// ErrInUse: the row is held by a guest, so it cannot be given to
+	// another guest or purged without force.
 	ErrInUse = errors.New("in use")
+	// ErrNotEmpty: the row cannot be deleted while something depends on it
+	// (a device held by a guest, a host that still has devices).
+	ErrNotEmpty = errors.New("not empty")
 	// ErrInvalid: a field is missing or has a value the store refuses.
 	ErrInvalid = errors.New("invalid")
 	// ErrSchemaTooNew: the database was migrated by a newer binary.

@@ -186,7 +186,7 @@ func (s *Store) UpdateHost(ctx context.Context, idOrName string, u HostUpdate) (
 }
 
 // DeleteHost removes a host and returns it as it was. A host that still
-// has isolated devices is kept (ErrInUse): its devices must go first, so no
+// has isolated devices is kept (ErrNotEmpty): its devices must go first, so no
 // row points at a missing host. The host's row is locked before its devices
 // are counted (see lockHost), so no device can be added between the count
 // and the delete.
@@ -202,12 +202,12 @@ func (s *Store) DeleteHost(ctx context.Context, idOrName string) (api.Host, erro
 			return fmt.Errorf("counting devices of host %s: %w", h.ID, err)
 		}
 		if n > 0 {
-			return refuse(ErrInUse, "host %q still has %d isolated devices", h.Name, n)
+			return refuse(ErrNotEmpty, "host %q still has %d isolated devices", h.Name, n)
 		}
 		if _, err := s.prep(tx).ExecContext(ctx, s.d.bind(`DELETE FROM hosts WHERE id = ?`), h.ID); err != nil {
 			if errors.Is(s.d.constraint(err), ErrNotFound) {
 				// The foreign key of a device row: the host is still in use.
-				return refuse(ErrInUse, "host %q still has isolated devices", h.Name)
+				return refuse(ErrNotEmpty, "host %q still has isolated devices", h.Name)
 			}
 			return fmt.Errorf("deleting host %s: %w", h.ID, err)
 		}

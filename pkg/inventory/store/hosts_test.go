@@ -73,7 +73,7 @@ func TestHostRefusals(t *testing.T) {
 			{"change id", func() error { _, err := s.UpdateHost(ctx, "gpu-1", HostUpdate{ID: &other}); return err }, ErrInvalid},
 			{"change created_at", func() error { _, err := s.UpdateHost(ctx, "gpu-1", HostUpdate{CreatedAt: &badTime}); return err }, ErrInvalid},
 			{"update unknown", func() error { _, err := s.UpdateHost(ctx, "nope", HostUpdate{}); return err }, ErrNotFound},
-			{"delete host with devices", func() error { _, err := s.DeleteHost(ctx, "gpu-1"); return err }, ErrInUse},
+			{"delete host with devices", func() error { _, err := s.DeleteHost(ctx, "gpu-1"); return err }, ErrNotEmpty},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {

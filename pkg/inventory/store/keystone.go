@@ -58,7 +58,7 @@ func (s *Store) CreateKeystoneToken(ctx context.Context, apiTokenID, project str
 	kt := KeystoneToken{ID: id, Project: project, Methods: methods, CreatedAt: now, ExpiresAt: expiresAt.UTC().Truncate(time.Microsecond)}
 	err = s.inTx(ctx, false, func(tx *sql.Tx) error {
 		row := s.prep(tx).QueryRowContext(ctx, s.d.bind(`SELECT `+tokenColumns+` FROM api_tokens WHERE id = ?`), apiTokenID)
-		api, _, err := scanToken(row, false)
+		api, err := scanToken(row)
 		if errors.Is(err, sql.ErrNoRows) {
 			return refuse(ErrInvalidToken, "API token %s is revoked", apiTokenID)
 		}
@@ -83,6 +83,12 @@ func (s *Store) CreateKeystoneToken(ctx context.Context, apiTokenID, project str
 	return keystonePrefix + id + "_" + secret, kt, nil
 }
 
+// verifyKeystoneQuery reads a keystone token by id with its API token:
+// tokenColumns of the API token (scanToken), then the keystone token's.
+var verifyKeystoneQuery = `SELECT ` + qualified("t", tokenColumns) + `,
+	k.id, k.project, k.methods, k.created_at, k.expires_at, k.secret_sha256
+	FROM keystone_tokens k JOIN api_tokens t ON t.id = k.api_token_id WHERE k.id = ?`
+
 // VerifyKeystoneToken returns the keystone token presented, or
 // ErrInvalidToken when it is malformed, unknown, expired, of a revoked API
 // token, or its secret is wrong; like VerifyToken it does the same work
@@ -94,24 +100,18 @@ func (s *Store) VerifyKeystoneToken(ctx context.Context, presented string) (Keys
 	if !ok {
 		return KeystoneToken{}, refuse(ErrInvalidToken, "malformed token")
 	}
-	row := s.prep(s.db).QueryRowContext(ctx, s.d.bind(`SELECT k.id, k.project, k.methods, k.created_at, k.expires_at, k.secret_sha256,
-		t.id, t.name, t.role, t.host_name, t.created_at, t.last_used_at
-		FROM keystone_tokens k JOIN api_tokens t ON t.id = k.api_token_id WHERE k.id = ?`), id)
+	row := s.prep(s.db).QueryRowContext(ctx, s.d.bind(verifyKeystoneQuery), id)
 	var kt KeystoneToken
-	var methods, stored, role string
-	var created, expires, apiCreated dbTime
-	var host sql.NullString
-	var used nullTime
-	err := row.Scan(&kt.ID, &kt.Project, &methods, &created, &expires, &stored,
-		&kt.API.ID, &kt.API.Name, &role, &host, &apiCreated, &used)
+	var methods, stored string
+	var created, expires dbTime
+	api, err := scanToken(row, &kt.ID, &kt.Project, &methods, &created, &expires, &stored)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return KeystoneToken{}, fmt.Errorf("reading keystone token %s: %w", id, err)
 	}
 	if !secretMatches(err == nil, secret, stored) || !s.now().Before(expires.t) {
 		return KeystoneToken{}, refuse(ErrInvalidToken, "invalid token")
 	}
-	kt.API.Role, kt.API.Host, kt.API.CreatedAt, kt.API.LastUsedAt = Role(role), host.String, apiCreated.t, used.t
-	kt.CreatedAt, kt.ExpiresAt = created.t, expires.t
+	kt.API, kt.CreatedAt, kt.ExpiresAt = api, created.t, expires.t
 	if methods != "" {
 		kt.Methods = strings.Split(methods, ",")
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -83,9 +84,9 @@ func TestKeystoneTokens(t *testing.T) {
 	})
 }
 
-// A device is found by id, else by name; an unknown or shared name is a
-// refusal a client can act on.
-func TestDeviceIDByIDOrName(t *testing.T) {
+// A device is found by id, else by name, by every call that names one; an
+// unknown or shared name is a refusal a client can act on.
+func TestDeviceByIDOrName(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, open func() *Store) {
 		ctx := t.Context()
 		s := open()
@@ -95,6 +96,10 @@ func TestDeviceIDByIDOrName(t *testing.T) {
 		twin1.Name, twin2.Name = "twin", "twin"
 		mustDevice(t, s, twin1)
 		mustDevice(t, s, twin2)
+		// A device named with another device's id: the id wins.
+		named := slice(h.ID, "06", 3)
+		named.Name = a.ID
+		impostor := mustDevice(t, s, named)
 		for _, tt := range []struct {
 			in, want string
 			kind     error
@@ -104,13 +109,65 @@ func TestDeviceIDByIDOrName(t *testing.T) {
 			{"no-such-device", "", ErrNotFound},
 			{"twin", "", ErrDuplicate},
 		} {
-			got, err := s.DeviceID(ctx, tt.in)
-			if got != tt.want || !errors.Is(err, tt.kind) || (tt.kind == nil) != (err == nil) {
-				t.Errorf("DeviceID(%q) = %q, %v; want %q, %v", tt.in, got, err, tt.want, tt.kind)
+			got, err := s.GetDevice(ctx, tt.in)
+			if got.ID != tt.want || !errors.Is(err, tt.kind) || (tt.kind == nil) != (err == nil) {
+				t.Errorf("GetDevice(%q) = %q, %v; want %q, %v", tt.in, got.ID, err, tt.want, tt.kind)
 			}
 		}
-		_, err := s.DeviceID(ctx, "no-such-device")
+		_, err := s.GetDevice(ctx, "no-such-device")
 		wantRefusal(t, err, ErrNotFound, "isolated_device no-such-device not found")
+		_, err = s.UpdateDevice(ctx, "twin", DeviceUpdate{})
+		wantRefusal(t, err, ErrDuplicate, "several isolated devices are named twin: name one by its id")
+
+		// The writes resolve a name too, and answer the device named.
+		model := "renamed-model"
+		if up, err := s.UpdateDevice(ctx, a.Name, DeviceUpdate{Model: &model}); err != nil || up.ID != a.ID || up.Model != model {
+			t.Errorf("UpdateDevice by name = %s %q, %v; want %s %q", up.ID, up.Model, err, a.ID, model)
+		}
+		if d, err := s.AttachDevice(ctx, "pod-1", a.Name); err != nil || d.ID != a.ID || d.GuestID != "pod-1" {
+			t.Errorf("AttachDevice by name = %s held by %q, %v; want %s held by pod-1", d.ID, d.GuestID, err, a.ID)
+		}
+		if got, _ := s.GetDevice(ctx, a.ID); got.GuestID != "pod-1" {
+			t.Errorf("after attach by name, device held by %q, want pod-1", got.GuestID)
+		}
+		if devs, err := s.DetachDevice(ctx, "pod-1", a.Name); err != nil || len(devs) != 1 || devs[0].ID != a.ID || devs[0].GuestID != "" {
+			t.Errorf("DetachDevice by name = %+v, %v; want %s, free", devs, err, a.ID)
+		}
+		if gone, err := s.DeleteDevice(ctx, a.Name); err != nil || gone.ID != a.ID {
+			t.Errorf("DeleteDevice by name = %s, %v; want %s", gone.ID, err, a.ID)
+		}
+		// With a gone, its id names the impostor by name.
+		if got, err := s.GetDevice(ctx, a.ID); err != nil || got.ID != impostor.ID {
+			t.Errorf("GetDevice(%q) after delete = %s, %v; want the device of that name", a.ID, got.ID, err)
+		}
+	})
+}
+
+// Every call that answers one device as stored answers it with its
+// details, and what the answer says is what a later read says.
+func TestDeviceDetails(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, open func() *Store) {
+		ctx := t.Context()
+		s := open()
+		h := mustHost(t, s, "gpu-1")
+		in := slice(h.Name, "06", 0) // by the host's name
+		in.GuestID = "pod-1"
+		created := mustDevice(t, s, in)
+		if created.Host != "gpu-1" || created.Vendor != VendorOf(in.VendorDeviceID) || created.Vendor == "" || created.Guest != "pod-1" {
+			t.Errorf("created: host %q, vendor %q, guest %q; want gpu-1, %q, pod-1", created.Host, created.Vendor, created.Guest, VendorOf(in.VendorDeviceID))
+		}
+		got, err := s.GetDevice(ctx, created.ID)
+		if err != nil || !reflect.DeepEqual(got, created) {
+			t.Errorf("GetDevice = %+v, %v; want %+v", got, err, created)
+		}
+		free := ""
+		up, err := s.UpdateDevice(ctx, created.ID, DeviceUpdate{GuestID: &free})
+		if err != nil || up.Host != "gpu-1" || up.Guest != "" || up.Vendor != created.Vendor {
+			t.Errorf("updated: host %q, vendor %q, guest %q, %v; want gpu-1, %q, none", up.Host, up.Vendor, up.Guest, err, created.Vendor)
+		}
+		if got, _ := s.GetDevice(ctx, created.ID); !reflect.DeepEqual(got, up) {
+			t.Errorf("GetDevice after update = %+v, want %+v", got, up)
+		}
 	})
 }
 

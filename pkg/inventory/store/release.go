@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"time"
 
 	"yunion.io/x/mps-daemon/pkg/api"
 )
@@ -13,28 +14,31 @@ import (
 // Releasing devices: detach (by id or all of a guest's) and purge. The
 // concurrency rules are alloc.go's.
 
-// DetachDevice takes device id back from guest and returns it. Detaching a
-// free device changes nothing and returns no device, so a retried detach
-// succeeds; a device another guest holds is refused. A device pending
-// removal is only released here: deleting it is left to its host's next
-// sync, so each host's rows keep one writer.
-func (s *Store) DetachDevice(ctx context.Context, guest, id string) ([]api.IsolatedDevice, error) {
+// DetachDevice takes the device idOrName names (see GetDevice) back from
+// guest and returns it. Detaching a free device changes nothing and
+// returns no device, so a retried detach succeeds; a device another guest
+// holds is refused. A device pending removal is only released here:
+// deleting it is left to its host's next sync, so each host's rows keep
+// one writer. The row is read locked, as AttachDevice reads it.
+func (s *Store) DetachDevice(ctx context.Context, guest, idOrName string) ([]api.IsolatedDevice, error) {
 	if err := CheckGuestID(guest); err != nil {
 		return nil, err
 	}
 	var out []api.IsolatedDevice
-	err := s.retryRaces(ctx, "detaching isolated device "+id, func() error {
+	err := s.retryRaces(ctx, "detaching isolated device "+idOrName, func() error {
 		out = nil
 		return s.inTx(ctx, false, func(tx *sql.Tx) error {
-			n, err := s.release(ctx, tx, guest, id)
+			d, err := s.lockDevice(ctx, tx, idOrName, false)
 			if err != nil {
 				return err
 			}
-			d, err := s.getDevice(ctx, tx, id)
+			now := s.timestamp()
+			n, err := s.release(ctx, tx, guest, d.ID, now)
 			switch {
 			case err != nil:
 				return err
 			case n == 1:
+				d.GuestID, d.UpdatedAt = "", now
 				out = append(out, d)
 				return nil
 			case d.GuestID == "":
@@ -94,31 +98,38 @@ func (s *Store) DetachAll(ctx context.Context, guest string) ([]api.IsolatedDevi
 	return devs, nil
 }
 
-// release frees device id if guest holds it; it returns the row count.
-func (s *Store) release(ctx context.Context, tx *sql.Tx, guest, id string) (int64, error) {
-	res, err := s.prep(tx).ExecContext(ctx, s.d.bind(releaseStmt), formatTime(s.timestamp()), id, guest)
+// release frees device id if guest holds it, stamping it updated at now;
+// it returns the row count.
+func (s *Store) release(ctx context.Context, tx *sql.Tx, guest, id string, now time.Time) (int64, error) {
+	res, err := s.prep(tx).ExecContext(ctx, s.d.bind(releaseStmt), formatTime(now), id, guest)
 	if err != nil {
 		return 0, fmt.Errorf("detaching isolated device %s: %w", id, err)
 	}
 	return rowsAffected(res)
 }
 
-// PurgeDevice removes device id and returns it as it was. A device a guest
-// holds is refused (ErrInUse, "Isolated device used by server") unless
-// force is set; then it is detached and removed, and detachedGuest names
-// the guest that held it.
-func (s *Store) PurgeDevice(ctx context.Context, id string, force bool) (d api.IsolatedDevice, detachedGuest string, err error) {
-	err = s.retryRaces(ctx, "deleting isolated device "+id, func() error {
+// PurgeDevice removes the device idOrName names (see GetDevice) and returns
+// it as it was. A device a guest holds is refused (ErrInUse, "Isolated
+// device used by server") unless force is set; then it is detached and
+// removed, and detachedGuest names the guest that held it.
+func (s *Store) PurgeDevice(ctx context.Context, idOrName string, force bool) (d api.IsolatedDevice, detachedGuest string, err error) {
+	return s.removeDevice(ctx, idOrName, force, ErrInUse)
+}
+
+// removeDevice is PurgeDevice and DeleteDevice: without force, a held
+// device is refused with the kind held.
+func (s *Store) removeDevice(ctx context.Context, idOrName string, force bool, held error) (d api.IsolatedDevice, detachedGuest string, err error) {
+	err = s.retryRaces(ctx, "deleting isolated device "+idOrName, func() error {
 		return s.inTx(ctx, false, func(tx *sql.Tx) error {
-			if d, err = s.lockDevice(ctx, tx, id); err != nil {
+			if d, err = s.lockDevice(ctx, tx, idOrName, false); err != nil {
 				return err
 			}
 			if d.GuestID != "" && !force {
-				return refuse(ErrInUse, "%s", api.MsgDeviceUsedByServer)
+				return refuse(held, "%s", api.MsgDeviceUsedByServer)
 			}
-			res, err := s.prep(tx).ExecContext(ctx, s.d.bind(`DELETE FROM isolated_devices WHERE id = ? AND guest_id = ?`), id, d.GuestID)
+			res, err := s.prep(tx).ExecContext(ctx, s.d.bind(`DELETE FROM isolated_devices WHERE id = ? AND guest_id = ?`), d.ID, d.GuestID)
 			if err != nil {
-				return fmt.Errorf("deleting isolated device %s: %w", id, err)
+				return fmt.Errorf("deleting isolated device %s: %w", d.ID, err)
 			}
 			if n, err := rowsAffected(res); err != nil || n == 0 {
 				return cmp.Or(err, errRace)

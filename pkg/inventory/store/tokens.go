@@ -118,7 +118,18 @@ func randomHex(n int) (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
+// tokenColumns are the api_tokens columns scanToken reads, in its order.
 const tokenColumns = `id, name, role, host_name, created_at, last_used_at`
+
+// qualified is the comma-separated columns cols, each prefixed with table
+// (for a join): qualified("t", "id, name") is "t.id, t.name".
+func qualified(table, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, c := range parts {
+		parts[i] = table + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
+}
 
 // CreateToken makes a token and returns it whole (mpsi_<id>_<secret>)
 // together with its stored form. The whole token exists only in the return
@@ -166,7 +177,7 @@ func (s *Store) ListTokens(ctx context.Context) ([]Token, error) {
 	defer rows.Close()
 	var out []Token
 	for rows.Next() {
-		t, _, err := scanToken(rows, false)
+		t, err := scanToken(rows)
 		if err != nil {
 			return nil, fmt.Errorf("reading token row: %w", err)
 		}
@@ -207,7 +218,8 @@ func (s *Store) VerifyToken(ctx context.Context, presented string) (Token, error
 		return Token{}, refuse(ErrInvalidToken, "malformed token")
 	}
 	row := s.prep(s.db).QueryRowContext(ctx, s.d.bind(`SELECT `+tokenColumns+`, secret_sha256 FROM api_tokens WHERE id = ?`), id)
-	t, stored, err := scanToken(row, true)
+	var stored string
+	t, err := scanToken(row, &stored)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return Token{}, fmt.Errorf("reading token %s: %w", id, err)
 	}
@@ -248,21 +260,18 @@ func (s *Store) touchToken(ctx context.Context, t *Token) {
 	t.LastUsedAt = now
 }
 
-func scanToken(r rowScanner, withHash bool) (Token, string, error) {
+// scanToken scans tokenColumns, then extra.
+func scanToken(r rowScanner, extra ...any) (Token, error) {
 	var t Token
-	var role, hash string
+	var role string
 	var host sql.NullString
 	var created dbTime
 	var used nullTime
-	dest := []any{&t.ID, &t.Name, &role, &host, &created, &used}
-	if withHash {
-		dest = append(dest, &hash)
-	}
-	if err := r.Scan(dest...); err != nil {
-		return Token{}, "", err
+	if err := r.Scan(append([]any{&t.ID, &t.Name, &role, &host, &created, &used}, extra...)...); err != nil {
+		return Token{}, err
 	}
 	t.Role, t.Host, t.CreatedAt, t.LastUsedAt = Role(role), host.String, created.t, used.t
-	return t, hash, nil
+	return t, nil
 }
 
 // nullTime scans a timestamp column that may be NULL (zero time).
