@@ -17,12 +17,15 @@ package regioncompat
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -344,6 +347,34 @@ func (c *compared) attachDetachPurge() {
 		}
 	}
 
+	// Refusals of raw requests climc has no command for: the DELETE of a
+	// held device, and an attach by model asking for more devices than are
+	// free. Both sides answer the same status and class, and nothing changes.
+	for _, tt := range []struct {
+		what   string
+		req    func(devs map[string]string) (method, path string)
+		body   any
+		status int
+		class  string
+	}{
+		{"DELETE of a held device", func(d map[string]string) (string, string) {
+			return http.MethodDelete, "/isolated_devices/" + d["mps-00"]
+		}, nil, http.StatusNotAcceptable, api.ClassNotEmpty},
+		{"attach by model past the free devices", func(map[string]string) (string, string) {
+			return http.MethodPost, "/servers/" + c.guestB + "/attach-isolated-device"
+		}, map[string]any{"server": map[string]any{"model": h100, "count": 100, "sharing_mode": "EXCLUSIVE"}}, http.StatusBadRequest, api.ClassInsufficientResource},
+	} {
+		rm, rp := tt.req(c.rDevs)
+		im, ip := tt.req(c.iDevs)
+		rs, rc := refusal(c.region.call(ctx, rm, rp, tt.body, nil))
+		is, ic := refusal(c.inv.call(ctx, im, ip, tt.body, nil))
+		if rs != tt.status || is != tt.status || rc != tt.class || ic != tt.class {
+			t.Errorf("%s: region %d %s, inventory %d %s", tt.what, rs, rc, is, ic)
+		}
+		t.Logf("%s: region %d %s, inventory %d %s", tt.what, rs, rc, is, ic)
+	}
+	c.lists("after the refused requests")
+
 	step("detach by id", func(s *side, devs map[string]string) {
 		climcOK(s, c.guestA, "server-detach-isolated-device", c.guestA, devs["mps-00"], "0")
 	})
@@ -447,3 +478,24 @@ func (c *compared) daemonRows(st *store.Store) {
 		t.Errorf("the daemon's device in climc's list:\n%s%s", r.stdout, r.stderr)
 	}
 }
+
+// refusal reads the status and class of a request's error, as
+// cloudpods.Request words it ("METHOD URL: 406 Not Acceptable: {body}");
+// 0 and "" when the request succeeded.
+func refusal(err error) (status int, class string) {
+	if err == nil {
+		return 0, ""
+	}
+	m := refusalRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return -1, err.Error()
+	}
+	status, _ = strconv.Atoi(m[1])
+	var body struct {
+		Class string `json:"class"`
+	}
+	_ = json.Unmarshal([]byte(m[2]), &body)
+	return status, body.Class
+}
+
+var refusalRE = regexp.MustCompile(`: (\d{3}) [^:]*: (\{.*\})\s*$`)
