@@ -1,7 +1,9 @@
 package accounting
 
 import (
+	"bufio"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -21,12 +23,34 @@ import (
 // process that is gone is billed to nothing.
 func TestExitRaceOnRealProc(t *testing.T) {
 	dev := gpuA + "::0"
-	cmd := exec.Command("sleep", "60")
+	// cmd.Start returns once the child's execve has closed its
+	// close-on-exec pipe, before the kernel has laid out the new
+	// program's environment: /proc/<pid>/environ can still be empty
+	// then. cat echoes a line only once it runs, so the echo proves the
+	// exec finished; it then blocks reading its stdin, same PID.
+	cmd := exec.Command("cat")
 	cmd.Env = []string{vdev.EnvVar + "=" + dev}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	defer in.Close()
 	pid := cmd.Process.Pid
+	if _, err := io.WriteString(in, "running\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "running\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("cat never echoed: %q, %v", line, err)
+	}
 	reaped := false
 	t.Cleanup(func() {
 		if !reaped {
