@@ -3,7 +3,6 @@ package accounting
 import (
 	"bytes"
 	"errors"
-	"fmt"
 
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
@@ -18,24 +17,11 @@ var ErrNoDevice = errors.New("names no virtual device")
 // twice and getenv returns the first, but a program may read either: two
 // different values are vdev.ErrBadName too rather than a guess.
 func ParseEnviron(environ []byte) (device string, err error) {
-	found := false
-	for entry := range bytes.SplitSeq(environ, []byte{0}) {
-		name, value, ok := bytes.Cut(entry, []byte{'='})
-		if !ok || string(name) != vdev.EnvVar {
-			continue
-		}
-		if found && string(value) != device {
-			return "", fmt.Errorf("%s is set twice (%q and %q): %w", vdev.EnvVar, device, value, vdev.ErrBadName)
-		}
-		device, found = string(value), true
+	v, err := scanEnviron(bytes.NewReader(environ))
+	if err != nil {
+		return "", err
 	}
-	if !found || device == "" {
-		return "", ErrNoDevice
-	}
-	if _, _, err := vdev.ParseName(device); err != nil {
-		return "", fmt.Errorf("%s: %w", vdev.EnvVar, err)
-	}
-	return device, nil
+	return v.deviceOf()
 }
 
 // Caps maps the names of devs to their memory caps in bytes (the same

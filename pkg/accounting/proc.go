@@ -50,9 +50,8 @@ func Sources() []string {
 // Limits on what is read from /proc: a process controls the size of its
 // environment, and nothing here may cost more than a bounded read.
 const (
-	maxStat    = 4 << 10
-	maxCgroup  = 64 << 10
-	maxEnviron = 1 << 20
+	maxStat   = 4 << 10
+	maxCgroup = 64 << 10
 	// maxAncestors bounds the walk up a process's parents.
 	maxAncestors = 32
 )
@@ -295,13 +294,22 @@ func (m *Mapper) open(pid int) (*procDir, error) {
 
 func (p *procDir) fd() int { return int(p.File.Fd()) }
 
-// read reads at most limit bytes of one file; more is an error.
-func (p *procDir) read(file string, limit int64) ([]byte, error) {
+// openFile opens one file of the process's directory for reading, never
+// following a link and never blocking on open.
+func (p *procDir) openFile(file string) (*os.File, error) {
 	fd, err := unix.Openat(p.fd(), file, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, p.readErr(file, err)
 	}
-	f := os.NewFile(uintptr(fd), file)
+	return os.NewFile(uintptr(fd), file), nil
+}
+
+// read reads at most limit bytes of one file; more is an error.
+func (p *procDir) read(file string, limit int64) ([]byte, error) {
+	f, err := p.openFile(file)
+	if err != nil {
+		return nil, err
+	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
@@ -339,16 +347,22 @@ func (p *procDir) stat() (Stat, error) {
 }
 
 // environ is the device the environment names (ParseEnviron's answer) and
-// its QoS variables; an environment that cannot be read has its QoS marked
-// unreadable (a tenant must not hide its variables behind a huge
-// environment).
+// its QoS variables, read as a stream (environ.go): its size alone never
+// makes it unreadable. One that cannot be read has its QoS marked
+// unreadable (a tenant must not hide its variables from the check).
 func (p *procDir) environ() (string, status.QoSEnv, error) {
-	b, err := p.read("environ", maxEnviron)
+	f, err := p.openFile("environ")
 	if err != nil {
 		return "", status.QoSEnv{Unreadable: err.Error()}, err
 	}
-	dev, err := ParseEnviron(b)
-	return dev, ParseQoSEnviron(b), err
+	defer f.Close()
+	v, err := scanEnviron(f)
+	if err != nil {
+		err = p.readErr("environ", err)
+		return "", status.QoSEnv{Unreadable: err.Error()}, err
+	}
+	dev, err := v.deviceOf()
+	return dev, v.qosOf(), err
 }
 
 func (p *procDir) cgroup() ([]byte, error) { return p.read("cgroup", maxCgroup) }

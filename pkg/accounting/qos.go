@@ -30,28 +30,22 @@ import (
 // ParseQoSEnviron finds the QoS variables in the contents of
 // /proc/<pid>/environ (NUL-separated NAME=value entries).
 func ParseQoSEnviron(environ []byte) status.QoSEnv {
-	var q status.QoSEnv
-	for entry := range bytes.SplitSeq(environ, []byte{0}) {
-		name, value, ok := bytes.Cut(entry, []byte{'='})
-		if !ok {
-			continue
-		}
-		var v *status.EnvValue
-		switch string(name) {
-		case vdev.EnvThreadPercentage:
-			v = &q.ThreadPercentage
-		case vdev.EnvClientPriority:
-			v = &q.ClientPriority
-		default:
-			continue
-		}
-		s := envDisplay(string(value))
-		if v.Set && v.Value != s {
-			v.Twice = true
-		}
-		v.Value, v.Set = s, true
+	v, err := scanEnviron(bytes.NewReader(environ))
+	if err != nil {
+		return status.QoSEnv{Unreadable: err.Error()}
 	}
-	return q
+	return v.qosOf()
+}
+
+// qosOf is what v says of the client's QoS.
+func (v envVars) qosOf() status.QoSEnv {
+	value := func(vals []string) status.EnvValue {
+		if len(vals) == 0 {
+			return status.EnvValue{}
+		}
+		return status.EnvValue{Value: envDisplay(vals[len(vals)-1]), Set: true, Twice: len(vals) > 1}
+	}
+	return status.QoSEnv{ThreadPercentage: value(v.thread), ClientPriority: value(v.priority)}
 }
 
 // DeviceQoS is what a batch device's clients must keep to.

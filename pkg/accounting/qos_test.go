@@ -2,6 +2,7 @@ package accounting
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -169,18 +170,26 @@ func TestAccountantTerminatesQoSEscapes(t *testing.T) {
 	}
 }
 
-// A process cannot hide its variables behind an environment larger than
-// the accounting reads: that is an escape too.
-func TestHugeEnvironmentIsAnEscape(t *testing.T) {
+// Size alone never makes an escape (issue 23): a compliant batch client
+// whose environment is larger than any buffer the accounting keeps (its
+// variables last, behind megabytes of others) is read whole and passes;
+// the same with its share dropped is an escape for that, not for its size.
+func TestHugeEnvironmentIsReadWhole(t *testing.T) {
 	proc := newFakeProc(t)
 	b1 := gpuA + "::1"
 	proc.give("b", b1)
 	proc.addContainer(40, 1, 400, "b", b1)
-	proc.write(40, "environ", env("PAD="+strings.Repeat("x", maxEnviron), "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=13", "CUDA_MPS_CLIENT_PRIORITY=1"))
+	proc.addContainer(41, 1, 401, "b", b1)
+	pad := make([]string, 0, 40)
+	for i := range 40 { // 40 x 128 KiB: 5 MiB, near what execve takes
+		pad = append(pad, fmt.Sprintf("PAD%d=%s", i, strings.Repeat("x", 128<<10)))
+	}
+	proc.write(40, "environ", env(append(pad, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=13", "CUDA_MPS_CLIENT_PRIORITY=1")...))
+	proc.write(41, "environ", env(append(pad, "CUDA_MPS_CLIENT_PRIORITY=1")...))
 	acct := New(Options{ProcRoot: proc.root, Identities: proc.store.Table})
-	r := acct.Tick(t.Context(), config.AccountingReport, map[string][]gpu.Process{gpuA: {{PID: 40, UsedMemoryBytes: gib}}},
+	r := acct.Tick(t.Context(), config.AccountingReport, map[string][]gpu.Process{gpuA: {{PID: 40, UsedMemoryBytes: gib}, {PID: 41, UsedMemoryBytes: gib}}},
 		map[string]uint64{b1: 20 * gib}, map[string]DeviceQoS{b1: batch13}, nil)
-	if len(r.Usage.Escapes) != 1 || !strings.Contains(r.Usage.Escapes[0].Reason, "cannot be read") {
-		t.Errorf("escapes %+v, want PID 40 for its unreadable environment", r.Usage.Escapes)
+	if len(r.Usage.Escapes) != 1 || r.Usage.Escapes[0].PID != 41 || !strings.Contains(r.Usage.Escapes[0].Reason, "no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") {
+		t.Errorf("escapes %+v, want PID 41 alone, for its missing share", r.Usage.Escapes)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,5 +129,61 @@ func TestExitRaceOnRealProc(t *testing.T) {
 		t.Logf("PID %d already reused: Lookup by PID not checked", pid)
 	} else if id, err := m.Lookup(pid, gpuA); !errors.Is(err, ErrExited) || id.Device != "" {
 		t.Errorf("reaped: Lookup = %+v, %v; want ErrExited and no device", id, err)
+	}
+}
+
+// TestLargeEnvironmentOnRealProc: a real process started with an
+// environment over 1 MiB, its device and QoS variables last, is read whole
+// through the kernel's procfs: billed to its device, its QoS variables
+// found, no escape (issue 23: such a batch client was terminated under
+// enforce for its size alone).
+func TestLargeEnvironmentOnRealProc(t *testing.T) {
+	dev := gpuA + "::1"
+	cmd := exec.Command("cat")
+	for i := range 12 { // 12 x 100 KiB: execve takes at most 128 KiB per string
+		cmd.Env = append(cmd.Env, "PAD"+strconv.Itoa(i)+"="+strings.Repeat("x", 100<<10))
+	}
+	cmd.Env = append(cmd.Env, vdev.EnvThreadPercentage+"=13", vdev.EnvClientPriority+"=1", vdev.EnvVar+"="+dev)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		in.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	// The echo proves the exec finished (see TestExitRaceOnRealProc).
+	if _, err := io.WriteString(in, "running\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "running\n" {
+		t.Fatalf("cat never echoed: %q, %v", line, err)
+	}
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/environ")
+	if err != nil || len(raw) <= 1<<20 {
+		t.Fatalf("the process's environment is %d bytes (%v); the test needs more than 1 MiB", len(raw), err)
+	}
+	m := &Mapper{ProcRoot: "/proc"}
+	if err := m.Refresh(); err != nil && !errors.Is(err, ErrOwnNamespace) {
+		t.Fatal(err)
+	}
+	id, err := m.Lookup(cmd.Process.Pid, gpuA)
+	if err != nil || id.Device != dev || id.Source != SourceEnviron {
+		t.Fatalf("Lookup = %+v, %v; want %s from its environment of %d bytes", id, err, dev, len(raw))
+	}
+	if id.QoSEnv.Unreadable != "" || id.QoSEnv.ThreadPercentage.Value != "13" || id.QoSEnv.ClientPriority.Value != "1" {
+		t.Errorf("QoS variables %+v, want 13 and 1 read from it", id.QoSEnv)
+	}
+	q := DeviceQoS{ThreadPercentage: 13, ClientPriority: 1, Server: vdev.ServerDefaults{ThreadPercentage: 50, ClientPriority: 1}}
+	if why := CheckQoS(id.QoSEnv, q); why != "" {
+		t.Errorf("a compliant client with a %d-byte environment is an escape: %s", len(raw), why)
 	}
 }
