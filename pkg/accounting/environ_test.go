@@ -58,4 +58,3 @@ func TestScanEnviron(t *testing.T) {
 		})
 	}
 }
-
