@@ -35,11 +35,17 @@ type DeviceUsage struct {
 
 // UnknownProcess is an MPS client that is billed to no device: it names
 // none, names one badly, names one of another GPU or one this host does not
-// have, or its /proc entry could not be read. Unknown processes are
-// reported, never terminated.
+// have, its /proc entry could not be read, or it is in a container whose
+// device cannot be established (Hidden). Unknown processes are reported;
+// only the hidden ones are terminated, under enforce (DecideHidden).
 type UnknownProcess struct {
 	gpu.Process
 	GPU string
+	// Hidden: in a container (not the host's mount namespace) where neither
+	// it nor its cgroup shows one device of the GPU (ErrNoIdentity).
+	Hidden bool
+	// StartTicks identifies the process, when its stat was read.
+	StartTicks uint64
 	// Device is the device it was identified as (by Source) when that
 	// device is not one it can be billed to; empty when none was found.
 	Device string
@@ -122,10 +128,11 @@ func Account(procs map[string][]gpu.Process, caps map[string]uint64, lookup Look
 	for _, uuid := range slices.Sorted(maps.Keys(procs)) {
 		for _, p := range procs[uuid] {
 			id, err := lookup(p.PID, uuid)
-			unknown := UnknownProcess{Process: p, GPU: uuid, Device: id.Device, Source: id.Source, Environment: id.Environment}
+			unknown := UnknownProcess{Process: p, GPU: uuid, Device: id.Device, Source: id.Source, Environment: id.Environment, StartTicks: id.StartTicks}
 			switch {
 			case err != nil:
 				unknown.Reason = join(reason(err), id.Detail)
+				unknown.Hidden = errors.Is(err, ErrNoIdentity)
 			default:
 				devGPU, _, _ := vdev.ParseName(id.Device)
 				d, ok := u.PerDevice[id.Device]
@@ -170,8 +177,11 @@ func reason(err error) string {
 	case errors.Is(err, ErrExited):
 		return "exited before it could be mapped"
 	case errors.Is(err, ErrNoIdentity):
-		return "in a container (not the host's mount namespace) where no identity file of its GPU is visible, " +
-			"from it or an ancestor in its cgroup; its environment is not believed"
+		return "in a container (not the host's mount namespace) where no identity file of its GPU establishes its device; " +
+			"its environment is not believed; under enforce it is treated as over every cap"
+	case errors.Is(err, ErrUnverified):
+		return "no identity file of its GPU found, and the host's identity files or mount namespace could not be read: " +
+			"not known to be in a container; its environment is not believed; reported, never terminated"
 	}
 	return err.Error()
 }

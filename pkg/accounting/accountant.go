@@ -107,6 +107,7 @@ func (a *Accountant) Tick(ctx context.Context, p config.AccountingPolicy, procs 
 	h := History{Previous: a.prev, Terminating: a.enf.Terminating()}
 	r.Decision = Decide(r.Usage, caps, p, h)
 	r.Decision.Actions = append(r.Decision.Actions, DecideEscapes(r.Usage.Escapes, r.Usage, caps, p, h, r.Decision.Actions)...)
+	r.Decision.Actions = append(r.Decision.Actions, DecideHidden(r.Usage, p, h, r.Decision.Actions)...)
 	a.logChanges(ctx, r)
 	if p == config.AccountingEnforce {
 		r.Steps = a.enf.Run(ctx, r.Usage, r.Decision.Actions, terms)
@@ -140,7 +141,13 @@ func (a *Accountant) logChanges(ctx context.Context, r Report) {
 		return !a.reported[k]
 	}
 	for _, u := range r.Usage.Unknown {
-		if firstSeen(reportKey{kind: "unknown", gpu: u.GPU, pid: u.PID, reason: u.Reason}) {
+		if !firstSeen(reportKey{kind: "unknown", gpu: u.GPU, pid: u.PID, reason: u.Reason}) {
+			continue
+		}
+		if u.Hidden {
+			a.log.WarnContext(ctx, "MPS client in a container whose device cannot be established; terminated under enforce", "gpu", u.GPU,
+				"pid", u.PID, "used_mib", u.UsedMemoryBytes>>20, "environment", u.Environment, "reason", u.Reason, "policy", string(r.Policy))
+		} else {
 			a.log.WarnContext(ctx, "MPS client billed to no virtual device (reported, never terminated)", "gpu", u.GPU,
 				"pid", u.PID, "used_mib", u.UsedMemoryBytes>>20, "device", u.Device, "source", u.Source, "environment", u.Environment, "reason", u.Reason)
 		}

@@ -24,17 +24,21 @@ const (
 	CauseMemory = "memory_cap"
 	// CauseQoS: its environment escapes its batch device's QoS (qos.go).
 	CauseQoS = "qos_escape"
+	// CauseNoDevice: it is in a container whose device cannot be
+	// established (UnknownProcess.Hidden), so it is treated as over every
+	// cap it could be under.
+	CauseNoDevice = "no_device"
 )
 
 // Causes lists every cause, for series that must exist before the first.
-func Causes() []string { return []string{CauseMemory, CauseQoS} }
+func Causes() []string { return []string{CauseMemory, CauseQoS, CauseNoDevice} }
 
 // Action is one client to terminate.
 type Action struct {
 	PID    int
 	Device string
 	GPU    string
-	// Cause is CauseMemory or CauseQoS.
+	// Cause is CauseMemory, CauseQoS or CauseNoDevice (then Device is "").
 	Cause string
 	// UsedBytes is the client's own usage; DeviceUsedBytes its device's
 	// before any termination; CapBytes the device's cap.
@@ -151,4 +155,29 @@ func (c candidate) reason(used, capBytes uint64) string {
 		return over + "; no earlier sample: newest client"
 	}
 	return fmt.Sprintf("%s; grew %+d MiB since the last sample, the most (ties: newest)", over, c.growth/(1<<20))
+}
+
+// DecideHidden picks, under enforce, every hidden client of u (a container
+// process whose device cannot be established) for termination, whatever
+// its memory: it could be under any cap of its GPU, so it is taken to be
+// over every one (issue 23). None already being terminated, none picked
+// already. Host processes are never hidden. Under report it picks nobody.
+func DecideHidden(u Usage, p config.AccountingPolicy, h History, picked []Action) []Action {
+	if p != config.AccountingEnforce {
+		return nil
+	}
+	taken := map[int]bool{}
+	for _, a := range picked {
+		taken[a.PID] = true
+	}
+	var out []Action
+	for _, un := range u.Unknown {
+		if !un.Hidden || h.Terminating[un.PID] || taken[un.PID] {
+			continue
+		}
+		taken[un.PID] = true
+		out = append(out, Action{PID: un.PID, GPU: un.GPU, UsedBytes: un.UsedMemoryBytes, StartTicks: un.StartTicks,
+			Cause: CauseNoDevice, Reason: "no device can be established for it: " + un.Reason})
+	}
+	return out
 }

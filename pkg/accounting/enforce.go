@@ -249,8 +249,11 @@ func (e *Enforcer) finish(ctx context.Context, p *pendingKill, step string, err 
 
 // what names the client an action is about, for its log lines.
 func (a Action) what() string {
-	if a.Cause == CauseQoS {
+	switch a.Cause {
+	case CauseQoS:
 		return "client escaping its device's QoS"
+	case CauseNoDevice:
+		return "container client without a device"
 	}
 	return "client over its device's cap"
 }

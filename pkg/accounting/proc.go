@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 
@@ -21,9 +22,21 @@ import (
 var ErrExited = errors.New("process has exited")
 
 // ErrNoIdentity: a process in a container (a mount namespace other than the
-// host's) in which no identity file of its GPU is reachable, from it or from
-// an ancestor in its cgroup. Its environment is not believed.
+// host's) whose device cannot be established: no identity file of its GPU
+// is reachable from it, from an ancestor in its cgroup or from any other
+// process of its cgroup, or the processes of its cgroup see several
+// devices. Its environment is not believed, and under enforce it is
+// treated as over every cap it could be under (issue 23): a container
+// reaches MPS only through the CDI spec, which always mounts the identity,
+// so a client in one with no identity has hidden it.
 var ErrNoIdentity = errors.New("in a container without a visible identity file")
+
+// ErrUnverified: no identity file was found and the process is not known to
+// be outside containers, but the host's identity files or its mount
+// namespace (PID 1's) could not be read: the daemon cannot tell a hidden
+// container process from a host process, so the process is reported and
+// never terminated.
+var ErrUnverified = errors.New("no identity file found, and the host's identity files or mount namespace could not be read")
 
 // Where a process's device was learnt.
 const (
@@ -34,6 +47,11 @@ const (
 	// (chroot, mounts over it, new namespaces); an ancestor in the same
 	// cgroup, which the process cannot leave, still sees it.
 	SourceAncestor = "ancestor"
+	// SourceCgroup: neither the process nor an ancestor sees its identity
+	// file (started by the runtime's exec, or its container's first process
+	// hid itself after starting others), but the other processes of its
+	// cgroup, which it cannot leave, see one device of the GPU.
+	SourceCgroup = "cgroup"
 	// SourceEnviron: YUNION_MPS_VIRTUAL_DEVICE; believed only for processes
 	// in the host's mount namespace, that is outside containers.
 	SourceEnviron = "environ"
@@ -44,7 +62,7 @@ const (
 
 // Sources lists every source a count of clients is kept for.
 func Sources() []string {
-	return []string{SourceIdentity, SourceAncestor, SourceEnviron, SourceUnknown}
+	return []string{SourceIdentity, SourceAncestor, SourceCgroup, SourceEnviron, SourceUnknown}
 }
 
 // Limits on what is read from /proc: a process controls the size of its
@@ -54,6 +72,9 @@ const (
 	maxCgroup = 64 << 10
 	// maxAncestors bounds the walk up a process's parents.
 	maxAncestors = 32
+	// maxPeers bounds how many processes of one cgroup are looked at for
+	// an identity file.
+	maxPeers = 256
 )
 
 // Identity is what the Mapper knows of one process.
@@ -83,7 +104,7 @@ type Identity struct {
 // another device (or none) in its environment, or had its identity hidden
 // from its own view.
 func (id Identity) Mismatch() bool {
-	return id.Device != "" && id.Source != SourceEnviron && (id.Environment != id.Device || id.Source == SourceAncestor)
+	return id.Device != "" && id.Source != SourceEnviron && (id.Environment != id.Device || id.Source == SourceAncestor || id.Source == SourceCgroup)
 }
 
 // Mapper maps PIDs (in the PID namespace of ProcRoot) to virtual devices.
@@ -101,6 +122,23 @@ type Mapper struct {
 
 	table  identity.Table
 	hostNS string
+	// sure: the identity files and PID 1's mount namespace were read, so a
+	// process outside the host's namespace without an identity is a
+	// container's that hid it (ErrNoIdentity), not one the daemon cannot
+	// place (ErrUnverified).
+	sure bool
+	// peers caches, for one sample, what the processes of a cgroup see.
+	peers map[peerKey]peerView
+}
+
+type peerKey struct{ cgroup, gpu string }
+
+// peerView is what the processes of one cgroup see of one GPU: the
+// devices, at most two (two are already too many), and a process that saw
+// each.
+type peerView struct {
+	devices []string
+	pids    []int
 }
 
 // ErrOwnNamespace: PID 1's mount namespace could not be read (the daemon
@@ -115,16 +153,18 @@ var ErrOwnNamespace = errors.New("the host's mount namespace (PID 1's) cannot be
 // ErrOwnNamespace is a warning: the lookups go on with the daemon's own.
 func (m *Mapper) Refresh() error {
 	var errs []error
-	m.table = nil
+	m.table, m.sure, m.peers = nil, true, map[peerKey]peerView{}
 	if m.Identities != nil {
 		t, err := m.Identities()
 		if err != nil {
 			errs = append(errs, err)
+			m.sure = false
 		}
 		m.table = t
 	}
 	ns, err := os.Readlink(m.path(1, "ns/mnt"))
 	if err != nil {
+		m.sure = false
 		own, ownErr := os.Readlink(m.path(os.Getpid(), "ns/mnt"))
 		if ownErr == nil {
 			ns, err = own, fmt.Errorf("%w: %w", ErrOwnNamespace, err)
@@ -137,17 +177,24 @@ func (m *Mapper) Refresh() error {
 	return errors.Join(errs...)
 }
 
-func (m *Mapper) path(pid int, file string) string {
-	root := m.ProcRoot
-	if root == "" {
-		root = "/proc"
+func (m *Mapper) procRoot() string {
+	if m.ProcRoot == "" {
+		return "/proc"
 	}
-	return filepath.Join(root, strconv.Itoa(pid), file)
+	return m.ProcRoot
 }
 
-// Lookup names the device pid is billed to on GPU gpuUUID. Errors:
+func (m *Mapper) path(pid int, file string) string {
+	return filepath.Join(m.procRoot(), strconv.Itoa(pid), file)
+}
+
+// Lookup names the device pid is billed to on GPU gpuUUID: by the identity
+// file its own view shows, by its environment in the host's mount
+// namespace, else by the identity an ancestor in its cgroup sees, else by
+// the one device the other processes of its cgroup see. Errors:
 // ErrExited when it is gone; ErrNoIdentity for a process in a container
-// whose identity cannot be found; for a host process, ErrNoDevice when its
+// whose device cannot be established that way (ErrUnverified instead when
+// the host's identity files or mount namespace could not be read); for a host process, ErrNoDevice when its
 // environment names none and vdev.ErrBadName for a malformed name; other
 // errors when /proc could not be read. Only a nil error gives a Device;
 // StartTicks and Environment are filled in whenever they were read.
@@ -194,40 +241,137 @@ func (m *Mapper) Lookup(pid int, gpuUUID string) (Identity, error) {
 		id.Device, id.Source = envDevice, SourceEnviron
 		return id, p.stillThere()
 	}
-	anc, ancName, err := m.ancestor(p, st.PPID, gpuUUID)
+	if m.hostNS == "" {
+		return id, p.gone(fmt.Errorf("PID %d (mount namespace %s): %w", pid, ns, ErrUnverified))
+	}
+	cg, err := p.cgroup()
 	if err != nil {
 		return id, err
 	}
-	if ancName == "" {
-		return id, p.gone(fmt.Errorf("PID %d (mount namespace %s): %w", pid, ns, ErrNoIdentity))
+	anc, ancName := m.ancestor(cg, st.PPID, gpuUUID)
+	if ancName != "" {
+		id.Device, id.Source = ancName, SourceAncestor
+		id.Detail = join(fmt.Sprintf("identity file seen by PID %d, its ancestor in the same cgroup", anc), id.Detail)
+		return id, p.stillThere()
 	}
-	id.Device, id.Source = ancName, SourceAncestor
-	id.Detail = join(fmt.Sprintf("identity file seen by PID %d, its ancestor in the same cgroup", anc), id.Detail)
-	return id, p.stillThere()
+	view := m.peerView(cg, gpuUUID, pid)
+	switch len(view.devices) {
+	case 1:
+		id.Device, id.Source = view.devices[0], SourceCgroup
+		id.Detail = join(fmt.Sprintf("identity file seen by PID %d, a process of the same cgroup", view.pids[0]), id.Detail)
+		return id, p.stillThere()
+	case 0:
+		id.Detail = join("neither it, its ancestors in its cgroup nor the other processes of its cgroup see an identity file", id.Detail)
+	default:
+		id.Detail = join(fmt.Sprintf("the processes of its cgroup see several devices (%s by PID %d, %s by PID %d)",
+			view.devices[0], view.pids[0], view.devices[1], view.pids[1]), id.Detail)
+	}
+	if !m.sure {
+		return id, p.gone(fmt.Errorf("PID %d (mount namespace %s): %w", pid, ns, ErrUnverified))
+	}
+	return id, p.gone(fmt.Errorf("PID %d (mount namespace %s): %w", pid, ns, ErrNoIdentity))
 }
 
 // ancestor walks up from ppid while the parents share the process's cgroup
-// (which no process can leave on its own) and stay out of the host's mount
-// namespace, and returns the first one that sees an identity file of the
-// GPU. So the processes of a container are only ever billed through their
-// own container's processes: the walk ends at the runtime (conmon, a shim),
-// which lives in the host's namespace or in another cgroup.
-func (m *Mapper) ancestor(p *procDir, ppid int, gpuUUID string) (int, string, error) {
-	cg, err := p.cgroup()
-	if err != nil {
-		return 0, "", err
-	}
+// cg (which no process can leave on its own) and stay out of the host's
+// mount namespace, and returns the first one that sees an identity file of
+// the GPU. So the processes of a container are only ever billed through
+// their own container's processes: the walk ends at the runtime (conmon, a
+// shim), which lives in the host's namespace or in another cgroup.
+func (m *Mapper) ancestor(cg []byte, ppid int, gpuUUID string) (int, string) {
 	for hops := 0; hops < maxAncestors && ppid > 1; hops++ {
 		name, next, ok := m.tryAncestor(ppid, cg, gpuUUID)
 		if name != "" {
-			return ppid, name, nil
+			return ppid, name
 		}
 		if !ok {
 			break
 		}
 		ppid = next
 	}
-	return 0, "", nil
+	return 0, ""
+}
+
+// peerView is what the other processes of cgroup cg, outside the host's
+// mount namespace, see of the GPU: the process itself (self) may have
+// hidden its view, but it cannot leave its cgroup, and a container's cgroup
+// holds only that container's processes. Cached for the sample, so many
+// hidden processes of one container cost one scan of /proc. The root
+// cgroup (every process not placed in one) is no container's.
+func (m *Mapper) peerView(cg []byte, gpuUUID string, self int) peerView {
+	key := peerKey{string(cg), gpuUUID}
+	if v, ok := m.peers[key]; ok {
+		return v
+	}
+	var v peerView
+	defer func() { m.peers[key] = v }()
+	if isRootCgroup(cg) {
+		return v
+	}
+	d, err := os.Open(m.procRoot())
+	if err != nil {
+		return v
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return v
+	}
+	pids := make([]int, 0, len(names))
+	for _, n := range names {
+		if pid, err := strconv.Atoi(n); err == nil && pid != self && pid > 1 {
+			pids = append(pids, pid)
+		}
+	}
+	slices.Sort(pids) // the container's first processes first
+	seen := 0
+	for _, pid := range pids {
+		name, same := m.tryPeer(pid, cg, gpuUUID)
+		if !same {
+			continue
+		}
+		if seen++; seen > maxPeers {
+			break
+		}
+		if name != "" && !slices.Contains(v.devices, name) {
+			v.devices, v.pids = append(v.devices, name), append(v.pids, pid)
+			if len(v.devices) == 2 {
+				break
+			}
+		}
+	}
+	return v
+}
+
+// tryPeer says whether pid is in cgroup cg and outside the host's mount
+// namespace, and which device of the GPU its view shows ("" none).
+func (m *Mapper) tryPeer(pid int, cg []byte, gpuUUID string) (name string, same bool) {
+	a, err := m.open(pid)
+	if err != nil {
+		return "", false
+	}
+	defer a.Close()
+	acg, err := a.cgroup()
+	if err != nil || !bytes.Equal(acg, cg) {
+		return "", false
+	}
+	if ns, err := a.mountNS(); err != nil || ns == m.hostNS {
+		return "", false
+	}
+	if name, _, err := identity.Find(a.fd(), gpuUUID, m.table); err == nil {
+		return name, true
+	}
+	return "", true
+}
+
+// isRootCgroup: every line of /proc/<pid>/cgroup names the root ("/").
+func isRootCgroup(cg []byte) bool {
+	for line := range bytes.SplitSeq(bytes.TrimSpace(cg), []byte{'\n'}) {
+		if i := bytes.LastIndexByte(line, ':'); i < 0 || string(line[i+1:]) != "/" {
+			return false
+		}
+	}
+	return true
 }
 
 // tryAncestor looks at one ancestor: the name its view gives, or its own

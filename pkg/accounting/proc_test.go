@@ -264,6 +264,18 @@ func TestMapperBillsContainersByIdentity(t *testing.T) {
 	p.add(600, 500, a1)                 // a runtime on the host...
 	p.addHidden(601, 600, 501, "e", a1) // ...whose child hid: the walk stops at the host
 	p.addHidden(700, 200, 600, "f", a1) // child of a's process, but in another cgroup
+	p.addHidden(206, 1, 106, "a", a1)   // exec'd into a by the runtime (parent outside), hid
+	// One cgroup, two views of two devices (two "containers" sharing a
+	// cgroup, as namespaces made by hand without cgroups do): ambiguous.
+	p.give("g1", a0)
+	p.give("g2", a1)
+	p.process(900, 1, 900, a0, "0::/shared\n", p.mountNS("g1"), filepath.Join(p.ctrs, "g1"))
+	p.process(901, 1, 901, a1, "0::/shared\n", p.mountNS("g2"), filepath.Join(p.ctrs, "g2"))
+	p.process(902, 1, 902, a0, "0::/shared\n", p.mountNS("hidden-902"), t.TempDir())
+	// The root cgroup is no container's: its processes' views are not used.
+	p.give("r", a0)
+	p.process(910, 1, 910, a0, "0::/\n1:name=systemd:/\n", p.mountNS("r"), filepath.Join(p.ctrs, "r"))
+	p.process(911, 1, 911, a0, "0::/\n1:name=systemd:/\n", p.mountNS("hidden-911"), t.TempDir())
 	m := p.mapper()
 
 	for _, tc := range []struct {
@@ -287,7 +299,10 @@ func TestMapperBillsContainersByIdentity(t *testing.T) {
 		{400, gpuA, "", "", a1, false, ErrNoIdentity, "did not make"},
 		{500, gpuA, "", "", a1, false, ErrNoIdentity, ""},
 		{601, gpuA, "", "", a1, false, ErrNoIdentity, ""},
-		{700, gpuA, "", "", a1, false, ErrNoIdentity, ""},
+		{700, gpuA, "", "", a1, false, ErrNoIdentity, "nor the other processes of its cgroup"},
+		{206, gpuA, a0, SourceCgroup, a1, true, nil, "PID 200, a process of the same cgroup"},
+		{902, gpuA, "", "", a0, false, ErrNoIdentity, "several devices"},
+		{911, gpuA, "", "", a0, false, ErrNoIdentity, ""},
 	} {
 		id, err := m.Lookup(tc.pid, tc.gpu)
 		if tc.err != nil {
@@ -314,8 +329,8 @@ func TestMapperBillsContainersByIdentity(t *testing.T) {
 	if err := m.Refresh(); err == nil {
 		t.Error("Refresh without PID 1's namespace should say so")
 	}
-	if id, err := m.Lookup(800, gpuA); !errors.Is(err, ErrNoIdentity) {
-		t.Errorf("host namespace unknown: Lookup(800) = %+v, %v; want ErrNoIdentity", id, err)
+	if id, err := m.Lookup(800, gpuA); !errors.Is(err, ErrUnverified) {
+		t.Errorf("host namespace unknown: Lookup(800) = %+v, %v; want ErrUnverified", id, err)
 	}
 	if id, err := m.Lookup(201, gpuA); err != nil || id.Device != a0 {
 		t.Errorf("identity files still count: Lookup(201) = %+v, %v", id, err)

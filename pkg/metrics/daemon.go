@@ -110,7 +110,7 @@ func NewDaemon(o DaemonOptions) *Daemon {
 		}),
 		enforcementSteps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mps_daemon_enforcement_steps_total", ConstLabels: cl,
-			Help: "Steps taken against clients, by step and cause: memory_cap (the client pushed its virtual device over its memory cap), qos_escape (its environment escapes its batch device's QoS).",
+			Help: "Steps taken against clients, by step and cause: memory_cap (the client pushed its virtual device over its memory cap), qos_escape (its environment escapes its batch device's QoS), no_device (a container client whose device cannot be established).",
 		}, []string{"step", "cause"}),
 		d: daemonDescs{
 			info:          desc("mps_daemon_info", "Always 1: the daemon's version and whether its GPUs and MPS are simulated.", "version", "go_version", "simulated"),
@@ -124,7 +124,7 @@ func NewDaemon(o DaemonOptions) *Daemon {
 			retiring:      desc("mps_daemon_retiring_gpus", "GPUs taken out of the configuration whose MPS daemon runs on for a held device."),
 			accounting:    desc("mps_daemon_accounting_policy", "1 for the memory accounting policy in force (off, report or enforce).", "policy"),
 			acctClients: desc("mps_daemon_accounting_clients",
-				"MPS clients in the last accounting sample, by how they were billed: identity (their container's identity file), ancestor (an ancestor's, their own view hid it), environ (a host process's YUNION_MPS_VIRTUAL_DEVICE), unknown (to no device).", "source"),
+				"MPS clients in the last accounting sample, by how they were billed: identity (their container's identity file), ancestor (an ancestor's, their own view hid it), cgroup (another process's of their cgroup, their own view hid it), environ (a host process's YUNION_MPS_VIRTUAL_DEVICE), unknown (to no device).", "source"),
 			acctMismatches: desc("mps_daemon_accounting_mismatched_clients",
 				"MPS clients billed by their identity file whose environment names another device or none, or whose own view hides the file."),
 			acctQoSEscapes: desc("mps_daemon_accounting_qos_escapes",
