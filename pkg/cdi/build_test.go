@@ -192,7 +192,7 @@ func TestFromVirtual(t *testing.T) {
 	}
 	// A batch device of a GPU with mps_qos: its own share, below normal.
 	qs := vdev.Split(g, 8, 50, vdev.QoS{LatencySlices: []int{0}, ReservePercent: 8})
-	if l, b := FromVirtual(qs[0], "", "/p"), FromVirtual(qs[5], "", "/p"); l.ThreadPercentage != 50 || l.ClientPriority != 0 || b.ThreadPercentage != 13 || b.ClientPriority != 1 {
-		t.Errorf("latency %+v, batch %+v: want 50%% at priority 0 and 13%% at priority 1", l, b)
+	if l, b := FromVirtual(qs[0], "", "/p"), FromVirtual(qs[5], "", "/p"); l.ThreadPercentage != 12 || l.ClientPriority != 0 || b.ThreadPercentage != 13 || b.ClientPriority != 1 {
+		t.Errorf("latency %+v, batch %+v: want 12%% at priority 0 and 13%% at priority 1", l, b)
 	}
 }

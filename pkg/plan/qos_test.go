@@ -26,11 +26,13 @@ func TestBuildQoS(t *testing.T) {
 	}
 	L, B, S := vdev.ClassLatency, vdev.ClassBatch, vdev.ClassShared
 	wants := map[string]want{
-		// auto at N=8 is 50%; 7 batch slices share 92%: 13% each.
-		"0000:18:00.0": {[]int{50, 13, 13, 13, 13, 13, 13, 13}, []vdev.Class{L, B, B, B, B, B, B, B}, vdev.ServerDefaults{ThreadPercentage: 50, ClientPriority: 1}},
+		// auto at N=8 is 50%; the latency slice gets the even share, 12%;
+		// 7 batch slices share 92%: 13% each, the control daemon's default.
+		"0000:18:00.0": {[]int{12, 13, 13, 13, 13, 13, 13, 13}, []vdev.Class{L, B, B, B, B, B, B, B}, vdev.ServerDefaults{ThreadPercentage: 13, ClientPriority: 1}},
 		"0000:3b:00.0": {[]int{100, 100}, []vdev.Class{S, S}, vdev.ServerDefaults{ThreadPercentage: 100, ClientPriority: 0}},
-		// auto at N=4 is no cap; 3 batch slices share 96%: 32% each.
-		"0000:af:00.0": {[]int{32, 32, 32, 100}, []vdev.Class{B, B, B, L}, vdev.ServerDefaults{ThreadPercentage: 100, ClientPriority: 1}},
+		// auto at N=4 is no cap; the latency slice gets 25%, 3 batch
+		// slices share 96%: 32% each.
+		"0000:af:00.0": {[]int{32, 32, 32, 25}, []vdev.Class{B, B, B, L}, vdev.ServerDefaults{ThreadPercentage: 32, ClientPriority: 1}},
 	}
 	for _, g := range p.GPUs {
 		w := wants[g.GPU.PCI.String()]

@@ -24,7 +24,16 @@ import (
 //
 // A device YAML entry's mps_qos names latency slices; every other slice of
 // the GPU is a batch slice: capped so that the batch slices together leave
-// `reserve` percent of the SMs free, and below normal priority.
+// `reserve` percent of the SMs free, and below normal priority. A latency
+// slice gets the even share, 100/N (issue 23): measured by hand on an H100
+// at N=8 (docs/benchmarks.md), the latency client at 12% and priority 0
+// beside batch clients at 13% and priority 1 was as fast as alone (1.06x)
+// while the batch clients kept 0.85 of their no-cap throughput; plain 100/N
+// gave 1.1x and 0.73, and the latency client at 50% (the share `mps_qos`
+// gave it before) no better (1.2x) while through the daemon it measured
+// 2.1x. With the latency share at or below the batch share, the control
+// daemon's default, the largest share of the GPU, is the batch share: MPS
+// itself then holds a batch client that drops its variable to its share.
 
 // Class is what a virtual device is for.
 type Class string
@@ -33,8 +42,8 @@ type Class string
 const (
 	// ClassShared: no QoS on its GPU; every device alike.
 	ClassShared Class = ""
-	// ClassLatency: for latency-bound tenants; the GPU's full share and
-	// normal priority.
+	// ClassLatency: for latency-bound tenants; the even share
+	// (LatencyShare) and normal priority.
 	ClassLatency Class = "latency"
 	// ClassBatch: for throughput-bound tenants; the batch share and below
 	// normal priority.
@@ -95,8 +104,8 @@ func (q QoS) Active(n int) bool {
 // GPU of n slices, latency of them latency slices, whose policy gives each
 // device p percent: what leaves reserve percent of the SMs free when every
 // batch slice is busy, (100 - reserve) / (n - latency), at least 1 (MPS
-// refuses 0) and at most p (a batch slice never gets more than a latency
-// slice). SMs come in pairs (TPCs): on a 132-SM H100, 13% is 16 SMs and 12%
+// refuses 0) and at most p (the host's thread policy stays every device's
+// ceiling). SMs come in pairs (TPCs): on a 132-SM H100, 13% is 16 SMs and 12%
 // 14, so one percent more or less matters (docs/benchmarks.md).
 func BatchShare(p, n, latency, reserve int) int {
 	batch := n - latency
@@ -106,20 +115,31 @@ func BatchShare(p, n, latency, reserve int) int {
 	return min(p, max(1, (100-reserve)/batch))
 }
 
+// LatencyShare is the thread percentage of each latency slice of a GPU of
+// n slices whose policy gives each device p percent: the even share,
+// 100/n, at least 1 and at most p.
+func LatencyShare(p, n int) int {
+	if n < 1 {
+		return p
+	}
+	return min(p, max(1, 100/n))
+}
+
 // Split divides g into n virtual devices (nil when n < 1), each capped at
 // memory.total / n and given p percent of the SMs, the share the host's
 // thread policy gives each of n devices. With an active q (Active), the
-// latency slices keep p and get ClassLatency, the others BatchShare and
-// ClassBatch.
+// latency slices get LatencyShare and ClassLatency, the others BatchShare
+// and ClassBatch.
 func Split(g gpu.Info, n, p int, q QoS) []Device {
 	devs := split(g, n, p)
 	if !q.Active(n) {
 		return devs
 	}
+	latency := LatencyShare(p, n)
 	batch := BatchShare(p, n, len(q.LatencySlices), q.ReservePercent)
 	for i := range devs {
 		if slices.Contains(q.LatencySlices, i) {
-			devs[i].Class = ClassLatency
+			devs[i].Class, devs[i].ThreadPercentage = ClassLatency, latency
 			continue
 		}
 		devs[i].Class, devs[i].ThreadPercentage = ClassBatch, batch
@@ -137,11 +157,12 @@ type ServerDefaults struct {
 
 // DefaultsOf is the control daemon defaults for a GPU's devices: the
 // largest share (a client can lower its share below the default, never
-// raise it, so the default must be the most any device gets) and below
-// normal priority when the GPU has batch devices, so that a batch client
-// that strips its environment stays below normal. Latency devices get
-// normal priority through their environment (CUDA_MPS_CLIENT_PRIORITY=0,
-// which a client CAN raise itself to).
+// raise it, so the default must be the most any device gets: with mps_qos
+// usually the batch share) and below normal priority when the GPU has
+// batch devices, so that a batch client that strips its environment stays
+// below normal. Latency devices get their share and normal priority
+// through their environment (CUDA_MPS_CLIENT_PRIORITY=0, which a client CAN
+// raise itself to).
 func DefaultsOf(devs []Device) ServerDefaults {
 	var d ServerDefaults
 	for _, dev := range devs {
@@ -164,7 +185,7 @@ func MostProtective(ds ...ServerDefaults) ServerDefaults {
 }
 
 // Describe says what q makes of a GPU of n slices whose policy gives each p
-// percent, for check-config and logs: "latency [0] at 50%; 7 batch at 13%,
+// percent, for check-config and logs: "latency [0] at 12%; 7 batch at 13%,
 // priority 1".
 func (q QoS) Describe(n, p int) string {
 	if !q.Active(n) {
@@ -174,5 +195,5 @@ func (q QoS) Describe(n, p int) string {
 		return "-"
 	}
 	l := len(q.LatencySlices)
-	return fmt.Sprintf("latency %v at %d%%; %d batch at %d%%, priority %d", q.LatencySlices, p, n-l, BatchShare(p, n, l, q.ReservePercent), PriorityBelowNormal)
+	return fmt.Sprintf("latency %v at %d%%; %d batch at %d%%, priority %d", q.LatencySlices, LatencyShare(p, n), n-l, BatchShare(p, n, l, q.ReservePercent), PriorityBelowNormal)
 }

@@ -35,6 +35,16 @@ func TestBatchShare(t *testing.T) {
 	}
 }
 
+func TestLatencyShare(t *testing.T) {
+	for _, tc := range []struct{ p, n, want int }{
+		{50, 8, 12}, {100, 4, 25}, {100, 2, 50}, {100, 1, 100}, {12, 8, 12}, {10, 8, 10}, {100, 48, 2}, {100, 200, 1}, {7, 0, 7},
+	} {
+		if got := LatencyShare(tc.p, tc.n); got != tc.want {
+			t.Errorf("LatencyShare(%d, %d) = %d, want %d", tc.p, tc.n, got, tc.want)
+		}
+	}
+}
+
 func TestSplitQoS(t *testing.T) {
 	const h100 units.MiB = 81559 // an H100's memory.total
 	g := gpu.Info{UUID: "GPU-1", PCI: pci.Address{Bus: 0x1a}, MemoryTotal: h100.Bytes()}
@@ -56,9 +66,15 @@ func TestSplitQoS(t *testing.T) {
 	}{
 		{"no QoS: as today", 4, auto, QoS{}, []dev{{100, S}, {100, S}, {100, S}, {100, S}}, ServerDefaults{100, 0}},
 		{"slice 0 latency, N=8", 8, auto, QoS{LatencySlices: []int{0}, ReservePercent: 8},
-			[]dev{{50, L}, {13, B}, {13, B}, {13, B}, {13, B}, {13, B}, {13, B}, {13, B}}, ServerDefaults{50, 1}},
+			[]dev{{12, L}, {13, B}, {13, B}, {13, B}, {13, B}, {13, B}, {13, B}, {13, B}}, ServerDefaults{13, 1}},
+		{"slice 0 latency, N=8, reserve 4", 8, auto, QoS{LatencySlices: []int{0}, ReservePercent: 4},
+			[]dev{{12, L}, {13, B}, {13, B}, {13, B}, {13, B}, {13, B}, {13, B}, {13, B}}, ServerDefaults{13, 1}},
 		{"slice 2 latency, N=4", 4, auto, QoS{LatencySlices: []int{2}, ReservePercent: 8},
-			[]dev{{30, B}, {30, B}, {100, L}, {30, B}}, ServerDefaults{100, 1}},
+			[]dev{{30, B}, {30, B}, {25, L}, {30, B}}, ServerDefaults{30, 1}},
+		{"slice 0 latency, N=4, reserve 4", 4, auto, QoS{LatencySlices: []int{0}, ReservePercent: 4},
+			[]dev{{25, L}, {32, B}, {32, B}, {32, B}}, ServerDefaults{32, 1}},
+		{"a large reserve: the latency share is the largest", 8, auto, QoS{LatencySlices: []int{0}, ReservePercent: 35},
+			[]dev{{12, L}, {9, B}, {9, B}, {9, B}, {9, B}, {9, B}, {9, B}, {9, B}}, ServerDefaults{12, 1}},
 		{"even: batch share capped at the policy's", 8, even, QoS{LatencySlices: []int{0}, ReservePercent: 8},
 			[]dev{{12, L}, {12, B}, {12, B}, {12, B}, {12, B}, {12, B}, {12, B}, {12, B}}, ServerDefaults{12, 1}},
 		{"every slice latency: as none", 2, auto, QoS{LatencySlices: []int{0, 1}, ReservePercent: 8}, []dev{{100, S}, {100, S}}, ServerDefaults{100, 0}},
@@ -102,8 +118,8 @@ func TestQoSDescribe(t *testing.T) {
 		want string
 	}{
 		{QoS{}, 8, "-"},
-		{QoS{LatencySlices: []int{0}, ReservePercent: 8}, 8, "latency [0] at 50%; 7 batch at 13%, priority 1"},
-		{QoS{LatencySlices: []int{1, 3}, ReservePercent: 8}, 4, "latency [1 3] at 100%; 2 batch at 46%, priority 1"},
+		{QoS{LatencySlices: []int{0}, ReservePercent: 8}, 8, "latency [0] at 12%; 7 batch at 13%, priority 1"},
+		{QoS{LatencySlices: []int{1, 3}, ReservePercent: 8}, 4, "latency [1 3] at 25%; 2 batch at 46%, priority 1"},
 		{QoS{LatencySlices: []int{0, 1}, ReservePercent: 8}, 2, "every slice latency: as without mps_qos"},
 	} {
 		if got := tc.q.Describe(tc.n, auto(tc.n)); got != tc.want {

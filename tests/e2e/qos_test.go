@@ -83,13 +83,15 @@ func without(env []string, keys ...string) []string {
 
 // TestQoSOnASimulatedHost: mps_qos on the simulated 8 x H100 host, under
 // the default thread policy (auto: 50% at N=8). Device 0 of the first GPU
-// gets 50% at normal priority, devices 1-7 13% below normal, in the CDI
-// spec, the inventory rows, /status and `mps-daemon status`; the GPU's
-// control daemon holds 50% and priority 1, the other GPU's 100% and 0.
-// Then three real processes on the host, MPS clients of the simulated GPU
-// with their device's environment from the spec: a batch device's as
-// given, a batch device's started without its thread share (`env -u`), a
-// latency device's without any QoS variable. Under enforce the second is
+// gets the even share, 12%, at normal priority, devices 1-7 13% below
+// normal, in the CDI spec, the inventory rows, /status and `mps-daemon
+// status`; the GPU's control daemon holds the largest, 13%, and priority
+// 1, the other GPU's 100% and 0. Then four real processes on the host, MPS
+// clients of the simulated GPU with their device's environment from the
+// spec: a batch device's as given, a batch device's that raised its
+// priority to 0, a batch device's started without its thread share (`env
+// -u`: the control daemon's default holds it at 13%, no escape), a latency
+// device's without any QoS variable. Under enforce the second is
 // terminated by a real signal; the others run on.
 func TestQoSOnASimulatedHost(t *testing.T) {
 	_, url := startInventory(t, "127.0.0.1:0")
@@ -111,7 +113,7 @@ func TestQoSOnASimulatedHost(t *testing.T) {
 		threads, prio int
 		class         string
 	}
-	want := map[string]qos{dev(g0, 0): {50, 0, "latency"}, dev(g1, 0): {100, 0, ""}, dev(g1, 1): {100, 0, ""}}
+	want := map[string]qos{dev(g0, 0): {12, 0, "latency"}, dev(g1, 0): {100, 0, ""}, dev(g1, 1): {100, 0, ""}}
 	for i := 1; i < 8; i++ {
 		want[dev(g0, i)] = qos{13, 1, "batch"}
 	}
@@ -141,7 +143,7 @@ func TestQoSOnASimulatedHost(t *testing.T) {
 		g       status.GPU
 		threads float64
 		prio    int
-	}{{g0, 50, 1}, {g1, 100, 0}} {
+	}{{g0, 13, 1}, {g1, 100, 0}} {
 		got, err := mps.NewController(sim, mps.Env{PipeDir: c.g.PipeDirectory}, 5*time.Second, nil).Defaults(t.Context())
 		if err != nil || got.ThreadPercentage != c.threads || got.ClientPriority != c.prio || c.g.ClientPriority != c.prio {
 			t.Errorf("GPU %s: control daemon holds %+v (%v), status says priority %d; want %.0f%% priority %d", c.g.PCI, got, err, c.g.ClientPriority, c.threads, c.prio)
@@ -167,10 +169,11 @@ func TestQoSOnASimulatedHost(t *testing.T) {
 		return cmd.Process.Pid
 	}
 	keep := start(envs[dev(g0, 1)])
-	escape := start(without(envs[dev(g0, 2)], "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
+	escape := start(append(without(envs[dev(g0, 2)], "CUDA_MPS_CLIENT_PRIORITY"), "CUDA_MPS_CLIENT_PRIORITY=0"))
+	unshared := start(without(envs[dev(g0, 3)], "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
 	latency := start(without(envs[dev(g0, 0)], "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_CLIENT_PRIORITY"))
 	var procs []gpu.Process
-	for _, pid := range []int{keep, escape, latency} {
+	for _, pid := range []int{keep, escape, unshared, latency} {
 		if _, err := sim.AddClient(g0.PipeDirectory, pid); err != nil {
 			t.Fatal(err)
 		}
@@ -180,13 +183,13 @@ func TestQoSOnASimulatedHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the escape terminated", func() (bool, string) { return !alive(escape), tail(d.Output(), 3000) })
-	for _, pid := range []int{keep, latency} {
+	for _, pid := range []int{keep, unshared, latency} {
 		if !alive(pid) {
 			t.Errorf("PID %d was terminated; only %d escapes its QoS", pid, escape)
 		}
 	}
 	for _, w := range []string{"escapes its batch device's QoS", fmt.Sprintf("pid=%d", escape), "cause=qos_escape",
-		"no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: it gets the server's 50%, its device's share is 13%"} {
+		"CUDA_MPS_CLIENT_PRIORITY=0 raises it above its device's priority 1"} {
 		if !strings.Contains(d.Output(), w) {
 			t.Errorf("the daemon's log lacks %q", w)
 		}
