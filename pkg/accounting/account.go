@@ -179,6 +179,9 @@ func reason(err error) string {
 	case errors.Is(err, ErrNoIdentity):
 		return "in a container (not the host's mount namespace) where no identity file of its GPU establishes its device; " +
 			"its environment is not believed; under enforce it is treated as over every cap"
+	case errors.Is(err, ErrHostSandbox):
+		return "outside the host's mount namespace, but its root directory is the host's (a host service in a mount namespace of its own, " +
+			"not a container); its environment is not believed; reported, never terminated"
 	case errors.Is(err, ErrUnverified):
 		return "no identity file of its GPU found, and the host's identity files or mount namespace could not be read: " +
 			"not known to be in a container; its environment is not believed; reported, never terminated"

@@ -19,8 +19,9 @@ import (
 // container hid its identity file: nothing in its cgroup sees one) is
 // treated as over every cap and terminated, though it uses little memory;
 // one whose cgroup still shows its device is billed there (and stays, its
-// device under the cap); a host process that names no device, and a
-// process the daemon cannot place because it could not read the host's
+// device under the cap); a host process that names no device, a host
+// service in a mount namespace of its own (the host's root directory), and
+// a process the daemon cannot place because it could not read the host's
 // mount namespace, are reported and never touched. Under report nobody is.
 func TestAccountantTerminatesHiddenContainerClients(t *testing.T) {
 	proc := newFakeProc(t)
@@ -30,16 +31,18 @@ func TestAccountantTerminatesHiddenContainerClients(t *testing.T) {
 	proc.addHidden(11, 1, 110, "a", a0)     // exec'd into a, hid: a's cgroup shows a0
 	proc.addHidden(20, 1, 200, "hider", a0) // its container's first process hid: nothing shows
 	proc.add(30, 300, "")                   // the host's own job, no device named
+	// A host service in a mount namespace of its own: the host's root.
+	proc.process(31, 1, 310, a0, "0::/system.slice/cuda.service\n", proc.mountNS("svc"), "/")
 	killer := &fakeKiller{proc: proc, ignoreTERM: map[int]bool{}}
 	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
 	var logs bytes.Buffer
 	acct := New(Options{ProcRoot: proc.root, Identities: proc.store.Table, Grace: grace, Killer: killer, Now: clock.now,
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	caps := map[string]uint64{a0: 20 * gib}
-	term := &fakeTerminator{proc: proc, clients: map[int]int{10: 1, 11: 1, 20: 1, 30: 1}}
+	term := &fakeTerminator{proc: proc, clients: map[int]int{10: 1, 11: 1, 20: 1, 30: 1, 31: 1}}
 	terms := map[string]Terminator{gpuA: term}
 	procs := map[string][]gpu.Process{gpuA: {{PID: 10, UsedMemoryBytes: gib}, {PID: 11, UsedMemoryBytes: gib},
-		{PID: 20, UsedMemoryBytes: gib}, {PID: 30, UsedMemoryBytes: 30 * gib}}}
+		{PID: 20, UsedMemoryBytes: gib}, {PID: 30, UsedMemoryBytes: 30 * gib}, {PID: 31, UsedMemoryBytes: 30 * gib}}}
 
 	r := acct.Tick(t.Context(), config.AccountingReport, procs, caps, nil, terms)
 	if len(r.Steps) != 0 {
@@ -52,8 +55,8 @@ func TestAccountantTerminatesHiddenContainerClients(t *testing.T) {
 	for _, u := range r.Usage.Unknown {
 		hidden[u.PID] = u.Hidden
 	}
-	if len(hidden) != 2 || !hidden[20] || hidden[30] {
-		t.Errorf("unknown %+v, want 20 (hidden) and 30 (the host's, not hidden)", r.Usage.Unknown)
+	if len(hidden) != 3 || !hidden[20] || hidden[30] || hidden[31] {
+		t.Errorf("unknown %+v, want 20 (hidden), 30 and 31 (the host's, not hidden)", r.Usage.Unknown)
 	}
 
 	r = acct.Tick(t.Context(), config.AccountingEnforce, procs, caps, nil, terms)

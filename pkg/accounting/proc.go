@@ -32,11 +32,17 @@ var ErrExited = errors.New("process has exited")
 var ErrNoIdentity = errors.New("in a container without a visible identity file")
 
 // ErrUnverified: no identity file was found and the process is not known to
-// be outside containers, but the host's identity files or its mount
-// namespace (PID 1's) could not be read: the daemon cannot tell a hidden
-// container process from a host process, so the process is reported and
-// never terminated.
+// be outside containers, but the host's identity files or mount namespace
+// could not be read: the daemon cannot tell a hidden container process
+// from a host process, so the process is reported and never terminated.
 var ErrUnverified = errors.New("no identity file found, and the host's identity files or mount namespace could not be read")
+
+// ErrHostSandbox: a process outside the host's mount namespace whose root
+// directory is the host's, and whose cgroup shows no identity file: a host
+// service in a mount namespace of its own (systemd's ProtectSystem,
+// PrivateTmp), not a container, whose root is its image. Reported, never
+// terminated, as host processes are.
+var ErrHostSandbox = errors.New("outside the host's mount namespace, but its root directory is the host's")
 
 // Where a process's device was learnt.
 const (
@@ -122,16 +128,31 @@ type Mapper struct {
 
 	table  identity.Table
 	hostNS string
-	// sure: the identity files and PID 1's mount namespace were read, so a
-	// process outside the host's namespace without an identity is a
-	// container's that hid it (ErrNoIdentity), not one the daemon cannot
-	// place (ErrUnverified).
+	// hostRoot is the host's root directory (PID 1's, or the daemon's own).
+	hostRoot devIno
+	// sure: the identity files and the host's root directory were read, so
+	// a process in a container without an identity has hidden it
+	// (ErrNoIdentity), and is not one the daemon cannot place
+	// (ErrUnverified).
 	sure bool
 	// peers caches, for one sample, what the processes of a cgroup see.
 	peers map[peerKey]peerView
 }
 
 type peerKey struct{ cgroup, gpu string }
+
+// devIno names a directory: its file system and inode.
+type devIno struct{ dev, ino uint64 }
+
+// rootOf is the directory file (an open directory, or a /proc/<pid>/root
+// link, followed) names; false when it cannot be read.
+func rootOf(dirfd int, file string) (devIno, bool) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, file, &st, 0); err != nil {
+		return devIno{}, false
+	}
+	return devIno{uint64(st.Dev), st.Ino}, true
+}
 
 // peerView is what the processes of one cgroup see of one GPU: the
 // devices, at most two (two are already too many), and a process that saw
@@ -162,9 +183,13 @@ func (m *Mapper) Refresh() error {
 		}
 		m.table = t
 	}
+	root, ok := rootOf(unix.AT_FDCWD, m.path(1, "root"))
+	if !ok {
+		root, ok = rootOf(unix.AT_FDCWD, "/")
+	}
+	m.hostRoot, m.sure = root, m.sure && ok
 	ns, err := os.Readlink(m.path(1, "ns/mnt"))
 	if err != nil {
-		m.sure = false
 		own, ownErr := os.Readlink(m.path(os.Getpid(), "ns/mnt"))
 		if ownErr == nil {
 			ns, err = own, fmt.Errorf("%w: %w", ErrOwnNamespace, err)
@@ -262,6 +287,9 @@ func (m *Mapper) Lookup(pid int, gpuUUID string) (Identity, error) {
 		return id, p.stillThere()
 	case 0:
 		id.Detail = join("neither it, its ancestors in its cgroup nor the other processes of its cgroup see an identity file", id.Detail)
+		if root, ok := rootOf(p.fd(), "root"); ok && root == m.hostRoot {
+			return id, p.gone(fmt.Errorf("PID %d (mount namespace %s): %w", pid, ns, ErrHostSandbox))
+		}
 	default:
 		id.Detail = join(fmt.Sprintf("the processes of its cgroup see several devices (%s by PID %d, %s by PID %d)",
 			view.devices[0], view.pids[0], view.devices[1], view.pids[1]), id.Detail)

@@ -276,6 +276,9 @@ func TestMapperBillsContainersByIdentity(t *testing.T) {
 	p.give("r", a0)
 	p.process(910, 1, 910, a0, "0::/\n1:name=systemd:/\n", p.mountNS("r"), filepath.Join(p.ctrs, "r"))
 	p.process(911, 1, 911, a0, "0::/\n1:name=systemd:/\n", p.mountNS("hidden-911"), t.TempDir())
+	// A host service in a mount namespace of its own (ProtectSystem): the
+	// host's root directory, a cgroup of its own: not a container.
+	p.process(920, 1, 920, a0, "0::/system.slice/cuda-job.service\n", p.mountNS("svc"), "/")
 	m := p.mapper()
 
 	for _, tc := range []struct {
@@ -303,6 +306,7 @@ func TestMapperBillsContainersByIdentity(t *testing.T) {
 		{206, gpuA, a0, SourceCgroup, a1, true, nil, "PID 200, a process of the same cgroup"},
 		{902, gpuA, "", "", a0, false, ErrNoIdentity, "several devices"},
 		{911, gpuA, "", "", a0, false, ErrNoIdentity, ""},
+		{920, gpuA, "", "", a0, false, ErrHostSandbox, ""},
 	} {
 		id, err := m.Lookup(tc.pid, tc.gpu)
 		if tc.err != nil {
