@@ -11,7 +11,8 @@
 //   - Mapper tells which virtual device a PID belongs to: inside a
 //     container, from the identity file the CDI spec mounts there
 //     (pkg/identity), found through /proc/<pid>/root, or through an
-//     ancestor in the same cgroup when the process hid its own view; outside
+//     ancestor in the same cgroup or another process of the cgroup when
+//     the process hid its own view; outside
 //     containers (the host's mount namespace), from the
 //     YUNION_MPS_VIRTUAL_DEVICE=<GPU UUID>::<i> variable in
 //     /proc/<pid>/environ.
@@ -33,6 +34,11 @@
 // process in a container is never believed. A process that can make its
 // own user and mount namespaces (the runtime's seccomp profile allows it)
 // can hide the file from its own view; it is then billed through an
-// ancestor in its cgroup, or, when its whole container hid, reported as
-// unknown, never terminated. docs/containers.md has the threat model.
+// ancestor in its cgroup or the other processes of its cgroup, and when
+// nothing in its cgroup shows one device, under enforce it is terminated
+// as over every cap (issue 23; DecideHidden): a container reaches MPS only
+// through the CDI edits, which always mount the file. Host processes, and a
+// host service in a mount namespace of its own (the host's root
+// directory), are never terminated for want of an identity.
+// docs/containers.md has the threat model.
 package accounting
