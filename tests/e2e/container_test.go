@@ -59,7 +59,8 @@ wait
 // environment or their view of the file system. The one that pushes its
 // device over the cap is terminated (a real process, by the daemon); the
 // neighbour device's process runs on; /status, `mps-daemon status` and
-// /metrics show the figures enforcement used and each disagreement.
+// /metrics show the figures enforcement used and each disagreement. A
+// container given no device that forged the file is terminated (issue 23).
 func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 	busybox := requirePodman(t)
 	_, url := startInventory(t, "127.0.0.1:0")
@@ -79,7 +80,8 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 	a := pm.start("tenant-a", "--device", "yunion.io/mps-gpu="+dev(0), "-e", "OTHER="+dev(1), image, "sh", "-c", tenantScript)
 	b := pm.start("tenant-b", "--device", "yunion.io/mps-gpu="+dev(1), image, "sh", "-c", `sleep 1010 & echo "PID_other $!"; echo READY; wait`)
 	// A container given no device, which put a copy of A's file where the
-	// identity goes and names A's device in its environment.
+	// identity goes and names A's device in its environment: no device can
+	// be established for it.
 	c := pm.start("no-device", "-e", "YUNION_MPS_VIRTUAL_DEVICE="+dev(0), image, "sh", "-c",
 		`mkdir -p /run/yunion-mps/devices && echo `+dev(0)+` > /run/yunion-mps/devices/`+g0.UUID+` && sleep 1020 & echo "PID_forger $!"; echo READY; wait`)
 	a.ready(t)
@@ -152,9 +154,16 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 			sumA += usedMiB[r]
 		}
 	}
+	// The forger, in a container whose device cannot be established, is
+	// terminated under enforce (issue 23) a grace period after it is first
+	// seen: this first sample shows it among the unknown, with its decoy.
+	forgerSeen := func(st status.Status) bool {
+		return len(st.Accounting.Unknown) == 1 && st.Accounting.Unknown[0].PID == pids["forger"] &&
+			strings.Contains(st.Accounting.Unknown[0].Reason, "no identity file") && strings.Contains(st.Accounting.Unknown[0].Reason, "did not make")
+	}
 	st = waitStatus(t, daemonAddr, func(st status.Status) bool {
 		d0 := device(st, dev(0))
-		return d0 != nil && d0.Measured && uint64(d0.UsedBytes) == sumA<<20
+		return d0 != nil && d0.Measured && uint64(d0.UsedBytes) == sumA<<20 && forgerSeen(st)
 	}, d)
 	// Every process of A on A's device, the neighbour's alone on its own.
 	if d1 := device(st, dev(1)); d1 == nil || d1.UsedBytes != 8192<<20 || d1.Clients != 1 {
@@ -185,10 +194,6 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 			t.Errorf("%s (PID %d) reported as a mismatch", r, pids[r])
 		}
 	}
-	if len(st.Accounting.Unknown) != 1 || st.Accounting.Unknown[0].PID != pids["forger"] ||
-		!strings.Contains(st.Accounting.Unknown[0].Reason, "no identity file") || !strings.Contains(st.Accounting.Unknown[0].Reason, "did not make") {
-		t.Errorf("unknown %+v, want the forger alone, its copy named a decoy", st.Accounting.Unknown)
-	}
 
 	// `mps-daemon status` and /metrics say the same.
 	out, errOut, rc := run(t, nil, "mps-daemon", "status", "--config", e.hostConf)
@@ -208,6 +213,13 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 			t.Errorf("/metrics lacks %s", w)
 		}
 	}
+
+	eventually(t, "the forger terminated", func() (bool, string) { return !alive(pids["forger"]), d.Output() })
+	if !strings.Contains(d.Output(), "cause=no_device") {
+		t.Error("the forger's termination is not logged with its cause")
+	}
+	delete(pids, "forger")
+	setClients()
 
 	// The liar grows 12 GiB: A's device goes over its cap, and the liar
 	// (which grew most) is terminated: terminate_client, then SIGTERM after

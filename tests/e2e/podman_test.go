@@ -180,7 +180,26 @@ func (p *podman) start(name string, args ...string) *container {
 	c := &container{cidf: filepath.Join(p.t.TempDir(), name+".cid"), fields: map[string]string{}, done: make(chan struct{})}
 	full := append([]string{"run", "--rm", "--cidfile", c.cidf, "--network", "none", "--runtime", "runc",
 		"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"}, args...)
-	c.cmd = p.command(context.Background(), full...)
+	p.launch(c, name, full)
+	return c
+}
+
+// exec runs args in the running container in, as `podman exec` does: the
+// runtime starts the process in the container's namespaces and cgroup,
+// as a child of the runtime, not of the container's processes. Its output
+// is kept as start keeps a container's.
+func (p *podman) exec(in *container, name string, args ...string) *container {
+	p.t.Helper()
+	c := &container{cidf: in.cidf, fields: map[string]string{}, done: make(chan struct{})}
+	p.launch(c, name, append([]string{"exec", in.id()}, args...))
+	return c
+}
+
+// launch starts podman with args in the background, its output lines kept
+// in c; the container is removed when the test ends.
+func (p *podman) launch(c *container, name string, args []string) {
+	p.t.Helper()
+	c.cmd = p.command(context.Background(), args...)
 	out, err := c.cmd.StdoutPipe()
 	if err != nil {
 		p.t.Fatal(err)
@@ -216,10 +235,9 @@ func (p *podman) start(name string, args ...string) *container {
 			_ = c.cmd.Process.Kill()
 		}
 		if p.t.Failed() {
-			p.t.Logf("container %s printed:\n%s", name, c.output())
+			p.t.Logf("%s printed:\n%s", name, c.output())
 		}
 	})
-	return c
 }
 
 func (c *container) field(k string) (string, bool) {
