@@ -185,15 +185,16 @@ QOS_RESERVE = 4  # mps_qos reserve's default (pkg/config/qos.go)
 
 
 def expected_device_threads(policy, n, latency=None, reserve=None):
-    """Each slice's share, as the daemon computes it (vdev.SplitQoS,
-    vdev.BatchShare): latency slices the policy's share, the others
-    (100 - reserve) / (number of batch slices), at least 1, at most the
-    policy's share."""
+    """Each slice's share, as the daemon computes it (vdev.Split,
+    vdev.LatencyShare, vdev.BatchShare): latency slices the even share
+    100/N (issue 23), the others (100 - reserve) / (number of batch
+    slices); each at least 1, at most the policy's share."""
     p = expected_threads(policy, n)
     if not latency or len(latency) == n:
         return [p] * n
+    lat = min(p, max(1, 100 // n))
     batch = min(p, max(1, (100 - (QOS_RESERVE if reserve is None else reserve)) // (n - len(latency))))
-    return [p if i in latency else batch for i in range(n)]
+    return [lat if i in latency else batch for i in range(n)]
 
 
 def batch_share(n, reserve=None):
