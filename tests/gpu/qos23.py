@@ -239,6 +239,13 @@ def main():
             inv, daemon = B.start_services()
             daemon_part()
             daemon_table()
+            # Part A runs without the daemon polling the GPU.
+            for p in (daemon, inv):
+                p.terminate()
+                p.wait(timeout=30)
+            vpipe = f"{B.W}/pipe/{B.UUID}"
+            B.quit_mps(vpipe)
+            B.PIPES.remove(vpipe)
         if "causes" in PARTS:
             causes_part()
             causes_table()
