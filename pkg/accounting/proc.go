@@ -331,6 +331,9 @@ func (m *Mapper) peerView(cg []byte, gpuUUID string, self int) peerView {
 	if v, ok := m.peers[key]; ok {
 		return v
 	}
+	if m.peers == nil {
+		m.peers = map[peerKey]peerView{}
+	}
 	var v peerView
 	defer func() { m.peers[key] = v }()
 	if isRootCgroup(cg) {
