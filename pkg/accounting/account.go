@@ -178,7 +178,7 @@ func reason(err error) string {
 		return "exited before it could be mapped"
 	case errors.Is(err, ErrNoIdentity):
 		return "in a container (not the host's mount namespace) where no identity file of its GPU establishes its device; " +
-			"its environment is not believed; under enforce it is treated as over every cap"
+			"its environment is not believed"
 	case errors.Is(err, ErrHostSandbox):
 		return "outside the host's mount namespace, but its root directory is the host's (a host service in a mount namespace of its own, " +
 			"not a container); its environment is not believed; reported, never terminated"

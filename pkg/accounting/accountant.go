@@ -42,7 +42,19 @@ type Accountant struct {
 	// refreshErr is the last failure to read the identity files or the
 	// host's mount namespace, logged when it changes.
 	refreshErr string
+	// identityOptional: containers may reach MPS without an identity file
+	// (SetIdentityRequired).
+	identityOptional bool
 }
+
+// SetIdentityRequired says whether every container that reaches MPS was
+// given an identity file (true, the default: the per-GPU layout, where only
+// the CDI edits give a container a GPU's pipe directory), so that a
+// container client whose device cannot be established has hidden it and is
+// terminated under enforce. With the single pipe layout, Cloudpods' own
+// host agent gives its pods the pipe root without one: such clients are
+// then reported, never terminated.
+func (a *Accountant) SetIdentityRequired(required bool) { a.identityOptional = !required }
 
 // reportKey is what makes an unknown, mismatched or escaping client the
 // same one from tick to tick: a change in any field is logged anew. kind
@@ -103,6 +115,14 @@ func (a *Accountant) Tick(ctx context.Context, p config.AccountingPolicy, procs 
 	}
 	a.refresh(ctx)
 	r.Usage = Account(procs, caps, a.mapper.Lookup)
+	if a.identityOptional {
+		for i, u := range r.Usage.Unknown {
+			if u.Hidden {
+				r.Usage.Unknown[i].Hidden = false
+				r.Usage.Unknown[i].Reason = u.Reason + "; with the single pipe layout containers may reach MPS without an identity file: reported, never terminated"
+			}
+		}
+	}
 	r.Usage.Escapes = Escapes(r.Usage, qos)
 	h := History{Previous: a.prev, Terminating: a.enf.Terminating()}
 	r.Decision = Decide(r.Usage, caps, p, h)

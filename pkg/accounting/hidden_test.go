@@ -80,6 +80,23 @@ func TestAccountantTerminatesHiddenContainerClients(t *testing.T) {
 		}
 	}
 
+	// With the single pipe layout (Cloudpods' pods reach MPS without an
+	// identity file), a container client without a device is reported only.
+	proc.addHidden(21, 1, 210, "pod", a0)
+	procs[gpuA] = append(procs[gpuA], gpu.Process{PID: 21, UsedMemoryBytes: gib})
+	acct.SetIdentityRequired(false)
+	r = acct.Tick(t.Context(), config.AccountingEnforce, procs, caps, nil, terms)
+	for _, s := range r.Steps {
+		if s.PID == 21 {
+			t.Errorf("single layout: PID 21 terminated: %+v", s)
+		}
+	}
+	if i := slices.IndexFunc(r.Usage.Unknown, func(u UnknownProcess) bool { return u.PID == 21 }); i < 0 || r.Usage.Unknown[i].Hidden ||
+		!strings.Contains(r.Usage.Unknown[i].Reason, "single pipe layout") {
+		t.Errorf("single layout: unknown %+v, want PID 21 reported, not hidden", r.Usage.Unknown)
+	}
+	acct.SetIdentityRequired(true)
+
 	// Without PID 1's mount namespace nobody can be told apart from the
 	// host's processes: a process without identity is never terminated.
 	proc.addHidden(40, 1, 400, "other", a0)

@@ -43,6 +43,9 @@ func (a *Agent) account(ctx context.Context) {
 	if err != nil {
 		a.log.Warn("listing MPS clients; those GPUs go unmeasured this tick", "err", err)
 	}
+	// Only the per-GPU layout's pipe directories reach containers through
+	// the CDI edits alone, which always carry the identity file.
+	a.acct.SetIdentityRequired(!a.config().single())
 	r := a.acct.Tick(ctx, policy, procs, accounting.Caps(devs), qos, terms)
 	a.noteUsage(r)
 	a.met.observeAccounting(r)
