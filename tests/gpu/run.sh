@@ -416,9 +416,12 @@ until_ok 30 qos_rows; check "inventory rows: slice 0 at 25%, slices 1-3 at 30%" 
 PRIO=$(ctl get_default_client_priority); PCT14=$(ctl get_default_active_thread_percentage)
 check "the control daemon holds client priority 1 and 30% (the batch share, the largest)" "$([ "$PRIO" = 1 ] && [ "$PCT14" = 30.0 ]; echo $?)" "(priority $PRIO, $PCT14%)"
 for d in 0 1; do say "spec environment of $UUID::$d: $(python3 "$C/cdi_env.py" "$SPEC" "$UUID::$d" | grep -E 'THREAD|PRIORITY' | tr '\n' ' ')"; done
-python3 "$C/cdi_env.py" "$SPEC" "$UUID::1" | grep -qx CUDA_MPS_CLIENT_PRIORITY=1 && python3 "$C/cdi_env.py" "$SPEC" "$UUID::1" | grep -qx CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30
+# Each environment read whole first: grep -q stops reading at its match,
+# and under pipefail the writer's broken pipe would fail the check.
+ENV1=$(python3 "$C/cdi_env.py" "$SPEC" "$UUID::1"); ENV0=$(python3 "$C/cdi_env.py" "$SPEC" "$UUID::0")
+grep -qx CUDA_MPS_CLIENT_PRIORITY=1 <<<"$ENV1" && grep -qx CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 <<<"$ENV1"
 check "a batch device's spec entry carries 30% and priority 1" $?
-python3 "$C/cdi_env.py" "$SPEC" "$UUID::0" | grep -qx CUDA_MPS_CLIENT_PRIORITY=0 && python3 "$C/cdi_env.py" "$SPEC" "$UUID::0" | grep -qx CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25
+grep -qx CUDA_MPS_CLIENT_PRIORITY=0 <<<"$ENV0" && grep -qx CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 <<<"$ENV0"
 check "the latency device's carries 25% and priority 0" $?
 mkdir -p /run/yunion-mps
 SML=$(in_device "$UUID::0" python3 "$C/sms.py" 2>>"$W/client.log")
