@@ -13,7 +13,7 @@ import (
 //
 //	mps_qos:
 //	  latency: [0]   # every other slice of the GPU is a batch slice
-//	  reserve: 4     # percent of the SMs the batch slices leave free (optional)
+//	  reserve: 8     # percent of the SMs the batch slices leave free (optional)
 //
 // Cloudpods' own host agent reads the file into path, type and
 // virtual_number and ignores this key.
@@ -21,11 +21,14 @@ import (
 // QoS reserve bounds and default, in percent of the GPU's SMs. Below 1 the
 // batch slices would take every SM between them; above 50 they would keep
 // less than half the GPU for the many to give it to the few. The default,
-// 4, is what met issue 13's whole bar through the daemon on an H100 at N=4
-// (32% per batch slice; 30%, reserve 8, did not) and still gives 13% at
-// N=8 (docs/benchmarks.md, "Through the daemon").
+// 8, gives the batch slices 30% each at N=4 and 13% at N=8 beside a
+// latency slice at 100/N: the shares that dominated plain 100/N through
+// the daemon on an H100 at both N (N=4: victim p99 0.58 ms against 0.59,
+// neighbours 0.91 of no cap against 0.86; N=8: 0.47 ms against 0.50, 0.90
+// against 0.77; medians of three rounds, docs/benchmarks.md, issue 23).
+// 4 (32% at N=4) cost the victim more than 100/N did.
 const (
-	DefaultQoSReservePercent = 4
+	DefaultQoSReservePercent = 8
 	MinQoSReservePercent     = 1
 	MaxQoSReservePercent     = 50
 )

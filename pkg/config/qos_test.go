@@ -16,7 +16,7 @@ func TestParseDevicesQoS(t *testing.T) {
 	}{
 		{"none", entryHead, nil},
 		{"empty value", entryHead + "  mps_qos:\n", nil},
-		{"latency only: reserve 4", entryHead + "  mps_qos:\n    latency: [0]\n", &MPSQoS{Line: 6, LatencySlices: []int{0}, ReservePercent: 4}},
+		{"latency only: the default reserve, 8", entryHead + "  mps_qos:\n    latency: [0]\n", &MPSQoS{Line: 6, LatencySlices: []int{0}, ReservePercent: 8}},
 		{"block list, reserve, sorted", entryHead + "  mps_qos:\n    reserve: 12\n    latency:\n    - 7\n    - 2\n", &MPSQoS{Line: 6, LatencySlices: []int{2, 7}, ReservePercent: 12}},
 		{"flow mapping, quoted numbers", entryHead + "  mps_qos: {latency: [\"3\"], reserve: \"4\"}\n", &MPSQoS{Line: 5, LatencySlices: []int{3}, ReservePercent: 4}},
 		{"empty list: no latency slices", entryHead + "  mps_qos: {latency: []}\n", &MPSQoS{Line: 5, ReservePercent: DefaultQoSReservePercent}},

@@ -406,7 +406,7 @@ say "## 14. Per-device QoS (mps_qos): latency and batch slices, and a batch clie
 # Slice 0 latency, 1-3 batch, under auto (no cap at N=4): the latency
 # slice gets the even share, 25%, priority 0 (issue 23); the batch slices
 # (100 - 8) / 3 = 30% and priority 1; the control daemon the largest, 30%,
-# and 1. reserve 8 is written out (the default is 4: 32%).
+# and 1. reserve 8, the default, is written out.
 sed -i 's/^mps_thread_percentage: .*/mps_thread_percentage: auto/' "$W/host.conf"
 printf 'devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_number: 4\n  mps_qos:\n    latency: [0]\n    reserve: 8\n' >"$W/devices.yml.new"
 mv "$W/devices.yml.new" "$W/devices.yml"
