@@ -85,6 +85,14 @@ N=$(count)
 check "4 virtual devices registered" "$([ "$N" = 4 ]; echo $?)" "(total $N, cap $CAP MiB each)"
 say "limits read back from the control daemon ($PIPE):"
 for c in "get_default_device_pinned_mem_limit 0" get_default_active_thread_percentage; do echo "$c -> $(ctl "$c")"; done | block
+# The daemon's own cost on a real host (issue 22's bar: RSS <= 30 MiB):
+# resident memory once ready, and its CPU over 20 idle seconds (utime +
+# stime from /proc, clock ticks), a measurement recorded, not a timed check.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$DPID/stat"; }
+C0=$(cpu_ticks); sleep 20; C1=$(cpu_ticks)
+RSS=$(awk '/^VmRSS/ {print $2}' "/proc/$DPID/status")
+say "daemon's own cost, idle with 4 devices: RSS $((RSS / 1024)) MiB ($RSS kB), CPU $(python3 -c "print(round(($C1-$C0)/$(getconf CLK_TCK)/20*100, 3))")% of one core over 20 s"
+check "the daemon's resident memory is at most 30 MiB" "$([ "$RSS" -le 30720 ]; echo $?)" "($RSS kB)"
 
 say
 say "## 3. A CUDA client given a virtual device's environment cannot allocate past its cap"
