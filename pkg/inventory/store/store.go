@@ -60,6 +60,9 @@ type Store struct {
 	writers chan struct{}
 	// stmts are the prepared statements of prep (SQLite); nil on PostgreSQL.
 	stmts *stmtCache
+	// group is the queue of the writers that share transactions (SQLite,
+	// groupcommit.go); nil on PostgreSQL.
+	group *groupCommit
 }
 
 // dialect holds what differs between SQL backends.
