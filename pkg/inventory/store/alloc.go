@@ -254,8 +254,8 @@ func (s *Store) claimReturning(ctx context.Context, tx *sql.Tx, guest, id string
 
 // updateReturning runs an UPDATE of at most one device row that answers
 // the row (RETURNING returningColumns); ok says whether it changed one.
-func (s *Store) updateReturning(ctx context.Context, tx *sql.Tx, stmt, what string, args ...any) (d api.IsolatedDevice, ok bool, err error) {
-	rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(stmt), args...)
+func (s *Store) updateReturning(ctx context.Context, q querier, stmt, what string, args ...any) (d api.IsolatedDevice, ok bool, err error) {
+	rows, err := s.prep(q).QueryContext(ctx, s.d.bind(stmt), args...)
 	if err != nil {
 		return d, false, fmt.Errorf("%s: %w", what, err)
 	}
