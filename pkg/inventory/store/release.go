@@ -25,9 +25,10 @@ func (s *Store) DetachDevice(ctx context.Context, guest, idOrName string) ([]api
 		return nil, err
 	}
 	if s.group == nil {
-		// PostgreSQL: the usual case (see below) is one statement, so it
-		// needs no transaction of its own: one round trip instead of
-		// three (BEGIN, the UPDATE, COMMIT).
+		// PostgreSQL: the usual case (see below) is one conditional
+		// statement, atomic on its own: one round trip instead of a
+		// transaction's four (BEGIN, the read, the UPDATE, COMMIT). When it
+		// changes nothing, the transaction below finds out why.
 		d, ok, err := s.releaseAlone(ctx, guest, idOrName)
 		switch {
 		case err != nil:
