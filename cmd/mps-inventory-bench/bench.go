@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/api"
@@ -34,9 +35,12 @@ func (b *bench) depth() int { return b.c.rows * 9 / 10 }
 
 // run makes every measurement, one after the other.
 func (b *bench) run(ctx context.Context) ([]result, error) {
-	deepMarker, err := b.markerAt(ctx, b.depth())
-	if err != nil {
-		return nil, err
+	var deepMarker string
+	if strings.Contains("list: marker page", b.c.only) {
+		var err error
+		if deepMarker, err = b.markerAt(ctx, b.depth()); err != nil {
+			return nil, err
+		}
 	}
 	type measurement struct {
 		name string
@@ -76,6 +80,9 @@ func (b *bench) run(ctx context.Context) ([]result, error) {
 	}
 	var out []result
 	for _, m := range ms {
+		if !strings.Contains(m.name, b.c.only) {
+			continue
+		}
 		b.logf("measuring %s: %d workers, %s", m.name, b.c.workers, b.c.duration)
 		r := measure(ctx, m.name, b.c.workers, b.c.warm, b.c.duration, m.op)
 		if err := ctx.Err(); err != nil {
@@ -167,10 +174,10 @@ func (b *bench) report(w io.Writer, results []result, fill, analyze time.Duratio
 		fmt.Fprint(w, " Fill: reused")
 	}
 	fmt.Fprintf(w, ", analyze: %s.\n\n", analyze.Round(time.Millisecond))
-	fmt.Fprintln(w, "| measurement | ops | ops/s | p50 ms | p99 ms | errors |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| measurement | ops | ops/s | p50 ms | p99 ms | CPU ms/op | errors |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range results {
-		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %d |\n", r.name, r.ops, r.perSecond(), ms(r.percentile(0.5)), ms(r.percentile(0.99)), r.errors)
+		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %d |\n", r.name, r.ops, r.perSecond(), ms(r.percentile(0.5)), ms(r.percentile(0.99)), ms(r.cpuPerOp()), r.errors)
 	}
 	fmt.Fprintln(w)
 }

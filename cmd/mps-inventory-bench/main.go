@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -41,6 +42,9 @@ type config struct {
 	workers           int
 	warm, duration    time.Duration
 	explain, onlyFill bool
+	// only keeps the measurements whose name holds it; cpuProfile is a
+	// file for a CPU profile of the measurements.
+	only, cpuProfile string
 }
 
 func main() {
@@ -57,6 +61,8 @@ func main() {
 	fs.StringVar(&c.token, "token", "", "admin token for --url")
 	fs.BoolVar(&c.explain, "explain", false, "print the database's plans of the list statements")
 	fs.BoolVar(&c.onlyFill, "fill-only", false, "fill (or check) the database and stop")
+	fs.StringVar(&c.only, "only", "", "make only the measurements whose name holds this text (\"attach\", \"list\", \"marker\")")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measurements (go tool pprof) to this file")
 	_ = fs.Parse(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -130,12 +136,42 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	tr := &http.Transport{MaxIdleConnsPerHost: 2 * c.workers}
 	defer tr.CloseIdleConnections()
 	b.client = client.New(client.Options{URL: url, Token: token, Retries: -1, HTTPClient: &http.Client{Transport: tr}})
+	stopProfile, err := startCPUProfile(c.cpuProfile)
+	if err != nil {
+		return err
+	}
 	results, err := b.run(ctx)
+	if perr := stopProfile(); err == nil {
+		err = perr
+	}
 	if err != nil {
 		return err
 	}
 	b.report(stdout, results, fillTime, analyzeTime)
 	return nil
+}
+
+// startCPUProfile starts a CPU profile into path (none when path is
+// empty); the function it returns stops it and closes the file.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("creating the CPU profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("starting the CPU profile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("writing the CPU profile: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // serve starts the API over st on a loopback port, with a new admin token.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -17,6 +18,27 @@ type result struct {
 	latencies []time.Duration // sorted
 	errors    int
 	firstErr  error
+	// cpu is the CPU time (user + system) this process spent over
+	// elapsed: with the server in the process, what an operation costs on
+	// a machine others share too (the rate depends on what they leave).
+	cpu time.Duration
+}
+
+// cpuPerOp is the process's CPU time per completed operation.
+func (r result) cpuPerOp() time.Duration {
+	if r.ops == 0 {
+		return 0
+	}
+	return r.cpu / time.Duration(r.ops)
+}
+
+// processCPU is the CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func (r result) perSecond() float64 { return float64(r.ops) / r.elapsed.Seconds() }
@@ -43,6 +65,18 @@ func measure(ctx context.Context, name string, workers int, warm, d time.Duratio
 	warmUntil := time.Now().Add(warm)
 	stopAt := warmUntil.Add(d)
 	var wg sync.WaitGroup
+	var cpuAtWarm time.Duration
+	go func() {
+		t := time.NewTimer(time.Until(warmUntil))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			mu.Lock()
+			cpuAtWarm = processCPU()
+			mu.Unlock()
+		case <-ctx.Done():
+		}
+	}()
 	for w := range workers {
 		wg.Go(func() {
 			for i := 0; ctx.Err() == nil; i++ {
@@ -73,6 +107,11 @@ func measure(ctx context.Context, name string, workers int, warm, d time.Duratio
 	// The operations started in [warmUntil, stopAt], the last ones ending
 	// a little after it.
 	res.elapsed = time.Since(warmUntil)
+	mu.Lock()
+	if cpuAtWarm > 0 {
+		res.cpu = processCPU() - cpuAtWarm
+	}
+	mu.Unlock()
 	slices.Sort(res.latencies)
 	return res
 }

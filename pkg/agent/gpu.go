@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/metrics"
@@ -14,7 +15,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/status"
 )
 
-// The MPS stage of a reconcile, one GPU at a time. A GPU is prepared
+// The MPS stage of a reconcile. A GPU is prepared
 // (prepareGPU: compute mode, control daemon, limits set and read back) when
 // what it must hold changed, when it is not known to be healthy, or when
 // the reconcile checks everything (a full one: the first, the periodic one,
@@ -63,29 +64,54 @@ func targetOf(env mps.Env, cfg *Config, gp plan.GPUPlan, want mps.Limits) gpuTar
 // prepareGPUs is the MPS stage: each planned GPU prepared, or, when full is
 // false and nothing about it changed, taken as it was. It returns the
 // GPUs' status in plan order and their failures.
+//
+// In the per-GPU layout each GPU has its own control daemon, so the GPUs are
+// prepared at once, one goroutine each: a start (or a full reconcile) then
+// waits for the slowest GPU, not for the sum of them. In the single layout
+// they share one daemon and are prepared one after the other.
 func (a *Agent) prepareGPUs(ctx context.Context, cfg *Config, p *plan.Plan, full bool) ([]status.GPU, []error) {
-	statuses := make([]status.GPU, 0, len(p.GPUs))
-	var errs []error
-	for _, gp := range p.GPUs {
+	statuses := make([]status.GPU, len(p.GPUs))
+	kinds := make([]metrics.ErrorKind, len(p.GPUs))
+	states := make([]*gpuState, len(p.GPUs))
+	var todo []int // the GPUs to prepare
+	for i, gp := range p.GPUs {
 		uuid := gp.GPU.UUID
 		gs := a.gpu(cfg, uuid)
 		if cfg.single() && gs.env.VisibleDevices != a.layout.visible {
 			delete(a.gpus, uuid) // the planned GPUs changed: a controller for the new list
 			gs = a.gpu(cfg, uuid)
 		}
+		states[i] = gs
 		st := a.plannedStatus(cfg, gp)
 		st.PipeDirectory = gs.env.PipeDir
-		var errKind metrics.ErrorKind
 		if !full && a.current(cfg, gp, gs, st) {
-			st = observed(st, gs.last)
-		} else {
-			st, errKind = a.prepareGPU(ctx, cfg, gp, st)
+			statuses[i] = observed(st, gs.last)
+			continue
 		}
+		statuses[i] = st
+		todo = append(todo, i)
+	}
+	prepare := func(i int) {
+		statuses[i], kinds[i] = a.prepareGPU(ctx, cfg, p.GPUs[i], statuses[i])
+	}
+	if cfg.single() || len(todo) < 2 {
+		for _, i := range todo {
+			prepare(i)
+		}
+	} else {
+		var wg sync.WaitGroup
+		for _, i := range todo {
+			wg.Go(func() { prepare(i) })
+		}
+		wg.Wait()
+	}
+	var errs []error
+	for i, gp := range p.GPUs {
+		gs, st := states[i], statuses[i]
 		gs.dirty = false
 		gs.enforced = st.Enforced
-		statuses = append(statuses, st)
 		if st.Error != "" {
-			errs = append(errs, withKind(cmp.Or(errKind, metrics.ErrorMPS), fmt.Errorf("gpu %s (%s): %s", gp.GPU.PCI, gp.GPU.UUID, st.Error)))
+			errs = append(errs, withKind(cmp.Or(kinds[i], metrics.ErrorMPS), fmt.Errorf("gpu %s (%s): %s", gp.GPU.PCI, gp.GPU.UUID, st.Error)))
 		}
 	}
 	return statuses, errs

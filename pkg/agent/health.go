@@ -41,17 +41,15 @@ func (a *Agent) probe(ctx context.Context) (changed bool) {
 }
 
 // observe is the health of one GPU as its control daemon reports it now.
+// The server list is the daemon's sign of life too (Running asks the same
+// question), so a healthy idle GPU costs one control command a probe.
 func (a *Agent) observe(ctx context.Context, gs *gpuState) (bool, string) {
-	up, err := gs.ctl.Running(ctx)
-	if err != nil {
-		return false, "MPS control daemon does not answer: " + err.Error()
-	}
-	if !up {
-		return false, "MPS control daemon is not running"
-	}
 	servers, err := gs.ctl.Servers(ctx)
-	if err != nil {
-		return false, "listing MPS servers: " + err.Error()
+	switch {
+	case errors.Is(err, mps.ErrNoDaemon):
+		return false, "MPS control daemon is not running"
+	case err != nil:
+		return false, "MPS control daemon does not answer: " + err.Error()
 	}
 	for _, pid := range servers {
 		st, clients, err := serverState(ctx, gs, pid)

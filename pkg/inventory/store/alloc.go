@@ -80,10 +80,20 @@ const (
 // The statements of allocation that must be served by an index (the tests
 // EXPLAIN them on both backends). The pick's row lock is added at run time.
 const (
+	// pickQuery reads the rows Pick looks at: the free ones and the
+	// guest's own (the rows other guests hold play no part in a pick), two
+	// ranges of the index. Where the rows are locked they are read in id
+	// order (pickLockOrder).
 	pickQuery = `SELECT id, device_path, numa_node, seq, guest_id, unhealthy, pending_removal, sharing_mode
-		FROM isolated_devices WHERE host_id = ? AND dev_type = ? AND model = ? ORDER BY id`
-	claimStmt   = `UPDATE isolated_devices SET guest_id = ?, updated_at = ? WHERE id = ?` + claimable
-	releaseStmt = `UPDATE isolated_devices SET guest_id = '', updated_at = ? WHERE id = ? AND guest_id = ?`
+		FROM isolated_devices WHERE host_id = ? AND dev_type = ? AND model = ? AND guest_id IN ('', ?)`
+	pickLockOrder = ` ORDER BY id`
+	claimStmt     = `UPDATE isolated_devices SET guest_id = ?, updated_at = ? WHERE id = ?` + claimable
+	// claimReturningStmt is claimStmt answering the claimed row, so that
+	// the attach need not read it again.
+	claimReturningStmt = claimStmt + ` RETURNING ` + returningColumns
+	// releaseReturningStmt is releaseStmt answering the released row.
+	releaseReturningStmt = releaseStmt + ` RETURNING ` + returningColumns
+	releaseStmt          = `UPDATE isolated_devices SET guest_id = '', updated_at = ? WHERE id = ? AND guest_id = ?`
 	// detachAllStmt frees every row of a guest (updated_at, guest, guest);
 	// %s is the dialect's row lock (see DetachAll).
 	detachAllStmt = `UPDATE isolated_devices SET guest_id = '', updated_at = ?
@@ -141,7 +151,7 @@ func (s *Store) AttachDevice(ctx context.Context, guest, idOrName string) (api.I
 	}
 	var d api.IsolatedDevice
 	err := s.retryRaces(ctx, "attaching isolated device "+idOrName, func() error {
-		return s.inTx(ctx, false, func(tx *sql.Tx) error {
+		return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 			cur, err := s.lockDevice(ctx, tx, idOrName, false)
 			if err != nil {
 				return err
@@ -178,12 +188,12 @@ func (s *Store) AttachDevices(ctx context.Context, guest string, r api.AttachReq
 	var out []api.IsolatedDevice
 	err = s.retryRaces(ctx, "attaching isolated devices", func() error {
 		out = out[:0]
-		return s.inTx(ctx, false, func(tx *sql.Tx) error {
+		return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 			h, err := s.getHost(ctx, tx, r.Host)
 			if err != nil {
 				return err
 			}
-			rows, err := s.candidates(ctx, tx, h.ID, r.DevType, r.Model)
+			rows, err := s.candidates(ctx, tx, h.ID, r.DevType, r.Model, guest)
 			if err != nil {
 				return err
 			}
@@ -202,21 +212,20 @@ func (s *Store) AttachDevices(ctx context.Context, guest string, r api.AttachReq
 				}
 				return refuse(ErrNoCapacity, "need %d free %s %q devices on %s, %d free", r.Count, r.DevType, r.Model, where, free)
 			}
+			claimed := make(map[string]api.IsolatedDevice, len(ids))
+			now := s.timestamp()
 			for _, id := range slices.Sorted(slices.Values(ids)) {
-				n, err := s.claim(ctx, tx, guest, id, s.timestamp())
+				d, ok, err := s.claimReturning(ctx, tx, guest, id, now)
 				if err != nil {
 					return err
 				}
-				if n != 1 {
+				if !ok {
 					return errRace
 				}
+				claimed[id] = d
 			}
 			for _, id := range ids {
-				d, err := s.getDevice(ctx, tx, id)
-				if err != nil {
-					return err
-				}
-				out = append(out, d)
+				out = append(out, claimed[id])
 			}
 			return nil
 		})
@@ -237,6 +246,32 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, guest, id string, now tim
 	return rowsAffected(res)
 }
 
+// claimReturning is claim answering the claimed row; ok is false when the
+// row was not claimable.
+func (s *Store) claimReturning(ctx context.Context, tx *sql.Tx, guest, id string, now time.Time) (d api.IsolatedDevice, ok bool, err error) {
+	return s.updateReturning(ctx, tx, claimReturningStmt, "attaching isolated device "+id, guest, formatTime(now), id)
+}
+
+// updateReturning runs an UPDATE of at most one device row that answers
+// the row (RETURNING returningColumns); ok says whether it changed one.
+func (s *Store) updateReturning(ctx context.Context, q querier, stmt, what string, args ...any) (d api.IsolatedDevice, ok bool, err error) {
+	rows, err := s.prep(q).QueryContext(ctx, s.d.bind(stmt), args...)
+	if err != nil {
+		return d, false, fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
+	if rows.Next() {
+		if d, _, err = scanDeviceSeq(rows, false); err != nil {
+			return d, false, fmt.Errorf("%s: %w", what, err)
+		}
+		ok = true
+	}
+	if err := rows.Err(); err != nil {
+		return api.IsolatedDevice{}, false, fmt.Errorf("%s: %w", what, err)
+	}
+	return d, ok, nil
+}
+
 // notClaimable says why d, as read before a claim that changed nothing,
 // cannot go to guest: nil when guest holds it already, errRace when it
 // looks free (another writer changed it in between).
@@ -254,10 +289,11 @@ func notClaimable(d api.IsolatedDevice, guest string) error {
 	return errRace
 }
 
-// candidates reads, and on PostgreSQL locks, what Pick needs of every row
-// of a (host, dev_type, model); the isolated_devices_pick index serves it.
-func (s *Store) candidates(ctx context.Context, tx *sql.Tx, hostID, devType, model string) ([]Candidate, error) {
-	rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(pickQuery+s.d.forUpdate()), hostID, devType, model)
+// candidates reads, and on PostgreSQL locks, what Pick needs of the rows of
+// a (host, dev_type, model) that are free or guest's; the
+// isolated_devices_pick index serves it.
+func (s *Store) candidates(ctx context.Context, tx *sql.Tx, hostID, devType, model, guest string) ([]Candidate, error) {
+	rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(s.pickStatement()), hostID, devType, model, guest)
 	if err != nil {
 		return nil, fmt.Errorf("reading candidate devices: %w", err)
 	}
@@ -274,6 +310,16 @@ func (s *Store) candidates(ctx context.Context, tx *sql.Tx, hostID, devType, mod
 		return nil, fmt.Errorf("reading candidate devices: %w", err)
 	}
 	return out, nil
+}
+
+// pickStatement is pickQuery as this backend runs it: with its row lock,
+// taken in id order, where there is one (Pick does not depend on the
+// order, so SQLite, which locks nothing, reads the rows unsorted).
+func (s *Store) pickStatement() string {
+	if lock := s.d.forUpdate(); lock != "" {
+		return pickQuery + pickLockOrder + lock
+	}
+	return pickQuery
 }
 
 // retryRaces runs fn until it returns something other than errRace, at most

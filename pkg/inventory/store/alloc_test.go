@@ -438,11 +438,13 @@ func TestAllocQueriesUseIndexes(t *testing.T) {
 			// The pick and the host's count: the pick index, or the host's
 			// (a table this small does not tell them apart; both bound the
 			// rows to one host's).
-			{"pick", pickQuery + s.d.forUpdate(), []any{"h", api.DevTypeNvidiaMPS, "m"}, "isolated_devices_pick|isolated_devices_host_seq"},
+			{"pick", s.pickStatement(), []any{"h", api.DevTypeNvidiaMPS, "m", "g"}, "isolated_devices_pick|isolated_devices_host_seq"},
 			// By id: any index will do (PostgreSQL may take guest_id's on
 			// a table this small).
 			{"claim", claimStmt, []any{"g", now, "x"}, ""},
 			{"release", releaseStmt, []any{now, "x", "g"}, ""},
+			{"claim, returning the row", claimReturningStmt, []any{"g", now, "x"}, ""},
+			{"release, returning the row", releaseReturningStmt, []any{now, "x", "g"}, ""},
 			{"list --server, page", `SELECT ` + deviceColumns + deviceFrom + byGuest + ` ORDER BY d.seq LIMIT 20 OFFSET 0`, byGuestArgs, "isolated_devices_guest_id"},
 			{"detach all", fmt.Sprintf(detachAllStmt, s.d.forUpdate()), []any{now, "g", "g"}, "isolated_devices_guest_id"},
 			{"list --server", `SELECT COUNT(*) FROM isolated_devices d` + byGuest, byGuestArgs, "isolated_devices_guest_id"},

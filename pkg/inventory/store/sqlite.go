@@ -59,7 +59,7 @@ func OpenSQLite(ctx context.Context, path string, log *slog.Logger) (*Store, err
 	if err != nil {
 		return nil, fmt.Errorf("opening sqlite database %s: %w", path, err)
 	}
-	s := &Store{db: db, d: sqliteDialect, log: log, now: time.Now, writers: make(chan struct{}, 1), stmts: newStmtCache(db)}
+	s := &Store{db: db, d: sqliteDialect, log: log, now: time.Now, writers: make(chan struct{}, 1), stmts: newStmtCache(db), group: &groupCommit{}}
 	if err := s.migrate(ctx); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("migrating %s: %w", path, err)

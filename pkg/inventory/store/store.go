@@ -11,7 +11,8 @@
 //     BEGIN IMMEDIATE, so a read-then-write inside it cannot interleave with
 //     another writer; readers see a WAL snapshot. The writers of one process
 //     queue in Go first (Store.writers), so only other processes meet
-//     busy_timeout.
+//     busy_timeout. Attaches and detaches that queue together share one
+//     transaction and its fsync, each in a savepoint (groupcommit.go).
 //   - PostgreSQL: READ COMMITTED, several writers at once, in this process
 //     and in others. A read-then-write must therefore either lock what it
 //     read (dialect.forUpdate: SELECT ... FOR UPDATE; UpdateHost, DeleteHost,
@@ -60,6 +61,9 @@ type Store struct {
 	writers chan struct{}
 	// stmts are the prepared statements of prep (SQLite); nil on PostgreSQL.
 	stmts *stmtCache
+	// group is the queue of the writers that share transactions (SQLite,
+	// groupcommit.go); nil on PostgreSQL.
+	group *groupCommit
 }
 
 // dialect holds what differs between SQL backends.

@@ -1,0 +1,87 @@
+package store_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"yunion.io/x/mps-daemon/internal/testsupport/pgtest"
+	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/inventory/store"
+)
+
+// BenchmarkAttachDetach is the store's share of mps-inventory-bench's
+// attach + detach: 8 concurrent callers (whatever GOMAXPROCS is), each
+// attaching one slice of a random host's model to a new guest and
+// detaching it, with no HTTP in between. One op is the pair; pairs/s is
+// the rate (docs/benchmarks.md).
+//
+//	go test -run '^$' -bench AttachDetach -benchtime 5s ./pkg/inventory/store
+func BenchmarkAttachDetach(b *testing.B) {
+	for _, be := range []struct {
+		name string
+		dsn  func(testing.TB) string
+	}{
+		{"sqlite", func(tb testing.TB) string { return filepath.Join(tb.TempDir(), "inventory.db") }},
+		{"postgres", pgtest.DSN},
+	} {
+		b.Run(be.name, func(b *testing.B) {
+			s, err := store.Open(b.Context(), be.dsn(b), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			hosts := benchHosts(b, s, 5, 8, 8)
+			var guests atomic.Int64
+			b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0)))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					h := hosts[rand.IntN(len(hosts))]
+					guest := fmt.Sprintf("bench-%d", guests.Add(1))
+					devs, err := s.AttachDevices(b.Context(), guest, api.AttachRequest{Model: "NVIDIA H100 80GB HBM3", Host: h, Count: 1})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if _, err := s.DetachDevice(b.Context(), guest, devs[0].ID); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+		})
+	}
+}
+
+// benchHosts makes n hosts of gpus GPUs split in slices each and returns
+// their names.
+func benchHosts(b *testing.B, s *store.Store, n, gpus, slices int) []string {
+	b.Helper()
+	var names []string
+	for i := range n {
+		h, err := s.CreateHost(b.Context(), api.Host{Name: fmt.Sprintf("bench-host-%d", i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var devs []api.IsolatedDevice
+		for g := range gpus {
+			for k := range slices {
+				devs = append(devs, api.IsolatedDevice{
+					Name: fmt.Sprintf("mps-%d-%d", g, k), HostID: h.ID, DevType: api.DevTypeNvidiaMPS,
+					Model: "NVIDIA H100 80GB HBM3", Addr: fmt.Sprintf("%02x:00.0-%d", g, k), VendorDeviceID: "10de:2330",
+					DevicePath: fmt.Sprintf("GPU-%d-%d", i, g), NumaNode: g / 4, Index: -1, DeviceMinor: -1,
+				})
+			}
+		}
+		if _, err := s.CreateDevices(b.Context(), devs); err != nil {
+			b.Fatal(err)
+		}
+		names = append(names, h.Name)
+	}
+	return names
+}
