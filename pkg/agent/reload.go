@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -10,7 +11,8 @@ import (
 )
 
 // reload reads host.conf and the device YAML again and, when both are valid
-// for the GPUs present, makes them the configuration in force. A bad edit
+// for the GPUs present and would pass the next start (Validate, the checks
+// of the start and check-config), makes them the configuration in force. A bad edit
 // changes nothing: the last good configuration keeps running, and the error
 // (file and line) goes to the log, the systemd status, /status and a metric.
 // The same bytes as the configuration in force change nothing either, and a
@@ -29,6 +31,11 @@ func (a *Agent) reload(ctx context.Context, trigger string) bool {
 	}()
 	old := a.config()
 	cfg, err := LoadConfig(a.opts.ConfigPath)
+	if err == nil {
+		// The files as the next start would read them, restart-only keys
+		// included: a reload that arms a failing restart is refused.
+		_, _, err = Validate(ctx, cfg, a.opts.Backend, cmp.Or(a.rootOverride.sysfs, cfg.Host.SysfsRoot), cmp.Or(a.rootOverride.dev, cfg.Host.DevRoot))
+	}
 	var risk string
 	if err == nil {
 		a.noteRestartOnly(keepRestartOnly(old.Host, cfg.Host))
