@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -131,8 +133,8 @@ func applyRefusal(t *testing.T, e *env, c startRefusal) {
 		t.Fatal(err)
 	}
 	s := string(b)
-	for k, v := range c.conf {
-		line := k + ": " + strings.ReplaceAll(v, "$DIR", e.dir)
+	for _, k := range slices.Sorted(maps.Keys(c.conf)) { // one order: the lines are in the messages
+		line := k + ": " + strings.ReplaceAll(c.conf[k], "$DIR", e.dir)
 		re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(k) + `:.*$`)
 		if re.MatchString(s) {
 			s = re.ReplaceAllLiteralString(s, line)
