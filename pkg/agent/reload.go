@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -10,10 +9,10 @@ import (
 	"yunion.io/x/mps-daemon/pkg/systemd"
 )
 
-// reload reads host.conf and the device YAML again and, when both are valid
-// for the GPUs present and would pass the next start (Validate, the checks
-// of the start and check-config), makes them the configuration in force. A bad edit
-// changes nothing: the last good configuration keeps running, and the error
+// reload reads host.conf and the device YAML again and, when both pass the
+// checks of the start and check-config (Validate, restart-only keys
+// included), makes them the configuration in force. A bad edit changes
+// nothing: the last good configuration keeps running, and the error
 // (file and line) goes to the log, the systemd status, /status and a metric.
 // The same bytes as the configuration in force change nothing either, and a
 // change that would take every device away or drop the YAML's entries is
@@ -34,7 +33,7 @@ func (a *Agent) reload(ctx context.Context, trigger string) bool {
 	if err == nil {
 		// The files as the next start would read them, restart-only keys
 		// included: a reload that arms a failing restart is refused.
-		_, _, err = Validate(ctx, cfg, a.opts.Backend, cmp.Or(a.rootOverride.sysfs, cfg.Host.SysfsRoot), cmp.Or(a.rootOverride.dev, cfg.Host.DevRoot))
+		_, _, err = Validate(ctx, cfg, a.opts.Backend, a.rootOverride.sysfs, a.rootOverride.dev)
 	}
 	var risk string
 	if err == nil {

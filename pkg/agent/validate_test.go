@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"yunion.io/x/mps-daemon/pkg/config"
 )
 
 // badEdit is an edit of the harness' files that the daemon refuses: at
@@ -133,4 +135,22 @@ func loadWithErr(t *testing.T, h *harness, extra string) (*Config, error) {
 	}
 	writeAtomic(t, path, strings.Join(kept, "\n")+"\n"+extra)
 	return LoadConfig(filepath.Clean(path))
+}
+
+// A listen address is refused only when it cannot be this machine's.
+func TestListenAddressMustBeThisMachines(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		":9331": true, "0.0.0.0:9331": true, "[::]:9331": true, "127.0.0.1:9331": true, "127.0.0.2:9331": true,
+		"[::1]:9331": true, "localhost:9331": true,
+		"192.0.2.1:9331": false, "[2001:db8::1]:9331": false,
+	} {
+		hc, err := config.ParseHostConf("host.conf", []byte("mps_listen_address: \""+addr+"\"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = checkListenAddress(context.Background(), &validation{cfg: &Config{Host: hc}})
+		if ok && err != nil || !ok && (err == nil || !strings.Contains(err.Error(), "host.conf:1: mps_listen_address: ") || !strings.Contains(err.Error(), "is not an address of this machine")) {
+			t.Errorf("%s: %v", addr, err)
+		}
+	}
 }
