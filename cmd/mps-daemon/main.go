@@ -65,7 +65,7 @@ func run() int {
 }
 
 func serve(ctx context.Context, f flags) error {
-	w, err := wire(f)
+	w, err := wire(ctx, f, true)
 	if err != nil {
 		return err
 	}
@@ -93,7 +93,7 @@ func serve(ctx context.Context, f flags) error {
 }
 
 func tearDown(ctx context.Context, f flags, force bool) error {
-	w, err := wire(f)
+	w, err := wire(ctx, f, false)
 	if err != nil {
 		return err
 	}

@@ -53,7 +53,11 @@ type wiring struct {
 	where string
 }
 
-func wire(f flags) (*wiring, error) {
+// wire reads the configuration and opens the host and the inventory. To
+// serve, the configuration is validated first as check-config and a reload
+// validate it (agent.Validate), so the daemon refuses at start what they
+// refuse, with the same message; tearing down takes any readable one.
+func wire(ctx context.Context, f flags, validate bool) (*wiring, error) {
 	log, err := logging.FromEnv(os.Stderr, f.logLevel, os.Getenv)
 	if err != nil {
 		return nil, err
@@ -62,12 +66,19 @@ func wire(f flags) (*wiring, error) {
 	if err != nil {
 		return nil, err
 	}
-	inv, where, err := inventory(cfg, log)
+	h, err := openHost(f, cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	h, err := openHost(f, cfg, log)
+	if validate {
+		if _, _, err := agent.Validate(ctx, cfg, h.backend, h.sysfsRoot, h.devRoot); err != nil {
+			h.backend.Close()
+			return nil, err
+		}
+	}
+	inv, where, err := inventory(cfg, log)
 	if err != nil {
+		h.backend.Close()
 		return nil, err
 	}
 	return &wiring{log: log, cfg: cfg, host: h, inv: inv, where: where}, nil

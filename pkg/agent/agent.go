@@ -89,6 +89,10 @@ type Agent struct {
 	// beat is the Run loop's heartbeat, read by HTTP handlers and the
 	// watchdog (loop.go).
 	beat heartbeat
+	// rootOverride are Options' SysfsRoot and DevRoot as given (the
+	// simulated host's), before host.conf's fill them: a reload validates
+	// the files against the roots the next start would use.
+	rootOverride struct{ sysfs, dev string }
 	// classes (loop-owned): the QoS class each device's CDI spec entry
 	// last carried, for a device that leaves the plan while held.
 	classes map[vdev.Name]vdev.Class
@@ -114,6 +118,7 @@ func New(opts Options) (*Agent, error) {
 		opts.Notifier = noNotifier{}
 	}
 	hc := opts.Config.Host
+	override := struct{ sysfs, dev string }{opts.SysfsRoot, opts.DevRoot}
 	if opts.SysfsRoot == "" {
 		opts.SysfsRoot = hc.SysfsRoot
 	}
@@ -130,6 +135,7 @@ func New(opts Options) (*Agent, error) {
 		cfg:        opts.Config,
 		generation: 1,
 	}
+	a.rootOverride = override
 	a.status.Simulated = opts.Simulated
 	a.status.ConfigGeneration = 1
 	hostname, _ := HostName(hc) // unreadable: no Hostname label; the reconcile reports the error

@@ -50,25 +50,14 @@ func checkPipeDirs(cfg *Config, p *plan.Plan) error {
 	return nil
 }
 
-// CheckConfig is `mps-daemon check-config`: cfg validated against the GPUs
-// the backend reports, with the checks a reload and a reconcile make
-// (planFor), and what the daemon reads at start besides the two files (the
-// inventory token, ssl_ca_certs); then the plan written to w. Empty roots
-// are host.conf's. It touches neither MPS nor the inventory nor the compute
-// mode.
+// CheckConfig is `mps-daemon check-config`: cfg validated as the daemon
+// validates it at start and on a reload (Validate), then the plan written
+// to w. Empty roots are host.conf's. It touches neither MPS nor the
+// inventory nor the compute mode.
 func CheckConfig(ctx context.Context, w io.Writer, cfg *Config, backend gpu.Backend, sysfsRoot, devRoot string) error {
-	p, _, err := buildPlan(ctx, backend, cfg, cmp.Or(sysfsRoot, cfg.Host.SysfsRoot), cmp.Or(devRoot, cfg.Host.DevRoot))
+	p, _, err := Validate(ctx, cfg, backend, sysfsRoot, devRoot)
 	if err != nil {
 		return err
-	}
-	hostConf := cmp.Or(cfg.Host.Path, "host.conf")
-	if _, err := cfg.Host.TokenValue(); err != nil {
-		return fmt.Errorf("%s: %w", hostConf, err)
-	}
-	if cp, err := cfg.Host.CloudpodsSettings(); err == nil {
-		if _, err := cp.CACerts(); err != nil {
-			return fmt.Errorf("%s: %w", hostConf, err)
-		}
 	}
 	fmt.Fprintf(w, "host.conf: %s\n", cfg.Host.Path)
 	if cfg.Devices != nil {

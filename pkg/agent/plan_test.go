@@ -27,8 +27,9 @@ func TestPlanRefusesAPipeRootTooLongForTheSockets(t *testing.T) {
 	}
 }
 
-// check-config reads ssl_ca_certs as the daemon reads it at start: a FIFO
-// there is refused at once, naming host.conf, the key and the file type.
+// check-config reads ssl_ca_certs as the daemon reads it at start for the
+// region: a FIFO there is refused at once, naming host.conf, the key and
+// the file type; a certificate is taken.
 func TestCheckConfigReadsTheCACertsFile(t *testing.T) {
 	h := newHarness(t, "", fourAndTwo)
 	h.writeConfig(t, fourAndTwo)
@@ -36,7 +37,7 @@ func TestCheckConfigReadsTheCACertsFile(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := h.loadWith(t, "auth_url: http://127.0.0.1:1/v3\nadmin_user: a\nadmin_password: b\nmps_inventory_backend: inventory\nssl_ca_certs: "+fifo+"\n")
+	cfg := h.loadWith(t, "auth_url: http://127.0.0.1:1/v3\nadmin_user: a\nadmin_password: b\nmps_inventory_backend: region\nssl_ca_certs: "+fifo+"\n")
 	var out strings.Builder
 	err := CheckConfig(context.Background(), &out, cfg, h.backend, h.dir+"/nosys", h.dir+"/nodev")
 	if err == nil || !strings.Contains(err.Error(), "host.conf") || !strings.Contains(err.Error(), "ssl_ca_certs") || !strings.Contains(err.Error(), "not a regular file") {
@@ -45,7 +46,11 @@ func TestCheckConfigReadsTheCACertsFile(t *testing.T) {
 	if err := os.Remove(fifo); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(fifo, []byte("-----BEGIN CERTIFICATE-----\n"), 0o644); err != nil {
+	ca, err := os.ReadFile(filepath.Join("testdata", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fifo, ca, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out.Reset()
@@ -58,21 +63,7 @@ func TestCheckConfigReadsTheCACertsFile(t *testing.T) {
 // same keys) and loads it.
 func (h *harness) loadWith(t *testing.T, extra string) *Config {
 	t.Helper()
-	path := h.hostConfPath()
-	b, err := os.ReadFile(path)
-	raw := string(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kept []string
-	for _, line := range strings.Split(strings.TrimSpace(raw), "\n") {
-		key, _, _ := strings.Cut(line, ":")
-		if !strings.Contains(extra, key+":") {
-			kept = append(kept, line)
-		}
-	}
-	writeAtomic(t, path, strings.Join(kept, "\n")+"\n"+extra)
-	cfg, err := LoadConfig(filepath.Clean(path))
+	cfg, err := loadWithErr(t, h, extra)
 	if err != nil {
 		t.Fatal(err)
 	}

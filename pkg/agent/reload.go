@@ -9,9 +9,10 @@ import (
 	"yunion.io/x/mps-daemon/pkg/systemd"
 )
 
-// reload reads host.conf and the device YAML again and, when both are valid
-// for the GPUs present, makes them the configuration in force. A bad edit
-// changes nothing: the last good configuration keeps running, and the error
+// reload reads host.conf and the device YAML again and, when both pass the
+// checks of the start and check-config (Validate, restart-only keys
+// included), makes them the configuration in force. A bad edit changes
+// nothing: the last good configuration keeps running, and the error
 // (file and line) goes to the log, the systemd status, /status and a metric.
 // The same bytes as the configuration in force change nothing either, and a
 // change that would take every device away or drop the YAML's entries is
@@ -29,6 +30,11 @@ func (a *Agent) reload(ctx context.Context, trigger string) bool {
 	}()
 	old := a.config()
 	cfg, err := LoadConfig(a.opts.ConfigPath)
+	if err == nil {
+		// The files as the next start would read them, restart-only keys
+		// included: a reload that arms a failing restart is refused.
+		_, _, err = Validate(ctx, cfg, a.opts.Backend, a.rootOverride.sysfs, a.rootOverride.dev)
+	}
 	var risk string
 	if err == nil {
 		a.noteRestartOnly(keepRestartOnly(old.Host, cfg.Host))

@@ -208,8 +208,13 @@ const (
 	ClassInsufficientResource = "InsufficientResourceError"
 	// ClassConflict (409): the rows kept changing; the request may be sent again.
 	ClassConflict = "ConflictError"
-	// ClassNotImplemented (501): a Cloudpods API this inventory does not have.
-	ClassNotImplemented = "NotImplementedError"
+	// ClassHandlerNotFound (404): a path no route serves, Cloudpods'
+	// class for it ("Handler /x not found"); ClassNotFound is a resource
+	// a route looked for.
+	ClassHandlerNotFound = "NotFoundError"
+	// ClassMethodNotAllowed (405): a method no route serves on a path
+	// that has routes; the answer's Allow header lists those it serves.
+	ClassMethodNotAllowed = "MethodNotAllowedError"
 	// ClassTooLarge (413): a request body over the size limit.
 	ClassTooLarge = "TooLargeEntity"
 	// ClassUnsupportedMediaType (415): a body that is not application/json

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -246,7 +247,9 @@ func (hc *HostConf) checkCloudpods() []error {
 
 // CACerts is the content of ssl_ca_certs (nil when unset), read as every
 // file host.conf names: never blocking on a FIFO, never past
-// MaxConfigBytes (a CA bundle is a few hundred KiB at most).
+// MaxConfigBytes (a CA bundle is a few hundred KiB at most). A file with
+// no PEM certificate in it is an error here, where check-config and a
+// reload see it, not only when the keystone client is built at start.
 func (cp Cloudpods) CACerts() ([]byte, error) {
 	if cp.SSLCACerts == "" {
 		return nil, nil
@@ -254,6 +257,9 @@ func (cp Cloudpods) CACerts() ([]byte, error) {
 	data, err := ReadFile(cp.SSLCACerts, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("reading ssl_ca_certs: %w", err)
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("ssl_ca_certs %s holds no PEM certificate", cp.SSLCACerts)
 	}
 	return data, nil
 }

@@ -154,6 +154,18 @@ func TestCACertsFile(t *testing.T) {
 	if err := os.WriteFile(cp.SSLCACerts, []byte("-----BEGIN CERTIFICATE-----\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A file with no certificate in it would fail the keystone client at
+	// start: refused here, where check-config and a reload see it.
+	if _, err := cp.CACerts(); err == nil || !strings.Contains(err.Error(), "ssl_ca_certs "+cp.SSLCACerts+" holds no PEM certificate") {
+		t.Errorf("CACerts of a file without a certificate: %v", err)
+	}
+	ca, err := os.ReadFile(filepath.Join("testdata", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cp.SSLCACerts, ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if b, err := cp.CACerts(); err != nil || len(b) == 0 {
 		t.Errorf("CACerts of a regular file: %d bytes, %v", len(b), err)
 	}

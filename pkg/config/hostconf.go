@@ -16,6 +16,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/restcall"
 )
 
@@ -233,7 +234,7 @@ func (hc *HostConf) set(key string, v *yaml.Node) error {
 	case "mps_thread_percentage":
 		hc.Threads, err = threadPolicy(v)
 	case "mps_host_name":
-		hc.HostName, err = scalarValue(v)
+		hc.HostName, err = hostName(v)
 	case "mps_sysfs_root":
 		hc.SysfsRoot, err = absPath(v)
 	case "mps_dev_root":
@@ -340,6 +341,21 @@ func absPath(v *yaml.Node) (string, error) {
 		return "", fmt.Errorf("want an absolute path, got %s", describe(v))
 	}
 	return filepath.Clean(s), nil
+}
+
+// hostName is mps_host_name, the name of the host's record in the
+// inventory: bounded as the inventory bounds a host's name, so a name it
+// would refuse at every reconcile is refused here, by check-config and at
+// start.
+func hostName(v *yaml.Node) (string, error) {
+	s, err := scalarValue(v)
+	if err != nil {
+		return "", err
+	}
+	if len(s) > api.MaxNameBytes {
+		return "", fmt.Errorf("%d bytes, longer than the %d the inventory allows for a host's name", len(s), api.MaxNameBytes)
+	}
+	return s, nil
 }
 
 func nonEmpty(v *yaml.Node) (string, error) {

@@ -102,6 +102,7 @@ func TestParseHostConfValues(t *testing.T) {
 		{"per-user MPS servers", "mps_multiuser_server: false", func(h *HostConf) { h.MultiUserServer = false }},
 		{"accounting report", "mps_accounting: report", func(h *HostConf) { h.Accounting = AccountingReport }},
 		{"cdi directory", "mps_cdi_directory: /etc/cdi", func(h *HostConf) { h.CDIDirectory = "/etc/cdi" }},
+		{"host name as long as the inventory takes", "mps_host_name: " + strings.Repeat("h", 128), func(h *HostConf) { h.HostName = strings.Repeat("h", 128) }},
 		{"alias", "x: &n 6\ncuda_mps_replicas: *n", func(h *HostConf) { h.CudaMPSReplicas = 6; h.Unknown = []string{"x"} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -131,6 +132,7 @@ func TestParseHostConfErrors(t *testing.T) {
 		{"duration unit", "mps_sync_interval: 10x", []string{`host.conf:1: mps_sync_interval: want a duration such as "10s" or a number of seconds, got "10x"`}},
 		{"duration zero", "mps_sync_interval: 0", []string{`host.conf:1: mps_sync_interval: must be positive, got "0"`}},
 		{"duration negative", "mps_inventory_timeout: -5s", []string{`host.conf:1: mps_inventory_timeout: must be positive, got "-5s"`}},
+		{"host name longer than the inventory takes", "mps_host_name: " + strings.Repeat("h", 10000), []string{`host.conf:1: mps_host_name: 10000 bytes, longer than the 128 the inventory allows for a host's name`}},
 		{"sync interval too short", "mps_sync_interval: 1ns", []string{`host.conf:1: mps_sync_interval: must be from 1s to 1h, got "1ns"`}},
 		{"sync interval too long", "mps_sync_interval: 2h", []string{`host.conf:1: mps_sync_interval: must be from 1s to 1h, got "2h"`}},
 		{"health interval too short", "port: 1\nmps_health_interval: 10ms", []string{`host.conf:2: mps_health_interval: must be from 1s to 10m, got "10ms"`}},

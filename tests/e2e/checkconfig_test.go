@@ -75,7 +75,7 @@ func TestCheckConfigChecksEverythingTheDaemonChecks(t *testing.T) {
 		{name: "token file missing", conf: map[string]string{"mps_inventory_token_file": "/nonexistent/mps.token"},
 			want: "reading mps_inventory_token_file: open /nonexistent/mps.token: no such file or directory", startFail: true},
 		{name: "pipe root too long for a GPU's sockets", conf: map[string]string{"cuda_mps_pipe_directory": "/tmp/" + strings.Repeat("p", 70)},
-			want: "cuda_mps_pipe_directory: too long for the MPS sockets under it"},
+			want: "cuda_mps_pipe_directory: too long for the MPS sockets under it", startFail: true},
 		{name: "thread policy 120", conf: map[string]string{"mps_thread_percentage": "120"},
 			want: `mps_thread_percentage: "120": want auto, even, none, K/N or a percentage from 1 to 100`, startFail: true},
 		{name: "sync interval 1ns", conf: map[string]string{"mps_sync_interval": "1ns"},

@@ -286,6 +286,14 @@ func (c *compared) errors() {
 			c.t.Errorf("%s: the region says %+v, the inventory %+v", what, re, ie)
 		}
 	}
+	// A path neither has (issue 22): the client's error, 404 NotFoundError,
+	// on both sides.
+	const path = "/no-such-resources"
+	rs, rc := refusal(c.region.call(c.t.Context(), http.MethodGet, path, nil, nil))
+	is, ic := refusal(c.inv.call(c.t.Context(), http.MethodGet, path, nil, nil))
+	if rs != http.StatusNotFound || rs != is || rc != ic {
+		c.t.Errorf("GET %s: the region answers %d %s, the inventory %d %s", path, rs, rc, is, ic)
+	}
 }
 
 // attachDetachPurge walks a device's life with climc (and Cloudpods'

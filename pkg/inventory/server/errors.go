@@ -24,11 +24,6 @@ func badInput(format string, args ...any) error {
 	return &httpError{http.StatusBadRequest, api.ClassInputParameter, fmt.Sprintf(format, args...)}
 }
 
-// notImplemented is the 501 of a Cloudpods API this inventory does not have.
-func notImplemented(format string, args ...any) error {
-	return &httpError{http.StatusNotImplemented, api.ClassNotImplemented, fmt.Sprintf(format, args...)}
-}
-
 // answerFor maps an error to the status and body the client gets, with
 // Cloudpods' statuses and classes (its httperrors). Refusals (httpError,
 // store.Error) carry their own text; anything else is the server's fault

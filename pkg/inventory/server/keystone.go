@@ -28,7 +28,7 @@ import (
 //	GET    /v3/auth/tokens  validates X-Subject-Token (keystone's token
 //	HEAD   /v3/auth/tokens  check, used by services); any valid token may ask
 //	DELETE /v3/auth/tokens  revokes the keystone token X-Subject-Token
-//	anything else under /v3 answers 501 NotImplementedError
+//	anything else under /v3 answers 404, or 405 with Allow for another method on /v3/auth/tokens
 //
 // The catalog lists identity (this /v3), compute_v2 and compute (the
 // inventory itself), each with public, internal and admin endpoints in
@@ -181,9 +181,9 @@ func (s *server) revokeToken(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// keystoneNotImplemented answers the rest of keystone's API.
-func (s *server) keystoneNotImplemented(_ http.ResponseWriter, r *http.Request) error {
-	return notImplemented("mps-inventory's keystone implements POST, GET, HEAD and DELETE /v3/auth/tokens only, not %s %s", r.Method, r.URL.Path)
+// keystoneNoRoute answers the rest of keystone's API.
+func (s *server) keystoneNoRoute(w http.ResponseWriter, r *http.Request) error {
+	return s.unserved(w, r, "mps-inventory's keystone implements POST, GET, HEAD and DELETE /v3/auth/tokens only, not %s %s")
 }
 
 // tokenBody is keystone's answer for kt: {"token": {...}}.

@@ -44,7 +44,7 @@ func TestRequestMetricsByRoute(t *testing.T) {
 		for _, want := range []string{
 			`mps_inventory_http_requests_total{code="200",method="GET",route="/isolated_devices/{id}"} 1`,
 			`mps_inventory_http_requests_total{code="404",method="GET",route="/isolated_devices/{id}"} 2`,
-			`mps_inventory_http_requests_total{code="501",method="GET",route="unmatched"} 1`,
+			`mps_inventory_http_requests_total{code="404",method="GET",route="unmatched"} 1`,
 			`mps_inventory_http_requests_total{code="200",method="POST",route="/hosts"} 1`,
 			`mps_inventory_http_requests_total{code="401",method="GET",route="/metrics"} 1`,
 			`mps_inventory_http_requests_total{code="200",method="GET",route="/healthz"} 1`,

@@ -133,7 +133,7 @@ func TestHostAgentConversation(t *testing.T) {
 		}
 		// What the agent asks next is not served, and says so.
 		st, b = e.call("POST", "/hosts/"+hb.Host.ID+"/metadata", `{"host":{"k":"v"}}`, as...)
-		checkError(t, st, b, http.StatusNotImplemented, api.ClassNotImplemented, "does not implement")
+		checkError(t, st, b, http.StatusNotFound, api.ClassHandlerNotFound, "mps-inventory has no POST /hosts/"+hb.Host.ID+"/metadata")
 		st, b = e.call("POST", "/zones/zone9/hosts", create, as...)
 		checkError(t, st, b, http.StatusNotFound, api.ClassNotFound, "zone zone9 not found")
 	})

@@ -57,6 +57,8 @@ type server struct {
 	requests *metrics.HTTP
 	metrics  http.Handler
 	route    routeOf
+	// methods lists the methods served on a request's path (routes.go).
+	methods methodsOf
 }
 
 // New returns the API's handler over st.
@@ -91,7 +93,7 @@ func New(st *store.Store, opts Options, log *slog.Logger) http.Handler {
 		"GET /v3/auth/tokens":               s.checkToken,
 		"HEAD /v3/auth/tokens":              s.checkToken,
 		"DELETE /v3/auth/tokens":            s.revokeToken,
-		"/v3/":                              s.keystoneNotImplemented,
+		"/v3/":                              s.keystoneNoRoute,
 		"/":                                 s.noRoute,
 	}
 	s.addAllocRoutes(routes)  // attach, detach: alloc.go
@@ -111,6 +113,7 @@ func New(st *store.Store, opts Options, log *slog.Logger) http.Handler {
 	root.Handle("POST /v3/auth/tokens", s.requireJSON(s.handle(s.issueToken)))
 	root.Handle("/", s.authenticate(s.requireJSON(apiMux)))
 	s.route = newRouteOf(root, apiMux, known)
+	s.methods = newMethodsOf(known)
 	return s.logRequests(root)
 }
 
@@ -126,11 +129,12 @@ func (s *server) handle(h handlerFunc) http.Handler {
 	})
 }
 
-// noRoute answers what this inventory does not implement: 501, naming the
-// request, since the path may well be a Cloudpods API (a host agent asks
-// for its metadata, netifs, storages; climc for servers).
-func (s *server) noRoute(_ http.ResponseWriter, r *http.Request) error {
-	return notImplemented("mps-inventory does not implement %s %s (it serves isolated_devices, hosts and the servers' attach/detach actions of Cloudpods' region API: see docs/inventory.md)", r.Method, r.URL.Path)
+// noRoute answers a request no route serves, as the client's error: 405
+// with Allow when the path is served with other methods (TRACE, OPTIONS,
+// PATCH on /isolated_devices), else 404. Neither is logged as the
+// server's error (logRequests: 4xx at warn).
+func (s *server) noRoute(w http.ResponseWriter, r *http.Request) error {
+	return s.unserved(w, r, "mps-inventory has no %s %s (it serves isolated_devices, hosts and the servers' attach/detach actions of Cloudpods' region API: see docs/inventory.md)")
 }
 
 func (s *server) ready(w http.ResponseWriter, r *http.Request) {

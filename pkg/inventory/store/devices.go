@@ -75,7 +75,7 @@ func (s *Store) CreateDevice(ctx context.Context, d api.IsolatedDevice) (api.Iso
 	if d.HostID == "" {
 		return api.IsolatedDevice{}, missing("host_id")
 	}
-	if err := checkLen("host_id", d.HostID, maxHostRefLen); err != nil {
+	if err := checkLen("host_id", d.HostID, api.MaxHostRefBytes); err != nil {
 		return api.IsolatedDevice{}, err
 	}
 	d = newDeviceDefaults(d)

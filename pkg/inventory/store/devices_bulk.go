@@ -59,7 +59,7 @@ func (s *Store) CreateDevices(ctx context.Context, devs []api.IsolatedDevice) ([
 		case d.HostID == "":
 			return nil, missing("host_id")
 		}
-		if err := checkLen("host_id", d.HostID, maxHostRefLen); err != nil {
+		if err := checkLen("host_id", d.HostID, api.MaxHostRefBytes); err != nil {
 			return nil, err
 		}
 		d = newDeviceDefaults(d)

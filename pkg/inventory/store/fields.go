@@ -7,31 +7,9 @@ import (
 	"yunion.io/x/mps-daemon/pkg/api"
 )
 
-// The longest value the store keeps for each string field, in bytes. They
-// are Cloudpods' column widths where Cloudpods has the column, so a row
-// that fits here fits a Cloudpods region too; the others are ours. A longer
-// value is refused with ErrInvalid naming the field, never cut.
-const (
-	maxNameLen           = 128 // name (Cloudpods' standalone resources)
-	maxDevTypeLen        = 128
-	maxSharingModeLen    = 36
-	maxModelLen          = 512
-	maxAddrLen           = 16 // "0000:1a:00.0-15" fits
-	maxVendorDeviceIDLen = 16
-	maxMdevIDLen         = 36
-	maxDevicePathLen     = 128
-	maxRenderPathLen     = 128
-	// maxCDINameLen is ours: vendor/class=name of the CDI specification.
-	maxCDINameLen = 256
-	// maxHostRefLen bounds a host named by id or name (host_id, host).
-	maxHostRefLen   = maxNameLen
-	maxHostTypeLen  = 36
-	maxAccessIPLen  = 64 // Cloudpods keeps IPv4 in 16 and IPv6 apart; one field here
-	maxAccessMACLen = 32
-	// maxGuestIDLen is ours: container ids are 64 hex digits (see
-	// guestPattern).
-	maxGuestIDLen = 128
-)
+// Every string field is bounded by pkg/api's Max*Bytes (Cloudpods' column
+// widths where it has the column); a longer value is refused with
+// ErrInvalid naming the field, never cut.
 
 // checkLen refuses v when it is longer than max bytes.
 func checkLen(field, v string, max int) error {
@@ -60,27 +38,27 @@ type fieldLen struct {
 // rule (CheckGuestID) where it is set by attach; here it is only bounded.
 func checkDeviceLengths(d api.IsolatedDevice) error {
 	return checkLens(
-		fieldLen{"name", d.Name, maxNameLen},
-		fieldLen{"dev_type", d.DevType, maxDevTypeLen},
-		fieldLen{"sharing_mode", d.SharingMode, maxSharingModeLen},
-		fieldLen{"model", d.Model, maxModelLen},
-		fieldLen{"addr", d.Addr, maxAddrLen},
-		fieldLen{"vendor_device_id", d.VendorDeviceID, maxVendorDeviceIDLen},
-		fieldLen{"mdev_id", d.MdevID, maxMdevIDLen},
-		fieldLen{"device_path", d.DevicePath, maxDevicePathLen},
-		fieldLen{"render_path", d.RenderPath, maxRenderPathLen},
-		fieldLen{"cdi_name", d.CDIName, maxCDINameLen},
-		fieldLen{"guest_id", d.GuestID, maxGuestIDLen},
+		fieldLen{"name", d.Name, api.MaxNameBytes},
+		fieldLen{"dev_type", d.DevType, api.MaxDevTypeBytes},
+		fieldLen{"sharing_mode", d.SharingMode, api.MaxSharingModeBytes},
+		fieldLen{"model", d.Model, api.MaxModelBytes},
+		fieldLen{"addr", d.Addr, api.MaxAddrBytes},
+		fieldLen{"vendor_device_id", d.VendorDeviceID, api.MaxVendorDeviceIDBytes},
+		fieldLen{"mdev_id", d.MdevID, api.MaxMdevIDBytes},
+		fieldLen{"device_path", d.DevicePath, api.MaxDevicePathBytes},
+		fieldLen{"render_path", d.RenderPath, api.MaxRenderPathBytes},
+		fieldLen{"cdi_name", d.CDIName, api.MaxCDINameBytes},
+		fieldLen{"guest_id", d.GuestID, api.MaxGuestIDBytes},
 	)
 }
 
 // checkHostLengths bounds every string field of h.
 func checkHostLengths(h api.Host) error {
 	return checkLens(
-		fieldLen{"name", h.Name, maxNameLen},
-		fieldLen{"access_ip", h.AccessIP, maxAccessIPLen},
-		fieldLen{"access_mac", h.AccessMAC, maxAccessMACLen},
-		fieldLen{"host_type", h.HostType, maxHostTypeLen},
+		fieldLen{"name", h.Name, api.MaxNameBytes},
+		fieldLen{"access_ip", h.AccessIP, api.MaxAccessIPBytes},
+		fieldLen{"access_mac", h.AccessMAC, api.MaxAccessMACBytes},
+		fieldLen{"host_type", h.HostType, api.MaxHostTypeBytes},
 	)
 }
 
@@ -94,13 +72,13 @@ func newDeviceDefaults(d api.IsolatedDevice) api.IsolatedDevice {
 }
 
 // generatedName is the name of a device created without one, shaped as
-// Cloudpods shapes it: dev_<host name>_<nanoseconds>. Cut to maxNameLen
+// Cloudpods shapes it: dev_<host name>_<nanoseconds>. Cut to api.MaxNameBytes
 // from the host's side, so the distinguishing number stays.
 func generatedName(host string, nanos int64) string {
 	suffix := fmt.Sprintf("_%d", nanos)
 	prefix := "dev_" + host
-	if len(prefix)+len(suffix) > maxNameLen {
-		prefix = prefix[:maxNameLen-len(suffix)]
+	if len(prefix)+len(suffix) > api.MaxNameBytes {
+		prefix = prefix[:api.MaxNameBytes-len(suffix)]
 	}
 	return prefix + suffix
 }
