@@ -132,16 +132,17 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/mps/mpssim":       {"pkg/mps"},
 		"pkg/inventory/store":  {},
 		"pkg/inventory/server": {"pkg/inventory/store", "pkg/metrics"},
-		"pkg/inventory/client": {},
+		"pkg/devsync":          {},
+		"pkg/inventory/client": {"pkg/devsync"},
 		"pkg/mpsctl":           {"pkg/config", "pkg/inventory/client"},
 		"pkg/identity":         {"pkg/vdev"},
 		"pkg/accounting":       {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/identity"},
 		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/identity"},
-		"pkg/agent":            {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity"},
+		"pkg/agent":            {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/devsync", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity"},
 		"pkg/metrics":          {},
 		"pkg/statusview":       {},
 		"pkg/keystone":         {},
-		"pkg/region":           {"pkg/keystone", "pkg/inventory/client"},
+		"pkg/region":           {"pkg/keystone", "pkg/devsync"},
 	}
 	for leaf, deps := range leaves {
 		allowed[leaf] = deps
@@ -168,6 +169,23 @@ func TestDependenciesPointOneWay(t *testing.T) {
 			if !found {
 				t.Errorf("%s imports %s, against the direction of dependencies", dir, ours)
 			}
+		}
+	}
+}
+
+// The sync of a host's devices is written once, in pkg/devsync, over a
+// port each backend implements: the agent drives the backends through it
+// and no backend borrows another's code.
+func TestBackendsShareOnlyTheSync(t *testing.T) {
+	imps := imports(t)
+	for _, dir := range []string{"pkg/agent", "pkg/region", "pkg/inventory/client"} {
+		for _, other := range []string{"pkg/inventory/client", "pkg/region", "pkg/inventory/server", "pkg/inventory/store"} {
+			if dir != other && imps[dir][module+other] {
+				t.Errorf("%s imports %s: a backend is reached through pkg/devsync's port and agent.Inventory, wired in cmd/", dir, other)
+			}
+		}
+		if dir != "pkg/agent" && !imps[dir][module+"pkg/devsync"] {
+			t.Errorf("%s does not import pkg/devsync: its sync must be devsync.Sync over its port", dir)
 		}
 	}
 }
