@@ -20,28 +20,14 @@ const (
 	pathDevices    = "/isolated_devices"
 )
 
-// row is an isolated_devices row as the region answers it (details=true).
+// row is an isolated_devices row as the region answers it (details=true):
+// the device record, and what the region adds.
 type row struct {
-	ID                  string          `json:"id"`
-	HostID              string          `json:"host_id"`
-	DevType             string          `json:"dev_type"`
-	SharingMode         string          `json:"sharing_mode"`
-	Model               string          `json:"model"`
-	Addr                string          `json:"addr"`
-	VendorDeviceID      string          `json:"vendor_device_id"`
-	MdevID              string          `json:"mdev_id"`
-	DevicePath          string          `json:"device_path"`
-	NumaNode            int             `json:"numa_node"`
-	PCIEInfo            *api.PCIEInfo   `json:"pcie_info"`
-	VirtualNum          int             `json:"virtual_num"`
-	HotPluggable        bool            `json:"hot_pluggable"`
-	MemorySize          int             `json:"memory_size"`
-	MPSMemoryLimit      int             `json:"mps_memory_limit"`
-	MPSMemoryTotal      int             `json:"mps_memory_total"`
-	MPSThreadPercentage int             `json:"mps_thread_percentage"`
-	GuestID             string          `json:"guest_id"`
-	AllocatedCount      int             `json:"allocated_count"`
-	Guest               json.RawMessage `json:"guest"` // a list in master, a name before
+	api.IsolatedDevice
+	AllocatedCount int `json:"allocated_count"`
+	// Guest and GuestStatus: a list in master, a name before.
+	Guest       json.RawMessage `json:"guest"`
+	GuestStatus json.RawMessage `json:"guest_status"`
 	// devs are the virtual devices a wanted row stands for.
 	devs []api.IsolatedDevice
 }
@@ -189,8 +175,8 @@ func desiredRows(model string, desired []api.IsolatedDevice) []row {
 	var out []row
 	if model == ModelPerSlice {
 		for _, d := range desired {
-			r := rowOf(d)
-			r.DevType, r.devs = devTypeMPS, []api.IsolatedDevice{d}
+			r := row{IsolatedDevice: d, devs: []api.IsolatedDevice{d}}
+			r.DevType = devTypeMPS
 			out = append(out, r)
 		}
 		return out
@@ -199,7 +185,7 @@ func desiredRows(model string, desired []api.IsolatedDevice) []row {
 	for _, d := range desired {
 		i, ok := byGPU[d.DevicePath]
 		if !ok {
-			r := rowOf(d)
+			r := row{IsolatedDevice: d}
 			r.DevType, r.SharingMode, r.Addr = devTypeGPU, sharingModeMPS, gpuAddr(d.Addr)
 			r.MemorySize = d.MPSMemoryLimit
 			i, byGPU[d.DevicePath] = len(out), len(out)
@@ -209,14 +195,6 @@ func desiredRows(model string, desired []api.IsolatedDevice) []row {
 		out[i].VirtualNum = len(out[i].devs)
 	}
 	return out
-}
-
-func rowOf(d api.IsolatedDevice) row {
-	return row{
-		Model: d.Model, Addr: d.Addr, VendorDeviceID: d.VendorDeviceID, DevicePath: d.DevicePath,
-		NumaNode: d.NumaNode, PCIEInfo: d.PCIEInfo, MPSMemoryLimit: d.MPSMemoryLimit,
-		MPSMemoryTotal: d.MPSMemoryTotal, MPSThreadPercentage: d.MPSThreadPercentage,
-	}
 }
 
 // gpuAddr is a slice's addr without its "-<i>": the GPU's.
@@ -321,12 +299,9 @@ func heldSlices(model string, r row) []api.IsolatedDevice {
 		if model == ModelGPU {
 			addr, id = api.SliceAddr(r.Addr, i), ""
 		}
-		out = append(out, api.IsolatedDevice{
-			ID: id, HostID: r.HostID, DevType: api.DevTypeNvidiaMPS, Model: r.Model, Addr: addr,
-			VendorDeviceID: r.VendorDeviceID, DevicePath: r.DevicePath, NumaNode: r.NumaNode, PCIEInfo: r.PCIEInfo,
-			Index: -1, DeviceMinor: -1, MPSMemoryLimit: r.MPSMemoryLimit, MPSMemoryTotal: r.MPSMemoryTotal,
-			MPSThreadPercentage: r.MPSThreadPercentage, GuestID: g, PendingRemoval: true,
-		})
+		d := r.IsolatedDevice
+		d.ID, d.DevType, d.Addr, d.Index, d.DeviceMinor, d.GuestID = id, api.DevTypeNvidiaMPS, addr, -1, -1, g
+		out = append(out, d)
 	}
 	return out
 }

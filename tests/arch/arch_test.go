@@ -190,6 +190,41 @@ func TestBackendsShareOnlyTheSync(t *testing.T) {
 	}
 }
 
+// The device record is spelled once: only pkg/api declares struct fields
+// with its JSON names (the record, api.IsolatedDevice, and the change to
+// it, api.DevicePatch); the server decodes, the store applies, the clients
+// send and the region reads those types, embedding them where they add
+// fields of their own.
+func TestDeviceRecordDeclaredOnlyInAPI(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := []string{`json:"vendor_device_id`, `json:"mps_memory_limit`, `json:"mps_thread_percentage`, `json:"device_path`}
+	err = filepath.WalkDir(filepath.Join(root, "pkg"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if filepath.Dir(rel) == "pkg/api" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, f := range fields {
+			if strings.Contains(string(b), f) {
+				t.Errorf("%s declares a field tagged %s...: the device record and its patch are pkg/api's (embed them)", rel, f)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // simulators stand in for the GPU and MPS where there is none: tests use
 // them, and the --simulate wiring of cmd/mps-daemon (wire.go), nothing else.
 var simulators = []string{"pkg/mps/mpssim", "pkg/gpu/nvmlsim"}

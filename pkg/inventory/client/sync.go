@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"reflect"
 
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/devsync"
@@ -12,51 +13,22 @@ import (
 // (Client.pageSize; tests lower it).
 const syncPageSize = 1000
 
-// owned are the fields a host's sync owns, and the body of its updates.
+// syncPatch is the change a host's sync makes to a row: the fields it owns,
+// every field of the device but those named here.
 // guest_id is not among them: a sync never attaches or detaches a guest, so
 // it cannot undo an attach that happened since it listed the rows.
 // unhealthy and pending_removal are: the host reports its GPUs' health, and
 // a desired row is never pending removal (a device that comes back, after a
-// resize down and up again, is offered again).
-//
-// An empty Name is no opinion (the daemon names no device): it is not sent,
-// and the name the inventory gave the row (dev_<host>_<n>, as Cloudpods
-// names devices) is kept.
-type owned struct {
-	Name                string        `json:"name,omitempty"`
-	Model               string        `json:"model"`
-	DevicePath          string        `json:"device_path"`
-	RenderPath          string        `json:"render_path"`
-	CDIName             string        `json:"cdi_name"`
-	NumaNode            int           `json:"numa_node"`
-	PCIEInfo            *api.PCIEInfo `json:"pcie_info"` // null clears it
-	Index               int           `json:"index"`
-	DeviceMinor         int           `json:"device_minor"`
-	MPSMemoryLimit      int           `json:"mps_memory_limit"`
-	MPSMemoryTotal      int           `json:"mps_memory_total"`
-	MPSThreadPercentage int           `json:"mps_thread_percentage"`
-	Unhealthy           bool          `json:"unhealthy"`
-	PendingRemoval      bool          `json:"pending_removal"`
-}
-
-func ownedOf(d api.IsolatedDevice) owned {
-	return owned{
-		Name: d.Name, Model: d.Model, DevicePath: d.DevicePath, RenderPath: d.RenderPath, CDIName: d.CDIName,
-		NumaNode: d.NumaNode, PCIEInfo: d.PCIEInfo, Index: d.Index, DeviceMinor: d.DeviceMinor,
-		MPSMemoryLimit: d.MPSMemoryLimit, MPSMemoryTotal: d.MPSMemoryTotal,
-		MPSThreadPercentage: d.MPSThreadPercentage,
-		Unhealthy:           d.Unhealthy, PendingRemoval: d.PendingRemoval,
-	}
-}
-
-// equal reports whether a (a row's) is already as b (the desired) wants.
-func (a owned) equal(b owned) bool {
-	if b.Name == "" {
-		a.Name = ""
-	}
-	pa, pb := a.PCIEInfo, b.PCIEInfo
-	a.PCIEInfo, b.PCIEInfo = nil, nil
-	return a == b && (pa == pb || (pa != nil && pb != nil && *pa == *pb))
+// resize down and up again, is offered again). An empty name is no opinion
+// (DevicePatch), so the name the inventory gave the row (dev_<host>_<n>, as
+// Cloudpods names devices) is kept.
+func syncPatch(d api.IsolatedDevice) api.DevicePatch {
+	p := api.PatchOf(d)
+	// The key, and what the region side of Cloudpods sets or the daemon
+	// does not know, are left as they are.
+	p.DevType, p.Addr, p.VendorDeviceID, p.MdevID, p.GuestID = nil, nil, nil, nil, nil
+	p.SharingMode, p.HotPluggable, p.VirtualNum, p.MemorySize = nil, nil, nil, nil
+	return p
 }
 
 // SyncDevices makes the host's NVIDIA_MPS rows match desired (devsync.Sync):
@@ -97,15 +69,16 @@ func (p hostRows) Create(ctx context.Context, d api.IsolatedDevice) ([]api.Isola
 	return []api.IsolatedDevice{created}, nil
 }
 
-// Update sends the fields the sync owns, when they differ.
+// Update sends the sync's patch when applying it would change the row.
 func (p hostRows) Update(ctx context.Context, cur, d api.IsolatedDevice) ([]api.IsolatedDevice, bool, error) {
-	if ownedOf(cur).equal(ownedOf(d)) {
+	patch, next := syncPatch(d), cur
+	if patch.Apply(&next); reflect.DeepEqual(next, cur) {
 		return []api.IsolatedDevice{cur}, false, nil
 	}
 	var updated api.IsolatedDeviceBody
 	err := p.c.do(ctx, "PUT", devicePath(cur.ID), nil, struct {
-		Device owned `json:"isolated_device"`
-	}{ownedOf(d)}, &updated)
+		Device api.DevicePatch `json:"isolated_device"`
+	}{patch}, &updated)
 	if err != nil {
 		return nil, false, fmt.Errorf("updating isolated device %s (%s): %w", d.Addr, cur.ID, err)
 	}
@@ -180,7 +153,10 @@ func (c *Client) hostMPSDevices(ctx context.Context, hostID string) ([]api.Isola
 // meanwhile is not undone, and the row, free by then, is still not handed
 // out; the next sync deletes it. A row deleted meanwhile is as wanted.
 func (c *Client) markPendingRemoval(ctx context.Context, id string) error {
-	body := map[string]map[string]bool{"isolated_device": {"pending_removal": true}}
+	yes := true
+	body := struct {
+		Device api.DevicePatch `json:"isolated_device"`
+	}{api.DevicePatch{PendingRemoval: &yes}}
 	err := c.do(ctx, "PUT", devicePath(id), nil, body, nil)
 	if IsNotFound(err) {
 		return nil
