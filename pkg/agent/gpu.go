@@ -73,13 +73,14 @@ func (a *Agent) prepareGPUs(ctx context.Context, cfg *Config, p *plan.Plan, full
 			delete(a.gpus, uuid) // the planned GPUs changed: a controller for the new list
 			gs = a.gpu(cfg, uuid)
 		}
-		st := a.plannedStatus(cfg, gp)
+		want := a.limitsOf(cfg, gp)
+		st := plannedStatus(gp, want)
 		st.PipeDirectory = gs.env.PipeDir
 		var errKind metrics.ErrorKind
-		if !full && a.current(cfg, gp, gs, st) {
+		if !full && a.current(cfg, gp, gs, want) {
 			st = observed(st, gs.last)
 		} else {
-			st, errKind = a.prepareGPU(ctx, cfg, gp, st)
+			st, errKind = a.prepareGPU(ctx, cfg, gp, want, st)
 		}
 		gs.dirty = false
 		gs.enforced = st.Enforced
@@ -91,32 +92,32 @@ func (a *Agent) prepareGPUs(ctx context.Context, cfg *Config, p *plan.Plan, full
 	return statuses, errs
 }
 
-// plannedStatus is what the plan and NVML say of a GPU, before MPS is asked.
-func (a *Agent) plannedStatus(cfg *Config, gp plan.GPUPlan) status.GPU {
-	g := gp.GPU
-	st := status.GPU{UUID: g.UUID, Index: g.Index, Minor: g.Minor, PCI: g.PCI, Model: g.Name, VirtualNumber: gp.N,
-		MemoryTotal: g.MemoryTotal, MemoryUsed: g.MemoryUsed, ComputeMode: g.ComputeMode.String()}
+// limitsOf are the defaults the control daemon of gp's GPU must hold: the
+// plan's cap, and its daemon's thread percentage and client priority.
+func (a *Agent) limitsOf(cfg *Config, gp plan.GPUPlan) mps.Limits {
 	defaults := a.serverDefaults(cfg, gp)
+	l := mps.Limits{ClientPriority: defaults.ClientPriority}
 	if len(gp.Devices) > 0 {
-		st.MemoryLimit = gp.Devices[0].MemoryLimit
-		st.ThreadPercentage = defaults.ThreadPercentage
+		l.MemoryLimit, l.ThreadPercentage = gp.Devices[0].MemoryLimit, float64(defaults.ThreadPercentage)
 	}
-	st.ClientPriority, st.QoS = defaults.ClientPriority, gpuQoS(gp)
-	return st
+	return l
+}
+
+// plannedStatus is what the plan, NVML and the limits to hold say of a GPU,
+// before MPS is asked: the status edge of limitsOf.
+func plannedStatus(gp plan.GPUPlan, want mps.Limits) status.GPU {
+	g := gp.GPU
+	return status.GPU{UUID: g.UUID, Index: g.Index, Minor: g.Minor, PCI: g.PCI, Model: g.Name, VirtualNumber: gp.N,
+		MemoryTotal: g.MemoryTotal, MemoryUsed: g.MemoryUsed, ComputeMode: g.ComputeMode.String(),
+		MemoryLimit: want.MemoryLimit, ThreadPercentage: int(want.ThreadPercentage), ClientPriority: want.ClientPriority,
+		QoS: gpuQoS(gp)}
 }
 
 // current reports whether gs already holds what gp needs, as its last
 // preparation left it healthy and nothing seen since says otherwise.
-func (a *Agent) current(cfg *Config, gp plan.GPUPlan, gs *gpuState, st status.GPU) bool {
-	want := limitsOf(st)
+func (a *Agent) current(cfg *Config, gp plan.GPUPlan, gs *gpuState, want mps.Limits) bool {
 	exclusiveLost := cfg.Host.SetExclusiveComputeMode && gp.GPU.ComputeMode != gpu.ComputeModeExclusiveProcess
 	return !gs.dirty && gs.healthy && gs.enforced && !exclusiveLost && gs.applied == targetOf(gs.env, cfg, gp, want)
-}
-
-// limitsOf are the defaults the control daemon of a GPU of this planned
-// status must hold.
-func limitsOf(planned status.GPU) mps.Limits {
-	return mps.Limits{MemoryLimit: planned.MemoryLimit, ThreadPercentage: float64(planned.ThreadPercentage), ClientPriority: planned.ClientPriority}
 }
 
 // observed is planned with what MPS showed at the GPU's last preparation.
@@ -130,9 +131,10 @@ func observed(planned, last status.GPU) status.GPU {
 // (errKind says what failed when it did not): compute mode (when
 // configured), a control daemon (adopted, started, or restarted after a
 // crash), default limits for future servers and the same limits on running
-// servers, in that order, all read back. st comes with what the plan says
-// of the GPU (plannedStatus) and leaves with what MPS showed.
-func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan, st status.GPU) (_ status.GPU, errKind metrics.ErrorKind) {
+// servers, in that order, all read back: want (limitsOf). st comes with
+// what the plan says of the GPU (plannedStatus) and leaves with what MPS
+// showed.
+func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan, want mps.Limits, st status.GPU) (_ status.GPU, errKind metrics.ErrorKind) {
 	hc := cfg.Host
 	g := gp.GPU
 	log := a.log.With("gpu", g.UUID, "pci", g.PCI.String())
@@ -176,7 +178,6 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan, st
 			log.Info("started MPS control daemon", "pipe_directory", gs.env.PipeDir, "log_directory", gs.env.LogDir)
 		}
 	}
-	want := limitsOf(st)
 	if err := gs.ctl.SetDefaults(ctx, want); err != nil {
 		return fail("applying MPS limits: %v", err)
 	}
