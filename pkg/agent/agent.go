@@ -19,8 +19,8 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/devsync"
 	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
@@ -29,7 +29,7 @@ import (
 // Inventory is what the agent needs of the inventory.
 type Inventory interface {
 	EnsureHost(ctx context.Context, name string) (api.Host, error)
-	SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (client.SyncResult, error)
+	SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (devsync.Result, error)
 }
 
 // Options wires an Agent.

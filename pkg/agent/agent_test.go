@@ -18,6 +18,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/devsync"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
@@ -93,13 +94,13 @@ type recordingInventory struct {
 	fail  error
 }
 
-func (r *recordingInventory) SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (client.SyncResult, error) {
+func (r *recordingInventory) SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (devsync.Result, error) {
 	if r.fail != nil {
-		return client.SyncResult{}, r.fail
+		return devsync.Result{}, r.fail
 	}
 	if r.check != nil {
 		if err := r.check(desired); err != nil {
-			return client.SyncResult{}, err
+			return devsync.Result{}, err
 		}
 	}
 	return r.Client.SyncDevices(ctx, hostID, desired)

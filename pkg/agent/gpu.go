@@ -73,6 +73,7 @@ func (a *Agent) prepareGPUs(ctx context.Context, cfg *Config, p *plan.Plan, full
 	statuses := make([]status.GPU, len(p.GPUs))
 	kinds := make([]metrics.ErrorKind, len(p.GPUs))
 	states := make([]*gpuState, len(p.GPUs))
+	wants := make([]mps.Limits, len(p.GPUs))
 	var todo []int // the GPUs to prepare
 	for i, gp := range p.GPUs {
 		uuid := gp.GPU.UUID
@@ -82,9 +83,10 @@ func (a *Agent) prepareGPUs(ctx context.Context, cfg *Config, p *plan.Plan, full
 			gs = a.gpu(cfg, uuid)
 		}
 		states[i] = gs
-		st := a.plannedStatus(cfg, gp)
+		wants[i] = a.limitsOf(cfg, gp)
+		st := plannedStatus(gp, wants[i])
 		st.PipeDirectory = gs.env.PipeDir
-		if !full && a.current(cfg, gp, gs, st) {
+		if !full && a.current(cfg, gp, gs, wants[i]) {
 			statuses[i] = observed(st, gs.last)
 			continue
 		}
@@ -92,7 +94,7 @@ func (a *Agent) prepareGPUs(ctx context.Context, cfg *Config, p *plan.Plan, full
 		todo = append(todo, i)
 	}
 	prepare := func(i int) {
-		statuses[i], kinds[i] = a.prepareGPU(ctx, cfg, p.GPUs[i], statuses[i])
+		statuses[i], kinds[i] = a.prepareGPU(ctx, cfg, p.GPUs[i], wants[i], statuses[i])
 	}
 	if cfg.single() || len(todo) < 2 {
 		for _, i := range todo {
@@ -117,32 +119,32 @@ func (a *Agent) prepareGPUs(ctx context.Context, cfg *Config, p *plan.Plan, full
 	return statuses, errs
 }
 
-// plannedStatus is what the plan and NVML say of a GPU, before MPS is asked.
-func (a *Agent) plannedStatus(cfg *Config, gp plan.GPUPlan) status.GPU {
-	g := gp.GPU
-	st := status.GPU{UUID: g.UUID, Index: g.Index, Minor: g.Minor, PCI: g.PCI, Model: g.Name, VirtualNumber: gp.N,
-		MemoryTotal: g.MemoryTotal, MemoryUsed: g.MemoryUsed, ComputeMode: g.ComputeMode.String()}
+// limitsOf are the defaults the control daemon of gp's GPU must hold: the
+// plan's cap, and its daemon's thread percentage and client priority.
+func (a *Agent) limitsOf(cfg *Config, gp plan.GPUPlan) mps.Limits {
 	defaults := a.serverDefaults(cfg, gp)
+	l := mps.Limits{ClientPriority: defaults.ClientPriority}
 	if len(gp.Devices) > 0 {
-		st.MemoryLimit = gp.Devices[0].MemoryLimit
-		st.ThreadPercentage = defaults.ThreadPercentage
+		l.MemoryLimit, l.ThreadPercentage = gp.Devices[0].MemoryLimit, float64(defaults.ThreadPercentage)
 	}
-	st.ClientPriority, st.QoS = defaults.ClientPriority, gpuQoS(gp)
-	return st
+	return l
+}
+
+// plannedStatus is what the plan, NVML and the limits to hold say of a GPU,
+// before MPS is asked: the status edge of limitsOf.
+func plannedStatus(gp plan.GPUPlan, want mps.Limits) status.GPU {
+	g := gp.GPU
+	return status.GPU{UUID: g.UUID, Index: g.Index, Minor: g.Minor, PCI: g.PCI, Model: g.Name, VirtualNumber: gp.N,
+		MemoryTotal: g.MemoryTotal, MemoryUsed: g.MemoryUsed, ComputeMode: g.ComputeMode.String(),
+		MemoryLimit: want.MemoryLimit, ThreadPercentage: int(want.ThreadPercentage), ClientPriority: want.ClientPriority,
+		QoS: gpuQoS(gp)}
 }
 
 // current reports whether gs already holds what gp needs, as its last
 // preparation left it healthy and nothing seen since says otherwise.
-func (a *Agent) current(cfg *Config, gp plan.GPUPlan, gs *gpuState, st status.GPU) bool {
-	want := limitsOf(st)
+func (a *Agent) current(cfg *Config, gp plan.GPUPlan, gs *gpuState, want mps.Limits) bool {
 	exclusiveLost := cfg.Host.SetExclusiveComputeMode && gp.GPU.ComputeMode != gpu.ComputeModeExclusiveProcess
 	return !gs.dirty && gs.healthy && gs.enforced && !exclusiveLost && gs.applied == targetOf(gs.env, cfg, gp, want)
-}
-
-// limitsOf are the defaults the control daemon of a GPU of this planned
-// status must hold.
-func limitsOf(planned status.GPU) mps.Limits {
-	return mps.Limits{MemoryLimit: planned.MemoryLimit, ThreadPercentage: float64(planned.ThreadPercentage), ClientPriority: planned.ClientPriority}
 }
 
 // observed is planned with what MPS showed at the GPU's last preparation.
@@ -156,9 +158,10 @@ func observed(planned, last status.GPU) status.GPU {
 // (errKind says what failed when it did not): compute mode (when
 // configured), a control daemon (adopted, started, or restarted after a
 // crash), default limits for future servers and the same limits on running
-// servers, in that order, all read back. st comes with what the plan says
-// of the GPU (plannedStatus) and leaves with what MPS showed.
-func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan, st status.GPU) (_ status.GPU, errKind metrics.ErrorKind) {
+// servers, in that order, all read back: want (limitsOf). st comes with
+// what the plan says of the GPU (plannedStatus) and leaves with what MPS
+// showed.
+func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan, want mps.Limits, st status.GPU) (_ status.GPU, errKind metrics.ErrorKind) {
 	hc := cfg.Host
 	g := gp.GPU
 	log := a.log.With("gpu", g.UUID, "pci", g.PCI.String())
@@ -202,7 +205,6 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan, st
 			log.Info("started MPS control daemon", "pipe_directory", gs.env.PipeDir, "log_directory", gs.env.LogDir)
 		}
 	}
-	want := limitsOf(st)
 	if err := gs.ctl.SetDefaults(ctx, want); err != nil {
 		return fail("applying MPS limits: %v", err)
 	}

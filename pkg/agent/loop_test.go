@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/api"
-	"yunion.io/x/mps-daemon/pkg/inventory/client"
+	"yunion.io/x/mps-daemon/pkg/devsync"
 )
 
 // stuckInventory blocks SyncDevices, ignoring its context, until released:
@@ -22,7 +22,7 @@ type stuckInventory struct {
 	release chan struct{}
 }
 
-func (s *stuckInventory) SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (client.SyncResult, error) {
+func (s *stuckInventory) SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (devsync.Result, error) {
 	<-s.release
 	return s.recordingInventory.SyncDevices(ctx, hostID, desired)
 }

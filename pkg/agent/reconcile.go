@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/devsync"
 	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/metrics"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/plan"
@@ -86,7 +86,7 @@ func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 // devices synced from the plan, marked unhealthy where their GPU is, and
 // what the inventory then holds kept in a.listed and the status. It returns
 // the sync's result, how many devices the plan has and the host's name.
-func (a *Agent) syncInventory(ctx context.Context, cfg *Config, p *plan.Plan, statuses []status.GPU) (res client.SyncResult, desired int, host string, err error) {
+func (a *Agent) syncInventory(ctx context.Context, cfg *Config, p *plan.Plan, statuses []status.GPU) (res devsync.Result, desired int, host string, err error) {
 	hostID, host, err := a.ensureHost(ctx, cfg)
 	if err != nil {
 		return res, 0, host, withKind(metrics.ErrorInventory, err)

@@ -8,7 +8,7 @@ import (
 	"net/url"
 
 	"yunion.io/x/mps-daemon/pkg/api"
-	"yunion.io/x/mps-daemon/pkg/inventory/client"
+	"yunion.io/x/mps-daemon/pkg/devsync"
 )
 
 // Cloudpods' names in the rows (pkg/apis/compute).
@@ -20,28 +20,16 @@ const (
 	pathDevices    = "/isolated_devices"
 )
 
-// row is an isolated_devices row as the region answers it (details=true).
+// row is an isolated_devices row as the region answers it (details=true):
+// the device record, and what the region adds.
 type row struct {
-	ID                  string          `json:"id"`
-	HostID              string          `json:"host_id"`
-	DevType             string          `json:"dev_type"`
-	SharingMode         string          `json:"sharing_mode"`
-	Model               string          `json:"model"`
-	Addr                string          `json:"addr"`
-	VendorDeviceID      string          `json:"vendor_device_id"`
-	MdevID              string          `json:"mdev_id"`
-	DevicePath          string          `json:"device_path"`
-	NumaNode            int             `json:"numa_node"`
-	PCIEInfo            *api.PCIEInfo   `json:"pcie_info"`
-	VirtualNum          int             `json:"virtual_num"`
-	HotPluggable        bool            `json:"hot_pluggable"`
-	MemorySize          int             `json:"memory_size"`
-	MPSMemoryLimit      int             `json:"mps_memory_limit"`
-	MPSMemoryTotal      int             `json:"mps_memory_total"`
-	MPSThreadPercentage int             `json:"mps_thread_percentage"`
-	GuestID             string          `json:"guest_id"`
-	AllocatedCount      int             `json:"allocated_count"`
-	Guest               json.RawMessage `json:"guest"` // a list in master, a name before
+	api.IsolatedDevice
+	AllocatedCount int `json:"allocated_count"`
+	// Guest and GuestStatus: a list in master, a name before.
+	Guest       json.RawMessage `json:"guest"`
+	GuestStatus json.RawMessage `json:"guest_status"`
+	// devs are the virtual devices a wanted row stands for.
+	devs []api.IsolatedDevice
 }
 
 // guests are the names (or ids) of the guests holding the row, at least
@@ -63,97 +51,88 @@ func (r row) guests() []string {
 	return names
 }
 
-type key struct{ vendorDeviceID, addr string }
-
-func keyOf(r row) key { return key{r.VendorDeviceID, r.Addr} }
-
 // SyncDevices makes the host's MPS rows in the region match desired (one
 // api.IsolatedDevice per virtual device, as for mps-inventory), in the data
-// model the region speaks, matching rows on vendor_device_id + addr as
-// Cloudpods' host agent does: missing rows are created, changed ones
-// updated, rows no longer wanted purged. A row a guest holds is never
-// purged (Held); in the GPU-row model its virtual_num never drops below the
-// number of slices attached. The result lists the virtual devices as the
-// agent knows them (a GPU row stands for its N slices).
-func (b *Backend) SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (client.SyncResult, error) {
-	var res client.SyncResult
-	if hostID == "" {
-		return res, fmt.Errorf("syncing devices: empty host id")
+// model the region speaks, with devsync.Sync as Cloudpods' host agent syncs:
+// a row a guest holds is never purged (Held); in the GPU-row model its
+// virtual_num never drops below the number of slices attached. The result
+// lists the virtual devices as the agent knows them (a GPU row stands for
+// its N slices).
+func (b *Backend) SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (devsync.Result, error) {
+	desired, err := devsync.Desired(hostID, desired)
+	if err != nil {
+		return devsync.Result{}, err
 	}
 	model, err := b.deviceModel(ctx, hostID)
 	if err != nil {
-		return res, err
+		return devsync.Result{}, err
 	}
-	want := desiredRows(model, hostID, desired)
-	for _, w := range want {
-		w.row.Model = b.o.Models.Model(w.row.VendorDeviceID, w.row.Model)
+	want := desiredRows(model, desired)
+	for i := range want {
+		want[i].Model = b.o.Models.Model(want[i].VendorDeviceID, want[i].Model)
 	}
-	existing, err := b.hostRows(ctx, hostID, model)
-	if err != nil {
-		return res, err
+	return devsync.Sync(ctx, hostRows{b, model, hostID}, want)
+}
+
+// hostRows are a host's MPS rows of one model in the region, a devsync.Port.
+type hostRows struct {
+	b             *Backend
+	model, hostID string
+}
+
+func (p hostRows) Key(r row) (devsync.Key, string) {
+	return devsync.Key{VendorDeviceID: r.VendorDeviceID, Addr: r.Addr}, r.ID
+}
+
+func (p hostRows) List(ctx context.Context) ([]row, error) {
+	return p.b.hostRows(ctx, p.hostID, p.model)
+}
+
+func (p hostRows) Create(ctx context.Context, w row) ([]api.IsolatedDevice, error) {
+	var created struct {
+		Device row `json:"isolated_device"`
 	}
-	byKey := map[key]row{}
-	for _, r := range existing {
-		byKey[keyOf(r)] = r
+	if err := p.b.c.call(ctx, http.MethodPost, pathDevices, nil, wrap(w.body(p.model, p.hostID)), &created); err != nil {
+		return nil, fmt.Errorf("registering %s %s with the region: %w", p.model, w.Addr, err)
 	}
-	wanted := map[key]bool{}
-	for _, w := range want {
-		wanted[keyOf(w.row)] = true
-		cur, ok := byKey[keyOf(w.row)]
-		if !ok {
-			var created struct {
-				Device row `json:"isolated_device"`
-			}
-			if err := b.c.call(ctx, http.MethodPost, pathDevices, nil, wrap(w.body(model, hostID)), &created); err != nil {
-				return res, fmt.Errorf("registering %s %s with the region: %w", model, w.row.Addr, err)
-			}
-			res.Created++
-			b.log.Debug("created isolated device in the region", "addr", w.row.Addr, "id", created.Device.ID)
-			res.Devices = append(res.Devices, w.slices(model, created.Device)...)
-			continue
-		}
-		if model == ModelGPU && cur.AllocatedCount > w.row.VirtualNum {
-			b.log.Info("GPU row held by more guests than the new virtual_number: its virtual_num stays at the number attached until they release it",
-				"addr", cur.Addr, "attached", cur.AllocatedCount, "virtual_number", w.row.VirtualNum)
-			w.row.VirtualNum = cur.AllocatedCount
-		}
-		if !needsUpdate(model, cur, w.row) {
-			res.Unchanged++
-			res.Devices = append(res.Devices, w.slices(model, cur)...)
-			continue
-		}
-		var updated struct {
-			Device row `json:"isolated_device"`
-		}
-		if err := b.c.call(ctx, http.MethodPut, pathDevices+"/"+url.PathEscape(cur.ID), nil, wrap(w.body(model, "")), &updated); err != nil {
-			return res, fmt.Errorf("updating %s %s (%s) in the region: %w", model, cur.Addr, cur.ID, err)
-		}
-		res.Updated++
-		b.log.Debug("updated isolated device in the region", "addr", cur.Addr, "id", cur.ID)
-		updated.Device.AllocatedCount, updated.Device.Guest, updated.Device.GuestID = cur.AllocatedCount, cur.Guest, cur.GuestID
-		res.Devices = append(res.Devices, w.slices(model, updated.Device)...)
+	p.b.log.Debug("created isolated device in the region", "addr", w.Addr, "id", created.Device.ID)
+	return w.slices(p.model, created.Device), nil
+}
+
+func (p hostRows) Update(ctx context.Context, cur, w row) ([]api.IsolatedDevice, bool, error) {
+	if p.model == ModelGPU && cur.AllocatedCount > w.VirtualNum {
+		p.b.log.Info("GPU row held by more guests than the new virtual_number: its virtual_num stays at the number attached until they release it",
+			"addr", cur.Addr, "attached", cur.AllocatedCount, "virtual_number", w.VirtualNum)
+		w.VirtualNum = cur.AllocatedCount
 	}
-	for _, r := range existing {
-		if wanted[keyOf(r)] {
-			continue
-		}
-		err := b.c.call(ctx, http.MethodPost, pathDevices+"/"+url.PathEscape(r.ID)+"/purge", nil, wrap(map[string]any{}), nil)
-		switch {
-		case err == nil, isNotFound(err):
-			// A 404 is a row gone already, or one purged whose follow-up
-			// call found no scheduler (a region without one answers so
-			// after deleting the row): gone either way.
-			res.Deleted++
-			b.log.Debug("purged isolated device from the region", "addr", r.Addr, "id", r.ID)
-		case isUsedByServer(err):
-			res.Held = append(res.Held, r.ID)
-			res.Devices = append(res.Devices, heldSlices(model, r)...)
-			b.log.Info("kept an isolated device a guest holds", "addr", r.Addr, "id", r.ID, "guests", r.guests())
-		default:
-			return res, fmt.Errorf("purging %s (%s) from the region: %w", r.Addr, r.ID, err)
-		}
+	if !needsUpdate(p.model, cur, w) {
+		return w.slices(p.model, cur), false, nil
 	}
-	return res, nil
+	var updated struct {
+		Device row `json:"isolated_device"`
+	}
+	if err := p.b.c.call(ctx, http.MethodPut, pathDevices+"/"+url.PathEscape(cur.ID), nil, wrap(w.body(p.model, "")), &updated); err != nil {
+		return nil, false, fmt.Errorf("updating %s %s (%s) in the region: %w", p.model, cur.Addr, cur.ID, err)
+	}
+	p.b.log.Debug("updated isolated device in the region", "addr", cur.Addr, "id", cur.ID)
+	updated.Device.AllocatedCount, updated.Device.Guest, updated.Device.GuestID = cur.AllocatedCount, cur.Guest, cur.GuestID
+	return w.slices(p.model, updated.Device), true, nil
+}
+
+// Remove purges r. A 404 is a row gone already, or one purged whose
+// follow-up call found no scheduler (a region without one answers so after
+// deleting the row): gone either way.
+func (p hostRows) Remove(ctx context.Context, r row) ([]api.IsolatedDevice, error) {
+	err := p.b.c.call(ctx, http.MethodPost, pathDevices+"/"+url.PathEscape(r.ID)+"/purge", nil, wrap(map[string]any{}), nil)
+	switch {
+	case err == nil, isNotFound(err):
+		p.b.log.Debug("purged isolated device from the region", "addr", r.Addr, "id", r.ID)
+		return nil, nil
+	case isUsedByServer(err):
+		p.b.log.Info("kept an isolated device a guest holds", "addr", r.Addr, "id", r.ID, "guests", r.guests())
+		return heldSlices(p.model, r), devsync.ErrHeld
+	}
+	return nil, fmt.Errorf("purging %s (%s) from the region: %w", r.Addr, r.ID, err)
 }
 
 func wrap(body map[string]any) map[string]any { return map[string]any{"isolated_device": body} }
@@ -189,48 +168,33 @@ func rowsQuery(hostID, devType string) url.Values {
 	return url.Values{"host": {hostID}, "scope": {"system"}, "details": {"true"}, "limit": {"0"}, "dev_type": {devType}}
 }
 
-// wantRow is one row the host wants, with the virtual devices it stands for.
-type wantRow struct {
-	row  row
-	devs []api.IsolatedDevice
-}
-
 // desiredRows turns the virtual devices into the rows of the model: the
 // same rows for the per-slice model, one per GPU (in first-seen order) for
 // the GPU-row model.
-func desiredRows(model, hostID string, desired []api.IsolatedDevice) []*wantRow {
-	var out []*wantRow
+func desiredRows(model string, desired []api.IsolatedDevice) []row {
+	var out []row
 	if model == ModelPerSlice {
 		for _, d := range desired {
-			r := rowOf(d)
+			r := row{IsolatedDevice: d, devs: []api.IsolatedDevice{d}}
 			r.DevType = devTypeMPS
-			out = append(out, &wantRow{row: r, devs: []api.IsolatedDevice{d}})
+			out = append(out, r)
 		}
 		return out
 	}
-	byGPU := map[string]*wantRow{}
+	byGPU := map[string]int{}
 	for _, d := range desired {
-		w, ok := byGPU[d.DevicePath]
+		i, ok := byGPU[d.DevicePath]
 		if !ok {
-			r := rowOf(d)
+			r := row{IsolatedDevice: d}
 			r.DevType, r.SharingMode, r.Addr = devTypeGPU, sharingModeMPS, gpuAddr(d.Addr)
 			r.MemorySize = d.MPSMemoryLimit
-			w = &wantRow{row: r}
-			byGPU[d.DevicePath] = w
-			out = append(out, w)
+			i, byGPU[d.DevicePath] = len(out), len(out)
+			out = append(out, r)
 		}
-		w.devs = append(w.devs, d)
-		w.row.VirtualNum = len(w.devs)
+		out[i].devs = append(out[i].devs, d)
+		out[i].VirtualNum = len(out[i].devs)
 	}
 	return out
-}
-
-func rowOf(d api.IsolatedDevice) row {
-	return row{
-		Model: d.Model, Addr: d.Addr, VendorDeviceID: d.VendorDeviceID, DevicePath: d.DevicePath,
-		NumaNode: d.NumaNode, PCIEInfo: d.PCIEInfo, MPSMemoryLimit: d.MPSMemoryLimit,
-		MPSMemoryTotal: d.MPSMemoryTotal, MPSThreadPercentage: d.MPSThreadPercentage,
-	}
 }
 
 // gpuAddr is a slice's addr without its "-<i>": the GPU's.
@@ -244,8 +208,7 @@ func gpuAddr(sliceAddr string) string {
 // body is what Cloudpods' host agent sends for the row
 // (isolated_device.GetApiResourceData): the same keys, left out where it
 // leaves them out (index and device_minor -1, empty paths, zero MPS fields).
-func (w *wantRow) body(model, hostID string) map[string]any {
-	r := w.row
+func (r row) body(model, hostID string) map[string]any {
 	m := map[string]any{
 		"dev_type": r.DevType, "addr": r.Addr, "model": r.Model, "vendor_device_id": r.VendorDeviceID,
 		"detected_on_host": true, "numa_node": r.NumaNode,
@@ -300,7 +263,7 @@ func needsUpdate(model string, cur, want row) bool {
 // are pending removal. A per-slice row's id is its device's; the slices of a
 // GPU row have none of their own (the region attaches guests to the GPU
 // row), so they are named by <GPU UUID>::<i> alone.
-func (w *wantRow) slices(model string, r row) []api.IsolatedDevice {
+func (w row) slices(model string, r row) []api.IsolatedDevice {
 	guests := r.guests()
 	id := r.ID
 	if model == ModelGPU {
@@ -336,12 +299,9 @@ func heldSlices(model string, r row) []api.IsolatedDevice {
 		if model == ModelGPU {
 			addr, id = api.SliceAddr(r.Addr, i), ""
 		}
-		out = append(out, api.IsolatedDevice{
-			ID: id, HostID: r.HostID, DevType: api.DevTypeNvidiaMPS, Model: r.Model, Addr: addr,
-			VendorDeviceID: r.VendorDeviceID, DevicePath: r.DevicePath, NumaNode: r.NumaNode, PCIEInfo: r.PCIEInfo,
-			Index: -1, DeviceMinor: -1, MPSMemoryLimit: r.MPSMemoryLimit, MPSMemoryTotal: r.MPSMemoryTotal,
-			MPSThreadPercentage: r.MPSThreadPercentage, GuestID: g, PendingRemoval: true,
-		})
+		d := r.IsolatedDevice
+		d.ID, d.DevType, d.Addr, d.Index, d.DeviceMinor, d.GuestID = id, api.DevTypeNvidiaMPS, addr, -1, -1, g
+		out = append(out, d)
 	}
 	return out
 }

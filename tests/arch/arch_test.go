@@ -132,16 +132,17 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/mps/mpssim":       {"pkg/mps"},
 		"pkg/inventory/store":  {},
 		"pkg/inventory/server": {"pkg/inventory/store", "pkg/metrics"},
-		"pkg/inventory/client": {},
+		"pkg/devsync":          {},
+		"pkg/inventory/client": {"pkg/devsync"},
 		"pkg/mpsctl":           {"pkg/config", "pkg/inventory/client"},
 		"pkg/identity":         {"pkg/vdev"},
 		"pkg/accounting":       {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/identity"},
 		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/identity"},
-		"pkg/agent":            {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/inventory/client", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity"},
+		"pkg/agent":            {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/devsync", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity"},
 		"pkg/metrics":          {},
 		"pkg/statusview":       {},
 		"pkg/keystone":         {},
-		"pkg/region":           {"pkg/keystone", "pkg/inventory/client"},
+		"pkg/region":           {"pkg/keystone", "pkg/devsync"},
 	}
 	for leaf, deps := range leaves {
 		allowed[leaf] = deps
@@ -169,6 +170,58 @@ func TestDependenciesPointOneWay(t *testing.T) {
 				t.Errorf("%s imports %s, against the direction of dependencies", dir, ours)
 			}
 		}
+	}
+}
+
+// The sync of a host's devices is written once, in pkg/devsync, over a
+// port each backend implements: the agent drives the backends through it
+// and no backend borrows another's code.
+func TestBackendsShareOnlyTheSync(t *testing.T) {
+	imps := imports(t)
+	for _, dir := range []string{"pkg/agent", "pkg/region", "pkg/inventory/client"} {
+		for _, other := range []string{"pkg/inventory/client", "pkg/region", "pkg/inventory/server", "pkg/inventory/store"} {
+			if dir != other && imps[dir][module+other] {
+				t.Errorf("%s imports %s: a backend is reached through pkg/devsync's port and agent.Inventory, wired in cmd/", dir, other)
+			}
+		}
+		if dir != "pkg/agent" && !imps[dir][module+"pkg/devsync"] {
+			t.Errorf("%s does not import pkg/devsync: its sync must be devsync.Sync over its port", dir)
+		}
+	}
+}
+
+// The device record is spelled once: only pkg/api declares struct fields
+// with its JSON names (the record, api.IsolatedDevice, and the change to
+// it, api.DevicePatch); the server decodes, the store applies, the clients
+// send and the region reads those types, embedding them where they add
+// fields of their own.
+func TestDeviceRecordDeclaredOnlyInAPI(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := []string{`json:"vendor_device_id`, `json:"mps_memory_limit`, `json:"mps_thread_percentage`, `json:"device_path`}
+	err = filepath.WalkDir(filepath.Join(root, "pkg"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if filepath.Dir(rel) == "pkg/api" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, f := range fields {
+			if strings.Contains(string(b), f) {
+				t.Errorf("%s declares a field tagged %s...: the device record and its patch are pkg/api's (embed them)", rel, f)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/devsync"
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 )
@@ -257,12 +258,12 @@ func TestSyncPendingRemoval(t *testing.T) {
 		for i := range 2 {
 			two[i].MPSMemoryLimit, two[i].MPSThreadPercentage = 12288, 50 // as the split in 2 has it
 		}
-		mustSync(t, c, e.host.ID, two, SyncResult{Updated: 2, Unchanged: 4, Deleted: 1, Held: []string{d3.ID}})
+		mustSync(t, c, e.host.ID, two, devsync.Result{Updated: 2, Unchanged: 4, Deleted: 1, Held: []string{d3.ID}})
 		if got := e.device(t, "06:00.0-3"); !got.PendingRemoval || got.GuestID != "pod-a" {
 			t.Fatalf("held device after the resize: %+v; want kept for pod-a, pending removal", got)
 		}
 		// Reported again, not marked again.
-		mustSync(t, c, e.host.ID, two, SyncResult{Unchanged: 6, Held: []string{d3.ID}})
+		mustSync(t, c, e.host.ID, two, devsync.Result{Unchanged: 6, Held: []string{d3.ID}})
 
 		if _, err := c.DetachIsolatedDevice(ctx, "pod-a", d3.ID); err != nil {
 			t.Fatal(err)
@@ -276,15 +277,15 @@ func TestSyncPendingRemoval(t *testing.T) {
 		if _, err := c.DetachAll(ctx, "pod-b"); err != nil {
 			t.Fatal(err)
 		}
-		mustSync(t, c, e.host.ID, two, SyncResult{Unchanged: 6, Deleted: 1})
+		mustSync(t, c, e.host.ID, two, devsync.Result{Unchanged: 6, Deleted: 1})
 
 		// Held again, pending again, then wanted again: offered again.
 		d1 := e.device(t, "06:00.0-1")
 		if _, err := c.AttachIsolatedDevice(ctx, "pod-c", d1.ID); err != nil {
 			t.Fatal(err)
 		}
-		mustSync(t, c, e.host.ID, slices.Delete(slices.Clone(two), 1, 2), SyncResult{Unchanged: 5, Held: []string{d1.ID}})
-		mustSync(t, c, e.host.ID, two, SyncResult{Updated: 1, Unchanged: 5})
+		mustSync(t, c, e.host.ID, slices.Delete(slices.Clone(two), 1, 2), devsync.Result{Unchanged: 5, Held: []string{d1.ID}})
+		mustSync(t, c, e.host.ID, two, devsync.Result{Updated: 1, Unchanged: 5})
 		if got := e.device(t, "06:00.0-1"); got.PendingRemoval || got.GuestID != "pod-c" {
 			t.Errorf("device wanted again: %+v; want not pending, still pod-c's", got)
 		}
@@ -302,7 +303,7 @@ func TestSyncCarriesUnhealthy(t *testing.T) {
 		for i := range 4 {
 			want[i].Unhealthy = true
 		}
-		mustSync(t, c, e.host.ID, want, SyncResult{Updated: 4, Unchanged: 4})
+		mustSync(t, c, e.host.ID, want, devsync.Result{Updated: 4, Unchanged: 4})
 		got, err := c.AttachIsolatedDevices(ctx, "pod-a", api.AttachRequest{Model: "Tesla P40", Host: "gpu-1", Count: 4})
 		if err != nil || !slices.Equal(addrsOf(got), []string{"07:00.0-0", "07:00.0-1", "07:00.0-2", "07:00.0-3"}) {
 			t.Errorf("attach with GPU-06 unhealthy: %v, %v", addrsOf(got), err)
@@ -313,7 +314,7 @@ func TestSyncCarriesUnhealthy(t *testing.T) {
 		for i := range 4 {
 			want[i].Unhealthy = false
 		}
-		mustSync(t, c, e.host.ID, want, SyncResult{Updated: 4, Unchanged: 4})
+		mustSync(t, c, e.host.ID, want, devsync.Result{Updated: 4, Unchanged: 4})
 		if _, err := c.AttachIsolatedDevices(ctx, "pod-b", api.AttachRequest{Model: "Tesla P40", Host: "gpu-1"}); err != nil {
 			t.Errorf("attach once healthy again: %v", err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/devsync"
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 )
@@ -90,7 +91,7 @@ func rows(t *testing.T, c *Client, hostID string) map[string]api.IsolatedDevice 
 	return m
 }
 
-func mustSync(t *testing.T, c *Client, hostID string, want []api.IsolatedDevice, expect SyncResult) {
+func mustSync(t *testing.T, c *Client, hostID string, want []api.IsolatedDevice, expect devsync.Result) {
 	t.Helper()
 	got, err := c.SyncDevices(t.Context(), hostID, want)
 	if err != nil {
@@ -117,7 +118,7 @@ func mustSync(t *testing.T, c *Client, hostID string, want []api.IsolatedDevice,
 	slices.Sort(fromSync)
 	slices.Sort(listed)
 	if !slices.Equal(fromSync, listed) {
-		t.Fatalf("SyncResult.Devices\n%v\nbut the inventory holds\n%v", fromSync, listed)
+		t.Fatalf("devsync.Result.Devices\n%v\nbut the inventory holds\n%v", fromSync, listed)
 	}
 }
 
@@ -137,7 +138,7 @@ func TestSyncDevices(t *testing.T) {
 		if _, err := c.CreateIsolatedDevice(ctx, share); err != nil {
 			t.Fatal(err)
 		}
-		mustSync(t, c, other.ID, gpuSlices("06", 2), SyncResult{Created: 2})
+		mustSync(t, c, other.ID, gpuSlices("06", 2), devsync.Result{Created: 2})
 		untouched := func() {
 			t.Helper()
 			if r := rows(t, c, h.ID); r["NVIDIA_GPU_SHARE 06:00.0-0"].ID == "" {
@@ -150,7 +151,7 @@ func TestSyncDevices(t *testing.T) {
 
 		// First sync creates, in the order given.
 		want := append(gpuSlices("06", 4), gpuSlices("1a", 2)...)
-		mustSync(t, c, h.ID, want, SyncResult{Created: 6})
+		mustSync(t, c, h.ID, want, devsync.Result{Created: 6})
 		list, _ := c.ListIsolatedDevices(ctx, ListOptions{HostID: h.ID, DevType: api.DevTypeNvidiaMPS, Order: "asc"})
 		var order []string
 		for _, d := range list.IsolatedDevices {
@@ -162,7 +163,7 @@ func TestSyncDevices(t *testing.T) {
 		first := rows(t, c, h.ID)
 
 		// Second sync with the same set: nothing written.
-		mustSync(t, c, h.ID, want, SyncResult{Unchanged: 6})
+		mustSync(t, c, h.ID, want, devsync.Result{Unchanged: 6})
 		if again := rows(t, c, h.ID); !reflect.DeepEqual(again, first) {
 			t.Errorf("an idempotent sync changed rows")
 		}
@@ -176,7 +177,7 @@ func TestSyncDevices(t *testing.T) {
 		}
 		want = append(gpuSlices("06", 2), gpuSlices("1a", 2)...)
 		want[3].PCIEInfo = nil
-		mustSync(t, c, h.ID, want, SyncResult{Updated: 3, Unchanged: 1, Deleted: 1, Held: []string{held.ID}})
+		mustSync(t, c, h.ID, want, devsync.Result{Updated: 3, Unchanged: 1, Deleted: 1, Held: []string{held.ID}})
 		r := rows(t, c, h.ID)
 		if got := r["NVIDIA_MPS 06:00.0-0"]; got.MPSMemoryLimit != 12288 || got.MPSThreadPercentage != 50 || got.ID != first["NVIDIA_MPS 06:00.0-0"].ID {
 			t.Errorf("slice 0 after the change: %+v; want the same row with limit 12288, 50%%", got)
@@ -193,16 +194,16 @@ func TestSyncDevices(t *testing.T) {
 		untouched()
 
 		// The held row is reported again until released, then deleted.
-		mustSync(t, c, h.ID, want, SyncResult{Unchanged: 4, Held: []string{held.ID}})
+		mustSync(t, c, h.ID, want, devsync.Result{Unchanged: 4, Held: []string{held.ID}})
 		held.GuestID = ""
 		if _, err := c.UpdateIsolatedDevice(ctx, held.ID, held); err != nil {
 			t.Fatal(err)
 		}
-		mustSync(t, c, h.ID, want, SyncResult{Unchanged: 4, Deleted: 1})
+		mustSync(t, c, h.ID, want, devsync.Result{Unchanged: 4, Deleted: 1})
 		untouched()
 
 		// An empty desired set removes every MPS row of the host, and only those.
-		mustSync(t, c, h.ID, nil, SyncResult{Deleted: 4})
+		mustSync(t, c, h.ID, nil, devsync.Result{Deleted: 4})
 		if r := rows(t, c, h.ID); len(r) != 1 {
 			t.Errorf("rows left: %v, want only the NVIDIA_GPU_SHARE one", r)
 		}
@@ -246,9 +247,9 @@ func TestSyncPagesThroughAllRows(t *testing.T) {
 					t.Fatal(err)
 				}
 				want := append(gpuSlices("06", 5), gpuSlices("07", 5)...)
-				mustSync(t, c, h.ID, want, SyncResult{Created: 10})
-				mustSync(t, c, h.ID, want, SyncResult{Unchanged: 10})
-				mustSync(t, c, h.ID, want[:4], SyncResult{Unchanged: 4, Deleted: 6})
+				mustSync(t, c, h.ID, want, devsync.Result{Created: 10})
+				mustSync(t, c, h.ID, want, devsync.Result{Unchanged: 10})
+				mustSync(t, c, h.ID, want[:4], devsync.Result{Unchanged: 4, Deleted: 6})
 				// Three syncs: 1 + 4 + 4 pages of 3 rows.
 				if got := [2]int32{markers.Load(), offsets.Load()}; (!tt.oldServer && got != [2]int32{9, 0}) ||
 					(tt.oldServer && got != [2]int32{0, 6}) {
@@ -287,8 +288,8 @@ func TestSyncAdoptsRowCreatedConcurrently(t *testing.T) {
 		}
 		want := gpuSlices("06", 2)
 		want[0].MPSMemoryLimit = 12288
-		mustSync(t, c, h.ID, want, SyncResult{Created: 1, Updated: 1})
-		mustSync(t, c, h.ID, want, SyncResult{Unchanged: 2})
+		mustSync(t, c, h.ID, want, devsync.Result{Created: 1, Updated: 1})
+		mustSync(t, c, h.ID, want, devsync.Result{Unchanged: 2})
 	})
 }
 
@@ -298,7 +299,7 @@ func TestConcurrentSyncs(t *testing.T) {
 		inv, c, h := newInventoryWithHost(t, open())
 		want := gpuSlices("06", 8)
 		var wg sync.WaitGroup
-		results := make([]SyncResult, 4)
+		results := make([]devsync.Result, 4)
 		for i := range results {
 			wg.Go(func() {
 				var err error
@@ -316,7 +317,7 @@ func TestConcurrentSyncs(t *testing.T) {
 		if created != 8 || len(r) != 8 {
 			t.Errorf("%d creates in all, %d rows; want 8 and 8 (results %+v)", created, len(r), results)
 		}
-		mustSync(t, c, h.ID, want, SyncResult{Unchanged: 8})
+		mustSync(t, c, h.ID, want, devsync.Result{Unchanged: 8})
 	})
 }
 
@@ -344,7 +345,7 @@ func TestSyncRefusesBadDesiredSets(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			res, err := c.SyncDevices(t.Context(), tt.hostID, tt.desired)
-			if err == nil || !strings.HasPrefix(err.Error(), "syncing devices: ") || !reflect.DeepEqual(res, SyncResult{}) {
+			if err == nil || !strings.HasPrefix(err.Error(), "syncing devices: ") || !reflect.DeepEqual(res, devsync.Result{}) {
 				t.Errorf("SyncDevices = %+v, %v; want an error before any call", res, err)
 			}
 		})

@@ -16,7 +16,7 @@ import (
 // <token>` (Cloudpods' clients) or `Authorization: Bearer <token>` (this
 // project's). A token is an API token from the store's table (see
 // store.CreateToken) or a keystone token the keystone face issued for one
-// (keystone.go), which acts with its API token's role and host. /healthz,
+// (keystone_face.go), which acts with its API token's role and host. /healthz,
 // /readyz and the keystone login (POST /v3/auth/tokens) are served before
 // this and stay open. Authentication runs before routing, so a caller
 // without a token learns nothing, not even which paths exist.

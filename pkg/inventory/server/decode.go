@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
@@ -9,48 +10,36 @@ import (
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 )
 
-// deviceInput is the body of POST and PUT /isolated_devices: every field of
-// api.IsolatedDevice, as pointers so a PUT changes only the fields sent.
-// pcie_info is kept raw to tell "absent" (no change) from null (clear it).
-// Read-only fields (updated_at, update_version and the details) are
-// accepted and ignored, so a client may send back what it read; fields
-// Cloudpods' host agent sends that this inventory does not keep
-// (detected_on_host, card_path, ...) are ignored as unknown.
+// deviceInput is the body of POST and PUT /isolated_devices: the change
+// (api.DevicePatch), so a PUT changes only the fields sent. pcie_info is
+// kept raw to tell "absent" (no change) from null (clear it). Read-only
+// fields (updated_at, update_version and the details) are accepted and
+// ignored, so a client may send back what it read; fields Cloudpods' host
+// agent sends that this inventory does not keep (detected_on_host,
+// card_path, ...) are ignored as unknown.
 type deviceInput struct {
-	ID                  *string         `json:"id"`
-	Name                *string         `json:"name"`
-	HostID              *string         `json:"host_id"`
-	DevType             *string         `json:"dev_type"`
-	SharingMode         *string         `json:"sharing_mode"`
-	Model               *string         `json:"model"`
-	Addr                *string         `json:"addr"`
-	VendorDeviceID      *string         `json:"vendor_device_id"`
-	MdevID              *string         `json:"mdev_id"`
-	DevicePath          *string         `json:"device_path"`
-	RenderPath          *string         `json:"render_path"`
-	CDIName             *string         `json:"cdi_name"`
-	NumaNode            *int            `json:"numa_node"`
-	PCIEInfo            json.RawMessage `json:"pcie_info"`
-	Index               *int            `json:"index"`
-	DeviceMinor         *int            `json:"device_minor"`
-	MPSMemoryLimit      *int            `json:"mps_memory_limit"`
-	MPSMemoryTotal      *int            `json:"mps_memory_total"`
-	MPSThreadPercentage *int            `json:"mps_thread_percentage"`
-	GuestID             *string         `json:"guest_id"`
-	Unhealthy           *bool           `json:"unhealthy"`
-	PendingRemoval      *bool           `json:"pending_removal"`
-	HotPluggable        *bool           `json:"hot_pluggable"`
-	VirtualNum          *int            `json:"virtual_num"`
-	MemorySize          *int            `json:"memory_size"`
-	UpdateVersion       *int            `json:"update_version"`
-	CreatedAt           *time.Time      `json:"created_at"`
-	UpdatedAt           *time.Time      `json:"updated_at"`
-	Host                *string         `json:"host"`
-	Vendor              *string         `json:"vendor"`
+	api.DevicePatch
+	PCIEInfo      json.RawMessage `json:"pcie_info"`
+	UpdateVersion *int            `json:"update_version"`
+	UpdatedAt     *time.Time      `json:"updated_at"`
+	Host          *string         `json:"host"`
+	Vendor        *string         `json:"vendor"`
 	// Guest and GuestStatus are read-only, whatever their JSON type
 	// (Cloudpods' master answers lists here).
 	Guest       json.RawMessage `json:"guest"`
 	GuestStatus json.RawMessage `json:"guest_status"`
+}
+
+// UnmarshalJSON decodes the body as if the patch's fields were
+// deviceInput's own: a wrong type is named by its JSON path alone
+// (encoding/json puts the embedded struct's Go name in it).
+func (in *deviceInput) UnmarshalJSON(b []byte) error {
+	type fields deviceInput
+	err := json.Unmarshal(b, (*fields)(in))
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		te.Field = strings.TrimPrefix(te.Field, "DevicePatch.")
+	}
+	return err
 }
 
 type deviceBody struct {
@@ -78,22 +67,12 @@ func (in *deviceInput) pcie() (info *api.PCIEInfo, set bool, err error) {
 // it; this project's daemon always sends one, -1 when unknown). The id,
 // when sent, reaches the store, which refuses it.
 func (in *deviceInput) create() (api.IsolatedDevice, error) {
-	info, _, err := in.pcie()
+	u, err := in.update()
 	if err != nil {
 		return api.IsolatedDevice{}, err
 	}
-	d := api.IsolatedDevice{
-		ID: deref(in.ID), HostID: deref(in.HostID), Name: deref(in.Name), DevType: deref(in.DevType),
-		Model: deref(in.Model), Addr: deref(in.Addr), VendorDeviceID: deref(in.VendorDeviceID),
-		MdevID: deref(in.MdevID), DevicePath: deref(in.DevicePath), RenderPath: deref(in.RenderPath),
-		CDIName: deref(in.CDIName), GuestID: deref(in.GuestID), SharingMode: deref(in.SharingMode),
-		NumaNode: deref(in.NumaNode), PCIEInfo: info,
-		Index: orDefault(in.Index, -1), DeviceMinor: orDefault(in.DeviceMinor, -1),
-		MPSMemoryLimit: deref(in.MPSMemoryLimit), MPSMemoryTotal: deref(in.MPSMemoryTotal),
-		MPSThreadPercentage: deref(in.MPSThreadPercentage),
-		Unhealthy:           deref(in.Unhealthy), PendingRemoval: deref(in.PendingRemoval),
-		HotPluggable: deref(in.HotPluggable), VirtualNum: deref(in.VirtualNum), MemorySize: deref(in.MemorySize),
-	}
+	d := api.IsolatedDevice{ID: deref(in.ID), HostID: deref(in.HostID), Index: -1, DeviceMinor: -1}
+	u.Apply(&d)
 	return d, nil
 }
 
@@ -101,24 +80,14 @@ func (in *deviceInput) create() (api.IsolatedDevice, error) {
 // created_at count as not sent (a client marshalling api.IsolatedDevice
 // always sends them); other values must match the stored ones.
 func (in *deviceInput) update() (store.DeviceUpdate, error) {
-	info, set, err := in.pcie()
-	if err != nil {
+	u := in.DevicePatch
+	var err error
+	if u.PCIEInfo, u.SetPCIEInfo, err = in.pcie(); err != nil {
 		return store.DeviceUpdate{}, err
 	}
-	u := store.DeviceUpdate{
-		ID: nonEmpty(in.ID), HostID: nonEmpty(in.HostID),
-		Name: in.Name, DevType: in.DevType, Model: in.Model, Addr: in.Addr,
-		VendorDeviceID: in.VendorDeviceID, MdevID: in.MdevID, DevicePath: in.DevicePath,
-		RenderPath: in.RenderPath, CDIName: in.CDIName, GuestID: in.GuestID,
-		NumaNode: in.NumaNode, Index: in.Index, DeviceMinor: in.DeviceMinor,
-		MPSMemoryLimit: in.MPSMemoryLimit, MPSMemoryTotal: in.MPSMemoryTotal,
-		MPSThreadPercentage: in.MPSThreadPercentage, MemorySize: in.MemorySize,
-		SharingMode: in.SharingMode, VirtualNum: in.VirtualNum,
-		Unhealthy: in.Unhealthy, PendingRemoval: in.PendingRemoval, HotPluggable: in.HotPluggable,
-		SetPCIEInfo: set, PCIEInfo: info,
-	}
-	if in.CreatedAt != nil && !in.CreatedAt.IsZero() {
-		u.CreatedAt = in.CreatedAt
+	u.ID, u.HostID = nonEmpty(in.ID), nonEmpty(in.HostID)
+	if in.CreatedAt != nil && in.CreatedAt.IsZero() {
+		u.CreatedAt = nil
 	}
 	return u, nil
 }

@@ -1,7 +1,7 @@
 // Package server is the inventory's REST API: a small Cloudpods region for
 // the `isolated_devices` resource (and the `hosts` its devices belong to),
 // with the same paths, JSON envelopes, field names, list parameters and
-// error bodies, and a keystone v3 face (keystone.go) that lets Cloudpods'
+// error bodies, and a keystone v3 face (keystone_face.go) that lets Cloudpods'
 // own climc and host agent log in and find it in the service catalog. See
 // docs/inventory.md for what is implemented and what answers 501. Storage
 // is pkg/inventory/store.

@@ -9,39 +9,15 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
 	"yunion.io/x/mps-daemon/pkg/api"
 )
 
-// DeviceUpdate names the fields of an isolated device to change; nil leaves
-// a field as it is. ID, HostID and CreatedAt may be given only with their
-// current value (a client echoing the device it read back): a device never
-// moves to another host. PCIEInfo is applied when SetPCIEInfo is true (nil
-// clears it).
-type DeviceUpdate struct {
-	ID        *string
-	HostID    *string
-	CreatedAt *time.Time
-
-	// Name: an empty one leaves the name as it is (a device always has
-	// one), as Cloudpods' clients never send an empty string.
-	Name, DevType, Model, Addr, VendorDeviceID, MdevID *string
-	DevicePath, RenderPath, CDIName, GuestID           *string
-	SharingMode                                        *string
-	NumaNode, Index, DeviceMinor                       *int
-	MPSMemoryLimit, MPSMemoryTotal                     *int
-	MPSThreadPercentage, MemorySize                    *int
-	// VirtualNum: 0 leaves it as it is (it is at least 1).
-	VirtualNum *int
-	// Unhealthy and PendingRemoval are the host's to set (see api.IsolatedDevice).
-	Unhealthy, PendingRemoval, HotPluggable *bool
-
-	SetPCIEInfo bool
-	PCIEInfo    *api.PCIEInfo
-}
+// DeviceUpdate is the change UpdateDevice makes: api.DevicePatch, the one
+// form of a change to a device.
+type DeviceUpdate = api.DevicePatch
 
 // deviceColumns and deviceFrom read a device with its host's name (for
 // details); the order matches scanDevice.
@@ -62,6 +38,27 @@ const (
 		unhealthy, pending_removal, created_at, updated_at,
 		sharing_mode, hot_pluggable, virtual_num, memory_size, update_version, '', seq`
 )
+
+// deviceInsertColumns are the columns an insert writes, in the order of
+// deviceInsertArgs.
+const deviceInsertColumns = `id, name, host_id, dev_type, model, addr,
+	vendor_device_id, mdev_id, device_path, render_path, cdi_name, numa_node, pcie_info, dev_index, device_minor,
+	mps_memory_limit, mps_memory_total, mps_thread_percentage, guest_id, unhealthy, pending_removal,
+	sharing_mode, hot_pluggable, virtual_num, memory_size, created_at, updated_at`
+
+// deviceInsertCount is the number of deviceInsertColumns.
+const deviceInsertCount = 27
+
+// deviceInsertPlaceholders is one row of `?` for deviceInsertColumns.
+var deviceInsertPlaceholders = "(" + strings.TrimSuffix(strings.Repeat("?, ", deviceInsertCount), ", ") + ")"
+
+func deviceInsertArgs(d api.IsolatedDevice, pcie sql.NullString) []any {
+	return []any{d.ID, d.Name, d.HostID, d.DevType, d.Model, d.Addr, d.VendorDeviceID, d.MdevID, d.DevicePath,
+		d.RenderPath, d.CDIName, d.NumaNode, pcie, d.Index, d.DeviceMinor, d.MPSMemoryLimit, d.MPSMemoryTotal,
+		d.MPSThreadPercentage, d.GuestID, d.Unhealthy, d.PendingRemoval,
+		d.SharingMode, d.HotPluggable, d.VirtualNum, d.MemorySize,
+		formatTime(d.CreatedAt), formatTime(d.UpdatedAt)}
+}
 
 // CreateDevice adds an isolated device and returns it as stored, with its
 // details. HostID may be the host's id or name; the stored row carries the
@@ -246,33 +243,7 @@ func applyDeviceUpdate(d *api.IsolatedDevice, u DeviceUpdate) error {
 	if u.CreatedAt != nil && !u.CreatedAt.Equal(d.CreatedAt) {
 		return refuse(ErrInvalid, "created_at cannot be changed")
 	}
-	if u.Name != nil && *u.Name != "" {
-		d.Name = *u.Name
-	}
-	for _, f := range []struct{ dst, v *string }{
-		{&d.DevType, u.DevType}, {&d.Model, u.Model}, {&d.Addr, u.Addr},
-		{&d.VendorDeviceID, u.VendorDeviceID}, {&d.MdevID, u.MdevID}, {&d.DevicePath, u.DevicePath},
-		{&d.RenderPath, u.RenderPath}, {&d.CDIName, u.CDIName}, {&d.GuestID, u.GuestID},
-		{&d.SharingMode, u.SharingMode},
-	} {
-		setIf(f.dst, f.v)
-	}
-	for _, f := range []struct{ dst, v *int }{
-		{&d.NumaNode, u.NumaNode}, {&d.Index, u.Index}, {&d.DeviceMinor, u.DeviceMinor},
-		{&d.MPSMemoryLimit, u.MPSMemoryLimit}, {&d.MPSMemoryTotal, u.MPSMemoryTotal},
-		{&d.MPSThreadPercentage, u.MPSThreadPercentage}, {&d.MemorySize, u.MemorySize},
-	} {
-		setIf(f.dst, f.v)
-	}
-	if u.VirtualNum != nil && *u.VirtualNum != 0 {
-		d.VirtualNum = *u.VirtualNum
-	}
-	setIf(&d.Unhealthy, u.Unhealthy)
-	setIf(&d.PendingRemoval, u.PendingRemoval)
-	setIf(&d.HotPluggable, u.HotPluggable)
-	if u.SetPCIEInfo {
-		d.PCIEInfo = u.PCIEInfo
-	}
+	u.Apply(d)
 	return validateDevice(*d)
 }
 

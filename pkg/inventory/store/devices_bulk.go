@@ -15,27 +15,6 @@ import (
 // statement, whose placeholders both backends cap (SQLite at 32766).
 const MaxCreateDevices = 1000
 
-// deviceInsertColumns are the columns an insert writes, in the order of
-// deviceInsertArgs.
-const deviceInsertColumns = `id, name, host_id, dev_type, model, addr,
-	vendor_device_id, mdev_id, device_path, render_path, cdi_name, numa_node, pcie_info, dev_index, device_minor,
-	mps_memory_limit, mps_memory_total, mps_thread_percentage, guest_id, unhealthy, pending_removal,
-	sharing_mode, hot_pluggable, virtual_num, memory_size, created_at, updated_at`
-
-// deviceInsertCount is the number of deviceInsertColumns.
-const deviceInsertCount = 27
-
-// deviceInsertPlaceholders is one row of `?` for deviceInsertColumns.
-var deviceInsertPlaceholders = "(" + strings.TrimSuffix(strings.Repeat("?, ", deviceInsertCount), ", ") + ")"
-
-func deviceInsertArgs(d api.IsolatedDevice, pcie sql.NullString) []any {
-	return []any{d.ID, d.Name, d.HostID, d.DevType, d.Model, d.Addr, d.VendorDeviceID, d.MdevID, d.DevicePath,
-		d.RenderPath, d.CDIName, d.NumaNode, pcie, d.Index, d.DeviceMinor, d.MPSMemoryLimit, d.MPSMemoryTotal,
-		d.MPSThreadPercentage, d.GuestID, d.Unhealthy, d.PendingRemoval,
-		d.SharingMode, d.HotPluggable, d.VirtualNum, d.MemorySize,
-		formatTime(d.CreatedAt), formatTime(d.UpdatedAt)}
-}
-
 // CreateDevices adds devs, all or none, in their order (which is their
 // list order), and returns them as stored: CreateDevice for many rows at
 // the cost of one statement, for loading a large inventory (see

@@ -1,0 +1,53 @@
+package api
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// A device's patch applied to an empty device gives the device back, but
+// its identity (id, host, creation), which no patch changes.
+func TestPatchOfAppliedGivesTheDevice(t *testing.T) {
+	d := IsolatedDevice{
+		ID: "id", Name: "n", HostID: "h", DevType: DevTypeNvidiaMPS, SharingMode: "MPS", Model: "m", Addr: "1a:00.0-1",
+		VendorDeviceID: "10de:2330", MdevID: "md", DevicePath: "GPU-1", RenderPath: "/dev/dri/renderD128", CDIName: "c",
+		NumaNode: 1, PCIEInfo: &PCIEInfo{LaneWidth: 16}, Index: -1, DeviceMinor: -1, MPSMemoryLimit: 1, MPSMemoryTotal: 2,
+		MPSThreadPercentage: 3, GuestID: "g", Unhealthy: true, PendingRemoval: true, HotPluggable: true, VirtualNum: 4,
+		MemorySize: 5, CreatedAt: time.Unix(1, 0),
+	}
+	var got IsolatedDevice
+	PatchOf(d).Apply(&got)
+	want := d
+	want.ID, want.HostID, want.CreatedAt = "", "", time.Time{}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("applied\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// An empty name and a virtual_num of 0 are no change; a patch's JSON holds
+// the fields it sets, pcie_info null where it clears it.
+func TestPatchKeepsNameAndWritesOnlyItsFields(t *testing.T) {
+	empty, zero, limit := "", 0, 7
+	d := IsolatedDevice{Name: "kept", VirtualNum: 2, PCIEInfo: &PCIEInfo{LaneWidth: 8}}
+	p := DevicePatch{Name: &empty, VirtualNum: &zero, MPSMemoryLimit: &limit, SetPCIEInfo: true}
+	p.Apply(&d)
+	if d.Name != "kept" || d.VirtualNum != 2 || d.MPSMemoryLimit != 7 || d.PCIEInfo != nil {
+		t.Errorf("applied: %+v", d)
+	}
+	for _, tt := range []struct {
+		p    DevicePatch
+		want string
+	}{
+		{p, `{"name":"","mps_memory_limit":7,"virtual_num":0,"pcie_info":null}`},
+		{DevicePatch{SetPCIEInfo: true}, `{"pcie_info":null}`},
+		{DevicePatch{}, `{}`},
+		{DevicePatch{SetPCIEInfo: true, PCIEInfo: &PCIEInfo{LaneWidth: 8}}, `{"pcie_info":{"lane_width":8,"throughput":"","transfer_rate_per_lane":"","version":""}}`},
+	} {
+		b, err := json.Marshal(tt.p)
+		if err != nil || string(b) != tt.want {
+			t.Errorf("%+v marshals to %s (%v), want %s", tt.p, b, err, tt.want)
+		}
+	}
+}
