@@ -46,6 +46,7 @@ done
 # A keyring of this run only: the signing key and nothing else.
 GNUPGHOME=$(mktemp -d "${TMPDIR:-/tmp}/mps-repo-gnupg.XXXXXX")
 export GNUPGHOME
+echo 'trust-model always' >"$GNUPGHOME/gpg.conf"
 trap 'gpgconf --kill gpg-agent 2>/dev/null || true; rm -rf "$GNUPGHOME"' EXIT
 if [ -n "${REPO_KEY_FILE:-}" ]; then
 	gpg --batch --quiet --import "$REPO_KEY_FILE"
@@ -109,7 +110,8 @@ set -- "$DIST"/*.rpm
 [ -e "$1" ] || { echo "repo.sh: no .rpm in $DIST" >&2; exit 1; }
 cp "$@" "$rpm/"
 # Every package signed with the repository's key, whatever make package did.
-rpmsign --addsign --define "_gpg_name $fpr" --define "_gpg_path $GNUPGHOME" \
+GPG_TTY= rpmsign --addsign --define "__gpg $(command -v gpg)" --define "_gpg_name $fpr" \
+	--define "_gpg_path $GNUPGHOME" --define "_gpg_digest_algo sha256" \
 	--define "_gpg_sign_cmd_extra_args --pinentry-mode loopback --passphrase-file $passfile" \
 	"$rpm"/*.rpm >/dev/null
 createrepo_c --quiet --general-compress-type=gz "$rpm"

@@ -34,12 +34,13 @@ printf '[main]\ngpgcheck=1\nrepo_gpgcheck=1\ninstallonly_limit=3\nclean_requirem
 mkdir -p "$scratch/repos.d"
 
 # mdnf REPO_DIR NAME ARGS...: dnf with nothing of this host's: its own
-# configuration, no other repository, a fresh cache per NAME, an empty
-# installroot; the repository at REPO_DIR as the runbook's .repo file has it.
+# configuration, no other repository (the local plugin of dnf-plugins-core
+# off: it adds one), a fresh cache per NAME, an empty installroot; the
+# repository at REPO_DIR as the runbook's .repo file has it.
 mdnf() {
 	local dir=$1 name=$2
 	shift 2
-	dnf -y --config="$scratch/dnf.conf" --setopt=reposdir="$scratch/repos.d" \
+	dnf -y --config="$scratch/dnf.conf" --setopt=reposdir="$scratch/repos.d" --disableplugin=local \
 		--installroot="$scratch/root-$name" --releasever=9 --setopt=cachedir="$scratch/cache-$name" \
 		--repofrompath="mps-$name,file://$dir/rpm" \
 		--setopt="mps-$name.gpgcheck=1" --setopt="mps-$name.repo_gpgcheck=1" \
@@ -47,12 +48,12 @@ mdnf() {
 }
 
 # ---------------------------------------------------------------- queries
+out=$(mdnf "$repo" good repoquery --qf '%{name} %{epoch}:%{version}-%{release} %{arch}' 2>"$scratch/err") ||
+	fail "dnf repoquery: $(cat "$scratch/err")"
+printf '%s\n' "$out" | sed 's/^/   | /'
 for arch in x86_64 aarch64; do
-	out=$(mdnf "$repo" good --forcearch="$arch" repoquery --qf '%{name} %{epoch}:%{version}-%{release} %{arch}' 2>"$scratch/err") ||
-		fail "dnf repoquery ($arch): $(cat "$scratch/err")"
-	printf '%s\n' "$out" | sed 's/^/   | /'
 	for pkg in yunion-mps-daemon yunion-mps-inventory; do
-		assert_contains "dnf repoquery ($arch)" "$out" "$pkg 1:$version-1 $arch"
+		assert_contains "dnf repoquery" "$out" "$pkg 1:$version-1 $arch"
 	done
 done
 # repo_gpgcheck: dnf kept the key it checked repomd.xml with.
@@ -86,8 +87,8 @@ refused() {
 	if out=$(mdnf "$scratch/$name" "$name" "$@" 2>&1); then
 		fail "dnf accepted $what:"$'\n'"$out"
 	fi
-	printf '%s\n' "$out" | grep -Eq "$pattern" || fail "dnf refused $what, but not saying /$pattern/:"$'\n'"$out"
-	note "ok: refused $what: $(printf '%s\n' "$out" | grep -Em1 "$pattern")"
+	printf "%s\n" "$out" | grep -Eq "$pattern" || fail "dnf refused $what, but not saying /$pattern/:"$'\n'"$out"
+	note "ok: refused $what: $(printf "%s\n" "$out" | grep -E "$pattern" | tail -n 1)"
 }
 
 # A package changed after the metadata was signed: one byte of its payload.
@@ -95,7 +96,7 @@ t=$(tampered pkg)
 f=$(ls "$t"/rpm/yunion-mps-daemon-*.x86_64.rpm)
 size=$(stat -c %s "$f")
 printf 'X' | dd of="$f" bs=1 seek=$((size - 100)) conv=notrunc status=none
-refused pkg "a changed package" 'checksum|does not match|[Dd]amaged|mismatch' \
+refused pkg "a changed package" 'has incorrect checksum' \
 	--forcearch=x86_64 download --destdir="$scratch/dl-pkg" yunion-mps-daemon
 
 # The same package, with the metadata made again around it (what someone
@@ -104,14 +105,14 @@ t=$(tampered meta)
 f=$(ls "$t"/rpm/yunion-mps-daemon-*.x86_64.rpm)
 printf 'X' | dd of="$f" bs=1 seek=$((size - 100)) conv=notrunc status=none
 createrepo_c --quiet --update "$t/rpm"
-refused meta "metadata regenerated without the key" '[Ss]ignature|GPG|gpg|verif' repoquery
+refused meta "metadata regenerated without the key" 'repomd.xml GPG signature verification error' repoquery
 
 # A primary.xml changed in place: its checksum in the signed repomd.xml.
 t=$(tampered primary)
 p=$(ls "$t"/rpm/repodata/*-primary.xml.gz)
 gzip -dc "$p" | sed 's/yunion-mps-inventory/yunion-mps-inventorx/' | gzip -9n >"$p.new"
 mv "$p.new" "$p"
-refused primary "a changed primary.xml" 'checksum|[Dd]amaged|mismatch|[Ss]ignature|Cannot download' repoquery
+refused primary "a changed primary.xml" "checksum doesn't match" repoquery
 
 # repomd.xml.asc of another key.
 t=$(tampered sig)
@@ -122,9 +123,9 @@ gpg --batch --quiet --passphrase '' --quick-gen-key 'someone else <other@example
 gpg --batch --yes --armor --detach-sign -o "$t/rpm/repodata/repomd.xml.asc" "$t/rpm/repodata/repomd.xml"
 gpgconf --kill gpg-agent 2>/dev/null || true
 unset GNUPGHOME
-refused sig "repomd.xml signed by another key" '[Ss]ignature|GPG|gpg|verif' repoquery
+refused sig "repomd.xml signed by another key" 'repomd.xml GPG signature verification error' repoquery
 
 # No signature at all.
 t=$(tampered unsigned)
 rm "$t/rpm/repodata/repomd.xml.asc"
-refused unsigned "a repository without repomd.xml.asc" '[Ss]ignature|GPG|gpg|verif|asc' repoquery
+refused unsigned "a repository without repomd.xml.asc" 'GPG signature is not available' repoquery
