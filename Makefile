@@ -108,9 +108,12 @@ repo:
 systemd-verify: build
 	./tests/packaging/systemd-verify.sh $(BIN)
 
-# The packages installed, upgraded and removed in a booted Debian 12
-# (systemd-nspawn): needs root, debootstrap, systemd-nspawn, rpm, lintian,
-# rpmlint. Not part of `make test`; .ci/run runs it after.
+# The packages (both arches) and repositories: the glibc floor of every
+# binary, installed from the signed repository on Debian 11 (amd64; arm64
+# under qemu-user), the rpm repository read by dnf, and installed, upgraded
+# and removed in a booted Debian 12 (systemd-nspawn). Needs root and what
+# .ci/run installs (tests/packaging/run.sh lists it). Not part of `make test`;
+# .ci/run runs it after.
 test-packaging:
 	GO='$(GO)' ./tests/packaging/run.sh
 

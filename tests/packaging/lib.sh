@@ -204,8 +204,11 @@ check_glibc_floor() {
 			x=$(mktemp -d "$WORK/unpack.XXXXXX")
 			case $pkg in
 			*.deb) dpkg-deb -x "$pkg" "$x" ;;
-			*.rpm) (cd "$x" && rpm2cpio "$pkg" | cpio -id --quiet --no-absolute-filenames) ;;
+			# rpm2cpio of Debian's rpm 4.18 exits 1 after writing a whole
+			# zstd payload: what cpio unpacks is checked below instead.
+			*.rpm) (cd "$x" && { rpm2cpio "$pkg" || true; } | cpio -id --quiet --no-absolute-filenames 2>/dev/null) ;;
 			esac
+			[ -e "$x/usr/bin" ] || fail "$(basename "$pkg"): nothing under /usr/bin unpacked"
 			for f in "$x"/usr/bin/*; do
 				od=$(objdump_for "$f")
 				if ! vers=$("$od" -T "$f" 2>&1); then
@@ -218,7 +221,7 @@ check_glibc_floor() {
 				if [ -n "$newest" ] && [ "$(printf '%s\n%s\n' "$newest" "$GLIBC_FLOOR" | sort -V | tail -n 1)" != "$GLIBC_FLOOR" ]; then
 					fail "$(basename "$pkg"): $(basename "$f") needs GLIBC_$newest (> $GLIBC_FLOOR):"$'\n'"$(printf '%s\n' "$vers" | grep -E "GLIBC_$newest")"
 				fi
-				note "ok: $(basename "$pkg") $(basename "$f"): ${newest:+GLIBC_$newest at most}${newest:-static}"
+				note "ok: $(basename "$pkg") $(basename "$f"): $(if [ -n "$newest" ]; then echo "GLIBC_$newest at most"; else echo static; fi)"
 				n=$((n + 1))
 			done
 			rm -rf "$x"

@@ -189,7 +189,7 @@ need=$(objdump -T "$BIN1/mps-daemon" | sed -n 's/.*GLIBC_\([0-9][0-9.]*\).*/\1/p
 assert_contains "daemon .deb Depends" "$ctrl" "libc6 (>= $need)"
 
 # -------------------------------------------------------------------- .deb
-step "deb: a booted Debian ($SUITE) with the packages in an apt repository"
+step "deb: a booted Debian ($SUITE), the signed apt repository its only source"
 new_root "$WORK/deb-root" gpu-node-deb
 # The container has no network: our signed repository (make repo) is its
 # only source, added as docs/packaging.md tells an operator to.
