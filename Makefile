@@ -9,16 +9,39 @@ export GOFLAGS ?= -buildvcs=false
 # go-nvml's header marks some vGPU calls deprecated; we call none of them.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build test vet nocgo unit fuzz e2e demo gpu-bundle clean package systemd-verify test-packaging
+.PHONY: all build test vet nocgo unit fuzz e2e demo gpu-bundle clean package repo systemd-verify test-packaging
 
 all: build
 
 # mps-daemon links go-nvml (cgo, dlopens libnvidia-ml.so.1 at run time); the
-# inventory and mpsctl are pure Go and static.
+# inventory and mpsctl are pure Go and static. ARCH (amd64 or arm64) picks
+# the target; CC_<arch> its C compiler (Debian's gcc-<triplet> packages).
+#
+# mps-daemon must run on glibc $(GLIBC_FLOOR) and later (docs/packaging.md):
+# cgo's test links resolve against stubs of that glibc's symbol set
+# (packaging/glibc/stubs.sh, made from the toolchain's own libc), and Go's
+# internal linker writes the versions they chose; no crt1.o of the build
+# host's glibc is linked in. netgo/osusergo keep the resolver and user lookups
+# in Go. tests/packaging/run.sh checks every shipped binary with objdump -T.
+ARCH       ?= $(shell $(GO) env GOARCH)
+CC_amd64   ?= x86_64-linux-gnu-gcc
+CC_arm64   ?= aarch64-linux-gnu-gcc
+BUILD      ?= .build
+GLIBC_FLOOR := 2.17
+# The stubs' directory names their floor, arch and generator, so that Go's
+# build cache (which hashes CGO_LDFLAGS, not the files it names) never mixes
+# two sets.
+GLIBC_STUBS = $(CURDIR)/$(BUILD)/glibc-$(GLIBC_FLOOR)-$(ARCH)-$(shell sha256sum packaging/glibc/stubs.sh | cut -c1-8)
+DAEMON_ENV = CGO_ENABLED=1 GOARCH=$(ARCH) CC=$(CC_$(ARCH)) \
+	CGO_LDFLAGS='-L$(GLIBC_STUBS) -Wl,--no-as-needed -lpthread -ldl'
+
 build:
-	CGO_ENABLED=1 $(GO) build -trimpath -buildmode=pie -ldflags '$(LDFLAGS)' -o $(BIN)/mps-daemon ./cmd/mps-daemon
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/mps-inventory ./cmd/mps-inventory
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/mpsctl ./cmd/mpsctl
+	@[ -n "$(CC_$(ARCH))" ] || { echo "make build: no C compiler known for ARCH=$(ARCH) (CC_$(ARCH))" >&2; exit 1; }
+	packaging/glibc/stubs.sh $(GLIBC_STUBS) $(CC_$(ARCH)) $(GLIBC_FLOOR)
+	$(DAEMON_ENV) $(GO) build -trimpath -buildmode=pie -tags netgo,osusergo \
+		-ldflags '$(LDFLAGS) -linkmode=internal' -o $(BIN)/mps-daemon ./cmd/mps-daemon
+	CGO_ENABLED=0 GOARCH=$(ARCH) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/mps-inventory ./cmd/mps-inventory
+	CGO_ENABLED=0 GOARCH=$(ARCH) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/mpsctl ./cmd/mpsctl
 
 test: vet nocgo unit fuzz
 
@@ -56,23 +79,43 @@ gpu-bundle: build
 	CGO_ENABLED=0 $(GO) test -c -o .gpu-bundle/mps.test ./pkg/mps
 	CGO_ENABLED=1 $(GO) test -c -o .gpu-bundle/nvml.test ./pkg/gpu/nvml
 
-# .deb and .rpm of yunion-mps-daemon and yunion-mps-inventory in $(DIST),
-# versioned from git (packaging/version.sh); nfpm comes from the tools module
+# .deb and .rpm of yunion-mps-daemon and yunion-mps-inventory for every
+# architecture in PKG_ARCHES, into $(DIST); binaries in $(BIN)/linux_<arch>;
+# one version for all (taken once: a commit made meanwhile changes nothing).
+# Versioned from git (packaging/version.sh); nfpm comes from the tools module
 # (tools/go.mod), never from the main one. See docs/packaging.md.
 NFPM ?= $(GO) tool -modfile=tools/go.mod nfpm
 DIST ?= dist
-package: build
-	GO='$(GO)' NFPM='$(NFPM)' BIN='$(BIN)' DIST='$(DIST)' ./packaging/package.sh
+PKG_ARCHES ?= amd64 arm64
+package:
+	v=$${PKG_VERSION:-$$(packaging/version.sh)} && for a in $(PKG_ARCHES); do \
+		$(MAKE) --no-print-directory build ARCH=$$a BIN=$(BIN)/linux_$$a VERSION='$(VERSION)' && \
+		GO='$(GO)' NFPM='$(NFPM)' BIN='$(BIN)/linux_'$$a DIST='$(DIST)' PKG_ARCH=$$a PKG_VERSION=$$v \
+			./packaging/package.sh || exit 1; \
+	done
+
+# A signed apt repository and a signed yum/dnf repository of the packages in
+# $(DIST), in $(REPO), ready for any static web server at REPO_URL. The key:
+# REPO_KEY_FILE (an armored private key; passphrase in REPO_KEY_PASSPHRASE),
+# else a throwaway one made under $(BUILD)/repo-key (tests only). See
+# docs/packaging.md ("The repository").
+REPO ?= repo
+REPO_URL ?= https://mps.example.org/yunion-mps
+repo:
+	REPO='$(REPO)' DIST='$(DIST)' REPO_URL='$(REPO_URL)' BUILD='$(BUILD)' ./packaging/repo.sh
 
 # systemd-analyze verify on systemd/*.service; any output fails.
 systemd-verify: build
 	./tests/packaging/systemd-verify.sh $(BIN)
 
-# The packages installed, upgraded and removed in a booted Debian 12
-# (systemd-nspawn): needs root, debootstrap, systemd-nspawn, rpm, lintian,
-# rpmlint. Not part of `make test`; .ci/run runs it after.
+# The packages (both arches) and repositories: the glibc floor of every
+# binary, installed from the signed repository on Debian 11 (amd64; arm64
+# under qemu-user), the rpm repository read by dnf, and installed, upgraded
+# and removed in a booted Debian 12 (systemd-nspawn). Needs root and what
+# .ci/run installs (tests/packaging/run.sh lists it). Not part of `make test`;
+# .ci/run runs it after.
 test-packaging:
 	GO='$(GO)' ./tests/packaging/run.sh
 
 clean:
-	rm -rf $(BIN) .gpu-bundle $(DIST)
+	rm -rf $(BIN) .gpu-bundle $(DIST) $(REPO) $(BUILD)

@@ -1,25 +1,39 @@
 #!/usr/bin/env bash
 # run.sh: the packages, tested the way an operator installs them.
 #
-#   1. `make package` twice (v1, and a newer v2 with a rebuilt binary), rpms
-#      signed with a throwaway key; lintian and rpmlint (no errors), the
-#      units through systemd-analyze verify (no output at all).
-#   2. .deb: a Debian 12 root (debootstrap, cached), booted with
-#      systemd-nspawn --boot, our packages in an apt repository inside. The
-#      runbook: apt-get install -y yunion-mps-daemon, then
+#   1. `make package` (v1: amd64 and arm64) and a newer v2 (this host's
+#      architecture, a rebuilt binary), rpms signed with a throwaway key;
+#      `objdump -T` of every binary in every package: nothing above
+#      GLIBC_2.17; `make repo` twice (v1; v1 and v2), signed with a throwaway
+#      key; lintian and rpmlint (no errors), the units through
+#      systemd-analyze verify (no output at all).
+#   2. Debian 11 (glibc 2.31) roots, x86-64 and arm64 (the latter under
+#      qemu-user through binfmt_misc): the signed apt repository added as
+#      docs/packaging.md says, apt-get install -y yunion-mps-daemon, the
+#      inventory and `mps-daemon --simulate` started by hand (no systemd),
+#      /readyz, mpsctl isolated-device-list.
+#   3. The rpm repository read by dnf (dnf-repo.sh): repoquery finds both
+#      packages for both architectures with the signatures checked; tampered
+#      packages and metadata are refused.
+#   4. .deb: a Debian 12 root (debootstrap, cached), booted with
+#      systemd-nspawn --boot, the signed apt repository its only source
+#      (apt-get update fails without the key). The runbook:
+#      apt-get install -y yunion-mps-daemon, then
 #      systemctl enable --now yunion-mps-daemon (simulated GPUs through a
 #      drop-in), then mpsctl isolated-device-list. Then reload, upgrade to v2
 #      with edited configuration (kept), remove, purge.
-#   3. .rpm: the same root booted again with a RHEL-like "disable *" preset,
+#   5. .rpm: the same root booted again with a RHEL-like "disable *" preset,
 #      a host.conf the Cloudpods host service wrote before us, and rpm inside:
 #      install (signature checked), enable --now both units, upgrade with an
 #      edited config(noreplace) file, erase; then the upgrade from Cloudpods'
 #      own package (a stand-in) that must keep MPS clients alive.
 #
-# Needs root, debootstrap, systemd-nspawn (systemd-container), rpm, lintian,
-# rpmlint, apt-ftparchive (apt-utils), gpg, objdump, Go; reaches the Debian
-# mirror once, for the cached root (MPS_PKGTEST_CACHE, default
-# ~/.cache/yunion-mps-ci). .ci/run installs all of it. `make test-packaging`.
+# Needs root on an amd64 host, debootstrap, systemd-nspawn
+# (systemd-container), rpm, lintian, rpmlint, apt-ftparchive (apt-utils), gpg,
+# objdump, gcc-aarch64-linux-gnu, qemu-user-static with binfmt_misc,
+# createrepo-c, dnf, dnf-plugins-core, Go; reaches the Debian mirror once, for
+# the cached roots (MPS_PKGTEST_CACHE, default ~/.cache/yunion-mps-ci).
+# .ci/run installs all of it. `make test-packaging`.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -28,7 +42,8 @@ cd "$repo"
 . "$here/lib.sh"
 
 [ "$(id -u)" = 0 ] || fail "run.sh needs root (debootstrap, systemd-nspawn)"
-for tool in debootstrap systemd-nspawn nsenter rpm lintian rpmlint apt-ftparchive gpg objdump; do
+for tool in debootstrap systemd-nspawn nsenter rpm rpmsign lintian rpmlint apt-ftparchive gpg objdump \
+	aarch64-linux-gnu-gcc qemu-aarch64-static createrepo_c dnf unshare ip curl; do
 	command -v "$tool" >/dev/null || fail "run.sh needs $tool (.ci/run installs it)"
 done
 
@@ -61,13 +76,46 @@ export PKG_RPM_KEY_FILE=$WORK/signing-key.asc NFPM_RPM_PASSPHRASE=
 
 V1=$(packaging/version.sh)
 V2=$V1.1 # sorts after V1 for dpkg and rpm alike
-make --no-print-directory build BIN="$WORK/bin1" >/dev/null
-BIN=$WORK/bin1 DIST=$WORK/v1 PKG_VERSION=$V1 packaging/package.sh | grep -v '^using\|^created'
+HOST_ARCH=$($GO env GOARCH)
+# v1: `make package` as a release builds it, amd64 and arm64.
+quiet_make "$WORK/make-v1.log" package BIN="$WORK/bin1" DIST="$WORK/v1" PKG_VERSION="$V1"
 # v2: the same source with another version stamped in, so the upgrade is seen
-# to replace the running binary.
-make --no-print-directory build BIN="$WORK/bin2" VERSION="$V2-test" >/dev/null
-BIN=$WORK/bin2 DIST=$WORK/v2 PKG_VERSION=$V2 packaging/package.sh | grep -v '^using\|^created'
+# to replace the running binary; this host's architecture only.
+quiet_make "$WORK/make-v2.log" package PKG_ARCHES="$HOST_ARCH" BIN="$WORK/bin2" VERSION="$V2-test" DIST="$WORK/v2" PKG_VERSION="$V2"
 (cd "$WORK/v1" && stat -c '   %s bytes  %n' ./*)
+BIN1=$WORK/bin1/linux_$HOST_ARCH
+
+step "every shipped binary: no glibc symbol version above GLIBC_$GLIBC_FLOOR (objdump -T)"
+check_glibc_floor "$WORK/v1" "$WORK/v2"
+
+step "the signed repositories (make repo): v1, and v1 with v2 for the upgrades"
+# The same throwaway repository key for both ($WORK/build/repo-key); the
+# roots see the repository at /srv/repo.
+quiet_make "$WORK/make-repo1.log" repo DIST="$WORK/v1" REPO="$WORK/repo1" BUILD="$WORK/build" REPO_URL=file:///srv/repo
+mkdir -p "$WORK/v12"
+cp "$WORK"/v1/* "$WORK"/v2/* "$WORK/v12/"
+quiet_make "$WORK/make-repo2.log" repo DIST="$WORK/v12" REPO="$WORK/repo2" BUILD="$WORK/build" REPO_URL=file:///srv/repo
+note "ok: $(cat "$WORK/repo1/yunion-mps.list")"
+step "Debian 11 (bullseye, glibc 2.31), x86-64: apt-get install from the signed repository, mps-daemon --simulate (chroot)"
+cp -a "$(cached_root bullseye amd64 procps)" "$WORK/bullseye-amd64"
+add_apt_repo "$WORK/bullseye-amd64" "$WORK/repo1"
+chroot_runbook "$WORK/bullseye-amd64"
+# etc/host_container_device.yml: renderD128 x4, renderD129 x2.
+assert_eq "devices listed" "$(cat "$WORK/bullseye-amd64/srv/devices")" 6
+rm -rf "$WORK/bullseye-amd64"
+
+step "Debian 11 (bullseye), arm64 under qemu-user: apt-get install from the signed repository, mps-daemon --simulate (chroot)"
+[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] ||
+	fail "no qemu-aarch64 in binfmt_misc: needs qemu-user-static and binfmt-support (.ci/run installs them), and binfmt_misc mounted"
+cp -a "$(cached_root bullseye arm64 procps)" "$WORK/bullseye-arm64"
+add_apt_repo "$WORK/bullseye-arm64" "$WORK/repo1"
+chroot_runbook "$WORK/bullseye-arm64"
+assert_eq "devices listed" "$(cat "$WORK/bullseye-arm64/srv/devices")" 6
+rm -rf "$WORK/bullseye-arm64"
+
+step "rpm repository: dnf reads it, checks its signature, refuses tampering"
+tests/packaging/dnf-repo.sh "$WORK/repo1" "$V1"
+
 # No GPU here: the drop-in an operator would use to try the package.
 simulate_dropin() {
 	mkdir -p "$1/etc/systemd/system/yunion-mps-daemon.service.d"
@@ -107,13 +155,13 @@ adopts_after_upgrade() {
 	note "ok: our daemon runs, adopted the control daemon in the pipe root and waits for its client to leave"
 }
 deb() { echo "$WORK/$1/$2_$3-1_$($GO env GOARCH).deb"; }
-rpmfile() { ls "$WORK/$1/$2-$3-1."*.rpm; }
+rpmfile() { echo "$WORK/$1/$2-$3-1.$(uname -m).rpm"; }
 
 step "lintian and rpmlint"
 tests/packaging/lint.sh "$WORK/v1" "$WORK/signing-key.pub"
 
 step "systemd-analyze verify (staging root)"
-tests/packaging/systemd-verify.sh "$WORK/bin1"
+tests/packaging/systemd-verify.sh "$BIN1"
 
 step "package metadata"
 ctrl=$(dpkg-deb -f "$(deb v1 yunion-mps-daemon "$V1")" Depends)
@@ -137,23 +185,27 @@ assert_eq "daemon .rpm noreplace" "$(rpm -qp --nosignature --qf '[%{FILEFLAGS:ff
 	"cn /etc/sysconfig/yunion-mps-daemon"
 # The glibc the cgo binary needs is what the packages require: a newer
 # symbol version creeping in changes both.
-need=$(objdump -T "$WORK/bin1/mps-daemon" | sed -n 's/.*GLIBC_\([0-9][0-9.]*\).*/\1/p' | sort -uV | tail -n 1)
+need=$(objdump -T "$BIN1/mps-daemon" | sed -n 's/.*GLIBC_\([0-9][0-9.]*\).*/\1/p' | sort -uV | tail -n 1)
 assert_contains "daemon .deb Depends" "$ctrl" "libc6 (>= $need)"
 
 # -------------------------------------------------------------------- .deb
-step "deb: a booted Debian ($SUITE) with the packages in an apt repository"
+step "deb: a booted Debian ($SUITE), the signed apt repository its only source"
 new_root "$WORK/deb-root" gpu-node-deb
-repo_dir=$WORK/deb-root/srv/repo
-mkdir -p "$repo_dir"
-cp "$(deb v1 yunion-mps-daemon "$V1")" "$(deb v1 yunion-mps-inventory "$V1")" "$repo_dir/"
-(cd "$repo_dir" && apt-ftparchive packages . >Packages)
-# The container has no network: our repository is its only source.
-echo 'deb [trusted=yes] file:/srv/repo ./' >"$WORK/deb-root/etc/apt/sources.list"
-rm -f "$WORK/deb-root"/etc/apt/sources.list.d/*
+# The container has no network: our signed repository (make repo) is its
+# only source, added as docs/packaging.md tells an operator to.
+add_apt_repo "$WORK/deb-root" "$WORK/repo1"
 boot "$WORK/deb-root" gpu-node-deb
 
-step "deb: apt-get install -y yunion-mps-daemon"
+step "deb: the repository's signature is checked"
+in_ct mv /etc/apt/keyrings/yunion-mps.asc /root/
+out=$(in_ct apt-get update 2>&1 || true)
+assert_contains "apt-get update without the key" "$out" "NO_PUBKEY"
+in_ct mv /root/yunion-mps.asc /etc/apt/keyrings/
 in_ct apt-get update -qq
+assert_eq "apt-cache policy: candidate from the repository" \
+	"$(in_ct apt-cache policy yunion-mps-daemon | sed -n 's/^ *Candidate: //p')" "1:$V1-1"
+
+step "deb: apt-get install -y yunion-mps-daemon"
 out=$(in_ct apt-get install -y yunion-mps-daemon 2>&1)
 printf '%s\n' "$out" | grep -E '^(Setting up|Created symlink|The following NEW)' | sed 's/^/   | /'
 assert_eq "installed" "$(in_ct dpkg-query -W -f='${Status} ${Version}\n' yunion-mps-daemon yunion-mps-inventory | sort -u)" \
@@ -226,8 +278,8 @@ step "deb: upgrade to v2 with edited configuration"
 in_ct_sh 'sed -i "s/^MPS_DAEMON_OPTS=.*/MPS_DAEMON_OPTS=\"--log-level debug\"/" /etc/default/yunion-mps-daemon'
 in_ct_sh 'echo "# edited by the operator" >>/etc/yunion/host.conf'
 inv_pid=$(in_ct systemctl show -p MainPID --value yunion-mps-inventory)
-cp "$(deb v2 yunion-mps-daemon "$V2")" "$(deb v2 yunion-mps-inventory "$V2")" "$repo_dir/"
-(cd "$repo_dir" && apt-ftparchive packages . >Packages)
+rm -rf "$WORK/deb-root/srv/repo"
+cp -a "$WORK/repo2" "$WORK/deb-root/srv/repo"
 in_ct apt-get update -qq
 # No --force-conf*: an edited conffile the new version did not change is kept
 # without a question.
