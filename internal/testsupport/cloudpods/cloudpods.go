@@ -12,7 +12,8 @@
 // the module's root. The scripts run as root (they start MariaDB as root and
 // install mariadb-server, curl and xz-utils when missing). Without them, or
 // not as root, the test is skipped, unless MPS_REQUIRE_CLOUDPODS=1 (CI):
-// then it fails.
+// then it fails. Under go test -short (make test-quick) it is skipped too,
+// unless MPS_REQUIRE_CLOUDPODS=1.
 package cloudpods
 
 import (
@@ -48,6 +49,12 @@ const startTimeout = 5 * time.Minute
 
 // ErrUnavailable: this machine cannot run the control plane.
 var ErrUnavailable = errors.New("Cloudpods keystone/region are not available")
+
+// errShort: go test -short (make test-quick) leaves the control plane out.
+var errShort = errors.New("go test -short: the tests against a real Cloudpods are skipped")
+
+// short is go test -short without MPS_REQUIRE_CLOUDPODS=1.
+func short() bool { return testing.Short() && os.Getenv(EnvRequire) != "1" }
 
 // Cloud is a running control plane.
 type Cloud struct {
@@ -151,10 +158,15 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 	}
 	env = append(env, "CP_HOST_NAME="+host.HostName, "CP_HOST_MAC="+host.HostMAC, "CP_HOST_IP="+host.HostIP)
 
+	bin, err := binDir(ctx, dir)
+	if err != nil {
+		os.RemoveAll(work)
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "cloudpods-up.sh"), work, filepath.Join(dir, "bin"))
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "cloudpods-up.sh"), work, bin)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, &out, &out
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
@@ -306,6 +318,9 @@ func Run(run func() int) int { return process.Run(run) }
 // when the test ends.
 func Get(t testing.TB) *Cloud {
 	t.Helper()
+	if short() {
+		skipOrFail(t, errShort)
+	}
 	c, err := process.Get(t)
 	if err != nil {
 		skipOrFail(t, err)
@@ -318,6 +333,9 @@ func Get(t testing.TB) *Cloud {
 // failed when it could but the start failed.
 func skipOrFail(t testing.TB, err error) {
 	t.Helper()
+	if errors.Is(err, errShort) {
+		t.Skipf("%v (make test-quick; set %s=1 to run them)", err, EnvRequire)
+	}
 	if errors.Is(err, ErrUnavailable) && os.Getenv(EnvRequire) != "1" {
 		t.Skipf("%v (set %s=1 to make this a failure)", err, EnvRequire)
 	}
@@ -328,6 +346,9 @@ func skipOrFail(t testing.TB, err error) {
 // break it), stopped when the test ends; skipped or failed like Get.
 func New(t testing.TB, opts Options) *Cloud {
 	t.Helper()
+	if short() {
+		skipOrFail(t, errShort)
+	}
 	c, err := Start(context.Background(), opts)
 	if err != nil {
 		skipOrFail(t, err)
