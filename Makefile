@@ -35,8 +35,10 @@ nocgo:
 # order it is given them, GOMAXPROCS at a time, so one of them left to the end
 # would run alone while the other core idles.
 SLOW_PKGS := ./tests/regioncompat ./tests/e2e ./pkg/region ./pkg/inventory/server ./internal/testsupport/cloudpods
+# -timeout: go test's 10 minutes a package is a hang detector that a
+# loaded machine trips (tests/regioncompat alone can take that long there).
 unit:
-	$(GO) test -race -count=1 $(SLOW_PKGS) ./...
+	$(GO) test -race -count=1 -timeout 30m $(SLOW_PKGS) ./...
 
 # The inner loop: vet, and the tests without -race, from go's test cache
 # where nothing changed, and -short: the tests that need a real Cloudpods

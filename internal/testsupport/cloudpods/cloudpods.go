@@ -44,8 +44,9 @@ const (
 )
 
 // startTimeout bounds cloudpods-up.sh (a cold start takes about 40 s, more
-// when it installs MariaDB first).
-const startTimeout = 5 * time.Minute
+// when it installs MariaDB first; on a 2-core machine with a load of 30 it
+// took over 5 minutes, which a bound of 5 turned into a failure).
+const startTimeout = 10 * time.Minute
 
 // ErrUnavailable: this machine cannot run the control plane.
 var ErrUnavailable = errors.New("Cloudpods keystone/region are not available")
