@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -77,6 +78,9 @@ type Cloud struct {
 	HostID, HostName, HostMAC, HostIP string
 	// Climc is the real climc binary.
 	Climc string
+
+	// guard stops the control plane if this process ends without Stop.
+	guard *guard
 }
 
 // Dir returns the directory of the scripts, or ErrUnavailable.
@@ -164,6 +168,11 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 		os.RemoveAll(work)
 		return nil, err
 	}
+	g, err := startGuard(dir, work)
+	if err != nil {
+		os.RemoveAll(work)
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	var out bytes.Buffer
@@ -171,15 +180,15 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, &out, &out
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
-		c := &Cloud{Dir: dir, Work: work}
-		_ = c.Stop()
+		_ = (&Cloud{Dir: dir, Work: work, guard: g}).Stop()
 		return nil, fmt.Errorf("cloudpods-up.sh: %w\n%s", err, Tail(out.String(), 4000))
 	}
 	c, err := read(dir, work)
 	if err != nil {
-		_ = (&Cloud{Dir: dir, Work: work}).Stop()
+		_ = (&Cloud{Dir: dir, Work: work, guard: g}).Stop()
 		return nil, err
 	}
+	c.guard = g
 	if !opts.NoHost {
 		c.HostName, c.HostMAC, c.HostIP = host.HostName, host.HostMAC, host.HostIP
 	}
@@ -225,7 +234,46 @@ func (c *Cloud) Stop() error {
 	if err != nil {
 		return fmt.Errorf("cloudpods-down.sh: %w\n%s", err, out)
 	}
+	c.guard.disarm()
 	return nil
+}
+
+// guard is a process that runs cloudpods-down.sh WORK --purge when the
+// test process ends without stopping the control plane itself: a test
+// binary that go test's -timeout panics, or that is killed, runs no
+// TestMain cleanup, and MariaDB, keystone and region (started detached by
+// cloudpods-up.sh) would run on, a few percent of a CPU each, until the
+// machine reboots. The guard (in a session of its own, so a signal to the
+// test's process group passes it by) reads its stdin, a pipe whose only
+// writer is this process: the kernel closes it when this process ends,
+// however it ends, and the guard's read returns.
+type guard struct {
+	cmd *exec.Cmd
+	w   io.Closer
+}
+
+func startGuard(dir, work string) (*guard, error) {
+	cmd := exec.Command("sh", "-c", `read -r _; exec "$0" "$1" --purge >/dev/null 2>&1`,
+		filepath.Join(dir, "cloudpods-down.sh"), work)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	w, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the guard of %s: %w", work, err)
+	}
+	return &guard{cmd: cmd, w: w}, nil
+}
+
+// disarm ends the guard without letting it run the script (Stop did).
+func (g *guard) disarm() {
+	if g == nil {
+		return
+	}
+	_ = g.cmd.Process.Kill()
+	_ = g.cmd.Wait()
+	_ = g.w.Close()
 }
 
 // RunClimc runs the real climc with args against this control plane as the
