@@ -129,7 +129,7 @@ func TestRealClimcAgainstTheInventory(t *testing.T) {
 	if err := cp.CreateDeviceModel(ctx, h100, api.DevTypeNvidiaMPS, "10de", "2330"); err != nil {
 		t.Fatal(err)
 	}
-	c := setUp(t, cp, fmt.Sprintf("compat-%d", run.Add(1)))
+	c := setUp(t, cp, int(run.Add(1)))
 	c.lists("with the rows as created")
 	c.shows("mps-01")
 	c.errors()
@@ -141,10 +141,11 @@ func TestRealClimcAgainstTheInventory(t *testing.T) {
 
 // setUp makes the host and the rows on every side: the region and one
 // inventory per backend.
-func setUp(t *testing.T, cp *cloudpods.Cloud, host string) *compared {
+func setUp(t *testing.T, cp *cloudpods.Cloud, run int) *compared {
 	ctx := t.Context()
+	host := fmt.Sprintf("compat-%d", run)
 	c := &compared{t: t, region: regionSide(cp), host: host}
-	mac, ip := "02:00:00:00:15:01", "127.0.0.151"
+	mac, ip := fmt.Sprintf("02:00:00:00:15:%02x", run%256), fmt.Sprintf("127.0.0.%d", 150+run%100)
 	var err error
 	if c.rHost, err = cp.CreateHost(ctx, c.host, mac, ip); err != nil {
 		t.Fatal(err)
