@@ -9,7 +9,7 @@ export GOFLAGS ?= -buildvcs=false
 # go-nvml's header marks some vGPU calls deprecated; we call none of them.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build test vet nocgo unit fuzz e2e demo gpu-bundle clean package repo systemd-verify test-packaging
+.PHONY: all build test test-quick vet nocgo unit fuzz e2e demo gpu-bundle clean package repo systemd-verify test-packaging
 
 all: build
 
@@ -54,8 +54,22 @@ nocgo:
 	CGO_ENABLED=0 $(GO) build ./...
 	CGO_ENABLED=0 $(GO) vet ./...
 
+# The slowest packages first (docs/testing.md): go test runs packages in the
+# order it is given them, GOMAXPROCS at a time, so one of them left to the end
+# would run alone while the other core idles.
+SLOW_PKGS := ./tests/regioncompat ./tests/e2e ./pkg/region ./pkg/inventory/server ./internal/testsupport/cloudpods
+# -timeout: go test's 10 minutes a package is a hang detector that a
+# loaded machine trips (tests/regioncompat alone can take that long there).
 unit:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 30m $(SLOW_PKGS) ./...
+
+# The inner loop: vet, and the tests without -race, from go's test cache
+# where nothing changed, and -short: the tests that need a real Cloudpods
+# control plane are skipped (unless MPS_REQUIRE_CLOUDPODS=1). CI runs `make
+# test`.
+test-quick:
+	$(GO) vet ./...
+	$(GO) test -short ./...
 
 # The config parsers under go's fuzzer, FUZZTIME per target (go test runs
 # only one -fuzz target per invocation). The seed corpus is

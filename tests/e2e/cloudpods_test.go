@@ -27,6 +27,10 @@ const cloudpodsDevicesYAML = `devices:
   virtual_number: 2
 `
 
+// outageRetries is how many failed reconciles TestCloudpodsRegion waits
+// for while the region is away.
+const outageRetries = 10
+
 // cpHost is one daemon's host beside a real Cloudpods region.
 type cpHost struct {
 	dir, hostConf, devices, listen string
@@ -177,7 +181,13 @@ func gpuRows(t *testing.T, rows []map[string]string, out string) map[string]map[
 // them; a resize, a restart and a kill -9 leave no duplicates; a held GPU
 // survives a shrink; a revoked token and a minute without the region are
 // survived.
+//
+// The outage is counted in the daemon's retries, not in seconds: a
+// minute of it (the runbook's) is about 50 retries at this host.conf's
+// interval, each one the same failed reconcile; outageRetries of them
+// show that the daemon keeps retrying and MPS stays up.
 func TestCloudpodsRegion(t *testing.T) {
+	t.Parallel()
 	c := cloudpods.New(t, cloudpods.Options{})
 	ctx := context.Background()
 	const user, password = "mpsd", "Mpsd-e2e-pass-1"
@@ -314,7 +324,14 @@ func TestCloudpodsRegion(t *testing.T) {
 		st := h.status(t)
 		return !st.InventoryReachable, fmt.Sprintf("%+v", st)
 	})
-	time.Sleep(time.Minute)
+	// The outage lasts while the daemon retries: outageRetries failed
+	// reconciles after the region went (at mps_sync_interval 1s, the
+	// backoff's cap, they come a second apart).
+	failed := strings.Count(d.Output(), "reconcile failed")
+	eventuallyWithin(t, 2*time.Minute, fmt.Sprintf("%d failed reconciles during the outage", outageRetries), func() (bool, string) {
+		n := strings.Count(d.Output(), "reconcile failed") - failed
+		return n >= outageRetries || d.exited(), fmt.Sprintf("%d failed reconciles", n)
+	})
 	if d.exited() {
 		t.Fatalf("daemon exited during the outage:\n%s", d.Output())
 	}

@@ -158,7 +158,13 @@ func (p *proc) logs(t *testing.T, want string) {
 
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	eventuallyWithin(t, 60*time.Second, what, cond)
+}
+
+// eventuallyWithin is eventually with a bound of its own.
+func eventuallyWithin(t *testing.T, bound time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
 	last := ""
 	for time.Now().Before(deadline) {
 		ok, msg := cond()

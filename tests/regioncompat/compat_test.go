@@ -2,11 +2,13 @@
 // unchanged, against mps-inventory (on SQLite and on PostgreSQL), printing
 // what it prints against a real Cloudpods region that holds the same rows.
 //
-// Each backend's run makes one host and the same seven rows on both sides
-// (one NVIDIA_MPS row per slice, as Cloudpods 4.0.3 and this inventory keep
-// them; the region, Cloudpods' master, takes that dev_type once an
-// isolated-device model defines it, see cloudpods.CreateDeviceModel), then
-// runs the same climc commands against both and compares what they print,
+// The test makes one host and the same seven rows in the region and in one
+// inventory per backend (SQLite, PostgreSQL): one NVIDIA_MPS row per slice,
+// as Cloudpods 4.0.3 and this inventory keep them; the region, Cloudpods'
+// master, takes that dev_type once an isolated-device model defines it, see
+// cloudpods.CreateDeviceModel. It then runs the same climc commands against
+// all three at once, in lockstep, and compares what each inventory prints
+// with what the region prints,
 // normalised only as normalise_test.go says: lists (table and json, with
 // --host, --dev-type, --model, --unused, --gpu, --limit, --offset,
 // --details), shows by id and by name, attach and detach by id and by name
@@ -28,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"yunion.io/x/mps-daemon/internal/testsupport/cloudpods"
@@ -82,18 +85,39 @@ func rows(hostID string) []map[string]any {
 	return out
 }
 
-// compared is the two sides with their labels.
+// compared is the region and the inventories (one per backend), with their
+// labels. They hold the same rows and go through the same steps in
+// lockstep: each climc command runs once against the region and once
+// against each inventory, all at once, and each inventory's answer is
+// compared with the region's.
 type compared struct {
-	t              *testing.T
-	region, inv    *side
-	rl, il         labels
-	host           string
-	rHost, iHost   string // host ids
-	rDevs, iDevs   map[string]string
+	t      *testing.T
+	region *side
+	host   string // the host's name, the same on every side
+	rHost  string // the region's host id
+	rDevs  map[string]string
+	rl     labels
+	invs   []*inventory
+	// guestA and guestB are the guests' names (the region's guests, the
+	// inventory's guest ids).
 	guestA, guestB string
-	// invURL is the inventory's address.
-	invURL string
 }
+
+// inventory is one backend's inventory.
+type inventory struct {
+	*side
+	backend string
+	st      *store.Store
+	url     string            // its address
+	host    string            // its host id
+	devs    map[string]string // device name -> id
+	l       labels
+}
+
+// run is the number of TestRealClimcAgainstTheInventory runs in this
+// process (go test -count), which name their hosts and guests apart in the
+// one region.
+var run atomic.Int32
 
 func TestRealClimcAgainstTheInventory(t *testing.T) {
 	cp := cloudpods.Get(t)
@@ -105,44 +129,56 @@ func TestRealClimcAgainstTheInventory(t *testing.T) {
 	if err := cp.CreateDeviceModel(ctx, h100, api.DevTypeNvidiaMPS, "10de", "2330"); err != nil {
 		t.Fatal(err)
 	}
-	for n, b := range storetest.Backends() {
-		t.Run(b.Name, func(t *testing.T) {
-			st := storetest.Open(t, b.DSN(t))
-			c := setUp(t, cp, st, n)
-			c.lists("with the rows as created")
-			c.shows("mps-01")
-			c.errors()
-			c.attachDetachPurge()
-			c.daemonRows(st)
-		})
+	c := setUp(t, cp, int(run.Add(1)))
+	c.lists("with the rows as created")
+	c.shows("mps-01")
+	c.errors()
+	c.attachDetachPurge()
+	for _, inv := range c.invs {
+		t.Run(inv.backend, func(t *testing.T) { daemonRows(t, inv) })
 	}
 }
 
-// setUp makes the host and the rows on both sides.
-func setUp(t *testing.T, cp *cloudpods.Cloud, st *store.Store, n int) *compared {
+// setUp makes the host and the rows on every side: the region and one
+// inventory per backend.
+func setUp(t *testing.T, cp *cloudpods.Cloud, run int) *compared {
 	ctx := t.Context()
-	c := &compared{t: t, region: regionSide(cp), host: "compat-" + backend(t)}
-	var srv *httptest.Server
-	c.inv, srv = inventorySide(t, cp, st, "compat-admin")
-	c.invURL = srv.URL
-	mac, ip := fmt.Sprintf("02:00:00:00:15:%02x", n), fmt.Sprintf("127.0.0.%d", 150+n)
+	host := fmt.Sprintf("compat-%d", run)
+	c := &compared{t: t, region: regionSide(cp), host: host}
+	mac, ip := fmt.Sprintf("02:00:00:00:15:%02x", run%256), fmt.Sprintf("127.0.0.%d", 150+run%100)
 	var err error
 	if c.rHost, err = cp.CreateHost(ctx, c.host, mac, ip); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { purgeAll(cp, c.rHost) })
-	// The inventory's host, as Cloudpods' host agent creates one.
-	var hb api.HostBody
-	if err := c.inv.call(ctx, http.MethodPost, "/zones/default/hosts", cloudpods.HostCreateBody(c.host, mac, ip), &hb); err != nil {
-		t.Fatal(err)
+	for _, b := range storetest.Backends() {
+		inv := &inventory{backend: b.Name, st: storetest.Open(t, b.DSN(t)), devs: map[string]string{}}
+		var srv *httptest.Server
+		inv.side, srv = inventorySide(t, cp, inv.st, "compat-admin")
+		inv.side.name = "inventory on " + b.Name
+		inv.url = srv.URL
+		// The inventory's host, as Cloudpods' host agent creates one.
+		var hb api.HostBody
+		if err := inv.call(ctx, http.MethodPost, "/zones/default/hosts", cloudpods.HostCreateBody(c.host, mac, ip), &hb); err != nil {
+			t.Fatalf("%s: %v", inv.name, err)
+		}
+		inv.host = hb.Host.ID
+		c.invs = append(c.invs, inv)
 	}
-	c.iHost = hb.Host.ID
-	c.rDevs, c.iDevs = map[string]string{}, map[string]string{}
-	for _, s := range []struct {
+	c.rDevs = map[string]string{}
+	sides := []struct {
 		side *side
 		host string
 		devs map[string]string
-	}{{c.region, c.rHost, c.rDevs}, {c.inv, c.iHost, c.iDevs}} {
+	}{{c.region, c.rHost, c.rDevs}}
+	for _, inv := range c.invs {
+		sides = append(sides, struct {
+			side *side
+			host string
+			devs map[string]string
+		}{inv.side, inv.host, inv.devs})
+	}
+	for _, s := range sides {
 		for _, r := range rows(s.host) {
 			var out struct {
 				IsolatedDevice struct{ ID, Name string } `json:"isolated_device"`
@@ -153,14 +189,17 @@ func setUp(t *testing.T, cp *cloudpods.Cloud, st *store.Store, n int) *compared 
 			s.devs[out.IsolatedDevice.Name] = out.IsolatedDevice.ID
 		}
 	}
-	c.rl, c.il = labels{c.rHost: "host"}, labels{c.iHost: "host"}
+	c.rl = labels{c.rHost: "host"}
 	for name, id := range c.rDevs {
 		c.rl[id] = "dev:" + name
 	}
-	for name, id := range c.iDevs {
-		c.il[id] = "dev:" + name
+	for _, inv := range c.invs {
+		inv.l = labels{inv.host: "host"}
+		for name, id := range inv.devs {
+			inv.l[id] = "dev:" + name
+		}
 	}
-	c.guestA, c.guestB = "pod-a-"+backend(t), "pod-b-"+backend(t)
+	c.guestA, c.guestB = "pod-a-"+host, "pod-b-"+host
 	for _, g := range []string{c.guestA, c.guestB} {
 		if err := c.region.newGuest(ctx, g, c.rHost); err != nil {
 			t.Fatal(err)
@@ -185,36 +224,49 @@ func purgeAll(cp *cloudpods.Cloud, hostID string) {
 	}
 }
 
-// both runs climc with args on both sides, at once.
-func (c *compared) both(args ...string) (region, inv result) {
+// all runs climc with args on every side at once: the region's result, and
+// each inventory's in c.invs' order. The inventories get the same args, or
+// with per(inv) when per is not nil (ids differ between sides).
+func (c *compared) all(rArgs []string, per func(inv *inventory) []string) (region result, invs []result) {
 	c.t.Helper()
-	var rErr, iErr error
+	errs := make([]error, 1+len(c.invs))
+	invs = make([]result, len(c.invs))
 	var wg sync.WaitGroup
-	rTmp, iTmp := c.t.TempDir(), c.t.TempDir()
-	wg.Go(func() { region, rErr = c.region.run(c.t.Context(), rTmp, args...) })
-	wg.Go(func() { inv, iErr = c.inv.run(c.t.Context(), iTmp, args...) })
+	rTmp := c.t.TempDir()
+	wg.Go(func() { region, errs[0] = c.region.run(c.t.Context(), rTmp, rArgs...) })
+	for n, inv := range c.invs {
+		args := rArgs
+		if per != nil {
+			args = per(inv)
+		}
+		tmp := c.t.TempDir()
+		wg.Go(func() { invs[n], errs[1+n] = inv.run(c.t.Context(), tmp, args...) })
+	}
 	wg.Wait()
-	if err := errors.Join(rErr, iErr); err != nil {
+	if err := errors.Join(errs...); err != nil {
 		c.t.Fatal(err)
 	}
-	return region, inv
+	return region, invs
 }
 
 // list compares a list, as a table or (-o json first) as JSON.
 func (c *compared) list(args ...string) {
 	c.t.Helper()
 	what := strings.Join(args, " ")
-	r, i := c.both(args...)
-	if r.code != 0 || i.code != 0 {
-		c.t.Fatalf("%s: exit %d (region) and %d (inventory)\nregion: %s%s\ninventory: %s%s", what, r.code, i.code, r.stdout, r.stderr, i.stdout, i.stderr)
-	}
-	if args[0] == "--output-format" {
-		sameJSON(c.t, what, r.stdout, i.stdout, c.rl, c.il)
-		return
-	}
-	rt, it := normTable(parseTable(c.t, r.stdout), c.rl, true), normTable(parseTable(c.t, i.stdout), c.il, false)
-	if rt.footer == "" || rt.String() != it.String() {
-		c.t.Errorf("%s differs\nregion:\n%s\ninventory:\n%s\n(raw: region\n%s\ninventory\n%s)", what, rt, it, r.stdout, i.stdout)
+	r, is := c.all(args, nil)
+	for n, i := range is {
+		inv := c.invs[n]
+		if r.code != 0 || i.code != 0 {
+			c.t.Fatalf("%s: exit %d (region) and %d (%s)\nregion: %s%s\ninventory: %s%s", what, r.code, i.code, inv.name, r.stdout, r.stderr, i.stdout, i.stderr)
+		}
+		if args[0] == "--output-format" {
+			sameJSON(c.t, inv.backend+": "+what, r.stdout, i.stdout, c.rl, inv.l)
+			continue
+		}
+		rt, it := normTable(parseTable(c.t, r.stdout), c.rl, true), normTable(parseTable(c.t, i.stdout), inv.l, false)
+		if rt.footer == "" || rt.String() != it.String() {
+			c.t.Errorf("%s differs (%s)\nregion:\n%s\ninventory:\n%s\n(raw: region\n%s\ninventory\n%s)", what, inv.name, rt, it, r.stdout, i.stdout)
+		}
 	}
 }
 
@@ -252,15 +304,19 @@ func (c *compared) lists(when string) {
 func (c *compared) shows(name string) {
 	c.t.Helper()
 	for _, byName := range []bool{false, true} {
-		rArg, iArg := c.rDevs[name], c.iDevs[name]
+		rArgs := []string{"isolated-device-show", c.rDevs[name]}
+		per := func(inv *inventory) []string { return []string{"isolated-device-show", inv.devs[name]} }
 		if byName {
-			rArg, iArg = name, name
+			rArgs, per = []string{"isolated-device-show", name}, nil
 		}
-		r, i := c.region.climc(c.t, "isolated-device-show", rArg), c.inv.climc(c.t, "isolated-device-show", iArg)
-		if r.code != 0 || i.code != 0 {
-			c.t.Fatalf("show %s: exit %d and %d: %s %s", name, r.code, i.code, r.stderr, i.stderr)
+		r, is := c.all(rArgs, per)
+		for n, i := range is {
+			inv := c.invs[n]
+			if r.code != 0 || i.code != 0 {
+				c.t.Fatalf("show %s: exit %d and %d (%s): %s %s", name, r.code, i.code, inv.name, r.stderr, i.stderr)
+			}
+			compareShow(c.t, inv.backend+": isolated-device-show "+name, kv(parseTable(c.t, r.stdout)), kv(parseTable(c.t, i.stdout)), c.rl, inv.l)
 		}
-		compareShow(c.t, "isolated-device-show "+name, kv(parseTable(c.t, r.stdout)), kv(parseTable(c.t, i.stdout)), c.rl, c.il)
 	}
 }
 
@@ -276,14 +332,17 @@ func (c *compared) errors() {
 		{[]string{"isolated-device-list", "--host", "no-such-host"}, false},
 	} {
 		what := strings.Join(tt.args, " ")
-		r, i := c.both(tt.args...)
-		if r.code == 0 || i.code != r.code {
-			c.t.Errorf("%s: exit %d (region) and %d (inventory)", what, r.code, i.code)
-			continue
-		}
-		re, ie := parseClimcError(c.t, what, r.stderr), parseClimcError(c.t, what, i.stderr)
-		if re.Class != ie.Class || re.Code != ie.Code || tt.sameDetails && re.Details != ie.Details {
-			c.t.Errorf("%s: the region says %+v, the inventory %+v", what, re, ie)
+		r, is := c.all(tt.args, nil)
+		for n, i := range is {
+			inv := c.invs[n]
+			if r.code == 0 || i.code != r.code {
+				c.t.Errorf("%s: exit %d (region) and %d (%s)", what, r.code, i.code, inv.name)
+				continue
+			}
+			re, ie := parseClimcError(c.t, what, r.stderr), parseClimcError(c.t, inv.backend+": "+what, i.stderr)
+			if re.Class != ie.Class || re.Code != ie.Code || tt.sameDetails && re.Details != ie.Details {
+				c.t.Errorf("%s: the region says %+v, the %s %+v", what, re, inv.name, ie)
+			}
 		}
 	}
 	// A path neither has (issue 22): the client's error, 404 NotFoundError,
@@ -301,26 +360,40 @@ func (c *compared) errors() {
 // each step.
 func (c *compared) attachDetachPurge() {
 	t, ctx := c.t, c.t.Context()
+	// each runs f on every side at once: the region and each inventory.
+	each := func(f func(s *side, devs map[string]string)) {
+		t.Helper()
+		var wg sync.WaitGroup
+		wg.Go(func() { f(c.region, c.rDevs) })
+		for _, inv := range c.invs {
+			wg.Go(func() { f(inv.side, inv.devs) })
+		}
+		wg.Wait()
+	}
 	step := func(what string, f func(s *side, devs map[string]string)) {
 		t.Helper()
-		for _, s := range []struct {
-			side *side
-			devs map[string]string
-		}{{c.region, c.rDevs}, {c.inv, c.iDevs}} {
-			f(s.side, s.devs)
-		}
+		each(f)
 		c.list("isolated-device-list", "--host", c.host, "--details")
 		c.list("isolated-device-list", "--host", c.host, "--unused")
 		c.list("--output-format", "json", "isolated-device-list", "--host", c.host)
 		t.Logf("compared after %s", what)
 	}
+	// climcOK and the steps' functions run on each's goroutines: they
+	// report with t.Error and return; each step checks t.Failed after.
 	climcOK := func(s *side, guest string, args ...string) {
-		t.Helper()
-		if r := s.climc(t, args...); r.code != 0 {
-			t.Fatalf("%s: climc %s: exit %d\n%s%s", s.name, strings.Join(args, " "), r.code, r.stdout, r.stderr)
+		r, err := s.run(ctx, t.TempDir(), args...)
+		if err != nil || r.code != 0 {
+			t.Errorf("%s: climc %s: %v exit %d\n%s%s", s.name, strings.Join(args, " "), err, r.code, r.stdout, r.stderr)
+			return
 		}
 		if err := s.settle(ctx, guest); err != nil {
-			t.Fatal(err)
+			t.Error(err)
+		}
+	}
+	stop := func() {
+		t.Helper()
+		if t.Failed() {
+			t.FailNow()
 		}
 	}
 	// climc prints the server the device went to; a server here is only its
@@ -328,9 +401,11 @@ func (c *compared) attachDetachPurge() {
 	step("attach by id", func(s *side, devs map[string]string) {
 		climcOK(s, c.guestA, "server-attach-isolated-device", c.guestA, devs["mps-00"])
 	})
+	stop()
 	step("attach by name", func(s *side, _ map[string]string) {
 		climcOK(s, c.guestA, "server-attach-isolated-device", c.guestA, "mps-01")
 	})
+	stop()
 	c.shows("mps-01") // held: the guest in the details
 
 	// Refusals, by class and code (the region names the device "not
@@ -346,12 +421,15 @@ func (c *compared) attachDetachPurge() {
 		}, api.ClassBadRequest, false},
 		{func(d map[string]string) []string { return []string{"isolated-device-purge", d["mps-00"]} }, api.ClassBadRequest, true},
 	} {
-		r, i := c.region.climc(t, tt.args(c.rDevs)...), c.inv.climc(t, tt.args(c.iDevs)...)
-		what := strings.Join(tt.args(c.iDevs), " ")
-		re, ie := parseClimcError(t, "region: "+what, r.stderr+r.stdout), parseClimcError(t, "inventory: "+what, i.stderr+i.stdout)
-		if r.code != i.code || re.Class != tt.class || ie.Class != tt.class || re.Code != 400 || ie.Code != 400 ||
-			tt.sameDetails && (re.Details != api.MsgDeviceUsedByServer || ie.Details != re.Details) {
-			t.Errorf("%v: region exit %d %+v, inventory exit %d %+v", tt.args(c.iDevs), r.code, re, i.code, ie)
+		r, is := c.all(tt.args(c.rDevs), func(inv *inventory) []string { return tt.args(inv.devs) })
+		for n, i := range is {
+			inv := c.invs[n]
+			what := strings.Join(tt.args(inv.devs), " ")
+			re, ie := parseClimcError(t, "region: "+what, r.stderr+r.stdout), parseClimcError(t, inv.name+": "+what, i.stderr+i.stdout)
+			if r.code != i.code || re.Class != tt.class || ie.Class != tt.class || re.Code != 400 || ie.Code != 400 ||
+				tt.sameDetails && (re.Details != api.MsgDeviceUsedByServer || ie.Details != re.Details) {
+				t.Errorf("%v: region exit %d %+v, %s exit %d %+v", tt.args(inv.devs), r.code, re, inv.name, i.code, ie)
+			}
 		}
 	}
 
@@ -373,68 +451,84 @@ func (c *compared) attachDetachPurge() {
 		}, map[string]any{"server": map[string]any{"model": h100, "count": 100, "sharing_mode": "EXCLUSIVE"}}, http.StatusBadRequest, api.ClassInsufficientResource},
 	} {
 		rm, rp := tt.req(c.rDevs)
-		im, ip := tt.req(c.iDevs)
 		rs, rc := refusal(c.region.call(ctx, rm, rp, tt.body, nil))
-		is, ic := refusal(c.inv.call(ctx, im, ip, tt.body, nil))
-		if rs != tt.status || is != tt.status || rc != tt.class || ic != tt.class {
-			t.Errorf("%s: region %d %s, inventory %d %s", tt.what, rs, rc, is, ic)
+		for _, inv := range c.invs {
+			im, ip := tt.req(inv.devs)
+			is, ic := refusal(inv.call(ctx, im, ip, tt.body, nil))
+			if rs != tt.status || is != tt.status || rc != tt.class || ic != tt.class {
+				t.Errorf("%s: region %d %s, %s %d %s", tt.what, rs, rc, inv.name, is, ic)
+			}
+			t.Logf("%s: region %d %s, %s %d %s", tt.what, rs, rc, inv.name, is, ic)
 		}
-		t.Logf("%s: region %d %s, inventory %d %s", tt.what, rs, rc, is, ic)
 	}
 	c.lists("after the refused requests")
 
 	step("detach by id", func(s *side, devs map[string]string) {
 		climcOK(s, c.guestA, "server-detach-isolated-device", c.guestA, devs["mps-00"], "0")
 	})
+	stop()
 
 	// By model: Cloudpods' body (climc has no such command). Which free
 	// slices each side picks is its own choice: the comparison is of how
 	// many the guest got and how many are left.
-	for _, s := range []*side{c.region, c.inv} {
+	each(func(s *side, _ map[string]string) {
 		body := map[string]any{"server": map[string]any{"model": p40, "count": 2, "sharing_mode": "EXCLUSIVE"}}
 		if err := s.call(ctx, http.MethodPost, "/servers/"+c.guestB+"/attach-isolated-device", body, nil); err != nil {
-			t.Fatalf("%s: attach by model: %v", s.name, err)
+			t.Errorf("%s: attach by model: %v", s.name, err)
+			return
 		}
 		if err := s.settle(ctx, c.guestB); err != nil {
-			t.Fatal(err)
+			t.Error(err)
 		}
-	}
+	})
+	stop()
 	for _, args := range [][]string{
 		{"isolated-device-list", "--host", c.host, "--unused", "--model", p40},
 		{"isolated-device-list", "--host", c.host, "--unused", "--model", h100},
 	} {
-		r, i := c.both(args...)
-		if rf, ifo := parseTable(t, r.stdout).footer, parseTable(t, i.stdout).footer; rf != ifo || rf == "" {
-			t.Errorf("%v after attach by model: region %q, inventory %q", args, rf, ifo)
+		r, is := c.all(args, nil)
+		for n, i := range is {
+			if rf, ifo := parseTable(t, r.stdout).footer, parseTable(t, i.stdout).footer; rf != ifo || rf == "" {
+				t.Errorf("%v after attach by model: region %q, %s %q", args, rf, c.invs[n].name, ifo)
+			}
 		}
 	}
-	if rn, in := c.held(c.region, c.rl, c.guestB), c.held(c.inv, c.il, c.guestB); rn != 2 || in != 2 {
-		t.Errorf("attach by model: the guest holds %d in the region, %d in the inventory; want 2", rn, in)
+	if rn := c.held(c.region, c.rl, c.guestB); rn != 2 {
+		t.Errorf("attach by model: the guest holds %d in the region; want 2", rn)
+	}
+	for _, inv := range c.invs {
+		if in := c.held(inv.side, inv.l, c.guestB); in != 2 {
+			t.Errorf("attach by model: the guest holds %d in the %s; want 2", in, inv.name)
+		}
 	}
 	step("detach all (by model's guest)", func(s *side, _ map[string]string) {
 		if err := s.call(ctx, http.MethodPost, "/servers/"+c.guestB+"/detach-isolated-device",
 			map[string]any{"server": map[string]any{"detach_all": true}}, nil); err != nil {
-			t.Fatalf("%s: detach all: %v", s.name, err)
+			t.Errorf("%s: detach all: %v", s.name, err)
+			return
 		}
 		if err := s.settle(ctx, c.guestB); err != nil {
-			t.Fatal(err)
+			t.Error(err)
 		}
 	})
+	stop()
 
 	// Purge: the harness region deletes the row, then answers an error
 	// from its absent scheduler service; its exit status is not compared.
 	step("purge --purge of a held device, by name", func(s *side, _ map[string]string) {
-		r := s.climc(t, "isolated-device-purge", "--purge", "mps-01")
-		if s == c.inv && r.code != 0 {
-			t.Fatalf("inventory: purge --purge: exit %d %s", r.code, r.stderr)
+		r, err := s.run(ctx, t.TempDir(), "isolated-device-purge", "--purge", "mps-01")
+		if err != nil || s != c.region && r.code != 0 {
+			t.Errorf("%s: purge --purge: %v exit %d %s", s.name, err, r.code, r.stderr)
 		}
 	})
+	stop()
 	step("purge of a free device, by id", func(s *side, devs map[string]string) {
-		r := s.climc(t, "isolated-device-purge", devs["mps-02"])
-		if s == c.inv && r.code != 0 {
-			t.Fatalf("inventory: purge: exit %d %s", r.code, r.stderr)
+		r, err := s.run(ctx, t.TempDir(), "isolated-device-purge", devs["mps-02"])
+		if err != nil || s != c.region && r.code != 0 {
+			t.Errorf("%s: purge: %v exit %d %s", s.name, err, r.code, r.stderr)
 		}
 	})
+	stop()
 	c.lists("after attaching, detaching and purging")
 }
 
@@ -457,13 +551,12 @@ func (c *compared) held(s *side, l labels, guest string) int {
 // Bearer token, no sharing_mode) list with the real climc next to the
 // others. (Inventory only: Cloudpods' master region refuses a row without
 // a sharing mode.)
-func (c *compared) daemonRows(st *store.Store) {
-	t := c.t
-	token, _, err := st.CreateToken(t.Context(), store.NewToken{Role: store.RoleHost, Host: "gpu-daemon", Name: "daemon"})
+func daemonRows(t *testing.T, inv *inventory) {
+	token, _, err := inv.st.CreateToken(t.Context(), store.NewToken{Role: store.RoleHost, Host: "gpu-daemon", Name: "daemon"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := client.New(client.Options{URL: c.invURL, Token: token})
+	cl := client.New(client.Options{URL: inv.url, Token: token})
 	h, err := cl.EnsureHost(t.Context(), "gpu-daemon")
 	if err != nil {
 		t.Fatal(err)
@@ -480,7 +573,7 @@ func (c *compared) daemonRows(st *store.Store) {
 	if res, err := cl.SyncDevices(t.Context(), h.ID, want); err != nil || res.Unchanged != 1 {
 		t.Errorf("second sync: %+v %v; want it unchanged (names the inventory gave are kept)", res, err)
 	}
-	r := c.inv.climc(t, "isolated-device-list", "--host", "gpu-daemon")
+	r := inv.climc(t, "isolated-device-list", "--host", "gpu-daemon")
 	tb := parseTable(t, r.stdout)
 	if r.code != 0 || len(tb.rows) != 1 || !strings.Contains(r.stdout, "3c:00.0-0") || !strings.Contains(tb.footer, "Total: 1 ") {
 		t.Errorf("the daemon's device in climc's list:\n%s%s", r.stdout, r.stderr)

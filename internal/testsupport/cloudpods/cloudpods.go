@@ -12,7 +12,8 @@
 // the module's root. The scripts run as root (they start MariaDB as root and
 // install mariadb-server, curl and xz-utils when missing). Without them, or
 // not as root, the test is skipped, unless MPS_REQUIRE_CLOUDPODS=1 (CI):
-// then it fails.
+// then it fails. Under go test -short (make test-quick) it is skipped too,
+// unless MPS_REQUIRE_CLOUDPODS=1.
 package cloudpods
 
 import (
@@ -21,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -43,11 +45,18 @@ const (
 )
 
 // startTimeout bounds cloudpods-up.sh (a cold start takes about 40 s, more
-// when it installs MariaDB first).
-const startTimeout = 5 * time.Minute
+// when it installs MariaDB first; on a 2-core machine with a load of 30 it
+// took over 5 minutes, which a bound of 5 turned into a failure).
+const startTimeout = 10 * time.Minute
 
 // ErrUnavailable: this machine cannot run the control plane.
 var ErrUnavailable = errors.New("Cloudpods keystone/region are not available")
+
+// errShort: go test -short (make test-quick) leaves the control plane out.
+var errShort = errors.New("go test -short: the tests against a real Cloudpods are skipped")
+
+// short is go test -short without MPS_REQUIRE_CLOUDPODS=1.
+func short() bool { return testing.Short() && os.Getenv(EnvRequire) != "1" }
 
 // Cloud is a running control plane.
 type Cloud struct {
@@ -69,6 +78,9 @@ type Cloud struct {
 	HostID, HostName, HostMAC, HostIP string
 	// Climc is the real climc binary.
 	Climc string
+
+	// guard stops the control plane if this process ends without Stop.
+	guard *guard
 }
 
 // Dir returns the directory of the scripts, or ErrUnavailable.
@@ -151,22 +163,32 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 	}
 	env = append(env, "CP_HOST_NAME="+host.HostName, "CP_HOST_MAC="+host.HostMAC, "CP_HOST_IP="+host.HostIP)
 
+	bin, err := binDir(ctx, dir)
+	if err != nil {
+		os.RemoveAll(work)
+		return nil, err
+	}
+	g, err := startGuard(dir, work)
+	if err != nil {
+		os.RemoveAll(work)
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "cloudpods-up.sh"), work, filepath.Join(dir, "bin"))
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "cloudpods-up.sh"), work, bin)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, &out, &out
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
-		c := &Cloud{Dir: dir, Work: work}
-		_ = c.Stop()
+		_ = (&Cloud{Dir: dir, Work: work, guard: g}).Stop()
 		return nil, fmt.Errorf("cloudpods-up.sh: %w\n%s", err, Tail(out.String(), 4000))
 	}
 	c, err := read(dir, work)
 	if err != nil {
-		_ = (&Cloud{Dir: dir, Work: work}).Stop()
+		_ = (&Cloud{Dir: dir, Work: work, guard: g}).Stop()
 		return nil, err
 	}
+	c.guard = g
 	if !opts.NoHost {
 		c.HostName, c.HostMAC, c.HostIP = host.HostName, host.HostMAC, host.HostIP
 	}
@@ -212,7 +234,46 @@ func (c *Cloud) Stop() error {
 	if err != nil {
 		return fmt.Errorf("cloudpods-down.sh: %w\n%s", err, out)
 	}
+	c.guard.disarm()
 	return nil
+}
+
+// guard is a process that runs cloudpods-down.sh WORK --purge when the
+// test process ends without stopping the control plane itself: a test
+// binary that go test's -timeout panics, or that is killed, runs no
+// TestMain cleanup, and MariaDB, keystone and region (started detached by
+// cloudpods-up.sh) would run on, a few percent of a CPU each, until the
+// machine reboots. The guard (in a session of its own, so a signal to the
+// test's process group passes it by) reads its stdin, a pipe whose only
+// writer is this process: the kernel closes it when this process ends,
+// however it ends, and the guard's read returns.
+type guard struct {
+	cmd *exec.Cmd
+	w   io.Closer
+}
+
+func startGuard(dir, work string) (*guard, error) {
+	cmd := exec.Command("sh", "-c", `read -r _; exec "$0" "$1" --purge >/dev/null 2>&1`,
+		filepath.Join(dir, "cloudpods-down.sh"), work)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	w, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the guard of %s: %w", work, err)
+	}
+	return &guard{cmd: cmd, w: w}, nil
+}
+
+// disarm ends the guard without letting it run the script (Stop did).
+func (g *guard) disarm() {
+	if g == nil {
+		return
+	}
+	_ = g.cmd.Process.Kill()
+	_ = g.cmd.Wait()
+	_ = g.w.Close()
 }
 
 // RunClimc runs the real climc with args against this control plane as the
@@ -306,6 +367,9 @@ func Run(run func() int) int { return process.Run(run) }
 // when the test ends.
 func Get(t testing.TB) *Cloud {
 	t.Helper()
+	if short() {
+		skipOrFail(t, errShort)
+	}
 	c, err := process.Get(t)
 	if err != nil {
 		skipOrFail(t, err)
@@ -318,6 +382,9 @@ func Get(t testing.TB) *Cloud {
 // failed when it could but the start failed.
 func skipOrFail(t testing.TB, err error) {
 	t.Helper()
+	if errors.Is(err, errShort) {
+		t.Skipf("%v (make test-quick; set %s=1 to run them)", err, EnvRequire)
+	}
 	if errors.Is(err, ErrUnavailable) && os.Getenv(EnvRequire) != "1" {
 		t.Skipf("%v (set %s=1 to make this a failure)", err, EnvRequire)
 	}
@@ -328,6 +395,9 @@ func skipOrFail(t testing.TB, err error) {
 // break it), stopped when the test ends; skipped or failed like Get.
 func New(t testing.TB, opts Options) *Cloud {
 	t.Helper()
+	if short() {
+		skipOrFail(t, errShort)
+	}
 	c, err := Start(context.Background(), opts)
 	if err != nil {
 		skipOrFail(t, err)
