@@ -156,9 +156,9 @@ func (s *Store) leadBatch() {
 // job's own result; it returns how many jobs it ran and the error that
 // ended the transaction without a commit (or of the commit), if any.
 func (s *Store) runBatch(ctx context.Context, batch []*groupJob, results []error) (ran int, err error) {
-	tx, err := s.db.BeginTx(ctx, s.d.txOptions(false))
+	tx, err := s.begin(ctx, false)
 	if err != nil {
-		return 0, fmt.Errorf("beginning transaction: %w", err)
+		return 0, err
 	}
 	if len(batch) == 1 {
 		// Alone: no savepoint, its failure rolls the transaction back.

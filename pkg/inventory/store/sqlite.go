@@ -40,6 +40,14 @@ var sqliteDialect = dialect{
 	migrationLock: func(context.Context, *sql.Tx) error { return nil },
 }
 
+// sqliteBusy reports whether err is SQLite's SQLITE_BUSY (the database
+// locked by another connection past busy_timeout), in any of its extended
+// forms.
+func sqliteBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
+}
+
 // OpenSQLite opens (creating when missing) the SQLite database at path and
 // brings its schema up to date. The database runs in WAL mode so readers never
 // wait for the writer, and every write transaction starts with BEGIN IMMEDIATE

@@ -204,9 +204,9 @@ func (s *Store) inTxWithin(ctx context.Context, timeout time.Duration, readOnly 
 			return fmt.Errorf("waiting for the other writers: %w", ctx.Err())
 		}
 	}
-	tx, err := s.db.BeginTx(ctx, s.d.txOptions(readOnly))
+	tx, err := s.begin(ctx, readOnly)
 	if err != nil {
-		return fmt.Errorf("beginning transaction: %w", err)
+		return err
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
@@ -216,6 +216,25 @@ func (s *Store) inTxWithin(ctx context.Context, timeout time.Duration, readOnly 
 		return fmt.Errorf("committing transaction: %w", err)
 	}
 	return nil
+}
+
+// begin starts a transaction for inTx and the group commit. On SQLite a
+// writer that finds another process's writer holding the lock polls it for
+// busy_timeout, then fails with SQLITE_BUSY; a second process's writers,
+// handing the lock to each other as soon as one commits, can keep it that
+// long. Nothing has run in the transaction then, so it is begun again,
+// each try waiting busy_timeout again, until ctx ends.
+func (s *Store) begin(ctx context.Context, readOnly bool) (*sql.Tx, error) {
+	for {
+		tx, err := s.db.BeginTx(ctx, s.d.txOptions(readOnly))
+		if err == nil {
+			return tx, nil
+		}
+		if readOnly || !sqliteBusy(err) || ctx.Err() != nil {
+			return nil, fmt.Errorf("beginning transaction: %w", err)
+		}
+		s.log.Debug("database locked by another writer past busy_timeout; beginning again", "err", err)
+	}
 }
 
 // timestamp is the current time as stored: UTC, microseconds (the finest
