@@ -349,9 +349,11 @@ func (c *compared) errors() {
 	// on both sides.
 	const path = "/no-such-resources"
 	rs, rc := refusal(c.region.call(c.t.Context(), http.MethodGet, path, nil, nil))
-	is, ic := refusal(c.inv.call(c.t.Context(), http.MethodGet, path, nil, nil))
-	if rs != http.StatusNotFound || rs != is || rc != ic {
-		c.t.Errorf("GET %s: the region answers %d %s, the inventory %d %s", path, rs, rc, is, ic)
+	for _, inv := range c.invs {
+		is, ic := refusal(inv.call(c.t.Context(), http.MethodGet, path, nil, nil))
+		if rs != http.StatusNotFound || rs != is || rc != ic {
+			c.t.Errorf("GET %s: the region answers %d %s, the %s %d %s", path, rs, rc, inv.name, is, ic)
+		}
 	}
 }
 
