@@ -24,34 +24,8 @@ import (
 // process that is gone is billed to nothing.
 func TestExitRaceOnRealProc(t *testing.T) {
 	dev := gpuA + "::0"
-	// cmd.Start returns once the child's execve has closed its
-	// close-on-exec pipe, before the kernel has laid out the new
-	// program's environment: /proc/<pid>/environ can still be empty
-	// then. cat echoes a line only once it runs, so the echo proves the
-	// exec finished; it then blocks reading its stdin, same PID.
-	cmd := exec.Command("cat")
-	cmd.Env = []string{vdev.EnvVar + "=" + dev}
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	cmd := startExeced(t, []string{vdev.EnvVar + "=" + dev})
 	pid := cmd.Process.Pid
-	if _, err := io.WriteString(in, "running\n"); err != nil {
-		t.Fatal(err)
-	}
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "running\n" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("cat never echoed: %q, %v", line, err)
-	}
 	reaped := false
 	t.Cleanup(func() {
 		if !reaped {
@@ -139,34 +113,16 @@ func TestExitRaceOnRealProc(t *testing.T) {
 // enforce for its size alone).
 func TestLargeEnvironmentOnRealProc(t *testing.T) {
 	dev := gpuA + "::1"
-	cmd := exec.Command("cat")
+	var env []string
 	for i := range 12 { // 12 x 100 KiB: execve takes at most 128 KiB per string
-		cmd.Env = append(cmd.Env, "PAD"+strconv.Itoa(i)+"="+strings.Repeat("x", 100<<10))
+		env = append(env, "PAD"+strconv.Itoa(i)+"="+strings.Repeat("x", 100<<10))
 	}
-	cmd.Env = append(cmd.Env, vdev.EnvThreadPercentage+"=13", vdev.EnvClientPriority+"=1", vdev.EnvVar+"="+dev)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	env = append(env, vdev.EnvThreadPercentage+"=13", vdev.EnvClientPriority+"=1", vdev.EnvVar+"="+dev)
+	cmd := startExeced(t, env)
 	t.Cleanup(func() {
-		in.Close()
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	// The echo proves the exec finished (see TestExitRaceOnRealProc).
-	if _, err := io.WriteString(in, "running\n"); err != nil {
-		t.Fatal(err)
-	}
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "running\n" {
-		t.Fatalf("cat never echoed: %q, %v", line, err)
-	}
 	raw, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/environ")
 	if err != nil || len(raw) <= 1<<20 {
 		t.Fatalf("the process's environment is %d bytes (%v); the test needs more than 1 MiB", len(raw), err)
@@ -186,4 +142,39 @@ func TestLargeEnvironmentOnRealProc(t *testing.T) {
 	if why := CheckQoS(id.QoSEnv, q); why != "" {
 		t.Errorf("a compliant client with a %d-byte environment is an escape: %s", len(raw), why)
 	}
+}
+
+// startExeced starts cat with env and returns once it runs. cmd.Start
+// returns once the child's execve has closed its close-on-exec pipe,
+// before the kernel has laid out the new program's environment:
+// /proc/<pid>/environ can still be empty then. cat echoes a line only once
+// it runs, so the echo proves the exec finished; it then blocks reading its
+// stdin (kept open until the test ends), same PID. The caller reaps it.
+func startExeced(t *testing.T, env []string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("cat")
+	cmd.Env = env
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	if _, err := io.WriteString(in, "running\n"); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "running\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("cat never echoed: %q, %v", line, err)
+	}
+	return cmd
 }
