@@ -142,6 +142,8 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/statusview":       {},
 		"pkg/keystone":         {},
 		"pkg/region":           {"pkg/keystone", "pkg/inventory/client"},
+		// The Kubernetes DRA driver is an agent.Inventory (its SyncResult).
+		"pkg/dra": {"pkg/inventory/client"},
 	}
 	for leaf, deps := range leaves {
 		allowed[leaf] = deps
