@@ -115,7 +115,8 @@ func (d *Driver) EnsureHost(_ context.Context, name string) (api.Host, error) {
 // SyncDevices is agent.Inventory's: desired are the reconcile's devices.
 // The answer holds them, with the claim that holds each as its guest, and
 // the held devices the plan does not have any more (pending removal, as
-// they were prepared); the pool is published anew when it changed.
+// they were prepared, named in Held); the pool is published anew when it
+// changed.
 func (d *Driver) SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (client.SyncResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -134,9 +135,10 @@ func (d *Driver) SyncDevices(ctx context.Context, hostID string, desired []api.I
 		res.Devices = append(res.Devices, dev.row(hostID, string(holder[dev.Name].UID), false))
 	}
 	for _, name := range slices.Sorted(maps.Keys(holder)) {
-		h := holder[name]
-		res.Held = append(res.Held, name)
-		if !inPlan[name] {
+		if h := holder[name]; !inPlan[name] {
+			// Held is what the inventory's sync reports too: kept, out of
+			// the plan, pending removal.
+			res.Held = append(res.Held, name)
 			res.Devices = append(res.Devices, h.Device.row(hostID, string(h.UID), true))
 		}
 	}
