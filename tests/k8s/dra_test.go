@@ -28,15 +28,20 @@ const (
 	cdiKind    = "yunion.io/mps-gpu"
 )
 
-// The simulated 8 x H100 host: GPU 0 (bus 18) in 2, GPU 1 (bus 2a) in n1.
-const devicesYAML = `devices:
-- path: "00000000:18:00.0"
-  type: NVIDIA_MPS
-  virtual_number: 2
-- path: "00000000:2A:00.0"
-  type: NVIDIA_MPS
-  virtual_number: %d
-`
+// devicesYAML shares the simulated 8 x H100 host's GPU 0 (bus 18) in n0
+// (not at all when 0) and GPU 1 (bus 2a) in n1.
+func devicesYAML(n0, n1 int) string {
+	y := "devices:\n"
+	for _, g := range []struct {
+		bus string
+		n   int
+	}{{"18", n0}, {"2A", n1}} {
+		if g.n > 0 {
+			y += fmt.Sprintf("- path: \"00000000:%s:00.0\"\n  type: NVIDIA_MPS\n  virtual_number: %d\n", g.bus, g.n)
+		}
+	}
+	return y
+}
 
 // TestClaimPreparedThroughResizeAndKill is the DRA driver's whole life on
 // one node against a real kube-apiserver: slices published from the plan,
@@ -58,7 +63,7 @@ func TestClaimPreparedThroughResizeAndKill(t *testing.T) {
 	}
 
 	h := newHost(t, deployRBAC(t, api))
-	h.writeDevices(t, 4)
+	h.writeDevices(t, 2, 4)
 	d := h.start(t)
 	pool := waitPool(t, api, "six devices published", func(p poolView) bool { return len(p) == 6 }, d)
 	byGPU := pool.byGPU()
@@ -108,12 +113,21 @@ func TestClaimPreparedThroughResizeAndKill(t *testing.T) {
 		}
 	}
 
-	// A resize while the claim is prepared: GPU 1 goes from 4 devices to 2;
-	// the prepared device, its slice entry and its CDI entry stay.
+	// A resize while the claim is prepared: GPU 1 goes from 4 devices to 2
+	// and the prepared device's GPU 0 leaves the device YAML: its free
+	// device is withdrawn; the prepared one, its slice entry and its CDI
+	// entry stay as they were.
 	entryBefore := h.cdiEntry(t, vdev)
-	h.writeDevices(t, 2)
-	pool = waitPool(t, api, "GPU 1 resized to 2 devices", func(p poolView) bool { return len(p) == 4 }, d)
+	heldGPU := attr(held, "uuid")
+	h.writeDevices(t, 0, 2)
+	pool = waitPool(t, api, "GPU 1 resized to 2 devices, GPU 0 left with the held device", func(p poolView) bool { return len(p) == 3 }, d)
 	for uuid, devs := range pool.byGPU() {
+		if uuid == heldGPU {
+			if len(devs) != 1 || devs[0].Name != got.Device {
+				t.Errorf("GPU 0 publishes %v after leaving the YAML, want only the held %s", devs, got.Device)
+			}
+			continue
+		}
 		for _, dv := range devs {
 			if memory(dv) != 40960<<20 {
 				t.Errorf("after the resize GPU %s device %s has %d bytes, want 40Gi", uuid, dv.Name, memory(dv))
@@ -135,7 +149,7 @@ func TestClaimPreparedThroughResizeAndKill(t *testing.T) {
 	}
 	waitPool(t, api, "no slices", func(p poolView) bool { return len(p) == 0 }, nil)
 	d = h.start(t)
-	after := waitPool(t, api, "the same devices published after the restart", func(p poolView) bool { return len(p) == 4 }, d)
+	after := waitPool(t, api, "the same devices published after the restart", func(p poolView) bool { return len(p) == 3 }, d)
 	if !reflect.DeepEqual(after, pool) {
 		t.Errorf("after the restart the pool is\n%v\nbefore the kill it was\n%v", after, pool)
 	}
@@ -158,11 +172,16 @@ func TestClaimPreparedThroughResizeAndKill(t *testing.T) {
 		t.Errorf("a second claim on the prepared device: error %q, want it refused as held", perr)
 	}
 
-	// Unprepare, twice (the kubelet may repeat it).
+	// Unprepare, twice (the kubelet may repeat it): the device, out of the
+	// device YAML since the resize, leaves the pool and is no one's.
 	k.unprepare(claim)
 	k.unprepare(claim)
-	if _, perr := k.prepare(thief); perr != "" {
-		t.Errorf("the device is not free after unprepare: %q", perr)
+	waitPool(t, api, "the unprepared device withdrawn", func(p poolView) bool {
+		_, still := p[got.Device]
+		return len(p) == 2 && !still
+	}, d)
+	if _, perr := k.prepare(thief); !strings.Contains(perr, "not offered on this node") {
+		t.Errorf("a claim on the withdrawn device: error %q, want it refused as not offered", perr)
 	}
 }
 

@@ -69,10 +69,10 @@ mps_sync_interval: 1h
 	return h
 }
 
-// writeDevices shares GPU 1 in n1.
-func (h *host) writeDevices(t *testing.T, n1 int) {
+// writeDevices shares GPU 0 in n0 (not at all when 0) and GPU 1 in n1.
+func (h *host) writeDevices(t *testing.T, n0, n1 int) {
 	t.Helper()
-	if err := os.WriteFile(h.devices, []byte(fmt.Sprintf(devicesYAML, n1)), 0o644); err != nil {
+	if err := os.WriteFile(h.devices, []byte(devicesYAML(n0, n1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
