@@ -133,3 +133,14 @@ test-packaging:
 
 clean:
 	rm -rf $(BIN) .gpu-bundle $(DIST) $(REPO) $(BUILD)
+
+# The Kubernetes DRA driver (mps-daemon kubernetes) against a real
+# kube-apiserver with an embedded etcd, the scheduler's allocator, the
+# kubelet's gRPC and Podman (tests/k8s, its own module pinning
+# k8s.io/kubernetes: a cold build of the API server takes 10-40 min on 2
+# cores, cached builds under a minute). Needs root, podman, runc and
+# busybox-static as tests/e2e does; MPS_REQUIRE_PODMAN=1 fails instead of
+# skipping where they are missing.
+.PHONY: test-k8s
+test-k8s:
+	cd tests/k8s && $(GO) test -count=1 -timeout 40m -v ./...

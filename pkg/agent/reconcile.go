@@ -62,8 +62,11 @@ func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 		a.setGPUs(statuses, 0, false)
 		return a.fail(err)
 	}
-	if res.Created > 0 {
-		// The spec once more: the devices just created have their ids.
+	if res.Created > 0 || len(res.Held) > 0 {
+		// The spec once more: the devices just created have their ids, and
+		// a device held out of the plan keeps its entry even when it was
+		// attached (or its DRA claim prepared) after the previous sync, which
+		// the first write went by.
 		a.writeCDI(cfg, p, statuses)
 	}
 	retiring := a.retire(ctx, cfg, planned)

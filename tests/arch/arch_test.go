@@ -143,6 +143,8 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/statusview":       {},
 		"pkg/keystone":         {},
 		"pkg/region":           {"pkg/keystone", "pkg/devsync"},
+		// The Kubernetes DRA driver is an agent.Inventory (its devsync.Result).
+		"pkg/dra": {"pkg/devsync"},
 	}
 	for leaf, deps := range leaves {
 		allowed[leaf] = deps

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"yunion.io/x/mps-daemon/pkg/agent"
+	"yunion.io/x/mps-daemon/pkg/dra"
+	"yunion.io/x/mps-daemon/pkg/logging"
+	"yunion.io/x/mps-daemon/pkg/version"
+)
+
+// draFlags are the Kubernetes mode's paths and names.
+type draFlags struct {
+	nodeName, kubeconfig, driverName    string
+	pluginDir, registrarDir, checkpoint string
+}
+
+// draCommand is `mps-daemon kubernetes`: the same agent (plan, MPS control,
+// CDI spec), its devices published to Kubernetes as a DRA driver instead
+// of to the inventory.
+func draCommand(f *flags) *cobra.Command {
+	var df draFlags
+	c := &cobra.Command{
+		Use:   "kubernetes",
+		Short: "Run as a Kubernetes DRA kubelet plugin: publish the virtual devices in ResourceSlices, prepare claims with their CDI names",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return serveDRA(cmd.Context(), *f, df) },
+	}
+	fl := c.Flags()
+	fl.StringVar(&df.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name in Kubernetes (default $NODE_NAME)")
+	fl.StringVar(&df.kubeconfig, "kubeconfig", "", "kubeconfig of the node's credentials; empty: in-cluster (a DaemonSet's service account)")
+	fl.StringVar(&df.driverName, "driver-name", dra.DefaultDriverName, "DRA driver name (DeviceClass selectors and attribute domain)")
+	fl.StringVar(&df.pluginDir, "plugin-dir", filepath.Join("/var/lib/kubelet/plugins", dra.DefaultDriverName), "directory of the plugin's gRPC socket, which the kubelet dials")
+	fl.StringVar(&df.registrarDir, "registrar-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registration directory")
+	fl.StringVar(&df.checkpoint, "checkpoint", "", "file of the prepared claims (default <plugin-dir>/checkpoint.json)")
+	return c
+}
+
+func serveDRA(ctx context.Context, f flags, df draFlags) error {
+	if df.nodeName == "" {
+		return fmt.Errorf("kubernetes: --node-name (or $NODE_NAME) is required")
+	}
+	if df.checkpoint == "" {
+		df.checkpoint = filepath.Join(df.pluginDir, "checkpoint.json")
+	}
+	log, err := logging.FromEnv(os.Stderr, f.logLevel, os.Getenv)
+	if err != nil {
+		return err
+	}
+	cfg, err := agent.LoadConfig(f.config)
+	if err != nil {
+		return err
+	}
+	kc, err := kubeClient(df.kubeconfig)
+	if err != nil {
+		return err
+	}
+	h, err := openHost(f, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer h.backend.Close()
+	var driverVersion string
+	if v, ok := h.backend.(interface{ DriverVersion() (string, error) }); ok {
+		if driverVersion, err = v.DriverVersion(); err != nil {
+			log.Warn("NVIDIA driver version unknown: not published", "err", err)
+		}
+	}
+	d, err := dra.New(dra.Options{DriverName: df.driverName, NodeName: df.nodeName, CheckpointPath: df.checkpoint, DriverVersion: driverVersion, Log: log})
+	if err != nil {
+		return err
+	}
+	stop, err := d.Start(ctx, dra.PluginOptions{Client: kc, PluginDataDir: df.pluginDir, RegistrarDir: df.registrarDir})
+	if err != nil {
+		return err
+	}
+	defer stop()
+	watchdog, err := agent.WatchdogInterval()
+	if err != nil {
+		return err
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	reload := make(chan struct{}, 1)
+	go forward(ctx, hup, reload)
+	a, err := agent.New(agent.Options{
+		Config: cfg, ConfigPath: f.config, Backend: h.backend, Runner: h.runner, Inventory: d,
+		SysfsRoot: h.sysfsRoot, DevRoot: h.devRoot, Simulated: f.simulate != "",
+		Notifier: agent.Systemd{}, Watchdog: watchdog, Reload: reload, WatchFiles: true, Log: log,
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("starting", "version", version.Version, "config", f.config, "mode", "kubernetes", "node", df.nodeName, "driver", df.driverName)
+	return a.Run(ctx)
+}
+
+// kubeClient is the API server's client: from the kubeconfig, or the pod's
+// service account when there is none.
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: API server credentials: %w", err)
+	}
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: client: %w", err)
+	}
+	return c, nil
+}

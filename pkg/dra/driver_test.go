@@ -1,0 +1,322 @@
+package dra
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"yunion.io/x/mps-daemon/pkg/api"
+)
+
+const (
+	uuidA = "GPU-81df1fb7-5946-da34-7f70-c730b0456642"
+	uuidB = "GPU-0c7b1e2a-1111-2222-3333-444455556666"
+)
+
+// recorder is a Publisher that keeps what it was given.
+type recorder struct {
+	mu    sync.Mutex
+	pools []resourceslice.DriverResources
+	err   error
+}
+
+func (r *recorder) PublishResources(_ context.Context, res resourceslice.DriverResources) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return r.err
+	}
+	r.pools = append(r.pools, res)
+	return nil
+}
+
+// names are the device names of the last publication.
+func (r *recorder) names(t *testing.T) []string {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.pools) == 0 {
+		t.Fatal("nothing published")
+	}
+	var out []string
+	for _, s := range r.pools[len(r.pools)-1].Pools["node-1"].Slices {
+		for _, d := range s.Devices {
+			out = append(out, d.Name)
+		}
+	}
+	return out
+}
+
+func (r *recorder) device(t *testing.T, name string) resourceapi.Device {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, d := range r.pools[len(r.pools)-1].Pools["node-1"].Slices[0].Devices {
+		if d.Name == name {
+			return d
+		}
+	}
+	t.Fatalf("device %s not published", name)
+	return resourceapi.Device{}
+}
+
+// capacity is the device's capacity name as a number.
+func capacity(d resourceapi.Device, name resourceapi.QualifiedName) int64 {
+	q := d.Capacity[name].Value
+	return q.Value()
+}
+
+// rows are the agent's rows of n devices of memMiB each on GPU uuid.
+func rows(uuid, addr string, n, memMiB int, healthy bool) []api.IsolatedDevice {
+	var out []api.IsolatedDevice
+	for i := range n {
+		out = append(out, api.IsolatedDevice{
+			DevType: api.DevTypeNvidiaMPS, Model: "NVIDIA H100 80GB HBM3", Addr: api.SliceAddr(addr, i),
+			DevicePath: uuid, MPSMemoryLimit: memMiB, MPSThreadPercentage: 100 / n, Unhealthy: !healthy,
+			CDIName: "yunion.io/mps-gpu=" + uuid + "::" + string(rune('0'+i)),
+		})
+	}
+	return out
+}
+
+func newDriver(t *testing.T, path string) (*Driver, *recorder) {
+	t.Helper()
+	d, err := New(Options{NodeName: "node-1", CheckpointPath: path, DriverVersion: "580.159.04"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	if err := d.setPublisher(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+	return d, r
+}
+
+func claimOn(uid, device string) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "c-" + uid, UID: types.UID(uid)},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: DefaultDriverName, Pool: "node-1", Device: device}},
+		}}},
+	}
+}
+
+func TestDeviceNameIsADNSLabel(t *testing.T) {
+	for _, tc := range []struct{ uuid, want string }{
+		{uuidA, "gpu-81df1fb7-5946-da34-7f70-c730b0456642-3"},
+		{"MIG-GPU/x_y", "mig-gpu-x-y-3"},
+		{"GPU-0123456789012345678901234567890123456789012345678901234567890123", "gpu-012345678901234567890123456789012345678901234567890123456-3"},
+	} {
+		got := DeviceName(tc.uuid, 3)
+		if got != tc.want || len(got) > 63 {
+			t.Errorf("DeviceName(%q) = %q (%d), want %q", tc.uuid, got, len(got), tc.want)
+		}
+	}
+}
+
+func TestNothingIsPublishedBeforeTheFirstReconcile(t *testing.T) {
+	_, r := newDriver(t, filepath.Join(t.TempDir(), "cp.json"))
+	if len(r.pools) != 0 {
+		t.Fatalf("published before the agent said what there is: %+v", r.pools)
+	}
+}
+
+func TestSlicesCarryAttributesAndCapacity(t *testing.T) {
+	d, r := newDriver(t, filepath.Join(t.TempDir(), "cp.json"))
+	if _, err := d.SyncDevices(t.Context(), "node-1", rows(uuidA, "0000:00:06.0", 2, 40779, true)); err != nil {
+		t.Fatal(err)
+	}
+	dev := r.device(t, DeviceName(uuidA, 1))
+	if got := *dev.Attributes[AttrUUID].StringValue; got != uuidA {
+		t.Errorf("uuid %q", got)
+	}
+	if got := *dev.Attributes[AttrIndex].IntValue; got != 1 {
+		t.Errorf("index %d", got)
+	}
+	if got := *dev.Attributes[AttrSharing].StringValue; got != "mps" {
+		t.Errorf("sharing %q", got)
+	}
+	if got := *dev.Attributes[AttrDriverVersion].StringValue; got != "580.159.04" {
+		t.Errorf("driverVersion %q", got)
+	}
+	if got := capacity(dev, CapMemory); got != 40779<<20 {
+		t.Errorf("memory %d bytes, want %d", got, 40779<<20)
+	}
+	if got := capacity(dev, CapThreads); got != 50 {
+		t.Errorf("threads %d", got)
+	}
+}
+
+func TestUnhealthyGPUsFreeDevicesAreWithdrawn(t *testing.T) {
+	d, r := newDriver(t, filepath.Join(t.TempDir(), "cp.json"))
+	desired := append(rows(uuidA, "0000:00:06.0", 2, 40779, true), rows(uuidB, "0000:00:07.0", 2, 40779, true)...)
+	if _, err := d.SyncDevices(t.Context(), "node-1", desired); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{claimOn("u1", DeviceName(uuidB, 0))}); err != nil {
+		t.Fatal(err)
+	}
+	sick := append(rows(uuidA, "0000:00:06.0", 2, 40779, true), rows(uuidB, "0000:00:07.0", 2, 40779, false)...)
+	if _, err := d.SyncDevices(t.Context(), "node-1", sick); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{DeviceName(uuidB, 0), DeviceName(uuidA, 0), DeviceName(uuidA, 1)}
+	slices.Sort(want)
+	got := r.names(t)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("published %v, want %v (GPU B's free device withdrawn, its held one kept)", got, want)
+	}
+}
+
+func TestPreparedDeviceIsKeptAsItWasThroughAResize(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cp.json")
+	d, r := newDriver(t, path)
+	if _, err := d.SyncDevices(t.Context(), "node-1", rows(uuidA, "0000:00:06.0", 4, 20389, true)); err != nil {
+		t.Fatal(err)
+	}
+	held := DeviceName(uuidA, 3)
+	res, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{claimOn("u1", held)})
+	if err != nil || res["u1"].Err != nil {
+		t.Fatalf("prepare: %v %v", err, res["u1"].Err)
+	}
+	if got := res["u1"].Devices[0].CDIDeviceIDs; !slices.Equal(got, []string{"yunion.io/mps-gpu=" + uuidA + "::3"}) {
+		t.Errorf("CDI names %v", got)
+	}
+	// Resize 4 -> 2: devices 0 and 1 grow, 2 goes, 3 is held.
+	sync, err := d.SyncDevices(t.Context(), "node-1", rows(uuidA, "0000:00:06.0", 2, 40779, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{DeviceName(uuidA, 0), DeviceName(uuidA, 1), held}
+	if got := r.names(t); !slices.Equal(got, want) {
+		t.Errorf("published %v, want %v", got, want)
+	}
+	if got := capacity(r.device(t, held), CapMemory); got != 20389<<20 {
+		t.Errorf("held device's memory changed under its claim: %d", got)
+	}
+	if got := capacity(r.device(t, DeviceName(uuidA, 0)), CapMemory); got != 40779<<20 {
+		t.Errorf("free device not resized: %d", got)
+	}
+	// The agent is told the held device is the claim's, pending removal, so
+	// it keeps its CDI entry.
+	var heldRow *api.IsolatedDevice
+	for i := range sync.Devices {
+		if sync.Devices[i].Addr == "0000:00:06.0-3" {
+			heldRow = &sync.Devices[i]
+		}
+	}
+	if heldRow == nil || heldRow.GuestID != "u1" || !heldRow.PendingRemoval || heldRow.MPSMemoryLimit != 20389 || heldRow.ID != "" {
+		t.Fatalf("held row to the agent: %+v", heldRow)
+	}
+
+	// A restart reads the claim back and publishes the same devices.
+	d2, r2 := newDriver(t, path)
+	if _, err := d2.SyncDevices(t.Context(), "node-1", rows(uuidA, "0000:00:06.0", 2, 40779, true)); err != nil {
+		t.Fatal(err)
+	}
+	if got := r2.names(t); !slices.Equal(got, want) {
+		t.Errorf("after a restart published %v, want %v", got, want)
+	}
+	// Prepare again (the kubelet repeats itself): the same answer.
+	res2, err := d2.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{claimOn("u1", held)})
+	if err != nil || !slices.Equal(res2["u1"].Devices[0].CDIDeviceIDs, res["u1"].Devices[0].CDIDeviceIDs) {
+		t.Fatalf("prepare again: %v %+v", err, res2["u1"])
+	}
+	// Unprepare twice: the device leaves with the plan, the second is no error.
+	for range 2 {
+		out, err := d2.UnprepareResourceClaims(t.Context(), []kubeletplugin.NamespacedObject{{UID: "u1"}})
+		if err != nil || out["u1"] != nil {
+			t.Fatalf("unprepare: %v %v", err, out)
+		}
+	}
+	if got, want := r2.names(t), want[:2]; !slices.Equal(got, want) {
+		t.Errorf("after unprepare published %v, want %v", got, want)
+	}
+	d3, _ := newDriver(t, path)
+	if n := len(d3.Claims()); n != 0 {
+		t.Errorf("%d claims in the checkpoint after unprepare", n)
+	}
+}
+
+func TestPrepareRefusesWhatIsNotOffered(t *testing.T) {
+	d, _ := newDriver(t, filepath.Join(t.TempDir(), "cp.json"))
+	if _, err := d.SyncDevices(t.Context(), "node-1", rows(uuidA, "0000:00:06.0", 2, 40779, true)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{claimOn("u1", DeviceName(uuidA, 0))}); err != nil {
+		t.Fatal(err)
+	}
+	other := claimOn("u3", DeviceName(uuidA, 0))
+	other.Status.Allocation.Devices.Results[0].Pool = "node-2"
+	unalloc := claimOn("u4", DeviceName(uuidA, 1))
+	unalloc.Status.Allocation = nil
+	res, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{
+		claimOn("u2", DeviceName(uuidA, 0)), other, unalloc, claimOn("u5", DeviceName(uuidA, 7)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for uid, want := range map[types.UID]string{"u2": "held by claim u1", "u3": `pool "node-2"`, "u4": "not allocated", "u5": "not offered"} {
+		if e := res[uid].Err; e == nil || !containsStr(e.Error(), want) {
+			t.Errorf("claim %s: %v, want an error saying %q", uid, e, want)
+		}
+	}
+	if n := len(d.Claims()); n != 1 {
+		t.Errorf("%d claims prepared, want 1", n)
+	}
+}
+
+func TestACheckpointThatCannotBeWrittenPreparesNothing(t *testing.T) {
+	dir := t.TempDir()
+	d, _ := newDriver(t, filepath.Join(dir, "cp.json"))
+	if _, err := d.SyncDevices(t.Context(), "node-1", rows(uuidA, "0000:00:06.0", 2, 40779, true)); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeRaw(filepath.Join(dir, "a-file"), ""); err != nil {
+		t.Fatal(err)
+	}
+	d.opts.CheckpointPath = filepath.Join(dir, "a-file", "cp.json")
+	if _, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{claimOn("u1", DeviceName(uuidA, 0))}); err == nil {
+		t.Fatal("prepared without a checkpoint")
+	}
+	if n := len(d.Claims()); n != 0 {
+		t.Errorf("%d claims kept that the checkpoint does not hold", n)
+	}
+}
+
+func TestABadCheckpointIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cp.json")
+	if err := saveCheckpoint(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeRaw(path, `{"version": 9, "claims": {}}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Options{NodeName: "n", CheckpointPath: path}); err == nil || !containsStr(err.Error(), "version 9") {
+		t.Errorf("New with a checkpoint of another version: %v", err)
+	}
+}
+
+func TestAFailedPublicationIsReported(t *testing.T) {
+	d, r := newDriver(t, filepath.Join(t.TempDir(), "cp.json"))
+	r.err = errors.New("API server away")
+	if _, err := d.SyncDevices(t.Context(), "node-1", rows(uuidA, "0000:00:06.0", 2, 40779, true)); err == nil {
+		t.Fatal("a failed publication was not reported to the agent")
+	}
+}
+
+func containsStr(s, sub string) bool { return strings.Contains(s, sub) }
+
+func writeRaw(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }

@@ -1,0 +1,160 @@
+package k8s
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// daemonBin is mps-daemon, built from the main module in TestMain.
+var daemonBin string
+
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+
+func runMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "mps-k8s-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	daemonBin = filepath.Join(dir, "mps-daemon")
+	// Built by the daemon's own module (its go.mod), as it ships.
+	cmd := exec.Command("go", "build", "-C", filepath.Join("..", ".."), "-o", daemonBin, "./cmd/mps-daemon")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building mps-daemon: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// host is one node's directory: host.conf, the device YAML, MPS pipes,
+// state, the CDI spec, the kubelet's plugin directories.
+type host struct {
+	dir, hostConf, devices, cdiDir      string
+	pluginDir, registrarDir, kubeconfig string
+}
+
+func newHost(t *testing.T, kubeconfig string) *host {
+	t.Helper()
+	// MPS socket paths must stay under 107 bytes: a short root.
+	dir, err := os.MkdirTemp("", "k8s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	h := &host{dir: dir, hostConf: filepath.Join(dir, "host.conf"), devices: filepath.Join(dir, "devices.yml"), cdiDir: filepath.Join(dir, "cdi"),
+		pluginDir: filepath.Join(dir, "kubelet", "plugins", driverName), registrarDir: filepath.Join(dir, "kubelet", "plugins_registry"), kubeconfig: kubeconfig}
+	conf := fmt.Sprintf(`enable_cuda_mps: true
+container_device_config_file: %[1]s/devices.yml
+cuda_mps_pipe_directory: %[1]s/pipe
+cuda_mps_log_directory: %[1]s/log
+mps_state_directory: %[1]s/state
+mps_cdi_directory: %[1]s/cdi
+mps_thread_percentage: even
+mps_host_name: %[2]s
+mps_listen_address: 127.0.0.1:0
+mps_sync_interval: 1h
+`, dir, nodeName)
+	if err := os.WriteFile(h.hostConf, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// writeDevices shares GPU 0 in n0 (not at all when 0) and GPU 1 in n1.
+func (h *host) writeDevices(t *testing.T, n0, n1 int) {
+	t.Helper()
+	if err := os.WriteFile(h.devices, []byte(devicesYAML(n0, n1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// daemon is `mps-daemon kubernetes` on the simulated host.
+type daemon struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+}
+
+func (d *daemon) Write(b []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.out.Write(b)
+}
+
+func (d *daemon) output() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.out.String()
+}
+
+func (h *host) start(t *testing.T) *daemon {
+	t.Helper()
+	d := &daemon{done: make(chan struct{})}
+	d.cmd = exec.Command(daemonBin, "--config", h.hostConf, "--simulate", "8xH100", "kubernetes",
+		"--node-name", nodeName, "--kubeconfig", h.kubeconfig, "--plugin-dir", h.pluginDir, "--registrar-dir", h.registrarDir)
+	d.cmd.Stdout, d.cmd.Stderr = d, d
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = d.cmd.Wait(); close(d.done) }()
+	t.Cleanup(func() {
+		if !d.exited() {
+			_ = d.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-d.done:
+			case <-time.After(30 * time.Second):
+				_ = d.cmd.Process.Kill()
+				<-d.done
+			}
+		}
+		if t.Failed() {
+			t.Logf("mps-daemon printed:\n%s", d.output())
+		}
+	})
+	return d
+}
+
+func (d *daemon) exited() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill is kill -9, waited for.
+func (d *daemon) kill(t *testing.T) {
+	t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-d.done
+}
+
+// eventually polls cond until it holds, for at most two minutes (the
+// machine is shared: the API server and the daemon are slow to start).
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: not reached; last: %s", what, last)
+}
