@@ -9,7 +9,7 @@ export GOFLAGS ?= -buildvcs=false
 # go-nvml's header marks some vGPU calls deprecated; we call none of them.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build test test-quick vet nocgo unit fuzz e2e demo gpu-bundle clean package repo systemd-verify test-packaging
+.PHONY: all build build-kubernetes test test-quick vet nocgo unit fuzz e2e demo gpu-bundle clean package repo systemd-verify test-packaging
 
 all: build
 
@@ -43,10 +43,19 @@ build:
 	CGO_ENABLED=0 GOARCH=$(ARCH) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/mps-inventory ./cmd/mps-inventory
 	CGO_ENABLED=0 GOARCH=$(ARCH) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/mpsctl ./cmd/mpsctl
 
+# mps-daemon with its Kubernetes mode (`mps-daemon-kubernetes kubernetes`,
+# docs/kubernetes.md): the same program built with -tags kubernetes, apart
+# because client-go and gRPC make it four times the size.
+build-kubernetes:
+	packaging/glibc/stubs.sh $(GLIBC_STUBS) $(CC_$(ARCH)) $(GLIBC_FLOOR)
+	$(DAEMON_ENV) $(GO) build -trimpath -buildmode=pie -tags netgo,osusergo,kubernetes \
+		-ldflags '$(LDFLAGS) -linkmode=internal' -o $(BIN)/mps-daemon-kubernetes ./cmd/mps-daemon
+
 test: vet nocgo unit fuzz
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags kubernetes ./cmd/mps-daemon
 
 # cgo stays in pkg/gpu/nvml and pkg/gpu/nvmlsim: the whole module must build
 # and vet without it.

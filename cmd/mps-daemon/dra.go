@@ -1,3 +1,10 @@
+//go:build kubernetes
+
+// The Kubernetes mode is built only with -tags kubernetes (make
+// build-kubernetes: bin/mps-daemon-kubernetes): client-go and gRPC quadruple
+// the binary (15 to 63 MB) and their package initialisers would cost every
+// Cloudpods host memory for a mode it never runs.
+
 package main
 
 import (

@@ -47,7 +47,10 @@ func run() int {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return tearDown(cmd.Context(), f, force) },
 	}
 	teardown.Flags().BoolVar(&force, "force", false, "also tear down GPUs with connected MPS clients, which kills them")
-	root.AddCommand(teardown, statusCommand(&f), draCommand(&f))
+	root.AddCommand(teardown, statusCommand(&f))
+	if c := draCommand(&f); c != nil {
+		root.AddCommand(c)
+	}
 	root.AddCommand(&cobra.Command{
 		Use:   "check-config",
 		Short: "Validate host.conf and the device YAML against the GPUs, print the plan, touch nothing",

@@ -25,8 +25,9 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	daemonBin = filepath.Join(dir, "mps-daemon")
-	// Built by the daemon's own module (its go.mod), as it ships.
-	cmd := exec.Command("go", "build", "-C", filepath.Join("..", ".."), "-o", daemonBin, "./cmd/mps-daemon")
+	// Built by the daemon's own module (its go.mod) with the Kubernetes
+	// mode, as make build-kubernetes builds it.
+	cmd := exec.Command("go", "build", "-C", filepath.Join("..", ".."), "-tags", "kubernetes", "-o", daemonBin, "./cmd/mps-daemon")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building mps-daemon: %v\n%s", err, out)
