@@ -181,7 +181,7 @@ def expected_threads(policy, n):
     return min(100, max(1, int(policy.split("/")[0]) // n))
 
 
-QOS_RESERVE = 4  # mps_qos reserve's default (pkg/config/qos.go)
+QOS_RESERVE = 8  # mps_qos reserve's default (pkg/config/qos.go)
 
 
 def expected_device_threads(policy, n, latency=None, reserve=None):

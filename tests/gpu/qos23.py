@@ -64,7 +64,8 @@ def med(xs):
 
 # QOS23_RESERVES: the mps_qos reserves tried (the default first), each a row;
 # QOS23_ROUNDS: rounds of every setting, in alternating order, medians reported.
-RESERVES = [int(x) for x in os.environ.get("QOS23_RESERVES", "4").split(",") if x]
+# The first is the row "mps_qos latency [0]"; none given: the daemon's default reserve.
+RESERVES = [int(x) for x in os.environ.get("QOS23_RESERVES", "").split(",") if x] or [None]
 ROUNDS = int(os.environ.get("QOS23_ROUNDS", "1"))
 DAEMON_MODES = [("no cap", "none", None, None), ("100/N", "even", None, None)] + [
     ("mps_qos latency [0]" + ("" if r == RESERVES[0] else f" reserve {r}"), "auto", [0], r) for r in RESERVES]
