@@ -11,9 +11,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
@@ -23,7 +21,6 @@ import (
 	"yunion.io/x/mps-daemon/pkg/agent"
 	"yunion.io/x/mps-daemon/pkg/dra"
 	"yunion.io/x/mps-daemon/pkg/logging"
-	"yunion.io/x/mps-daemon/pkg/version"
 )
 
 // draFlags are the Kubernetes mode's paths and names.
@@ -92,25 +89,7 @@ func serveDRA(ctx context.Context, f flags, df draFlags) error {
 		return err
 	}
 	defer stop()
-	watchdog, err := agent.WatchdogInterval()
-	if err != nil {
-		return err
-	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	reload := make(chan struct{}, 1)
-	go forward(ctx, hup, reload)
-	a, err := agent.New(agent.Options{
-		Config: cfg, ConfigPath: f.config, Backend: h.backend, Runner: h.runner, Inventory: d,
-		SysfsRoot: h.sysfsRoot, DevRoot: h.devRoot, Simulated: f.simulate != "",
-		Notifier: agent.Systemd{}, Watchdog: watchdog, Reload: reload, WatchFiles: true, Log: log,
-	})
-	if err != nil {
-		return err
-	}
-	log.Info("starting", "version", version.Version, "config", f.config, "mode", "kubernetes", "node", df.nodeName, "driver", df.driverName)
-	return a.Run(ctx)
+	return runAgent(ctx, f, cfg, h, d, log, "mode", "kubernetes", "node", df.nodeName, "driver", df.driverName)
 }
 
 // kubeClient is the API server's client: from the kubeconfig, or the pod's

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -74,6 +75,12 @@ func serve(ctx context.Context, f flags) error {
 	}
 	defer w.backend.Close()
 	log, cfg, h, inv := w.log, w.cfg, w.host, w.inv
+	return runAgent(ctx, f, cfg, h, inv, log, "inventory", w.where, "pipe_layout", cfg.Host.Layout(), "listen", cfg.Host.ListenAddress)
+}
+
+// runAgent runs the agent on h, inv its inventory, until ctx ends; SIGHUP
+// asks for a reload. what is logged with "starting".
+func runAgent(ctx context.Context, f flags, cfg *agent.Config, h *host, inv agent.Inventory, log *slog.Logger, what ...any) error {
 	watchdog, err := agent.WatchdogInterval()
 	if err != nil {
 		return err
@@ -91,7 +98,7 @@ func serve(ctx context.Context, f flags) error {
 	if err != nil {
 		return err
 	}
-	log.Info("starting", "version", version.Version, "config", f.config, "inventory", w.where, "pipe_layout", cfg.Host.Layout(), "listen", cfg.Host.ListenAddress)
+	log.Info("starting", append([]any{"version", version.Version, "config", f.config}, what...)...)
 	return a.Run(ctx)
 }
 
