@@ -18,9 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"yunion.io/x/mps-daemon/pkg/agent"
 	"yunion.io/x/mps-daemon/pkg/dra"
-	"yunion.io/x/mps-daemon/pkg/logging"
 )
 
 // draFlags are the Kubernetes mode's paths and names.
@@ -57,23 +55,15 @@ func serveDRA(ctx context.Context, f flags, df draFlags) error {
 	if df.checkpoint == "" {
 		df.checkpoint = filepath.Join(df.pluginDir, "checkpoint.json")
 	}
-	log, err := logging.FromEnv(os.Stderr, f.logLevel, os.Getenv)
-	if err != nil {
-		return err
-	}
-	cfg, err := agent.LoadConfig(f.config)
-	if err != nil {
-		return err
-	}
-	kc, err := kubeClient(df.kubeconfig)
-	if err != nil {
-		return err
-	}
-	h, err := openHost(f, cfg, log)
+	log, cfg, h, err := loadHost(f)
 	if err != nil {
 		return err
 	}
 	defer h.backend.Close()
+	kc, err := kubeClient(df.kubeconfig)
+	if err != nil {
+		return err
+	}
 	var driverVersion string
 	if v, ok := h.backend.(interface{ DriverVersion() (string, error) }); ok {
 		if driverVersion, err = v.DriverVersion(); err != nil {
