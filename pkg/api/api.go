@@ -41,35 +41,46 @@ type PCIEInfo struct {
 }
 
 // IsolatedDevice is one row of the `isolated_devices` resource: for MPS, one
-// virtual device (one slice of a physical GPU).
+// virtual device (one slice of a physical GPU). It is the device record,
+// spelled once: its JSON names are the wire's, and its tags say the rest
+// of what the backends do with a field, so that a new field is this
+// struct, DevicePatch and whoever sets it:
+//   - db: the inventory's column, when not the JSON name ("-": none, a
+//     detail read from elsewhere). The store reads, writes and adds
+//     (to an older database) the columns of every other field.
+//   - hostagent: what Cloudpods' host agent sends a region for the field
+//     of an MPS device, and compares to decide whether a row needs an
+//     update: "always" sent, "set" sent when set (a number > 0, a string
+//     not empty, a pointer not nil), "once" sent when set and compared
+//     only while the region has none. Fields without it are not sent.
 type IsolatedDevice struct {
 	ID      string `json:"id"`
 	Name    string `json:"name"`
 	HostID  string `json:"host_id"`
-	DevType string `json:"dev_type"`
+	DevType string `json:"dev_type" hostagent:"always"`
 	// SharingMode is Cloudpods' sharing mode of the row (one of
 	// SharingModes); empty when the client sent none.
 	SharingMode    string `json:"sharing_mode,omitempty"`
-	Model          string `json:"model"`
-	Addr           string `json:"addr"`
-	VendorDeviceID string `json:"vendor_device_id"`
+	Model          string `json:"model" hostagent:"always"`
+	Addr           string `json:"addr" hostagent:"always"`
+	VendorDeviceID string `json:"vendor_device_id" hostagent:"always"`
 	MdevID         string `json:"mdev_id,omitempty"`
-	DevicePath     string `json:"device_path"`
+	DevicePath     string `json:"device_path" hostagent:"set"`
 	RenderPath     string `json:"render_path,omitempty"`
 	// CDIName is what a container runtime is given to start a container on
 	// the device (`podman run --device <cdi_name>`); set by the host.
 	CDIName     string    `json:"cdi_name,omitempty"`
-	NumaNode    int       `json:"numa_node"`
-	PCIEInfo    *PCIEInfo `json:"pcie_info,omitempty"`
-	Index       int       `json:"index"`
+	NumaNode    int       `json:"numa_node" hostagent:"always"`
+	PCIEInfo    *PCIEInfo `json:"pcie_info,omitempty" hostagent:"once"`
+	Index       int       `json:"index" db:"dev_index"`
 	DeviceMinor int       `json:"device_minor"`
 	// MPSMemoryLimit is the device's cap in MiB: memory.total / N.
-	MPSMemoryLimit int `json:"mps_memory_limit"`
+	MPSMemoryLimit int `json:"mps_memory_limit" hostagent:"set"`
 	// MPSMemoryTotal is the physical GPU's memory in MiB.
-	MPSMemoryTotal int `json:"mps_memory_total"`
+	MPSMemoryTotal int `json:"mps_memory_total" hostagent:"set"`
 	// MPSThreadPercentage is the active thread percentage: the share the
 	// host's thread policy or the device's QoS class gives it.
-	MPSThreadPercentage int `json:"mps_thread_percentage"`
+	MPSThreadPercentage int `json:"mps_thread_percentage" hostagent:"set"`
 	// GuestID is who holds the device; empty when free.
 	GuestID string `json:"guest_id"`
 	// Unhealthy is set by the host while the GPU's MPS is not serving (a
@@ -95,10 +106,53 @@ type IsolatedDevice struct {
 	// Filled only in lists and shows asked for with details=true (a show
 	// always has them, as in Cloudpods). Guest is the guest's id: guests
 	// live outside this inventory.
-	Host        string `json:"host,omitempty"`
-	Vendor      string `json:"vendor,omitempty"`
-	Guest       string `json:"guest,omitempty"`
-	GuestStatus string `json:"guest_status,omitempty"`
+	Host        string `json:"host,omitempty" db:"-"`
+	Vendor      string `json:"vendor,omitempty" db:"-"`
+	Guest       string `json:"guest,omitempty" db:"-"`
+	GuestStatus string `json:"guest_status,omitempty" db:"-"`
+}
+
+// DevicePatch is a change to an isolated device: the fields to set, nil
+// leaving one as it is, each named as IsolatedDevice's field it sets (Apply
+// and PatchOf go by the names). It is the one form of a change, what a PUT
+// body decodes into, what the store applies and what a host's sync sends.
+// ID, HostID and CreatedAt are not changes (patch:"identity"): a client may
+// echo them (a device it read back) and the store refuses any other value.
+// A patch:"nonzero" field's zero value is no change. PCIEInfo, of the
+// record's own type, is set when SetPCIEInfo is true (nil clears it).
+type DevicePatch struct {
+	ID        *string    `json:"id,omitempty" patch:"identity"`
+	HostID    *string    `json:"host_id,omitempty" patch:"identity"`
+	CreatedAt *time.Time `json:"created_at,omitempty" patch:"identity"`
+
+	// Name: an empty one leaves the name as it is (a device always has
+	// one; Cloudpods' clients never send an empty string).
+	Name                *string `json:"name,omitempty" patch:"nonzero"`
+	DevType             *string `json:"dev_type,omitempty"`
+	SharingMode         *string `json:"sharing_mode,omitempty"`
+	Model               *string `json:"model,omitempty"`
+	Addr                *string `json:"addr,omitempty"`
+	VendorDeviceID      *string `json:"vendor_device_id,omitempty"`
+	MdevID              *string `json:"mdev_id,omitempty"`
+	DevicePath          *string `json:"device_path,omitempty"`
+	RenderPath          *string `json:"render_path,omitempty"`
+	CDIName             *string `json:"cdi_name,omitempty"`
+	NumaNode            *int    `json:"numa_node,omitempty"`
+	Index               *int    `json:"index,omitempty"`
+	DeviceMinor         *int    `json:"device_minor,omitempty"`
+	MPSMemoryLimit      *int    `json:"mps_memory_limit,omitempty"`
+	MPSMemoryTotal      *int    `json:"mps_memory_total,omitempty"`
+	MPSThreadPercentage *int    `json:"mps_thread_percentage,omitempty"`
+	GuestID             *string `json:"guest_id,omitempty"`
+	Unhealthy           *bool   `json:"unhealthy,omitempty"`
+	PendingRemoval      *bool   `json:"pending_removal,omitempty"`
+	HotPluggable        *bool   `json:"hot_pluggable,omitempty"`
+	// VirtualNum: 0 leaves it as it is (it is at least 1).
+	VirtualNum *int `json:"virtual_num,omitempty" patch:"nonzero"`
+	MemorySize *int `json:"memory_size,omitempty"`
+
+	SetPCIEInfo bool      `json:"-"`
+	PCIEInfo    *PCIEInfo `json:"pcie_info,omitempty"`
 }
 
 // AttachRequest asks for Count devices of a model on a host, as Cloudpods

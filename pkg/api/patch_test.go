@@ -51,3 +51,18 @@ func TestPatchKeepsNameAndWritesOnlyItsFields(t *testing.T) {
 		}
 	}
 }
+
+// Every field of the record a client may change has its field in the
+// patch (what the server decodes and the store applies): a field added to
+// IsolatedDevice alone could not be written.
+func TestPatchCoversTheRecord(t *testing.T) {
+	pt := reflect.TypeFor[DevicePatch]()
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[IsolatedDevice]()) {
+		if f.Tag.Get("db") == "-" || f.Name == "UpdateVersion" || f.Name == "UpdatedAt" {
+			continue // details and what the store keeps
+		}
+		if _, ok := pt.FieldByName(f.Name); !ok {
+			t.Errorf("DevicePatch has no field %s", f.Name)
+		}
+	}
+}

@@ -79,7 +79,7 @@ const (
 
 // The statements of allocation that must be served by an index (the tests
 // EXPLAIN them on both backends). The pick's row lock is added at run time.
-const (
+var (
 	// pickQuery reads the rows Pick looks at: the free ones and the
 	// guest's own (the rows other guests hold play no part in a pick), two
 	// ranges of the index. Where the rows are locked they are read in id

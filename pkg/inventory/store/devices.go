@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -19,46 +18,9 @@ import (
 // form of a change to a device.
 type DeviceUpdate = api.DevicePatch
 
-// deviceColumns and deviceFrom read a device with its host's name (for
-// details); the order matches scanDevice.
-const (
-	deviceColumns = `d.id, d.name, d.host_id, d.dev_type, d.model, d.addr, d.vendor_device_id, d.mdev_id,
-		d.device_path, d.render_path, d.cdi_name, d.numa_node, d.pcie_info, d.dev_index, d.device_minor,
-		d.mps_memory_limit, d.mps_memory_total, d.mps_thread_percentage, d.guest_id,
-		d.unhealthy, d.pending_removal, d.created_at, d.updated_at,
-		d.sharing_mode, d.hot_pluggable, d.virtual_num, d.memory_size, d.update_version, h.name`
-	deviceFrom = ` FROM isolated_devices d JOIN hosts h ON h.id = d.host_id`
-	// pageColumns are deviceColumns and the seq a marker page needs.
-	pageColumns = deviceColumns + `, d.seq`
-	// returningColumns are pageColumns for an UPDATE's RETURNING (no host
-	// name: no details).
-	returningColumns = `id, name, host_id, dev_type, model, addr, vendor_device_id, mdev_id,
-		device_path, render_path, cdi_name, numa_node, pcie_info, dev_index, device_minor,
-		mps_memory_limit, mps_memory_total, mps_thread_percentage, guest_id,
-		unhealthy, pending_removal, created_at, updated_at,
-		sharing_mode, hot_pluggable, virtual_num, memory_size, update_version, '', seq`
-)
-
-// deviceInsertColumns are the columns an insert writes, in the order of
-// deviceInsertArgs.
-const deviceInsertColumns = `id, name, host_id, dev_type, model, addr,
-	vendor_device_id, mdev_id, device_path, render_path, cdi_name, numa_node, pcie_info, dev_index, device_minor,
-	mps_memory_limit, mps_memory_total, mps_thread_percentage, guest_id, unhealthy, pending_removal,
-	sharing_mode, hot_pluggable, virtual_num, memory_size, created_at, updated_at`
-
-// deviceInsertCount is the number of deviceInsertColumns.
-const deviceInsertCount = 27
-
-// deviceInsertPlaceholders is one row of `?` for deviceInsertColumns.
-var deviceInsertPlaceholders = "(" + strings.TrimSuffix(strings.Repeat("?, ", deviceInsertCount), ", ") + ")"
-
-func deviceInsertArgs(d api.IsolatedDevice, pcie sql.NullString) []any {
-	return []any{d.ID, d.Name, d.HostID, d.DevType, d.Model, d.Addr, d.VendorDeviceID, d.MdevID, d.DevicePath,
-		d.RenderPath, d.CDIName, d.NumaNode, pcie, d.Index, d.DeviceMinor, d.MPSMemoryLimit, d.MPSMemoryTotal,
-		d.MPSThreadPercentage, d.GuestID, d.Unhealthy, d.PendingRemoval,
-		d.SharingMode, d.HotPluggable, d.VirtualNum, d.MemorySize,
-		formatTime(d.CreatedAt), formatTime(d.UpdatedAt)}
-}
+// deviceFrom joins a device's host, for its name (details); the columns
+// read are deviceColumns (columns.go).
+const deviceFrom = ` FROM isolated_devices d JOIN hosts h ON h.id = d.host_id`
 
 // CreateDevice adds an isolated device and returns it as stored, with its
 // details. HostID may be the host's id or name; the stored row carries the
@@ -79,15 +41,11 @@ func (s *Store) CreateDevice(ctx context.Context, d api.IsolatedDevice) (api.Iso
 	if err := validateDevice(d); err != nil {
 		return api.IsolatedDevice{}, err
 	}
-	pcie, err := encodePCIE(d.PCIEInfo)
-	if err != nil {
-		return api.IsolatedDevice{}, err
-	}
 	d.ID = uuid.NewString()
 	d.CreatedAt = s.timestamp()
 	d.UpdatedAt = d.CreatedAt
 	d.Host, d.Vendor, d.Guest, d.GuestStatus = "", "", "", ""
-	err = s.inTx(ctx, false, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, false, func(tx *sql.Tx) error {
 		h, err := s.getHost(ctx, tx, d.HostID)
 		if err != nil {
 			return err
@@ -97,8 +55,12 @@ func (s *Store) CreateDevice(ctx context.Context, d api.IsolatedDevice) (api.Iso
 			d.Name = generatedName(h.Name, s.now().UnixNano())
 		}
 		d = withDetails(d, h.Name)
+		args, err := deviceArgs(d, notInserted...)
+		if err != nil {
+			return err
+		}
 		_, err = s.prep(tx).ExecContext(ctx, s.d.bind(`INSERT INTO isolated_devices (`+deviceInsertColumns+`) VALUES `+deviceInsertPlaceholders),
-			deviceInsertArgs(d, pcie)...)
+			args...)
 		return s.deviceWriteError(err, d)
 	})
 	if err != nil {
@@ -131,7 +93,7 @@ func (s *Store) lockDevice(ctx context.Context, tx *sql.Tx, idOrName string, det
 // the id's row first, then at most two of the name's, in id order (the
 // order every statement that locks several device rows keeps, see
 // alloc.go) so that a name two devices share is told apart from one.
-const readDeviceQuery = `SELECT ` + deviceColumns + deviceFrom + `
+var readDeviceQuery = `SELECT ` + deviceColumns + deviceFrom + `
 	WHERE d.id = ? OR d.name = ? ORDER BY CASE WHEN d.id = ? THEN 0 ELSE 1 END, d.id LIMIT 2`
 
 // readDevice reads the device idOrName names (see GetDevice) in one
@@ -202,22 +164,14 @@ func (s *Store) UpdateDevice(ctx context.Context, idOrName string, u DeviceUpdat
 			if cur.GuestID != "" && d.GuestID != "" && d.GuestID != cur.GuestID {
 				return refuse(ErrInUse, "%s %s: detach it before giving it to %s", api.MsgDeviceUsedByServer, cur.GuestID, d.GuestID)
 			}
-			pcie, err := encodePCIE(d.PCIEInfo)
+			d.UpdatedAt = s.timestamp()
+			d.UpdateVersion = cur.UpdateVersion + 1
+			args, err := deviceArgs(d, notUpdated...)
 			if err != nil {
 				return err
 			}
-			d.UpdatedAt = s.timestamp()
-			d.UpdateVersion = cur.UpdateVersion + 1
-			res, err := s.prep(tx).ExecContext(ctx, s.d.bind(`UPDATE isolated_devices SET name = ?, dev_type = ?, model = ?, addr = ?,
-				vendor_device_id = ?, mdev_id = ?, device_path = ?, render_path = ?, cdi_name = ?, numa_node = ?, pcie_info = ?,
-				dev_index = ?, device_minor = ?, mps_memory_limit = ?, mps_memory_total = ?, mps_thread_percentage = ?,
-				guest_id = ?, unhealthy = ?, pending_removal = ?, sharing_mode = ?, hot_pluggable = ?, virtual_num = ?,
-				memory_size = ?, update_version = ?, updated_at = ? WHERE id = ? AND guest_id = ?`),
-				d.Name, d.DevType, d.Model, d.Addr, d.VendorDeviceID, d.MdevID, d.DevicePath, d.RenderPath, d.CDIName,
-				d.NumaNode, pcie, d.Index, d.DeviceMinor, d.MPSMemoryLimit, d.MPSMemoryTotal,
-				d.MPSThreadPercentage, d.GuestID, d.Unhealthy, d.PendingRemoval,
-				d.SharingMode, d.HotPluggable, d.VirtualNum, d.MemorySize, d.UpdateVersion, formatTime(d.UpdatedAt),
-				d.ID, cur.GuestID)
+			res, err := s.prep(tx).ExecContext(ctx, s.d.bind(`UPDATE isolated_devices SET `+updateSet()+` WHERE id = ? AND guest_id = ?`),
+				append(args, d.ID, cur.GuestID)...)
 			if err := s.deviceWriteError(err, d); err != nil {
 				return err
 			}
@@ -304,49 +258,4 @@ func (s *Store) deviceWriteError(err error, d api.IsolatedDevice) error {
 		return refuse(ErrNotFound, "host %q not found", d.HostID)
 	}
 	return fmt.Errorf("writing isolated device %s: %w", d.ID, err)
-}
-
-func encodePCIE(p *api.PCIEInfo) (sql.NullString, error) {
-	if p == nil {
-		return sql.NullString{}, nil
-	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		return sql.NullString{}, fmt.Errorf("encoding pcie_info: %w", err)
-	}
-	return sql.NullString{String: string(b), Valid: true}, nil
-}
-
-// scanDeviceSeq scans deviceColumns followed by d.seq (pageColumns).
-func scanDeviceSeq(r rowScanner, details bool) (api.IsolatedDevice, int64, error) {
-	var seq int64
-	d, err := scanDevice(r, details, &seq)
-	return d, seq, err
-}
-
-// scanDevice scans deviceColumns, then extra.
-func scanDevice(r rowScanner, details bool, extra ...any) (api.IsolatedDevice, error) {
-	var d api.IsolatedDevice
-	var pcie sql.NullString
-	var created, updated dbTime
-	var hostName string
-	err := r.Scan(append([]any{&d.ID, &d.Name, &d.HostID, &d.DevType, &d.Model, &d.Addr, &d.VendorDeviceID, &d.MdevID,
-		&d.DevicePath, &d.RenderPath, &d.CDIName, &d.NumaNode, &pcie, &d.Index, &d.DeviceMinor,
-		&d.MPSMemoryLimit, &d.MPSMemoryTotal, &d.MPSThreadPercentage, &d.GuestID,
-		&d.Unhealthy, &d.PendingRemoval, &created, &updated,
-		&d.SharingMode, &d.HotPluggable, &d.VirtualNum, &d.MemorySize, &d.UpdateVersion, &hostName}, extra...)...)
-	if err != nil {
-		return api.IsolatedDevice{}, err
-	}
-	if pcie.Valid {
-		d.PCIEInfo = new(api.PCIEInfo)
-		if err := json.Unmarshal([]byte(pcie.String), d.PCIEInfo); err != nil {
-			return api.IsolatedDevice{}, fmt.Errorf("decoding pcie_info of %s: %w", d.ID, err)
-		}
-	}
-	d.CreatedAt, d.UpdatedAt = created.t, updated.t
-	if details {
-		d = withDetails(d, hostName)
-	}
-	return d, nil
 }

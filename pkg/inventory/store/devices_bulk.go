@@ -29,7 +29,6 @@ func (s *Store) CreateDevices(ctx context.Context, devs []api.IsolatedDevice) ([
 		return nil, refuse(ErrInvalid, "at most %d devices at once, not %d", MaxCreateDevices, len(devs))
 	}
 	out := make([]api.IsolatedDevice, len(devs))
-	pcies := make([]sql.NullString, len(devs))
 	now := s.timestamp()
 	for i, d := range devs {
 		switch {
@@ -45,14 +44,10 @@ func (s *Store) CreateDevices(ctx context.Context, devs []api.IsolatedDevice) ([
 		if err := validateDevice(d); err != nil {
 			return nil, err
 		}
-		pcie, err := encodePCIE(d.PCIEInfo)
-		if err != nil {
-			return nil, err
-		}
 		d.ID = uuid.NewString()
 		d.CreatedAt, d.UpdatedAt = now, now
 		d.Host, d.Vendor, d.Guest, d.GuestStatus = "", "", "", ""
-		out[i], pcies[i] = d, pcie
+		out[i] = d
 	}
 	err := s.inTx(ctx, false, func(tx *sql.Tx) error {
 		hosts := map[string]api.Host{} // as given -> host
@@ -71,7 +66,11 @@ func (s *Store) CreateDevices(ctx context.Context, devs []api.IsolatedDevice) ([
 			if out[i].Name == "" {
 				out[i].Name = generatedName(h.Name, nanos+int64(i))
 			}
-			args = append(args, deviceInsertArgs(out[i], pcies[i])...)
+			a, err := deviceArgs(out[i], notInserted...)
+			if err != nil {
+				return err
+			}
+			args = append(args, a...)
 		}
 		values := strings.TrimSuffix(strings.Repeat(deviceInsertPlaceholders+", ", len(out)), ", ")
 		_, err := tx.ExecContext(ctx, s.d.bind(`INSERT INTO isolated_devices (`+deviceInsertColumns+`) VALUES `+values), args...)

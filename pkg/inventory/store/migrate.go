@@ -68,6 +68,8 @@ const migrationTimeout = 10 * time.Minute
 // migrate applies the migrations the database lacks, each in its own
 // transaction together with its schema_migrations row, so a crash leaves the
 // schema at a known version. Opening an up-to-date database changes nothing.
+// Then the columns of record fields the database lacks are added
+// (addRecordColumns): a new field of the record needs no file here.
 //
 // Several processes may open one database at once (mps-inventory processes
 // sharing a PostgreSQL database start together). Each transaction therefore
@@ -119,7 +121,7 @@ func (s *Store) migrate(ctx context.Context) error {
 			return err
 		}
 		if applied == nil {
-			return nil
+			return s.addRecordColumns(ctx)
 		}
 		s.log.Info("applied database migration", "version", applied.version, "name", applied.name, "dialect", s.d.name)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -85,6 +86,7 @@ var postgresDialect = dialect{
 		}
 		return nil
 	},
+	columnOf: func(t reflect.Type) (string, error) { return columnDef(t, `TEXT COLLATE "C"`, "BOOLEAN") },
 }
 
 // OpenPostgres connects to the PostgreSQL database dsn names (a

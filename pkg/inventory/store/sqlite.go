@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"time"
 
 	sqlite "modernc.org/sqlite"
@@ -38,6 +39,7 @@ var sqliteDialect = dialect{
 	// A write transaction already holds the database's only write lock.
 	forUpdate:     func(...string) string { return "" },
 	migrationLock: func(context.Context, *sql.Tx) error { return nil },
+	columnOf:      func(t reflect.Type) (string, error) { return columnDef(t, "TEXT", "INTEGER") },
 }
 
 // sqliteBusy reports whether err is SQLite's SQLITE_BUSY (the database

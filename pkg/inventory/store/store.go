@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -90,6 +91,9 @@ type dialect struct {
 	// PostgreSQL it waits for the other processes migrating the same
 	// database. SQLite's BEGIN IMMEDIATE is the lock there.
 	migrationLock func(ctx context.Context, tx *sql.Tx) error
+	// columnOf is the definition of a new column of a record field of
+	// that type (addRecordColumns).
+	columnOf func(reflect.Type) (string, error)
 }
 
 // txTimeout bounds one transaction (or one statement outside of one): the
