@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 
@@ -80,23 +81,38 @@ type hostRows struct {
 	model, hostID string
 }
 
-func (p hostRows) Key(r row) (devsync.Key, string) {
-	return devsync.Key{VendorDeviceID: r.VendorDeviceID, Addr: r.Addr}, r.ID
-}
+func (p hostRows) Key(r row) (devsync.Key, string) { return devsync.KeyOf(r.IsolatedDevice), r.ID }
 
+// List lists the host's MPS rows of the model as the host agent lists its
+// devices (details, no limit, scope system), less a GPU of another sharing
+// mode (another agent's).
 func (p hostRows) List(ctx context.Context) ([]row, error) {
-	return p.b.hostRows(ctx, p.hostID, p.model)
+	devType := devTypeMPS
+	if p.model == ModelGPU {
+		devType = devTypeGPU
+	}
+	var list struct {
+		Devices []row `json:"isolated_devices"`
+	}
+	if err := p.b.c.call(ctx, http.MethodGet, pathDevices, rowsQuery(p.hostID, devType), nil, &list); err != nil {
+		return nil, fmt.Errorf("listing the host's isolated devices in the region: %w", err)
+	}
+	var out []row
+	for _, r := range list.Devices {
+		if r.HostID == p.hostID && r.DevType == devType && r.MdevID == "" && (p.model != ModelGPU || r.SharingMode == sharingModeMPS) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 func (p hostRows) Create(ctx context.Context, w row) ([]api.IsolatedDevice, error) {
-	var created struct {
-		Device row `json:"isolated_device"`
-	}
-	if err := p.b.c.call(ctx, http.MethodPost, pathDevices, nil, wrap(w.body(p.model, p.hostID)), &created); err != nil {
+	created, err := p.send(ctx, http.MethodPost, pathDevices, w.body(p.model, p.hostID))
+	if err != nil {
 		return nil, fmt.Errorf("registering %s %s with the region: %w", p.model, w.Addr, err)
 	}
-	p.b.log.Debug("created isolated device in the region", "addr", w.Addr, "id", created.Device.ID)
-	return w.slices(p.model, created.Device), nil
+	p.b.log.Debug("created isolated device in the region", "addr", w.Addr, "id", created.ID)
+	return w.slices(p.model, created), nil
 }
 
 func (p hostRows) Update(ctx context.Context, cur, w row) ([]api.IsolatedDevice, bool, error) {
@@ -108,15 +124,13 @@ func (p hostRows) Update(ctx context.Context, cur, w row) ([]api.IsolatedDevice,
 	if !needsUpdate(p.model, cur, w) {
 		return w.slices(p.model, cur), false, nil
 	}
-	var updated struct {
-		Device row `json:"isolated_device"`
-	}
-	if err := p.b.c.call(ctx, http.MethodPut, pathDevices+"/"+url.PathEscape(cur.ID), nil, wrap(w.body(p.model, "")), &updated); err != nil {
+	updated, err := p.send(ctx, http.MethodPut, pathDevices+"/"+url.PathEscape(cur.ID), w.body(p.model, ""))
+	if err != nil {
 		return nil, false, fmt.Errorf("updating %s %s (%s) in the region: %w", p.model, cur.Addr, cur.ID, err)
 	}
 	p.b.log.Debug("updated isolated device in the region", "addr", cur.Addr, "id", cur.ID)
-	updated.Device.AllocatedCount, updated.Device.Guest, updated.Device.GuestID = cur.AllocatedCount, cur.Guest, cur.GuestID
-	return w.slices(p.model, updated.Device), true, nil
+	updated.AllocatedCount, updated.Guest, updated.GuestID = cur.AllocatedCount, cur.Guest, cur.GuestID
+	return w.slices(p.model, updated), true, nil
 }
 
 // Remove purges r. A 404 is a row gone already, or one purged whose
@@ -130,37 +144,20 @@ func (p hostRows) Remove(ctx context.Context, r row) ([]api.IsolatedDevice, erro
 		return nil, nil
 	case isUsedByServer(err):
 		p.b.log.Info("kept an isolated device a guest holds", "addr", r.Addr, "id", r.ID, "guests", r.guests())
-		return heldSlices(p.model, r), devsync.ErrHeld
+		return r.held(p.model).slices(p.model, r), devsync.ErrHeld
 	}
 	return nil, fmt.Errorf("purging %s (%s) from the region: %w", r.Addr, r.ID, err)
 }
 
 func wrap(body map[string]any) map[string]any { return map[string]any{"isolated_device": body} }
 
-// hostRows lists the host's MPS rows of the model, as the host agent lists
-// its devices (details, no limit, scope system).
-func (b *Backend) hostRows(ctx context.Context, hostID, model string) ([]row, error) {
-	devType := devTypeMPS
-	if model == ModelGPU {
-		devType = devTypeGPU
+// send sends a row's body and reads the row the region answers.
+func (p hostRows) send(ctx context.Context, method, path string, body map[string]any) (row, error) {
+	var ans struct {
+		Device row `json:"isolated_device"`
 	}
-	var list struct {
-		Devices []row `json:"isolated_devices"`
-	}
-	if err := b.c.call(ctx, http.MethodGet, pathDevices, rowsQuery(hostID, devType), nil, &list); err != nil {
-		return nil, fmt.Errorf("listing the host's isolated devices in the region: %w", err)
-	}
-	var out []row
-	for _, r := range list.Devices {
-		if r.HostID != hostID || r.DevType != devType || r.MdevID != "" {
-			continue
-		}
-		if model == ModelGPU && r.SharingMode != sharingModeMPS {
-			continue // a GPU of another sharing mode is another agent's
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	err := p.b.c.call(ctx, method, path, nil, wrap(body), &ans)
+	return ans.Device, err
 }
 
 // rowsQuery lists the host's rows of devType, every one (limit 0).
@@ -175,9 +172,7 @@ func desiredRows(model string, desired []api.IsolatedDevice) []row {
 	var out []row
 	if model == ModelPerSlice {
 		for _, d := range desired {
-			r := row{IsolatedDevice: d, devs: []api.IsolatedDevice{d}}
-			r.DevType = devTypeMPS
-			out = append(out, r)
+			out = append(out, row{IsolatedDevice: d, devs: []api.IsolatedDevice{d}}) // dev_type NVIDIA_MPS (Desired)
 		}
 		return out
 	}
@@ -206,17 +201,15 @@ func gpuAddr(sliceAddr string) string {
 }
 
 // body is what Cloudpods' host agent sends for the row
-// (isolated_device.GetApiResourceData): the same keys, left out where it
-// leaves them out (index and device_minor -1, empty paths, zero MPS fields).
+// (isolated_device.GetApiResourceData): the record's fields it sends
+// (api.HostAgentFields) and its constants.
 func (r row) body(model, hostID string) map[string]any {
-	m := map[string]any{
-		"dev_type": r.DevType, "addr": r.Addr, "model": r.Model, "vendor_device_id": r.VendorDeviceID,
-		"detected_on_host": true, "numa_node": r.NumaNode,
-	}
+	m := map[string]any{"detected_on_host": true}
 	// sharing_mode: a region of 4.0.3 has no such column and ignores it; a
 	// newer one that accepts NVIDIA_MPS through an isolated-device model
 	// requires it.
 	m["sharing_mode"] = sharingModeMPS
+	maps.Copy(m, api.HostAgentFields(r.IsolatedDevice))
 	if model == ModelGPU {
 		m["virtual_num"], m["hot_pluggable"] = r.VirtualNum, false
 		if r.MemorySize > 0 {
@@ -226,29 +219,15 @@ func (r row) body(model, hostID string) map[string]any {
 	if hostID != "" {
 		m["host_id"] = hostID
 	}
-	if r.PCIEInfo != nil {
-		m["pcie_info"] = r.PCIEInfo
-	}
-	if r.DevicePath != "" {
-		m["device_path"] = r.DevicePath
-	}
-	for k, v := range map[string]int{"mps_memory_total": r.MPSMemoryTotal, "mps_memory_limit": r.MPSMemoryLimit, "mps_thread_percentage": r.MPSThreadPercentage} {
-		if v > 0 {
-			m[k] = v
-		}
-	}
 	return m
 }
 
-// needsUpdate is Cloudpods' host agent's own test
-// (CheckDevIsNeedUpdate, for the fields an MPS device has), so that the two
-// agents agree on when a row is current: pcie_info only when the region has
-// none, index and device_minor not at all (neither agent writes them).
+// needsUpdate is Cloudpods' host agent's own test (CheckDevIsNeedUpdate,
+// for the fields an MPS device has), so that the two agents agree on when
+// a row is current: the fields it sends differ (a "once" field, pcie_info,
+// only when the region has none), and in the GPU-row model its constants.
 func needsUpdate(model string, cur, want row) bool {
-	if cur.DevType != want.DevType || cur.DevicePath != want.DevicePath || cur.Model != want.Model ||
-		cur.NumaNode != want.NumaNode || (want.PCIEInfo != nil && cur.PCIEInfo == nil) ||
-		cur.MPSMemoryLimit != want.MPSMemoryLimit || cur.MPSMemoryTotal != want.MPSMemoryTotal ||
-		cur.MPSThreadPercentage != want.MPSThreadPercentage {
+	if api.HostAgentChanged(cur.IsolatedDevice, want.IsolatedDevice) {
 		return true
 	}
 	if model == ModelGPU {
@@ -286,22 +265,17 @@ func (w row) slices(model string, r row) []api.IsolatedDevice {
 	return out
 }
 
-// heldSlices are the virtual devices of a row no longer wanted that guests
-// hold: one per guest, pending removal.
-func heldSlices(model string, r row) []api.IsolatedDevice {
-	var out []api.IsolatedDevice
-	guests := r.guests()
-	if len(guests) == 0 {
-		guests = []string{guestIDUnknown} // the region refused the purge: someone holds it
+// held is r, no longer wanted but held, as a wanted row of its first
+// device: its slices are then one per guest (at least one: the region
+// refused the purge, someone holds it).
+func (r row) held(model string) row {
+	d := r.IsolatedDevice
+	d.DevType, d.Index, d.DeviceMinor = api.DevTypeNvidiaMPS, -1, -1
+	if model == ModelGPU {
+		d.Addr = api.SliceAddr(r.Addr, 0)
 	}
-	for i, g := range guests {
-		addr, id := r.Addr, r.ID
-		if model == ModelGPU {
-			addr, id = api.SliceAddr(r.Addr, i), ""
-		}
-		d := r.IsolatedDevice
-		d.ID, d.DevType, d.Addr, d.Index, d.DeviceMinor, d.GuestID = id, api.DevTypeNvidiaMPS, addr, -1, -1, g
-		out = append(out, d)
+	if len(r.guests()) == 0 {
+		d.GuestID = guestIDUnknown
 	}
-	return out
+	return row{devs: []api.IsolatedDevice{d}}
 }

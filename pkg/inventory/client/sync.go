@@ -76,10 +76,7 @@ func (p hostRows) Update(ctx context.Context, cur, d api.IsolatedDevice) ([]api.
 		return []api.IsolatedDevice{cur}, false, nil
 	}
 	var updated api.IsolatedDeviceBody
-	err := p.c.do(ctx, "PUT", devicePath(cur.ID), nil, struct {
-		Device api.DevicePatch `json:"isolated_device"`
-	}{patch}, &updated)
-	if err != nil {
+	if err := p.c.putPatch(ctx, cur.ID, patch, &updated); err != nil {
 		return nil, false, fmt.Errorf("updating isolated device %s (%s): %w", d.Addr, cur.ID, err)
 	}
 	p.c.log.Debug("updated isolated device", "addr", d.Addr, "id", cur.ID)
@@ -99,8 +96,12 @@ func (p hostRows) Remove(ctx context.Context, d api.IsolatedDevice) ([]api.Isola
 	case !IsDeviceInUse(err):
 		return nil, fmt.Errorf("deleting isolated device %s (%s): %w", d.Addr, d.ID, err)
 	}
-	if !d.PendingRemoval { // else marked by an earlier sync
-		if err := p.c.markPendingRemoval(ctx, d.ID); err != nil {
+	// Marked once (not again after an earlier sync), and only that field:
+	// a detach meanwhile is not undone, and the row, free by then, is still
+	// not handed out; the next sync deletes it. A row deleted meanwhile is
+	// as wanted.
+	if yes := true; !d.PendingRemoval {
+		if err := p.c.putPatch(ctx, d.ID, api.DevicePatch{PendingRemoval: &yes}, nil); err != nil && !IsNotFound(err) {
 			return nil, fmt.Errorf("marking isolated device %s (%s) pending removal: %w", d.Addr, d.ID, err)
 		}
 		p.c.log.Info("kept isolated device a guest holds, pending removal", "addr", d.Addr, "id", d.ID, "guest_id", d.GuestID)
@@ -148,18 +149,10 @@ func (c *Client) hostMPSDevices(ctx context.Context, hostID string) ([]api.Isola
 	}
 }
 
-// markPendingRemoval sets pending_removal on a row the host no longer wants
-// but a guest holds. Only that field is sent: a detach that happens
-// meanwhile is not undone, and the row, free by then, is still not handed
-// out; the next sync deletes it. A row deleted meanwhile is as wanted.
-func (c *Client) markPendingRemoval(ctx context.Context, id string) error {
-	yes := true
+// putPatch sends patch as the body of PUT /isolated_devices/<id>.
+func (c *Client) putPatch(ctx context.Context, id string, patch api.DevicePatch, out any) error {
 	body := struct {
 		Device api.DevicePatch `json:"isolated_device"`
-	}{api.DevicePatch{PendingRemoval: &yes}}
-	err := c.do(ctx, "PUT", devicePath(id), nil, body, nil)
-	if IsNotFound(err) {
-		return nil
-	}
-	return err
+	}{patch}
+	return c.do(ctx, "PUT", devicePath(id), nil, body, out)
 }
