@@ -50,10 +50,6 @@ type hostRows struct {
 
 func (p hostRows) Key(d api.IsolatedDevice) (devsync.Key, string) { return devsync.KeyOf(d), d.ID }
 
-func (p hostRows) List(ctx context.Context) ([]api.IsolatedDevice, error) {
-	return p.c.hostMPSDevices(ctx, p.hostID)
-}
-
 // Create creates d; a 409 is a concurrent sync that created it since the
 // list (a row of another dev_type with the same key is not found then, and
 // the conflict is returned).
@@ -109,10 +105,11 @@ func (p hostRows) Remove(ctx context.Context, d api.IsolatedDevice) ([]api.Isola
 	return []api.IsolatedDevice{d}, devsync.ErrHeld
 }
 
-// hostMPSDevices lists every NVIDIA_MPS row of the host, page by page: by marker, so that rows deleted meanwhile
-// shift nothing, or, from an inventory without marker paging (an answer
-// without marker_field), by offset.
-func (c *Client) hostMPSDevices(ctx context.Context, hostID string) ([]api.IsolatedDevice, error) {
+// List lists every NVIDIA_MPS row of the host, page by page: by marker, so
+// that rows deleted meanwhile shift nothing, or, from an inventory without
+// marker paging (an answer without marker_field), by offset.
+func (p hostRows) List(ctx context.Context) ([]api.IsolatedDevice, error) {
+	c, hostID := p.c, p.hostID
 	var all []api.IsolatedDevice
 	seen := map[string]bool{}
 	marker := ""
