@@ -26,3 +26,34 @@ const (
 	// MaxGuestIDBytes is ours: container ids are 64 hex digits.
 	MaxGuestIDBytes = 128
 )
+
+// MaxDeviceFieldBytes is the bound of the string field of IsolatedDevice
+// with that JSON name; ok is false for those bounded elsewhere (id, host_id)
+// or not written by clients (the details).
+func MaxDeviceFieldBytes(field string) (max int, ok bool) {
+	switch field {
+	case "name":
+		return MaxNameBytes, true
+	case "dev_type":
+		return MaxDevTypeBytes, true
+	case "sharing_mode":
+		return MaxSharingModeBytes, true
+	case "model":
+		return MaxModelBytes, true
+	case "addr":
+		return MaxAddrBytes, true
+	case "vendor_device_id":
+		return MaxVendorDeviceIDBytes, true
+	case "mdev_id":
+		return MaxMdevIDBytes, true
+	case "device_path":
+		return MaxDevicePathBytes, true
+	case "render_path":
+		return MaxRenderPathBytes, true
+	case "cdi_name":
+		return MaxCDINameBytes, true
+	case "guest_id":
+		return MaxGuestIDBytes, true
+	}
+	return 0, false
+}

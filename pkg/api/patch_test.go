@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -63,6 +64,21 @@ func TestPatchCoversTheRecord(t *testing.T) {
 		}
 		if _, ok := pt.FieldByName(f.Name); !ok {
 			t.Errorf("DevicePatch has no field %s", f.Name)
+		}
+	}
+}
+
+// Every string field of the record a client writes has its bound, which
+// the store enforces: the identity is bounded on its own, the details are
+// never written.
+func TestRecordStringsBounded(t *testing.T) {
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[IsolatedDevice]()) {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Type.Kind() != reflect.String || f.Tag.Get("db") == "-" || name == "id" || name == "host_id" {
+			continue
+		}
+		if _, ok := MaxDeviceFieldBytes(name); !ok {
+			t.Errorf("%s has no bound in MaxDeviceFieldBytes", name)
 		}
 	}
 }

@@ -227,6 +227,41 @@ func TestDeviceRecordDeclaredOnlyInAPI(t *testing.T) {
 	}
 }
 
+// A field of the device record needs no code of its own to reach the
+// inventory's columns (a new one added at Open, no migration file), its
+// PUTs, mpsctl's JSON and a region: a field the daemon reports, as
+// Cloudpods' mps_memory_total, is spelled outside tests only in the record
+// and its patch (pkg/api/api.go), where the daemon sets it
+// (pkg/agent/inventory.go), in the store's check of its value
+// (validateDevice), and in the benchmark loader's rows.
+func TestAddingARecordFieldTouchesThreeFiles(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := map[string]bool{"pkg/api/api.go": true, "pkg/agent/inventory.go": true,
+		"pkg/inventory/store/devices.go": true, "cmd/mps-inventory-bench/shape.go": true}
+	for _, dir := range []string{"pkg", "cmd"} {
+		err = filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			if (strings.Contains(string(b), "MPSMemoryTotal") || strings.Contains(string(b), "mps_memory_total")) && !allowed[rel] {
+				t.Errorf("%s spells mps_memory_total: a record field reaches the backends through pkg/api's record and patch alone", rel)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // simulators stand in for the GPU and MPS where there is none: tests use
 // them, and the --simulate wiring of cmd/mps-daemon (wire.go), nothing else.
 var simulators = []string{"pkg/mps/mpssim", "pkg/gpu/nvmlsim"}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/api"
@@ -34,22 +35,19 @@ type fieldLen struct {
 	max     int
 }
 
-// checkDeviceLengths bounds every string field of d. guest_id has its own
-// rule (CheckGuestID) where it is set by attach; here it is only bounded.
+// checkDeviceLengths bounds every string field of d (api.MaxDeviceFieldBytes,
+// in the record's order). guest_id has its own rule (CheckGuestID) where it
+// is set by attach; here it is only bounded.
 func checkDeviceLengths(d api.IsolatedDevice) error {
-	return checkLens(
-		fieldLen{"name", d.Name, api.MaxNameBytes},
-		fieldLen{"dev_type", d.DevType, api.MaxDevTypeBytes},
-		fieldLen{"sharing_mode", d.SharingMode, api.MaxSharingModeBytes},
-		fieldLen{"model", d.Model, api.MaxModelBytes},
-		fieldLen{"addr", d.Addr, api.MaxAddrBytes},
-		fieldLen{"vendor_device_id", d.VendorDeviceID, api.MaxVendorDeviceIDBytes},
-		fieldLen{"mdev_id", d.MdevID, api.MaxMdevIDBytes},
-		fieldLen{"device_path", d.DevicePath, api.MaxDevicePathBytes},
-		fieldLen{"render_path", d.RenderPath, api.MaxRenderPathBytes},
-		fieldLen{"cdi_name", d.CDIName, api.MaxCDINameBytes},
-		fieldLen{"guest_id", d.GuestID, api.MaxGuestIDBytes},
-	)
+	v := reflect.ValueOf(d)
+	for _, c := range recordColumns {
+		if max, ok := api.MaxDeviceFieldBytes(c.name); ok {
+			if err := checkLen(c.name, v.Field(c.field).String(), max); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // checkHostLengths bounds every string field of h.
