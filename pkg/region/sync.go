@@ -204,11 +204,10 @@ func gpuAddr(sliceAddr string) string {
 // (isolated_device.GetApiResourceData): the record's fields it sends
 // (api.HostAgentFields) and its constants.
 func (r row) body(model, hostID string) map[string]any {
-	m := map[string]any{"detected_on_host": true}
 	// sharing_mode: a region of 4.0.3 has no such column and ignores it; a
 	// newer one that accepts NVIDIA_MPS through an isolated-device model
 	// requires it.
-	m["sharing_mode"] = sharingModeMPS
+	m := map[string]any{"detected_on_host": true, "sharing_mode": sharingModeMPS}
 	maps.Copy(m, api.HostAgentFields(r.IsolatedDevice))
 	if model == ModelGPU {
 		m["virtual_num"], m["hot_pluggable"] = r.VirtualNum, false
