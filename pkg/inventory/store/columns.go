@@ -83,12 +83,10 @@ var (
 	deviceInsertCount   = strings.Count(deviceInsertColumns, ",") + 1
 	// deviceInsertPlaceholders is one row of `?` for deviceInsertColumns.
 	deviceInsertPlaceholders = "(" + strings.TrimSuffix(strings.Repeat("?, ", deviceInsertCount), ", ") + ")"
-	// deviceUpdateSet is the SET list of an update of the whole device.
-	deviceUpdateSet = columnList("", notUpdated...) // each followed by " = ?" in updateSet
+	// deviceUpdateSet is the SET list of an update of the whole device,
+	// "name = ?, ...".
+	deviceUpdateSet = strings.ReplaceAll(columnList("", notUpdated...), ",", " = ?,") + " = ?"
 )
-
-// updateSet is deviceUpdateSet as "a = ?, b = ?".
-func updateSet() string { return strings.ReplaceAll(deviceUpdateSet, ",", " = ?,") + " = ?" }
 
 // deviceArgs are d's values for its columns less skip: timestamps as text,
 // a pointer (pcie_info) as JSON or NULL, the rest as they are.

@@ -170,7 +170,7 @@ func (s *Store) UpdateDevice(ctx context.Context, idOrName string, u DeviceUpdat
 			if err != nil {
 				return err
 			}
-			res, err := s.prep(tx).ExecContext(ctx, s.d.bind(`UPDATE isolated_devices SET `+updateSet()+` WHERE id = ? AND guest_id = ?`),
+			res, err := s.prep(tx).ExecContext(ctx, s.d.bind(`UPDATE isolated_devices SET `+deviceUpdateSet+` WHERE id = ? AND guest_id = ?`),
 				append(args, d.ID, cur.GuestID)...)
 			if err := s.deviceWriteError(err, d); err != nil {
 				return err
