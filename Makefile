@@ -9,7 +9,7 @@ export GOFLAGS ?= -buildvcs=false
 # go-nvml's header marks some vGPU calls deprecated; we call none of them.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build build-kubernetes test test-quick vet nocgo unit fuzz e2e demo gpu-bundle clean package repo systemd-verify test-packaging
+.PHONY: all build build-kubernetes test test-quick vet nocgo unit fuzz e2e demo gpu-bundle clean package repo systemd-verify test-packaging print-slow-pkgs
 
 all: build
 
@@ -71,6 +71,10 @@ SLOW_PKGS := ./tests/regioncompat ./tests/e2e ./pkg/region ./pkg/inventory/serve
 # loaded machine trips (tests/regioncompat alone can take that long there).
 unit:
 	$(GO) test -race -count=1 -timeout 30m $(SLOW_PKGS) ./...
+
+# scripts/flake-hunt.sh runs the packages in make unit's order.
+print-slow-pkgs:
+	@echo $(SLOW_PKGS)
 
 # The inner loop: vet, and the tests without -race, from go's test cache
 # where nothing changed, and -short: the tests that need a real Cloudpods
