@@ -26,7 +26,7 @@ type Client struct {
 
 // DeviceUsage is the memory the clients of one virtual device use together.
 type DeviceUsage struct {
-	GPU       string
+	GPU       gpu.UUID
 	UsedBytes uint64
 	// PIDs are the clients' PIDs, ascending; Clients the same, with detail.
 	PIDs    []int
@@ -40,7 +40,7 @@ type DeviceUsage struct {
 // only the hidden ones are terminated, under enforce (DecideHidden).
 type UnknownProcess struct {
 	gpu.Process
-	GPU string
+	GPU gpu.UUID
 	// Hidden: in a container (not the host's mount namespace) where neither
 	// it nor its cgroup shows one device of the GPU (ErrNoIdentity).
 	Hidden bool
@@ -56,20 +56,20 @@ type UnknownProcess struct {
 	Reason      string
 }
 
-func (u UnknownProcess) gpuPID() (string, int) { return u.GPU, u.PID }
+func (u UnknownProcess) gpuPID() (gpu.UUID, int) { return u.GPU, u.PID }
 
 // Flagged is a client billed to a device and reported for something about
 // it, which Reason says: a Mismatch or an Escape.
 type Flagged struct {
 	Client
-	GPU string
+	GPU gpu.UUID
 	// Device is the device it is billed to; Client.Source says how that
 	// was learnt.
 	Device string
 	Reason string
 }
 
-func (f Flagged) gpuPID() (string, int) { return f.GPU, f.PID }
+func (f Flagged) gpuPID() (gpu.UUID, int) { return f.GPU, f.PID }
 
 // Mismatch is a client billed by its identity file whose own view
 // disagrees: its environment names another device or none, or its identity
@@ -82,7 +82,7 @@ type Mismatch struct {
 }
 
 // byGPUThenPID sorts reported processes as logs and /status list them.
-func byGPUThenPID[T interface{ gpuPID() (string, int) }](s []T) {
+func byGPUThenPID[T interface{ gpuPID() (gpu.UUID, int) }](s []T) {
 	slices.SortFunc(s, func(a, b T) int {
 		ag, ap := a.gpuPID()
 		bg, bp := b.gpuPID()
@@ -108,13 +108,13 @@ type Usage struct {
 
 // LookupFunc names the device of a PID that NVML lists on a GPU;
 // Mapper.Lookup is one.
-type LookupFunc func(pid int, gpuUUID string) (Identity, error)
+type LookupFunc func(pid int, gpuUUID gpu.UUID) (Identity, error)
 
 // Account bills each MPS client of procs (GPU UUID -> NVML's list) to its
 // virtual device. caps's keys are the host's virtual devices; their values
 // are not used here. A process is billed only to a device of the GPU NVML
 // saw it on.
-func Account(procs map[string][]gpu.Process, caps map[string]uint64, lookup LookupFunc) Usage {
+func Account(procs map[gpu.UUID][]gpu.Process, caps map[string]uint64, lookup LookupFunc) Usage {
 	u := Usage{PerDevice: map[string]DeviceUsage{}}
 	for name := range caps {
 		uuid, _, err := vdev.ParseName(name)
@@ -208,14 +208,14 @@ func mismatchReason(id Identity) string {
 
 // Lister is what Sample needs of NVML; gpu.Backend is one.
 type Lister interface {
-	MPSProcesses(ctx context.Context, uuid string) ([]gpu.Process, error)
+	MPSProcesses(ctx context.Context, uuid gpu.UUID) ([]gpu.Process, error)
 }
 
 // Sample lists the MPS clients of each GPU. A GPU whose listing fails is
 // left out of the map (its devices then count as not measured, see
 // Usage.PerDevice) and its error joined into the one returned.
-func Sample(ctx context.Context, l Lister, gpus []string) (map[string][]gpu.Process, error) {
-	out := make(map[string][]gpu.Process, len(gpus))
+func Sample(ctx context.Context, l Lister, gpus []gpu.UUID) (map[gpu.UUID][]gpu.Process, error) {
+	out := make(map[gpu.UUID][]gpu.Process, len(gpus))
 	var errs []error
 	for _, uuid := range gpus {
 		procs, err := l.MPSProcesses(ctx, uuid)

@@ -61,7 +61,7 @@ func (a *Accountant) SetIdentityRequired(required bool) { a.identityOptional = !
 // keeps the three apart.
 type reportKey struct {
 	kind                        string
-	gpu                         string
+	gpu                         gpu.UUID
 	pid                         int
 	start                       uint64
 	device, env, source, reason string
@@ -96,7 +96,7 @@ func New(o Options) *Accountant {
 // (used under enforce only). Under off it only forgets: the previous sample and any
 // termination under way, so turning enforce on later starts afresh. The
 // caller skips NVML's listing under off and passes nil procs.
-func (a *Accountant) Tick(ctx context.Context, p config.AccountingPolicy, procs map[string][]gpu.Process, caps map[string]uint64, qos map[string]DeviceQoS, terms map[string]Terminator) Report {
+func (a *Accountant) Tick(ctx context.Context, p config.AccountingPolicy, procs map[gpu.UUID][]gpu.Process, caps map[string]uint64, qos map[string]DeviceQoS, terms map[gpu.UUID]Terminator) Report {
 	if p != a.policy {
 		if a.policy == config.AccountingEnforce {
 			a.enf.Reset(ctx)

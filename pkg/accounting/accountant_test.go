@@ -36,7 +36,7 @@ func TestAccountantEnforcesWithSimulatedMPS(t *testing.T) {
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	a0, a1 := gpuA+"::0", gpuA+"::1"
 	caps := map[string]uint64{a0: 8 * gib, a1: 8 * gib}
-	terms := map[string]Terminator{gpuA: ctl}
+	terms := map[gpu.UUID]Terminator{gpuA: ctl}
 
 	// NVML's view; the test keeps it in step with the processes, as the
 	// driver does.
@@ -49,12 +49,12 @@ func TestAccountantEnforcesWithSimulatedMPS(t *testing.T) {
 		}
 		nvml[pid] = used
 	}
-	sample := func() map[string][]gpu.Process {
+	sample := func() map[gpu.UUID][]gpu.Process {
 		var ps []gpu.Process
 		for _, pid := range slices.Sorted(maps.Keys(nvml)) {
 			ps = append(ps, gpu.Process{PID: pid, UsedMemoryBytes: nvml[pid]})
 		}
-		return map[string][]gpu.Process{gpuA: ps}
+		return map[gpu.UUID][]gpu.Process{gpuA: ps}
 	}
 	mpsClients := func() []int {
 		t.Helper()
@@ -136,9 +136,9 @@ func TestAccountantReportsUnknownAndForgetsWhenOff(t *testing.T) {
 	var logs bytes.Buffer
 	acct := New(Options{ProcRoot: proc.root, Killer: killer, Now: clock.now, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	caps := map[string]uint64{gpuA + "::0": 8 * gib}
-	procs := map[string][]gpu.Process{gpuA: {{PID: 30, UsedMemoryBytes: 100 * gib}, {PID: 31, UsedMemoryBytes: 5 * gib}}}
+	procs := map[gpu.UUID][]gpu.Process{gpuA: {{PID: 30, UsedMemoryBytes: 100 * gib}, {PID: 31, UsedMemoryBytes: 5 * gib}}}
 	term := &fakeTerminator{proc: proc, clients: map[int]int{30: 1, 31: 1, 32: 1}}
-	terms := map[string]Terminator{gpuA: term}
+	terms := map[gpu.UUID]Terminator{gpuA: term}
 
 	for range 2 {
 		r := acct.Tick(t.Context(), config.AccountingEnforce, procs, caps, nil, terms)

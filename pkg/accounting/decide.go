@@ -7,12 +7,13 @@ import (
 	"slices"
 
 	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
 // Overage is a device over its cap.
 type Overage struct {
 	Device    string
-	GPU       string
+	GPU       gpu.UUID
 	UsedBytes uint64
 	CapBytes  uint64
 	PIDs      []int
@@ -37,7 +38,7 @@ func Causes() []string { return []string{CauseMemory, CauseQoS, CauseNoDevice} }
 type Action struct {
 	PID    int
 	Device string
-	GPU    string
+	GPU    gpu.UUID
 	// Cause is CauseMemory, CauseQoS or CauseNoDevice (then Device is "").
 	Cause string
 	// UsedBytes is the client's own usage; DeviceUsedBytes its device's

@@ -12,7 +12,7 @@ import (
 const gib = uint64(1) << 30
 
 // dev builds one device's usage from clients given as (pid, start, GiB).
-func dev(gpuUUID string, clients ...[3]uint64) DeviceUsage {
+func dev(gpuUUID gpu.UUID, clients ...[3]uint64) DeviceUsage {
 	d := DeviceUsage{GPU: gpuUUID, PIDs: []int{}}
 	for _, c := range clients {
 		cl := Client{PID: int(c[0]), StartTicks: c[1], UsedBytes: c[2] * gib}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"syscall"
 	"time"
+
+	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
 // DefaultGrace is how long a terminated client gets to go before the next
@@ -137,7 +139,7 @@ func (e *Enforcer) Reset(ctx context.Context) {
 // (u is the current sample: a client still listed there has not gone),
 // then starts the new actions; terms has each GPU's MPS control, by UUID.
 // It returns what it did.
-func (e *Enforcer) Run(ctx context.Context, u Usage, actions []Action, terms map[string]Terminator) []Step {
+func (e *Enforcer) Run(ctx context.Context, u Usage, actions []Action, terms map[gpu.UUID]Terminator) []Step {
 	var steps []Step
 	now := e.now()
 	listed := listedPIDs(u)
@@ -165,7 +167,7 @@ func (e *Enforcer) Run(ctx context.Context, u Usage, actions []Action, terms map
 			steps = append(steps, e.finish(ctx, p, StepGaveUp, err))
 		}
 	}
-	servers := map[string]clientServers{}
+	servers := map[gpu.UUID]clientServers{}
 	for _, a := range actions {
 		if _, ok := e.pending[a.PID]; ok {
 			continue
@@ -202,7 +204,7 @@ type clientServers struct {
 // terminateClient asks the GPU's MPS control to drop the client; servers
 // caches each GPU's client -> server map, or its failure, for this Run, so a
 // wedged control costs one timeout per Run, not one per action.
-func (e *Enforcer) terminateClient(ctx context.Context, a Action, t Terminator, servers map[string]clientServers) error {
+func (e *Enforcer) terminateClient(ctx context.Context, a Action, t Terminator, servers map[gpu.UUID]clientServers) error {
 	if t == nil {
 		return fmt.Errorf("no MPS control known for GPU %s", a.GPU)
 	}

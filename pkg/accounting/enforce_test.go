@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
 // fakeKiller signals the processes of a fakeProc tree: SIGKILL removes one,
@@ -149,7 +151,7 @@ func TestEnforcerSteps(t *testing.T) {
 			r.proc.add(11, 200, gpuA+"::0")
 			r.killer.ignoreTERM[11] = tc.ignoreTERM
 			term := &fakeTerminator{proc: r.proc, clients: map[int]int{10: 1066, 11: 1066}, exitOnTerminate: tc.exits}
-			terms := map[string]Terminator{gpuA: term}
+			terms := map[gpu.UUID]Terminator{gpuA: term}
 
 			var got [][]string
 			got = append(got, stepNames(r.enf.Run(t.Context(), listing(10, 11), []Action{action(11, 200)}, terms)))
@@ -202,15 +204,15 @@ func TestEnforcerSteps(t *testing.T) {
 func TestEnforcerSignalsWhenTerminateClientCannot(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		terms func(*fakeProc) map[string]Terminator
+		terms func(*fakeProc) map[gpu.UUID]Terminator
 		err   string
 	}{
-		{"no MPS control for the GPU", func(*fakeProc) map[string]Terminator { return nil }, "no MPS control"},
-		{"not a client of the GPU's servers", func(p *fakeProc) map[string]Terminator {
-			return map[string]Terminator{gpuA: &fakeTerminator{proc: p, clients: map[int]int{}}}
+		{"no MPS control for the GPU", func(*fakeProc) map[gpu.UUID]Terminator { return nil }, "no MPS control"},
+		{"not a client of the GPU's servers", func(p *fakeProc) map[gpu.UUID]Terminator {
+			return map[gpu.UUID]Terminator{gpuA: &fakeTerminator{proc: p, clients: map[int]int{}}}
 		}, "not a client"},
-		{"control does not answer", func(p *fakeProc) map[string]Terminator {
-			return map[string]Terminator{gpuA: &fakeTerminator{proc: p, err: errors.New("mps control timed out")}}
+		{"control does not answer", func(p *fakeProc) map[gpu.UUID]Terminator {
+			return map[gpu.UUID]Terminator{gpuA: &fakeTerminator{proc: p, err: errors.New("mps control timed out")}}
 		}, "timed out"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -238,7 +240,7 @@ func TestEnforcerNeverSignalsAReusedPID(t *testing.T) {
 	r := newEnforcerRig(t)
 	r.proc.add(11, 200, gpuA+"::0")
 	term := &fakeTerminator{proc: r.proc, clients: map[int]int{11: 1066}}
-	terms := map[string]Terminator{gpuA: term}
+	terms := map[gpu.UUID]Terminator{gpuA: term}
 	r.enf.Run(t.Context(), listing(11), []Action{action(11, 200)}, terms)
 	// PID 11 exits and an unrelated process gets the number.
 	r.proc.exit(11)
@@ -260,7 +262,7 @@ func TestEnforcerDoesNotRepeatAPendingAction(t *testing.T) {
 	r := newEnforcerRig(t)
 	r.proc.add(11, 200, gpuA+"::0")
 	term := &fakeTerminator{proc: r.proc, clients: map[int]int{11: 1066}}
-	terms := map[string]Terminator{gpuA: term}
+	terms := map[gpu.UUID]Terminator{gpuA: term}
 	r.enf.Run(t.Context(), listing(11), []Action{action(11, 200)}, terms)
 	r.clock.advance(time.Second)
 	if s := r.enf.Run(t.Context(), listing(11), []Action{action(11, 200)}, terms); len(s) != 0 {
@@ -280,7 +282,7 @@ func TestEnforcerAsksAWedgedControlOncePerRun(t *testing.T) {
 	r.proc.add(11, 200, gpuA+"::0")
 	r.proc.add(12, 300, gpuA+"::0")
 	term := &fakeTerminator{proc: r.proc, err: errors.New("mps control timed out")}
-	steps := r.enf.Run(t.Context(), listing(11, 12), []Action{action(11, 200), action(12, 300)}, map[string]Terminator{gpuA: term})
+	steps := r.enf.Run(t.Context(), listing(11, 12), []Action{action(11, 200), action(12, 300)}, map[gpu.UUID]Terminator{gpuA: term})
 	if got := stepNames(steps); !slices.Equal(got, []string{"11:failed", "11:sigterm", "12:failed", "12:sigterm"}) {
 		t.Errorf("steps = %v", got)
 	}

@@ -40,8 +40,8 @@ func TestAccountantTerminatesHiddenContainerClients(t *testing.T) {
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	caps := map[string]uint64{a0: 20 * gib}
 	term := &fakeTerminator{proc: proc, clients: map[int]int{10: 1, 11: 1, 20: 1, 30: 1, 31: 1}}
-	terms := map[string]Terminator{gpuA: term}
-	procs := map[string][]gpu.Process{gpuA: {{PID: 10, UsedMemoryBytes: gib}, {PID: 11, UsedMemoryBytes: gib},
+	terms := map[gpu.UUID]Terminator{gpuA: term}
+	procs := map[gpu.UUID][]gpu.Process{gpuA: {{PID: 10, UsedMemoryBytes: gib}, {PID: 11, UsedMemoryBytes: gib},
 		{PID: 20, UsedMemoryBytes: gib}, {PID: 30, UsedMemoryBytes: 30 * gib}, {PID: 31, UsedMemoryBytes: 30 * gib}}}
 
 	r := acct.Tick(t.Context(), config.AccountingReport, procs, caps, nil, terms)

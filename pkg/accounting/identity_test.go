@@ -37,8 +37,8 @@ func TestAccountantBillsLiarsByTheirIdentity(t *testing.T) {
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	caps := map[string]uint64{a0: 8 * gib, a1: 8 * gib}
 	term := &fakeTerminator{proc: proc, clients: map[int]int{10: 1, 11: 1, 12: 1, 13: 1, 20: 1}}
-	terms := map[string]Terminator{gpuA: term}
-	procs := map[string][]gpu.Process{gpuA: {
+	terms := map[gpu.UUID]Terminator{gpuA: term}
+	procs := map[gpu.UUID][]gpu.Process{gpuA: {
 		{PID: 10, UsedMemoryBytes: 3 * gib}, {PID: 11, UsedMemoryBytes: 3 * gib}, {PID: 12, UsedMemoryBytes: 1 * gib},
 		{PID: 13, UsedMemoryBytes: 2 * gib}, {PID: 20, UsedMemoryBytes: 5 * gib},
 	}}

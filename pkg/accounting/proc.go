@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/identity"
 	"yunion.io/x/mps-daemon/pkg/status"
 )
@@ -139,7 +140,10 @@ type Mapper struct {
 	peers map[peerKey]peerView
 }
 
-type peerKey struct{ cgroup, gpu string }
+type peerKey struct {
+	cgroup string
+	gpu    gpu.UUID
+}
 
 // devIno names a directory: its file system and inode.
 type devIno struct{ dev, ino uint64 }
@@ -223,7 +227,7 @@ func (m *Mapper) path(pid int, file string) string {
 // environment names none and vdev.ErrBadName for a malformed name; other
 // errors when /proc could not be read. Only a nil error gives a Device;
 // StartTicks and Environment are filled in whenever they were read.
-func (m *Mapper) Lookup(pid int, gpuUUID string) (Identity, error) {
+func (m *Mapper) Lookup(pid int, gpuUUID gpu.UUID) (Identity, error) {
 	p, err := m.open(pid)
 	if err != nil {
 		return Identity{}, err
@@ -306,7 +310,7 @@ func (m *Mapper) Lookup(pid int, gpuUUID string) (Identity, error) {
 // the GPU. So the processes of a container are only ever billed through
 // their own container's processes: the walk ends at the runtime (conmon, a
 // shim), which lives in the host's namespace or in another cgroup.
-func (m *Mapper) ancestor(cg []byte, ppid int, gpuUUID string) (int, string) {
+func (m *Mapper) ancestor(cg []byte, ppid int, gpuUUID gpu.UUID) (int, string) {
 	for hops := 0; hops < maxAncestors && ppid > 1; hops++ {
 		name, next, ok := m.tryAncestor(ppid, cg, gpuUUID)
 		if name != "" {
@@ -326,7 +330,7 @@ func (m *Mapper) ancestor(cg []byte, ppid int, gpuUUID string) (int, string) {
 // holds only that container's processes. Cached for the sample, so many
 // hidden processes of one container cost one scan of /proc. The root
 // cgroup (every process not placed in one) is no container's.
-func (m *Mapper) peerView(cg []byte, gpuUUID string, self int) peerView {
+func (m *Mapper) peerView(cg []byte, gpuUUID gpu.UUID, self int) peerView {
 	key := peerKey{string(cg), gpuUUID}
 	if v, ok := m.peers[key]; ok {
 		return v
@@ -376,7 +380,7 @@ func (m *Mapper) peerView(cg []byte, gpuUUID string, self int) peerView {
 
 // tryPeer says whether pid is in cgroup cg and outside the host's mount
 // namespace, and which device of the GPU its view shows ("" none).
-func (m *Mapper) tryPeer(pid int, cg []byte, gpuUUID string) (name string, same bool) {
+func (m *Mapper) tryPeer(pid int, cg []byte, gpuUUID gpu.UUID) (name string, same bool) {
 	a, err := m.open(pid)
 	if err != nil {
 		return "", false
@@ -407,7 +411,7 @@ func isRootCgroup(cg []byte) bool {
 
 // tryAncestor looks at one ancestor: the name its view gives, or its own
 // parent and whether the walk may go on.
-func (m *Mapper) tryAncestor(pid int, cg []byte, gpuUUID string) (name string, ppid int, ok bool) {
+func (m *Mapper) tryAncestor(pid int, cg []byte, gpuUUID gpu.UUID) (name string, ppid int, ok bool) {
 	a, err := m.open(pid)
 	if err != nil {
 		return "", 0, false

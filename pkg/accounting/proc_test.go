@@ -283,7 +283,7 @@ func TestMapperBillsContainersByIdentity(t *testing.T) {
 
 	for _, tc := range []struct {
 		pid      int
-		gpu      string
+		gpu      gpu.UUID
 		device   string
 		source   string
 		env      string
@@ -369,7 +369,7 @@ func TestAccount(t *testing.T) {
 		gpuA + "::0": 8 << 30, gpuA + "::1": 8 << 30, gpuA + "::2": 8 << 30,
 		gpuB + "::0": 8 << 30, gpuB + "::1": 8 << 30,
 	}
-	procs := map[string][]gpu.Process{
+	procs := map[gpu.UUID][]gpu.Process{
 		gpuA: {{PID: 10, UsedMemoryBytes: 3 << 30}, {PID: 11, UsedMemoryBytes: 2 << 30}, {PID: 12, UsedMemoryBytes: 1 << 30},
 			{PID: 13, UsedMemoryBytes: 5}, {PID: 14, UsedMemoryBytes: 6}, {PID: 15, UsedMemoryBytes: 7}, {PID: 16, UsedMemoryBytes: 8},
 			{PID: 30, UsedMemoryBytes: 1 << 30}, {PID: 31, UsedMemoryBytes: 2 << 30}, {PID: 32, UsedMemoryBytes: 9}},
@@ -426,7 +426,7 @@ func TestAccount(t *testing.T) {
 	}
 
 	// A GPU that was not sampled has no devices in the usage: not measured.
-	u = Account(map[string][]gpu.Process{gpuB: nil}, caps, p.mapper().Lookup)
+	u = Account(map[gpu.UUID][]gpu.Process{gpuB: nil}, caps, p.mapper().Lookup)
 	if _, ok := u.PerDevice[gpuA+"::0"]; ok || len(u.PerDevice) != 2 {
 		t.Errorf("with only %s sampled, PerDevice = %v", gpuB, u.PerDevice)
 	}

@@ -129,8 +129,8 @@ func TestAccountantTerminatesQoSEscapes(t *testing.T) {
 	q := DeviceQoS{ThreadPercentage: 30, ClientPriority: 1, Server: server}
 	qos := map[string]DeviceQoS{b1: q, b2: q}
 	term := &fakeTerminator{proc: proc, clients: map[int]int{10: 1, 20: 1, 21: 1, 30: 1, 31: 1}}
-	terms := map[string]Terminator{gpuA: term}
-	procs := map[string][]gpu.Process{gpuA: {{PID: 10, UsedMemoryBytes: gib}, {PID: 20, UsedMemoryBytes: gib},
+	terms := map[gpu.UUID]Terminator{gpuA: term}
+	procs := map[gpu.UUID][]gpu.Process{gpuA: {{PID: 10, UsedMemoryBytes: gib}, {PID: 20, UsedMemoryBytes: gib},
 		{PID: 21, UsedMemoryBytes: gib}, {PID: 30, UsedMemoryBytes: gib}, {PID: 31, UsedMemoryBytes: gib}}}
 
 	r := acct.Tick(t.Context(), config.AccountingReport, procs, caps, qos, terms)
@@ -187,7 +187,7 @@ func TestHugeEnvironmentIsReadWhole(t *testing.T) {
 	proc.write(40, "environ", env(append(pad, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=13", "CUDA_MPS_CLIENT_PRIORITY=1")...))
 	proc.write(41, "environ", env(append(pad, "CUDA_MPS_CLIENT_PRIORITY=1")...))
 	acct := New(Options{ProcRoot: proc.root, Identities: proc.store.Table})
-	r := acct.Tick(t.Context(), config.AccountingReport, map[string][]gpu.Process{gpuA: {{PID: 40, UsedMemoryBytes: gib}, {PID: 41, UsedMemoryBytes: gib}}},
+	r := acct.Tick(t.Context(), config.AccountingReport, map[gpu.UUID][]gpu.Process{gpuA: {{PID: 40, UsedMemoryBytes: gib}, {PID: 41, UsedMemoryBytes: gib}}},
 		map[string]uint64{b1: 20 * gib}, map[string]DeviceQoS{b1: batch13}, nil)
 	if len(r.Usage.Escapes) != 1 || r.Usage.Escapes[0].PID != 41 || !strings.Contains(r.Usage.Escapes[0].Reason, "no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") {
 		t.Errorf("escapes %+v, want PID 41 alone, for its missing share", r.Usage.Escapes)

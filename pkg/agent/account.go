@@ -3,10 +3,11 @@ package agent
 import (
 	"context"
 	"maps"
-	"sort"
+	"slices"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
@@ -25,8 +26,8 @@ func (a *Agent) account(ctx context.Context) {
 		return
 	}
 	var devs []vdev.Device
-	var uuids []string
-	terms := map[string]accounting.Terminator{}
+	var uuids []gpu.UUID
+	terms := map[gpu.UUID]accounting.Terminator{}
 	qos := map[string]accounting.DeviceQoS{}
 	for uuid := range a.planned {
 		if gs := a.gpus[uuid]; gs != nil && gs.enforced {
@@ -35,7 +36,7 @@ func (a *Agent) account(ctx context.Context) {
 			maps.Copy(qos, accounting.BatchQoS(a.planned[uuid], serverDefaultsHeld(gs)))
 		}
 	}
-	sort.Strings(uuids)
+	slices.Sort(uuids)
 	for _, uuid := range uuids {
 		devs = append(devs, a.planned[uuid]...)
 	}
@@ -74,7 +75,7 @@ func (a *Agent) setDevices(order []vdev.Name) {
 			gi = dev.GPU.Index
 		}
 		d := status.Device{
-			Name: name.String(), ID: l.ID, Addr: dev.Addr(), GPU: dev.GPU.UUID, GPUIndex: gi,
+			Name: name.String(), ID: l.ID, Addr: dev.Addr(), GPU: dev.GPU.UUID.String(), GPUIndex: gi,
 			MemoryLimit: dev.MemoryLimit.Bytes(), ThreadPercentage: dev.ThreadPercentage,
 			Guest: l.Guest, Healthy: l.Healthy, PendingRemoval: l.PendingRemoval, CDIName: l.CDIName,
 		}
@@ -112,15 +113,15 @@ func (a *Agent) noteUsage(r accounting.Report) {
 		}
 	}
 	for _, p := range r.Usage.Unknown {
-		st.Unknown = append(st.Unknown, status.UnknownProcess{PID: p.PID, GPU: p.GPU, UsedBytes: units.Bytes(p.UsedMemoryBytes),
+		st.Unknown = append(st.Unknown, status.UnknownProcess{PID: p.PID, GPU: p.GPU.String(), UsedBytes: units.Bytes(p.UsedMemoryBytes),
 			Device: p.Device, Source: p.Source, Environment: p.Environment, Reason: p.Reason})
 	}
 	for _, m := range r.Usage.Mismatches {
-		st.Mismatches = append(st.Mismatches, status.Mismatch{PID: m.PID, GPU: m.GPU, UsedBytes: units.Bytes(m.UsedBytes),
+		st.Mismatches = append(st.Mismatches, status.Mismatch{PID: m.PID, GPU: m.GPU.String(), UsedBytes: units.Bytes(m.UsedBytes),
 			Device: m.Device, Source: m.Source, Environment: m.Environment, Reason: m.Reason})
 	}
 	for _, e := range r.Usage.Escapes {
-		st.QoSEscapes = append(st.QoSEscapes, status.QoSEscape{PID: e.PID, GPU: e.GPU, UsedBytes: units.Bytes(e.UsedBytes),
+		st.QoSEscapes = append(st.QoSEscapes, status.QoSEscape{PID: e.PID, GPU: e.GPU.String(), UsedBytes: units.Bytes(e.UsedBytes),
 			Device: e.Device, Source: e.Source, Environment: e.Env, Reason: e.Reason})
 	}
 	a.mu.Lock()

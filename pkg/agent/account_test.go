@@ -103,7 +103,7 @@ func TestEnforceTerminatesTheClientThatPushedADeviceOverItsCap(t *testing.T) {
 	if err := h.agent.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	g0 := twoGPUs()[0].UUID
+	g0 := twoGPUs()[0].UUID.String()
 	const gib = 1 << 30
 	// Device GPU0::0 is capped at h200Memory/4 (35 GiB). Two processes of
 	// its container use 20 GiB each: together over; the newer pushed it.
@@ -117,7 +117,7 @@ func TestEnforceTerminatesTheClientThatPushedADeviceOverItsCap(t *testing.T) {
 		}
 	}
 	h.backend.mu.Lock()
-	h.backend.procs = map[string][]gpu.Process{g0: {{PID: 101, UsedMemoryBytes: 20 * gib}, {PID: 102, UsedMemoryBytes: 20 * gib}, {PID: 201, UsedMemoryBytes: 20 * gib}, {PID: 301, UsedMemoryBytes: gib}}}
+	h.backend.procs = map[gpu.UUID][]gpu.Process{gpu.UUID(g0): {{PID: 101, UsedMemoryBytes: 20 * gib}, {PID: 102, UsedMemoryBytes: 20 * gib}, {PID: 201, UsedMemoryBytes: 20 * gib}, {PID: 301, UsedMemoryBytes: gib}}}
 	h.backend.mu.Unlock()
 
 	h.agent.account(ctx)
@@ -157,7 +157,7 @@ func TestReportPolicyTerminatesNothing(t *testing.T) {
 	if err := h.agent.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	g0 := twoGPUs()[0].UUID
+	g0 := twoGPUs()[0].UUID.String()
 	h.addProc(t, 101, 1000, g0+"::0")
 	h.addProc(t, 102, 2000, g0+"::0")
 	for _, pid := range []int{101, 102} {
@@ -165,7 +165,7 @@ func TestReportPolicyTerminatesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h.backend.procs = map[string][]gpu.Process{g0: {{PID: 101, UsedMemoryBytes: 30 << 30}, {PID: 102, UsedMemoryBytes: 30 << 30}}}
+	h.backend.procs = map[gpu.UUID][]gpu.Process{gpu.UUID(g0): {{PID: 101, UsedMemoryBytes: 30 << 30}, {PID: 102, UsedMemoryBytes: 30 << 30}}}
 	h.agent.account(ctx)
 	clients, _ := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(0)}, 5e9, nil).ClientServers(ctx)
 	if len(clients) != 2 {

@@ -73,10 +73,10 @@ type Agent struct {
 	// loop-owned: only the Run loop (or a test calling Reconcile) touches
 	// these, never concurrently.
 	hostID  string
-	gpus    map[string]*gpuState     // by UUID: every GPU the agent runs MPS for
-	planned map[string][]vdev.Device // by GPU UUID
-	layout  singleLayout             // the single pipe layout's device list and threads
-	present map[string]gpu.Info      // the GPUs NVML lists, by UUID
+	gpus    map[gpu.UUID]*gpuState     // by UUID: every GPU the agent runs MPS for
+	planned map[gpu.UUID][]vdev.Device // by GPU UUID
+	layout  singleLayout               // the single pipe layout's device list and threads
+	present map[gpu.UUID]gpu.Info      // the GPUs NVML lists, by UUID
 	// listed are the host's devices as the last sync left them in the
 	// inventory (inventory.go): their ids, guests and held devices.
 	listed    map[vdev.Name]listed
@@ -130,7 +130,7 @@ func New(opts Options) (*Agent, error) {
 		log:        opts.Log.With("component", "agent"),
 		state:      &stateDir{path: hc.StateDirectory},
 		notify:     opts.Notifier,
-		gpus:       map[string]*gpuState{},
+		gpus:       map[gpu.UUID]*gpuState{},
 		acct:       accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: identityStore(opts.Config).Table, Killer: opts.Killer, Log: opts.Log}),
 		cfg:        opts.Config,
 		generation: 1,

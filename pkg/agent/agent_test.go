@@ -36,7 +36,7 @@ type fakeBackend struct {
 	gpus     []gpu.Info
 	setModes []string
 	setErr   error
-	procs    map[string][]gpu.Process
+	procs    map[gpu.UUID][]gpu.Process
 }
 
 func (b *fakeBackend) Devices(context.Context) ([]gpu.Info, error) {
@@ -45,7 +45,7 @@ func (b *fakeBackend) Devices(context.Context) ([]gpu.Info, error) {
 	return append([]gpu.Info(nil), b.gpus...), nil
 }
 
-func (b *fakeBackend) SetComputeMode(_ context.Context, uuid string, m gpu.ComputeMode) error {
+func (b *fakeBackend) SetComputeMode(_ context.Context, uuid gpu.UUID, m gpu.ComputeMode) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.setErr != nil {
@@ -54,7 +54,7 @@ func (b *fakeBackend) SetComputeMode(_ context.Context, uuid string, m gpu.Compu
 	for i := range b.gpus {
 		if b.gpus[i].UUID == uuid {
 			b.gpus[i].ComputeMode = m
-			b.setModes = append(b.setModes, uuid+"="+m.String())
+			b.setModes = append(b.setModes, uuid.String()+"="+m.String())
 			return nil
 		}
 	}
@@ -62,7 +62,7 @@ func (b *fakeBackend) SetComputeMode(_ context.Context, uuid string, m gpu.Compu
 }
 
 // MPSProcesses lists what a test put in procs (NVML's MPS clients per GPU).
-func (b *fakeBackend) MPSProcesses(_ context.Context, uuid string) ([]gpu.Process, error) {
+func (b *fakeBackend) MPSProcesses(_ context.Context, uuid gpu.UUID) ([]gpu.Process, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]gpu.Process(nil), b.procs[uuid]...), nil
@@ -78,7 +78,7 @@ const h200Memory units.MiB = 143771
 func twoGPUs() []gpu.Info {
 	mk := func(i int, bus uint8) gpu.Info {
 		return gpu.Info{
-			Index: i, Minor: i, UUID: fmt.Sprintf("GPU-0000000%d-aaaa-bbbb-cccc-dddddddddddd", i), Name: "NVIDIA H200",
+			Index: i, Minor: i, UUID: gpu.UUID(fmt.Sprintf("GPU-0000000%d-aaaa-bbbb-cccc-dddddddddddd", i)), Name: "NVIDIA H200",
 			PCI: pci.Address{Bus: bus}, PCIVendorID: 0x10de, PCIDeviceID: 0x2335, MemoryTotal: h200Memory.Bytes(),
 			Architecture: gpu.ArchHopper, NUMANode: -1, PCIeGeneration: 5, PCIeWidth: 16,
 		}
@@ -175,7 +175,7 @@ func (h *harness) fixture(t testing.TB, name, extra string) []byte {
 }
 
 func (h *harness) pipeDir(i int) string {
-	return filepath.Join(h.dir, "pipe", twoGPUs()[i].UUID)
+	return filepath.Join(h.dir, "pipe", twoGPUs()[i].UUID.String())
 }
 
 func (h *harness) devices() []api.IsolatedDevice {
@@ -190,7 +190,7 @@ func (h *harness) devices() []api.IsolatedDevice {
 // controlDefaults reads a GPU's default limits the way an operator would,
 // through the (simulated) control daemon.
 func (h *harness) controlDefaults(i int) (mps.Limits, error) {
-	c := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(i), VisibleDevices: twoGPUs()[i].UUID}, 5*time.Second, nil)
+	c := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(i), VisibleDevices: twoGPUs()[i].UUID.String()}, 5*time.Second, nil)
 	return c.Defaults(context.Background())
 }
 
@@ -209,7 +209,7 @@ func TestCapsAreEnforcedBeforeAnyDeviceIsOffered(t *testing.T) {
 	h.inv.check = func(desired []api.IsolatedDevice) error {
 		for _, d := range desired {
 			i := 0
-			if d.DevicePath == twoGPUs()[1].UUID {
+			if d.DevicePath == twoGPUs()[1].UUID.String() {
 				i = 1
 			}
 			lim, err := h.controlDefaults(i)
@@ -243,7 +243,7 @@ func TestCapsAreEnforcedBeforeAnyDeviceIsOffered(t *testing.T) {
 	if !h.agent.Status().Ready {
 		t.Error("agent not ready after a full reconcile")
 	}
-	if want := "yunion.io/mps-gpu=" + twoGPUs()[0].UUID + "::0"; devs[0].CDIName != want {
+	if want := "yunion.io/mps-gpu=" + twoGPUs()[0].UUID.String() + "::0"; devs[0].CDIName != want {
 		t.Errorf("cdi_name %q, want %q", devs[0].CDIName, want)
 	}
 	// The host's CDI spec holds every device under both names.
@@ -273,7 +273,7 @@ func TestComputeModeIsSetOnceAndTheOriginalRemembered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{twoGPUs()[0].UUID: "Default", twoGPUs()[1].UUID: "Prohibited"}
+	want := map[string]string{twoGPUs()[0].UUID.String(): "Default", twoGPUs()[1].UUID.String(): "Prohibited"}
 	if fmt.Sprint(modes) != fmt.Sprint(want) {
 		t.Errorf("remembered %v, want %v", modes, want)
 	}
@@ -307,7 +307,7 @@ func TestAGPUWhoseMPSFailsIsMarkedUnhealthyAndTheOthersAreOffered(t *testing.T) 
 	h := newHarness(t, "", fourAndTwo)
 	h.agent.opts.Runner = failingRunner{Runner: h.runner, badPipe: h.pipeDir(1)}
 	err := h.agent.Reconcile(context.Background())
-	if err == nil || !strings.Contains(err.Error(), twoGPUs()[1].UUID) {
+	if err == nil || !strings.Contains(err.Error(), twoGPUs()[1].UUID.String()) {
 		t.Fatalf("want an error naming the failed GPU, got %v", err)
 	}
 	devs := h.devices()
@@ -315,7 +315,7 @@ func TestAGPUWhoseMPSFailsIsMarkedUnhealthyAndTheOthersAreOffered(t *testing.T) 
 		t.Fatalf("%d devices, want all 6: a failing GPU's devices stay, marked unhealthy", len(devs))
 	}
 	for _, d := range devs {
-		if bad := d.DevicePath == twoGPUs()[1].UUID; d.Unhealthy != bad {
+		if bad := d.DevicePath == twoGPUs()[1].UUID.String(); d.Unhealthy != bad {
 			t.Errorf("device %s of GPU %s: unhealthy=%v", d.Addr, d.DevicePath, d.Unhealthy)
 		}
 	}
@@ -325,7 +325,7 @@ func TestAGPUWhoseMPSFailsIsMarkedUnhealthyAndTheOthersAreOffered(t *testing.T) 
 	}
 	// The daemon can start again: the devices come back by themselves.
 	h.agent.opts.Runner = h.runner
-	h.agent.gpus = map[string]*gpuState{}
+	h.agent.gpus = map[gpu.UUID]*gpuState{}
 	if err := h.agent.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}

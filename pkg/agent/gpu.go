@@ -134,7 +134,7 @@ func (a *Agent) limitsOf(cfg *Config, gp plan.GPUPlan) mps.Limits {
 // before MPS is asked: the status edge of limitsOf.
 func plannedStatus(gp plan.GPUPlan, want mps.Limits) status.GPU {
 	g := gp.GPU
-	return status.GPU{UUID: g.UUID, Index: g.Index, Minor: g.Minor, PCI: g.PCI, Model: g.Name, VirtualNumber: gp.N,
+	return status.GPU{UUID: g.UUID.String(), Index: g.Index, Minor: g.Minor, PCI: g.PCI, Model: g.Name, VirtualNumber: gp.N,
 		MemoryTotal: g.MemoryTotal, MemoryUsed: g.MemoryUsed, ComputeMode: g.ComputeMode.String(),
 		MemoryLimit: want.MemoryLimit, ThreadPercentage: int(want.ThreadPercentage), ClientPriority: want.ClientPriority,
 		QoS: gpuQoS(gp)}
@@ -259,7 +259,7 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan, wa
 }
 
 // gpu returns the state of one GPU, creating its controller on first sight.
-func (a *Agent) gpu(cfg *Config, uuid string) *gpuState {
+func (a *Agent) gpu(cfg *Config, uuid gpu.UUID) *gpuState {
 	if gs, ok := a.gpus[uuid]; ok {
 		return gs
 	}

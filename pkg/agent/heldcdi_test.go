@@ -25,11 +25,11 @@ func TestDeviceAttachedSinceTheLastSyncKeepsItsCDIEntryThroughAResize(t *testing
 	if err := h.agent.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	name := twoGPUs()[1].UUID + "::1"
+	name := twoGPUs()[1].UUID.String() + "::1"
 	if !strings.Contains(h.cdiSpec(t), name) {
 		t.Errorf("the held device %s lost its CDI entry in the reconcile that took its GPU out of the plan", name)
 	}
-	if strings.Contains(h.cdiSpec(t), twoGPUs()[1].UUID+"::0") {
+	if strings.Contains(h.cdiSpec(t), twoGPUs()[1].UUID.String()+"::0") {
 		t.Errorf("the free device of the GPU taken out is still in the CDI spec")
 	}
 }

@@ -181,7 +181,7 @@ func TestContainerLiarIsBilledAndTerminatedByItsIdentity(t *testing.T) {
 		}
 	}
 	h.backend.mu.Lock()
-	h.backend.procs = map[string][]gpu.Process{g0: {{PID: 101, UsedMemoryBytes: 20 * gib}, {PID: 102, UsedMemoryBytes: 20 * gib}, {PID: 201, UsedMemoryBytes: 20 * gib}}}
+	h.backend.procs = map[gpu.UUID][]gpu.Process{g0: {{PID: 101, UsedMemoryBytes: 20 * gib}, {PID: 102, UsedMemoryBytes: 20 * gib}, {PID: 201, UsedMemoryBytes: 20 * gib}}}
 	h.backend.mu.Unlock()
 
 	h.agent.account(ctx)

@@ -24,7 +24,7 @@ func rowOf(hostID string, d vdev.Device, healthy bool) api.IsolatedDevice {
 		Model:               d.GPU.Name,
 		Addr:                d.Addr(),
 		VendorDeviceID:      d.GPU.VendorDeviceID(),
-		DevicePath:          d.GPU.UUID,
+		DevicePath:          d.GPU.UUID.String(),
 		NumaNode:            d.GPU.NUMANode,
 		PCIEInfo:            api.PCIEInfoOf(d.GPU.PCIeGeneration, d.GPU.PCIeWidth),
 		Index:               -1,
@@ -67,7 +67,7 @@ func (a *Agent) byName(rows []api.IsolatedDevice, planned map[vdev.Name]vdev.Dev
 		if !ok || r.DevicePath == "" {
 			continue
 		}
-		name := vdev.NameOf(r.DevicePath, i)
+		name := vdev.NameOf(gpu.UUID(r.DevicePath), i)
 		l := listed{ID: r.ID, Guest: r.GuestID, Healthy: !r.Unhealthy, PendingRemoval: r.PendingRemoval, CDIName: r.CDIName}
 		if d, ok := planned[name]; ok {
 			l.Device, l.ClassKnown = d, true
@@ -84,9 +84,9 @@ func (a *Agent) byName(rows []api.IsolatedDevice, planned map[vdev.Name]vdev.Dev
 // have any more: its GPU as listed now (only its UUID when the GPU is
 // gone), its caps from the row, its class as last planned.
 func (a *Agent) unplannedDevice(r api.IsolatedDevice, i int) (d vdev.Device, classKnown bool) {
-	g, ok := a.present[r.DevicePath]
+	g, ok := a.present[gpu.UUID(r.DevicePath)]
 	if !ok {
-		g = gpu.Info{UUID: r.DevicePath, Index: -1, Minor: -1}
+		g = gpu.Info{UUID: gpu.UUID(r.DevicePath), Index: -1, Minor: -1}
 	}
 	d = vdev.Device{GPU: g, Index: i, MemoryLimit: units.MiB(r.MPSMemoryLimit), ThreadPercentage: r.MPSThreadPercentage}
 	d.Class, classKnown = a.classes[d.Name()]

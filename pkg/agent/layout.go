@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/plan"
 	"yunion.io/x/mps-daemon/pkg/vdev"
@@ -39,7 +40,7 @@ func layoutOf(cfg *Config, p *plan.Plan) singleLayout {
 	var l singleLayout
 	uuids := make([]string, 0, len(p.GPUs))
 	for _, gp := range p.GPUs {
-		uuids = append(uuids, gp.GPU.UUID)
+		uuids = append(uuids, gp.GPU.UUID.String())
 	}
 	l.visible = mps.VisibleList(uuids)
 	l.defaults = p.SharedDefaults()
@@ -54,7 +55,7 @@ func layoutOf(cfg *Config, p *plan.Plan) singleLayout {
 // Cloudpods' own mps-daemon) cannot have caps set on the right GPU. Either
 // way the error is a reason to report the GPU unhealthy (its devices are not
 // offered) until the daemon is idle and restarted; it is not a failure.
-func (a *Agent) bindDevice(cfg *Config, gs *gpuState, uuid string, log *slog.Logger) error {
+func (a *Agent) bindDevice(cfg *Config, gs *gpuState, uuid gpu.UUID, log *slog.Logger) error {
 	if !cfg.single() {
 		return nil
 	}
@@ -62,7 +63,7 @@ func (a *Agent) bindDevice(cfg *Config, gs *gpuState, uuid string, log *slog.Log
 	if !known {
 		return fmt.Errorf("the MPS control daemon in %s was started by another program with CUDA's own device order, which cannot be known: caps cannot be set on the right GPU; it is restarted with a known order once no client is connected", gs.env.PipeDir)
 	}
-	i, ok := mps.Ordinal(running, uuid)
+	i, ok := mps.Ordinal(running, uuid.String())
 	if !ok {
 		return fmt.Errorf("the MPS control daemon in %s serves %s, not this GPU: it is restarted with the configured GPUs once no client is connected", gs.env.PipeDir, running)
 	}
@@ -74,7 +75,7 @@ func (a *Agent) bindDevice(cfg *Config, gs *gpuState, uuid string, log *slog.Log
 }
 
 // envFor is the MPS environment of a GPU in the layout in force.
-func (a *Agent) envFor(cfg *Config, uuid string) mps.Env {
+func (a *Agent) envFor(cfg *Config, uuid gpu.UUID) mps.Env {
 	env := cfg.pipeLog(uuid)
 	if cfg.single() {
 		env.VisibleDevices = a.layout.visible
@@ -86,7 +87,7 @@ func (a *Agent) envFor(cfg *Config, uuid string) mps.Env {
 // daemon is the single layout's shared one. A per-GPU directory
 // <root>/<uuid> found in the single layout is a daemon of the per-GPU
 // layout left from before a switch: it is retired like any per-GPU daemon.
-func (a *Agent) retiring(cfg *Config, uuid string, log *slog.Logger) (*gpuState, bool) {
+func (a *Agent) retiring(cfg *Config, uuid gpu.UUID, log *slog.Logger) (*gpuState, bool) {
 	if gs, ok := a.gpus[uuid]; ok {
 		return gs, gs.env.Single
 	}

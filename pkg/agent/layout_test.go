@@ -26,18 +26,18 @@ const onlyFirst = `devices:
 func TestSingleLayoutCapsLandOnEachGPU(t *testing.T) {
 	h := newHarness(t, "mps_pipe_layout: single\n", onlyFirst)
 	gpus := twoGPUs()
-	h.runner.SetCUDAOrder([]string{gpus[1].UUID, gpus[0].UUID})
+	h.runner.SetCUDAOrder([]string{gpus[1].UUID.String(), gpus[0].UUID.String()})
 	ctx := context.Background()
 	root := filepath.Join(h.dir, "pipe")
 
 	if err := h.agent.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(root, gpus[0].UUID)); err == nil {
+	if _, err := os.Stat(filepath.Join(root, gpus[0].UUID.String())); err == nil {
 		t.Fatal("a per-GPU pipe directory in the single layout")
 	}
-	if got, _ := mps.RecordedDevices(root); got != gpus[0].UUID {
-		t.Fatalf("single daemon started for %q, want the planned GPU %s", got, gpus[0].UUID)
+	if got, _ := mps.RecordedDevices(root); got != gpus[0].UUID.String() {
+		t.Fatalf("single daemon started for %q, want the planned GPU %s", got, gpus[0].UUID.String())
 	}
 	// A client connects; then the second GPU joins the configuration.
 	srv, err := h.runner.AddClient(root, 5001)
@@ -57,11 +57,11 @@ func TestSingleLayoutCapsLandOnEachGPU(t *testing.T) {
 		t.Fatalf("first GPU healthy %v, added GPU healthy %v (%q): want the running one served, the new one waiting for the clients", st.GPUs[0].Healthy, st.GPUs[1].Healthy, st.GPUs[1].Reason)
 	}
 	for _, d := range h.devices() {
-		if d.DevicePath == gpus[1].UUID && !d.Unhealthy {
+		if d.DevicePath == gpus[1].UUID.String() && !d.Unhealthy {
 			t.Errorf("device %s of the waiting GPU offered as healthy", d.Addr)
 		}
 	}
-	if l, err := h.runner.EnforcedLimitsOn(root, srv, gpus[0].UUID); err != nil || l.MemoryLimit != h200Memory/4 {
+	if l, err := h.runner.EnforcedLimitsOn(root, srv, gpus[0].UUID.String()); err != nil || l.MemoryLimit != h200Memory/4 {
 		t.Fatalf("the connected client's server: %+v %v, want GPU 0's cap %v kept", l, err, h200Memory/4)
 	}
 
@@ -73,7 +73,7 @@ func TestSingleLayoutCapsLandOnEachGPU(t *testing.T) {
 	if err := h.agent.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := mps.RecordedDevices(root); got != gpus[0].UUID+","+gpus[1].UUID {
+	if got, _ := mps.RecordedDevices(root); got != gpus[0].UUID.String()+","+gpus[1].UUID.String() {
 		t.Fatalf("daemon serves %q, want both GPUs in PCI order", got)
 	}
 	srv, err = h.runner.AddClient(root, 5002)
@@ -81,16 +81,16 @@ func TestSingleLayoutCapsLandOnEachGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []units.MiB{h200Memory / 4, h200Memory / 2} {
-		l, err := h.runner.EnforcedLimitsOn(root, srv, gpus[i].UUID)
+		l, err := h.runner.EnforcedLimitsOn(root, srv, gpus[i].UUID.String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if l.MemoryLimit != want || l.ThreadPercentage != 50 {
-			t.Errorf("GPU %d (%s): %v at %v%%, want %v at 50%% (the largest share, 100/2)", i, gpus[i].UUID, l.MemoryLimit, l.ThreadPercentage, want)
+			t.Errorf("GPU %d (%s): %v at %v%%, want %v at 50%% (the largest share, 100/2)", i, gpus[i].UUID.String(), l.MemoryLimit, l.ThreadPercentage, want)
 		}
 	}
 	for _, d := range h.devices() {
-		if d.MPSThreadPercentage != 100/map[string]int{gpus[0].UUID: 4, gpus[1].UUID: 2}[d.DevicePath] {
+		if d.MPSThreadPercentage != 100/map[string]int{gpus[0].UUID.String(): 4, gpus[1].UUID.String(): 2}[d.DevicePath] {
 			t.Errorf("row %s: thread percentage %d, want its GPU's own policy value", d.Addr, d.MPSThreadPercentage)
 		}
 	}
@@ -99,7 +99,7 @@ func TestSingleLayoutCapsLandOnEachGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(spec), filepath.Join(root, gpus[0].UUID)) || !strings.Contains(string(spec), "CUDA_MPS_PIPE_DIRECTORY="+root) {
+	if strings.Contains(string(spec), filepath.Join(root, gpus[0].UUID.String())) || !strings.Contains(string(spec), "CUDA_MPS_PIPE_DIRECTORY="+root) {
 		t.Errorf("CDI spec does not use the single pipe directory %s:\n%s", root, spec)
 	}
 }

@@ -155,7 +155,7 @@ func TestGPURemovedFromConfigKeepsMPSWhileHeld(t *testing.T) {
 	if up, _ := ctl.Running(ctx); !up {
 		t.Fatal("GPU 1's MPS daemon must keep running while pod-b holds one of its devices")
 	}
-	if st := h.agent.Status(); len(st.Retiring) != 1 || st.Retiring[0] != twoGPUs()[1].UUID {
+	if st := h.agent.Status(); len(st.Retiring) != 1 || st.Retiring[0] != twoGPUs()[1].UUID.String() {
 		t.Errorf("status should list GPU 1 as retiring: %+v", st.Retiring)
 	}
 	if _, err := h.inv.DetachIsolatedDevice(ctx, "pod-b", held.ID); err != nil {
@@ -168,7 +168,7 @@ func TestGPURemovedFromConfigKeepsMPSWhileHeld(t *testing.T) {
 		t.Error("GPU 1's MPS daemon should stop once nothing holds its devices")
 	}
 	for _, d := range h.devices() {
-		if d.DevicePath == twoGPUs()[1].UUID {
+		if d.DevicePath == twoGPUs()[1].UUID.String() {
 			t.Errorf("device of the removed GPU left behind: %+v", d)
 		}
 	}
@@ -219,11 +219,11 @@ func TestFaultMarksDevicesUnhealthyUntilTheClientsAreGone(t *testing.T) {
 		t.Fatalf("a FAULT is a health state, not a reconcile failure: %v", err)
 	}
 	for _, d := range h.devices() {
-		if bad := d.DevicePath == twoGPUs()[0].UUID; d.Unhealthy != bad {
+		if bad := d.DevicePath == twoGPUs()[0].UUID.String(); d.Unhealthy != bad {
 			t.Errorf("%s unhealthy=%v during GPU 0's fault", d.Addr, d.Unhealthy)
 		}
 	}
-	if spec := h.cdiSpec(t); strings.Contains(spec, twoGPUs()[0].UUID+"::0") || !strings.Contains(spec, twoGPUs()[1].UUID+"::0") {
+	if spec := h.cdiSpec(t); strings.Contains(spec, twoGPUs()[0].UUID.String()+"::0") || !strings.Contains(spec, twoGPUs()[1].UUID.String()+"::0") {
 		t.Error("the CDI spec must drop the faulted GPU's devices and keep the others")
 	}
 	// Not handed out meanwhile.
@@ -244,7 +244,7 @@ func TestFaultMarksDevicesUnhealthyUntilTheClientsAreGone(t *testing.T) {
 			t.Errorf("%s still unhealthy after the recovery", d.Addr)
 		}
 	}
-	if !strings.Contains(h.cdiSpec(t), twoGPUs()[0].UUID+"::0") {
+	if !strings.Contains(h.cdiSpec(t), twoGPUs()[0].UUID.String()+"::0") {
 		t.Error("the recovered GPU's devices should be back in the CDI spec")
 	}
 }

@@ -82,12 +82,12 @@ func TestMetricsFollowAResize(t *testing.T) {
 		t.Fatalf("%d device cap series (%v), want 4+2", n, err)
 	}
 	body := scrapeAgent(t, srv.URL)
-	gpu0 := `Hostname="node-1",UUID="` + twoGPUs()[0].UUID + `",device="nvidia0",gpu="0",pci_bus_id="00000000:1A:00.0"`
+	gpu0 := `Hostname="node-1",UUID="` + twoGPUs()[0].UUID.String() + `",device="nvidia0",gpu="0",pci_bus_id="00000000:1A:00.0"`
 	for _, want := range []string{
 		`mps_gpu_virtual_devices{` + gpu0 + `} 4`,
 		`mps_gpu_healthy{` + gpu0 + `} 1`,
 		// h200Memory / 4 = 35942 MiB
-		`mps_virtual_device_memory_limit_bytes{Hostname="node-1",UUID="` + twoGPUs()[0].UUID + `",addr="1a:00.0-3",device="nvidia0",gpu="0",pci_bus_id="00000000:1A:00.0",virtual_device="` + twoGPUs()[0].UUID + `::3"} 3.7687918592e+10`,
+		`mps_virtual_device_memory_limit_bytes{Hostname="node-1",UUID="` + twoGPUs()[0].UUID.String() + `",addr="1a:00.0-3",device="nvidia0",gpu="0",pci_bus_id="00000000:1A:00.0",virtual_device="` + twoGPUs()[0].UUID.String() + `::3"} 3.7687918592e+10`,
 		`mps_daemon_ready{Hostname="node-1"} 1`,
 	} {
 		if !strings.Contains(body, want) {

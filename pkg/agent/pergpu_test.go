@@ -114,8 +114,8 @@ func TestEditOfOneGPUTouchesThatGPUOnly(t *testing.T) {
 	if err := h.agent.reconcileChanged(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := runner.take(); !maps.Equal(got, map[string]int{edited.UUID: got[edited.UUID]}) || got[edited.UUID] == 0 {
-		t.Errorf("MPS commands by control daemon: %v; want GPU 3's (%s) alone", got, edited.UUID)
+	if got := runner.take(); !maps.Equal(got, map[string]int{edited.UUID.String(): got[edited.UUID.String()]}) || got[edited.UUID.String()] == 0 {
+		t.Errorf("MPS commands by control daemon: %v; want GPU 3's (%s) alone", got, edited.UUID.String())
 	}
 	after := rows()
 	for addr, r := range before {
@@ -133,7 +133,7 @@ func TestEditOfOneGPUTouchesThatGPUOnly(t *testing.T) {
 	if n := strings.Count(logs.String(), "CDI spec written"); n != 1 {
 		t.Errorf("the CDI spec was written %d times, want once:\n%s", n, logs.String())
 	}
-	if d, err := h.controlDefaultsOf(edited.UUID); err != nil || d.MemoryLimit != edited.MemoryTotal.MiB()/2 {
+	if d, err := h.controlDefaultsOf(edited.UUID.String()); err != nil || d.MemoryLimit != edited.MemoryTotal.MiB()/2 {
 		t.Errorf("GPU 3's control daemon holds %+v (%v), want half the GPU's memory", d, err)
 	}
 

@@ -90,7 +90,7 @@ func TestQoSSlicesReachEveryEdge(t *testing.T) {
 	}
 	for _, r := range h.devices() {
 		_, i, _ := api.ParseSliceAddr(r.Addr)
-		if w := want[vdev.NameOf(r.DevicePath, i).String()]; r.MPSThreadPercentage != w[0] {
+		if w := want[vdev.NameOf(gpu.UUID(r.DevicePath), i).String()]; r.MPSThreadPercentage != w[0] {
 			t.Errorf("inventory row %s: mps_thread_percentage %d, want %d", r.Addr, r.MPSThreadPercentage, w[0])
 		}
 	}
@@ -98,7 +98,7 @@ func TestQoSSlicesReachEveryEdge(t *testing.T) {
 	for name, w := range want {
 		d := deviceOf(st, name)
 		class := map[string]string{vdev.NameOf(g0, 0).String(): "latency"}[name]
-		if strings.HasPrefix(name, g0) && class == "" {
+		if strings.HasPrefix(name, g0.String()) && class == "" {
 			class = "batch"
 		}
 		if d == nil || d.ThreadPercentage != w[0] || d.ClientPriority != w[1] || d.QoSClass != class {
@@ -179,7 +179,7 @@ func TestPriorityChangeLeavesServersRunning(t *testing.T) {
 func TestAdoptedDaemonAtPriorityOne(t *testing.T) {
 	h := newHarness(t, "", fourAndTwo)
 	ctx := context.Background()
-	ctl := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(0), VisibleDevices: twoGPUs()[0].UUID}, 5*time.Second, nil)
+	ctl := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(0), VisibleDevices: twoGPUs()[0].UUID.String()}, 5*time.Second, nil)
 	if _, err := ctl.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestQoSEscapeTerminatedUnderEnforce(t *testing.T) {
 		}
 	}
 	h.backend.mu.Lock()
-	h.backend.procs = map[string][]gpu.Process{g0: {{PID: 301, UsedMemoryBytes: 1 << 30}, {PID: 311, UsedMemoryBytes: 1 << 30}, {PID: 312, UsedMemoryBytes: 1 << 30}}}
+	h.backend.procs = map[gpu.UUID][]gpu.Process{g0: {{PID: 301, UsedMemoryBytes: 1 << 30}, {PID: 311, UsedMemoryBytes: 1 << 30}, {PID: 312, UsedMemoryBytes: 1 << 30}}}
 	h.backend.mu.Unlock()
 
 	h.agent.account(ctx)
@@ -284,8 +284,8 @@ func TestQoSEscapeTerminatedUnderEnforce(t *testing.T) {
 	body := scrapeAgent(t, srv.URL)
 	for _, want := range []string{`mps_daemon_accounting_qos_escapes{Hostname="node-1"} 1`,
 		`mps_daemon_enforcement_steps_total{Hostname="node-1",cause="qos_escape",step="terminate_client"} 1`,
-		`mps_virtual_device_client_priority{Hostname="node-1",UUID="` + g0 + `",addr="1a:00.0-1"`,
-		`mps_gpu_default_client_priority{Hostname="node-1",UUID="` + g0 + `"`} {
+		`mps_virtual_device_client_priority{Hostname="node-1",UUID="` + g0.String() + `",addr="1a:00.0-1"`,
+		`mps_gpu_default_client_priority{Hostname="node-1",UUID="` + g0.String() + `"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

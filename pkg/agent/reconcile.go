@@ -40,12 +40,12 @@ func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 		return a.fail(withKind(metrics.ErrorConfig, fmt.Errorf("invalid configuration, nothing changed: %w", err)))
 	}
 	a.layout = layoutOf(cfg, p)
-	a.present = map[string]gpu.Info{}
+	a.present = map[gpu.UUID]gpu.Info{}
 	for _, g := range gpus {
 		a.present[g.UUID] = g
 	}
-	planned := map[string]bool{}
-	a.planned = map[string][]vdev.Device{}
+	planned := map[gpu.UUID]bool{}
+	a.planned = map[gpu.UUID][]vdev.Device{}
 	for _, gp := range p.GPUs {
 		planned[gp.GPU.UUID] = true
 		a.planned[gp.GPU.UUID] = gp.Devices
@@ -72,7 +72,10 @@ func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 	retiring := a.retire(ctx, cfg, planned)
 	a.setGPUs(statuses, desired, true)
 	a.mu.Lock()
-	a.status.Retiring = retiring
+	a.status.Retiring = nil
+	for _, uuid := range retiring {
+		a.status.Retiring = append(a.status.Retiring, uuid.String())
+	}
 	a.mu.Unlock()
 	a.log.Info("reconciled",
 		"simulated", a.opts.Simulated, "host", hostName, "gpus", len(p.GPUs), "virtual_devices", desired,
@@ -204,14 +207,14 @@ func (a *Agent) statusLine() string {
 
 // pipeLog gives a GPU its own pipe and log directory under the roots, or,
 // in the single layout, the roots themselves (layout.go).
-func (c *Config) pipeLog(uuid string) mps.Env {
+func (c *Config) pipeLog(uuid gpu.UUID) mps.Env {
 	if c.single() {
 		return mps.Env{PipeDir: c.Host.CudaMPSPipeDirectory, LogDir: c.Host.CudaMPSLogDirectory, Single: true, MultiUser: c.Host.MultiUserServer}
 	}
 	return mps.Env{
-		PipeDir:        filepath.Join(c.Host.CudaMPSPipeDirectory, uuid),
-		LogDir:         filepath.Join(c.Host.CudaMPSLogDirectory, uuid),
-		VisibleDevices: uuid,
+		PipeDir:        filepath.Join(c.Host.CudaMPSPipeDirectory, uuid.String()),
+		LogDir:         filepath.Join(c.Host.CudaMPSLogDirectory, uuid.String()),
+		VisibleDevices: uuid.String(),
 		MultiUser:      c.Host.MultiUserServer,
 	}
 }

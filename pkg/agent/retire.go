@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
@@ -20,14 +19,14 @@ import (
 // Daemons found in the pipe root that this process never started (a GPU
 // removed while the daemon was down) are retired the same way.
 // What guests hold is a.listed, the inventory's devices after the sync.
-func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[string]bool) []string {
-	heldPerGPU := map[string]int{}
+func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[gpu.UUID]bool) []gpu.UUID {
+	heldPerGPU := map[gpu.UUID]int{}
 	for _, l := range a.listed {
 		if l.Guest != "" {
 			heldPerGPU[l.Device.GPU.UUID]++
 		}
 	}
-	var retiring []string
+	var retiring []gpu.UUID
 	for _, uuid := range a.unplanned(cfg, planned) {
 		log := a.log.With("gpu", uuid)
 		gs, shared := a.retiring(cfg, uuid, log)
@@ -60,7 +59,7 @@ func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[string]bool
 		log.Info("GPU left the configuration and nothing uses it: MPS control daemon stopped")
 		delete(a.gpus, uuid)
 	}
-	sort.Strings(retiring)
+	slices.Sort(retiring)
 	a.restoreModes(ctx, cfg, planned, retiring)
 	return retiring
 }
@@ -72,7 +71,7 @@ func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[string]bool
 // longer the daemon's to set (mps_set_exclusive_compute_mode: false). A GPU
 // taken back into the configuration is set again and its mode recorded
 // again. GPUs that are not present are left for later.
-func (a *Agent) restoreModes(ctx context.Context, cfg *Config, planned map[string]bool, retiring []string) {
+func (a *Agent) restoreModes(ctx context.Context, cfg *Config, planned map[gpu.UUID]bool, retiring []gpu.UUID) {
 	modes, err := a.state.previousModes()
 	if err != nil {
 		a.log.Warn("reading the recorded compute modes", "err", err)
@@ -98,7 +97,7 @@ func (a *Agent) restoreModes(ctx context.Context, cfg *Config, planned map[strin
 // restoreMode sets GPU uuid back to the recorded compute mode name and
 // forgets the record; restored says whether the GPU has its mode back (the
 // error may then be about forgetting it).
-func (a *Agent) restoreMode(ctx context.Context, uuid, name string) (restored bool, err error) {
+func (a *Agent) restoreMode(ctx context.Context, uuid gpu.UUID, name string) (restored bool, err error) {
 	mode, err := gpu.ParseComputeMode(name)
 	if err == nil {
 		err = a.opts.Backend.SetComputeMode(ctx, uuid, mode)
@@ -114,8 +113,8 @@ func (a *Agent) restoreMode(ctx context.Context, uuid, name string) (restored bo
 
 // unplanned lists GPUs with a known or findable control daemon outside the
 // plan: the agent's own, and GPU-* directories in the pipe root.
-func (a *Agent) unplanned(cfg *Config, planned map[string]bool) []string {
-	seen := map[string]bool{}
+func (a *Agent) unplanned(cfg *Config, planned map[gpu.UUID]bool) []gpu.UUID {
+	seen := map[gpu.UUID]bool{}
 	for uuid := range a.gpus {
 		if !planned[uuid] {
 			seen[uuid] = true
@@ -124,17 +123,17 @@ func (a *Agent) unplanned(cfg *Config, planned map[string]bool) []string {
 	entries, _ := os.ReadDir(cfg.Host.CudaMPSPipeDirectory)
 	for _, e := range entries {
 		name := e.Name()
-		if e.IsDir() && strings.HasPrefix(name, "GPU-") && !planned[name] {
+		if e.IsDir() && strings.HasPrefix(name, "GPU-") && !planned[gpu.UUID(name)] {
 			if _, err := os.Stat(filepath.Join(cfg.Host.CudaMPSPipeDirectory, name)); err == nil {
-				seen[name] = true
+				seen[gpu.UUID(name)] = true
 			}
 		}
 	}
-	out := make([]string, 0, len(seen))
+	out := make([]gpu.UUID, 0, len(seen))
 	for uuid := range seen {
 		out = append(out, uuid)
 	}
-	sort.Strings(out)
+	slices.Sort(out)
 	return out
 }
 

@@ -26,14 +26,14 @@ type stateDir struct {
 
 // previousModes reads the remembered compute modes; none remembered is an
 // empty map.
-func (s *stateDir) previousModes() (map[string]string, error) {
+func (s *stateDir) previousModes() (map[gpu.UUID]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.readModes()
 }
 
-func (s *stateDir) readModes() (map[string]string, error) {
-	modes := map[string]string{}
+func (s *stateDir) readModes() (map[gpu.UUID]string, error) {
+	modes := map[gpu.UUID]string{}
 	b, err := os.ReadFile(filepath.Join(s.path, computeModeFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return modes, nil
@@ -49,7 +49,7 @@ func (s *stateDir) readModes() (map[string]string, error) {
 
 // rememberMode records mode as the GPU's original compute mode unless one is
 // already recorded: the first reading is the one to restore.
-func (s *stateDir) rememberMode(uuid string, mode gpu.ComputeMode) error {
+func (s *stateDir) rememberMode(uuid gpu.UUID, mode gpu.ComputeMode) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	modes, err := s.readModes()
@@ -77,7 +77,7 @@ func writeFileAtomic(path string, v any) error {
 }
 
 // forgetMode drops a GPU's remembered mode once it has been restored.
-func (s *stateDir) forgetMode(uuid string) error {
+func (s *stateDir) forgetMode(uuid gpu.UUID) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	modes, err := s.readModes()

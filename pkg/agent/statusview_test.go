@@ -33,7 +33,7 @@ func TestStatusIsReadFromTheRunningDaemon(t *testing.T) {
 	if !regexp.MustCompile(`ready:\s+yes\n`).MatchString(out) {
 		t.Errorf("status should say ready:\n%s", out)
 	}
-	for _, want := range []string{"mps-daemon on node-1", "0000:1a:00.0", "35942 MiB", "db:00.0-1", twoGPUs()[1].UUID + "::1"} {
+	for _, want := range []string{"mps-daemon on node-1", "0000:1a:00.0", "35942 MiB", "db:00.0-1", twoGPUs()[1].UUID.String() + "::1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
 // Teardown undoes what the daemon set up on this host, for decommissioning
@@ -17,7 +19,7 @@ import (
 // options, as a new agent that has not run.
 func (a *Agent) Teardown(ctx context.Context, force bool, out io.Writer) error {
 	cfg, inv := a.config(), a.opts.Inventory
-	uuids := a.unplanned(cfg, map[string]bool{})
+	uuids := a.unplanned(cfg, map[gpu.UUID]bool{})
 	daemons := make([]*gpuState, len(uuids), len(uuids)+1)
 	for i, uuid := range uuids {
 		// In the single layout a <root>/<uuid> is a per-GPU daemon left

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 )
@@ -62,7 +63,7 @@ func TestServerGoneWhileReadIsNoFault(t *testing.T) {
 			}
 			srv := idle()
 			asked := question != "get_active_thread_percentage" // the probe asks no limits
-			if healthy, reason := h.agent.observe(ctx, h.agent.gpus[h.agent.Status().GPUs[0].UUID]); !healthy || r.done != asked {
+			if healthy, reason := h.agent.observe(ctx, h.agent.gpus[gpu.UUID(h.agent.Status().GPUs[0].UUID)]); !healthy || r.done != asked {
 				t.Fatalf("health probe (asked %s of server %d: %v): healthy %v (%s) for a server that went away", question, srv, r.done, healthy, reason)
 			}
 			srv = idle()

@@ -98,7 +98,7 @@ func build(o Options, devs []Device, nodes nodeSet) *specs.Spec {
 func containerEdits(o Options, d Device, nodes nodeSet) specs.ContainerEdits {
 	e := specs.ContainerEdits{
 		Env: []string{
-			EnvVisibleDevices + "=" + d.GPU.UUID,
+			EnvVisibleDevices + "=" + d.GPU.UUID.String(),
 			EnvPipeDirectory + "=" + d.PipeDir,
 			// Device 0: the GPU's control daemon sees only its own GPU.
 			EnvMemoryLimit + "=" + fmt.Sprintf("0=%dM", d.MemoryLimit),

@@ -40,7 +40,7 @@ func TestInvalidStatesNeverWrite(t *testing.T) {
 		{"thread percentage 101", nil, func(d []Device) []Device { d[3].ThreadPercentage = 101; return d }, "thread percentage 101"},
 		{"client priority 2", nil, func(d []Device) []Device { d[3].ClientPriority = 2; return d }, "client priority 2: want 0 or 1"},
 		{"client priority -1", nil, func(d []Device) []Device { d[4].ClientPriority = -1; return d }, "client priority -1"},
-		{"GPU UUID without GPU-", nil, func(d []Device) []Device { d[0].GPU.UUID = strings.TrimPrefix(gpuB, "GPU-"); return d }, "want GPU-xxxxxxxx"},
+		{"GPU UUID without GPU-", nil, func(d []Device) []Device { d[0].GPU.UUID = gpu.UUID(strings.TrimPrefix(gpuB, "GPU-")); return d }, "want GPU-xxxxxxxx"},
 		{"GPU UUID not hex", nil, func(d []Device) []Device { d[1].GPU.UUID = "GPU-4baeae3a-899f-8852-bd11-2e4ce3171ezz"; return d }, "invalid UUID"},
 		{"MIG UUID", nil, func(d []Device) []Device { d[1].GPU.UUID = "MIG-4baeae3a-899f-8852-bd11-2e4ce3171eb0"; return d }, "want GPU-"},
 		{"inventory id not a UUID", nil, func(d []Device) []Device { d[1].ID = "dev-1"; return d }, `inventory id "dev-1" is not a UUID`},

@@ -45,14 +45,14 @@ func hostDevices() []Device {
 
 // device is slice index of the GPU uuid (/dev/nvidia<minor>) as a
 // container gets it.
-func device(uuid string, minor, index int, id, pipe string, limit units.MiB, threads, priority int) Device {
+func device(uuid gpu.UUID, minor, index int, id, pipe string, limit units.MiB, threads, priority int) Device {
 	v := vdev.Device{GPU: gpu.Info{UUID: uuid, Minor: minor}, Index: index, MemoryLimit: limit, ThreadPercentage: threads}
 	return Device{Device: v, ID: id, PipeDir: pipe, ClientPriority: priority}
 }
 
 // identityFile is where the daemon's default state directory keeps a
 // device's identity file (identity.Store); Build never reads it.
-func identityFile(uuid string, i int) string {
+func identityFile(uuid gpu.UUID, i int) string {
 	p, err := identity.Store{Dir: "/var/lib/yunion-mps/identity"}.Path(vdev.NameOf(uuid, i))
 	if err != nil {
 		panic(err)

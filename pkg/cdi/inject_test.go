@@ -65,7 +65,7 @@ func TestInjectEveryEdit(t *testing.T) {
 					fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=%dM", d.MemoryLimit),
 					// So is the priority: a batch device's 1 wins.
 					fmt.Sprintf("CUDA_MPS_CLIENT_PRIORITY=%d", d.ClientPriority),
-					"NVIDIA_VISIBLE_DEVICES=" + d.GPU.UUID,
+					"NVIDIA_VISIBLE_DEVICES=" + d.GPU.UUID.String(),
 					"CUDA_MPS_PIPE_DIRECTORY=" + d.PipeDir,
 					fmt.Sprintf("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%d", d.ThreadPercentage),
 					fmt.Sprintf("YUNION_MPS_VIRTUAL_DEVICE=%s::%d", d.GPU.UUID, d.Index),
@@ -78,7 +78,7 @@ func TestInjectEveryEdit(t *testing.T) {
 					{Destination: "/dev/shm", Source: "/dev/shm", Type: "bind", Options: []string{"rw", "nosuid", "nodev", "noexec", "bind"}},
 					{Destination: d.PipeDir, Source: d.PipeDir, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
 					// The file naming the device, where the accounting looks.
-					{Destination: "/run/yunion-mps/devices/" + d.GPU.UUID, Source: d.IdentityFile, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
+					{Destination: "/run/yunion-mps/devices/" + d.GPU.UUID.String(), Source: d.IdentityFile, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
 					// Root in the container must not reach the privileged socket.
 					{Destination: d.PipeDir + "/control_privileged", Source: "/dev/null", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
 				}
@@ -106,7 +106,7 @@ func TestInjectNoShm(t *testing.T) {
 	want := []oci.Mount{
 		{Destination: "/dev/shm", Source: "shm", Type: "tmpfs", Options: []string{"nosuid"}},
 		{Destination: d.PipeDir, Source: d.PipeDir, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
-		{Destination: "/run/yunion-mps/devices/" + d.GPU.UUID, Source: d.IdentityFile, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
+		{Destination: "/run/yunion-mps/devices/" + d.GPU.UUID.String(), Source: d.IdentityFile, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
 		{Destination: d.PipeDir + "/control_privileged", Source: "/dev/null", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
 	}
 	if fmt.Sprint(s.Mounts) != fmt.Sprint(want) {

@@ -11,6 +11,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
+	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -72,8 +73,8 @@ func (o Options) validate() error {
 }
 
 // validGPUUUID accepts NVML's "GPU-" + RFC 4122 text form, any case.
-func validGPUUUID(s string) error {
-	rest, ok := strings.CutPrefix(s, "GPU-")
+func validGPUUUID(s gpu.UUID) error {
+	rest, ok := strings.CutPrefix(string(s), "GPU-")
 	if !ok || len(rest) != 36 {
 		return invalidf("GPU UUID %q: want GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", s)
 	}
@@ -92,8 +93,8 @@ func validateDevices(devs []Device) error {
 		minor   int
 		pipeDir string
 	}
-	gpus := map[string]gpuFacts{}
-	minors := map[int]string{}
+	gpus := map[gpu.UUID]gpuFacts{}
+	minors := map[int]gpu.UUID{}
 	identities := map[string]int{}
 	for i, d := range devs {
 		at := fmt.Sprintf("device %d (%s)", i, d.Name())

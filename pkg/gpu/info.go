@@ -101,12 +101,21 @@ func (a Architecture) MaxMPSClients() int {
 	return 16
 }
 
+// UUID is a physical GPU's UUID as NVML names it ("GPU-5f0c8a52-..."): the
+// key the plan, the agent, the accounting and the CDI spec know a GPU by,
+// as vdev.Name is a virtual device's. It is written as it is (a row's
+// device_path, /status, an MPS pipe directory's name).
+type UUID string
+
+// String is the UUID as it is written everywhere.
+func (u UUID) String() string { return string(u) }
+
 // Info is what the daemon knows of one physical GPU.
 type Info struct {
 	// Index is NVML's index; Minor is N of /dev/nvidiaN.
 	Index int
 	Minor int
-	UUID  string
+	UUID  UUID
 	Name  string
 	PCI   pci.Address
 	// PCIVendorID and PCIDeviceID, e.g. 0x10de and 0x2335.
@@ -139,13 +148,13 @@ type Backend interface {
 	Devices(ctx context.Context) ([]Info, error)
 	// SetComputeMode changes a GPU's compute mode. Callers check config first:
 	// some hosts (shared machines) must never have it changed.
-	SetComputeMode(ctx context.Context, uuid string, mode ComputeMode) error
+	SetComputeMode(ctx context.Context, uuid UUID, mode ComputeMode) error
 	// MPSProcesses lists the MPS client processes running on the GPU with
 	// this UUID and the memory NVML counts for each (the MPS server itself is
 	// not among them). A GPU whose driver cannot answer returns an error
 	// wrapping ErrNotSupported, never an empty list: "nobody uses memory" and
 	// "nobody can tell" must not look alike to accounting.
-	MPSProcesses(ctx context.Context, uuid string) ([]Process, error)
+	MPSProcesses(ctx context.Context, uuid UUID) ([]Process, error)
 	// Close releases NVML.
 	Close() error
 }

@@ -48,12 +48,12 @@ func (r Resolver) Resolve(path string, gpus []Info) (Info, error) {
 		return Info{}, notFound(nil, "empty path")
 	case len(p) > 4 && strings.EqualFold(p[:4], "GPU-"):
 		for _, g := range gpus {
-			if strings.EqualFold(g.UUID, p) {
+			if strings.EqualFold(string(g.UUID), p) {
 				return g, nil
 			}
 		}
 		return Info{}, notFound(nil, "GPU UUID %s is not a GPU seen by NVML (%s)", p,
-			listGPUs(gpus, "GPUs", func(g Info) string { return g.UUID }))
+			listGPUs(gpus, "GPUs", func(g Info) string { return string(g.UUID) }))
 	case strings.HasPrefix(p, "/dev/"):
 		return r.resolveDev(p, gpus)
 	case pci.LooksLike(p):

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -44,7 +45,7 @@ const (
 // Anything else at that path (a copy, a link, a FIFO, a device node, a file
 // of another GPU's device) is a decoy: skipped, described in the second
 // result, and the climb goes on. ErrNotFound when nothing was accepted.
-func Find(procDir int, gpuUUID string, t Table) (name, decoy string, err error) {
+func Find(procDir int, gpuUUID gpu.UUID, t Table) (name, decoy string, err error) {
 	if !validName(string(vdev.NameOf(gpuUUID, 0))) {
 		return "", "", fmt.Errorf("finding identity file: GPU UUID %q: %w", gpuUUID, vdev.ErrBadName)
 	}
@@ -142,7 +143,7 @@ func where(fd int) (place, error) {
 // lookAt walks rel below dir. It returns the device's name when the file
 // there is one of t's, of this GPU; else "" with the decoy's description
 // ("" when nothing is there).
-func lookAt(dir int, rel []string, gpuUUID string, t Table) (name, decoy string, err error) {
+func lookAt(dir int, rel []string, gpuUUID gpu.UUID, t Table) (name, decoy string, err error) {
 	cur := dir
 	closeCur := func() {
 		if cur != dir {

@@ -25,6 +25,7 @@ import (
 	"path"
 	"strings"
 
+	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -34,7 +35,7 @@ const ContainerDir = "/run/yunion-mps/devices"
 // ContainerPath is where a container given a virtual device of GPU gpuUUID
 // finds the file naming it; its content is the device's name (vdev.Name)
 // and a newline.
-func ContainerPath(gpuUUID string) string { return path.Join(ContainerDir, gpuUUID) }
+func ContainerPath(gpuUUID gpu.UUID) string { return path.Join(ContainerDir, string(gpuUUID)) }
 
 // content is what an identity file holds.
 func content(name string) []byte { return []byte(name + "\n") }
@@ -43,5 +44,5 @@ func content(name string) []byte { return []byte(name + "\n") }
 // file name (no slash, no dot-only name).
 func validName(name string) bool {
 	uuid, _, err := vdev.ParseName(name)
-	return err == nil && uuid != "." && uuid != ".." && !strings.ContainsAny(uuid, "/\x00")
+	return err == nil && uuid != "." && uuid != ".." && !strings.ContainsAny(string(uuid), "/\x00")
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -184,7 +185,7 @@ func newFakeProc(t *testing.T, rootBelow string) *fakeProc {
 }
 
 // at is the path of GPU uuid's identity file in the fake container.
-func (p *fakeProc) at(uuid string) string {
+func (p *fakeProc) at(uuid gpu.UUID) string {
 	p.t.Helper()
 	dst := filepath.Join(p.root, ContainerPath(uuid))
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
@@ -195,7 +196,7 @@ func (p *fakeProc) at(uuid string) string {
 
 // mount stands in for the CDI bind mount: a hard link gives the store's
 // inode a second path, as a bind mount does.
-func (p *fakeProc) mount(name vdev.Name, uuid string) {
+func (p *fakeProc) mount(name vdev.Name, uuid gpu.UUID) {
 	p.t.Helper()
 	src, _ := p.store.Path(name)
 	if err := os.Link(src, p.at(uuid)); err != nil {
@@ -203,7 +204,7 @@ func (p *fakeProc) mount(name vdev.Name, uuid string) {
 	}
 }
 
-func (p *fakeProc) find(uuid string) (string, string, error) {
+func (p *fakeProc) find(uuid gpu.UUID) (string, string, error) {
 	return Find(int(p.proc.Fd()), uuid, p.table)
 }
 

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"yunion.io/x/mps-daemon/pkg/atomicfile"
+	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -43,7 +44,7 @@ func fileName(name string) (string, error) {
 		return "", fmt.Errorf("identity file for %q: %w", name, vdev.ErrBadName)
 	}
 	uuid, i, _ := vdev.ParseName(name)
-	return uuid + "." + strconv.Itoa(i), nil
+	return string(uuid) + "." + strconv.Itoa(i), nil
 }
 
 // nameOf reverses fileName; ok false for anything else in the directory.
@@ -56,7 +57,7 @@ func nameOf(file string) (string, bool) {
 	if err != nil || i < 0 || strconv.Itoa(i) != file[k+1:] {
 		return "", false
 	}
-	name := string(vdev.NameOf(file[:k], i))
+	name := string(vdev.NameOf(gpu.UUID(file[:k]), i))
 	return name, validName(name)
 }
 

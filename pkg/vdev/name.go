@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
 // EnvVar names the virtual device a container was given, "<GPU UUID>::<i>".
@@ -24,8 +26,8 @@ var ErrBadName = errors.New("malformed virtual device name")
 type Name string
 
 // NameOf is the name of slice index of the GPU with this UUID.
-func NameOf(gpuUUID string, index int) Name {
-	return Name(gpuUUID + "::" + strconv.Itoa(index))
+func NameOf(gpuUUID gpu.UUID, index int) Name {
+	return Name(string(gpuUUID) + "::" + strconv.Itoa(index))
 }
 
 // String is the name as it is written everywhere.
@@ -35,7 +37,7 @@ func (n Name) String() string { return string(n) }
 // else is an error wrapping ErrBadName. The UUID is only required to be
 // non-empty and free of colons and white space: whether such a GPU exists
 // is for the caller to decide.
-func ParseName(name string) (gpuUUID string, index int, err error) {
+func ParseName(name string) (gpuUUID gpu.UUID, index int, err error) {
 	uuid, idx, ok := strings.Cut(name, "::")
 	if !ok || uuid == "" || strings.ContainsAny(uuid, ": \t\n") {
 		return "", 0, fmt.Errorf("%q: want <GPU UUID>::<index>: %w", name, ErrBadName)
@@ -44,5 +46,5 @@ func ParseName(name string) (gpuUUID string, index int, err error) {
 	if err != nil || i < 0 || strconv.Itoa(i) != idx {
 		return "", 0, fmt.Errorf("%q: index %q is not a slice number: %w", name, idx, ErrBadName)
 	}
-	return uuid, i, nil
+	return gpu.UUID(uuid), i, nil
 }

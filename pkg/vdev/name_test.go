@@ -47,7 +47,7 @@ func TestParseName(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
 			u, i, err := ParseName(tt.in)
-			if u != tt.uuid || i != tt.index || (err == nil) != tt.ok {
+			if u.String() != tt.uuid || i != tt.index || (err == nil) != tt.ok {
 				t.Errorf("ParseName(%q) = %q, %d, %v; want %q, %d, ok %v", tt.in, u, i, err, tt.uuid, tt.index, tt.ok)
 			}
 			if !tt.ok && !errors.Is(err, ErrBadName) {

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -135,7 +136,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/devsync":          {},
 		"pkg/inventory/client": {"pkg/devsync"},
 		"pkg/mpsctl":           {"pkg/config", "pkg/inventory/client"},
-		"pkg/identity":         {"pkg/vdev"},
+		"pkg/identity":         {"pkg/gpu", "pkg/vdev"},
 		"pkg/accounting":       {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/identity"},
 		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/identity"},
 		"pkg/agent":            {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/devsync", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity"},
@@ -253,6 +254,41 @@ func TestAddingARecordFieldTouchesThreeFiles(t *testing.T) {
 			}
 			if (strings.Contains(string(b), "MPSMemoryTotal") || strings.Contains(string(b), "mps_memory_total")) && !allowed[rel] {
 				t.Errorf("%s spells mps_memory_total: a record field reaches the backends through pkg/api's record and patch alone", rel)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A GPU's UUID is a gpu.UUID wherever the daemon holds one, as a virtual
+// device's name is a vdev.Name: the packages that work with GPUs declare
+// no UUID (uuid, gpuUUID, UUID, GPU, uuids, gpus) as a string. It is a
+// string only at the edges: the rows of pkg/api, /status, the MPS control's
+// environment and arguments (pkg/mps, which imports no GPU package), the
+// DRA driver's and metrics' labels.
+func TestGPUUUIDsAreTyped(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asString := regexp.MustCompile(`\b(uuid|gpuUUID|UUID|GPU|uuids|gpus)\s+(\[\])?string\b`)
+	for _, dir := range []string{"pkg/gpu", "pkg/vdev", "pkg/plan", "pkg/identity", "pkg/accounting", "pkg/cdi", "pkg/agent"} {
+		err = filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			for i, line := range strings.Split(string(b), "\n") {
+				if m := asString.FindString(line); m != "" && !strings.HasPrefix(strings.TrimSpace(line), "//") && !strings.Contains(line, "type UUID string") {
+					t.Errorf("%s:%d: %q: a GPU UUID is a gpu.UUID", rel, i+1, m)
+				}
 			}
 			return nil
 		})

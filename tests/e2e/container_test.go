@@ -137,7 +137,7 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 		for r, pid := range pids {
 			procs = append(procs, gpu.Process{PID: pid, UsedMemoryBytes: usedMiB[r] << 20})
 		}
-		if err := nvmlsim.WriteMPSProcesses(simRoot, g0.UUID, procs); err != nil {
+		if err := nvmlsim.WriteMPSProcesses(simRoot, gpu.UUID(g0.UUID), procs); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -79,7 +79,7 @@ func TestPodmanHiddenViewIsTerminated(t *testing.T) {
 		}
 		procs = append(procs, gpu.Process{PID: pid, UsedMemoryBytes: mib << 20})
 	}
-	if err := nvmlsim.WriteMPSProcesses(filepath.Join(e.dir, "state", "simulated-host"), g0.UUID, procs); err != nil {
+	if err := nvmlsim.WriteMPSProcesses(filepath.Join(e.dir, "state", "simulated-host"), gpu.UUID(g0.UUID), procs); err != nil {
 		t.Fatal(err)
 	}
 

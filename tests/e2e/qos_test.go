@@ -179,7 +179,7 @@ func TestQoSOnASimulatedHost(t *testing.T) {
 		}
 		procs = append(procs, gpu.Process{PID: pid, UsedMemoryBytes: 1 << 30})
 	}
-	if err := nvmlsim.WriteMPSProcesses(filepath.Join(e.dir, "state", "simulated-host"), g0.UUID, procs); err != nil {
+	if err := nvmlsim.WriteMPSProcesses(filepath.Join(e.dir, "state", "simulated-host"), gpu.UUID(g0.UUID), procs); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the escape terminated", func() (bool, string) { return !alive(escape), tail(d.Output(), 3000) })

@@ -103,7 +103,7 @@ func (a *Adapter) Devices(ctx context.Context) ([]gpu.Info, error) {
 
 // SetComputeMode sets the compute mode of the GPU with this UUID. NVML needs
 // root for it; without, the error wraps nvml.ERROR_NO_PERMISSION.
-func (a *Adapter) SetComputeMode(ctx context.Context, uuid string, mode gpu.ComputeMode) error {
+func (a *Adapter) SetComputeMode(ctx context.Context, uuid gpu.UUID, mode gpu.ComputeMode) error {
 	if mode < gpu.ComputeModeDefault || mode > gpu.ComputeModeExclusiveProcess {
 		return fmt.Errorf("setting compute mode of %s: unknown mode %d", uuid, int(mode))
 	}
@@ -112,7 +112,7 @@ func (a *Adapter) SetComputeMode(ctx context.Context, uuid string, mode gpu.Comp
 	if err := a.usable(ctx); err != nil {
 		return fmt.Errorf("setting compute mode of %s to %s: %w", uuid, mode, err)
 	}
-	d, ret := a.lib.DeviceGetHandleByUUID(uuid)
+	d, ret := a.lib.DeviceGetHandleByUUID(string(uuid))
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("setting compute mode of %s to %s: %w", uuid, mode, callError("nvmlDeviceGetHandleByUUID", ret))
 	}

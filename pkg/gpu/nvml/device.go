@@ -64,9 +64,11 @@ func unsupported(ret nvml.Return) bool {
 func readDevice(d device, index int) (gpu.Info, error) {
 	info := gpu.Info{Index: index, NUMANode: -1}
 	var ret nvml.Return
-	if info.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
+	uuid, ret := d.GetUUID()
+	if ret != nvml.SUCCESS {
 		return info, callError("nvmlDeviceGetUUID", ret)
 	}
+	info.UUID = gpu.UUID(uuid)
 	if info.Minor, ret = d.GetMinorNumber(); ret != nvml.SUCCESS {
 		return info, callError("nvmlDeviceGetMinorNumber", ret)
 	}

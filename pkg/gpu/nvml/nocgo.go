@@ -22,12 +22,12 @@ func New(log *slog.Logger) (*Adapter, error) { return nil, ErrNoCgo }
 func (a *Adapter) Devices(ctx context.Context) ([]gpu.Info, error) { return nil, ErrNoCgo }
 
 // SetComputeMode returns ErrNoCgo.
-func (a *Adapter) SetComputeMode(ctx context.Context, uuid string, mode gpu.ComputeMode) error {
+func (a *Adapter) SetComputeMode(ctx context.Context, uuid gpu.UUID, mode gpu.ComputeMode) error {
 	return ErrNoCgo
 }
 
 // MPSProcesses returns ErrNoCgo.
-func (a *Adapter) MPSProcesses(ctx context.Context, uuid string) ([]gpu.Process, error) {
+func (a *Adapter) MPSProcesses(ctx context.Context, uuid gpu.UUID) ([]gpu.Process, error) {
 	return nil, ErrNoCgo
 }
 

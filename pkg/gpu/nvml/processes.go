@@ -21,13 +21,13 @@ const valueNotAvailable = ^uint64(0)
 // A driver that cannot answer gives an error wrapping gpu.ErrNotSupported,
 // and an unknown usage an error too: both would otherwise read as "uses
 // nothing", which accounting must never believe.
-func (a *Adapter) MPSProcesses(ctx context.Context, uuid string) ([]gpu.Process, error) {
+func (a *Adapter) MPSProcesses(ctx context.Context, uuid gpu.UUID) ([]gpu.Process, error) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	if err := a.usable(ctx); err != nil {
 		return nil, fmt.Errorf("listing MPS processes of %s: %w", uuid, err)
 	}
-	d, ret := a.lib.DeviceGetHandleByUUID(uuid)
+	d, ret := a.lib.DeviceGetHandleByUUID(string(uuid))
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("listing MPS processes of %s: %w", uuid, callError("nvmlDeviceGetHandleByUUID", ret))
 	}
@@ -36,7 +36,7 @@ func (a *Adapter) MPSProcesses(ctx context.Context, uuid string) ([]gpu.Process,
 
 // mpsProcesses asks one device; split out so tests can hand it a mock device
 // answering what the mock server cannot (NOT_SUPPORTED, unknown usage).
-func mpsProcesses(d device, uuid string) ([]gpu.Process, error) {
+func mpsProcesses(d device, uuid gpu.UUID) ([]gpu.Process, error) {
 	infos, ret := d.GetMPSComputeRunningProcesses()
 	switch {
 	case ret == nvml.SUCCESS:

@@ -35,7 +35,7 @@ func TestRealNVML(t *testing.T) {
 	}
 	for _, g := range got {
 		t.Logf("%+v pci=%s vendor:device=%s memory=%dMiB arch=%s mode=%s", g, g.PCI, g.VendorDeviceID(), g.MemoryTotal.MiB(), g.Architecture, g.ComputeMode)
-		if !strings.HasPrefix(g.UUID, "GPU-") || g.PCIVendorID != 0x10de || g.MemoryTotal == 0 ||
+		if !strings.HasPrefix(g.UUID.String(), "GPU-") || g.PCIVendorID != 0x10de || g.MemoryTotal == 0 ||
 			g.Architecture == gpu.ArchUnknown || g.Name == "" {
 			t.Errorf("implausible GPU %+v", g)
 		}

@@ -36,15 +36,15 @@ type simClient struct {
 // MPSProcessesPath is the file a simulated host with this root reads a
 // GPU's MPS clients from: <root>/mps-processes/<GPU UUID>.json, a JSON list
 // of {"pid": N, "used_memory_bytes": N}. No file: no clients.
-func MPSProcessesPath(root, uuid string) string {
-	return filepath.Join(root, simClientsDir, uuid+".json")
+func MPSProcessesPath(root string, uuid gpu.UUID) string {
+	return filepath.Join(root, simClientsDir, uuid.String()+".json")
 }
 
 // WriteMPSProcesses replaces the MPS clients a simulated host with this
 // root lists for GPU uuid (atomically: a reader sees the old list or the new
 // one). nil lists none.
-func WriteMPSProcesses(root, uuid string, procs []gpu.Process) error {
-	if filepath.Base(uuid) != uuid || uuid == "" || uuid == "." || uuid == ".." {
+func WriteMPSProcesses(root string, uuid gpu.UUID, procs []gpu.Process) error {
+	if s := uuid.String(); filepath.Base(s) != s || s == "" || s == "." || s == ".." {
 		return fmt.Errorf("simulated MPS clients: GPU UUID %q", uuid)
 	}
 	list := make([]simClient, 0, len(procs))
@@ -67,7 +67,7 @@ func WriteMPSProcesses(root, uuid string, procs []gpu.Process) error {
 
 // readMPSProcesses is WriteMPSProcesses' list; nil when there is no
 // file.
-func readMPSProcesses(root, uuid string) ([]gpu.Process, error) {
+func readMPSProcesses(root string, uuid gpu.UUID) ([]gpu.Process, error) {
 	// Non-blocking, a regular file only: a FIFO put there by hand must not
 	// hold the accounting tick (and the main loop) up.
 	f, err := os.OpenFile(MPSProcessesPath(root, uuid), os.O_RDONLY|syscall.O_NONBLOCK, 0)

@@ -76,7 +76,7 @@ type Host struct {
 // functions and Host.GPUs.
 type simGPU struct {
 	index    int
-	uuid     string
+	uuid     gpu.UUID
 	addr     pci.Address
 	numaNode int
 	model    simModel
@@ -113,7 +113,7 @@ func New(profile, root string, log *slog.Logger) (*gpunvml.Adapter, *Host, error
 	for i := range p.count {
 		host.gpus = append(host.gpus, &simGPU{
 			index:    i,
-			uuid:     simUUID(p, i),
+			uuid:     gpu.UUID(simUUID(p, i)),
 			addr:     simAddress(i),
 			numaNode: simNUMANode(i, p.count),
 			model:    model,
@@ -153,13 +153,13 @@ func New(profile, root string, log *slog.Logger) (*gpunvml.Adapter, *Host, error
 // install makes go-nvml's mock device answer as this GPU. The UUID and bus id
 // fields are set too, as the mock server looks devices up by them.
 func (g *simGPU) install(d *server.Device) {
-	d.UUID = g.uuid
+	d.UUID = g.uuid.String()
 	d.PciBusID = g.addr.NVML()
 	d.Minor = g.index
 	d.Index = g.index
 	d.GetIndexFunc = func() (int, nvml.Return) { return g.index, nvml.SUCCESS }
 	d.GetMinorNumberFunc = func() (int, nvml.Return) { return g.index, nvml.SUCCESS }
-	d.GetUUIDFunc = func() (string, nvml.Return) { return g.uuid, nvml.SUCCESS }
+	d.GetUUIDFunc = func() (string, nvml.Return) { return g.uuid.String(), nvml.SUCCESS }
 	d.GetNameFunc = func() (string, nvml.Return) { return g.model.config.Name, nvml.SUCCESS }
 	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return g.pciInfo(), nvml.SUCCESS }
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
@@ -273,10 +273,10 @@ func (h *Host) GPUs() []gpu.Info {
 // daemon started with --simulate) can set it too with WriteMPSProcesses.
 // The simulated MPS control (pkg/mps) knows nothing of NVML: a test or the
 // simulated host keeps the two in step, as the driver does on a real one.
-func (h *Host) SetMPSProcesses(uuid string, procs []gpu.Process) error {
+func (h *Host) SetMPSProcesses(uuid gpu.UUID, procs []gpu.Process) error {
 	for _, g := range h.gpus {
 		if g.uuid == uuid {
-			return WriteMPSProcesses(h.root, uuid, procs)
+			return WriteMPSProcesses(h.root, g.uuid, procs)
 		}
 	}
 	return fmt.Errorf("simulated host %s: no GPU %s", h.profile, uuid)

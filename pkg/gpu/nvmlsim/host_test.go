@@ -49,10 +49,10 @@ func TestSimulatedDGXH100(t *testing.T) {
 		if g.Index != i || g.Minor != i {
 			t.Errorf("GPU at %s: index %d minor %d, want %d", g.PCI, g.Index, g.Minor, i)
 		}
-		if !strings.HasPrefix(g.UUID, "GPU-") || uuid.Validate(strings.TrimPrefix(g.UUID, "GPU-")) != nil || seen[g.UUID] {
+		if !strings.HasPrefix(g.UUID.String(), "GPU-") || uuid.Validate(strings.TrimPrefix(g.UUID.String(), "GPU-")) != nil || seen[g.UUID.String()] {
 			t.Errorf("GPU %d: UUID %q is not a fresh GPU-<uuid>", i, g.UUID)
 		}
-		seen[g.UUID] = true
+		seen[g.UUID.String()] = true
 		if g.VendorDeviceID() != "10de:2330" || g.Name != "NVIDIA H100 80GB HBM3" || g.MemoryTotal.MiB() != 81920 ||
 			g.Architecture != gpu.ArchHopper || g.PCIeGeneration != 5 || g.PCIeWidth != 16 ||
 			g.ComputeMode != gpu.ComputeModeDefault || g.NUMANode != -1 {
@@ -117,7 +117,7 @@ func TestSimulatedUUIDsAreStable(t *testing.T) {
 		}
 		var out []string
 		for _, g := range got {
-			out = append(out, g.UUID+"@"+g.PCI.String())
+			out = append(out, g.UUID.String()+"@"+g.PCI.String())
 		}
 		return out
 	}

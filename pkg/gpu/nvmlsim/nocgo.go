@@ -30,4 +30,4 @@ func (h *Host) DevRoot() string { return "" }
 func (h *Host) GPUs() []gpu.Info { return nil }
 
 // SetMPSProcesses returns ErrNoCgo.
-func (h *Host) SetMPSProcesses(uuid string, procs []gpu.Process) error { return gpunvml.ErrNoCgo }
+func (h *Host) SetMPSProcesses(uuid gpu.UUID, procs []gpu.Process) error { return gpunvml.ErrNoCgo }
