@@ -228,6 +228,33 @@ func TestDeviceRecordDeclaredOnlyInAPI(t *testing.T) {
 	}
 }
 
+// eachSource calls f with each non-test Go file under dirs (relative to
+// the module root) and its content.
+func eachSource(t *testing.T, dirs []string, f func(rel, src string)) {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range dirs {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			f(rel, string(b))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A field of the device record needs no code of its own to reach the
 // inventory's columns (a new one added at Open, no migration file), its
 // PUTs, mpsctl's JSON and a region: a field the daemon reports, as
@@ -236,31 +263,13 @@ func TestDeviceRecordDeclaredOnlyInAPI(t *testing.T) {
 // (pkg/agent/inventory.go), in the store's check of its value
 // (validateDevice), and in the benchmark loader's rows.
 func TestAddingARecordFieldTouchesThreeFiles(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
 	allowed := map[string]bool{"pkg/api/api.go": true, "pkg/agent/inventory.go": true,
 		"pkg/inventory/store/devices.go": true, "cmd/mps-inventory-bench/shape.go": true}
-	for _, dir := range []string{"pkg", "cmd"} {
-		err = filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-				return err
-			}
-			rel, _ := filepath.Rel(root, path)
-			b, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			if (strings.Contains(string(b), "MPSMemoryTotal") || strings.Contains(string(b), "mps_memory_total")) && !allowed[rel] {
-				t.Errorf("%s spells mps_memory_total: a record field reaches the backends through pkg/api's record and patch alone", rel)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
+	eachSource(t, []string{"pkg", "cmd"}, func(rel, src string) {
+		if (strings.Contains(src, "MPSMemoryTotal") || strings.Contains(src, "mps_memory_total")) && !allowed[rel] {
+			t.Errorf("%s spells mps_memory_total: a record field reaches the backends through pkg/api's record and patch alone", rel)
 		}
-	}
+	})
 }
 
 // A GPU's UUID is a gpu.UUID wherever the daemon holds one, as a virtual
@@ -270,32 +279,15 @@ func TestAddingARecordFieldTouchesThreeFiles(t *testing.T) {
 // environment and arguments (pkg/mps, which imports no GPU package), the
 // DRA driver's and metrics' labels.
 func TestGPUUUIDsAreTyped(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
 	asString := regexp.MustCompile(`\b(uuid|gpuUUID|UUID|GPU|uuids|gpus)\s+(\[\])?string\b`)
-	for _, dir := range []string{"pkg/gpu", "pkg/vdev", "pkg/plan", "pkg/identity", "pkg/accounting", "pkg/cdi", "pkg/agent"} {
-		err = filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-				return err
+	dirs := []string{"pkg/gpu", "pkg/vdev", "pkg/plan", "pkg/identity", "pkg/accounting", "pkg/cdi", "pkg/agent"}
+	eachSource(t, dirs, func(rel, src string) {
+		for i, line := range strings.Split(src, "\n") {
+			if m := asString.FindString(line); m != "" && !strings.HasPrefix(strings.TrimSpace(line), "//") && !strings.Contains(line, "type UUID string") {
+				t.Errorf("%s:%d: %q: a GPU UUID is a gpu.UUID", rel, i+1, m)
 			}
-			b, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(root, path)
-			for i, line := range strings.Split(string(b), "\n") {
-				if m := asString.FindString(line); m != "" && !strings.HasPrefix(strings.TrimSpace(line), "//") && !strings.Contains(line, "type UUID string") {
-					t.Errorf("%s:%d: %q: a GPU UUID is a gpu.UUID", rel, i+1, m)
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
 		}
-	}
+	})
 }
 
 // simulators stand in for the GPU and MPS where there is none: tests use
