@@ -18,7 +18,9 @@ import (
 // db tag, none for db:"-". Every statement that reads or writes a whole
 // device spells its columns from here, in this order, and Open adds the
 // column of a field the database lacks (addRecordColumns): a field added
-// to the record needs no change here and no migration file.
+// to the record needs no change here and no migration file. A numbered
+// migration that rebuilds isolated_devices (SQLite's way to change a
+// column) must keep every column the table has, added ones included.
 
 // recordColumn is the column of one field of api.IsolatedDevice.
 type recordColumn struct {
