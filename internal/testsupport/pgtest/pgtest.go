@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"yunion.io/x/mps-daemon/internal/testsupport/shared"
@@ -122,12 +123,44 @@ func DSN(t testing.TB) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 		defer cancel()
-		// FORCE: a pool the test forgot to close must not keep the database.
-		if _, err := srv.admin.ExecContext(ctx, `DROP DATABASE IF EXISTS "`+name+`" WITH (FORCE)`); err != nil {
+		if err := dropDatabase(ctx, srv.admin, name); err != nil {
 			t.Errorf("pgtest: dropping database %s: %v", name, err)
 		}
 	})
 	return srv.dsnFor(name)
+}
+
+// dropDatabase drops the database name, ending first the connections of
+// its own role that a pool the test forgot to close left there.
+//
+// Not DROP DATABASE ... WITH (FORCE): that refuses outright when an
+// autovacuum worker happens to be in the database, because a role that is
+// no superuser (CI's mps_test) may not signal it ("must be a member of the
+// role whose process is being terminated", SQLSTATE 42501; twice in 14 runs
+// of pkg/inventory/server's TestRoleMatrix and TestConcurrentAttachDetach,
+// scripts/flake-hunt.sh). A plain DROP DATABASE asks autovacuum to leave
+// and waits for it and for the ended connections to go; a session that
+// arrives in between (object_in_use, 55006) makes it try again until ctx
+// ends.
+func dropDatabase(ctx context.Context, admin *sql.DB, name string) error {
+	for {
+		_, err := admin.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = $1 AND usename = current_user AND pid <> pg_backend_pid()`, name)
+		if err == nil {
+			_, err = admin.ExecContext(ctx, `DROP DATABASE IF EXISTS "`+name+`"`)
+		}
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" {
+			return err
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
 }
 
 // serverFor returns the process's server, connecting or starting it on

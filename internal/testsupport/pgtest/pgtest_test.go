@@ -97,3 +97,33 @@ func TestRandomNamesDiffer(t *testing.T) {
 		seen[n] = true
 	}
 }
+
+// A pool the test forgot to close does not keep its database: the drop at
+// the test's end ends the pool's connections first.
+func TestForgottenPoolDoesNotKeepTheDatabase(t *testing.T) {
+	var name string
+	var forgotten *sql.DB
+	defer func() {
+		if forgotten != nil {
+			forgotten.Close()
+		}
+	}()
+	t.Run("use", func(t *testing.T) {
+		dsn := DSN(t)
+		name = query(t, dsn, `SELECT current_database()`)
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		forgotten = db
+		if err := db.PingContext(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if t.Skipped() || name == "" {
+		return
+	}
+	if n := query(t, DSN(t), `SELECT count(*)::text FROM pg_database WHERE datname = $1`, name); n != "0" {
+		t.Errorf("database %s, with a connection still open in it, outlived its test", name)
+	}
+}
