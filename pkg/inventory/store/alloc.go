@@ -189,22 +189,10 @@ func (s *Store) AttachDevices(ctx context.Context, guest string, r api.AttachReq
 	err = s.retryRaces(ctx, "attaching isolated devices", func() error {
 		out = out[:0]
 		return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			h, err := s.getHost(ctx, tx, r.Host)
+			ids, free, err := s.pick(ctx, tx, guest, r, numa)
 			if err != nil {
 				return err
 			}
-			rows, err := s.candidates(ctx, tx, h.ID, r.DevType, r.Model, guest)
-			if err != nil {
-				return err
-			}
-			if r.SharingMode != "" {
-				// A row without a sharing mode (this project's daemon sets
-				// none) matches any; one with a mode, only that mode.
-				rows = slices.DeleteFunc(rows, func(c Candidate) bool {
-					return c.SharingMode != "" && c.SharingMode != r.SharingMode && c.GuestID != guest
-				})
-			}
-			ids, free := Pick(rows, guest, r.Count, numa)
 			if ids == nil {
 				where := "host " + r.Host
 				if numa != AnyNUMANode {

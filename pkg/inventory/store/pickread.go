@@ -1,0 +1,194 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+
+	"yunion.io/x/mps-daemon/pkg/api"
+)
+
+// The pick's read (AttachDevices). PickGPUs decides on a summary per GPU;
+// how the store gets it depends on the backend:
+//
+//   - PostgreSQL locks the rows a pick looks at (FOR UPDATE, see alloc.go),
+//     so it reads them (candidates) and Summarize makes the summary in Go.
+//   - SQLite locks nothing (the write transaction already holds the only
+//     write lock), and reads the summary from the per-GPU counters of
+//     migration 0007 (pickSummaryQuery: a few rows per host), then only the
+//     free slices the pick takes (pickFirstFreeQuery: one seek of the pick
+//     index per GPU chosen). Reading every free row of the host's model
+//     into Go was the largest item of an attach's CPU time
+//     (docs/benchmarks.md, issue 22).
+
+// pickSummaryQuery reads, for a (host, dev_type, model), the free slices
+// per GPU (from the counters: a row per GPU, or a few where a GPU's slices
+// differ in NUMA node or sharing mode) and one row per slice the guest
+// holds (from the pick index; usually none); pickSummary adds them up per
+// GPU. %s are the counters' further conditions (numaCond, sharingCond).
+// Its arguments: host id, dev_type, model, those of %s, then host id,
+// dev_type, model, guest.
+//
+// The guest is compared as CAST(? AS TEXT) rather than as a bare `?`: the
+// planner, weighing the partial index isolated_devices_free_model (WHERE
+// guest_id = ''), would look at the bound value, and SQLite then prepares
+// the statement again on every new binding (as it does for a bare
+// LIMIT ?, hence pickFirstFreeQuery's literal limit).
+const pickSummaryQuery = `SELECT device_path, free, 0 FROM isolated_device_gpus
+		WHERE host_id = ? AND dev_type = ? AND model = ? AND free > 0%s
+	UNION ALL
+	SELECT device_path, 0, 1 FROM isolated_devices
+		WHERE host_id = ? AND dev_type = ? AND model = ? AND guest_id = CAST(? AS TEXT)`
+
+// pickFirstFreeQuery reads the ids of the first (lowest seq) free slices
+// of one GPU: a range of the partial index isolated_devices_free_gpu
+// (migration 0007), in its order. The first %s are
+// the further conditions as in pickSummaryQuery, the %d how many (a
+// literal, see pickSummaryQuery). Its arguments: host id, dev_type, model,
+// device_path, those of %s.
+const pickFirstFreeQuery = `SELECT id FROM isolated_devices
+	WHERE host_id = ? AND dev_type = ? AND model = ? AND guest_id = '' AND device_path = ?
+		AND NOT unhealthy AND NOT pending_removal%s
+	ORDER BY seq LIMIT %d`
+
+// The further conditions of a pick on one NUMA node, of one sharing mode
+// (a row without a sharing mode, as this project's daemon registers them,
+// matches any).
+const (
+	numaCond    = ` AND numa_node = ?`
+	sharingCond = ` AND sharing_mode IN ('', ?)`
+)
+
+// pickHostQuery is the id of the host named by id or name (an id first),
+// as getHost finds it.
+const pickHostQuery = `SELECT id FROM hosts WHERE id = ? OR name = ? ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1`
+
+// pick chooses r.Count devices of r for guest on NUMA node numa (see
+// Pick), reading what it needs in tx. It returns the chosen ids in pick
+// order, or none and how many are free; a host r.Host does not name is
+// ErrNotFound.
+func (s *Store) pick(ctx context.Context, tx *sql.Tx, guest string, r api.AttachRequest, numa int) (ids []string, free int, err error) {
+	if s.d.forUpdate() != "" {
+		return s.pickFromRows(ctx, tx, guest, r, numa)
+	}
+	var hostID string
+	err = s.prep(tx).QueryRowContext(ctx, s.d.bind(pickHostQuery), r.Host, r.Host, r.Host).Scan(&hostID)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, 0, refuse(ErrNotFound, "host %q not found", r.Host)
+	case err != nil:
+		return nil, 0, fmt.Errorf("reading host %s: %w", r.Host, err)
+	}
+	var conds string
+	var condArgs []any
+	if numa != AnyNUMANode {
+		conds, condArgs = conds+numaCond, append(condArgs, numa)
+	}
+	if r.SharingMode != "" {
+		conds, condArgs = conds+sharingCond, append(condArgs, r.SharingMode)
+	}
+	gpus, err := s.pickSummary(ctx, tx, hostID, guest, r, conds, condArgs)
+	if err != nil {
+		return nil, 0, err
+	}
+	picks, free := PickGPUs(gpus, r.Count)
+	if picks == nil {
+		return nil, free, nil
+	}
+	taken := Taken(picks, len(gpus))
+	freeIDs := make([][]string, len(gpus))
+	for i, n := range taken {
+		if n == 0 {
+			continue
+		}
+		if freeIDs[i], err = s.firstFree(ctx, tx, hostID, r, gpus[i].Path, n, conds, condArgs); err != nil {
+			return nil, 0, err
+		}
+	}
+	return TakeInOrder(picks, freeIDs), free, nil
+}
+
+// pickSummary runs pickSummaryQuery: one GPUSlots per GPU that has free
+// slices or slices of the guest, in no particular order.
+func (s *Store) pickSummary(ctx context.Context, tx *sql.Tx, hostID, guest string, r api.AttachRequest, conds string, condArgs []any) ([]GPUSlots, error) {
+	args := append([]any{hostID, r.DevType, r.Model}, condArgs...)
+	args = append(args, hostID, r.DevType, r.Model, guest)
+	rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(fmt.Sprintf(pickSummaryQuery, conds)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("reading the free devices per GPU: %w", err)
+	}
+	defer rows.Close()
+	var gpus []GPUSlots
+	for rows.Next() {
+		var path string
+		var free, held int
+		if err := rows.Scan(&path, &free, &held); err != nil {
+			return nil, fmt.Errorf("reading the free devices per GPU: %w", err)
+		}
+		i := slices.IndexFunc(gpus, func(g GPUSlots) bool { return g.Path == path })
+		if i < 0 {
+			i = len(gpus)
+			gpus = append(gpus, GPUSlots{Path: path})
+		}
+		gpus[i].Free += free
+		gpus[i].Held += held
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the free devices per GPU: %w", err)
+	}
+	return gpus, nil
+}
+
+// firstFree reads the ids of the n first free slices of GPU path; the
+// counters said it has at least n, and the transaction sees what they saw.
+func (s *Store) firstFree(ctx context.Context, tx *sql.Tx, hostID string, r api.AttachRequest, path string, n int, conds string, condArgs []any) ([]string, error) {
+	args := append([]any{hostID, r.DevType, r.Model, path}, condArgs...)
+	rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(fmt.Sprintf(pickFirstFreeQuery, conds, n)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("reading the free devices of GPU %s: %w", path, err)
+	}
+	defer rows.Close()
+	ids := make([]string, 0, n)
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("reading the free devices of GPU %s: %w", path, err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the free devices of GPU %s: %w", path, err)
+	}
+	if len(ids) < n {
+		return nil, fmt.Errorf("reading the free devices of GPU %s: %d found, the counters say %d or more", path, len(ids), n)
+	}
+	return ids, nil
+}
+
+// pickFromRows is pick on the rows themselves, read and locked
+// (PostgreSQL).
+func (s *Store) pickFromRows(ctx context.Context, tx *sql.Tx, guest string, r api.AttachRequest, numa int) (ids []string, free int, err error) {
+	h, err := s.getHost(ctx, tx, r.Host)
+	if err != nil {
+		return nil, 0, err
+	}
+	rows, err := s.candidates(ctx, tx, h.ID, r.DevType, r.Model, guest)
+	if err != nil {
+		return nil, 0, err
+	}
+	if r.SharingMode != "" {
+		// A row without a sharing mode (this project's daemon sets none)
+		// matches any; one with a mode, only that mode.
+		rows = slices.DeleteFunc(rows, func(c Candidate) bool {
+			return c.SharingMode != "" && c.SharingMode != r.SharingMode && c.GuestID != guest
+		})
+	}
+	gpus, freeIDs := Summarize(rows, guest, numa)
+	picks, free := PickGPUs(gpus, r.Count)
+	if picks == nil {
+		return nil, free, nil
+	}
+	return TakeInOrder(picks, freeIDs), free, nil
+}
