@@ -32,8 +32,8 @@ import (
 // dev_type, model, guest.
 //
 // The guest is compared as CAST(? AS TEXT) rather than as a bare `?`: the
-// planner, weighing the partial index isolated_devices_free_model (WHERE
-// guest_id = ''), would look at the bound value, and SQLite then prepares
+// planner, weighing the partial index isolated_devices_free_model (the
+// rows of an empty guest_id), would look at the bound value, and SQLite then prepares
 // the statement again on every new binding (as it does for a bare
 // LIMIT ?, hence pickFirstFreeQuery's literal limit).
 const pickSummaryQuery = `SELECT device_path, free, 0 FROM isolated_device_gpus
