@@ -43,12 +43,14 @@ import (
 //
 // The picker is deterministic, so concurrent model-form attaches on one
 // (host, dev_type, model) would all pick the same rows and all but one lose
-// and retry. On PostgreSQL its read therefore locks the group's rows
-// (dialect.forUpdate, in id order): such attaches queue instead, as they do
-// on SQLite, and the conditional claims stay as the guarantee. Every
-// statement that locks several rows locks them in ascending id order (the
-// group read, the claims, detach-all), so two transactions never wait for
-// each other in a cycle.
+// and retry. On PostgreSQL the pick therefore first locks the host's row
+// (FOR NO KEY UPDATE, see pickread.go): such attaches queue instead, as they
+// do on SQLite, and the conditional claims stay as the guarantee. The pick's
+// read is a statement of its own after the lock, so under READ COMMITTED it
+// sees what the attach before it committed. Every statement that locks
+// several device rows locks them in ascending id order (the claims,
+// detach-all), and a transaction that locks a host locks it before any
+// device row, so two transactions never wait for each other in a cycle.
 
 // Refusals of allocation. Both are kinds of ErrInUse; the server answers
 // each with its own status (see answerFor in pkg/inventory/server).
@@ -78,16 +80,9 @@ const (
 )
 
 // The statements of allocation that must be served by an index (the tests
-// EXPLAIN them on both backends). The pick's row lock is added at run time.
+// EXPLAIN them on both backends). The pick's own are in pickread.go.
 const (
-	// pickQuery reads the rows Pick looks at: the free ones and the
-	// guest's own (the rows other guests hold play no part in a pick), two
-	// ranges of the index. Where the rows are locked they are read in id
-	// order (pickLockOrder).
-	pickQuery = `SELECT id, device_path, numa_node, seq, guest_id, unhealthy, pending_removal, sharing_mode
-		FROM isolated_devices WHERE host_id = ? AND dev_type = ? AND model = ? AND guest_id IN ('', ?)`
-	pickLockOrder = ` ORDER BY id`
-	claimStmt     = `UPDATE isolated_devices SET guest_id = ?, updated_at = ? WHERE id = ?` + claimable
+	claimStmt = `UPDATE isolated_devices SET guest_id = ?, updated_at = ? WHERE id = ?` + claimable
 	// claimReturningStmt is claimStmt answering the claimed row, so that
 	// the attach need not read it again.
 	claimReturningStmt = claimStmt + ` RETURNING ` + returningColumns
@@ -275,39 +270,6 @@ func notClaimable(d api.IsolatedDevice, guest string) error {
 		return refuse(ErrNoCapacity, "isolated device %s is unhealthy: its GPU's MPS is not serving", d.ID)
 	}
 	return errRace
-}
-
-// candidates reads, and on PostgreSQL locks, what Pick needs of the rows of
-// a (host, dev_type, model) that are free or guest's; the
-// isolated_devices_pick index serves it.
-func (s *Store) candidates(ctx context.Context, tx *sql.Tx, hostID, devType, model, guest string) ([]Candidate, error) {
-	rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(s.pickStatement()), hostID, devType, model, guest)
-	if err != nil {
-		return nil, fmt.Errorf("reading candidate devices: %w", err)
-	}
-	defer rows.Close()
-	var out []Candidate
-	for rows.Next() {
-		var c Candidate
-		if err := rows.Scan(&c.ID, &c.DevicePath, &c.NUMANode, &c.Seq, &c.GuestID, &c.Unhealthy, &c.PendingRemoval, &c.SharingMode); err != nil {
-			return nil, fmt.Errorf("reading candidate device: %w", err)
-		}
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading candidate devices: %w", err)
-	}
-	return out, nil
-}
-
-// pickStatement is pickQuery as this backend runs it: with its row lock,
-// taken in id order, where there is one (Pick does not depend on the
-// order, so SQLite, which locks nothing, reads the rows unsorted).
-func (s *Store) pickStatement() string {
-	if lock := s.d.forUpdate(); lock != "" {
-		return pickQuery + pickLockOrder + lock
-	}
-	return pickQuery
 }
 
 // retryRaces runs fn until it returns something other than errRace, at most

@@ -10,18 +10,24 @@ import (
 	"yunion.io/x/mps-daemon/pkg/api"
 )
 
-// The pick's read (AttachDevices). PickGPUs decides on a summary per GPU;
-// how the store gets it depends on the backend:
+// The pick's read (AttachDevices). PickGPUs decides on a summary per GPU
+// (free and held counts); then the pick takes the lowest seq free slices of
+// the GPUs chosen. How the store reads it depends on the backend:
 //
-//   - PostgreSQL locks the rows a pick looks at (FOR UPDATE, see alloc.go),
-//     so it reads them (candidates) and Summarize makes the summary in Go.
-//   - SQLite locks nothing (the write transaction already holds the only
-//     write lock), and reads the summary from the per-GPU counters of
-//     migration 0007 (pickSummaryQuery: a few rows per host), then only the
-//     free slices the pick takes (pickFirstFreeQuery: one seek of the pick
-//     index per GPU chosen). Reading every free row of the host's model
-//     into Go was the largest item of an attach's CPU time
-//     (docs/benchmarks.md, issue 22).
+//   - SQLite reads the summary from the per-GPU counters of migration 0007
+//     (pickSummaryQuery: a few rows per host), then only the free slices
+//     the pick takes (pickFirstFreeQuery: one seek per GPU chosen). Nothing
+//     is locked: the write transaction holds the only write lock.
+//   - PostgreSQL first locks the host's row (pickHostLockQuery), so that
+//     attaches on one host queue instead of picking the same rows and
+//     racing (the conditional claims stay the guarantee, see alloc.go),
+//     then has the database compute the summary with window functions
+//     (pgPickSummaryQuery), the first free ids of each GPU included: one
+//     row per GPU and slice a pick may take.
+//
+// Before, both read every free row of the host's model into Go (on
+// PostgreSQL locking each, one WAL record per row): the largest item of
+// an attach's cost (docs/benchmarks.md, issue 22).
 
 // pickSummaryQuery reads, for a (host, dev_type, model), the free slices
 // per GPU (from the counters: a row per GPU, or a few where a GPU's slices
@@ -65,16 +71,44 @@ const (
 // as getHost finds it.
 const pickHostQuery = `SELECT id FROM hosts WHERE id = ? OR name = ? ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1`
 
+// pickHostLockQuery is pickHostQuery locking the row (PostgreSQL). FOR NO
+// KEY UPDATE conflicts with itself and with lockHost's FOR UPDATE, not
+// with the FOR KEY SHARE a device insert's foreign key check takes, so
+// host syncs are not held up by attaches. Lock order: the host, then
+// device rows (the claims), then counter rows (their trigger), as
+// lockHost's writers do.
+const pickHostLockQuery = pickHostQuery + ` FOR NO KEY UPDATE`
+
+// pgPickSummaryQuery (PostgreSQL) reads, for a (host, dev_type, model),
+// one row per free slice that a pick of count devices may take (the first
+// count of each GPU, in seq order, with its rank and its GPU's free
+// count), then one row per slice the guest holds. %s are the free rows'
+// further conditions (numaCond, sharingCond). Its arguments: host id,
+// dev_type, model, those of %s, count, then host id, dev_type, model,
+// guest. Both parts are ranges of the pick index.
+const pgPickSummaryQuery = `SELECT device_path, id, r, n, 0 FROM (
+		SELECT device_path, id,
+			ROW_NUMBER() OVER (PARTITION BY device_path ORDER BY seq) AS r,
+			COUNT(*) OVER (PARTITION BY device_path) AS n
+		FROM isolated_devices
+		WHERE host_id = ? AND dev_type = ? AND model = ? AND guest_id = ''
+			AND NOT unhealthy AND NOT pending_removal%s
+	) AS f WHERE r <= ?
+	UNION ALL
+	SELECT device_path, '', 0, 0, 1 FROM isolated_devices
+		WHERE host_id = ? AND dev_type = ? AND model = ? AND guest_id = ?`
+
 // pick chooses r.Count devices of r for guest on NUMA node numa (see
 // Pick), reading what it needs in tx. It returns the chosen ids in pick
 // order, or none and how many are free; a host r.Host does not name is
 // ErrNotFound.
 func (s *Store) pick(ctx context.Context, tx *sql.Tx, guest string, r api.AttachRequest, numa int) (ids []string, free int, err error) {
+	hostQuery := pickHostQuery
 	if s.d.forUpdate() != "" {
-		return s.pickFromRows(ctx, tx, guest, r, numa)
+		hostQuery = pickHostLockQuery
 	}
 	var hostID string
-	err = s.prep(tx).QueryRowContext(ctx, s.d.bind(pickHostQuery), r.Host, r.Host, r.Host).Scan(&hostID)
+	err = s.prep(tx).QueryRowContext(ctx, s.d.bind(hostQuery), r.Host, r.Host, r.Host).Scan(&hostID)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, 0, refuse(ErrNotFound, "host %q not found", r.Host)
@@ -88,6 +122,9 @@ func (s *Store) pick(ctx context.Context, tx *sql.Tx, guest string, r api.Attach
 	}
 	if r.SharingMode != "" {
 		conds, condArgs = conds+sharingCond, append(condArgs, r.SharingMode)
+	}
+	if s.d.forUpdate() != "" {
+		return s.pgPick(ctx, tx, hostID, guest, r, conds, condArgs)
 	}
 	gpus, err := s.pickSummary(ctx, tx, hostID, guest, r, conds, condArgs)
 	if err != nil {
@@ -167,25 +204,44 @@ func (s *Store) firstFree(ctx context.Context, tx *sql.Tx, hostID string, r api.
 	return ids, nil
 }
 
-// pickFromRows is pick on the rows themselves, read and locked
-// (PostgreSQL).
-func (s *Store) pickFromRows(ctx context.Context, tx *sql.Tx, guest string, r api.AttachRequest, numa int) (ids []string, free int, err error) {
-	h, err := s.getHost(ctx, tx, r.Host)
+// pgPick is pick's end on PostgreSQL: one statement reads the summary and
+// the first free ids of each GPU (pgPickSummaryQuery).
+func (s *Store) pgPick(ctx context.Context, tx *sql.Tx, hostID, guest string, r api.AttachRequest, conds string, condArgs []any) (ids []string, free int, err error) {
+	args := append([]any{hostID, r.DevType, r.Model}, condArgs...)
+	args = append(args, r.Count, hostID, r.DevType, r.Model, guest)
+	rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(fmt.Sprintf(pgPickSummaryQuery, conds)), args...)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, fmt.Errorf("reading the free devices per GPU: %w", err)
 	}
-	rows, err := s.candidates(ctx, tx, h.ID, r.DevType, r.Model, guest)
-	if err != nil {
-		return nil, 0, err
+	defer rows.Close()
+	var gpus []GPUSlots
+	var freeIDs [][]string
+	for rows.Next() {
+		var path, id string
+		var rank, n, held int
+		if err := rows.Scan(&path, &id, &rank, &n, &held); err != nil {
+			return nil, 0, fmt.Errorf("reading the free devices per GPU: %w", err)
+		}
+		i := slices.IndexFunc(gpus, func(g GPUSlots) bool { return g.Path == path })
+		if i < 0 {
+			i = len(gpus)
+			gpus = append(gpus, GPUSlots{Path: path})
+			freeIDs = append(freeIDs, nil)
+		}
+		if held > 0 {
+			gpus[i].Held += held
+			continue
+		}
+		gpus[i].Free = n
+		// The ranks of a GPU run 1..min(n, count), in any row order.
+		if len(freeIDs[i]) < rank {
+			freeIDs[i] = append(freeIDs[i], make([]string, rank-len(freeIDs[i]))...)
+		}
+		freeIDs[i][rank-1] = id
 	}
-	if r.SharingMode != "" {
-		// A row without a sharing mode (this project's daemon sets none)
-		// matches any; one with a mode, only that mode.
-		rows = slices.DeleteFunc(rows, func(c Candidate) bool {
-			return c.SharingMode != "" && c.SharingMode != r.SharingMode && c.GuestID != guest
-		})
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("reading the free devices per GPU: %w", err)
 	}
-	gpus, freeIDs := Summarize(rows, guest, numa)
 	picks, free := PickGPUs(gpus, r.Count)
 	if picks == nil {
 		return nil, free, nil
