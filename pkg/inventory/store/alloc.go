@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/api"
@@ -48,8 +49,9 @@ import (
 // do on SQLite, and the conditional claims stay as the guarantee. The pick's
 // read is a statement of its own after the lock, so under READ COMMITTED it
 // sees what the attach before it committed. Every statement that locks
-// several device rows locks them in ascending id order (the claims,
-// detach-all), and a transaction that locks a host locks it before any
+// several device rows locks them in ascending id order (the picked rows
+// before their claims, see lockPicked; detach-all), device rows before
+// counter rows, and a transaction that locks a host locks it before any
 // device row, so two transactions never wait for each other in a cycle.
 
 // Refusals of allocation. Both are kinds of ErrInUse; the server answers
@@ -195,9 +197,13 @@ func (s *Store) AttachDevices(ctx context.Context, guest string, r api.AttachReq
 				}
 				return refuse(ErrNoCapacity, "need %d free %s %q devices on %s, %d free", r.Count, r.DevType, r.Model, where, free)
 			}
+			sorted := slices.Sorted(slices.Values(ids))
+			if err := s.lockPicked(ctx, tx, sorted); err != nil {
+				return err
+			}
 			claimed := make(map[string]api.IsolatedDevice, len(ids))
 			now := s.timestamp()
-			for _, id := range slices.Sorted(slices.Values(ids)) {
+			for _, id := range sorted {
 				d, ok, err := s.claimReturning(ctx, tx, guest, id, now)
 				if err != nil {
 					return err
@@ -217,6 +223,37 @@ func (s *Store) AttachDevices(ctx context.Context, guest string, r api.AttachReq
 		return nil, err
 	}
 	return out, nil
+}
+
+// lockPicked locks the rows of a pick of several devices, sorted by id,
+// before the first claim (PostgreSQL). Each claim's counter trigger locks
+// counter rows (migration 0004): claiming the rows one statement at a time
+// unlocked would hold the counters of the first while waiting for the row
+// of the second, which an attach by id or an update may hold while it
+// waits for those counters: a deadlock. Locked first, device rows always
+// come before counter rows, as in every other writer. A pick of one device
+// (its claim locks the row, then the counters) and SQLite need nothing.
+func (s *Store) lockPicked(ctx context.Context, tx *sql.Tx, sortedIDs []string) error {
+	lock := s.d.forUpdate()
+	if len(sortedIDs) < 2 || lock == "" {
+		return nil
+	}
+	args := make([]any, len(sortedIDs))
+	for i, id := range sortedIDs {
+		args[i] = id
+	}
+	q := `SELECT id FROM isolated_devices WHERE id IN (?` + strings.Repeat(`, ?`, len(sortedIDs)-1) + `) ORDER BY id` + lock
+	rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(q), args...)
+	if err != nil {
+		return fmt.Errorf("locking the devices picked: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() { // the locks are the point: nothing to read
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("locking the devices picked: %w", err)
+	}
+	return nil
 }
 
 // claim hands device id to guest if it is claimable, stamping it updated
