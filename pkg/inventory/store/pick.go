@@ -64,7 +64,7 @@ func Pick(rows []Candidate, guest string, count, numaNode int) (ids []string, fr
 	if picks == nil {
 		return nil, free
 	}
-	return TakeInOrder(picks, freeIDs), free
+	return takeInOrder(picks, freeIDs), free
 }
 
 // Summarize is the per-GPU summary of rows for guest (see Pick for which
@@ -154,9 +154,9 @@ func PickGPUs(gpus []GPUSlots, count int) (picks []int, free int) {
 	return picks, free
 }
 
-// Taken counts the picks of each GPU: how many of its free slices (the
+// taken counts the picks of each GPU: how many of its free slices (the
 // lowest seq ones) the pick takes.
-func Taken(picks []int, gpus int) []int {
+func taken(picks []int, gpus int) []int {
 	n := make([]int, gpus)
 	for _, i := range picks {
 		n[i]++
@@ -164,10 +164,10 @@ func Taken(picks []int, gpus int) []int {
 	return n
 }
 
-// TakeInOrder turns picks into ids in pick order: the k-th pick of a GPU
+// takeInOrder turns picks into ids in pick order: the k-th pick of a GPU
 // takes the k-th of its free ids (which hold at least as many as it was
 // picked, in seq order).
-func TakeInOrder(picks []int, freeIDs [][]string) []string {
+func takeInOrder(picks []int, freeIDs [][]string) []string {
 	next := make([]int, len(freeIDs))
 	ids := make([]string, 0, len(picks))
 	for _, i := range picks {

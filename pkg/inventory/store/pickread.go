@@ -134,9 +134,8 @@ func (s *Store) pick(ctx context.Context, tx *sql.Tx, guest string, r api.Attach
 	if picks == nil {
 		return nil, free, nil
 	}
-	taken := Taken(picks, len(gpus))
 	freeIDs := make([][]string, len(gpus))
-	for i, n := range taken {
+	for i, n := range taken(picks, len(gpus)) {
 		if n == 0 {
 			continue
 		}
@@ -144,7 +143,7 @@ func (s *Store) pick(ctx context.Context, tx *sql.Tx, guest string, r api.Attach
 			return nil, 0, err
 		}
 	}
-	return TakeInOrder(picks, freeIDs), free, nil
+	return takeInOrder(picks, freeIDs), free, nil
 }
 
 // pickSummary runs pickSummaryQuery: one GPUSlots per GPU that has free
@@ -246,5 +245,5 @@ func (s *Store) pgPick(ctx context.Context, tx *sql.Tx, hostID, guest string, r 
 	if picks == nil {
 		return nil, free, nil
 	}
-	return TakeInOrder(picks, freeIDs), free, nil
+	return takeInOrder(picks, freeIDs), free, nil
 }
