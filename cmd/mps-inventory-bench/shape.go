@@ -77,7 +77,7 @@ func (h hostShape) devices(i int, attached float64, seed uint64) []api.IsolatedD
 			Name: fmt.Sprintf("mps-%02x:00.0-%d", 0x1a+g, s), HostID: h.name,
 			DevType: api.DevTypeNvidiaMPS, Model: m.name,
 			Addr: fmt.Sprintf("%02x:00.0-%d", 0x1a+g, s), VendorDeviceID: "10de:2330",
-			DevicePath: fmt.Sprintf("GPU-%08x-%04x-0000-0000-%012x", i, g, n), NumaNode: g / (gpusPerHost / 2),
+			DevicePath: fmt.Sprintf("GPU-%08x-%04x-0000-0000-000000000000", i, g), NumaNode: g / (gpusPerHost / 2),
 			Index: -1, DeviceMinor: g,
 			MPSMemoryLimit: m.memMiB / h.slices, MPSMemoryTotal: m.memMiB, MPSThreadPercentage: 100 / h.slices,
 		}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/api"
@@ -43,12 +44,15 @@ import (
 //
 // The picker is deterministic, so concurrent model-form attaches on one
 // (host, dev_type, model) would all pick the same rows and all but one lose
-// and retry. On PostgreSQL its read therefore locks the group's rows
-// (dialect.forUpdate, in id order): such attaches queue instead, as they do
-// on SQLite, and the conditional claims stay as the guarantee. Every
-// statement that locks several rows locks them in ascending id order (the
-// group read, the claims, detach-all), so two transactions never wait for
-// each other in a cycle.
+// and retry. On PostgreSQL the pick therefore first locks the host's row
+// (FOR NO KEY UPDATE, see pickread.go): such attaches queue instead, as they
+// do on SQLite, and the conditional claims stay as the guarantee. The pick's
+// read is a statement of its own after the lock, so under READ COMMITTED it
+// sees what the attach before it committed. Every statement that locks
+// several device rows locks them in ascending id order (the picked rows
+// before their claims, see lockPicked; detach-all), device rows before
+// counter rows, and a transaction that locks a host locks it before any
+// device row, so two transactions never wait for each other in a cycle.
 
 // Refusals of allocation. Both are kinds of ErrInUse; the server answers
 // each with its own status (see answerFor in pkg/inventory/server).
@@ -78,16 +82,9 @@ const (
 )
 
 // The statements of allocation that must be served by an index (the tests
-// EXPLAIN them on both backends). The pick's row lock is added at run time.
+// EXPLAIN them on both backends). The pick's own are in pickread.go.
 var (
-	// pickQuery reads the rows Pick looks at: the free ones and the
-	// guest's own (the rows other guests hold play no part in a pick), two
-	// ranges of the index. Where the rows are locked they are read in id
-	// order (pickLockOrder).
-	pickQuery = `SELECT id, device_path, numa_node, seq, guest_id, unhealthy, pending_removal, sharing_mode
-		FROM isolated_devices WHERE host_id = ? AND dev_type = ? AND model = ? AND guest_id IN ('', ?)`
-	pickLockOrder = ` ORDER BY id`
-	claimStmt     = `UPDATE isolated_devices SET guest_id = ?, updated_at = ? WHERE id = ?` + claimable
+	claimStmt = `UPDATE isolated_devices SET guest_id = ?, updated_at = ? WHERE id = ?` + claimable
 	// claimReturningStmt is claimStmt answering the claimed row, so that
 	// the attach need not read it again.
 	claimReturningStmt = claimStmt + ` RETURNING ` + returningColumns
@@ -189,22 +186,10 @@ func (s *Store) AttachDevices(ctx context.Context, guest string, r api.AttachReq
 	err = s.retryRaces(ctx, "attaching isolated devices", func() error {
 		out = out[:0]
 		return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			h, err := s.getHost(ctx, tx, r.Host)
+			ids, free, err := s.pick(ctx, tx, guest, r, numa)
 			if err != nil {
 				return err
 			}
-			rows, err := s.candidates(ctx, tx, h.ID, r.DevType, r.Model, guest)
-			if err != nil {
-				return err
-			}
-			if r.SharingMode != "" {
-				// A row without a sharing mode (this project's daemon sets
-				// none) matches any; one with a mode, only that mode.
-				rows = slices.DeleteFunc(rows, func(c Candidate) bool {
-					return c.SharingMode != "" && c.SharingMode != r.SharingMode && c.GuestID != guest
-				})
-			}
-			ids, free := Pick(rows, guest, r.Count, numa)
 			if ids == nil {
 				where := "host " + r.Host
 				if numa != AnyNUMANode {
@@ -212,9 +197,13 @@ func (s *Store) AttachDevices(ctx context.Context, guest string, r api.AttachReq
 				}
 				return refuse(ErrNoCapacity, "need %d free %s %q devices on %s, %d free", r.Count, r.DevType, r.Model, where, free)
 			}
+			sorted := slices.Sorted(slices.Values(ids))
+			if err := s.lockPicked(ctx, tx, sorted); err != nil {
+				return err
+			}
 			claimed := make(map[string]api.IsolatedDevice, len(ids))
 			now := s.timestamp()
-			for _, id := range slices.Sorted(slices.Values(ids)) {
+			for _, id := range sorted {
 				d, ok, err := s.claimReturning(ctx, tx, guest, id, now)
 				if err != nil {
 					return err
@@ -234,6 +223,37 @@ func (s *Store) AttachDevices(ctx context.Context, guest string, r api.AttachReq
 		return nil, err
 	}
 	return out, nil
+}
+
+// lockPicked locks the rows of a pick of several devices, sorted by id,
+// before the first claim (PostgreSQL). Each claim's counter trigger locks
+// counter rows (migration 0004): claiming the rows one statement at a time
+// unlocked would hold the counters of the first while waiting for the row
+// of the second, which an attach by id or an update may hold while it
+// waits for those counters: a deadlock. Locked first, device rows always
+// come before counter rows, as in every other writer. A pick of one device
+// (its claim locks the row, then the counters) and SQLite need nothing.
+func (s *Store) lockPicked(ctx context.Context, tx *sql.Tx, sortedIDs []string) error {
+	lock := s.d.forUpdate()
+	if len(sortedIDs) < 2 || lock == "" {
+		return nil
+	}
+	args := make([]any, len(sortedIDs))
+	for i, id := range sortedIDs {
+		args[i] = id
+	}
+	q := `SELECT id FROM isolated_devices WHERE id IN (?` + strings.Repeat(`, ?`, len(sortedIDs)-1) + `) ORDER BY id` + lock
+	rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(q), args...)
+	if err != nil {
+		return fmt.Errorf("locking the devices picked: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() { // the locks are the point: nothing to read
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("locking the devices picked: %w", err)
+	}
+	return nil
 }
 
 // claim hands device id to guest if it is claimable, stamping it updated
@@ -287,39 +307,6 @@ func notClaimable(d api.IsolatedDevice, guest string) error {
 		return refuse(ErrNoCapacity, "isolated device %s is unhealthy: its GPU's MPS is not serving", d.ID)
 	}
 	return errRace
-}
-
-// candidates reads, and on PostgreSQL locks, what Pick needs of the rows of
-// a (host, dev_type, model) that are free or guest's; the
-// isolated_devices_pick index serves it.
-func (s *Store) candidates(ctx context.Context, tx *sql.Tx, hostID, devType, model, guest string) ([]Candidate, error) {
-	rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(s.pickStatement()), hostID, devType, model, guest)
-	if err != nil {
-		return nil, fmt.Errorf("reading candidate devices: %w", err)
-	}
-	defer rows.Close()
-	var out []Candidate
-	for rows.Next() {
-		var c Candidate
-		if err := rows.Scan(&c.ID, &c.DevicePath, &c.NUMANode, &c.Seq, &c.GuestID, &c.Unhealthy, &c.PendingRemoval, &c.SharingMode); err != nil {
-			return nil, fmt.Errorf("reading candidate device: %w", err)
-		}
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading candidate devices: %w", err)
-	}
-	return out, nil
-}
-
-// pickStatement is pickQuery as this backend runs it: with its row lock,
-// taken in id order, where there is one (Pick does not depend on the
-// order, so SQLite, which locks nothing, reads the rows unsorted).
-func (s *Store) pickStatement() string {
-	if lock := s.d.forUpdate(); lock != "" {
-		return pickQuery + pickLockOrder + lock
-	}
-	return pickQuery
 }
 
 // retryRaces runs fn until it returns something other than errRace, at most

@@ -435,10 +435,9 @@ func TestAllocQueriesUseIndexes(t *testing.T) {
 			args        []any
 			wantIndex   string // any of |-separated names
 		}{
-			// The pick and the host's count: the pick index, or the host's
-			// (a table this small does not tell them apart; both bound the
-			// rows to one host's).
-			{"pick", s.pickStatement(), []any{"h", api.DevTypeNvidiaMPS, "m", "g"}, "isolated_devices_pick|isolated_devices_host_seq"},
+			// The host's count: the pick index, or the host's (a table
+			// this small does not tell them apart; both bound the rows to
+			// one host's). The pick's statements are below, per backend.
 			// By id: any index will do (PostgreSQL may take guest_id's on
 			// a table this small).
 			{"claim", claimStmt, []any{"g", now, "x"}, ""},
@@ -450,9 +449,33 @@ func TestAllocQueriesUseIndexes(t *testing.T) {
 			{"list --server", `SELECT COUNT(*) FROM isolated_devices d` + byGuest, byGuestArgs, "isolated_devices_guest_id"},
 			{"list --host --dev-type --model", `SELECT COUNT(*) FROM isolated_devices d` + byModel, byModelArgs, "isolated_devices_pick|isolated_devices_host_seq"},
 		}
+		type planTest = struct {
+			name, query string
+			args        []any
+			wantIndex   string
+		}
+		if s.d.name == "postgres" {
+			// The pick's summary (pickread.go): the free rows and the
+			// guest's, ranges of the pick index (or the host's).
+			tests = append(tests, planTest{"pick summary", fmt.Sprintf(pgPickSummaryQuery, numaCond+sharingCond),
+				[]any{"h", api.DevTypeNvidiaMPS, "m", 0, "MPS", 1, "h", api.DevTypeNvidiaMPS, "m", "g"}, "isolated_devices_pick|isolated_devices_host_seq"})
+		}
+		if s.d.name == "sqlite" {
+			// The pick's summary and its seek (pickread.go): the counters'
+			// key, the guest's rows in the pick index, and one GPU's free
+			// rows in seq order (no sort) from the partial index.
+			tests = append(tests, []planTest{
+				{"pick summary", fmt.Sprintf(pickSummaryQuery, numaCond+sharingCond), []any{"h", api.DevTypeNvidiaMPS, "m", 0, "MPS", "h", api.DevTypeNvidiaMPS, "m", "g"}, "PRIMARY KEY"},
+				{"pick summary, the guest's rows", fmt.Sprintf(pickSummaryQuery, ""), []any{"h", api.DevTypeNvidiaMPS, "m", "h", api.DevTypeNvidiaMPS, "m", "g"}, "isolated_devices_pick"},
+				{"pick's first free slices", fmt.Sprintf(pickFirstFreeQuery, numaCond, 2), []any{"h", api.DevTypeNvidiaMPS, "m", "GPU-06", 0}, "isolated_devices_free_gpu"},
+			}...)
+		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				plan := explain(t, s, tt.query, tt.args...)
+				if tt.name == "pick's first free slices" && strings.Contains(plan, "TEMP B-TREE") {
+					t.Errorf("plan sorts:\n%s", plan)
+				}
 				// A full scan of the devices: SQLite's SCAN (SEARCH is a
 				// lookup), or PostgreSQL's Seq Scan or an index scan
 				// without a condition. (The join's hosts may be scanned:

@@ -47,6 +47,46 @@ func checkCounts(t *testing.T, s *Store) {
 	if !maps.Equal(counters, rows) {
 		t.Errorf("counters %v\ndevices  %v", counters, rows)
 	}
+	if s.d.name == "sqlite" {
+		checkGPUCounts(t, s)
+	}
+}
+
+// checkGPUCounts fails t unless isolated_device_gpus (SQLite, read by the
+// picker) holds exactly the free devices of every (host, dev_type, model,
+// device_path, numa_node, sharing_mode).
+func checkGPUCounts(t *testing.T, s *Store) {
+	t.Helper()
+	read := func(q string) map[string]int64 {
+		t.Helper()
+		rows, err := s.db.QueryContext(t.Context(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		m := map[string]int64{}
+		for rows.Next() {
+			var host, devType, model, path, sharing string
+			var numa int
+			var n int64
+			if err := rows.Scan(&host, &devType, &model, &path, &numa, &sharing, &n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 {
+				m[fmt.Sprint(host, "/", devType, "/", model, "/", path, "/", numa, "/", sharing)] = n
+			}
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	counters := read(`SELECT host_id, dev_type, model, device_path, numa_node, sharing_mode, free FROM isolated_device_gpus`)
+	rows := read(`SELECT host_id, dev_type, model, device_path, numa_node, sharing_mode, COUNT(*) FROM isolated_devices
+		WHERE guest_id = '' AND NOT unhealthy AND NOT pending_removal GROUP BY 1, 2, 3, 4, 5, 6`)
+	if !maps.Equal(counters, rows) {
+		t.Errorf("GPU counters %v\nfree devices %v", counters, rows)
+	}
 }
 
 // Every kind of write keeps the counters exact, and the totals ListDevices
@@ -81,6 +121,11 @@ func TestCountsFollowEveryWrite(t *testing.T) {
 				return err
 			}},
 			{"update model", func() error { _, err := s.UpdateDevice(ctx, devs[2].ID, DeviceUpdate{Model: &model}); return err }},
+			{"update GPU, NUMA node and sharing mode", func() error {
+				path, numa, mode := "GPU-moved", 1, "MPS"
+				_, err := s.UpdateDevice(ctx, devs[4].ID, DeviceUpdate{DevicePath: &path, NumaNode: &numa, SharingMode: &mode})
+				return err
+			}},
 			{"detach by id", func() error { _, err := s.DetachDevice(ctx, "pod-a", devs[0].ID); return err }},
 			{"detach all", func() error { _, err := s.DetachAll(ctx, "pod-b"); return err }},
 			{"delete", func() error { _, err := s.DeleteDevice(ctx, devs[3].ID); return err }},

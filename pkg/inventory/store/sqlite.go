@@ -42,6 +42,14 @@ var sqliteDialect = dialect{
 	columnOf:      func(t reflect.Type) (string, error) { return columnDef(t, "TEXT", "INTEGER") },
 }
 
+// The pool's idle connections: enough for the concurrent readers of a busy
+// inventory (the writers share one, see groupcommit.go), closed after a
+// while unused.
+const (
+	sqliteMaxIdleConns    = 16
+	sqliteConnMaxIdleTime = 5 * time.Minute
+)
+
 // sqliteBusy reports whether err is SQLite's SQLITE_BUSY (the database
 // locked by another connection past busy_timeout), in any of its extended
 // forms.
@@ -69,6 +77,13 @@ func OpenSQLite(ctx context.Context, path string, log *slog.Logger) (*Store, err
 	if err != nil {
 		return nil, fmt.Errorf("opening sqlite database %s: %w", path, err)
 	}
+	// Keep the connections that concurrent requests need open between
+	// them: database/sql keeps 2 idle by default, and opening a SQLite
+	// connection (its pragmas, reading the schema) cost more than the
+	// token lookup it served when 8 clients authenticated at once
+	// (docs/benchmarks.md, issue 22).
+	db.SetMaxIdleConns(sqliteMaxIdleConns)
+	db.SetConnMaxIdleTime(sqliteConnMaxIdleTime)
 	s := &Store{db: db, d: sqliteDialect, log: log, now: time.Now, writers: make(chan struct{}, 1), stmts: newStmtCache(db), group: &groupCommit{}}
 	if err := s.migrate(ctx); err != nil {
 		_ = db.Close()
