@@ -85,13 +85,14 @@ func (w *Writer) encoded(o Options, devs []Device) ([]byte, error) {
 }
 
 // keyOf is devs as a spec is built from them: sorted as build sorts them,
-// and without what no spec shows and changes between reconciles (the
-// memory NVML saw in use when it listed the GPU), so that a spec is not
-// encoded again for it. build reads only what is left.
+// and without what no spec shows but changes between reconciles (the
+// memory NVML saw in use when it listed the GPU, its compute mode, which
+// the daemon sets after the first listing), so that a spec is not encoded
+// again for them. build reads only what is left.
 func keyOf(devs []Device) []Device {
 	key := slices.Clone(devs)
 	for i := range key {
-		key[i].GPU.MemoryUsed = 0
+		key[i].GPU.MemoryUsed, key[i].GPU.ComputeMode = 0, 0
 	}
 	slices.SortStableFunc(key, func(a, b Device) int {
 		return cmp.Or(cmp.Compare(a.GPU.UUID, b.GPU.UUID), cmp.Compare(a.Index, b.Index))

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
 // syncedBytes is what a Writer's Sync left in the spec file.
@@ -39,7 +41,7 @@ func freshBytes(t *testing.T, o Options, devs []Device) []byte {
 }
 
 // TestWriterReusesSpec: the same devices, in another order and with other
-// memory in use on their GPUs, are not encoded again, and the file is what
+// memory in use on their GPUs and another compute mode, are not encoded again, and the file is what
 // a fresh Sync writes.
 func TestWriterReusesSpec(t *testing.T) {
 	o := testOptions(t)
@@ -52,7 +54,7 @@ func TestWriterReusesSpec(t *testing.T) {
 	again := append([]Device(nil), devs[3:]...)
 	again = append(again, devs[:3]...)
 	for i := range again {
-		again[i].GPU.MemoryUsed = 1 << 30
+		again[i].GPU.MemoryUsed, again[i].GPU.ComputeMode = 1<<30, gpu.ComputeModeExclusiveProcess
 	}
 	b, changed := syncedBytes(t, &w, o, again)
 	if changed || !bytes.Equal(b, first) || w.builds != 1 {
