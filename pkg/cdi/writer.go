@@ -1,6 +1,7 @@
 package cdi
 
 import (
+	"bytes"
 	"cmp"
 	"maps"
 	"slices"
@@ -79,7 +80,9 @@ func (w *Writer) encoded(o Options, devs []Device) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.opts, w.devs, w.nodes, w.data = o, key, nodes, data
+	// Cloned: the encoder's buffer has room to spare, kept for as long
+	// as the bytes are.
+	w.opts, w.devs, w.nodes, w.data = o, key, nodes, bytes.Clone(data)
 	w.builds++
 	return data, nil
 }
