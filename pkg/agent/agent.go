@@ -19,6 +19,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/cdi"
 	"yunion.io/x/mps-daemon/pkg/devsync"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
@@ -96,6 +97,9 @@ type Agent struct {
 	// classes (loop-owned): the QoS class each device's CDI spec entry
 	// last carried, for a device that leaves the plan while held.
 	classes map[vdev.Name]vdev.Class
+	// spec (loop-owned) writes the CDI spec, encoding it again only when
+	// what it is built from changed (cdi.Writer).
+	spec cdi.Writer
 
 	mu         sync.Mutex // guards cfg, generation and status, read by HTTP handlers
 	cfg        *Config

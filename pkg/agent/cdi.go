@@ -94,5 +94,5 @@ func (a *Agent) syncCDI(cfg *Config, devs []cdi.Device) (string, bool, error) {
 	if err := store.Ensure(names); err != nil {
 		return "", false, fmt.Errorf("identity files: %w", err)
 	}
-	return cdi.Sync(a.cdiOptions(cfg), devs)
+	return a.spec.Sync(a.cdiOptions(cfg), devs)
 }

@@ -42,6 +42,26 @@ type gpuState struct {
 	applied gpuTarget
 	last    status.GPU
 	dirty   bool
+	// checksSinceSet counts the preparations since the defaults were last
+	// set (mustSet).
+	checksSinceSet int
+}
+
+// setEvery is how often a preparation sets the control daemon's defaults
+// even though the getters show them right: every tenth (five minutes at
+// the default mps_sync_interval of 30 s). The getters round the memory
+// limit to whole GiB, so a drift within a GiB (a hand-set
+// set_default_device_pinned_mem_limit) reads as no drift; this repairs it.
+// Every drift the getters show is repaired at the next preparation.
+const setEvery = 10
+
+// mustSet reports whether a preparation of gs sets the defaults want
+// without asking first: a daemon it did not adopt (just started), defaults
+// other than the last ones set (the getters could show the old and the new
+// limit alike: both within one GiB), or setEvery preparations since they
+// were last set.
+func mustSet(gs *gpuState, adopted bool, want mps.Limits) bool {
+	return !adopted || gs.limits != want || gs.checksSinceSet+1 >= setEvery
 }
 
 // gpuTarget is what a GPU's MPS must hold: where its control daemon lives,
@@ -185,7 +205,7 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan, wa
 		st.ComputeMode = gpu.ComputeModeExclusiveProcess.String()
 	}
 
-	adopted, err := gs.ctl.Ensure(ctx)
+	adopted, servers, listed, err := gs.ctl.EnsureServers(ctx)
 	if err != nil {
 		return fail("MPS control daemon: %v", err)
 	}
@@ -205,16 +225,27 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan, wa
 			log.Info("started MPS control daemon", "pipe_directory", gs.env.PipeDir, "log_directory", gs.env.LogDir)
 		}
 	}
-	if err := gs.ctl.SetDefaults(ctx, want); err != nil {
+	// The defaults are read and set only when they differ (or when a drift
+	// the getters cannot show is not ruled out: mustSet).
+	set, err := gs.ctl.EnsureDefaults(ctx, want, mustSet(gs, adopted, want))
+	if err != nil {
 		return fail("applying MPS limits: %v", err)
+	}
+	if set {
+		gs.checksSinceSet = 0
+	} else {
+		gs.checksSinceSet++
 	}
 	if gs.limits != want && gs.limits != (mps.Limits{}) {
 		log.Info("MPS limits changed", "memory_limit_mib", int(want.MemoryLimit), "thread_percentage", want.ThreadPercentage, "client_priority", want.ClientPriority)
 	}
 	gs.limits = want
-	servers, err := gs.ctl.Servers(ctx)
-	if err != nil {
-		return fail("listing MPS servers: %v", err)
+	if set || !listed {
+		// A server started before the defaults were set took the old
+		// ones: list them again, after the set.
+		if servers, err = gs.ctl.Servers(ctx); err != nil {
+			return fail("listing MPS servers: %v", err)
+		}
 	}
 	st.Enforced = true
 	for _, pid := range servers {

@@ -54,23 +54,33 @@ func Write(o Options, s *specs.Spec) (path string, changed bool, err error) {
 	if err != nil {
 		return "", false, err
 	}
+	changed, err = writeData(o, path, data)
+	if err != nil {
+		return "", false, err
+	}
+	return path, changed, nil
+}
+
+// writeData puts the encoded spec data at path (Write's file), unless the
+// file holds those bytes already.
+func writeData(o Options, path string, data []byte) (changed bool, err error) {
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		return "", false, fmt.Errorf("creating CDI directory: %w", err)
+		return false, fmt.Errorf("creating CDI directory: %w", err)
 	}
 	if err := removeStaleTemps(path); err != nil {
-		return "", false, err
+		return false, err
 	}
 	old, err := os.ReadFile(path)
 	switch {
 	case err == nil && bytes.Equal(old, data):
-		return path, false, nil
+		return false, nil
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		return "", false, fmt.Errorf("reading the current CDI spec: %w", err)
+		return false, fmt.Errorf("reading the current CDI spec: %w", err)
 	}
 	if err := replace(path, data); err != nil {
-		return "", false, err
+		return false, err
 	}
-	return path, true, nil
+	return true, nil
 }
 
 // Remove deletes the spec file (when there are no virtual devices: CDI has
@@ -94,20 +104,12 @@ func Remove(o Options) (removed bool, err error) {
 }
 
 // Sync makes the spec file match devs: Build then Write, or Remove when devs
-// is empty. On any error the file is left as it was.
+// is empty. On any error the file is left as it was. A caller that syncs
+// again and again keeps a Writer instead, which encodes a spec only when
+// its inputs changed.
 func Sync(o Options, devs []Device) (path string, changed bool, err error) {
-	s, err := Build(o, devs)
-	if errors.Is(err, ErrNoDevices) {
-		if path, err = SpecPath(o); err != nil {
-			return "", false, err
-		}
-		changed, err = Remove(o)
-		return path, changed, err
-	}
-	if err != nil {
-		return "", false, err
-	}
-	return Write(o, s)
+	var w Writer
+	return w.Sync(o, devs)
 }
 
 // SpecPath is the file Write writes: CDI's "vendor-class.yaml" in o.Dir.

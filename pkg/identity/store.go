@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"yunion.io/x/mps-daemon/pkg/atomicfile"
@@ -80,17 +81,28 @@ func (s Store) Ensure(names []vdev.Name) error {
 	if err := s.ensureDir(); err != nil {
 		return err
 	}
-	var errs []error
-	for _, n := range names {
-		if err := s.ensureFile(string(n)); err != nil {
-			errs = append(errs, err)
-		}
+	// The files are independent: looked at (and made) side by side, so
+	// that the syncs of a start's new files share the file system's
+	// commits instead of waiting for one another.
+	errs := make([]error, len(names), len(names)+1)
+	sem := make(chan struct{}, ensureWorkers)
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = s.ensureFile(string(n))
+		})
 	}
+	wg.Wait()
 	if err := atomicfile.SyncDir(s.Dir); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
+
+// ensureWorkers bounds the files Ensure handles at once.
+const ensureWorkers = 8
 
 func (s Store) ensureDir() error {
 	if s.Dir == "" || !filepath.IsAbs(s.Dir) {

@@ -81,14 +81,21 @@ func (c *Controller) command(ctx context.Context, command string) (string, error
 
 // Running reports whether a control daemon answers in the pipe directory.
 func (c *Controller) Running(ctx context.Context) (bool, error) {
-	_, err := c.command(ctx, "get_server_list")
+	up, _, err := c.running(ctx)
+	return up, err
+}
+
+// running is Running with the server list the daemon answered (the
+// question is get_server_list), unparsed.
+func (c *Controller) running(ctx context.Context) (up bool, list string, err error) {
+	out, err := c.command(ctx, "get_server_list")
 	switch {
 	case err == nil:
-		return true, nil
+		return true, out, nil
 	case errors.Is(err, ErrNoDaemon):
-		return false, nil
+		return false, "", nil
 	default:
-		return false, err
+		return false, "", err
 	}
 }
 
@@ -96,45 +103,65 @@ func (c *Controller) Running(ctx context.Context) (bool, error) {
 // adopted (adopted == true; after our own restart the daemon and its clients
 // live on), otherwise one is started and waited for.
 func (c *Controller) Ensure(ctx context.Context) (adopted bool, err error) {
+	adopted, _, _, err = c.EnsureServers(ctx)
+	return adopted, err
+}
+
+// EnsureServers is Ensure answering, for an adopted daemon, the server list
+// it gave when asked whether it runs (listed true): Servers as of that
+// moment, one control command fewer for a caller that needs both. listed is
+// false for a daemon just started, or a list that did not parse: then the
+// caller asks Servers.
+func (c *Controller) EnsureServers(ctx context.Context) (adopted bool, servers []int, listed bool, err error) {
 	if err := CheckPipeDir(c.env.PipeDir); err != nil {
-		return false, err
+		return false, nil, false, err
 	}
-	up, err := c.Running(ctx)
+	up, list, err := c.running(ctx)
 	if err != nil {
-		return false, fmt.Errorf("asking for a running MPS control daemon: %w", err)
+		return false, nil, false, fmt.Errorf("asking for a running MPS control daemon: %w", err)
 	}
 	if up {
 		switched, err := c.switchIfIdle(ctx)
-		if err != nil || !switched {
-			return !switched, err
+		if err != nil {
+			return !switched, nil, false, err
+		}
+		if !switched {
+			servers, perr := ParsePIDList(list)
+			return true, servers, perr == nil, nil
 		}
 	}
+	return false, nil, false, c.start(ctx)
+}
+
+// start starts a control daemon in the pipe directory and waits until it
+// answers.
+func (c *Controller) start(ctx context.Context) error {
 	for _, dir := range []string{c.env.PipeDir, c.env.LogDir} {
 		if dir == "" {
 			continue
 		}
 		if err := prepareDir(dir); err != nil {
-			return false, err
+			return err
 		}
 	}
 	startCtx, cancel := context.WithTimeout(ctx, c.timeout)
-	err = c.r.Start(startCtx, c.env)
+	err := c.r.Start(startCtx, c.env)
 	cancel()
 	if err != nil {
-		return false, err
+		return err
 	}
 	if err := c.waitRunning(ctx, true); err != nil {
-		return false, fmt.Errorf("MPS control daemon for %s did not come up (see %s): %w",
+		return fmt.Errorf("MPS control daemon for %s did not come up (see %s): %w",
 			c.env.PipeDir, filepath.Join(c.env.LogDir, "control.log"), err)
 	}
 	if err := recordMode(c.env.PipeDir, c.env.MultiUser); err != nil {
-		return false, err
+		return err
 	}
 	if err := recordDevices(c.env.PipeDir, c.env.VisibleDevices); err != nil {
-		return false, err
+		return err
 	}
 	c.log.Debug("mps control daemon up", "pipe_directory", c.env.PipeDir)
-	return false, nil
+	return nil
 }
 
 // switchIfIdle deals with an adopted daemon whose server mode, or whose

@@ -13,7 +13,7 @@ import (
 // the driver's name (nvidia-smi's, NVML's) when pci.ids has none. Rows
 // written by either agent then carry the same model.
 type Models struct {
-	names map[string]string // "10de:2330" -> pci.ids device name
+	models map[string]string // "10de:2330" -> the bracketed model of its pci.ids name
 }
 
 // LoadModels reads pci.ids: the file at path, or, when path is empty, the
@@ -29,9 +29,15 @@ func LoadModels(path string) (*Models, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the pci.ids database: %w", err)
 	}
-	m := &Models{names: map[string]string{}}
+	// Only the names with a bracketed model are kept, as that model: the
+	// others give the fallback anyway, and the whole database would stay
+	// in the daemon's heap (its live heap 2.3 MiB after loading the 2023
+	// pci.ids, 0.4 MiB so).
+	m := &Models{models: map[string]string{}}
 	for _, p := range db.Products {
-		m.names[strings.ToLower(p.VendorID+":"+p.ID)] = p.Name
+		if model := BracketedModel(p.Name); model != "" {
+			m.models[strings.ToLower(p.VendorID+":"+p.ID)] = strings.Clone(model)
+		}
 	}
 	return m, nil
 }
@@ -43,8 +49,8 @@ func (m *Models) Model(vendorDeviceID, fallback string) string {
 	if m == nil {
 		return fallback
 	}
-	if name := BracketedModel(m.names[strings.ToLower(vendorDeviceID)]); name != "" {
-		return name
+	if model := m.models[strings.ToLower(vendorDeviceID)]; model != "" {
+		return model
 	}
 	return fallback
 }

@@ -416,6 +416,17 @@ def proc_rss_mib(pid):
     return 0
 
 
+def proc_rss_kinds_mib(pid):
+    """RssAnon (heaps: Go's and NVML's malloc), RssFile (mapped files: the
+    binary, libc, libnvidia-ml.so) and RssShmem, in MiB (issue 22)."""
+    kinds = {}
+    for line in open(f"/proc/{pid}/status"):
+        key = line.split(":")[0]
+        if key in ("RssAnon", "RssFile", "RssShmem"):
+            kinds[key] = int(line.split()[1]) / 1024
+    return kinds
+
+
 def daemon_cost(daemon):
     cost = {}
     write_config(4, "auto")
@@ -425,6 +436,8 @@ def daemon_cost(daemon):
     time.sleep(20)
     cost["idle_cpu_percent"] = (proc_cpu_s(daemon.pid) - c0) / 20 * 100
     cost["idle_rss_mib"] = proc_rss_mib(daemon.pid)
+    for k, v in proc_rss_kinds_mib(daemon.pid).items():
+        cost[f"idle_{k.lower()}_mib"] = v
     lat = []
     c0 = proc_cpu_s(daemon.pid)
     for k in range(10):

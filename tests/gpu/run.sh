@@ -92,6 +92,16 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$DPID/stat"; }
 C0=$(cpu_ticks); sleep 20; C1=$(cpu_ticks)
 RSS=$(awk '/^VmRSS/ {print $2}' "/proc/$DPID/status")
 say "daemon's own cost, idle with 4 devices: RSS $((RSS / 1024)) MiB ($RSS kB), CPU $(python3 -c "print(round(($C1-$C0)/$(getconf CLK_TCK)/20*100, 3))")% of one core over 20 s"
+# What the RSS is made of (issue 22): RssAnon is the daemon's heaps (Go's,
+# and NVML's own malloc), RssFile the pages of mapped files (the binary,
+# libc, libnvidia-ml.so), RssShmem shared memory; then the mappings by path
+# ([anon] the anonymous ones, the Go heap among them) with their resident
+# and anonymous kB, and the Go runtime's view of its memory (/metrics).
+say "daemon's RSS by kind: $(grep -E '^(RssAnon|RssFile|RssShmem|VmHWM|Threads)' "/proc/$DPID/status" | tr -s ' \t' ' ' | tr '\n' ';')"
+say "daemon's resident mappings over 256 kB, by path (kB resident, kB anonymous):"
+awk '/^[0-9a-f]+-[0-9a-f]+ /{p=($6==""?"[anon]":$6)} /^Rss:/{r[p]+=$2} /^Anonymous:/{a[p]+=$2}
+	END{for(k in r) if(r[k]>=256) printf "%8d %8d %s\n", r[k], a[k], k}' "/proc/$DPID/smaps" | sort -rn | block
+curl -sf "http://$DAEMON_ADDR/metrics" | grep -E '^go_memstats_(heap_(inuse|idle|released|sys)|stack_inuse|sys)_bytes|^go_gc_gogc|^go_gc_gomemlimit' | block
 check "the daemon's resident memory is at most 30 MiB" "$([ "$RSS" -le 30720 ]; echo $?)" "($RSS kB)"
 
 say

@@ -251,6 +251,24 @@ func (s *Runner) EnforcedLimits(pipeDir string, serverPID int) (mps.Limits, erro
 	return s.enforced(pipeDir, serverPID, func(*simState) (int, error) { return 0, nil })
 }
 
+// ExactDefaults are the defaults of the simulated daemon in pipeDir for
+// device 0 as they are held: the exact memory limit set, which the getters
+// print rounded (mps.DisplayMemLimit).
+func (s *Runner) ExactDefaults(pipeDir string) (mps.Limits, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
+	defer cancel()
+	var l mps.Limits
+	err := s.withState(ctx, pipeDir, func(st **simState) (bool, error) {
+		if *st == nil {
+			return false, fmt.Errorf("simulated MPS control in %s: %w", pipeDir, mps.ErrNoDaemon)
+		}
+		d := *st
+		l = mps.Limits{MemoryLimit: d.DefaultMemoryLimits[0], ThreadPercentage: d.DefaultThreadPercentage, ClientPriority: d.DefaultClientPriority}
+		return false, nil
+	})
+	return l, err
+}
+
 // EnforcedLimitsOn are the limits a simulated server enforces on the GPU
 // with this UUID: the memory limit of the device ordinal that GPU has in the
 // daemon (its place in Devices), the exact value set. This is what proves

@@ -1,0 +1,104 @@
+package cdi
+
+import (
+	"bytes"
+	"cmp"
+	"maps"
+	"slices"
+)
+
+// Writer is Sync with a memory of the last spec it encoded and of
+// everything that spec was built from: the options, the devices and which
+// device nodes exist under DevRoot (looked at on every Sync, as Build
+// does). When none of them changed, Sync reuses the bytes instead of
+// building, validating and encoding the spec again (most of a reconcile's
+// work on an idle host), and still compares them with the file, which it
+// rewrites when the file differs (edited or removed by hand). The spec
+// therefore always is what Build and Write would make of the inputs now.
+//
+// The zero Writer is ready. It is not safe for concurrent use: the agent
+// keeps one in its loop.
+type Writer struct {
+	opts  Options
+	devs  []Device // as the spec was built from them: keyOf
+	nodes nodeSet
+	data  []byte // nil: nothing remembered
+	// builds counts the specs encoded (the tests see the cache work).
+	builds int
+}
+
+// Sync makes the spec file match devs, as the package's Sync does.
+func (w *Writer) Sync(o Options, devs []Device) (path string, changed bool, err error) {
+	if len(devs) == 0 {
+		w.data = nil
+		if path, err = SpecPath(o); err != nil {
+			return "", false, err
+		}
+		changed, err = Remove(o)
+		return path, changed, err
+	}
+	data, err := w.encoded(o, devs)
+	if err != nil {
+		return "", false, err
+	}
+	path, err = SpecPath(o)
+	if err != nil {
+		return "", false, err
+	}
+	changed, err = writeData(o.withDefaults(), path, data)
+	if err != nil {
+		return "", false, err
+	}
+	return path, changed, nil
+}
+
+// encoded is the file's bytes for devs: the remembered ones when the
+// inputs are the same, else Build's spec (with its checks, in its order)
+// encoded, and remembered. Nothing is remembered of a failure.
+func (w *Writer) encoded(o Options, devs []Device) ([]byte, error) {
+	o = o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	key := keyOf(devs)
+	nodes, nodesErr := findNodes(o.DevRoot, minorsOf(key))
+	if nodesErr == nil && w.data != nil && w.opts == o && maps.Equal(w.nodes, nodes) && slices.Equal(w.devs, key) {
+		return w.data, nil
+	}
+	w.data = nil
+	if err := validateDevices(devs); err != nil {
+		return nil, err
+	}
+	if nodesErr != nil {
+		return nil, nodesErr
+	}
+	s := build(o, key, nodes)
+	if err := validateSpec(s); err != nil {
+		return nil, err
+	}
+	data, err := encode(s)
+	if err != nil {
+		return nil, err
+	}
+	// Cloned: the encoder's buffer has room to spare, kept for as long
+	// as the bytes are.
+	w.opts, w.devs, w.nodes, w.data = o, key, nodes, bytes.Clone(data)
+	w.builds++
+	return data, nil
+}
+
+// keyOf is devs as a spec is built from them: sorted as build sorts them,
+// and without what no spec shows but changes between reconciles (the
+// memory NVML saw in use when it listed the GPU, its compute mode, which
+// the daemon sets after the first listing), so that a spec is not encoded
+// again for them. build reads only what is left.
+func keyOf(devs []Device) []Device {
+	key := slices.Clone(devs)
+	for i := range key {
+		key[i].GPU.MemoryUsed, key[i].GPU.ComputeMode = 0, 0
+	}
+	slices.SortStableFunc(key, func(a, b Device) int {
+		return cmp.Or(cmp.Compare(a.GPU.UUID, b.GPU.UUID), cmp.Compare(a.Index, b.Index))
+	})
+	return key
+}
