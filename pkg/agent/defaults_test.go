@@ -14,7 +14,7 @@ import (
 // setCommands counts the set_default_* commands GPU i's control daemon got.
 func (h *harness) setCommands(t *testing.T, i int) int {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(h.dir, "log", twoGPUs()[i].UUID, "control.log"))
+	b, err := os.ReadFile(filepath.Join(h.dir, "log", twoGPUs()[i].UUID.String(), "control.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func (h *harness) setCommands(t *testing.T, i int) int {
 // drift sets GPU i's defaults by hand, as an operator could.
 func (h *harness) drift(t *testing.T, i int, l mps.Limits) {
 	t.Helper()
-	c := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(i), VisibleDevices: twoGPUs()[i].UUID}, 5*time.Second, nil)
+	c := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(i), VisibleDevices: twoGPUs()[i].UUID.String()}, 5*time.Second, nil)
 	if err := c.SetDefaults(context.Background(), l); err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestRestartedDaemonSetsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.runner.Kill(h.pipeDir(0))
-	env := mps.Env{PipeDir: h.pipeDir(0), LogDir: filepath.Join(h.dir, "log", twoGPUs()[0].UUID), VisibleDevices: twoGPUs()[0].UUID}
+	env := mps.Env{PipeDir: h.pipeDir(0), LogDir: filepath.Join(h.dir, "log", twoGPUs()[0].UUID.String()), VisibleDevices: twoGPUs()[0].UUID.String()}
 	if err := h.runner.Start(ctx, env); err != nil {
 		t.Fatal(err)
 	}
