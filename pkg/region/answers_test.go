@@ -52,7 +52,8 @@ func TestRefusedTokenNeverReadsAsAnEmptyList(t *testing.T) {
 	c := cloudpods.Get(t)
 	ctx := context.Background()
 	mac := newMAC()
-	hostID, err := c.CreateHost(ctx, "refused-token", mac, "127.0.0.72")
+	name, ip := newHost("refused-token")
+	hostID, err := c.CreateHost(ctx, name, mac, ip)
 	if err != nil {
 		t.Fatal(err)
 	}

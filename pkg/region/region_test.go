@@ -27,6 +27,18 @@ func newMAC() string {
 	return fmt.Sprintf("02:00:00:11:%02x:%02x", n>>8&0xff, n&0xff)
 }
 
+var hostSeq, madeHosts atomic.Int32
+
+// newHost is a host name starting with prefix and an access IP that no
+// other host record of this binary has: the region refuses a second record
+// with the same name, access_ip or manager_uri (made from the IP), so fixed
+// ones made a test fail on its second run in one process (-count=20,
+// scripts/flake-hunt.sh).
+func newHost(prefix string) (name, ip string) {
+	n := hostSeq.Add(1)
+	return fmt.Sprintf("%s-%d", prefix, n), fmt.Sprintf("127.1.%d.%d", n>>8&0xff, n&0xff)
+}
+
 func newBackend(t *testing.T, c *cloudpods.Cloud, mac string, o Options) *Backend {
 	t.Helper()
 	ks, err := keystone.New(keystone.Options{Credentials: keystone.Credentials{
@@ -64,21 +76,23 @@ func TestHostRecordFoundByMACNeverDuplicated(t *testing.T) {
 	ctx := context.Background()
 	mac := newMAC()
 	b := newBackend(t, c, mac, Options{})
-	_, err := b.EnsureHost(ctx, "gpu-a")
+	nameA, ipA := newHost("gpu-a")
+	_, err := b.EnsureHost(ctx, nameA)
 	if !errors.Is(err, ErrNoHostRecord) || !strings.Contains(err.Error(), mac) || !strings.Contains(err.Error(), "mps_region_create_host") {
 		t.Fatalf("no host record yet: %v", err)
 	}
-	id, err := c.CreateHost(ctx, "gpu-a", mac, "127.0.0.21")
+	id, err := c.CreateHost(ctx, nameA, mac, ipA)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h, err := b.EnsureHost(ctx, "some-other-name")
-	if err != nil || h.ID != id || h.Name != "gpu-a" {
+	if err != nil || h.ID != id || h.Name != nameA {
 		t.Fatalf("host %+v err %v, want the record %s the host agent made", h, err, id)
 	}
 	// Two machines' MACs that belong to different records: no guessing.
 	other := newMAC()
-	if _, err := c.CreateHost(ctx, "gpu-b", other, "127.0.0.22"); err != nil {
+	nameB, ipB := newHost("gpu-b")
+	if _, err := c.CreateHost(ctx, nameB, other, ipB); err != nil {
 		t.Fatal(err)
 	}
 	b2 := newBackend(t, c, mac, Options{})
@@ -93,12 +107,16 @@ func TestCreateHostOnlyWhenAsked(t *testing.T) {
 	ctx := context.Background()
 	mac := newMAC()
 	b := newBackend(t, c, mac, Options{CreateHost: true})
-	b.o.NICs = func() ([]NIC, error) { return []NIC{{Name: "eth9", MAC: mac, IP: "127.0.0.31"}}, nil }
-	h, err := b.EnsureHost(ctx, "made-by-mps")
+	// The region makes the record on the network holding the address:
+	// cloudpods-up.sh's hostnet0, 127.0.0.1-254.
+	name, _ := newHost("made-by-mps")
+	ip := fmt.Sprintf("127.0.0.%d", 100+madeHosts.Add(1)%150)
+	b.o.NICs = func() ([]NIC, error) { return []NIC{{Name: "eth9", MAC: mac, IP: ip}}, nil }
+	h, err := b.EnsureHost(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := b.EnsureHost(ctx, "made-by-mps")
+	again, err := b.EnsureHost(ctx, name)
 	if err != nil || again.ID != h.ID {
 		t.Fatalf("second EnsureHost: %+v %v, want the record just made (%s)", again, err, h.ID)
 	}
@@ -112,7 +130,8 @@ func TestGPURowsResizeAndHeld(t *testing.T) {
 	c := cloudpods.Get(t)
 	ctx := context.Background()
 	mac := newMAC()
-	hostID, err := c.CreateHost(ctx, "gpu-rows", mac, "127.0.0.41")
+	name, ip := newHost("gpu-rows")
+	hostID, err := c.CreateHost(ctx, name, mac, ip)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +160,7 @@ func TestGPURowsResizeAndHeld(t *testing.T) {
 	// A guest takes a slice of the first GPU, then the GPU shrinks to 1
 	// and the second GPU leaves: the held row stays (virtual_num kept at
 	// the one attached), the free row goes.
-	guest, err := c.CreateGuest(ctx, "pod-held", hostID)
+	guest, err := c.CreateGuest(ctx, name+"-pod", hostID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +170,7 @@ func TestGPURowsResizeAndHeld(t *testing.T) {
 	if err := c.AttachDevice(ctx, guest, r.ID); err == nil {
 		t.Fatal("one guest attached the same GPU row twice")
 	}
-	other, err := c.CreateGuest(ctx, "pod-held-2", hostID)
+	other, err := c.CreateGuest(ctx, name+"-pod-2", hostID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +215,8 @@ func TestPerSliceRowsRefusedThenAcceptedWithADeviceModel(t *testing.T) {
 	c := cloudpods.Get(t)
 	ctx := context.Background()
 	mac := newMAC()
-	hostID, err := c.CreateHost(ctx, "gpu-slices", mac, "127.0.0.51")
+	name, ip := newHost("gpu-slices")
+	hostID, err := c.CreateHost(ctx, name, mac, ip)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,11 +9,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
 func TestMain(m *testing.M) { Main(m) }
+
+var extraHosts atomic.Int32
 
 // TestControlPlane: the real climc lists through the real region, and a
 // host created as Cloudpods' host agent creates one shows in host-list.
@@ -27,13 +30,18 @@ func TestControlPlane(t *testing.T) {
 	if !strings.Contains(out, c.HostID) || !strings.Contains(out, c.HostName) {
 		t.Fatalf("host-list lacks the script's host %s (%s):\n%s", c.HostName, c.HostID, out)
 	}
-	id, err := c.CreateHost(ctx, "gpuhost-extra", "02:00:00:00:00:77", "127.0.0.2")
+	// A name, MAC and address of this run's own: the region refuses a
+	// second host with any of them, and -count=N runs this N times on one
+	// control plane.
+	n := extraHosts.Add(1)
+	name := fmt.Sprintf("gpuhost-extra-%d", n)
+	id, err := c.CreateHost(ctx, name, fmt.Sprintf("02:00:00:22:%02x:%02x", n>>8&0xff, n&0xff), fmt.Sprintf("127.2.%d.%d", n>>8&0xff, n&0xff))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, _, err = c.RunClimc(ctx, "host-show", "gpuhost-extra")
+	out, _, err = c.RunClimc(ctx, "host-show", name)
 	if err != nil || !strings.Contains(out, id) {
-		t.Fatalf("host-show gpuhost-extra: %v\n%s", err, out)
+		t.Fatalf("host-show %s: %v\n%s", name, err, out)
 	}
 }
 
