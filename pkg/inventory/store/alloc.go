@@ -226,8 +226,9 @@ func (s *Store) AttachDevices(ctx context.Context, guest string, r api.AttachReq
 }
 
 // lockPicked locks the rows of a pick of several devices, sorted by id,
-// before the first claim (PostgreSQL). Each claim's counter trigger locks
-// counter rows (migration 0004): claiming the rows one statement at a time
+// before the first claim (PostgreSQL). A claim's counter trigger may lock
+// counter rows (migration 0004; since 0008 only the write that folds the
+// deltas, about one in 256, at most one at a time): claiming the rows one statement at a time
 // unlocked would hold the counters of the first while waiting for the row
 // of the second, which an attach by id or an update may hold while it
 // waits for those counters: a deadlock. Locked first, device rows always

@@ -19,8 +19,8 @@ const MaxCreateDevices = 1000
 // list order), and returns them as stored: CreateDevice for many rows at
 // the cost of one statement, for loading a large inventory (see
 // cmd/mps-inventory-bench). At most MaxCreateDevices at once. Being one
-// statement, it takes PostgreSQL's counter locks in key order like every
-// other write (see migration 0004).
+// statement, it takes PostgreSQL's counter locks (when its trigger folds
+// the deltas, migration 0008) in key order like every other write.
 func (s *Store) CreateDevices(ctx context.Context, devs []api.IsolatedDevice) ([]api.IsolatedDevice, error) {
 	if len(devs) == 0 {
 		return nil, nil
