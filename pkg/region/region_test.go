@@ -226,9 +226,20 @@ func TestPerSliceRowsRefusedThenAcceptedWithADeviceModel(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "NVIDIA_MPS") {
 		t.Fatalf("per-slice rows on a GPU-row region: %v, want the region's refusal", err)
 	}
-	if err := c.CreateDeviceModel(ctx, "H100 SXM5 80GB (MPS slices)", "NVIDIA_MPS", "10de", "2330"); err != nil {
+	const model = "H100 SXM5 80GB (MPS slices)"
+	if err := c.CreateDeviceModel(ctx, model, "NVIDIA_MPS", "10de", "2330"); err != nil {
 		t.Fatal(err)
 	}
+	// The region as it was, for the next run in this process: no rows of
+	// the model, then no model (its first step above needs the refusal).
+	t.Cleanup(func() {
+		if _, err := b.SyncDevices(ctx, hostID, nil); err != nil {
+			t.Errorf("removing the test's rows: %v", err)
+		}
+		if err := c.DeleteDeviceModel(ctx, model); err != nil {
+			t.Error(err)
+		}
+	})
 	res, err := b.SyncDevices(ctx, hostID, desired)
 	if err != nil || res.Created != 2 {
 		t.Fatalf("with a device model: %+v %v", res, err)

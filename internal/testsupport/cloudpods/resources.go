@@ -38,6 +38,30 @@ func (c *Cloud) CreateDeviceModel(ctx context.Context, model, devType, vendorID,
 	return nil
 }
 
+// DeleteDeviceModel removes the isolated-device models named model, as
+// `climc isolated-device-model-delete` does; the region refuses while
+// devices of the model are held. None of that name is no error.
+func (c *Cloud) DeleteDeviceModel(ctx context.Context, model string) error {
+	var l struct {
+		Models []struct {
+			ID    string `json:"id"`
+			Model string `json:"model"`
+		} `json:"isolated_device_models"`
+	}
+	if err := c.Call(ctx, http.MethodGet, "/isolated_device_models?scope=system&limit=0", nil, &l); err != nil {
+		return fmt.Errorf("listing isolated device models: %w", err)
+	}
+	for _, m := range l.Models {
+		if m.Model != model {
+			continue
+		}
+		if err := c.Call(ctx, http.MethodDelete, "/isolated_device_models/"+m.ID, nil, nil); err != nil {
+			return fmt.Errorf("deleting isolated device model %s (%s): %w", model, m.ID, err)
+		}
+	}
+	return nil
+}
+
 // guestID is what a guest id may be here (it goes into SQL text).
 var guestID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,35}$`)
 
