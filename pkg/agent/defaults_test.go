@@ -58,20 +58,28 @@ func TestIdleReconcilesReadDefaults(t *testing.T) {
 	}
 }
 
-// TestDriftedDefaultsRepaired: a default changed by hand is set back, at
-// the next full reconcile when the getters show the change, and within
-// setEvery full reconciles when they cannot (a memory limit within the same
-// GiB, which they print rounded).
-func TestDriftedDefaultsRepaired(t *testing.T) {
+// reconciledDefaults is a harness of two GPUs after its first reconcile,
+// with the exact defaults that reconcile gave GPU 0's control daemon.
+func reconciledDefaults(t *testing.T) (*harness, mps.Limits) {
+	t.Helper()
 	h := newHarness(t, "", fourAndTwo)
-	ctx := context.Background()
-	if err := h.agent.Reconcile(ctx); err != nil {
+	if err := h.agent.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	want, err := h.runner.ExactDefaults(h.pipeDir(0))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return h, want
+}
+
+// TestDriftedDefaultsRepaired: a default changed by hand is set back, at
+// the next full reconcile when the getters show the change, and within
+// setEvery full reconciles when they cannot (a memory limit within the same
+// GiB, which they print rounded).
+func TestDriftedDefaultsRepaired(t *testing.T) {
+	h, want := reconciledDefaults(t)
+	ctx := context.Background()
 	visible := []mps.Limits{
 		{MemoryLimit: want.MemoryLimit + 2048, ThreadPercentage: want.ThreadPercentage, ClientPriority: want.ClientPriority},
 		{MemoryLimit: want.MemoryLimit, ThreadPercentage: 100, ClientPriority: want.ClientPriority},
@@ -118,15 +126,8 @@ func TestDriftedDefaultsRepaired(t *testing.T) {
 // two reconciles, unseen by the health probe, starts with the control's own
 // defaults, which the getters show: the next full reconcile sets them.
 func TestRestartedDaemonSetsDefaults(t *testing.T) {
-	h := newHarness(t, "", fourAndTwo)
+	h, want := reconciledDefaults(t)
 	ctx := context.Background()
-	if err := h.agent.Reconcile(ctx); err != nil {
-		t.Fatal(err)
-	}
-	want, err := h.runner.ExactDefaults(h.pipeDir(0))
-	if err != nil {
-		t.Fatal(err)
-	}
 	h.runner.Kill(h.pipeDir(0))
 	env := mps.Env{PipeDir: h.pipeDir(0), LogDir: filepath.Join(h.dir, "log", twoGPUs()[0].UUID.String()), VisibleDevices: twoGPUs()[0].UUID.String()}
 	if err := h.runner.Start(ctx, env); err != nil {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"maps"
@@ -11,39 +12,47 @@ import (
 	"yunion.io/x/mps-daemon/pkg/api"
 )
 
+// countsBy runs q and answers its rows' counts by key, as scan reads each
+// row; zero counts are left out (a counter row may stay at 0).
+func countsBy(t *testing.T, s *Store, q string, scan func(*sql.Rows) (string, int64, error)) map[string]int64 {
+	t.Helper()
+	rows, err := s.db.QueryContext(t.Context(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	m := map[string]int64{}
+	for rows.Next() {
+		key, n, err := scan(rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			m[key] = n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // checkCounts fails t unless isolated_device_counts holds exactly the
 // number of devices of every (stripe, dev_type, model, unhealthy,
 // pending_removal, held): the totals ListDevices answers from it are then
 // COUNT(*)'s.
 func checkCounts(t *testing.T, s *Store) {
 	t.Helper()
-	read := func(q string) map[string]int64 {
-		t.Helper()
-		rows, err := s.db.QueryContext(t.Context(), q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		m := map[string]int64{}
-		for rows.Next() {
-			var stripe, devType, model string
-			var unhealthy, pending, held bool
-			var n int64
-			if err := rows.Scan(&stripe, &devType, &model, &unhealthy, &pending, &held, &n); err != nil {
-				t.Fatal(err)
-			}
-			if n != 0 {
-				m[fmt.Sprint(stripe, "/", devType, "/", model, "/", unhealthy, pending, held)] = n
-			}
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return m
+	scan := func(rows *sql.Rows) (string, int64, error) {
+		var stripe, devType, model string
+		var unhealthy, pending, held bool
+		var n int64
+		err := rows.Scan(&stripe, &devType, &model, &unhealthy, &pending, &held, &n)
+		return fmt.Sprint(stripe, "/", devType, "/", model, "/", unhealthy, pending, held), n, err
 	}
-	counters := read(`SELECT stripe, dev_type, model, unhealthy, pending_removal, held, n FROM isolated_device_counts`)
-	rows := read(`SELECT substr(host_id, 1, 1), dev_type, model, unhealthy, pending_removal, guest_id <> '', COUNT(*)
-		FROM isolated_devices GROUP BY 1, 2, 3, 4, 5, 6`)
+	counters := countsBy(t, s, `SELECT stripe, dev_type, model, unhealthy, pending_removal, held, n FROM isolated_device_counts`, scan)
+	rows := countsBy(t, s, `SELECT substr(host_id, 1, 1), dev_type, model, unhealthy, pending_removal, guest_id <> '', COUNT(*)
+		FROM isolated_devices GROUP BY 1, 2, 3, 4, 5, 6`, scan)
 	if !maps.Equal(counters, rows) {
 		t.Errorf("counters %v\ndevices  %v", counters, rows)
 	}
@@ -57,33 +66,16 @@ func checkCounts(t *testing.T, s *Store) {
 // device_path, numa_node, sharing_mode).
 func checkGPUCounts(t *testing.T, s *Store) {
 	t.Helper()
-	read := func(q string) map[string]int64 {
-		t.Helper()
-		rows, err := s.db.QueryContext(t.Context(), q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		m := map[string]int64{}
-		for rows.Next() {
-			var host, devType, model, path, sharing string
-			var numa int
-			var n int64
-			if err := rows.Scan(&host, &devType, &model, &path, &numa, &sharing, &n); err != nil {
-				t.Fatal(err)
-			}
-			if n != 0 {
-				m[fmt.Sprint(host, "/", devType, "/", model, "/", path, "/", numa, "/", sharing)] = n
-			}
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return m
+	scan := func(rows *sql.Rows) (string, int64, error) {
+		var host, devType, model, path, sharing string
+		var numa int
+		var n int64
+		err := rows.Scan(&host, &devType, &model, &path, &numa, &sharing, &n)
+		return fmt.Sprint(host, "/", devType, "/", model, "/", path, "/", numa, "/", sharing), n, err
 	}
-	counters := read(`SELECT host_id, dev_type, model, device_path, numa_node, sharing_mode, free FROM isolated_device_gpus`)
-	rows := read(`SELECT host_id, dev_type, model, device_path, numa_node, sharing_mode, COUNT(*) FROM isolated_devices
-		WHERE guest_id = '' AND NOT unhealthy AND NOT pending_removal GROUP BY 1, 2, 3, 4, 5, 6`)
+	counters := countsBy(t, s, `SELECT host_id, dev_type, model, device_path, numa_node, sharing_mode, free FROM isolated_device_gpus`, scan)
+	rows := countsBy(t, s, `SELECT host_id, dev_type, model, device_path, numa_node, sharing_mode, COUNT(*) FROM isolated_devices
+		WHERE guest_id = '' AND NOT unhealthy AND NOT pending_removal GROUP BY 1, 2, 3, 4, 5, 6`, scan)
 	if !maps.Equal(counters, rows) {
 		t.Errorf("GPU counters %v\nfree devices %v", counters, rows)
 	}
