@@ -8,8 +8,8 @@ import (
 	"maps"
 	"slices"
 
+	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -21,7 +21,7 @@ type Client struct {
 	// Source says how its device was learnt (see Identity.Source).
 	Source string
 	// Env is what its initial environment says of its QoS.
-	Env status.QoSEnv
+	Env clientreport.QoSEnv
 }
 
 // DeviceUsage is the memory the clients of one virtual device use together.

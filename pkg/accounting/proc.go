@@ -14,9 +14,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/identity"
-	"yunion.io/x/mps-daemon/pkg/status"
 )
 
 // ErrExited: the process is gone (no /proc entry) or a zombie.
@@ -104,7 +104,7 @@ type Identity struct {
 	// describes any decoy found where the identity file belongs.
 	Detail string
 	// QoSEnv is what its environment says of its QoS (qos.go).
-	QoSEnv status.QoSEnv
+	QoSEnv clientreport.QoSEnv
 }
 
 // Mismatch reports whether a process billed by its identity file shows
@@ -529,16 +529,16 @@ func (p *procDir) stat() (Stat, error) {
 // its QoS variables, read as a stream (environ.go): its size alone never
 // makes it unreadable. One that cannot be read has its QoS marked
 // unreadable (a tenant must not hide its variables from the check).
-func (p *procDir) environ() (string, status.QoSEnv, error) {
+func (p *procDir) environ() (string, clientreport.QoSEnv, error) {
 	f, err := p.openFile("environ")
 	if err != nil {
-		return "", status.QoSEnv{Unreadable: err.Error()}, err
+		return "", clientreport.QoSEnv{Unreadable: err.Error()}, err
 	}
 	defer f.Close()
 	v, err := scanEnviron(f)
 	if err != nil {
 		err = p.readErr("environ", err)
-		return "", status.QoSEnv{Unreadable: err.Error()}, err
+		return "", clientreport.QoSEnv{Unreadable: err.Error()}, err
 	}
 	dev, err := v.deviceOf()
 	return dev, v.qosOf(), err

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/config"
-	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -29,23 +29,23 @@ import (
 
 // ParseQoSEnviron finds the QoS variables in the contents of
 // /proc/<pid>/environ (NUL-separated NAME=value entries).
-func ParseQoSEnviron(environ []byte) status.QoSEnv {
+func ParseQoSEnviron(environ []byte) clientreport.QoSEnv {
 	v, err := scanEnviron(bytes.NewReader(environ))
 	if err != nil {
-		return status.QoSEnv{Unreadable: err.Error()}
+		return clientreport.QoSEnv{Unreadable: err.Error()}
 	}
 	return v.qosOf()
 }
 
 // qosOf is what v says of the client's QoS.
-func (v envVars) qosOf() status.QoSEnv {
-	value := func(vals []string) status.EnvValue {
+func (v envVars) qosOf() clientreport.QoSEnv {
+	value := func(vals []string) clientreport.EnvValue {
 		if len(vals) == 0 {
-			return status.EnvValue{}
+			return clientreport.EnvValue{}
 		}
-		return status.EnvValue{Value: envDisplay(vals[len(vals)-1]), Set: true, Twice: len(vals) > 1}
+		return clientreport.EnvValue{Value: envDisplay(vals[len(vals)-1]), Set: true, Twice: len(vals) > 1}
 	}
-	return status.QoSEnv{ThreadPercentage: value(v.thread), ClientPriority: value(v.priority)}
+	return clientreport.QoSEnv{ThreadPercentage: value(v.thread), ClientPriority: value(v.priority)}
 }
 
 // DeviceQoS is what a batch device's clients must keep to.
@@ -79,7 +79,7 @@ func BatchQoS(devs []vdev.Device, server vdev.ServerDefaults) map[string]DeviceQ
 // variable's, or the server's default when unset. A value CUDA might not
 // take as asked (not a number, not 0 or 1, set twice) counts as an escape:
 // what MPS then gives it is not known.
-func CheckQoS(env status.QoSEnv, q DeviceQoS) string {
+func CheckQoS(env clientreport.QoSEnv, q DeviceQoS) string {
 	if env.Unreadable != "" {
 		return "its environment cannot be read (" + env.Unreadable + ")"
 	}

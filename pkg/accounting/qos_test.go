@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/pci"
-	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -20,17 +20,17 @@ func TestParseQoSEnviron(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		in   []byte
-		want status.QoSEnv
+		want clientreport.QoSEnv
 	}{
-		{"none", env("PATH=/usr/bin"), status.QoSEnv{}},
+		{"none", env("PATH=/usr/bin"), clientreport.QoSEnv{}},
 		{"both", env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=13", "CUDA_MPS_CLIENT_PRIORITY=1"),
-			status.QoSEnv{ThreadPercentage: status.EnvValue{Value: "13", Set: true}, ClientPriority: status.EnvValue{Value: "1", Set: true}}},
-		{"empty value is set", env("CUDA_MPS_CLIENT_PRIORITY="), status.QoSEnv{ClientPriority: status.EnvValue{Set: true}}},
-		{"twice, same value", env("CUDA_MPS_CLIENT_PRIORITY=1", "CUDA_MPS_CLIENT_PRIORITY=1"), status.QoSEnv{ClientPriority: status.EnvValue{Value: "1", Set: true}}},
-		{"twice, two values", env("CUDA_MPS_CLIENT_PRIORITY=1", "CUDA_MPS_CLIENT_PRIORITY=0"), status.QoSEnv{ClientPriority: status.EnvValue{Value: "0", Set: true, Twice: true}}},
-		{"names that only start alike", env("CUDA_MPS_CLIENT_PRIORITY_X=0", "XCUDA_MPS_CLIENT_PRIORITY=0", "CUDA_MPS_CLIENT_PRIORITY"), status.QoSEnv{}},
+			clientreport.QoSEnv{ThreadPercentage: clientreport.EnvValue{Value: "13", Set: true}, ClientPriority: clientreport.EnvValue{Value: "1", Set: true}}},
+		{"empty value is set", env("CUDA_MPS_CLIENT_PRIORITY="), clientreport.QoSEnv{ClientPriority: clientreport.EnvValue{Set: true}}},
+		{"twice, same value", env("CUDA_MPS_CLIENT_PRIORITY=1", "CUDA_MPS_CLIENT_PRIORITY=1"), clientreport.QoSEnv{ClientPriority: clientreport.EnvValue{Value: "1", Set: true}}},
+		{"twice, two values", env("CUDA_MPS_CLIENT_PRIORITY=1", "CUDA_MPS_CLIENT_PRIORITY=0"), clientreport.QoSEnv{ClientPriority: clientreport.EnvValue{Value: "0", Set: true, Twice: true}}},
+		{"names that only start alike", env("CUDA_MPS_CLIENT_PRIORITY_X=0", "XCUDA_MPS_CLIENT_PRIORITY=0", "CUDA_MPS_CLIENT_PRIORITY"), clientreport.QoSEnv{}},
 		{"a huge value is cut for display", env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=" + strings.Repeat("9", 500)),
-			status.QoSEnv{ThreadPercentage: status.EnvValue{Value: strings.Repeat("9", 120) + "...", Set: true}}},
+			clientreport.QoSEnv{ThreadPercentage: clientreport.EnvValue{Value: strings.Repeat("9", 120) + "...", Set: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := ParseQoSEnviron(tc.in); got != tc.want {
@@ -45,31 +45,31 @@ func TestParseQoSEnviron(t *testing.T) {
 var batch13 = DeviceQoS{ThreadPercentage: 13, ClientPriority: 1, Server: vdev.ServerDefaults{ThreadPercentage: 50, ClientPriority: 1}}
 
 func TestCheckQoS(t *testing.T) {
-	set := func(v string) status.EnvValue { return status.EnvValue{Value: v, Set: true} }
+	set := func(v string) clientreport.EnvValue { return clientreport.EnvValue{Value: v, Set: true} }
 	for _, tc := range []struct {
 		name string
-		env  status.QoSEnv
+		env  clientreport.QoSEnv
 		q    DeviceQoS
 		want string // "" for no escape, else a part of the reason
 	}{
-		{"as the spec gives it", status.QoSEnv{ThreadPercentage: set("13"), ClientPriority: set("1")}, batch13, ""},
-		{"lower share, still below normal", status.QoSEnv{ThreadPercentage: set("5"), ClientPriority: set("1")}, batch13, ""},
-		{"13.0 is 13", status.QoSEnv{ThreadPercentage: set(" 13.0 "), ClientPriority: set("1")}, batch13, ""},
-		{"no priority variable: the server's default 1 holds", status.QoSEnv{ThreadPercentage: set("13")}, batch13, ""},
-		{"no thread variable: the server's 50%", status.QoSEnv{ClientPriority: set("1")}, batch13, "no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: it gets the server's 50%, its device's share is 13%"},
-		{"raised share", status.QoSEnv{ThreadPercentage: set("40"), ClientPriority: set("1")}, batch13, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40 is above its device's share, 13%"},
-		{"asks 100: capped at 50 by MPS, still above", status.QoSEnv{ThreadPercentage: set("100"), ClientPriority: set("1")}, batch13, "above its device's share"},
-		{"13.5", status.QoSEnv{ThreadPercentage: set("13.5"), ClientPriority: set("1")}, batch13, "above its device's share"},
-		{"not a number", status.QoSEnv{ThreadPercentage: set("lots"), ClientPriority: set("1")}, batch13, `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="lots" is not a percentage`},
-		{"zero", status.QoSEnv{ThreadPercentage: set("0"), ClientPriority: set("1")}, batch13, "is not a percentage"},
-		{"priority raised", status.QoSEnv{ThreadPercentage: set("13"), ClientPriority: set("0")}, batch13, "CUDA_MPS_CLIENT_PRIORITY=0 raises it above its device's priority 1"},
-		{"priority garbage", status.QoSEnv{ThreadPercentage: set("13"), ClientPriority: set("high")}, batch13, `CUDA_MPS_CLIENT_PRIORITY="high" is not 0 or 1`},
-		{"priority twice", status.QoSEnv{ThreadPercentage: set("13"), ClientPriority: status.EnvValue{Value: "1", Set: true, Twice: true}}, batch13, "CUDA_MPS_CLIENT_PRIORITY is set twice"},
-		{"both stripped, server at priority 0", status.QoSEnv{}, DeviceQoS{ThreadPercentage: 13, ClientPriority: 1, Server: vdev.ServerDefaults{ThreadPercentage: 50}},
+		{"as the spec gives it", clientreport.QoSEnv{ThreadPercentage: set("13"), ClientPriority: set("1")}, batch13, ""},
+		{"lower share, still below normal", clientreport.QoSEnv{ThreadPercentage: set("5"), ClientPriority: set("1")}, batch13, ""},
+		{"13.0 is 13", clientreport.QoSEnv{ThreadPercentage: set(" 13.0 "), ClientPriority: set("1")}, batch13, ""},
+		{"no priority variable: the server's default 1 holds", clientreport.QoSEnv{ThreadPercentage: set("13")}, batch13, ""},
+		{"no thread variable: the server's 50%", clientreport.QoSEnv{ClientPriority: set("1")}, batch13, "no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: it gets the server's 50%, its device's share is 13%"},
+		{"raised share", clientreport.QoSEnv{ThreadPercentage: set("40"), ClientPriority: set("1")}, batch13, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40 is above its device's share, 13%"},
+		{"asks 100: capped at 50 by MPS, still above", clientreport.QoSEnv{ThreadPercentage: set("100"), ClientPriority: set("1")}, batch13, "above its device's share"},
+		{"13.5", clientreport.QoSEnv{ThreadPercentage: set("13.5"), ClientPriority: set("1")}, batch13, "above its device's share"},
+		{"not a number", clientreport.QoSEnv{ThreadPercentage: set("lots"), ClientPriority: set("1")}, batch13, `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="lots" is not a percentage`},
+		{"zero", clientreport.QoSEnv{ThreadPercentage: set("0"), ClientPriority: set("1")}, batch13, "is not a percentage"},
+		{"priority raised", clientreport.QoSEnv{ThreadPercentage: set("13"), ClientPriority: set("0")}, batch13, "CUDA_MPS_CLIENT_PRIORITY=0 raises it above its device's priority 1"},
+		{"priority garbage", clientreport.QoSEnv{ThreadPercentage: set("13"), ClientPriority: set("high")}, batch13, `CUDA_MPS_CLIENT_PRIORITY="high" is not 0 or 1`},
+		{"priority twice", clientreport.QoSEnv{ThreadPercentage: set("13"), ClientPriority: clientreport.EnvValue{Value: "1", Set: true, Twice: true}}, batch13, "CUDA_MPS_CLIENT_PRIORITY is set twice"},
+		{"both stripped, server at priority 0", clientreport.QoSEnv{}, DeviceQoS{ThreadPercentage: 13, ClientPriority: 1, Server: vdev.ServerDefaults{ThreadPercentage: 50}},
 			"no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: it gets the server's 50%, its device's share is 13%; no CUDA_MPS_CLIENT_PRIORITY: it gets the server's priority 0, its device's is 1"},
-		{"share equal to the server's: no thread variable needed", status.QoSEnv{ClientPriority: set("1")},
+		{"share equal to the server's: no thread variable needed", clientreport.QoSEnv{ClientPriority: set("1")},
 			DeviceQoS{ThreadPercentage: 12, ClientPriority: 1, Server: vdev.ServerDefaults{ThreadPercentage: 12, ClientPriority: 1}}, ""},
-		{"unreadable environment", status.QoSEnv{Unreadable: "environ is larger than 1048576 bytes"}, batch13, "its environment cannot be read"},
+		{"unreadable environment", clientreport.QoSEnv{Unreadable: "environ is larger than 1048576 bytes"}, batch13, "its environment cannot be read"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := CheckQoS(tc.env, tc.q)

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
+	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/status"
@@ -113,15 +114,15 @@ func (a *Agent) noteUsage(r accounting.Report) {
 		}
 	}
 	for _, p := range r.Usage.Unknown {
-		st.Unknown = append(st.Unknown, status.UnknownProcess{PID: p.PID, GPU: p.GPU.String(), UsedBytes: units.Bytes(p.UsedMemoryBytes),
+		st.Unknown = append(st.Unknown, clientreport.Unknown{PID: p.PID, GPU: p.GPU, UsedBytes: units.Bytes(p.UsedMemoryBytes),
 			Device: p.Device, Source: p.Source, Environment: p.Environment, Reason: p.Reason})
 	}
 	for _, m := range r.Usage.Mismatches {
-		st.Mismatches = append(st.Mismatches, status.Mismatch{PID: m.PID, GPU: m.GPU.String(), UsedBytes: units.Bytes(m.UsedBytes),
+		st.Mismatches = append(st.Mismatches, clientreport.Mismatch{PID: m.PID, GPU: m.GPU, UsedBytes: units.Bytes(m.UsedBytes),
 			Device: m.Device, Source: m.Source, Environment: m.Environment, Reason: m.Reason})
 	}
 	for _, e := range r.Usage.Escapes {
-		st.QoSEscapes = append(st.QoSEscapes, status.QoSEscape{PID: e.PID, GPU: e.GPU.String(), UsedBytes: units.Bytes(e.UsedBytes),
+		st.QoSEscapes = append(st.QoSEscapes, clientreport.Escape{PID: e.PID, GPU: e.GPU, UsedBytes: units.Bytes(e.UsedBytes),
 			Device: e.Device, Source: e.Source, Environment: e.Env, Reason: e.Reason})
 	}
 	a.mu.Lock()

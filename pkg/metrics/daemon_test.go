@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"yunion.io/x/mps-daemon/internal/testsupport/golden"
+	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/pci"
 	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/units"
@@ -33,7 +34,7 @@ func hostStatus() status.Status {
 		LastReconcile:  time.Date(2026, 11, 22, 2, 41, 4, 0, time.UTC),
 		VirtualDevices: 3, Retiring: []string{"GPU-retiring"}, ConfigHeld: &status.Held{}, RestartPending: []string{"mps_listen_address", "mps_host_name"},
 		Accounting: &status.Accounting{Policy: "enforce", Clients: map[string]int{"identity": 2, "unknown": 1},
-			Mismatches: []status.Mismatch{{PID: 1}}, QoSEscapes: []status.QoSEscape{{PID: 2}}},
+			Mismatches: []clientreport.Mismatch{{PID: 1}}, QoSEscapes: []clientreport.Escape{{PID: 2}}},
 		GPUs: []status.GPU{
 			{
 				Index: 0, UUID: uuid0, Model: "NVIDIA H100 80GB HBM3", PCI: pci.Address{Bus: 0x1a},

@@ -1,14 +1,16 @@
 // Package status holds what the host daemon reports of itself: the JSON of
 // its /status, which `mps-daemon status` prints and pkg/metrics turns into
 // series at each scrape. Like pkg/api for the REST types, it is data only
-// and imports nothing of ours but the leaves pci and units, so the daemon,
-// metrics and the status view read the same types without going through
-// each other.
+// and imports nothing of ours but the leaves pci, units and clientreport
+// (what the accounting reports of MPS clients, in the very types the
+// accounting works with), so the daemon, metrics and the status view read
+// the same types without going through each other.
 package status
 
 import (
 	"time"
 
+	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/pci"
 	"yunion.io/x/mps-daemon/pkg/units"
 )
@@ -133,73 +135,14 @@ type Accounting struct {
 	Policy string `json:"policy"`
 	// Clients counts the sample's clients by how they were billed
 	// (accounting's Source* values, "unknown" for none).
-	Clients    map[string]int   `json:"clients_by_source,omitempty"`
-	Unknown    []UnknownProcess `json:"unknown_processes,omitempty"`
-	Mismatches []Mismatch       `json:"mismatched_processes,omitempty"`
+	Clients map[string]int `json:"clients_by_source,omitempty"`
+	// Unknown, Mismatches and QoSEscapes are the accounting's own values
+	// (pkg/clientreport), sorted by GPU then PID.
+	Unknown    []clientreport.Unknown  `json:"unknown_processes,omitempty"`
+	Mismatches []clientreport.Mismatch `json:"mismatched_processes,omitempty"`
 	// QoSEscapes are clients of batch devices whose environment escapes
 	// the device's QoS.
-	QoSEscapes []QoSEscape `json:"qos_escapes,omitempty"`
-}
-
-// UnknownProcess is an MPS client billed to no device.
-type UnknownProcess struct {
-	PID       int         `json:"pid"`
-	GPU       string      `json:"gpu"`
-	UsedBytes units.Bytes `json:"used_bytes"`
-	// Device is the device it was identified as (Source: identity,
-	// ancestor or environ) when that is one it cannot be billed to.
-	Device string `json:"device,omitempty"`
-	Source string `json:"source,omitempty"`
-	// Environment is the device its environment names, if any: not
-	// believed for a process in a container.
-	Environment string `json:"environment,omitempty"`
-	Reason      string `json:"reason"`
-}
-
-// Mismatch is an MPS client billed by its identity file whose environment
-// names another device or none, or whose own view hid the file.
-type Mismatch struct {
-	PID       int         `json:"pid"`
-	GPU       string      `json:"gpu"`
-	UsedBytes units.Bytes `json:"used_bytes"`
-	// Device is the device it is billed to, Source how that was learnt.
-	Device      string `json:"device"`
-	Source      string `json:"source"`
-	Environment string `json:"environment"`
-	Reason      string `json:"reason"`
-}
-
-// QoSEscape is a client of a batch device whose environment escapes the
-// device's QoS: it lacks or raises CUDA_MPS_ACTIVE_THREAD_PERCENTAGE or
-// CUDA_MPS_CLIENT_PRIORITY.
-type QoSEscape struct {
-	PID       int         `json:"pid"`
-	GPU       string      `json:"gpu"`
-	UsedBytes units.Bytes `json:"used_bytes"`
-	// Device is the device it is billed to, Source how that was learnt.
-	Device      string `json:"device"`
-	Source      string `json:"source"`
-	Environment QoSEnv `json:"environment"`
-	Reason      string `json:"reason"`
-}
-
-// EnvValue is one variable of a process's initial environment.
-type EnvValue struct {
-	Value string `json:"value,omitempty"`
-	Set   bool   `json:"set"`
-	// Twice: set twice with different values; which one CUDA reads is not
-	// known, so neither is believed.
-	Twice bool `json:"twice,omitempty"`
-}
-
-// QoSEnv is what a process's initial environment says of its QoS, as the
-// accounting reads it.
-type QoSEnv struct {
-	ThreadPercentage EnvValue `json:"thread_percentage"`
-	ClientPriority   EnvValue `json:"client_priority"`
-	// Unreadable says why the environment could not be read (larger than
-	// the accounting reads, for one); then nothing in it is known.
-	Unreadable string `json:"unreadable,omitempty"`
+	QoSEscapes []clientreport.Escape `json:"qos_escapes,omitempty"`
 }
 
 // CDI is the last write of the host's CDI spec.

@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/status"
 )
 
@@ -115,7 +116,7 @@ func Write(w io.Writer, st status.Status, now time.Time) error {
 	return p.err
 }
 
-func writeEscapes(p *printer, es []status.QoSEscape) {
+func writeEscapes(p *printer, es []clientreport.Escape) {
 	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  PID\tDEVICE\tTHREADS ENV\tPRIORITY ENV\tUSED MiB\tWHY")
 	for _, e := range es {
@@ -127,7 +128,7 @@ func writeEscapes(p *printer, es []status.QoSEscape) {
 
 // envValue is a variable of a process's environment: unset, its value, or
 // "set twice".
-func envValue(v status.EnvValue) string {
+func envValue(v clientreport.EnvValue) string {
 	switch {
 	case v.Twice:
 		return "set twice"
@@ -137,7 +138,7 @@ func envValue(v status.EnvValue) string {
 	return strconv.Quote(v.Value)
 }
 
-func writeMismatches(p *printer, ms []status.Mismatch) {
+func writeMismatches(p *printer, ms []clientreport.Mismatch) {
 	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  PID\tBILLED TO\tENVIRONMENT SAYS\tBY\tUSED MiB")
 	for _, m := range ms {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/internal/testsupport/golden"
+	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/pci"
 	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/units"
@@ -44,11 +45,11 @@ func busyHost() status.Status {
 				Reason: "MPS server 5151 is FAULT (clients [5200]); it recovers once they exit"},
 		},
 		Retiring: []string{"GPU-00000002-aaaa-bbbb-cccc-dddddddddddd"},
-		Accounting: &status.Accounting{Policy: "enforce", Unknown: []status.UnknownProcess{{PID: 77, GPU: g0, UsedBytes: 1 << 30, Reason: "no YUNION_MPS_VIRTUAL_DEVICE"}},
-			Mismatches: []status.Mismatch{{PID: 81, GPU: g0, UsedBytes: 6144 << 20, Device: g0 + "::2", Source: "identity", Environment: g0 + "::3"},
+		Accounting: &status.Accounting{Policy: "enforce", Unknown: []clientreport.Unknown{{PID: 77, GPU: g0, UsedBytes: 1 << 30, Reason: "no YUNION_MPS_VIRTUAL_DEVICE"}},
+			Mismatches: []clientreport.Mismatch{{PID: 81, GPU: g0, UsedBytes: 6144 << 20, Device: g0 + "::2", Source: "identity", Environment: g0 + "::3"},
 				{PID: 82, GPU: g0, UsedBytes: 30000 << 20, Device: g0 + "::2", Source: "ancestor"}},
-			QoSEscapes: []status.QoSEscape{{PID: 91, GPU: g0, UsedBytes: 2048 << 20, Device: g0 + "::3", Source: "identity",
-				Environment: status.QoSEnv{ClientPriority: status.EnvValue{Value: "0", Set: true}},
+			QoSEscapes: []clientreport.Escape{{PID: 91, GPU: g0, UsedBytes: 2048 << 20, Device: g0 + "::3", Source: "identity",
+				Environment: clientreport.QoSEnv{ClientPriority: clientreport.EnvValue{Value: "0", Set: true}},
 				Reason:      "no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: it gets the server's 100%, its device's share is 30%; CUDA_MPS_CLIENT_PRIORITY=0 raises it above its device's priority 1"}}},
 		CDI: &status.CDI{Path: "/etc/cdi/yunion.io-mps-gpu.yaml", Devices: 6},
 		Devices: []status.Device{

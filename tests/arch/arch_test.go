@@ -101,17 +101,21 @@ func TestOnlyTheMPSPackageRunsCommands(t *testing.T) {
 // nothing of ours but what is listed here. pkg/api (the REST types) and
 // pkg/status (the daemon's /status) are the data every side reads, so the
 // daemon, metrics, the status view and the CLI never go through each other.
+// pkg/clientreport is what the accounting reports of an MPS client, in the
+// one type the accounting works with and /status carries; it imports
+// pkg/gpu for gpu.UUID alone.
 var leaves = map[string][]string{
-	"pkg/api":        {},
-	"pkg/status":     {"pkg/pci", "pkg/units"},
-	"pkg/loopback":   {},
-	"pkg/units":      {},
-	"pkg/pci":        {},
-	"pkg/atomicfile": {},
-	"pkg/restcall":   {},
-	"pkg/systemd":    {},
-	"pkg/version":    {},
-	"pkg/logging":    {},
+	"pkg/api":          {},
+	"pkg/status":       {"pkg/pci", "pkg/units", "pkg/clientreport"},
+	"pkg/clientreport": {"pkg/gpu", "pkg/units"},
+	"pkg/loopback":     {},
+	"pkg/units":        {},
+	"pkg/pci":          {},
+	"pkg/atomicfile":   {},
+	"pkg/restcall":     {},
+	"pkg/systemd":      {},
+	"pkg/version":      {},
+	"pkg/logging":      {},
 }
 
 func isLeaf(dir string) bool {

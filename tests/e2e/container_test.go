@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"yunion.io/x/mps-daemon/internal/testsupport/cloudpods"
+	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/gpu/nvmlsim"
 	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
@@ -172,7 +173,7 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 	if d0 := device(st, dev(0)); d0.Clients != len(pids)-2 || d0.OverCap {
 		t.Errorf("%s: %+v; want all of A's processes, under the cap", dev(0), d0)
 	}
-	mism := map[int]status.Mismatch{}
+	mism := map[int]clientreport.Mismatch{}
 	for _, m := range st.Accounting.Mismatches {
 		mism[m.PID] = m
 	}
