@@ -10,6 +10,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -36,50 +37,32 @@ type DeviceUsage struct {
 // UnknownProcess is an MPS client that is billed to no device: it names
 // none, names one badly, names one of another GPU or one this host does not
 // have, its /proc entry could not be read, or it is in a container whose
-// device cannot be established (Hidden). Unknown processes are reported;
-// only the hidden ones are terminated, under enforce (DecideHidden).
+// device cannot be established (Hidden). Unknown processes are reported
+// (the embedded clientreport.Unknown is what /status shows); only the
+// hidden ones are terminated, under enforce (DecideHidden).
 type UnknownProcess struct {
-	gpu.Process
-	GPU gpu.UUID
+	clientreport.Unknown
 	// Hidden: in a container (not the host's mount namespace) where neither
 	// it nor its cgroup shows one device of the GPU (ErrNoIdentity).
 	Hidden bool
 	// StartTicks identifies the process, when its stat was read.
 	StartTicks uint64
-	// Device is the device it was identified as (by Source) when that
-	// device is not one it can be billed to; empty when none was found.
-	Device string
-	Source string
-	// Environment is the device its environment names, if any (believed
-	// only outside containers).
-	Environment string
-	Reason      string
 }
 
 func (u UnknownProcess) gpuPID() (gpu.UUID, int) { return u.GPU, u.PID }
 
-// Flagged is a client billed to a device and reported for something about
-// it, which Reason says: a Mismatch or an Escape.
-type Flagged struct {
-	Client
-	GPU gpu.UUID
-	// Device is the device it is billed to; Client.Source says how that
-	// was learnt.
-	Device string
-	Reason string
-}
-
-func (f Flagged) gpuPID() (gpu.UUID, int) { return f.GPU, f.PID }
-
 // Mismatch is a client billed by its identity file whose own view
 // disagrees: its environment names another device or none, or its identity
 // file is hidden from it (billed through an ancestor). It is billed to
-// Device all the same, and reported.
+// Device all the same, and reported (the embedded clientreport.Mismatch).
 type Mismatch struct {
-	Flagged
-	// Environment is what YUNION_MPS_VIRTUAL_DEVICE says ("" unset).
-	Environment string
+	clientreport.Mismatch
+	// StartTicks identifies the process (see Client.StartTicks), so a
+	// reused PID is reported afresh.
+	StartTicks uint64
 }
+
+func (m Mismatch) gpuPID() (gpu.UUID, int) { return m.GPU, m.PID }
 
 // byGPUThenPID sorts reported processes as logs and /status list them.
 func byGPUThenPID[T interface{ gpuPID() (gpu.UUID, int) }](s []T) {
@@ -128,7 +111,8 @@ func Account(procs map[gpu.UUID][]gpu.Process, caps map[string]uint64, lookup Lo
 	for _, uuid := range slices.Sorted(maps.Keys(procs)) {
 		for _, p := range procs[uuid] {
 			id, err := lookup(p.PID, uuid)
-			unknown := UnknownProcess{Process: p, GPU: uuid, Device: id.Device, Source: id.Source, Environment: id.Environment, StartTicks: id.StartTicks}
+			unknown := UnknownProcess{Unknown: clientreport.Unknown{PID: p.PID, GPU: uuid, UsedBytes: units.Bytes(p.UsedMemoryBytes),
+				Device: id.Device, Source: id.Source, Environment: id.Environment}, StartTicks: id.StartTicks}
 			switch {
 			case err != nil:
 				unknown.Reason = join(reason(err), id.Detail)
@@ -147,8 +131,9 @@ func Account(procs map[gpu.UUID][]gpu.Process, caps map[string]uint64, lookup Lo
 					d.Clients = append(d.Clients, c)
 					u.PerDevice[id.Device] = d
 					if id.Mismatch() {
-						u.Mismatches = append(u.Mismatches, Mismatch{Flagged: Flagged{Client: c, GPU: uuid, Device: id.Device,
-							Reason: mismatchReason(id)}, Environment: id.Environment})
+						u.Mismatches = append(u.Mismatches, Mismatch{Mismatch: clientreport.Mismatch{PID: c.PID, GPU: uuid,
+							UsedBytes: units.Bytes(c.UsedBytes), Device: id.Device, Source: c.Source, Environment: id.Environment,
+							Reason: mismatchReason(id)}, StartTicks: c.StartTicks})
 					}
 					continue
 				}

@@ -166,22 +166,22 @@ func (a *Accountant) logChanges(ctx context.Context, r Report) {
 		}
 		if u.Hidden {
 			a.log.WarnContext(ctx, "MPS client in a container whose device cannot be established; terminated under enforce", "gpu", u.GPU,
-				"pid", u.PID, "used_mib", u.UsedMemoryBytes>>20, "environment", u.Environment, "reason", u.Reason, "policy", string(r.Policy))
+				"pid", u.PID, "used_mib", uint64(u.UsedBytes)>>20, "environment", u.Environment, "reason", u.Reason, "policy", string(r.Policy))
 		} else {
 			a.log.WarnContext(ctx, "MPS client billed to no virtual device (reported, never terminated)", "gpu", u.GPU,
-				"pid", u.PID, "used_mib", u.UsedMemoryBytes>>20, "device", u.Device, "source", u.Source, "environment", u.Environment, "reason", u.Reason)
+				"pid", u.PID, "used_mib", uint64(u.UsedBytes)>>20, "device", u.Device, "source", u.Source, "environment", u.Environment, "reason", u.Reason)
 		}
 	}
 	for _, m := range r.Usage.Mismatches {
 		if firstSeen(reportKey{kind: "mismatch", pid: m.PID, start: m.StartTicks, device: m.Device, env: m.Environment, source: m.Source}) {
 			a.log.WarnContext(ctx, "MPS client's environment or view disagrees with its identity file; billed by its identity", "gpu", m.GPU,
-				"pid", m.PID, "device", m.Device, "environment", m.Environment, "source", m.Source, "used_mib", m.UsedBytes>>20, "reason", m.Reason)
+				"pid", m.PID, "device", m.Device, "environment", m.Environment, "source", m.Source, "used_mib", uint64(m.UsedBytes)>>20, "reason", m.Reason)
 		}
 	}
 	for _, e := range r.Usage.Escapes {
 		if firstSeen(reportKey{kind: "escape", pid: e.PID, start: e.StartTicks, device: e.Device, reason: e.Reason}) {
 			a.log.WarnContext(ctx, "MPS client escapes its batch device's QoS (its environment); terminated under enforce", "gpu", e.GPU,
-				"pid", e.PID, "device", e.Device, "source", e.Source, "used_mib", e.UsedBytes>>20, "reason", e.Reason, "policy", string(r.Policy))
+				"pid", e.PID, "device", e.Device, "source", e.Source, "used_mib", uint64(e.UsedBytes)>>20, "reason", e.Reason, "policy", string(r.Policy))
 		}
 	}
 	a.reported = reported

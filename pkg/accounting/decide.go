@@ -177,7 +177,7 @@ func DecideHidden(u Usage, p config.AccountingPolicy, h History, picked []Action
 			continue
 		}
 		taken[un.PID] = true
-		out = append(out, Action{PID: un.PID, GPU: un.GPU, UsedBytes: un.UsedMemoryBytes, StartTicks: un.StartTicks,
+		out = append(out, Action{PID: un.PID, GPU: un.GPU, UsedBytes: uint64(un.UsedBytes), StartTicks: un.StartTicks,
 			Cause: CauseNoDevice, Reason: "no device can be established for it: " + un.Reason})
 	}
 	return out

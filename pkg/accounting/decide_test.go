@@ -5,8 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 const gib = uint64(1) << 30
@@ -83,7 +85,7 @@ func TestDecide(t *testing.T) {
 			over: []string{a1}, picks: []int{21}},
 		{name: "unknown processes are reported, never picked", policy: config.AccountingEnforce,
 			usage: usage(map[string]DeviceUsage{a0: dev(gpuA, [3]uint64{10, 100, 7})},
-				UnknownProcess{Process: gpu.Process{PID: 66, UsedMemoryBytes: 100 * gib}, GPU: gpuA, Reason: "names no virtual device"})},
+				UnknownProcess{Unknown: clientreport.Unknown{PID: 66, GPU: gpuA, UsedBytes: units.Bytes(100 * gib), Reason: "names no virtual device"}})},
 		{name: "a client being terminated counts as leaving", policy: config.AccountingEnforce,
 			usage:   usage(map[string]DeviceUsage{a0: dev(gpuA, [3]uint64{10, 100, 5}, [3]uint64{11, 200, 4})}),
 			history: History{Terminating: map[int]bool{11: true}},

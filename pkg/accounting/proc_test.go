@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/identity"
 	"yunion.io/x/mps-daemon/pkg/vdev"
@@ -419,8 +420,8 @@ func TestAccount(t *testing.T) {
 	if u.Unknown[4].Environment != gpuA+"::0" || u.Unknown[4].Device != "" {
 		t.Errorf("the unknown container process's claim should be shown: %+v", u.Unknown[4])
 	}
-	wantMismatch := []Mismatch{{Flagged: Flagged{Client: Client{PID: 31, UsedBytes: 2 << 30, Source: id, StartTicks: 900}, GPU: gpuA, Device: gpuA + "::1",
-		Reason: "its environment names " + gpuA + "::0; billed to " + gpuA + "::1 by its identity file"}, Environment: gpuA + "::0"}}
+	wantMismatch := []Mismatch{{Mismatch: clientreport.Mismatch{PID: 31, GPU: gpuA, UsedBytes: 2 << 30, Device: gpuA + "::1", Source: id,
+		Environment: gpuA + "::0", Reason: "its environment names " + gpuA + "::0; billed to " + gpuA + "::1 by its identity file"}, StartTicks: 900}}
 	if !reflect.DeepEqual(u.Mismatches, wantMismatch) {
 		t.Errorf("Mismatches =\n%+v\nwant\n%+v", u.Mismatches, wantMismatch)
 	}

@@ -11,6 +11,8 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -121,8 +123,16 @@ func CheckQoS(env clientreport.QoSEnv, q DeviceQoS) string {
 }
 
 // Escape is a client of a batch device whose environment (Client.Env)
-// escapes its QoS; Reason says how.
-type Escape = Flagged
+// escapes its QoS; Reason says how. The embedded clientreport.Escape is
+// what /status shows.
+type Escape struct {
+	clientreport.Escape
+	// StartTicks identifies the process (see Client.StartTicks): the one
+	// to terminate is this one, not a later holder of its PID.
+	StartTicks uint64
+}
+
+func (e Escape) gpuPID() (gpu.UUID, int) { return e.GPU, e.PID }
 
 // Escapes finds the clients of u billed to a device of qos whose
 // environment escapes it; sorted by GPU then PID.
@@ -136,7 +146,8 @@ func Escapes(u Usage, qos map[string]DeviceQoS) []Escape {
 		d := u.PerDevice[name]
 		for _, c := range d.Clients {
 			if why := CheckQoS(c.Env, q); why != "" {
-				out = append(out, Escape{Client: c, GPU: d.GPU, Device: name, Reason: why})
+				out = append(out, Escape{Escape: clientreport.Escape{PID: c.PID, GPU: d.GPU, UsedBytes: units.Bytes(c.UsedBytes),
+					Device: name, Source: c.Source, Environment: c.Env, Reason: why}, StartTicks: c.StartTicks})
 			}
 		}
 	}
@@ -161,7 +172,7 @@ func DecideEscapes(escapes []Escape, u Usage, caps map[string]uint64, p config.A
 			continue
 		}
 		taken[e.PID] = true
-		out = append(out, Action{PID: e.PID, Device: e.Device, GPU: e.GPU, UsedBytes: e.UsedBytes,
+		out = append(out, Action{PID: e.PID, Device: e.Device, GPU: e.GPU, UsedBytes: uint64(e.UsedBytes),
 			DeviceUsedBytes: u.PerDevice[e.Device].UsedBytes, CapBytes: caps[e.Device], StartTicks: e.StartTicks,
 			Cause: CauseQoS, Reason: "escapes its device's QoS: " + e.Reason})
 	}

@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
-	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/status"
@@ -113,17 +112,16 @@ func (a *Agent) noteUsage(r accounting.Report) {
 			}
 		}
 	}
+	// The reported clients are the accounting's own values; what it keeps
+	// besides (start times, Hidden) stays behind.
 	for _, p := range r.Usage.Unknown {
-		st.Unknown = append(st.Unknown, clientreport.Unknown{PID: p.PID, GPU: p.GPU, UsedBytes: units.Bytes(p.UsedMemoryBytes),
-			Device: p.Device, Source: p.Source, Environment: p.Environment, Reason: p.Reason})
+		st.Unknown = append(st.Unknown, p.Unknown)
 	}
 	for _, m := range r.Usage.Mismatches {
-		st.Mismatches = append(st.Mismatches, clientreport.Mismatch{PID: m.PID, GPU: m.GPU, UsedBytes: units.Bytes(m.UsedBytes),
-			Device: m.Device, Source: m.Source, Environment: m.Environment, Reason: m.Reason})
+		st.Mismatches = append(st.Mismatches, m.Mismatch)
 	}
 	for _, e := range r.Usage.Escapes {
-		st.QoSEscapes = append(st.QoSEscapes, clientreport.Escape{PID: e.PID, GPU: e.GPU, UsedBytes: units.Bytes(e.UsedBytes),
-			Device: e.Device, Source: e.Source, Environment: e.Env, Reason: e.Reason})
+		st.QoSEscapes = append(st.QoSEscapes, e.Escape)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
