@@ -1,16 +1,18 @@
 // Package arch checks the boundaries the design rests on: cgo (go-nvml) only
 // in the NVML packages, simulators only in tests and the --simulate wiring,
-// os/exec only in the MPS package, the API types a leaf, and dependencies
-// pointing one way.
+// os/exec only in the MPS package, the API types a leaf, the status types
+// only at the status edge, and dependencies pointing one way.
 package arch
 
 import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -100,10 +102,11 @@ func TestOnlyTheMPSPackageRunsCommands(t *testing.T) {
 // leaves are data and small helpers anything may import; they import
 // nothing of ours but what is listed here. pkg/api (the REST types) and
 // pkg/status (the daemon's /status) are the data every side reads, so the
-// daemon, metrics, the status view and the CLI never go through each other.
-// pkg/clientreport is what the accounting reports of an MPS client, in the
-// one type the accounting works with and /status carries; it imports
-// pkg/gpu for gpu.UUID alone.
+// daemon, metrics, the status view and the CLI never go through each other
+// (pkg/status is read only at the status edge, though: see
+// TestOnlyTheStatusEdgeImportsStatus). pkg/clientreport is what the
+// accounting reports of an MPS client, in the one type the accounting works
+// with and /status carries; it imports pkg/gpu for gpu.UUID alone.
 var leaves = map[string][]string{
 	"pkg/api":          {},
 	"pkg/status":       {"pkg/pci", "pkg/units", "pkg/clientreport"},
@@ -178,6 +181,40 @@ func TestDependenciesPointOneWay(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Status types only at the status edge: the packages that do the work hold
+// their own types, and share with /status only the leaves (what the
+// accounting reports of a client is pkg/clientreport's, which /status
+// carries as it is). pkg/status is imported only where /status is set
+// (pkg/agent) or read (pkg/metrics, pkg/statusview), and by cmd/.
+func TestOnlyTheStatusEdgeImportsStatus(t *testing.T) {
+	edge := map[string]bool{"pkg/agent": true, "pkg/metrics": true, "pkg/statusview": true}
+	for dir, imps := range imports(t) {
+		if imps[module+"pkg/status"] && !edge[dir] && !strings.HasPrefix(dir, "cmd/") && !testSupport(dir) {
+			t.Errorf("%s imports pkg/status: only the status edge (%v, cmd/) may; working types of its own, or a leaf shared with /status", dir, slices.Sorted(maps.Keys(edge)))
+		}
+	}
+}
+
+// What the accounting reports of an MPS client (an unknown process, a
+// mismatch, a QoS escape, the QoS its environment asks for) is one type
+// each, declared in pkg/clientreport: the accounting embeds them where it
+// keeps more, /status carries them as they are, and no twin is copied
+// field by field between the two. No other package declares a field with
+// their JSON names.
+func TestClientReportsDeclaredOnlyInClientReport(t *testing.T) {
+	fields := []string{`json:"environment`, `json:"unreadable`, `json:"twice`, `json:"set"`}
+	eachSource(t, []string{"pkg", "cmd"}, func(rel, src string) {
+		if filepath.Dir(rel) == "pkg/clientreport" {
+			return
+		}
+		for _, f := range fields {
+			if strings.Contains(src, f) {
+				t.Errorf("%s declares a field tagged %s...: what the accounting reports of a client is pkg/clientreport's (embed it)", rel, f)
+			}
+		}
+	})
 }
 
 // The sync of a host's devices is written once, in pkg/devsync, over a
@@ -279,12 +316,14 @@ func TestAddingARecordFieldTouchesThreeFiles(t *testing.T) {
 // A GPU's UUID is a gpu.UUID wherever the daemon holds one, as a virtual
 // device's name is a vdev.Name: the packages that work with GPUs declare
 // no UUID (uuid, gpuUUID, UUID, GPU, uuids, gpus) as a string. It is a
-// string only at the edges: the rows of pkg/api, /status, the MPS control's
-// environment and arguments (pkg/mps, which imports no GPU package), the
-// DRA driver's and metrics' labels.
+// string only at the edges: the rows of pkg/api, /status (but for the
+// clients the accounting reports: pkg/clientreport keeps the gpu.UUID, which
+// JSON writes as the string it is), the MPS control's environment and
+// arguments (pkg/mps, which imports no GPU package), the DRA driver's and
+// metrics' labels.
 func TestGPUUUIDsAreTyped(t *testing.T) {
 	asString := regexp.MustCompile(`\b(uuid|gpuUUID|UUID|GPU|uuids|gpus)\s+(\[\])?string\b`)
-	dirs := []string{"pkg/gpu", "pkg/vdev", "pkg/plan", "pkg/identity", "pkg/accounting", "pkg/cdi", "pkg/agent"}
+	dirs := []string{"pkg/gpu", "pkg/vdev", "pkg/plan", "pkg/identity", "pkg/accounting", "pkg/clientreport", "pkg/cdi", "pkg/agent"}
 	eachSource(t, dirs, func(rel, src string) {
 		for i, line := range strings.Split(src, "\n") {
 			if m := asString.FindString(line); m != "" && !strings.HasPrefix(strings.TrimSpace(line), "//") && !strings.Contains(line, "type UUID string") {
