@@ -152,6 +152,48 @@ func (c *Client) ListIsolatedDevices(ctx context.Context, o ListOptions) (*api.I
 	return &list, nil
 }
 
+// ListAllIsolatedDevices returns every device o selects, page by page (o's
+// Limit the page size, its Offset and PagingMarker ignored): by marker, so
+// that rows deleted meanwhile shift nothing, or, from an inventory without
+// marker paging (an answer without marker_field), by offset, never listing
+// a device twice.
+func (c *Client) ListAllIsolatedDevices(ctx context.Context, o ListOptions) ([]api.IsolatedDevice, error) {
+	var all []api.IsolatedDevice
+	seen := map[string]bool{}
+	marker := ""
+	for o.Offset = 0; ; {
+		o.PagingMarker = nil
+		if o.Offset == 0 {
+			o.PagingMarker = &marker
+		}
+		page, err := c.ListIsolatedDevices(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range page.IsolatedDevices {
+			// Rows deleted meanwhile shift offset pages; never count one twice.
+			if !seen[d.ID] {
+				seen[d.ID] = true
+				all = append(all, d)
+			}
+		}
+		switch {
+		case page.MarkerField != "":
+			if page.NextMarker == "" {
+				return all, nil
+			}
+			marker = page.NextMarker
+		case len(page.IsolatedDevices) == 0:
+			return all, nil
+		default:
+			o.Offset += len(page.IsolatedDevices)
+			if o.Offset >= page.Total {
+				return all, nil
+			}
+		}
+	}
+}
+
 // GetIsolatedDevice reads one device.
 func (c *Client) GetIsolatedDevice(ctx context.Context, id string) (api.IsolatedDevice, error) {
 	var b api.IsolatedDeviceBody

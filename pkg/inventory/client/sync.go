@@ -105,45 +105,13 @@ func (p hostRows) Remove(ctx context.Context, d api.IsolatedDevice) ([]api.Isola
 	return []api.IsolatedDevice{d}, devsync.ErrHeld
 }
 
-// List lists every NVIDIA_MPS row of the host, page by page: by marker, so
-// that rows deleted meanwhile shift nothing, or, from an inventory without
-// marker paging (an answer without marker_field), by offset.
+// List lists every NVIDIA_MPS row of the host.
 func (p hostRows) List(ctx context.Context) ([]api.IsolatedDevice, error) {
-	c, hostID := p.c, p.hostID
-	var all []api.IsolatedDevice
-	seen := map[string]bool{}
-	marker := ""
-	for offset := 0; ; {
-		o := ListOptions{HostID: hostID, DevType: api.DevTypeNvidiaMPS, Limit: c.pageSize, Offset: offset}
-		if offset == 0 {
-			o.PagingMarker = &marker
-		}
-		page, err := c.ListIsolatedDevices(ctx, o)
-		if err != nil {
-			return nil, fmt.Errorf("listing isolated devices of host %s: %w", hostID, err)
-		}
-		for _, d := range page.IsolatedDevices {
-			// Rows deleted meanwhile shift offset pages; never count one twice.
-			if !seen[d.ID] {
-				seen[d.ID] = true
-				all = append(all, d)
-			}
-		}
-		switch {
-		case page.MarkerField != "":
-			if page.NextMarker == "" {
-				return all, nil
-			}
-			marker = page.NextMarker
-		case len(page.IsolatedDevices) == 0:
-			return all, nil
-		default:
-			offset += len(page.IsolatedDevices)
-			if offset >= page.Total {
-				return all, nil
-			}
-		}
+	all, err := p.c.ListAllIsolatedDevices(ctx, ListOptions{HostID: p.hostID, DevType: api.DevTypeNvidiaMPS, Limit: p.c.pageSize})
+	if err != nil {
+		return nil, fmt.Errorf("listing isolated devices of host %s: %w", p.hostID, err)
 	}
+	return all, nil
 }
 
 // putPatch sends patch as the body of PUT /isolated_devices/<id>.
