@@ -65,6 +65,8 @@ type Store struct {
 	// group is the queue of the writers that share transactions (SQLite,
 	// groupcommit.go); nil on PostgreSQL.
 	group *groupCommit
+	// tokens are the tokens verified lately (tokencache.go).
+	tokens *tokenCache
 }
 
 // dialect holds what differs between SQL backends.
