@@ -67,6 +67,9 @@ type Store struct {
 	group *groupCommit
 	// tokens are the tokens verified lately (tokencache.go).
 	tokens *tokenCache
+	// pgHosts are the host ids PostgreSQL's attach sends its pick's
+	// summary for before the host's lock answers (pgattach.go).
+	pgHosts hostIDs
 }
 
 // dialect holds what differs between SQL backends.
