@@ -73,7 +73,7 @@ func tokenCommand(f *flags, stdout, stderr io.Writer) *cobra.Command {
 
 	revoke := &cobra.Command{
 		Use:   "revoke ID",
-		Short: "Revoke a token by its id (see token list); requests with it are refused at once",
+		Short: "Revoke a token by its id (see token list); running inventories refuse it within a second",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			return withStore(c.Context(), f, stderr, func(st *store.Store) error {

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/api"
@@ -118,6 +119,55 @@ func TestHealthAndRequestLog(t *testing.T) {
 		if log := e.log.String(); !strings.Contains(log, `level=ERROR msg=request method=GET path=/isolated_devices status=500`) ||
 			!strings.Contains(log, "database is closed") {
 			t.Errorf("500 not logged with its cause:\n%s", log)
+		}
+	})
+}
+
+// Revoking a token the server has just accepted (so the store holds it in
+// its token cache): through the server's own store the next request is
+// refused; through another process's (a second pool on the database, as
+// `mps-inventory token revoke` or another inventory) within
+// store.TokenCacheTTL. The test waits for the refusal, bounded well past
+// the TTL, rather than for the TTL.
+func TestRevokedTokenRefused(t *testing.T) {
+	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
+		e := newEnvOn(t, open(), Options{})
+		other := open()
+		status := func(tok string) int {
+			t.Helper()
+			s, _ := e.call("GET", "/hosts", "", "Authorization", "Bearer "+tok)
+			return s
+		}
+		for _, tt := range []struct {
+			name    string
+			revoker *store.Store
+		}{{"here", e.st}, {"another process", other}} {
+			t.Run(tt.name, func(t *testing.T) {
+				tok, st, err := e.st.CreateToken(t.Context(), store.NewToken{Name: tt.name, Role: store.RoleViewer})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s := status(tok); s != http.StatusOK {
+					t.Fatalf("new token: %d", s)
+				}
+				revokedAt := time.Now()
+				if err := tt.revoker.RevokeToken(t.Context(), st.ID); err != nil {
+					t.Fatal(err)
+				}
+				if tt.revoker == e.st {
+					if s := status(tok); s != http.StatusUnauthorized {
+						t.Errorf("token revoked through the server's store: %d, want 401 at once", s)
+					}
+					return
+				}
+				deadline := revokedAt.Add(10 * store.TokenCacheTTL)
+				for status(tok) != http.StatusUnauthorized {
+					if time.Now().After(deadline) {
+						t.Fatalf("token revoked by another process still accepted %v later (TokenCacheTTL %v)", time.Since(revokedAt), store.TokenCacheTTL)
+					}
+					time.Sleep(store.TokenCacheTTL / 20)
+				}
+			})
 		}
 	})
 }

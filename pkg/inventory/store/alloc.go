@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"slices"
-	"strings"
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/api"
@@ -50,7 +49,7 @@ import (
 // read is a statement of its own after the lock, so under READ COMMITTED it
 // sees what the attach before it committed. Every statement that locks
 // several device rows locks them in ascending id order (the picked rows
-// before their claims, see lockPicked; detach-all), device rows before
+// before their claims, see lockPickedQuery; detach-all), device rows before
 // counter rows, and a transaction that locks a host locks it before any
 // device row, so two transactions never wait for each other in a cycle.
 
@@ -185,22 +184,23 @@ func (s *Store) AttachDevices(ctx context.Context, guest string, r api.AttachReq
 	var out []api.IsolatedDevice
 	err = s.retryRaces(ctx, "attaching isolated devices", func() error {
 		out = out[:0]
+		if s.d.name == "postgres" {
+			// The same statements, pipelined (pgattach.go).
+			var err error
+			out, err = s.pgAttach(ctx, guest, r, numa)
+			return err
+		}
 		return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 			ids, free, err := s.pick(ctx, tx, guest, r, numa)
 			if err != nil {
 				return err
 			}
 			if ids == nil {
-				where := "host " + r.Host
-				if numa != AnyNUMANode {
-					where += fmt.Sprintf(" NUMA node %d", numa)
-				}
-				return refuse(ErrNoCapacity, "need %d free %s %q devices on %s, %d free", r.Count, r.DevType, r.Model, where, free)
+				return noCapacity(r, numa, free)
 			}
+			// SQLite: the write transaction already holds the only write
+			// lock; PostgreSQL's attach (pgattach.go) locks the rows first.
 			sorted := slices.Sorted(slices.Values(ids))
-			if err := s.lockPicked(ctx, tx, sorted); err != nil {
-				return err
-			}
 			claimed := make(map[string]api.IsolatedDevice, len(ids))
 			now := s.timestamp()
 			for _, id := range sorted {
@@ -225,36 +225,13 @@ func (s *Store) AttachDevices(ctx context.Context, guest string, r api.AttachReq
 	return out, nil
 }
 
-// lockPicked locks the rows of a pick of several devices, sorted by id,
-// before the first claim (PostgreSQL). A claim's counter trigger may lock
-// counter rows (migration 0004; since 0008 only the write that folds the
-// deltas, about one in 256, at most one at a time): claiming the rows one statement at a time
-// unlocked would hold the counters of the first while waiting for the row
-// of the second, which an attach by id or an update may hold while it
-// waits for those counters: a deadlock. Locked first, device rows always
-// come before counter rows, as in every other writer. A pick of one device
-// (its claim locks the row, then the counters) and SQLite need nothing.
-func (s *Store) lockPicked(ctx context.Context, tx *sql.Tx, sortedIDs []string) error {
-	lock := s.d.forUpdate()
-	if len(sortedIDs) < 2 || lock == "" {
-		return nil
+// noCapacity is the refusal of a pick that found too few free devices.
+func noCapacity(r api.AttachRequest, numa, free int) error {
+	where := "host " + r.Host
+	if numa != AnyNUMANode {
+		where += fmt.Sprintf(" NUMA node %d", numa)
 	}
-	args := make([]any, len(sortedIDs))
-	for i, id := range sortedIDs {
-		args[i] = id
-	}
-	q := `SELECT id FROM isolated_devices WHERE id IN (?` + strings.Repeat(`, ?`, len(sortedIDs)-1) + `) ORDER BY id` + lock
-	rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(q), args...)
-	if err != nil {
-		return fmt.Errorf("locking the devices picked: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() { // the locks are the point: nothing to read
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("locking the devices picked: %w", err)
-	}
-	return nil
+	return refuse(ErrNoCapacity, "need %d free %s %q devices on %s, %d free", r.Count, r.DevType, r.Model, where, free)
 }
 
 // claim hands device id to guest if it is claimable, stamping it updated

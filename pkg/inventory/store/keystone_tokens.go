@@ -94,12 +94,17 @@ var verifyKeystoneQuery = `SELECT ` + qualified("t", tokenColumns) + `,
 // token, or its secret is wrong; like VerifyToken it does the same work
 // for an unknown id as for a wrong secret.
 func (s *Store) VerifyKeystoneToken(ctx context.Context, presented string) (KeystoneToken, error) {
-	ctx, cancel := context.WithTimeout(ctx, txTimeout)
-	defer cancel()
 	id, secret, ok := parseSecret(keystonePrefix, presented)
 	if !ok {
 		return KeystoneToken{}, refuse(ErrInvalidToken, "malformed token")
 	}
+	key := tokenCacheKey(presented)
+	if e, ok := s.tokens.get(key, s.now()); ok {
+		return e.keystone, nil
+	}
+	gen := s.tokens.begin()
+	ctx, cancel := context.WithTimeout(ctx, txTimeout)
+	defer cancel()
 	row := s.prep(s.db).QueryRowContext(ctx, s.d.bind(verifyKeystoneQuery), id)
 	var kt KeystoneToken
 	var methods, stored string
@@ -116,6 +121,12 @@ func (s *Store) VerifyKeystoneToken(ctx context.Context, presented string) (Keys
 		kt.Methods = strings.Split(methods, ",")
 	}
 	s.touchToken(ctx, &kt.API)
+	// Kept no longer than the token is good for.
+	until := s.now().Add(TokenCacheTTL)
+	if kt.ExpiresAt.Before(until) {
+		until = kt.ExpiresAt
+	}
+	s.tokens.put(key, cachedToken{api: kt.API, keystone: kt, until: until}, gen, s.now())
 	return kt, nil
 }
 
@@ -128,7 +139,9 @@ func (s *Store) RevokeKeystoneToken(ctx context.Context, presented string) error
 	}
 	ctx, cancel := context.WithTimeout(ctx, txTimeout)
 	defer cancel()
-	if _, err := s.db.ExecContext(ctx, s.d.bind(`DELETE FROM keystone_tokens WHERE id = ?`), kt.ID); err != nil {
+	_, err = s.db.ExecContext(ctx, s.d.bind(`DELETE FROM keystone_tokens WHERE id = ?`), kt.ID)
+	s.tokens.revoked() // after the DELETE, as in RevokeToken
+	if err != nil {
 		return fmt.Errorf("revoking keystone token %s: %w", kt.ID, err)
 	}
 	return nil

@@ -85,7 +85,7 @@ const pickHostLockQuery = pickHostQuery + ` FOR NO KEY UPDATE`
 // count), then one row per slice the guest holds. %s are the free rows'
 // further conditions (numaCond, sharingCond). Its arguments: host id,
 // dev_type, model, those of %s, count, then host id, dev_type, model,
-// guest. Both parts are ranges of the pick index.
+// guest (pgPickSummaryArgs). Both parts are ranges of the pick index.
 const pgPickSummaryQuery = `SELECT device_path, id, r, n, 0 FROM (
 		SELECT device_path, id,
 			ROW_NUMBER() OVER (PARTITION BY device_path ORDER BY seq) AS r,
@@ -97,6 +97,12 @@ const pgPickSummaryQuery = `SELECT device_path, id, r, n, 0 FROM (
 	UNION ALL
 	SELECT device_path, '', 0, 0, 1 FROM isolated_devices
 		WHERE host_id = ? AND dev_type = ? AND model = ? AND guest_id = ?`
+
+// pgPickSummaryArgs are pgPickSummaryQuery's arguments.
+func pgPickSummaryArgs(hostID, guest string, r api.AttachRequest, condArgs []any) []any {
+	args := append([]any{hostID, r.DevType, r.Model}, condArgs...)
+	return append(args, r.Count, hostID, r.DevType, r.Model, guest)
+}
 
 // pick chooses r.Count devices of r for guest on NUMA node numa (see
 // Pick), reading what it needs in tx. It returns the chosen ids in pick
@@ -115,14 +121,7 @@ func (s *Store) pick(ctx context.Context, tx *sql.Tx, guest string, r api.Attach
 	case err != nil:
 		return nil, 0, fmt.Errorf("reading host %s: %w", r.Host, err)
 	}
-	var conds string
-	var condArgs []any
-	if numa != AnyNUMANode {
-		conds, condArgs = conds+numaCond, append(condArgs, numa)
-	}
-	if r.SharingMode != "" {
-		conds, condArgs = conds+sharingCond, append(condArgs, r.SharingMode)
-	}
+	conds, condArgs := pickConds(r, numa)
 	if s.d.forUpdate() != "" {
 		return s.pgPick(ctx, tx, hostID, guest, r, conds, condArgs)
 	}
@@ -203,16 +202,39 @@ func (s *Store) firstFree(ctx context.Context, tx *sql.Tx, hostID string, r api.
 	return ids, nil
 }
 
+// pickConds are the further conditions of a pick (numaCond, sharingCond)
+// and their arguments.
+func pickConds(r api.AttachRequest, numa int) (conds string, condArgs []any) {
+	if numa != AnyNUMANode {
+		conds, condArgs = conds+numaCond, append(condArgs, numa)
+	}
+	if r.SharingMode != "" {
+		conds, condArgs = conds+sharingCond, append(condArgs, r.SharingMode)
+	}
+	return conds, condArgs
+}
+
 // pgPick is pick's end on PostgreSQL: one statement reads the summary and
 // the first free ids of each GPU (pgPickSummaryQuery).
 func (s *Store) pgPick(ctx context.Context, tx *sql.Tx, hostID, guest string, r api.AttachRequest, conds string, condArgs []any) (ids []string, free int, err error) {
-	args := append([]any{hostID, r.DevType, r.Model}, condArgs...)
-	args = append(args, r.Count, hostID, r.DevType, r.Model, guest)
-	rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(fmt.Sprintf(pgPickSummaryQuery, conds)), args...)
+	rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(fmt.Sprintf(pgPickSummaryQuery, conds)), pgPickSummaryArgs(hostID, guest, r, condArgs)...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading the free devices per GPU: %w", err)
 	}
 	defer rows.Close()
+	return pgPickFrom(rows, r.Count)
+}
+
+// scanRows is what pgPickFrom reads: *sql.Rows, or pgx's Rows (pgAttach).
+type scanRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// pgPickFrom reads pgPickSummaryQuery's rows and picks count devices from
+// them (see pick).
+func pgPickFrom(rows scanRows, count int) (ids []string, free int, err error) {
 	var gpus []GPUSlots
 	var freeIDs [][]string
 	for rows.Next() {
@@ -241,7 +263,7 @@ func (s *Store) pgPick(ctx context.Context, tx *sql.Tx, hostID, guest string, r 
 	if err := rows.Err(); err != nil {
 		return nil, 0, fmt.Errorf("reading the free devices per GPU: %w", err)
 	}
-	picks, free := PickGPUs(gpus, r.Count)
+	picks, free := PickGPUs(gpus, count)
 	if picks == nil {
 		return nil, free, nil
 	}

@@ -117,7 +117,7 @@ func OpenPostgres(ctx context.Context, dsn string, log *slog.Logger) (*Store, er
 	db.SetConnMaxLifetime(pgConnMaxLifetime)
 	db.SetConnMaxIdleTime(pgConnMaxIdleTime)
 	where := fmt.Sprintf("postgres database %q on %s", cfg.Database, cfg.Host)
-	s := &Store{db: db, d: postgresDialect, log: log, now: time.Now}
+	s := &Store{db: db, d: postgresDialect, log: log, now: time.Now, tokens: newTokenCache()}
 	if err := s.Ping(ctx); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("connecting to %s: %w", where, err)

@@ -65,6 +65,11 @@ type Store struct {
 	// group is the queue of the writers that share transactions (SQLite,
 	// groupcommit.go); nil on PostgreSQL.
 	group *groupCommit
+	// tokens are the tokens verified lately (tokencache.go).
+	tokens *tokenCache
+	// pgHosts are the host ids PostgreSQL's attach sends its pick's
+	// summary for before the host's lock answers (pgattach.go).
+	pgHosts hostIDs
 }
 
 // dialect holds what differs between SQL backends.

@@ -189,12 +189,17 @@ func (s *Store) ListTokens(ctx context.Context) ([]Token, error) {
 	return out, nil
 }
 
-// RevokeToken deletes a token; the next request that presents it is
-// refused. An unknown id is ErrNotFound.
+// RevokeToken deletes a token (and its keystone tokens); the next request
+// that presents it to this Store is refused, and another process's Store
+// refuses it within TokenCacheTTL (see tokencache.go). An unknown id is
+// ErrNotFound.
 func (s *Store) RevokeToken(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, txTimeout)
 	defer cancel()
 	res, err := s.db.ExecContext(ctx, s.d.bind(`DELETE FROM api_tokens WHERE id = ?`), id)
+	// After the DELETE: a verification that read the row before it must
+	// not find the token cached after this returns.
+	s.tokens.revoked()
 	if err != nil {
 		return fmt.Errorf("revoking token %s: %w", id, err)
 	}
@@ -209,14 +214,21 @@ func (s *Store) RevokeToken(ctx context.Context, id string) error {
 // VerifyToken returns the token presented, or ErrInvalidToken when it is
 // malformed, unknown or its secret is wrong. An unknown id and a wrong
 // secret take the same path (one lookup, one hash, one constant-time
-// comparison), so the answer time does not tell which ids exist.
+// comparison), so the answer time does not tell which ids exist. A token
+// found valid within TokenCacheTTL is answered from the cache
+// (tokencache.go).
 func (s *Store) VerifyToken(ctx context.Context, presented string) (Token, error) {
-	ctx, cancel := context.WithTimeout(ctx, txTimeout)
-	defer cancel()
 	id, secret, ok := parseToken(presented)
 	if !ok {
 		return Token{}, refuse(ErrInvalidToken, "malformed token")
 	}
+	key := tokenCacheKey(presented)
+	if e, ok := s.tokens.get(key, s.now()); ok {
+		return e.api, nil
+	}
+	gen := s.tokens.begin()
+	ctx, cancel := context.WithTimeout(ctx, txTimeout)
+	defer cancel()
 	row := s.prep(s.db).QueryRowContext(ctx, s.d.bind(`SELECT `+tokenColumns+`, secret_sha256 FROM api_tokens WHERE id = ?`), id)
 	var stored string
 	t, err := scanToken(row, &stored)
@@ -227,6 +239,7 @@ func (s *Store) VerifyToken(ctx context.Context, presented string) (Token, error
 		return Token{}, refuse(ErrInvalidToken, "invalid token")
 	}
 	s.touchToken(ctx, &t)
+	s.tokens.put(key, cachedToken{api: t, until: s.now().Add(TokenCacheTTL)}, gen, s.now())
 	return t, nil
 }
 

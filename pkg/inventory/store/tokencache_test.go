@@ -1,0 +1,200 @@
+package store
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A revocation through the Store that verified a token applies at once,
+// cache or not: to the API token, to a keystone token, and to the keystone
+// tokens of a revoked API token.
+func TestTokenCacheRevokedHere(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, open func() *Store) {
+		s := open()
+		ctx := t.Context()
+		whole, tok := mustToken(t, s, NewToken{Role: RoleAdmin})
+		ks, _, err := s.CreateKeystoneToken(ctx, tok.ID, "system", []string{"password"}, time.Now().Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ks2, _, err := s.CreateKeystoneToken(ctx, tok.ID, "system", []string{"password"}, time.Now().Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{whole, ks, ks2} {
+			if _, err := verifyAny(t, s, v); err != nil {
+				t.Fatalf("verifying a new token: %v", err)
+			}
+		}
+		if err := s.RevokeKeystoneToken(ctx, ks); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.VerifyKeystoneToken(ctx, ks); !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("revoked keystone token verified: %v", err)
+		}
+		if _, err := s.VerifyKeystoneToken(ctx, ks2); err != nil {
+			t.Errorf("revoking one keystone token broke another: %v", err)
+		}
+		if err := s.RevokeToken(ctx, tok.ID); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{whole, ks2} {
+			if _, err := verifyAny(t, s, v); !errors.Is(err, ErrInvalidToken) {
+				t.Errorf("%s... of a revoked API token verified: %v", v[:5], err)
+			}
+		}
+	})
+}
+
+// A revocation through another process's Store (a second pool on the same
+// database) reaches this one when its entry ends: TokenCacheTTL after the
+// read it came from, by this Store's clock.
+func TestTokenCacheRevokedElsewhere(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, open func() *Store) {
+		here, there := open(), open()
+		ctx := t.Context()
+		clock := time.Now()
+		here.now = func() time.Time { return clock }
+		whole, tok := mustToken(t, here, NewToken{Role: RoleViewer})
+		ks, _, err := here.CreateKeystoneToken(ctx, tok.ID, "system", []string{"password"}, clock.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, otherTok := mustToken(t, here, NewToken{Role: RoleViewer})
+		ks2, _, err := here.CreateKeystoneToken(ctx, otherTok.ID, "system", []string{"token"}, clock.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{whole, ks, other, ks2} {
+			if _, err := verifyAny(t, here, v); err != nil {
+				t.Fatalf("verifying a new token: %v", err)
+			}
+		}
+		if err := there.RevokeToken(ctx, tok.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := there.RevokeKeystoneToken(ctx, ks2); err != nil {
+			t.Fatal(err)
+		}
+		// The other process refuses them at once.
+		for _, v := range []string{whole, ks, ks2} {
+			if _, err := verifyAny(t, there, v); !errors.Is(err, ErrInvalidToken) {
+				t.Errorf("%s... verified where it was revoked: %v", v[:5], err)
+			}
+		}
+		// This one within TokenCacheTTL: still taken just before the bound
+		// (what the cache costs), refused from the bound on.
+		clock = clock.Add(TokenCacheTTL - time.Millisecond)
+		for _, v := range []string{whole, ks, ks2} {
+			if _, err := verifyAny(t, here, v); err != nil {
+				t.Errorf("%s... refused before its entry ended: the cache did not answer (%v)", v[:5], err)
+			}
+		}
+		clock = clock.Add(time.Millisecond)
+		for _, v := range []string{whole, ks, ks2} {
+			if _, err := verifyAny(t, here, v); !errors.Is(err, ErrInvalidToken) {
+				t.Errorf("%s... revoked elsewhere still verified after TokenCacheTTL: %v", v[:5], err)
+			}
+		}
+		if _, err := verifyAny(t, here, other); err != nil {
+			t.Errorf("a token nobody revoked: %v", err)
+		}
+	})
+}
+
+// Only what the database found valid is cached, under the hash of the whole
+// token: a wrong secret or an unknown id next to a cached token is refused;
+// a keystone token's entry ends with the token.
+func TestTokenCacheKeepsOnlyValid(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, open func() *Store) {
+		s := open()
+		ctx := t.Context()
+		clock := time.Now()
+		s.now = func() time.Time { return clock }
+		whole, tok := mustToken(t, s, NewToken{Role: RoleAdmin})
+		ks, _, err := s.CreateKeystoneToken(ctx, tok.ID, "system", []string{"password"}, clock.Add(TokenCacheTTL/2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{whole, ks} {
+			if _, err := verifyAny(t, s, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		last := whole[len(whole)-1]
+		wrong := whole[:len(whole)-1] + map[bool]string{true: "1", false: "0"}[last == '0']
+		unknown := "mpsi_" + strings.Repeat("f", 16) + whole[len("mpsi_")+16:]
+		for _, v := range []string{wrong, unknown, strings.ToUpper(whole), whole + " "} {
+			if _, err := s.VerifyToken(ctx, v); !errors.Is(err, ErrInvalidToken) {
+				t.Errorf("VerifyToken(%q) = %v, want ErrInvalidToken", v, err)
+			}
+		}
+		if n := len(s.tokens.entries); n != 2 {
+			t.Errorf("%d cached tokens, want the 2 valid ones", n)
+		}
+		for k := range s.tokens.entries {
+			if strings.Contains(string(k[:]), whole) || strings.Contains(string(k[:]), ks) {
+				t.Fatal("a cache key holds the token")
+			}
+		}
+		clock = clock.Add(TokenCacheTTL / 2)
+		if _, err := s.VerifyKeystoneToken(ctx, ks); !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("expired keystone token verified: %v", err)
+		}
+		if _, err := s.VerifyToken(ctx, whole); err != nil {
+			t.Errorf("API token: %v", err)
+		}
+	})
+}
+
+// A verification that read the token before a revocation does not put it
+// back in the cache after the revocation emptied it.
+func TestTokenCacheRevocationDuringRead(t *testing.T) {
+	c := newTokenCache()
+	now := time.Now()
+	key := tokenCacheKey("mpsi_x")
+	gen := c.begin() // the read starts
+	c.revoked()      // a revocation commits and empties the cache
+	c.put(key, cachedToken{until: now.Add(TokenCacheTTL)}, gen, now)
+	if _, ok := c.get(key, now); ok {
+		t.Fatal("a read from before the revocation was cached after it")
+	}
+	c.put(key, cachedToken{until: now.Add(TokenCacheTTL)}, c.begin(), now)
+	if _, ok := c.get(key, now); !ok {
+		t.Fatal("a read after the revocation was not cached")
+	}
+}
+
+// The cache holds at most maxCachedTokens entries; expired ones make room.
+func TestTokenCacheBounded(t *testing.T) {
+	c := newTokenCache()
+	now := time.Now()
+	put := func(i int, until time.Time) {
+		c.put(tokenCacheKey(strings.Repeat("x", i)), cachedToken{until: until}, c.begin(), now)
+	}
+	for i := range maxCachedTokens {
+		put(i, now.Add(time.Duration(i%2)*TokenCacheTTL)) // every other one expired
+	}
+	put(maxCachedTokens, now.Add(TokenCacheTTL))
+	if n := len(c.entries); n != maxCachedTokens/2+1 {
+		t.Errorf("%d entries after a put into a full cache, want the %d live ones and the new one", n, maxCachedTokens/2)
+	}
+	for i := range maxCachedTokens {
+		put(maxCachedTokens+1+i, now.Add(TokenCacheTTL))
+	}
+	if n := len(c.entries); n != maxCachedTokens {
+		t.Errorf("%d entries, want at most %d", n, maxCachedTokens)
+	}
+}
+
+// verifyAny verifies an API or a keystone token.
+func verifyAny(t *testing.T, s *Store, token string) (Token, error) {
+	t.Helper()
+	if IsKeystoneToken(token) {
+		kt, err := s.VerifyKeystoneToken(t.Context(), token)
+		return kt.API, err
+	}
+	return s.VerifyToken(t.Context(), token)
+}
