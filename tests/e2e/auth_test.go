@@ -175,14 +175,16 @@ func TestLocalDefaultAdminToken(t *testing.T) {
 
 	// Revoking it works across processes: the running inventory, which has
 	// just accepted the token (and keeps it in its token cache), refuses it
-	// within store.TokenCacheTTL. Waited for, bounded well past that.
+	// within store.TokenCacheTTL. Waited for; the bound is a hang
+	// detector, far past that (a request of a loaded machine can take
+	// seconds).
 	id := token[len("mpsi_") : len("mpsi_")+16]
 	if _, errOut, code := run(t, nil, "mps-inventory", "token", "revoke", id, "--db", f.db); code != 0 {
 		t.Fatalf("token revoke: %s", errOut)
 	}
 	revokedAt := time.Now()
 	for hostsStatus(t, url, token) != http.StatusUnauthorized {
-		if time.Since(revokedAt) > 10*store.TokenCacheTTL {
+		if time.Since(revokedAt) > time.Minute {
 			t.Fatalf("revoked token still accepted %v after the revoke (TokenCacheTTL %v)", time.Since(revokedAt), store.TokenCacheTTL)
 		}
 		time.Sleep(store.TokenCacheTTL / 20)
