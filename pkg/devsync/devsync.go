@@ -170,7 +170,8 @@ func createBatch[R any](ctx context.Context, p Port[R], want []R, byKey map[Key]
 	}
 	var missing []R
 	for _, w := range want {
-		if k, _ := p.Key(w); !hasKey(byKey, k) {
+		k, _ := p.Key(w)
+		if _, listed := byKey[k]; !listed {
 			missing = append(missing, w)
 		}
 	}
@@ -187,11 +188,6 @@ func createBatch[R any](ctx context.Context, p Port[R], want []R, byKey map[Key]
 		return created, err
 	}
 	return created, nil
-}
-
-func hasKey[R any](m map[Key]R, k Key) bool {
-	_, ok := m[k]
-	return ok
 }
 
 func index[R any](p Port[R], rows []R) map[Key]R {
