@@ -30,27 +30,26 @@ type bulkBody struct {
 	IsolatedDevices []json.RawMessage `json:"isolated_devices"`
 }
 
-// isBulk says whether the body b asks for a bulk create: it holds
-// isolated_devices, other than null. A body that is no JSON object is
-// not, and the single create's decoding says what is wrong with it.
-func isBulk(b []byte) bool {
+// bulkList is the value of isolated_devices in the body b, and whether b
+// asks for a bulk create: it holds isolated_devices, other than null. A
+// body that is no JSON object does not, and the single create's decoding
+// says what is wrong with it.
+func bulkList(b []byte) (json.RawMessage, bool) {
 	var probe struct {
 		IsolatedDevices json.RawMessage `json:"isolated_devices"`
 	}
 	if json.Unmarshal(b, &probe) != nil {
-		return false
+		return nil, false
 	}
 	v := bytes.TrimSpace(probe.IsolatedDevices)
-	return len(v) > 0 && !bytes.Equal(v, []byte("null"))
+	return v, len(v) > 0 && !bytes.Equal(v, []byte("null"))
 }
 
-// createDevices serves a bulk create whose body, already read, is b.
-func (s *server) createDevices(w http.ResponseWriter, r *http.Request, b []byte) error {
-	var probe struct {
-		IsolatedDevices json.RawMessage `json:"isolated_devices"`
-	}
-	if err := json.Unmarshal(b, &probe); err != nil || bytes.TrimSpace(probe.IsolatedDevices)[0] != '[' {
-		return badInput("field isolated_devices: expected a list of isolated devices, got JSON %s", jsonKind(probe.IsolatedDevices))
+// createDevices serves a bulk create whose body, already read, is b, and
+// whose isolated_devices is list.
+func (s *server) createDevices(w http.ResponseWriter, r *http.Request, b []byte, list json.RawMessage) error {
+	if list[0] != '[' {
+		return badInput("field isolated_devices: expected a list of isolated devices, got JSON %s", jsonKind(list))
 	}
 	var body bulkBody
 	if err := s.decodeJSON(r, b, &body); err != nil {
@@ -98,12 +97,8 @@ func atRow(i int, err error) error {
 	return err
 }
 
-// jsonKind names the kind of the JSON value v, for an error.
+// jsonKind names the kind of the JSON value v (not empty), for an error.
 func jsonKind(v json.RawMessage) string {
-	v = bytes.TrimSpace(v)
-	if len(v) == 0 {
-		return "nothing"
-	}
 	switch v[0] {
 	case '{':
 		return "object"

@@ -143,8 +143,8 @@ func (s *server) createDevice(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if isBulk(b) {
-		return s.createDevices(w, r, b)
+	if list, ok := bulkList(b); ok {
+		return s.createDevices(w, r, b, list)
 	}
 	in, err := s.deviceInputOf(r, b)
 	if err != nil {
