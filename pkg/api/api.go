@@ -211,10 +211,18 @@ type IsolatedDeviceBody struct {
 
 // IsolatedDevicesBody is the answer of attach and detach
 // (POST /servers/{guest}/attach-isolated-device and
-// detach-isolated-device): the devices the request changed.
+// detach-isolated-device): the devices the request changed. It is also
+// the bulk create, request and answer: POST /isolated_devices with
+// {"isolated_devices": [...]} creates them all or none, in their order
+// (at most MaxCreateDevices), and answers them as created.
 type IsolatedDevicesBody struct {
 	IsolatedDevices []IsolatedDevice `json:"isolated_devices"`
 }
+
+// MaxCreateDevices is the most devices one bulk create may hold (a host of
+// 16 GPUs split 48 ways has 768); more is a 400. Its rows are one
+// statement, whose placeholders SQLite caps at 32766.
+const MaxCreateDevices = 1000
 
 // PurgeBody is the answer of POST /isolated_devices/{id}/purge: the device
 // as it was, and the guest a forced purge detached it from (absent when it

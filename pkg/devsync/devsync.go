@@ -59,11 +59,26 @@ type Port[R any] interface {
 	Remove(ctx context.Context, r R) (held []api.IsolatedDevice, err error)
 }
 
+// BatchCreator is a Port that can create many rows in one call (one
+// request, one transaction); Sync then hands it every row it must create
+// at once, in want's order, instead of one Create each. pkg/region's port
+// has none: a Cloudpods region creates one row per request.
+type BatchCreator[R any] interface {
+	// CreateAll creates want in its order and answers each row's devices,
+	// in that order. On error it answers those of the rows it created
+	// before the error (a prefix of want; none from a backend that creates
+	// all or none). ErrExists: one of want exists already (another writer
+	// created it since the list); Sync creates the rest one by one then,
+	// adopting what exists.
+	CreateAll(ctx context.Context, want []R) ([][]api.IsolatedDevice, error)
+}
+
 // Sync makes the port's rows what want describes: missing rows are created
-// in want's order, changed ones updated, the others removed, a held one
-// never (it is reported in Held, its devices pending removal). With the
-// same want a second call changes nothing. On error the result counts what
-// was done.
+// in want's order (all in one call where the port is a BatchCreator,
+// before the updates), changed ones updated, the others removed, a held
+// one never (it is reported in Held, its devices pending removal). With
+// the same want a second call changes nothing. On error the result counts
+// what was done.
 func Sync[R any](ctx context.Context, p Port[R], want []R) (Result, error) {
 	var res Result
 	existing, err := p.List(ctx)
@@ -71,10 +86,26 @@ func Sync[R any](ctx context.Context, p Port[R], want []R) (Result, error) {
 		return res, err
 	}
 	byKey := index(p, existing)
+	created, err := createBatch(ctx, p, want, byKey)
+	if err != nil {
+		for _, w := range want {
+			k, _ := p.Key(w)
+			if devs, ok := created[k]; ok {
+				res.Created++
+				res.Devices = append(res.Devices, devs...)
+			}
+		}
+		return res, err
+	}
 	wanted := make(map[Key]bool, len(want))
 	for _, w := range want {
 		k, _ := p.Key(w)
 		wanted[k] = true
+		if devs, ok := created[k]; ok {
+			res.Created++
+			res.Devices = append(res.Devices, devs...)
+			continue
+		}
 		cur, ok := byKey[k]
 		if !ok {
 			devs, err := p.Create(ctx, w)
@@ -126,6 +157,37 @@ func Sync[R any](ctx context.Context, p Port[R], want []R) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// createBatch hands the rows of want that byKey lacks to p's CreateAll, at
+// once, when p is a BatchCreator, and answers the devices of those it
+// created, by key. ErrExists is not an error here: Sync creates the rows
+// left one by one, adopting the one that exists.
+func createBatch[R any](ctx context.Context, p Port[R], want []R, byKey map[Key]R) (map[Key][]api.IsolatedDevice, error) {
+	b, ok := p.(BatchCreator[R])
+	if !ok {
+		return nil, nil
+	}
+	var missing []R
+	for _, w := range want {
+		k, _ := p.Key(w)
+		if _, listed := byKey[k]; !listed {
+			missing = append(missing, w)
+		}
+	}
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	devs, err := b.CreateAll(ctx, missing)
+	created := make(map[Key][]api.IsolatedDevice, len(devs))
+	for i, d := range devs[:min(len(devs), len(missing))] {
+		k, _ := p.Key(missing[i])
+		created[k] = d
+	}
+	if err != nil && !errors.Is(err, ErrExists) {
+		return created, err
+	}
+	return created, nil
 }
 
 func index[R any](p Port[R], rows []R) map[Key]R {

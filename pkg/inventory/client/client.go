@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/api"
@@ -67,6 +68,9 @@ type Client struct {
 	backoffBase, backoffMax time.Duration
 	// pageSize is SyncDevices' page size.
 	pageSize int
+	// noBulk: the inventory answered a bulk create as one without it does
+	// (CreateIsolatedDevices); devices are created one by one since.
+	noBulk atomic.Bool
 }
 
 // New returns a client. A malformed URL is reported by the first call.
@@ -153,6 +157,28 @@ func IsDeviceInUse(err error) bool {
 func hasStatus(err error, status int) bool {
 	var ae *APIError
 	return errors.As(err, &ae) && ae.Status == status
+}
+
+// noBulkCreate says whether err is how an inventory without the bulk
+// create answers one: an mps-inventory older than it reads the body as a
+// single create and answers 400 "missing field isolated_device"; a server
+// that does not take POST on /isolated_devices at all answers 405, or 404
+// for a route it lacks (not a 404 of a host or device it lacks, whose class
+// is ResourceNotFoundError).
+func noBulkCreate(err error) bool {
+	var ae *APIError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.Status {
+	case http.StatusMethodNotAllowed:
+		return true
+	case http.StatusNotFound:
+		return ae.Class == api.ClassHandlerNotFound
+	case http.StatusBadRequest:
+		return ae.Class == api.ClassInputParameter && ae.Details == "missing field isolated_device"
+	}
+	return false
 }
 
 // do sends one request, retrying what may succeed on another try. in is

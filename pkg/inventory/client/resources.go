@@ -208,6 +208,44 @@ func (c *Client) CreateIsolatedDevice(ctx context.Context, d api.IsolatedDevice)
 	return b.IsolatedDevice, err
 }
 
+// CreateIsolatedDevices registers devs in their order and answers them as
+// created. It sends them in one request (POST /isolated_devices with
+// {"isolated_devices": [...]}), which the inventory creates all or none in
+// one transaction; more than api.MaxCreateDevices go in several requests
+// of that many, each all or none. An inventory without the bulk create
+// (an mps-inventory older than it, see noBulkCreate) gets them one by one
+// as CreateIsolatedDevice sends them, and so does every later call of this
+// client. On error it answers the devices created before it (a prefix of
+// devs) with the error; a 409 (IsConflict) is a device that exists.
+func (c *Client) CreateIsolatedDevices(ctx context.Context, devs []api.IsolatedDevice) ([]api.IsolatedDevice, error) {
+	var out []api.IsolatedDevice
+	for len(devs) > 0 && !c.noBulk.Load() {
+		n := min(len(devs), api.MaxCreateDevices)
+		var b api.IsolatedDevicesBody
+		err := c.do(ctx, "POST", "/isolated_devices", nil, api.IsolatedDevicesBody{IsolatedDevices: devs[:n]}, &b)
+		if noBulkCreate(err) {
+			c.noBulk.Store(true)
+			c.log.Info("the inventory has no bulk create (an older mps-inventory): creating isolated devices one by one", "answer", err)
+			break
+		}
+		if err != nil {
+			return out, err
+		}
+		if len(b.IsolatedDevices) != n {
+			return out, fmt.Errorf("creating %d isolated devices: the inventory answered %d", n, len(b.IsolatedDevices))
+		}
+		out, devs = append(out, b.IsolatedDevices...), devs[n:]
+	}
+	for _, d := range devs {
+		created, err := c.CreateIsolatedDevice(ctx, d)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, created)
+	}
+	return out, nil
+}
+
 // UpdateIsolatedDevice replaces every writable field of device id with d's,
 // guest_id included: read the device, change it, send it back. (id, host_id
 // and created_at are accepted only unchanged or empty.)

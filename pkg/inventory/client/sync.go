@@ -65,6 +65,28 @@ func (p hostRows) Create(ctx context.Context, d api.IsolatedDevice) ([]api.Isola
 	return []api.IsolatedDevice{created}, nil
 }
 
+// CreateAll creates ds in one request, all or none
+// (Client.CreateIsolatedDevices; one by one from an inventory without the
+// bulk create, answering those created before an error); a 409 is
+// devsync.ErrExists, as for Create.
+func (p hostRows) CreateAll(ctx context.Context, ds []api.IsolatedDevice) ([][]api.IsolatedDevice, error) {
+	created, err := p.c.CreateIsolatedDevices(ctx, ds)
+	out := make([][]api.IsolatedDevice, len(created))
+	for i, d := range created {
+		out[i] = []api.IsolatedDevice{d}
+	}
+	switch {
+	case IsConflict(err):
+		return out, fmt.Errorf("creating %d isolated devices: %w (%w)", len(ds), err, devsync.ErrExists)
+	case err != nil:
+		return out, fmt.Errorf("creating %d isolated devices: %w", len(ds), err)
+	}
+	p.c.log.Debug("created isolated devices", "count", len(created))
+	return out, nil
+}
+
+var _ devsync.BatchCreator[api.IsolatedDevice] = hostRows{}
+
 // Update sends the sync's patch when applying it would change the row.
 func (p hostRows) Update(ctx context.Context, cur, d api.IsolatedDevice) ([]api.IsolatedDevice, bool, error) {
 	patch, next := syncPatch(d), cur

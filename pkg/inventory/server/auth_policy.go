@@ -174,21 +174,46 @@ func (s *server) mayUpdateHost(r *http.Request, idOrName string, in *hostInput) 
 // mayCreateDevice: POST /isolated_devices. A host token creates devices of
 // its own host only, and unattached.
 func (s *server) mayCreateDevice(r *http.Request, in *deviceInput) error {
+	return s.mayCreateDevices(r, []*deviceInput{in}, false)
+}
+
+// mayCreateDevices is mayCreateDevice for each of ins, the token's host
+// read once; for a bulk create a refusal names the row.
+func (s *server) mayCreateDevices(r *http.Request, ins []*deviceInput, bulk bool) error {
 	tok, check, err := scoped(r)
 	if !check || err != nil {
 		return err
 	}
+	var own *api.Host
+	for i, in := range ins {
+		err := s.mayCreate(r, tok, in, &own)
+		if err != nil && bulk {
+			return atRow(i, err)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mayCreate is mayCreateDevice's check of one device for host token tok;
+// *own is the token's host once read.
+func (s *server) mayCreate(r *http.Request, tok store.Token, in *deviceInput, own **api.Host) error {
 	if in.GuestID != nil && *in.GuestID != "" {
 		return forbidden("token for host %s may not set guest_id: attaching is for admin tokens", tok.Host)
 	}
 	if in.HostID == nil || *in.HostID == "" {
 		return nil // nothing to create: the store refuses it (400)
 	}
-	own, err := s.ownHost(r, tok)
-	if err != nil {
-		return err
+	if *own == nil {
+		h, err := s.ownHost(r, tok)
+		if err != nil {
+			return err
+		}
+		*own = &h
 	}
-	if *in.HostID == own.ID || *in.HostID == own.Name {
+	if *in.HostID == (*own).ID || *in.HostID == (*own).Name {
 		return nil
 	}
 	return forbidden("token for host %s may not create isolated devices of host %s", tok.Host, *in.HostID)

@@ -61,6 +61,16 @@ func (f *scopeFixture) device(hostID, addr, guest string) api.IsolatedDevice {
 	return db.IsolatedDevice
 }
 
+// bulkJSON is the bulk create of the devices of single-create bodies
+// (deviceJSON's).
+func bulkJSON(bodies ...string) string {
+	rows := make([]string, len(bodies))
+	for i, b := range bodies {
+		rows[i] = strings.TrimSuffix(strings.TrimPrefix(b, `{"isolated_device":`), "}")
+	}
+	return `{"isolated_devices":[` + strings.Join(rows, ",") + `]}`
+}
+
 func deviceJSON(hostID, addr string) string {
 	return `{"isolated_device":{"host_id":"` + hostID + `","dev_type":"NVIDIA_MPS","model":"Tesla P40",` +
 		`"addr":"` + addr + `","vendor_device_id":"10de:1b38","mps_memory_limit":6144,"mps_memory_total":24576}}`
@@ -122,6 +132,7 @@ func TestRoleMatrix(t *testing.T) {
 		{"GET", "/isolated_devices", "", want{ok, ok, ok}},
 		{"GET", "/isolated_devices/FREE", "", want{ok, ok, ok}},
 		{"POST", "/isolated_devices", deviceJSON("GPU1", "00:07.0-0"), want{no, ok, ok}},
+		{"POST", "/isolated_devices", bulkJSON(deviceJSON("GPU1", "00:07.0-0"), deviceJSON("GPU1", "00:07.0-1")), want{no, ok, ok}},
 		{"PUT", "/isolated_devices/FREE", `{"isolated_device":{"model":"Tesla P40 (renamed)"}}`, want{no, ok, ok}},
 		{"DELETE", "/isolated_devices/FREE", "", want{no, ok, ok}},
 		{"POST", "/isolated_devices/FREE/purge", "", want{no, ok, ok}},

@@ -41,6 +41,13 @@ func TestHostScope(t *testing.T) {
 			{"create on another host by name", "POST", "/isolated_devices", dev(`"host_id":"gpu-2"`), no, "may not create isolated devices of host gpu-2"},
 			{"create on an unknown host", "POST", "/isolated_devices", dev(`"host_id":"gpu-9"`), no, "may not create isolated devices of host gpu-9"},
 			{"create attached", "POST", "/isolated_devices", dev(`"host_id":"gpu-1","guest_id":"guest-9"`), no, "may not set guest_id"},
+			// A bulk create is checked row by row; a refusal names the row.
+			{"bulk create with a row of another host", "POST", "/isolated_devices",
+				bulkJSON(deviceJSON("gpu-1", "00:09.0-0"), deviceJSON(f.gpu2.ID, "00:09.0-1")), no,
+				"isolated_devices[1]: token for host gpu-1 may not create isolated devices of host " + f.gpu2.ID},
+			{"bulk create with a row attached", "POST", "/isolated_devices",
+				bulkJSON(deviceJSON("gpu-1", "00:09.0-0"), dev(`"host_id":"gpu-1","guest_id":"guest-9"`)), no,
+				"isolated_devices[1]: token for host gpu-1 may not set guest_id"},
 			{"change another host's device", "PUT", "/isolated_devices/" + f.other.ID, `{"isolated_device":{"model":"x"}}`, no,
 				"token for host gpu-1 may not PUT /isolated_devices/" + f.other.ID + ": the device belongs to host " + f.gpu2.ID},
 			{"move an own device away", "PUT", "/isolated_devices/" + f.free.ID, echo(f.free, func(d *api.IsolatedDevice) { d.HostID = f.gpu2.ID }), no,
@@ -60,6 +67,8 @@ func TestHostScope(t *testing.T) {
 			// What the agent does for its own host is allowed.
 			{"send back an own device as read", "PUT", "/isolated_devices/" + f.held.ID, echo(f.held, func(d *api.IsolatedDevice) { d.Model = "renamed" }), http.StatusOK, ""},
 			{"create on the own host by name", "POST", "/isolated_devices", dev(`"host_id":"gpu-1"`), http.StatusOK, ""},
+			{"bulk create on the own host by name and id", "POST", "/isolated_devices",
+				bulkJSON(deviceJSON("gpu-1", "00:0a.0-0"), deviceJSON(f.gpu1.ID, "00:0a.0-1")), http.StatusOK, ""},
 			{"delete an own device", "DELETE", "/isolated_devices/" + f.free.ID, "", http.StatusOK, ""},
 		}
 		for _, tt := range tests {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"net/http"
 
 	"yunion.io/x/mps-daemon/pkg/api"
@@ -135,8 +136,17 @@ func (s *server) listDevicesByMarker(w http.ResponseWriter, r *http.Request, f s
 	return nil
 }
 
+// createDevice serves POST /isolated_devices: one device, or a list of
+// them (the bulk create, bulk.go).
 func (s *server) createDevice(w http.ResponseWriter, r *http.Request) error {
-	in, err := s.deviceInput(w, r)
+	b, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	if list, ok := bulkList(b); ok {
+		return s.createDevices(w, r, b, list)
+	}
+	in, err := s.deviceInputOf(r, b)
 	if err != nil {
 		return err
 	}
@@ -211,8 +221,20 @@ func (s *server) deleteDevice(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) deviceInput(w http.ResponseWriter, r *http.Request) (*deviceInput, error) {
+	b, err := s.readBody(w, r)
+	if err != nil {
+		return nil, err
+	}
+	return s.deviceInputOf(r, b)
+}
+
+// deviceInputOf reads the body b of a request about one device.
+func (s *server) deviceInputOf(r *http.Request, b []byte) (*deviceInput, error) {
 	var body deviceBody
-	if err := s.decodeBody(w, r, &body); err != nil {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, badInput("request body is empty")
+	}
+	if err := s.decodeJSON(r, b, &body); err != nil {
 		return nil, err
 	}
 	if body.IsolatedDevice == nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
+
 	"yunion.io/x/mps-daemon/pkg/api"
 )
 
@@ -303,37 +305,67 @@ func TestCreateDevices(t *testing.T) {
 		ctx := t.Context()
 		s := open()
 		h := mustHost(t, s, "gpu-1")
-		batch := []api.IsolatedDevice{slice("gpu-1", "06", 1), slice(h.ID, "06", 0)} // by name, by id
+		batch := []api.IsolatedDevice{slice("gpu-1", "06", 1), slice(h.ID, "06", 0), slice(h.ID, "06", 2)} // by name, by id
+		batch[2].Name = ""                                                                                 // named by the store
 		created, err := s.CreateDevices(ctx, batch)
 		if err != nil {
 			t.Fatal(err)
 		}
-		listed, _, err := s.ListDevices(ctx, DeviceFilter{Limit: 10})
+		listed, _, err := s.ListDevices(ctx, DeviceFilter{Limit: 10, Details: true})
 		if err != nil {
 			t.Fatal(err)
 		}
+		if len(listed) != len(batch) {
+			t.Fatalf("listed %d devices, want %d", len(listed), len(batch))
+		}
 		for i, d := range listed {
-			if !reflect.DeepEqual(d, created[i]) || d.HostID != h.ID || d.ID == "" {
+			// As CreateDevice answers: the stored row with its details.
+			if !reflect.DeepEqual(d, created[i]) || d.HostID != h.ID || d.ID == "" || d.Host != "gpu-1" || d.Vendor != "NVIDIA" {
 				t.Errorf("row %d: listed %+v\ncreated %+v", i, d, created[i])
 			}
 		}
-		if got := addrs(listed); !slices.Equal(got, []string{"06:00.0-1", "06:00.0-0"}) {
+		if got := addrs(listed); !slices.Equal(got, []string{"06:00.0-1", "06:00.0-0", "06:00.0-2"}) {
 			t.Errorf("list order %q: want the order given", got)
 		}
+		if !strings.HasPrefix(created[2].Name, "dev_gpu-1_") {
+			t.Errorf("name of a row without one = %q, want dev_gpu-1_<n>", created[2].Name)
+		}
 
-		// All or nothing.
-		dup := []api.IsolatedDevice{slice(h.ID, "07", 0), slice(h.ID, "06", 0)}
-		if _, err := s.CreateDevices(ctx, dup); !errors.Is(err, ErrDuplicate) {
-			t.Errorf("a batch with an existing device: %v, want ErrDuplicate", err)
+		// All or nothing; a refusal names the row.
+		long := slice(h.ID, "07", 1)
+		long.Model = strings.Repeat("x", api.MaxModelBytes+1)
+		noAddr := slice(h.ID, "07", 1)
+		noAddr.Addr = ""
+		withID := slice(h.ID, "07", 1)
+		withID.ID = uuid.NewString()
+		for _, tc := range []struct {
+			name  string
+			batch []api.IsolatedDevice
+			kind  error
+			msg   string
+		}{
+			{"existing device", []api.IsolatedDevice{slice(h.ID, "07", 0), slice(h.ID, "06", 0)}, ErrDuplicate,
+				"isolated_devices[1]: isolated device with vendor_device_id 10de:1b38 and addr 06:00.0-0 already exists on host " + h.ID},
+			{"one key twice", []api.IsolatedDevice{slice(h.ID, "07", 0), slice(h.ID, "07", 1), slice("gpu-1", "07", 0)}, ErrDuplicate,
+				"isolated_devices[2]: isolated device with vendor_device_id 10de:1b38 and addr 07:00.0-0 is isolated_devices[0] too"},
+			{"unknown host", []api.IsolatedDevice{slice(h.ID, "07", 0), slice("gpu-9", "07", 1)}, ErrNotFound,
+				`isolated_devices[1]: host "gpu-9" not found`},
+			{"field too long", []api.IsolatedDevice{slice(h.ID, "07", 0), long}, ErrInvalid,
+				"isolated_devices[1]: field model: 513 bytes, longer than the 512 allowed"},
+			{"field missing", []api.IsolatedDevice{slice(h.ID, "07", 0), noAddr}, ErrInvalid,
+				"isolated_devices[1]: missing required field addr"},
+			{"id given", []api.IsolatedDevice{slice(h.ID, "07", 0), withID}, ErrInvalid,
+				"isolated_devices[1]: id is assigned by the server"},
+			{"too many", make([]api.IsolatedDevice, MaxCreateDevices+1), ErrInvalid,
+				"at most 1000 isolated devices at once, not 1001"},
+		} {
+			_, err := s.CreateDevices(ctx, tc.batch)
+			if !errors.Is(err, tc.kind) || err.Error() != tc.msg {
+				t.Errorf("%s: %v\nwant %v: %s", tc.name, err, tc.kind, tc.msg)
+			}
 		}
-		if _, err := s.CreateDevices(ctx, []api.IsolatedDevice{slice(h.ID, "07", 0), slice("gpu-9", "07", 1)}); !errors.Is(err, ErrNotFound) {
-			t.Errorf("a batch with an unknown host: %v, want ErrNotFound", err)
-		}
-		if _, err := s.CreateDevices(ctx, make([]api.IsolatedDevice, MaxCreateDevices+1)); !errors.Is(err, ErrInvalid) {
-			t.Errorf("too large a batch: %v, want ErrInvalid", err)
-		}
-		if _, total, _ := s.ListDevices(ctx, DeviceFilter{}); total != 2 {
-			t.Errorf("%d devices after the refused batches, want 2", total)
+		if _, total, _ := s.ListDevices(ctx, DeviceFilter{}); total != len(batch) {
+			t.Errorf("%d devices after the refused batches, want %d", total, len(batch))
 		}
 		checkCounts(t, s)
 	})
