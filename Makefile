@@ -64,9 +64,14 @@ vet:
 
 # cgo stays in pkg/gpu/nvml and pkg/gpu/nvmlsim: the whole module must build
 # and vet without it.
+# With the tags `make build` ships mps-daemon with (netgo, osusergo): with
+# cgo off they select the files cgo off selects anyway, and with them a
+# package's compile is the same with cgo on or off, so tests/e2e's binaries
+# (built with the same tags) reuse these compiles instead of compiling
+# their dependencies once more (docs/testing.md).
 nocgo:
-	CGO_ENABLED=0 $(GO) build ./...
-	CGO_ENABLED=0 $(GO) vet ./...
+	CGO_ENABLED=0 $(GO) build -tags netgo,osusergo ./...
+	CGO_ENABLED=0 $(GO) vet -tags netgo,osusergo ./...
 
 # The slowest packages first (docs/testing.md): go test runs packages in the
 # order it is given them, GOMAXPROCS at a time, so one of them left to the end
