@@ -85,12 +85,23 @@ func Request(ctx context.Context, method, url, token string, body, out any) (htt
 		return nil, err
 	}
 	if resp.StatusCode/100 != 2 {
-		return nil, fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, b)
+		return nil, &HTTPError{Method: method, URL: url, Status: resp.Status, Code: resp.StatusCode, Body: b}
 	}
 	if out != nil {
 		return resp.Header, json.Unmarshal(b, out)
 	}
 	return resp.Header, nil
+}
+
+// HTTPError is an answer that is not 2xx.
+type HTTPError struct {
+	Method, URL, Status string
+	Code                int
+	Body                []byte
+}
+
+func (e *HTTPError) Error() string {
+	return fmt.Sprintf("%s %s: %s: %s", e.Method, e.URL, e.Status, e.Body)
 }
 
 // HostCreateBody is the body of POST /zones/<zone>/hosts for a host record
