@@ -113,6 +113,18 @@ func TestCountsFollowEveryWrite(t *testing.T) {
 				return err
 			}},
 			{"update model", func() error { _, err := s.UpdateDevice(ctx, devs[2].ID, DeviceUpdate{Model: &model}); return err }},
+			{"update dev_type", func() error {
+				devType := "GPU-HPC"
+				_, err := s.UpdateDevice(ctx, devs[5].ID, DeviceUpdate{DevType: &devType})
+				return err
+			}},
+			// No counted column changes (PostgreSQL's update trigger
+			// still runs, and must append nothing that counts).
+			{"update name and memory", func() error {
+				name, mem := "renamed-6", 1024
+				_, err := s.UpdateDevice(ctx, devs[6].ID, DeviceUpdate{Name: &name, MPSMemoryLimit: &mem})
+				return err
+			}},
 			{"update GPU, NUMA node and sharing mode", func() error {
 				path, numa, mode := "GPU-moved", 1, "MPS"
 				_, err := s.UpdateDevice(ctx, devs[4].ID, DeviceUpdate{DevicePath: &path, NumaNode: &numa, SharingMode: &mode})
@@ -120,6 +132,7 @@ func TestCountsFollowEveryWrite(t *testing.T) {
 			}},
 			{"detach by id", func() error { _, err := s.DetachDevice(ctx, "pod-a", devs[0].ID); return err }},
 			{"detach all", func() error { _, err := s.DetachAll(ctx, "pod-b"); return err }},
+			{"detach of a free device", func() error { _, err := s.DetachDevice(ctx, "pod-a", devs[6].ID); return err }},
 			{"delete", func() error { _, err := s.DeleteDevice(ctx, devs[3].ID); return err }},
 			{"force purge", func() error { _, _, err := s.PurgeDevice(ctx, created[2].ID, true); return err }},
 		}

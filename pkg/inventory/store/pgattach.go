@@ -22,7 +22,7 @@ import (
 // in the same transaction and order, as two pgx batches (pipelined: one
 // network write, the answers read in order):
 //
-//  1. BEGIN, the host's lock (pickHostLockQuery) and the summary
+//  1. BEGIN (and pgGenericPlans), the host's lock (pickHostLockQuery) and the summary
 //     (pgPickSummaryQuery). The summary needs the host's id, which the
 //     request may name by its name: it is sent with the id this Store last
 //     saw the lock answer for that name (pgHosts), and used only when the
@@ -46,6 +46,16 @@ import (
 // pgBegin is the attach transaction's BEGIN: READ COMMITTED, as
 // postgresDialect.txOptions asks for writers.
 const pgBegin = `BEGIN ISOLATION LEVEL READ COMMITTED`
+
+// pgGenericPlans, sent after pgBegin, has the attach's prepared statements
+// run on their generic plans (planned once per connection) for the rest of
+// the transaction. Left to itself, PostgreSQL planned the summary
+// (pgPickSummaryQuery) again on every call, its custom plans priced below
+// the generic one: 0.8 ms of planning for 0.4 ms of execution
+// (pg_stat_statements, docs/benchmarks.md, issue 22 round 4). The generic
+// plan reads the same index (isolated_devices_free_gpu: the values bound
+// change the range, not the plan), and the claims' were generic already.
+const pgGenericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
 
 // pgAttach is AttachDevices' transaction on PostgreSQL: the picked devices
 // given to guest, in pick order; errRace when a claim found its row taken.
@@ -77,10 +87,11 @@ func (s *Store) pgAttach(ctx context.Context, guest string, r api.AttachRequest,
 // pgAttachOn runs pgAttach's batches on c.
 func (s *Store) pgAttachOn(ctx context.Context, c *pgx.Conn, guest string, r api.AttachRequest, numa int) ([]api.IsolatedDevice, error) {
 	conds, condArgs := pickConds(r, numa)
-	summary := bindDollar(fmt.Sprintf(pgPickSummaryQuery, conds))
+	summary := bindDollar(pgPickSummary(conds))
 	hint, hinted := s.pgHosts.get(r.Host)
 	b := &pgx.Batch{}
 	b.Queue(pgBegin)
+	b.Queue(pgGenericPlans)
 	b.Queue(bindDollar(pickHostLockQuery), r.Host, r.Host, r.Host)
 	if hinted {
 		b.Queue(summary, pgPickSummaryArgs(hint, guest, r, condArgs)...)
@@ -142,7 +153,7 @@ func (s *Store) pgAttachOn(ctx context.Context, c *pgx.Conn, guest string, r api
 	return out, nil
 }
 
-// readPickBatch reads the first batch's answers: the BEGIN, the host's id
+// readPickBatch reads the first batch's answers: the BEGIN, the SET, the host's id
 // (ErrNotFound when no host has that id or name), and when the summary was
 // sent for hint, the pick; none when the host's id is not hint.
 func readPickBatch(br pgx.BatchResults, r api.AttachRequest, hint string, hinted bool) (hostID string, ids []string, free int, err error) {
@@ -153,6 +164,9 @@ func readPickBatch(br pgx.BatchResults, r api.AttachRequest, hint string, hinted
 	}()
 	if _, err := br.Exec(); err != nil {
 		return "", nil, 0, fmt.Errorf("beginning transaction: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return "", nil, 0, fmt.Errorf("asking for generic plans: %w", err)
 	}
 	err = br.QueryRow().Scan(&hostID)
 	switch {

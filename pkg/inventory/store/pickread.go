@@ -21,9 +21,9 @@ import (
 //   - PostgreSQL first locks the host's row (pickHostLockQuery), so that
 //     attaches on one host queue instead of picking the same rows and
 //     racing (the conditional claims stay the guarantee, see alloc.go),
-//     then has the database compute the summary with window functions
-//     (pgPickSummaryQuery), the first free ids of each GPU included: one
-//     row per GPU and slice a pick may take.
+//     then has the database compute the summary from an index of the
+//     claimable rows per GPU (pgPickSummaryQuery), the first free ids of
+//     each GPU included: one row per GPU and slice a pick may take.
 //
 // Before, both read every free row of the host's model into Go (on
 // PostgreSQL locking each, one WAL record per row): the largest item of
@@ -82,25 +82,50 @@ const pickHostLockQuery = pickHostQuery + ` FOR NO KEY UPDATE`
 // pgPickSummaryQuery (PostgreSQL) reads, for a (host, dev_type, model),
 // one row per free slice that a pick of count devices may take (the first
 // count of each GPU, in seq order, with its rank and its GPU's free
-// count), then one row per slice the guest holds. %s are the free rows'
-// further conditions (numaCond, sharingCond). Its arguments: host id,
-// dev_type, model, those of %s, count, then host id, dev_type, model,
-// guest (pgPickSummaryArgs). Both parts are ranges of the pick index.
-const pgPickSummaryQuery = `SELECT device_path, id, r, n, 0 FROM (
-		SELECT device_path, id,
-			ROW_NUMBER() OVER (PARTITION BY device_path ORDER BY seq) AS r,
-			COUNT(*) OVER (PARTITION BY device_path) AS n
-		FROM isolated_devices
+// count), then one row per slice the guest holds. Both free parts are
+// ranges of isolated_devices_free_gpu (migration 0009: the claimable rows
+// in (device_path, seq) order per host, dev_type and model): the counts
+// per GPU one ordered range, grouped without a sort, the first slices of
+// each GPU a seek (LATERAL ... ORDER BY seq LIMIT). The guest's rows come
+// from its guest_id index. The two %s are the free rows' further
+// conditions (numaCond, sharingCond), the same twice: use pgPickSummary.
+// Its arguments are pgPickSummaryArgs.
+//
+// Until round 4 (docs/benchmarks.md, issue 22) it numbered every free row
+// of the host with window functions over the pick index's range, which
+// PostgreSQL sorted by (device_path, seq) first: the largest statement of
+// a pair.
+const pgPickSummaryQuery = `SELECT g.device_path, f.id, f.r, g.n, 0 FROM (
+		SELECT device_path, COUNT(*) AS n FROM isolated_devices
 		WHERE host_id = ? AND dev_type = ? AND model = ? AND guest_id = ''
 			AND NOT unhealthy AND NOT pending_removal%s
-	) AS f WHERE r <= ?
+		GROUP BY device_path
+	) AS g CROSS JOIN LATERAL (
+		SELECT id, ROW_NUMBER() OVER (ORDER BY seq) AS r FROM (
+			SELECT id, seq FROM isolated_devices
+			WHERE host_id = ? AND dev_type = ? AND model = ? AND device_path = g.device_path
+				AND guest_id = '' AND NOT unhealthy AND NOT pending_removal%s
+			ORDER BY seq LIMIT ?
+		) AS first
+	) AS f
 	UNION ALL
 	SELECT device_path, '', 0, 0, 1 FROM isolated_devices
 		WHERE host_id = ? AND dev_type = ? AND model = ? AND guest_id = ?`
 
-// pgPickSummaryArgs are pgPickSummaryQuery's arguments.
+// pgPickSummary is pgPickSummaryQuery with the further conditions conds.
+func pgPickSummary(conds string) string {
+	return fmt.Sprintf(pgPickSummaryQuery, conds, conds)
+}
+
+// pgPickSummaryArgs are pgPickSummaryQuery's arguments: host id, dev_type,
+// model and the further conditions' arguments (twice), count, then host
+// id, dev_type, model, guest.
 func pgPickSummaryArgs(hostID, guest string, r api.AttachRequest, condArgs []any) []any {
-	args := append([]any{hostID, r.DevType, r.Model}, condArgs...)
+	args := make([]any, 0, 2*(3+len(condArgs))+5)
+	for range 2 {
+		args = append(args, hostID, r.DevType, r.Model)
+		args = append(args, condArgs...)
+	}
 	return append(args, r.Count, hostID, r.DevType, r.Model, guest)
 }
 
@@ -217,7 +242,7 @@ func pickConds(r api.AttachRequest, numa int) (conds string, condArgs []any) {
 // pgPick is pick's end on PostgreSQL: one statement reads the summary and
 // the first free ids of each GPU (pgPickSummaryQuery).
 func (s *Store) pgPick(ctx context.Context, tx *sql.Tx, hostID, guest string, r api.AttachRequest, conds string, condArgs []any) (ids []string, free int, err error) {
-	rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(fmt.Sprintf(pgPickSummaryQuery, conds)), pgPickSummaryArgs(hostID, guest, r, condArgs)...)
+	rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(pgPickSummary(conds)), pgPickSummaryArgs(hostID, guest, r, condArgs)...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading the free devices per GPU: %w", err)
 	}
