@@ -36,9 +36,11 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	for _, b := range []struct{ name, cgo string }{{"mps-daemon", "1"}, {"mps-inventory", "0"}, {"mpsctl", "0"}} {
-		// The tags `make build` ships mps-daemon with; and with them the
-		// compiles are make nocgo's (cgo on or off alike), not one more set.
-		cmd := exec.Command("go", "build", "-tags", "netgo,osusergo", "-o", filepath.Join(dir, b.name), "yunion.io/x/mps-daemon/cmd/"+b.name)
+		// The tags and the stripping (-s -w) `make build` ships the
+		// binaries with; with those tags the compiles are make nocgo's
+		// (cgo on or off alike), not one more set, and a stripped link
+		// takes a third less CPU.
+		cmd := exec.Command("go", "build", "-tags", "netgo,osusergo", "-ldflags=-s -w", "-o", filepath.Join(dir, b.name), "yunion.io/x/mps-daemon/cmd/"+b.name)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo, "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", b.name, err, out)
