@@ -52,8 +52,11 @@ func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 		a.planned[gp.GPU.UUID] = gp.Devices
 	}
 
-	// MPS first: it must work even while the inventory is away.
+	// MPS first: it must work even while the inventory is away. A start's
+	// identity files are made meanwhile (startIdentities).
+	identitiesMade := a.startIdentities(cfg, p)
 	statuses, gpuErrs := a.prepareGPUs(ctx, cfg, p, full)
+	identitiesMade()
 
 	// The CDI spec before the inventory: a device must be startable by its
 	// <GPU UUID>::<i> name before anyone can be given it.
