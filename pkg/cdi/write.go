@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"gopkg.in/yaml.v3"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
@@ -121,20 +120,6 @@ func SpecPath(o Options) (string, error) {
 		return "", err
 	}
 	return filepath.Join(o.Dir, cdiapi.GenerateSpecName(vendor, class)+".yaml"), nil
-}
-
-func encode(s *specs.Spec) ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteString(header())
-	enc := yaml.NewEncoder(&b)
-	enc.SetIndent(2)
-	if err := enc.Encode(s); err != nil {
-		return nil, fmt.Errorf("encoding CDI spec: %w", err)
-	}
-	if err := enc.Close(); err != nil {
-		return nil, fmt.Errorf("encoding CDI spec: %w", err)
-	}
-	return b.Bytes(), nil
 }
 
 // replace writes data over path atomically (synced, renamed, the directory
