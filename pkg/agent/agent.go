@@ -104,6 +104,9 @@ type Agent struct {
 	// every planned device's identity file ahead of the spec
 	// (startIdentities).
 	identitiesMade bool
+	// hostAhead (loop-owned) is the host registration startHost began,
+	// until ensureHost takes its answer.
+	hostAhead <-chan hostAnswer
 
 	mu         sync.Mutex // guards cfg, generation and status, read by HTTP handlers
 	cfg        *Config
