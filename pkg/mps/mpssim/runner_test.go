@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/mps"
@@ -210,6 +211,48 @@ func TestSimDaemonsAnswerSideBySide(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("the held daemon, once free: %v", err)
 	}
+}
+
+// TestSimSetterOfTheHeldValueWritesNothing: a setter given the value the
+// daemon holds answers as ever and leaves the state file alone (same
+// inode); a new value replaces it.
+func TestSimSetterOfTheHeldValueWritesNothing(t *testing.T) {
+	dir := t.TempDir()
+	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
+	s := New(nil)
+	if err := s.Start(t.Context(), env); err != nil {
+		t.Fatal(err)
+	}
+	inode := func() uint64 {
+		t.Helper()
+		fi, err := os.Stat(filepath.Join(env.PipeDir, simStateFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Ino
+	}
+	run := func(cmd, want string) {
+		t.Helper()
+		if out, err := s.Run(t.Context(), env, cmd); err != nil || out != (mps.Output{Stdout: want}) {
+			t.Fatalf("%s = %+v, %v; want %q", cmd, out, err, want)
+		}
+	}
+	started := inode()
+	for _, cmd := range []struct{ line, out string }{
+		{"set_default_active_thread_percentage 100", "100.0\n"},
+		{"set_default_client_priority 0", ""},
+		{"set_default_device_pinned_mem_limit 0 0", ""},
+	} {
+		run(cmd.line, cmd.out)
+		if inode() != started {
+			t.Fatalf("%s, the value held, rewrote the state", cmd.line)
+		}
+	}
+	run("set_default_device_pinned_mem_limit 0 20G", "")
+	if inode() == started {
+		t.Fatal("a new memory limit left the state as it was")
+	}
+	run("get_default_device_pinned_mem_limit 0", "20G\n")
 }
 
 // TestSimEmptyStateIsNoDaemon: the state is not synced (a daemon's memory,
