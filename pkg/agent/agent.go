@@ -100,6 +100,13 @@ type Agent struct {
 	// spec (loop-owned) writes the CDI spec, encoding it again only when
 	// what it is built from changed (cdi.Writer).
 	spec cdi.Writer
+	// identitiesMade (loop-owned): a reconcile of this process has made
+	// every planned device's identity file ahead of the spec
+	// (startIdentities).
+	identitiesMade bool
+	// hostAhead (loop-owned) is the host registration startHost began,
+	// until ensureHost takes its answer.
+	hostAhead <-chan hostAnswer
 
 	mu         sync.Mutex // guards cfg, generation and status, read by HTTP handlers
 	cfg        *Config

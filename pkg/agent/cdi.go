@@ -77,6 +77,36 @@ func identityStore(cfg *Config) identity.Store {
 	return identity.Store{Dir: filepath.Join(cfg.Host.StateDirectory, "identity")}
 }
 
+// startIdentities makes the identity files of every planned device in the
+// background, until the first time that succeeds in this process (a
+// start), and returns what waits for it. They depend on the plan alone, so
+// a start makes its files (one synced file each) while MPS is prepared,
+// instead of after it in syncCDI, which then finds them made. syncCDI
+// still ensures every file it names, as before: a failure here is only
+// logged, and the spec waits for its files as ever. A file made for a
+// device of a GPU that then fails is harmless: files are never removed,
+// and the GPU's devices need it once it heals.
+func (a *Agent) startIdentities(cfg *Config, p *plan.Plan) (wait func()) {
+	if a.identitiesMade {
+		return func() {}
+	}
+	var names []vdev.Name
+	for _, gp := range p.GPUs {
+		for _, d := range gp.Devices {
+			names = append(names, d.Name())
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- identityStore(cfg).Ensure(names) }()
+	return func() {
+		if err := <-done; err != nil {
+			a.log.Debug("identity files not made ahead of the CDI spec; it makes them", "err", err)
+			return
+		}
+		a.identitiesMade = true
+	}
+}
+
 // syncCDI writes the spec once every device's identity file exists, so a
 // runtime never meets a spec that mounts a file that is not there; when a
 // file cannot be made, the previous spec stays.

@@ -113,6 +113,7 @@ func (a *Agent) prepareGPUs(ctx context.Context, cfg *Config, p *plan.Plan, full
 		statuses[i] = st
 		todo = append(todo, i)
 	}
+	a.rememberModes(cfg, p, todo)
 	prepare := func(i int) {
 		statuses[i], kinds[i] = a.prepareGPU(ctx, cfg, p.GPUs[i], wants[i], statuses[i])
 	}
@@ -137,6 +138,29 @@ func (a *Agent) prepareGPUs(ctx context.Context, cfg *Config, p *plan.Plan, full
 		}
 	}
 	return statuses, errs
+}
+
+// rememberModes records, in one synced write, the compute modes that the
+// GPUs of todo lose when prepareGPU sets Exclusive_Process: each
+// preparation then finds its GPU's mode recorded and writes nothing, where
+// the GPUs of a start otherwise waited for one another's syncs of the file.
+// On a failure each preparation remembers its own, and reports it.
+func (a *Agent) rememberModes(cfg *Config, p *plan.Plan, todo []int) {
+	if !cfg.Host.SetExclusiveComputeMode {
+		return
+	}
+	modes := map[gpu.UUID]gpu.ComputeMode{}
+	for _, i := range todo {
+		if g := p.GPUs[i].GPU; g.ComputeMode != gpu.ComputeModeExclusiveProcess {
+			modes[g.UUID] = g.ComputeMode
+		}
+	}
+	if len(modes) < 2 {
+		return
+	}
+	if err := a.state.rememberModes(modes); err != nil {
+		a.log.Debug("compute modes not remembered together; each GPU remembers its own", "err", err)
+	}
 }
 
 // limitsOf are the defaults the control daemon of gp's GPU must hold: the

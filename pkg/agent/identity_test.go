@@ -237,3 +237,38 @@ func TestContainerLiarIsBilledAndTerminatedByItsIdentity(t *testing.T) {
 		}
 	}
 }
+
+// TestAStartMakesEveryPlannedIdentityFile: a start makes the identity file
+// of every planned device while MPS is prepared, also of a GPU whose MPS
+// then fails (its devices need them once it heals; files are never
+// removed); the spec names only the healthy GPU's devices.
+func TestAStartMakesEveryPlannedIdentityFile(t *testing.T) {
+	h := newHarness(t, "", fourAndTwo)
+	h.agent.opts.Runner = failingRunner{Runner: h.runner, badPipe: h.pipeDir(1)}
+	if err := h.agent.Reconcile(context.Background()); err == nil {
+		t.Fatal("want GPU 1's MPS failure")
+	}
+	store := identityStore(h.cfg)
+	spec, err := os.ReadFile(filepath.Join(h.dir, "cdi", "yunion.io-mps-gpu.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g, n := range []int{4, 2} {
+		for i := range n {
+			name := vdev.NameOf(twoGPUs()[g].UUID, i)
+			p, err := store.Path(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(p); err != nil {
+				t.Errorf("identity file of %s: %v", name, err)
+			}
+			if named := strings.Contains(string(spec), "name: "+name.String()); named != (g == 0) {
+				t.Errorf("spec names %s: %v, want %v", name, named, g == 0)
+			}
+		}
+	}
+	if !h.agent.identitiesMade {
+		t.Error("the files were made ahead, but the agent does not know it")
+	}
+}

@@ -52,8 +52,13 @@ func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 		a.planned[gp.GPU.UUID] = gp.Devices
 	}
 
-	// MPS first: it must work even while the inventory is away.
+	// MPS first: it must work even while the inventory is away. A start's
+	// identity files are made meanwhile (startIdentities), and its host
+	// registered (startHost).
+	identitiesMade := a.startIdentities(cfg, p)
+	a.startHost(ctx, cfg)
 	statuses, gpuErrs := a.prepareGPUs(ctx, cfg, p, full)
+	identitiesMade()
 
 	// The CDI spec before the inventory: a device must be startable by its
 	// <GPU UUID>::<i> name before anyone can be given it.
@@ -121,6 +126,34 @@ func (a *Agent) plan(ctx context.Context, cfg *Config) (*plan.Plan, []gpu.Info, 
 	return buildPlan(ctx, a.opts.Backend, cfg, a.opts.SysfsRoot, a.opts.DevRoot)
 }
 
+// hostAnswer is the inventory's answer to registering the host called name.
+type hostAnswer struct {
+	name string
+	host api.Host
+	err  error
+}
+
+// startHost asks the inventory for the host's row in the background while
+// the MPS and CDI stages run, until this process knows it (a start):
+// registering the host hands out nothing (no device is created before the
+// spec names it), so it need not wait for them. ensureHost takes the
+// answer, in the same reconcile; it reports a failure as before.
+func (a *Agent) startHost(ctx context.Context, cfg *Config) {
+	if a.hostID != "" || a.hostAhead != nil {
+		return
+	}
+	name, err := HostName(cfg.Host)
+	if err != nil {
+		return // ensureHost reports it
+	}
+	answer := make(chan hostAnswer, 1)
+	go func() {
+		h, err := a.opts.Inventory.EnsureHost(ctx, name)
+		answer <- hostAnswer{name: name, host: h, err: err}
+	}()
+	a.hostAhead = answer
+}
+
 // ensureHost registers the host once per process; the inventory finds it by
 // name, so a restarted daemon gets the same host row.
 func (a *Agent) ensureHost(ctx context.Context, cfg *Config) (id, name string, err error) {
@@ -131,7 +164,17 @@ func (a *Agent) ensureHost(ctx context.Context, cfg *Config) (id, name string, e
 	if a.hostID != "" {
 		return a.hostID, name, nil
 	}
-	h, err := a.opts.Inventory.EnsureHost(ctx, name)
+	var h api.Host
+	if ahead := a.hostAhead; ahead != nil {
+		a.hostAhead = nil
+		if r := <-ahead; r.name == name {
+			h, err = r.host, r.err
+		} else {
+			h, err = a.opts.Inventory.EnsureHost(ctx, name)
+		}
+	} else {
+		h, err = a.opts.Inventory.EnsureHost(ctx, name)
+	}
 	if err != nil {
 		return "", "", fmt.Errorf("registering host %q with the inventory: %w", name, err)
 	}

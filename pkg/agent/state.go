@@ -50,17 +50,30 @@ func (s *stateDir) readModes() (map[gpu.UUID]string, error) {
 // rememberMode records mode as the GPU's original compute mode unless one is
 // already recorded: the first reading is the one to restore.
 func (s *stateDir) rememberMode(uuid gpu.UUID, mode gpu.ComputeMode) error {
+	return s.rememberModes(map[gpu.UUID]gpu.ComputeMode{uuid: mode})
+}
+
+// rememberModes is rememberMode for several GPUs in one write of the file
+// (one sync, where a GPU each made the GPUs of a start wait for one
+// another's syncs under the lock).
+func (s *stateDir) rememberModes(modes map[gpu.UUID]gpu.ComputeMode) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	modes, err := s.readModes()
+	have, err := s.readModes()
 	if err != nil {
 		return err
 	}
-	if _, ok := modes[uuid]; ok {
+	added := false
+	for uuid, mode := range modes {
+		if _, ok := have[uuid]; !ok {
+			have[uuid] = mode.String()
+			added = true
+		}
+	}
+	if !added {
 		return nil
 	}
-	modes[uuid] = mode.String()
-	return writeFileAtomic(filepath.Join(s.path, computeModeFile), modes)
+	return writeFileAtomic(filepath.Join(s.path, computeModeFile), have)
 }
 
 // writeFileAtomic writes v as JSON through a temporary file and a rename, so

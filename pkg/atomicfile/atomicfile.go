@@ -1,6 +1,8 @@
 // Package atomicfile replaces a file whole: the new content goes to a
 // temporary file beside it, is synced, and is renamed over it, so a reader
 // (or a crash) sees the old content or the new one, never half of either.
+// Replace is the same without the syncs, for a file that must outlive its
+// writer's process but not the host.
 package atomicfile
 
 import (
@@ -26,6 +28,20 @@ func Write(path string, data []byte, perm fs.FileMode) error {
 // it replaces path (the CDI spec is loaded by the CDI library there); when
 // check fails, path is left as it was.
 func WriteChecked(path string, data []byte, perm fs.FileMode, check func(tmp string) error) error {
+	return write(path, data, perm, check, true)
+}
+
+// Replace is Write without the syncs: a reader still sees the old content
+// or the new one, whole, but a crash of the host may leave either, or an
+// empty file. It is for state that stands for a process's memory (the
+// simulated MPS control's): it must be found by the next process on the
+// same host, through the page cache, and has no meaning after a reboot.
+// Nothing a real host needs after a crash is written with it.
+func Replace(path string, data []byte, perm fs.FileMode) error {
+	return write(path, data, perm, nil, false)
+}
+
+func write(path string, data []byte, perm fs.FileMode, check func(tmp string) error, durable bool) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, TempPattern(path))
 	if err != nil {
@@ -41,7 +57,7 @@ func WriteChecked(path string, data []byte, perm fs.FileMode, check func(tmp str
 	if err == nil {
 		_, err = tmp.Write(data)
 	}
-	if err == nil {
+	if err == nil && durable {
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
@@ -59,6 +75,9 @@ func WriteChecked(path string, data []byte, perm fs.FileMode, check func(tmp str
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	done = true
+	if !durable {
+		return nil
+	}
 	// The rename is durable once the directory is.
 	return SyncDir(dir)
 }

@@ -8,20 +8,24 @@ import (
 )
 
 func TestWriteReplacesWholeWithItsMode(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := Write(path, []byte("new"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := os.ReadFile(path)
-	fi, _ := os.Stat(path)
-	if string(b) != "new" || fi.Mode().Perm() != 0o600 {
-		t.Errorf("content %q mode %o, want new and 0600", b, fi.Mode().Perm())
-	}
-	if stale, _ := Stale(path); len(stale) != 0 {
-		t.Errorf("temporary files left: %v", stale)
+	for name, write := range map[string]func(string, []byte, os.FileMode) error{"Write": Write, "Replace": Replace} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "token")
+			if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := write(path, []byte("new"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := os.ReadFile(path)
+			fi, _ := os.Stat(path)
+			if string(b) != "new" || fi.Mode().Perm() != 0o600 {
+				t.Errorf("content %q mode %o, want new and 0600", b, fi.Mode().Perm())
+			}
+			if stale, _ := Stale(path); len(stale) != 0 {
+				t.Errorf("temporary files left: %v", stale)
+			}
+		})
 	}
 }
 

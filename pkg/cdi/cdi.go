@@ -6,10 +6,12 @@
 // finds again through /proc/<pid>/root (pkg/identity).
 //
 // Build turns the virtual devices into a spec in memory and refuses every
-// state a runtime could not use or that would hand out the wrong device; Write
-// replaces the spec file atomically and only when its bytes change, after the
-// CDI library has loaded the exact bytes from a temporary file beside it. A
-// runtime therefore sees the old spec or the new one, never a broken one.
+// state a runtime could not use or that would hand out the wrong device, with
+// the CDI library's own checks among ours; Write replaces the spec file
+// atomically and only when its bytes change, after the CDI library has
+// loaded the exact bytes from a temporary file beside it (Writer, whose
+// specs only Build's code makes, skips that load). A runtime therefore sees
+// the old spec or the new one, never a broken one.
 package cdi
 
 import "yunion.io/x/mps-daemon/pkg/vdev"

@@ -162,9 +162,12 @@ func deviceNames(d Device) []string {
 }
 
 // validateSpec runs the CDI library's checks that do not need a file: the
-// version against the fields used, kind, device names, every edit, and
-// unique names. Write also loads the written bytes with cdiapi.ReadSpec,
-// the library's full check, before they replace the old spec.
+// version against the fields used, kind, device names, every edit, a device
+// with none (the loader's "empty device edits"), and unique names: every
+// check the loader of v1.1.1 makes of a parsed spec (its annotation check
+// passes any map of strings). Write also loads the written bytes with cdiapi.ReadSpec, the library's full
+// check, before they replace the old spec; a Writer, whose spec build made
+// and this checked, does not (writer.go).
 func validateSpec(s *specs.Spec) error {
 	if s == nil {
 		return invalidf("no spec")
@@ -191,10 +194,20 @@ func validateSpec(s *specs.Spec) error {
 			return invalidf("device %q appears twice", d.Name)
 		}
 		seen[d.Name] = true
+		if noEdits(&d.ContainerEdits) {
+			return invalidf("device %q: no container edits", d.Name)
+		}
 		edits := &cdiapi.ContainerEdits{ContainerEdits: &d.ContainerEdits}
 		if err := edits.Validate(); err != nil {
 			return invalidf("device %q: %w", d.Name, err)
 		}
 	}
 	return nil
+}
+
+// noEdits is the CDI library's test for a device it refuses as having
+// "empty device edits" (its ContainerEdits.isEmpty, unexported).
+func noEdits(e *specs.ContainerEdits) bool {
+	return len(e.Env) == 0 && len(e.DeviceNodes) == 0 && len(e.Hooks) == 0 && len(e.Mounts) == 0 &&
+		len(e.AdditionalGIDs) == 0 && e.IntelRdt == nil && len(e.NetDevices) == 0
 }

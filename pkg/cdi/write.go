@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"gopkg.in/yaml.v3"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
@@ -54,7 +53,7 @@ func Write(o Options, s *specs.Spec) (path string, changed bool, err error) {
 	if err != nil {
 		return "", false, err
 	}
-	changed, err = writeData(o, path, data)
+	changed, err = writeData(o, path, data, true)
 	if err != nil {
 		return "", false, err
 	}
@@ -62,8 +61,9 @@ func Write(o Options, s *specs.Spec) (path string, changed bool, err error) {
 }
 
 // writeData puts the encoded spec data at path (Write's file), unless the
-// file holds those bytes already.
-func writeData(o Options, path string, data []byte) (changed bool, err error) {
+// file holds those bytes already; load has the CDI library load the
+// written temporary file before it replaces the old one.
+func writeData(o Options, path string, data []byte, load bool) (changed bool, err error) {
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return false, fmt.Errorf("creating CDI directory: %w", err)
 	}
@@ -77,7 +77,7 @@ func writeData(o Options, path string, data []byte) (changed bool, err error) {
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return false, fmt.Errorf("reading the current CDI spec: %w", err)
 	}
-	if err := replace(path, data); err != nil {
+	if err := replace(path, data, load); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -103,10 +103,10 @@ func Remove(o Options) (removed bool, err error) {
 	return true, atomicfile.SyncDir(o.Dir)
 }
 
-// Sync makes the spec file match devs: Build then Write, or Remove when devs
-// is empty. On any error the file is left as it was. A caller that syncs
-// again and again keeps a Writer instead, which encodes a spec only when
-// its inputs changed.
+// Sync makes the spec file match devs: Build then Write (without loading
+// the file back: Writer), or Remove when devs is empty. On any error the
+// file is left as it was. A caller that syncs again and again keeps a
+// Writer instead, which encodes a spec only when its inputs changed.
 func Sync(o Options, devs []Device) (path string, changed bool, err error) {
 	var w Writer
 	return w.Sync(o, devs)
@@ -122,30 +122,21 @@ func SpecPath(o Options) (string, error) {
 	return filepath.Join(o.Dir, cdiapi.GenerateSpecName(vendor, class)+".yaml"), nil
 }
 
-func encode(s *specs.Spec) ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteString(header())
-	enc := yaml.NewEncoder(&b)
-	enc.SetIndent(2)
-	if err := enc.Encode(s); err != nil {
-		return nil, fmt.Errorf("encoding CDI spec: %w", err)
-	}
-	if err := enc.Close(); err != nil {
-		return nil, fmt.Errorf("encoding CDI spec: %w", err)
-	}
-	return b.Bytes(), nil
-}
-
-// replace writes data over path atomically, once the CDI library has loaded
-// the written temporary file; a spec it refuses leaves path as it was.
-func replace(path string, data []byte) error {
-	// Runtimes, rootless ones too, must read it; nothing in it is secret.
-	return atomicfile.WriteChecked(path, data, 0o644, func(tmp string) error {
-		if _, err := cdiapi.ReadSpec(tmp, 0); err != nil {
-			return invalidf("the CDI library refuses the new spec: %w", err)
+// replace writes data over path atomically (synced, renamed, the directory
+// synced), with load once the CDI library has loaded the written temporary
+// file; a spec it refuses leaves path as it was.
+func replace(path string, data []byte, load bool) error {
+	var check func(tmp string) error
+	if load {
+		check = func(tmp string) error {
+			if _, err := cdiapi.ReadSpec(tmp, 0); err != nil {
+				return invalidf("the CDI library refuses the new spec: %w", err)
+			}
+			return nil
 		}
-		return nil
-	})
+	}
+	// Runtimes, rootless ones too, must read it; nothing in it is secret.
+	return atomicfile.WriteChecked(path, data, 0o644, check)
 }
 
 // removeStaleTemps deletes temporary files a crash between create and rename

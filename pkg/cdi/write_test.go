@@ -140,8 +140,8 @@ func TestWriteRefused(t *testing.T) {
 		{"unknown version", func(s *specs.Spec) { s.Version = "9.9.9" }, `invalid version "9.9.9"`},
 		{"other kind", func(s *specs.Spec) { s.Kind = "nvidia.com/gpu" }, `spec of kind "nvidia.com/gpu"`},
 		{"no devices", func(s *specs.Spec) { s.Devices = nil }, "no virtual devices"},
-		// Only the library's loader, run on the temporary file, sees this one.
-		{"device without edits", func(s *specs.Spec) { s.Devices[3].ContainerEdits = specs.ContainerEdits{} }, "the CDI library refuses the new spec"},
+		// The library's loader refuses this one; validateSpec mirrors it.
+		{"device without edits", func(s *specs.Spec) { s.Devices[3].ContainerEdits = specs.ContainerEdits{} }, "no container edits"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,6 +15,8 @@ import (
 // work on an idle host), and still compares them with the file, which it
 // rewrites when the file differs (edited or removed by hand). The spec
 // therefore always is what Build and Write would make of the inputs now.
+// When they changed, the device entries' edits it encoded last time are
+// reused where they are the same (encodeEntries).
 //
 // The zero Writer is ready. It is not safe for concurrent use: the agent
 // keeps one in its loop.
@@ -23,6 +25,10 @@ type Writer struct {
 	devs  []Device // as the spec was built from them: keyOf
 	nodes nodeSet
 	data  []byte // nil: nothing remembered
+	// blocks are the device entries' edits as that spec encoded them
+	// (encode.go): a spec built anew encodes only the edits it does not
+	// share with it (a start's second spec: none, only the ids' names).
+	blocks editBlocks
 	// builds counts the specs encoded (the tests see the cache work).
 	builds int
 }
@@ -45,7 +51,11 @@ func (w *Writer) Sync(o Options, devs []Device) (path string, changed bool, err 
 	if err != nil {
 		return "", false, err
 	}
-	changed, err = writeData(o.withDefaults(), path, data)
+	// Not loaded back by the CDI library: build made the spec from
+	// validated devices and validateSpec ran the loader's checks on it
+	// (only Write, given any spec, loads the file). Loading 32 devices'
+	// spec back cost a start as much as encoding it.
+	changed, err = writeData(o.withDefaults(), path, data, false)
 	if err != nil {
 		return "", false, err
 	}
@@ -76,13 +86,13 @@ func (w *Writer) encoded(o Options, devs []Device) ([]byte, error) {
 	if err := validateSpec(s); err != nil {
 		return nil, err
 	}
-	data, err := encode(s)
+	data, blocks, err := encodeEntries(s, w.blocks)
 	if err != nil {
 		return nil, err
 	}
 	// Cloned: the encoder's buffer has room to spare, kept for as long
 	// as the bytes are.
-	w.opts, w.devs, w.nodes, w.data = o, key, nodes, bytes.Clone(data)
+	w.opts, w.devs, w.nodes, w.data, w.blocks = o, key, nodes, bytes.Clone(data), blocks
 	w.builds++
 	return data, nil
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,18 +86,23 @@ func (s Store) Ensure(names []vdev.Name) error {
 	// that the syncs of a start's new files share the file system's
 	// commits instead of waiting for one another.
 	errs := make([]error, len(names), len(names)+1)
+	linked := make([]bool, len(names))
 	sem := make(chan struct{}, ensureWorkers)
 	var wg sync.WaitGroup
 	for i, n := range names {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			errs[i] = s.ensureFile(string(n))
+			linked[i], errs[i] = s.ensureFile(string(n))
 		})
 	}
 	wg.Wait()
-	if err := atomicfile.SyncDir(s.Dir); err != nil {
-		errs = append(errs, err)
+	// The links are durable once the directory is; a repair in place
+	// (ensureFile) syncs its file and changes no entry of the directory.
+	if slices.Contains(linked, true) {
+		if err := atomicfile.SyncDir(s.Dir); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -132,20 +138,27 @@ func (s Store) ensureDir() error {
 	return nil
 }
 
-func (s Store) ensureFile(name string) error {
+// ensureFile makes or repairs name's file; linked reports that it put a
+// new file into the directory (Ensure then syncs the directory).
+func (s Store) ensureFile(name string) (linked bool, err error) {
 	path, err := s.Path(vdev.Name(name))
 	if err != nil {
-		return err
+		return false, err
 	}
 	fi, err := os.Lstat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return s.create(path, name)
+		return true, s.create(path, name)
 	case err != nil:
-		return fmt.Errorf("identity file of %s: %w", name, err)
+		return false, fmt.Errorf("identity file of %s: %w", name, err)
 	case !fi.Mode().IsRegular():
-		return fmt.Errorf("identity file of %s: %s is a %s, not a regular file: not ours to replace", name, path, fi.Mode().Type())
+		return false, fmt.Errorf("identity file of %s: %s is a %s, not a regular file: not ours to replace", name, path, fi.Mode().Type())
 	}
+	return false, s.repair(path, name, fi)
+}
+
+// repair puts the content and mode of name's existing file right, in place.
+func (s Store) repair(path, name string, fi fs.FileInfo) error {
 	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return fmt.Errorf("identity file of %s: %w", name, err)

@@ -13,8 +13,9 @@ import (
 
 // simCommand answers one command line against a running daemon's state, as
 // the real control does (docs/gpu-runs/mps-probe*.txt). It returns stdout and
-// whether the state changed; the real control always exits 0 here. quit sets
-// *st to nil.
+// whether the state changed (a setter given the value held changes nothing,
+// and the state is not written again); the real control always exits 0
+// here. quit sets *st to nil.
 func simCommand(st **simState, line string) (stdout string, dirty bool) {
 	d := *st
 	f := strings.Fields(line)
@@ -45,10 +46,11 @@ func simCommand(st **simState, line string) (stdout string, dirty bool) {
 		// Out of range (0 and 150 measured, garbage reads as 0): not applied,
 		// the old value is echoed, exit 0.
 		p, ok := validPercentage(arg(0))
+		changed := ok && p != d.DefaultThreadPercentage
 		if ok {
 			d.DefaultThreadPercentage = p
 		}
-		return pct(d.DefaultThreadPercentage), ok
+		return pct(d.DefaultThreadPercentage), changed
 
 	case "get_default_client_priority":
 		return strconv.Itoa(d.DefaultClientPriority) + "\n", false
@@ -60,8 +62,9 @@ func simCommand(st **simState, line string) (stdout string, dirty bool) {
 		if p != 0 && p != 1 {
 			return mps.MsgInvalidPriority + "\n", false
 		}
+		changed := p != d.DefaultClientPriority
 		d.DefaultClientPriority = p
-		return "", true
+		return "", changed
 
 	case "get_default_device_pinned_mem_limit":
 		if len(args) < 1 { // measured (mps-probe3.txt)
@@ -75,8 +78,7 @@ func simCommand(st **simState, line string) (stdout string, dirty bool) {
 		}
 		// A bad device ordinal is accepted silently and kept: 7 reads back
 		// what was set on 7 (mps-probe3.txt).
-		setLimit(d.DefaultMemoryLimits, cAtoi(arg(0)), arg(1))
-		return "", true
+		return "", setLimit(d.DefaultMemoryLimits, cAtoi(arg(0)), arg(1))
 
 	case "get_server_status":
 		if len(args) == 0 {
@@ -145,10 +147,11 @@ func simCommand(st **simState, line string) (stdout string, dirty bool) {
 			return notFound(pid), false
 		}
 		p, ok := validPercentage(arg(1))
+		changed := ok && p != srv.ThreadPercentage
 		if ok {
 			srv.ThreadPercentage = p
 		}
-		return pct(srv.ThreadPercentage), ok
+		return pct(srv.ThreadPercentage), changed
 
 	case "get_device_pinned_mem_limit":
 		if len(args) < 2 { // "Invalid command format." goes to control.log only
@@ -170,8 +173,7 @@ func simCommand(st **simState, line string) (stdout string, dirty bool) {
 		if srv == nil {
 			return notFound(pid), false
 		}
-		setLimit(srv.MemoryLimits, cAtoi(arg(1)), arg(2))
-		return "", true
+		return "", setLimit(srv.MemoryLimits, cAtoi(arg(1)), arg(2))
 
 	case "terminate_client":
 		pid := cAtoi(arg(0))

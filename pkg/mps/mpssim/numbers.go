@@ -20,12 +20,14 @@ func validPercentage(s string) (float64, bool) {
 
 // setLimit applies a pinned memory limit argument as the control reads it
 // (readMemLimit); a result of 0 clears the limit.
-func setLimit(m map[int]units.MiB, dev int, arg string) {
+func setLimit(m map[int]units.MiB, dev int, arg string) (changed bool) {
+	old, had := m[dev]
 	if limit := readMemLimit(arg); limit > 0 {
 		m[dev] = limit
-	} else {
-		delete(m, dev)
+		return !had || old != limit
 	}
+	delete(m, dev)
+	return had
 }
 
 // readMemLimit is how the control reads a limit argument, as measured in

@@ -53,11 +53,16 @@ import (
 //
 // The daemon's state lives in a JSON file in the pipe directory, so a new
 // Runner in a new process finds the "running" daemon there, as the agent
-// does after its own restart. A mutex and a flock on a lock file in the pipe
-// directory serialise every change, since two processes may share one.
+// does after its own restart. A mutex per pipe directory and a flock on a
+// lock file in it serialise every change to one daemon, since two
+// processes may share one; the daemons of different pipe directories (one
+// per GPU) answer side by side, as real ones do.
 type Runner struct {
 	log *slog.Logger
-	mu  sync.Mutex
+	// mu guards deviceName, cudaOrder and dirs.
+	mu sync.Mutex
+	// dirs holds each pipe directory's mutex, taken before its flock.
+	dirs map[string]*sync.Mutex
 
 	// deviceName is what get_device_client_list prints for device 0.
 	deviceName string
@@ -87,7 +92,20 @@ func New(log *slog.Logger) *Runner {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Runner{log: log, deviceName: "NVIDIA H200", firstServerPID: 4200001, proc: procInfo}
+	return &Runner{log: log, dirs: map[string]*sync.Mutex{}, deviceName: "NVIDIA H200", firstServerPID: 4200001, proc: procInfo}
+}
+
+// dirLock is the mutex of the daemon in pipeDir.
+func (s *Runner) dirLock(pipeDir string) *sync.Mutex {
+	pipeDir = filepath.Clean(pipeDir)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.dirs[pipeDir]
+	if !ok {
+		m = new(sync.Mutex)
+		s.dirs[pipeDir] = m
+	}
+	return m
 }
 
 // SetDeviceName sets the device name daemons started afterwards report.

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/mps"
@@ -173,6 +175,108 @@ func TestSimStateOutlivesTheRunner(t *testing.T) {
 	got, err := second.Run(t.Context(), env, "get_default_active_thread_percentage")
 	if err != nil || got != (mps.Output{Stdout: "25.0\n"}) {
 		t.Fatalf("new runner: %+v, %v; want the 25.0 set through the first", got, err)
+	}
+}
+
+// TestSimDaemonsAnswerSideBySide: a command held up on one GPU's daemon (its
+// pipe directory's lock taken, as by a slow command) does not hold up
+// another GPU's, which answers as real per-GPU daemons do.
+func TestSimDaemonsAnswerSideBySide(t *testing.T) {
+	dir := t.TempDir()
+	s := New(nil)
+	var envs []mps.Env
+	for _, gpu := range []string{"a", "b"} {
+		env := mps.Env{PipeDir: filepath.Join(dir, gpu, "pipe"), LogDir: filepath.Join(dir, gpu, "log")}
+		if err := s.Start(t.Context(), env); err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, env)
+	}
+	held := s.dirLock(envs[0].PipeDir)
+	held.Lock()
+	release := sync.OnceFunc(held.Unlock)
+	defer release() // a failed assertion must not leave the goroutine blocked
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Run(t.Context(), envs[0], "get_server_list")
+		done <- err
+	}()
+	for _, cmd := range []string{"set_default_active_thread_percentage 25", "get_default_active_thread_percentage"} {
+		out, err := s.Run(t.Context(), envs[1], cmd)
+		if err != nil || out != (mps.Output{Stdout: "25.0\n"}) {
+			t.Fatalf("%s on the other daemon = %+v, %v; want 25.0", cmd, out, err)
+		}
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("the held daemon, once free: %v", err)
+	}
+}
+
+// TestSimSetterOfTheHeldValueWritesNothing: a setter given the value the
+// daemon holds answers as ever and leaves the state file alone (same
+// inode); a new value replaces it.
+func TestSimSetterOfTheHeldValueWritesNothing(t *testing.T) {
+	dir := t.TempDir()
+	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
+	s := New(nil)
+	if err := s.Start(t.Context(), env); err != nil {
+		t.Fatal(err)
+	}
+	inode := func() uint64 {
+		t.Helper()
+		fi, err := os.Stat(filepath.Join(env.PipeDir, simStateFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Ino
+	}
+	run := func(cmd, want string) {
+		t.Helper()
+		if out, err := s.Run(t.Context(), env, cmd); err != nil || out != (mps.Output{Stdout: want}) {
+			t.Fatalf("%s = %+v, %v; want %q", cmd, out, err, want)
+		}
+	}
+	started := inode()
+	for _, cmd := range []struct{ line, out string }{
+		{"set_default_active_thread_percentage 100", "100.0\n"},
+		{"set_default_client_priority 0", ""},
+		{"set_default_device_pinned_mem_limit 0 0", ""},
+	} {
+		run(cmd.line, cmd.out)
+		if inode() != started {
+			t.Fatalf("%s, the value held, rewrote the state", cmd.line)
+		}
+	}
+	run("set_default_device_pinned_mem_limit 0 20G", "")
+	if inode() == started {
+		t.Fatal("a new memory limit left the state as it was")
+	}
+	run("get_default_device_pinned_mem_limit 0", "20G\n")
+}
+
+// TestSimEmptyStateIsNoDaemon: the state is not synced (a daemon's memory,
+// which a reboot ends), so a crash of the host may leave it empty; that
+// reads as no daemon, and a new one starts there.
+func TestSimEmptyStateIsNoDaemon(t *testing.T) {
+	dir := t.TempDir()
+	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
+	s := New(nil)
+	if err := s.Start(t.Context(), env); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(env.PipeDir, simStateFile), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.Run(t.Context(), env, "get_server_list")
+	if err != nil || out.ExitCode != 1 || out.Stderr != mps.MsgNoDaemon+"\n" {
+		t.Fatalf("get_server_list = %+v, %v; want no daemon", out, err)
+	}
+	if err := s.Start(t.Context(), env); err != nil {
+		t.Fatalf("starting over an empty state: %v", err)
+	}
+	if out, err := s.Run(t.Context(), env, "get_default_active_thread_percentage"); err != nil || out.Stdout != "100.0\n" {
+		t.Fatalf("the new daemon answers %+v, %v; want its default 100.0", out, err)
 	}
 }
 

@@ -52,17 +52,19 @@ type simClient struct {
 	Namespace string `json:"namespace"`
 }
 
-// withState runs fn on the daemon state of pipeDir under the mutex and the
-// file lock; *st is nil when no daemon runs. When fn reports a change the
-// state is written back atomically, or removed when fn set it to nil.
+// withState runs fn on the daemon state of pipeDir under the directory's
+// mutex and file lock; *st is nil when no daemon runs. When fn reports a
+// change the state is written back atomically, or removed when fn set it
+// to nil.
 func (s *Runner) withState(ctx context.Context, pipeDir string, fn func(st **simState) (dirty bool, err error)) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if pipeDir == "" {
 		var st *simState
 		_, err := fn(&st)
 		return err
 	}
+	mu := s.dirLock(pipeDir)
+	mu.Lock()
+	defer mu.Unlock()
 	unlock, err := lockDir(ctx, pipeDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		var st *simState // no pipe directory, no daemon
@@ -123,6 +125,12 @@ func loadState(path string) (*simState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simulated MPS control: reading state: %w", err)
 	}
+	if len(b) == 0 {
+		// What a crash of the host can leave of an unsynced state
+		// (saveState): a daemon that did not survive the crash, as a real
+		// one does not.
+		return nil, nil
+	}
 	var st simState
 	if err := json.Unmarshal(b, &st); err != nil {
 		return nil, fmt.Errorf("simulated MPS control: state %s: %w", path, err)
@@ -140,13 +148,17 @@ func loadState(path string) (*simState, error) {
 }
 
 // saveState writes through a temporary file and a rename, so a reader never
-// sees half a state.
+// sees half a state. It is not synced (atomicfile.Replace): the state
+// stands for a control daemon's memory, which another process on this
+// host finds through the page cache (the agent after its restart) and
+// which a reboot ends for a real daemon too. Syncing it made every
+// set_default_* of a start wait for the disk.
 func saveState(path string, st *simState) error {
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return fmt.Errorf("simulated MPS control: encoding state: %w", err)
 	}
-	if err := atomicfile.Write(path, append(b, '\n'), 0o644); err != nil {
+	if err := atomicfile.Replace(path, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("simulated MPS control: %w", err)
 	}
 	return nil
