@@ -8,18 +8,23 @@ import (
 	"sync"
 )
 
-// Group commit (SQLite). SQLite has one writer at a time, and every commit
-// waits for an fsync of the WAL (synchronous=FULL): with one transaction per
-// request, concurrent attaches and detaches queue on that fsync, not on
-// their statements (docs/benchmarks.md, issue 22). The writers of attach and
+// Group commit (SQLite). SQLite has one writer at a time, and a durable
+// commit waits for an fsync of the WAL: with one transaction per request,
+// concurrent attaches and detaches queue on that fsync, not on their
+// statements (docs/benchmarks.md, issue 22). The writers of attach and
 // detach therefore share transactions: a request queues its work; whoever
 // then holds the write token (Store.writers) takes every queued request,
-// runs each in a SAVEPOINT of one transaction, commits once (one fsync),
-// and only then tells each request how it went. So:
+// runs each in a SAVEPOINT of one transaction, commits once, gives the
+// token back, waits for one fsync of the WAL that covers the commit
+// (walsync.go), and only then tells each request how it went. So:
 //
 //   - an answer still means committed: no request hears "done" before the
-//     COMMIT that holds its change has returned (a kill -9 after the answer
-//     loses nothing, as with a transaction per request);
+//     COMMIT that holds its change has returned and an fsync of the WAL
+//     that covers it has too (a kill -9 or a power loss after the answer
+//     loses nothing, as with a transaction per request). That fsync runs
+//     after the leader has given the write token back, while the next
+//     batch runs (walsync.go, which also says what readers may see
+//     before it);
 //   - a request that fails rolls back to its savepoint: its neighbours in
 //     the batch keep their changes and are committed;
 //   - a batch that cannot go on (the savepoint itself fails: SQLite rolled
@@ -55,6 +60,12 @@ type groupJob struct {
 type groupCommit struct {
 	mu    sync.Mutex
 	queue []*groupJob
+	// wal syncs the WAL after the batches' commits (walsync.go).
+	wal *walSyncer
+	// conn is the batches' connection, synchronous=NORMAL; only the
+	// holder of the write token uses it. nil until the first batch, and
+	// after an error that may have broken it.
+	conn *sql.Conn
 }
 
 // writeTx runs fn in a write transaction whose statements use the ctx it is
@@ -64,10 +75,13 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 	if s.group == nil {
 		return s.inTx(ctx, false, func(tx *sql.Tx) error { return fn(ctx, tx) })
 	}
+	if err := s.writable(); err != nil {
+		return err
+	}
+	g := s.group
 	ctx, cancel := context.WithTimeout(ctx, txTimeout)
 	defer cancel()
 	j := &groupJob{ctx: ctx, fn: fn, done: make(chan error, 1)}
-	g := s.group
 	g.mu.Lock()
 	g.queue = append(g.queue, j)
 	g.mu.Unlock()
@@ -76,8 +90,10 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 		case err := <-j.done:
 			return err
 		case s.writers <- struct{}{}:
-			s.leadBatch()
+			a := s.leadBatch()
 			<-s.writers
+			// The next batch may run while this one's sync does.
+			a.send(g.wal)
 		case <-ctx.Done():
 			if g.remove(j) {
 				return fmt.Errorf("waiting for the other writers: %w", ctx.Err())
@@ -117,25 +133,55 @@ func (g *groupCommit) requeue(jobs []*groupJob) {
 	g.queue = slices.Insert(g.queue, 0, jobs...)
 }
 
-// leadBatch runs the queued jobs as one transaction; the caller holds the
-// write token.
-func (s *Store) leadBatch() {
+// answers are a batch's results, to be sent once the WAL is synced up to
+// the last commit the batch could have seen: its own, or, for a batch that
+// committed nothing, the one before it (so that no writer's answer, a
+// refusal included, rests on a commit that may not be on disk yet).
+type answers struct {
+	jobs    []*groupJob
+	results []error
+	commit  uint64
+}
+
+// send waits for the sync that covers a.commit and answers the jobs; a
+// failed sync is the answer of every job that had succeeded.
+func (a answers) send(wal *walSyncer) {
+	if len(a.jobs) == 0 {
+		return
+	}
+	err := wal.wait(a.commit)
+	for i, j := range a.jobs {
+		if a.results[i] == nil && err != nil {
+			a.results[i] = err
+		}
+		j.done <- a.results[i]
+	}
+}
+
+// leadBatch runs the queued jobs as one transaction and returns their
+// answers, not sent yet; the caller holds the write token.
+func (s *Store) leadBatch() answers {
 	var batch []*groupJob
+	refused := s.group.wal.failed()
 	for _, j := range s.group.take() {
 		if err := j.ctx.Err(); err != nil {
 			j.done <- fmt.Errorf("waiting for the other writers: %w", err)
 			continue
 		}
+		if refused != nil {
+			j.done <- fmt.Errorf("refusing a write: %w", refused)
+			continue
+		}
 		batch = append(batch, j)
 	}
 	if len(batch) == 0 {
-		return
+		return answers{}
 	}
 	// The batch's own bound: no request's context may cut it short.
 	ctx, cancel := context.WithTimeout(context.Background(), txTimeout)
 	defer cancel()
 	results := make([]error, len(batch))
-	ran, err := s.runBatch(ctx, batch, results)
+	ran, committed, err := s.runBatch(ctx, batch, results)
 	if err != nil && ran == 0 {
 		// Nothing ran: the transaction itself fails. Every job hears it
 		// (requeued, they could fail the same way for ever).
@@ -144,27 +190,40 @@ func (s *Store) leadBatch() {
 	if ran < len(batch) {
 		s.group.requeue(batch[ran:])
 	}
-	for i, j := range batch[:ran] {
+	for i := range batch[:ran] {
 		if results[i] == nil && err != nil {
 			results[i] = err
 		}
-		j.done <- results[i]
 	}
+	a := answers{jobs: batch[:ran], results: results[:ran]}
+	if committed {
+		a.commit = s.group.wal.committedBatch()
+	} else {
+		a.commit = s.group.wal.lastCommitted()
+	}
+	return a
 }
 
 // runBatch runs batch in one transaction and commits it, recording each
-// job's own result; it returns how many jobs it ran and the error that
-// ended the transaction without a commit (or of the commit), if any.
-func (s *Store) runBatch(ctx context.Context, batch []*groupJob, results []error) (ran int, err error) {
-	tx, err := s.begin(ctx, false)
+// job's own result; it returns how many jobs it ran, whether it committed,
+// and the error that ended the transaction without a commit (or of the
+// commit), if any.
+func (s *Store) runBatch(ctx context.Context, batch []*groupJob, results []error) (ran int, committed bool, err error) {
+	conn, err := s.batchConn(ctx)
 	if err != nil {
-		return 0, err
+		return 0, false, err
+	}
+	tx, err := s.begin(ctx, conn, false)
+	if err != nil {
+		// The connection may be what failed: the next batch takes a new one.
+		s.dropBatchConn()
+		return 0, false, err
 	}
 	if len(batch) == 1 {
 		// Alone: no savepoint, its failure rolls the transaction back.
 		if results[0] = batch[0].fn(ctx, tx); results[0] != nil {
 			_ = tx.Rollback()
-			return 1, nil
+			return 1, false, nil
 		}
 	} else {
 		for i, j := range batch {
@@ -173,14 +232,50 @@ func (s *Store) runBatch(ctx context.Context, batch []*groupJob, results []error
 				if ran {
 					i++
 				}
-				return i, err
+				return i, false, err
 			}
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return len(batch), fmt.Errorf("committing transaction: %w", err)
+		return len(batch), false, fmt.Errorf("committing transaction: %w", err)
 	}
-	return len(batch), nil
+	return len(batch), true, nil
+}
+
+// batchConn is the batches' connection, opened with synchronous=NORMAL
+// when there is none; the caller holds the write token.
+func (s *Store) batchConn(ctx context.Context) (*sql.Conn, error) {
+	g := s.group
+	if g.conn != nil {
+		return g.conn, nil
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("opening the group commit's connection: %w", err)
+	}
+	// The COMMIT writes the WAL without syncing it; walsync.go syncs it
+	// before any answer.
+	if _, err := conn.ExecContext(ctx, "PRAGMA synchronous=NORMAL"); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("setting the group commit's connection to synchronous=NORMAL: %w", err)
+	}
+	g.conn = conn
+	return conn, nil
+}
+
+// dropBatchConn closes the batches' connection, if any; the caller holds
+// the write token.
+func (s *Store) dropBatchConn() error {
+	g := s.group
+	if g.conn == nil {
+		return nil
+	}
+	err := g.conn.Close()
+	g.conn = nil
+	if err != nil {
+		return fmt.Errorf("closing the group commit's connection: %w", err)
+	}
+	return nil
 }
 
 // inSavepoint runs j between a savepoint and its release, rolling back to
