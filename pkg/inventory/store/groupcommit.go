@@ -90,6 +90,14 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 		case err := <-j.done:
 			return err
 		case s.writers <- struct{}{}:
+			if !g.queued(j) {
+				// A batch took j and has ended (none runs while we hold
+				// the token): its answer comes after its sync. Leading
+				// another batch now would hold j's answer back until that
+				// batch's sync; the writers of the jobs still queued lead.
+				<-s.writers
+				return <-j.done
+			}
 			a := s.leadBatch()
 			<-s.writers
 			// The next batch may run while this one's sync does.
@@ -102,6 +110,13 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 			return <-j.done
 		}
 	}
+}
+
+// queued tells whether j waits in the queue (no batch has taken it).
+func (g *groupCommit) queued(j *groupJob) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Contains(g.queue, j)
 }
 
 // remove takes j out of the queue; false when a batch has taken it.
