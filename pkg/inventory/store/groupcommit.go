@@ -176,6 +176,7 @@ func (a answers) send(wal *walSyncer) {
 // leadBatch runs the queued jobs as one transaction and returns their
 // answers, not sent yet; the caller holds the write token.
 func (s *Store) leadBatch() answers {
+	s.group.wal.holdBack()
 	var batch []*groupJob
 	refused := s.group.wal.failed()
 	for _, j := range s.group.take() {

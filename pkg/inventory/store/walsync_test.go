@@ -147,35 +147,56 @@ func TestGroupCommitAnswersAfterSync(t *testing.T) {
 	}
 }
 
-// Batches that commit while a sync is under way share the next one.
-func TestGroupCommitBatchesShareASync(t *testing.T) {
+// While a sync is under way, one batch runs; the requests that come after
+// it wait for that sync to end and then run as one batch.
+func TestGroupCommitOneBatchPerSync(t *testing.T) {
 	h := newHeldSyncs(t)
 	s := openSQLiteWith(t, nil, sqliteOptions{syncWAL: h.sync})
 	devs := allocHost(t, s, "h1")
 
 	first := attachAsync(t, s, "g1", devs[0].ID)
 	<-h.started
-	// Two batches commit during the first sync.
-	later := []chan error{attachAsync(t, s, "g2", devs[1].ID)}
+	second := attachAsync(t, s, "g2", devs[1].ID) // runs during the sync
 	waitCommitted(t, s, 2)
-	later = append(later, attachAsync(t, s, "g3", devs[2].ID))
-	waitCommitted(t, s, 3)
+	// Two more: held back until the first sync ends, both queued.
+	later := []chan error{attachAsync(t, s, "g3", devs[2].ID), attachAsync(t, s, "g4", devs[3].ID)}
+	for {
+		s.group.mu.Lock()
+		n := len(s.group.queue)
+		s.group.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		waitForQueue(t)
+	}
+	if n := s.group.wal.lastCommitted(); n != 2 {
+		t.Fatalf("%d batches committed during the first sync, want 2", n)
+	}
 	h.release <- nil
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	<-h.started // the one sync for both
-	for _, c := range later {
-		notAnswered(t, c, "a later attach")
-	}
-	h.release <- nil
-	for _, c := range later {
+	// The syncs after the first are let go as they come.
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case <-h.started:
+				h.release <- nil
+			case <-done:
+				return
+			}
+		}
+	}()
+	for _, c := range append(later, second) {
 		if err := <-c; err != nil {
 			t.Fatal(err)
 		}
 	}
-	// Both answered after two syncs in all (a third would have waited
-	// for the test).
+	if n := s.group.wal.lastCommitted(); n != 3 {
+		t.Errorf("%d batches committed, want 3 (the two held back in one)", n)
+	}
 }
 
 // errorCounter counts the records at level Error.
