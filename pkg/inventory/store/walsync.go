@@ -51,8 +51,9 @@ import (
 //     with synchronous=FULL and reports its own failure): refusing one
 //     would leave a token usable.
 //
-// The other writers (inTx: hosts, devices, tokens, migrations) run on the
-// pool's connections with synchronous=FULL, as before: their COMMIT syncs.
+// The other writers (inTx and single statements: hosts, devices, tokens,
+// migrations) run on the pool's connections with synchronous=FULL, as
+// before: their COMMIT syncs the WAL, and with it any batch before them.
 
 // ErrWALSyncFailed: an fsync of the SQLite database's WAL failed, so the
 // Store refuses writes until it is opened again.
@@ -62,7 +63,7 @@ var ErrWALSyncFailed = errors.New("an fsync of the database's write-ahead log fa
 // covers it.
 type walSyncer struct {
 	path string
-	// sync fsyncs the file at path (fsyncFile; tests inject their own).
+	// sync fsyncs the file at path (fileSyncer; tests inject their own).
 	sync func(path string) error
 	// release closes what sync keeps open; nil when nothing.
 	release func() error
