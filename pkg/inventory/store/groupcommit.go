@@ -8,23 +8,18 @@ import (
 	"sync"
 )
 
-// Group commit (SQLite). SQLite has one writer at a time, and a durable
-// commit waits for an fsync of the WAL: with one transaction per request,
-// concurrent attaches and detaches queue on that fsync, not on their
-// statements (docs/benchmarks.md, issue 22). The writers of attach and
+// Group commit (SQLite). SQLite has one writer at a time, and every commit
+// waits for an fsync of the WAL (synchronous=FULL): with one transaction per
+// request, concurrent attaches and detaches queue on that fsync, not on
+// their statements (docs/benchmarks.md, issue 22). The writers of attach and
 // detach therefore share transactions: a request queues its work; whoever
 // then holds the write token (Store.writers) takes every queued request,
-// runs each in a SAVEPOINT of one transaction, commits once, gives the
-// token back, waits for one fsync of the WAL that covers the commit
-// (walsync.go), and only then tells each request how it went. So:
+// runs each in a SAVEPOINT of one transaction, commits once (one fsync),
+// and only then tells each request how it went. So:
 //
 //   - an answer still means committed: no request hears "done" before the
-//     COMMIT that holds its change has returned and an fsync of the WAL
-//     that covers it has too (a kill -9 or a power loss after the answer
-//     loses nothing, as with a transaction per request). That fsync runs
-//     after the leader has given the write token back, while the next
-//     batch runs (walsync.go, which also says what readers may see
-//     before it);
+//     COMMIT that holds its change has returned (a kill -9 after the answer
+//     loses nothing, as with a transaction per request);
 //   - a request that fails rolls back to its savepoint: its neighbours in
 //     the batch keep their changes and are committed;
 //   - a batch that cannot go on (the savepoint itself fails: SQLite rolled
@@ -60,12 +55,6 @@ type groupJob struct {
 type groupCommit struct {
 	mu    sync.Mutex
 	queue []*groupJob
-	// wal syncs the WAL after the batches' commits (walsync.go).
-	wal *walSyncer
-	// conn is the batches' connection, synchronous=NORMAL; only the
-	// holder of the write token uses it. nil until the first batch, and
-	// after an error that may have broken it.
-	conn *sql.Conn
 }
 
 // writeTx runs fn in a write transaction whose statements use the ctx it is
@@ -75,13 +64,10 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 	if s.group == nil {
 		return s.inTx(ctx, false, func(tx *sql.Tx) error { return fn(ctx, tx) })
 	}
-	if err := s.writable(); err != nil {
-		return err
-	}
-	g := s.group
 	ctx, cancel := context.WithTimeout(ctx, txTimeout)
 	defer cancel()
 	j := &groupJob{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	g := s.group
 	g.mu.Lock()
 	g.queue = append(g.queue, j)
 	g.mu.Unlock()
@@ -90,18 +76,8 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 		case err := <-j.done:
 			return err
 		case s.writers <- struct{}{}:
-			if !g.queued(j) {
-				// A batch took j and has ended (none runs while we hold
-				// the token): its answer comes after its sync. Leading
-				// another batch now would hold j's answer back until that
-				// batch's sync; the writers of the jobs still queued lead.
-				<-s.writers
-				return <-j.done
-			}
-			a := s.leadBatch()
+			s.leadBatch()
 			<-s.writers
-			// The next batch may run while this one's sync does.
-			a.send(g.wal)
 		case <-ctx.Done():
 			if g.remove(j) {
 				return fmt.Errorf("waiting for the other writers: %w", ctx.Err())
@@ -110,13 +86,6 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 			return <-j.done
 		}
 	}
-}
-
-// queued tells whether j waits in the queue (no batch has taken it).
-func (g *groupCommit) queued(j *groupJob) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return slices.Contains(g.queue, j)
 }
 
 // remove takes j out of the queue; false when a batch has taken it.
@@ -148,56 +117,25 @@ func (g *groupCommit) requeue(jobs []*groupJob) {
 	g.queue = slices.Insert(g.queue, 0, jobs...)
 }
 
-// answers are a batch's results, to be sent once the WAL is synced up to
-// the last commit the batch could have seen: its own, or, for a batch that
-// committed nothing, the one before it (so that no writer's answer, a
-// refusal included, rests on a commit that may not be on disk yet).
-type answers struct {
-	jobs    []*groupJob
-	results []error
-	commit  uint64
-}
-
-// send waits for the sync that covers a.commit and answers the jobs; a
-// failed sync is the answer of every job that had succeeded.
-func (a answers) send(wal *walSyncer) {
-	if len(a.jobs) == 0 {
-		return
-	}
-	err := wal.wait(a.commit)
-	for i, j := range a.jobs {
-		if a.results[i] == nil && err != nil {
-			a.results[i] = err
-		}
-		j.done <- a.results[i]
-	}
-}
-
-// leadBatch runs the queued jobs as one transaction and returns their
-// answers, not sent yet; the caller holds the write token.
-func (s *Store) leadBatch() answers {
-	s.group.wal.holdBack()
+// leadBatch runs the queued jobs as one transaction; the caller holds the
+// write token.
+func (s *Store) leadBatch() {
 	var batch []*groupJob
-	refused := s.group.wal.failed()
 	for _, j := range s.group.take() {
 		if err := j.ctx.Err(); err != nil {
 			j.done <- fmt.Errorf("waiting for the other writers: %w", err)
 			continue
 		}
-		if refused != nil {
-			j.done <- fmt.Errorf("refusing a write: %w", refused)
-			continue
-		}
 		batch = append(batch, j)
 	}
 	if len(batch) == 0 {
-		return answers{}
+		return
 	}
 	// The batch's own bound: no request's context may cut it short.
 	ctx, cancel := context.WithTimeout(context.Background(), txTimeout)
 	defer cancel()
 	results := make([]error, len(batch))
-	ran, committed, err := s.runBatch(ctx, batch, results)
+	ran, err := s.runBatch(ctx, batch, results)
 	if err != nil && ran == 0 {
 		// Nothing ran: the transaction itself fails. Every job hears it
 		// (requeued, they could fail the same way for ever).
@@ -206,40 +144,27 @@ func (s *Store) leadBatch() answers {
 	if ran < len(batch) {
 		s.group.requeue(batch[ran:])
 	}
-	for i := range batch[:ran] {
+	for i, j := range batch[:ran] {
 		if results[i] == nil && err != nil {
 			results[i] = err
 		}
+		j.done <- results[i]
 	}
-	a := answers{jobs: batch[:ran], results: results[:ran]}
-	if committed {
-		a.commit = s.group.wal.committedBatch()
-	} else {
-		a.commit = s.group.wal.lastCommitted()
-	}
-	return a
 }
 
 // runBatch runs batch in one transaction and commits it, recording each
-// job's own result; it returns how many jobs it ran, whether it committed,
-// and the error that ended the transaction without a commit (or of the
-// commit), if any.
-func (s *Store) runBatch(ctx context.Context, batch []*groupJob, results []error) (ran int, committed bool, err error) {
-	conn, err := s.batchConn(ctx)
+// job's own result; it returns how many jobs it ran and the error that
+// ended the transaction without a commit (or of the commit), if any.
+func (s *Store) runBatch(ctx context.Context, batch []*groupJob, results []error) (ran int, err error) {
+	tx, err := s.begin(ctx, false)
 	if err != nil {
-		return 0, false, err
-	}
-	tx, err := s.begin(ctx, conn, false)
-	if err != nil {
-		// The connection may be what failed: the next batch takes a new one.
-		s.dropBatchConn()
-		return 0, false, err
+		return 0, err
 	}
 	if len(batch) == 1 {
 		// Alone: no savepoint, its failure rolls the transaction back.
 		if results[0] = batch[0].fn(ctx, tx); results[0] != nil {
 			_ = tx.Rollback()
-			return 1, false, nil
+			return 1, nil
 		}
 	} else {
 		for i, j := range batch {
@@ -248,50 +173,14 @@ func (s *Store) runBatch(ctx context.Context, batch []*groupJob, results []error
 				if ran {
 					i++
 				}
-				return i, false, err
+				return i, err
 			}
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return len(batch), false, fmt.Errorf("committing transaction: %w", err)
+		return len(batch), fmt.Errorf("committing transaction: %w", err)
 	}
-	return len(batch), true, nil
-}
-
-// batchConn is the batches' connection, opened with synchronous=NORMAL
-// when there is none; the caller holds the write token.
-func (s *Store) batchConn(ctx context.Context) (*sql.Conn, error) {
-	g := s.group
-	if g.conn != nil {
-		return g.conn, nil
-	}
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("opening the group commit's connection: %w", err)
-	}
-	// The COMMIT writes the WAL without syncing it; walsync.go syncs it
-	// before any answer.
-	if _, err := conn.ExecContext(ctx, "PRAGMA synchronous=NORMAL"); err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("setting the group commit's connection to synchronous=NORMAL: %w", err)
-	}
-	g.conn = conn
-	return conn, nil
-}
-
-// dropBatchConn closes the batches' connection, if any; the caller holds
-// the write token.
-func (s *Store) dropBatchConn() error {
-	g := s.group
-	if g.conn == nil {
-		return nil
-	}
-	err := g.conn.Close()
-	g.conn = nil
-	if err != nil {
-		return fmt.Errorf("closing the group commit's connection: %w", err)
-	}
-	return nil
+	return len(batch), nil
 }
 
 // inSavepoint runs j between a savepoint and its release, rolling back to

@@ -62,21 +62,8 @@ func sqliteBusy(err error) bool {
 // brings its schema up to date. The database runs in WAL mode so readers never
 // wait for the writer, and every write transaction starts with BEGIN IMMEDIATE
 // so two writers queue on busy_timeout instead of failing with SQLITE_BUSY
-// halfway through. The group commit's batches commit with
-// synchronous=NORMAL and are synced before they are answered (walsync.go);
-// every other write commits with synchronous=FULL, SQLite's default.
+// halfway through.
 func OpenSQLite(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
-	return openSQLite(ctx, path, log, sqliteOptions{})
-}
-
-// sqliteOptions are the seams of a SQLite Store that tests set.
-type sqliteOptions struct {
-	// syncWAL fsyncs the WAL file at path after the group commit's
-	// batches; nil fsyncs it (fileSyncer).
-	syncWAL func(path string) error
-}
-
-func openSQLite(ctx context.Context, path string, log *slog.Logger, opts sqliteOptions) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("opening sqlite database: empty path")
 	}
@@ -97,12 +84,7 @@ func openSQLite(ctx context.Context, path string, log *slog.Logger, opts sqliteO
 	// (docs/benchmarks.md, issue 22).
 	db.SetMaxIdleConns(sqliteMaxIdleConns)
 	db.SetConnMaxIdleTime(sqliteConnMaxIdleTime)
-	file, err := sqliteFile(ctx, db)
-	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("opening sqlite database %s: %w", path, err)
-	}
-	s := &Store{db: db, d: sqliteDialect, log: log, now: time.Now, writers: make(chan struct{}, 1), stmts: newStmtCache(db), group: &groupCommit{wal: newWALSyncer(file, opts.syncWAL, log)}, tokens: newTokenCache()}
+	s := &Store{db: db, d: sqliteDialect, log: log, now: time.Now, writers: make(chan struct{}, 1), stmts: newStmtCache(db), group: &groupCommit{}, tokens: newTokenCache()}
 	if err := s.migrate(ctx); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("migrating %s: %w", path, err)
@@ -122,28 +104,4 @@ func sqliteDSN(path string) string {
 	q.Set("_txlock", "immediate")
 	u := url.URL{Scheme: "file", Opaque: (&url.URL{Path: path}).EscapedPath(), RawQuery: q.Encode()}
 	return u.String()
-}
-
-// sqliteFile is the database's file as SQLite names it (absolute, symbolic
-// links resolved): its WAL is that name with "-wal" appended.
-func sqliteFile(ctx context.Context, db *sql.DB) (string, error) {
-	rows, err := db.QueryContext(ctx, "PRAGMA database_list")
-	if err != nil {
-		return "", fmt.Errorf("reading the database's file name: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var seq int
-		var name, file string
-		if err := rows.Scan(&seq, &name, &file); err != nil {
-			return "", fmt.Errorf("reading the database's file name: %w", err)
-		}
-		if name == "main" && file != "" {
-			return file, nil
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return "", fmt.Errorf("reading the database's file name: %w", err)
-	}
-	return "", errors.New("reading the database's file name: SQLite names none")
 }

@@ -164,15 +164,6 @@ func (s *Store) Dialect() string { return s.d.name }
 
 // Close closes the database.
 func (s *Store) Close() error {
-	if s.group != nil {
-		// After the batch that runs, if any; its answers need no connection.
-		s.writers <- struct{}{}
-		err := errors.Join(s.dropBatchConn(), s.group.wal.close())
-		<-s.writers
-		if err != nil {
-			return err
-		}
-	}
 	if s.stmts != nil {
 		if err := s.stmts.close(); err != nil {
 			return fmt.Errorf("closing prepared statements: %w", err)
@@ -214,11 +205,6 @@ func (s *Store) inTx(ctx context.Context, readOnly bool, fn func(tx *sql.Tx) err
 func (s *Store) inTxWithin(ctx context.Context, timeout time.Duration, readOnly bool, fn func(tx *sql.Tx) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if !readOnly {
-		if err := s.writable(); err != nil {
-			return err
-		}
-	}
 	if !readOnly && s.writers != nil {
 		select {
 		case s.writers <- struct{}{}:
@@ -227,7 +213,7 @@ func (s *Store) inTxWithin(ctx context.Context, timeout time.Duration, readOnly 
 			return fmt.Errorf("waiting for the other writers: %w", ctx.Err())
 		}
 	}
-	tx, err := s.begin(ctx, s.db, readOnly)
+	tx, err := s.begin(ctx, readOnly)
 	if err != nil {
 		return err
 	}
@@ -246,11 +232,10 @@ func (s *Store) inTxWithin(ctx context.Context, timeout time.Duration, readOnly 
 // busy_timeout, then fails with SQLITE_BUSY; a second process's writers,
 // handing the lock to each other as soon as one commits, can keep it that
 // long. Nothing has run in the transaction then, so it is begun again,
-// each try waiting busy_timeout again, until ctx ends. on is the pool, or
-// the group commit's connection.
-func (s *Store) begin(ctx context.Context, on beginner, readOnly bool) (*sql.Tx, error) {
+// each try waiting busy_timeout again, until ctx ends.
+func (s *Store) begin(ctx context.Context, readOnly bool) (*sql.Tx, error) {
 	for {
-		tx, err := on.BeginTx(ctx, s.d.txOptions(readOnly))
+		tx, err := s.db.BeginTx(ctx, s.d.txOptions(readOnly))
 		if err == nil {
 			return tx, nil
 		}
@@ -259,23 +244,6 @@ func (s *Store) begin(ctx context.Context, on beginner, readOnly bool) (*sql.Tx,
 		}
 		s.log.Debug("database locked by another writer past busy_timeout; beginning again", "err", err)
 	}
-}
-
-// writable is nil unless the Store refuses writes: on SQLite, after a
-// failed fsync of the WAL (walsync.go).
-func (s *Store) writable() error {
-	if s.group == nil {
-		return nil
-	}
-	if err := s.group.wal.failed(); err != nil {
-		return fmt.Errorf("refusing a write: %w", err)
-	}
-	return nil
-}
-
-// beginner is a *sql.DB or a *sql.Conn.
-type beginner interface {
-	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
 }
 
 // timestamp is the current time as stored: UTC, microseconds (the finest
