@@ -128,8 +128,39 @@ type Options struct {
 	NoHost                    bool
 }
 
-// Start runs cloudpods-up.sh in a new work directory on free ports.
+// startAttempts is how many times Start runs cloudpods-up.sh, each time in
+// a new work directory on new ports. Once in one .ci/run the region exited
+// during its start (its log went with the work directory); the ports are
+// free when chosen and taken about 20 s later, and a loaded machine's other
+// tests open listeners all the while. A control plane that cannot start
+// fails both attempts.
+const startAttempts = 2
+
+// Start runs cloudpods-up.sh in a new work directory on free ports, once
+// more on others when it fails (startAttempts). An error, and a first
+// failure that a second attempt overcame (written to stderr), carry the
+// tails of the control plane's logs.
 func Start(ctx context.Context, opts Options) (*Cloud, error) {
+	var errs []error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		c, err := startOnce(ctx, opts)
+		if err == nil {
+			for _, e := range errs {
+				fmt.Fprintf(os.Stderr, "cloudpods: an earlier start failed, a new one on other ports succeeded: %v\n", e)
+			}
+			return c, nil
+		}
+		errs = append(errs, fmt.Errorf("attempt %d: %w", attempt, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+// startOnce runs cloudpods-up.sh once, in a new work directory on free
+// ports.
+func startOnce(ctx context.Context, opts Options) (*Cloud, error) {
 	dir, err := Dir()
 	if err != nil {
 		return nil, err
@@ -180,8 +211,9 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, &out, &out
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
+		logs := logTails(work)
 		_ = (&Cloud{Dir: dir, Work: work, guard: g}).Stop()
-		return nil, fmt.Errorf("cloudpods-up.sh: %w\n%s", err, Tail(out.String(), 4000))
+		return nil, fmt.Errorf("cloudpods-up.sh: %w\n%s%s", err, Tail(out.String(), 4000), logs)
 	}
 	c, err := read(dir, work)
 	if err != nil {
@@ -428,6 +460,41 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// logTails returns the last lines of each log under WORK/log, for an
+// error: the work directory goes when the control plane is stopped.
+func logTails(work string) string {
+	paths, _ := filepath.Glob(filepath.Join(work, "log", "*"))
+	var b strings.Builder
+	for _, p := range paths {
+		data, err := readTail(p, 2000)
+		if err != nil || len(data) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n--- %s (its end) ---\n%s", filepath.Base(p), data)
+	}
+	return b.String()
+}
+
+// readTail reads at most the last n bytes of the file at path.
+func readTail(path string, n int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil, err
+	}
+	off := max(fi.Size()-n, 0)
+	data := make([]byte, fi.Size()-off)
+	_, err = f.ReadAt(data, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return data, nil
 }
 
 // Tail is the last n bytes of s (a program's output, for a failure
