@@ -67,7 +67,7 @@ func ForEachBackend(t *testing.T, f func(t *testing.T, open func() *store.Store)
 // byte; the store's own tests still migrate new files themselves.
 func SQLiteDSN(t testing.TB) string {
 	t.Helper()
-	b, err := sqliteTemplate.get()
+	b, err := sqliteTemplate()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,21 +78,10 @@ func SQLiteDSN(t testing.TB) string {
 	return path
 }
 
-// sqliteTemplate holds the bytes of an empty migrated SQLite database,
-// made by the first test that asks (a value computed once per process and
-// never changed: every copy is the same).
-var sqliteTemplate template
-
-type template struct {
-	once  sync.Once
-	bytes []byte
-	err   error
-}
-
-func (tp *template) get() ([]byte, error) {
-	tp.once.Do(func() { tp.bytes, tp.err = migratedSQLite() })
-	return tp.bytes, tp.err
-}
+// sqliteTemplate returns the bytes of an empty migrated SQLite database,
+// made by the first test that asks (computed once per process, never
+// changed: every copy is the same).
+var sqliteTemplate = sync.OnceValues(migratedSQLite)
 
 // migratedSQLite migrates a new SQLite file and returns its bytes once the
 // store has closed it (the WAL checkpointed into the file and removed).
