@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,23 +85,23 @@ func (s Store) Ensure(names []vdev.Name) error {
 	// that the syncs of a start's new files share the file system's
 	// commits instead of waiting for one another.
 	errs := make([]error, len(names), len(names)+1)
-	linked := make([]bool, len(names))
 	sem := make(chan struct{}, ensureWorkers)
 	var wg sync.WaitGroup
 	for i, n := range names {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			linked[i], errs[i] = s.ensureFile(string(n))
+			errs[i] = s.ensureFile(string(n))
 		})
 	}
 	wg.Wait()
-	// The links are durable once the directory is; a repair in place
-	// (ensureFile) syncs its file and changes no entry of the directory.
-	if slices.Contains(linked, true) {
-		if err := atomicfile.SyncDir(s.Dir); err != nil {
-			errs = append(errs, err)
-		}
+	// The links are durable once the directory is. Synced every time, not
+	// only when this call linked a file: a file linked by a call whose
+	// sync failed, or by a process killed before its sync, is found by
+	// the next call as one that exists, and must still be made durable
+	// before a spec names it.
+	if err := atomicfile.SyncDir(s.Dir); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -138,23 +137,22 @@ func (s Store) ensureDir() error {
 	return nil
 }
 
-// ensureFile makes or repairs name's file; linked reports that it put a
-// new file into the directory (Ensure then syncs the directory).
-func (s Store) ensureFile(name string) (linked bool, err error) {
+// ensureFile makes or repairs name's file.
+func (s Store) ensureFile(name string) error {
 	path, err := s.Path(vdev.Name(name))
 	if err != nil {
-		return false, err
+		return err
 	}
 	fi, err := os.Lstat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return true, s.create(path, name)
+		return s.create(path, name)
 	case err != nil:
-		return false, fmt.Errorf("identity file of %s: %w", name, err)
+		return fmt.Errorf("identity file of %s: %w", name, err)
 	case !fi.Mode().IsRegular():
-		return false, fmt.Errorf("identity file of %s: %s is a %s, not a regular file: not ours to replace", name, path, fi.Mode().Type())
+		return fmt.Errorf("identity file of %s: %s is a %s, not a regular file: not ours to replace", name, path, fi.Mode().Type())
 	}
-	return false, s.repair(path, name, fi)
+	return s.repair(path, name, fi)
 }
 
 // repair puts the content and mode of name's existing file right, in place.
