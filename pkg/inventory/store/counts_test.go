@@ -131,6 +131,10 @@ func TestCountsFollowEveryWrite(t *testing.T) {
 				return err
 			}},
 			{"detach by id", func() error { _, err := s.DetachDevice(ctx, "pod-a", devs[0].ID); return err }},
+			// By name: the one-statement release by id changes nothing,
+			// and the release that follows the device's read does.
+			{"detach by name", func() error { _, err := s.DetachDevice(ctx, "pod-b", devs[7].Name); return err }},
+			{"attach by id again", func() error { _, err := s.AttachDevice(ctx, "pod-b", devs[7].ID); return err }},
 			{"detach all", func() error { _, err := s.DetachAll(ctx, "pod-b"); return err }},
 			{"detach of a free device", func() error { _, err := s.DetachDevice(ctx, "pod-a", devs[6].ID); return err }},
 			{"delete", func() error { _, err := s.DeleteDevice(ctx, devs[3].ID); return err }},
@@ -200,5 +204,39 @@ func TestConcurrentWritesKeepCounts(t *testing.T) {
 		}
 		wg.Wait()
 		checkCounts(t, stores[1])
+	})
+}
+
+// On PostgreSQL the counters' changes are appended as delta rows and folded
+// into the counters one in about every 256 deltas (migration 0008). After
+// hundreds of attaches and detaches the deltas must have been folded (else
+// every list's total reads an ever longer table), and the totals still be
+// exact.
+func TestCountDeltasAreFolded(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, open func() *Store) {
+		ctx := t.Context()
+		s := open()
+		if s.d.name == "sqlite" {
+			t.Skip("SQLite's counters are updated in place (migration 0004)")
+		}
+		devs := allocHost(t, s, "gpu-1")
+		const pairs = 200 // 2 deltas each way: 800 in all
+		for i := range pairs {
+			d := devs[i%len(devs)]
+			if _, err := s.AttachDevice(ctx, "pod-a", d.ID); err != nil {
+				t.Fatalf("attach %d: %v", i, err)
+			}
+			if _, err := s.DetachDevice(ctx, "pod-a", d.ID); err != nil {
+				t.Fatalf("detach %d: %v", i, err)
+			}
+		}
+		var deltas int
+		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM isolated_device_counts_deltas`).Scan(&deltas); err != nil {
+			t.Fatal(err)
+		}
+		if deltas >= 256 {
+			t.Errorf("%d delta rows after %d attach and detach pairs: never folded", deltas, pairs)
+		}
+		checkCounts(t, s)
 	})
 }
