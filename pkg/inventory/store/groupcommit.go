@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -39,6 +40,15 @@ import (
 //
 // Nothing waits to fill a batch: a batch is whatever queued while the
 // previous one ran, so a lone writer commits at once.
+//
+// The batches run on one goroutine of the Store's own (runBatches), not on
+// a request's: it goes from one batch to the next while requests are
+// queued, where a request's goroutine leading a batch handed the write
+// token to the next request's goroutine after each one, which then had to
+// be scheduled before anything ran; with 2 vCPUs that gap was about a fifth
+// of the writers' time (docs/benchmarks.md, issue 22, round 5). Close stops
+// it after the batch it runs; requests still queued then, and later ones,
+// are answered ErrClosed, unrun.
 
 // maxBatch bounds the requests of one transaction, so that one batch does
 // not hold the write lock (and its requests' answers) for long.
@@ -51,10 +61,82 @@ type groupJob struct {
 	done chan error // buffered: the leader never waits on it
 }
 
-// groupCommit is the queue of the writers waiting for a batch.
+// ErrClosed answers a write sent to a Store being closed.
+var ErrClosed = errors.New("the inventory's database is closed")
+
+// groupCommit is the queue of the writers waiting for a batch, and the
+// goroutine that runs the batches.
 type groupCommit struct {
-	mu    sync.Mutex
-	queue []*groupJob
+	mu     sync.Mutex
+	queue  []*groupJob
+	closed bool // set by stop: nothing more is queued
+	// wake tells runBatches that a job was queued (buffered: one wake-up
+	// covers every job queued before it is taken).
+	wake chan struct{}
+	// quit is closed by stop; done by runBatches when it returns.
+	quit, done chan struct{}
+}
+
+func newGroupCommit() *groupCommit {
+	return &groupCommit{wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+}
+
+// runBatches runs the queued jobs, a batch at a time, until stop. Each
+// batch holds the write token (Store.writers), as every writer does.
+func (s *Store) runBatches() {
+	g := s.group
+	defer close(g.done)
+	for {
+		select {
+		case <-g.quit:
+			g.refuseQueued()
+			return
+		case <-g.wake:
+		}
+		for g.queued() {
+			select {
+			case <-g.quit:
+				g.refuseQueued()
+				return
+			case s.writers <- struct{}{}:
+			}
+			s.leadBatch()
+			<-s.writers
+		}
+	}
+}
+
+// stop refuses new jobs, ends runBatches after the batch it runs, and
+// waits for it.
+func (g *groupCommit) stop() {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		<-g.done
+		return
+	}
+	g.closed = true
+	g.mu.Unlock()
+	close(g.quit)
+	<-g.done
+}
+
+// queued reports whether a job waits.
+func (g *groupCommit) queued() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.queue) > 0
+}
+
+// refuseQueued answers ErrClosed to every job still queued.
+func (g *groupCommit) refuseQueued() {
+	g.mu.Lock()
+	jobs := g.queue
+	g.queue = nil
+	g.mu.Unlock()
+	for _, j := range jobs {
+		j.done <- ErrClosed
+	}
 }
 
 // writeTx runs fn in a write transaction whose statements use the ctx it is
@@ -69,22 +151,25 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 	j := &groupJob{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	g := s.group
 	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return ErrClosed
+	}
 	g.queue = append(g.queue, j)
 	g.mu.Unlock()
-	for {
-		select {
-		case err := <-j.done:
-			return err
-		case s.writers <- struct{}{}:
-			s.leadBatch()
-			<-s.writers
-		case <-ctx.Done():
-			if g.remove(j) {
-				return fmt.Errorf("waiting for the other writers: %w", ctx.Err())
-			}
-			// A batch has it: its answer comes when that batch ends.
-			return <-j.done
+	select {
+	case g.wake <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+	select {
+	case err := <-j.done:
+		return err
+	case <-ctx.Done():
+		if g.remove(j) {
+			return fmt.Errorf("waiting for the other writers: %w", ctx.Err())
 		}
+		// A batch has it: its answer comes when that batch ends.
+		return <-j.done
 	}
 }
 
@@ -117,8 +202,8 @@ func (g *groupCommit) requeue(jobs []*groupJob) {
 	g.queue = slices.Insert(g.queue, 0, jobs...)
 }
 
-// leadBatch runs the queued jobs as one transaction; the caller holds the
-// write token.
+// leadBatch runs the queued jobs as one transaction; the caller
+// (runBatches) holds the write token.
 func (s *Store) leadBatch() {
 	var batch []*groupJob
 	for _, j := range s.group.take() {

@@ -11,29 +11,15 @@ import (
 
 // The batches of groupcommit.go, built by hand so that the test knows which
 // requests share a transaction: the writers queue their work while the test
-// holds the write token, then one of them leads the batch.
+// holds the write token, then the Store's batch goroutine runs them as one
+// batch.
 
 // queueWrites starts one writeTx per fn while the test holds the write
 // token, and returns once all of them are queued; their results come on
 // the channels, in fns' order.
 func queueWrites(t *testing.T, s *Store, fns ...func(ctx context.Context, tx *sql.Tx) error) []chan error {
 	t.Helper()
-	s.writers <- struct{}{} // no batch can start before all are queued
-	out := make([]chan error, len(fns))
-	for i, fn := range fns {
-		out[i] = make(chan error, 1)
-		go func() { out[i] <- s.writeTx(t.Context(), fn) }()
-		// Queued in this order: wait for it before starting the next.
-		for {
-			s.group.mu.Lock()
-			n := len(s.group.queue)
-			s.group.mu.Unlock()
-			if n == i+1 {
-				break
-			}
-			waitForQueue(t)
-		}
-	}
+	out := queueWritesHeld(t, s, fns...)
 	<-s.writers
 	return out
 }
@@ -152,4 +138,69 @@ func TestGroupCommitCancelledWhileQueued(t *testing.T) {
 	if _, err := s.AttachDevice(t.Context(), "g2", devs[0].ID); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Close ends the goroutine that runs the batches: a request still queued
+// then is answered ErrClosed, unrun, and so is one sent after it; none
+// waits for ever.
+func TestGroupCommitClose(t *testing.T) {
+	s, err := OpenSQLite(t.Context(), filepath.Join(t.TempDir(), "inventory.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := allocHost(t, s, "h1")
+	ran := make(chan struct{}, 1)
+	claim := func(ctx context.Context, tx *sql.Tx) error {
+		ran <- struct{}{}
+		_, err := s.claim(ctx, tx, "g1", devs[0].ID, s.timestamp())
+		return err
+	}
+	queued := queueWritesHeld(t, s, claim)
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	// The batch goroutine finds Close before the token the test holds.
+	if err := <-queued[0]; !errors.Is(err, ErrClosed) {
+		t.Errorf("queued writeTx: %v, want ErrClosed", err)
+	}
+	<-s.writers
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case <-ran:
+		t.Error("a request queued at Close ran")
+	default:
+	}
+	if err := s.writeTx(t.Context(), claim); !errors.Is(err, ErrClosed) {
+		t.Errorf("writeTx after Close: %v, want ErrClosed", err)
+	}
+	select {
+	case <-s.group.done:
+	default:
+		t.Error("the batch goroutine still runs after Close")
+	}
+}
+
+// queueWritesHeld is queueWrites leaving the write token held (no batch
+// can start before all are queued): the caller takes it back
+// (<-s.writers).
+func queueWritesHeld(t *testing.T, s *Store, fns ...func(ctx context.Context, tx *sql.Tx) error) []chan error {
+	t.Helper()
+	s.writers <- struct{}{}
+	out := make([]chan error, len(fns))
+	for i, fn := range fns {
+		out[i] = make(chan error, 1)
+		go func() { out[i] <- s.writeTx(t.Context(), fn) }()
+		// Queued in this order: wait for it before starting the next.
+		for {
+			s.group.mu.Lock()
+			n := len(s.group.queue)
+			s.group.mu.Unlock()
+			if n == i+1 {
+				break
+			}
+			waitForQueue(t)
+		}
+	}
+	return out
 }

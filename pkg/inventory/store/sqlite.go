@@ -84,11 +84,12 @@ func OpenSQLite(ctx context.Context, path string, log *slog.Logger) (*Store, err
 	// (docs/benchmarks.md, issue 22).
 	db.SetMaxIdleConns(sqliteMaxIdleConns)
 	db.SetConnMaxIdleTime(sqliteConnMaxIdleTime)
-	s := &Store{db: db, d: sqliteDialect, log: log, now: time.Now, writers: make(chan struct{}, 1), stmts: newStmtCache(db), group: &groupCommit{}, tokens: newTokenCache()}
+	s := &Store{db: db, d: sqliteDialect, log: log, now: time.Now, writers: make(chan struct{}, 1), stmts: newStmtCache(db), group: newGroupCommit(), tokens: newTokenCache()}
 	if err := s.migrate(ctx); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("migrating %s: %w", path, err)
 	}
+	go s.runBatches()
 	return s, nil
 }
 

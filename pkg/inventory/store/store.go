@@ -164,6 +164,9 @@ func (s *Store) Dialect() string { return s.d.name }
 
 // Close closes the database.
 func (s *Store) Close() error {
+	if s.group != nil {
+		s.group.stop()
+	}
 	if s.stmts != nil {
 		if err := s.stmts.close(); err != nil {
 			return fmt.Errorf("closing prepared statements: %w", err)
