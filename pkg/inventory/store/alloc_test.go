@@ -435,9 +435,9 @@ func TestAllocQueriesUseIndexes(t *testing.T) {
 			args        []any
 			wantIndex   string // any of |-separated names
 		}{
-			// The host's count: the pick index, or the host's (a table
-			// this small does not tell them apart; both bound the rows to
-			// one host's). The pick's statements are below, per backend.
+			// The host's count: the host's index (no backend keeps a
+			// pick index now). The pick's statements are below, per
+			// backend.
 			// By id: any index will do (PostgreSQL may take guest_id's on
 			// a table this small).
 			{"claim", claimStmt, []any{"g", now, "x"}, ""},
@@ -447,7 +447,7 @@ func TestAllocQueriesUseIndexes(t *testing.T) {
 			{"list --server, page", `SELECT ` + deviceColumns + deviceFrom + byGuest + ` ORDER BY d.seq LIMIT 20 OFFSET 0`, byGuestArgs, "isolated_devices_guest_id"},
 			{"detach all", fmt.Sprintf(detachAllStmt, s.d.forUpdate()), []any{now, "g", "g"}, "isolated_devices_guest_id"},
 			{"list --server", `SELECT COUNT(*) FROM isolated_devices d` + byGuest, byGuestArgs, "isolated_devices_guest_id"},
-			{"list --host --dev-type --model", `SELECT COUNT(*) FROM isolated_devices d` + byModel, byModelArgs, "isolated_devices_pick|isolated_devices_host_seq"},
+			{"list --host --dev-type --model", `SELECT COUNT(*) FROM isolated_devices d` + byModel, byModelArgs, "isolated_devices_host_seq"},
 		}
 		type planTest = struct {
 			name, query string
@@ -463,11 +463,12 @@ func TestAllocQueriesUseIndexes(t *testing.T) {
 		}
 		if s.d.name == "sqlite" {
 			// The pick's summary and its seek (pickread.go): the counters'
-			// key, the guest's rows in the pick index, and one GPU's free
+			// key, the guest's rows from the guest_id index (migration
+			// 0010: not the host's rows, filtered), and one GPU's free
 			// rows in seq order (no sort) from the partial index.
 			tests = append(tests, []planTest{
 				{"pick summary", fmt.Sprintf(pickSummaryQuery, numaCond+sharingCond), []any{"h", api.DevTypeNvidiaMPS, "m", 0, "MPS", "h", api.DevTypeNvidiaMPS, "m", "g"}, "PRIMARY KEY"},
-				{"pick summary, the guest's rows", fmt.Sprintf(pickSummaryQuery, ""), []any{"h", api.DevTypeNvidiaMPS, "m", "h", api.DevTypeNvidiaMPS, "m", "g"}, "isolated_devices_pick"},
+				{"pick summary, the guest's rows", fmt.Sprintf(pickSummaryQuery, ""), []any{"h", api.DevTypeNvidiaMPS, "m", "h", api.DevTypeNvidiaMPS, "m", "g"}, "isolated_devices_guest_id"},
 				{"pick's first free slices", fmt.Sprintf(pickFirstFreeQuery, numaCond, 2), []any{"h", api.DevTypeNvidiaMPS, "m", "GPU-06", 0}, "isolated_devices_free_gpu"},
 			}...)
 		}
@@ -525,4 +526,32 @@ func explain(t *testing.T, s *Store, query string, args ...any) string {
 		t.Fatalf("explaining %s: %v", query, err)
 	}
 	return plan
+}
+
+// A model-form attach names its host by id or name, an id first: a host
+// whose name is another host's id does not take that host's attaches, and
+// a name no id matches finds its host.
+func TestAttachNamesTheHostByIDFirst(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, open func() *Store) {
+		ctx := t.Context()
+		s := open()
+		a := allocHost(t, s, "gpu-a")
+		b := allocHost(t, s, a[0].HostID) // named as gpu-a's id
+		for _, tt := range []struct{ host, want string }{
+			{a[0].HostID, a[0].HostID},
+			{"gpu-a", a[0].HostID},
+			{b[0].HostID, b[0].HostID},
+		} {
+			got, err := s.AttachDevices(ctx, "pod-"+tt.want[:8], api.AttachRequest{Model: "Tesla P40", Host: tt.host, Count: 1})
+			if err != nil {
+				t.Fatalf("attach on %q: %v", tt.host, err)
+			}
+			if got[0].HostID != tt.want {
+				t.Errorf("attach on %q took a device of host %s, want %s", tt.host, got[0].HostID, tt.want)
+			}
+		}
+		if _, err := s.AttachDevices(ctx, "pod-x", api.AttachRequest{Model: "Tesla P40", Host: "gpu-none", Count: 1}); !errors.Is(err, ErrNotFound) {
+			t.Errorf("attach on a host nobody names: %v, want ErrNotFound", err)
+		}
+	})
 }

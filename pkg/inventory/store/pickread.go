@@ -32,8 +32,11 @@ import (
 // pickSummaryQuery reads, for a (host, dev_type, model), the free slices
 // per GPU (from the counters: a row per GPU, or a few where a GPU's slices
 // differ in NUMA node or sharing mode) and one row per slice the guest
-// holds (from the pick index; usually none); pickSummary adds them up per
-// GPU. %s are the counters' further conditions (numaCond, sharingCond).
+// holds (usually none: from the guest_id index, the other columns
+// filtering its few rows; named, since statistics of a table whose rows
+// are mostly free make any guest_id look common, and the planner would
+// then read every slice of the host, or the table); pickSummary adds them
+// up per GPU. %s are the counters' further conditions (numaCond, sharingCond).
 // Its arguments: host id, dev_type, model, those of %s, then host id,
 // dev_type, model, guest.
 //
@@ -45,7 +48,7 @@ import (
 const pickSummaryQuery = `SELECT device_path, free, 0 FROM isolated_device_gpus
 		WHERE host_id = ? AND dev_type = ? AND model = ? AND free > 0%s
 	UNION ALL
-	SELECT device_path, 0, 1 FROM isolated_devices
+	SELECT device_path, 0, 1 FROM isolated_devices INDEXED BY isolated_devices_guest_id
 		WHERE host_id = ? AND dev_type = ? AND model = ? AND guest_id = CAST(? AS TEXT)`
 
 // pickFirstFreeQuery reads the ids of the first (lowest seq) free slices
@@ -67,17 +70,22 @@ const (
 	sharingCond = ` AND sharing_mode IN ('', ?)`
 )
 
-// pickHostQuery is the id of the host named by id or name (an id first),
-// as getHost finds it.
-const pickHostQuery = `SELECT id FROM hosts WHERE id = ? OR name = ? ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1`
+// pickHostQuery (SQLite) is the id of the host named by id or name (an id
+// first), as getHost finds it: two index seeks, the name's only when no id
+// matches (SQLite runs a UNION ALL's parts in their order and stops at the
+// LIMIT). Its arguments: the id or name, twice. It was pickHostLockQuery's
+// OR, which SQLite answered from both indexes and sorted: twice the time
+// (docs/benchmarks.md, issue 22, round 5).
+const pickHostQuery = `SELECT id FROM hosts WHERE id = ? UNION ALL SELECT id FROM hosts WHERE name = ? LIMIT 1`
 
-// pickHostLockQuery is pickHostQuery locking the row (PostgreSQL). FOR NO
-// KEY UPDATE conflicts with itself and with lockHost's FOR UPDATE, not
-// with the FOR KEY SHARE a device insert's foreign key check takes, so
-// host syncs are not held up by attaches. Lock order: the host, then
-// device rows (the claims), then counter rows (their trigger), as
-// lockHost's writers do.
-const pickHostLockQuery = pickHostQuery + ` FOR NO KEY UPDATE`
+// pickHostLockQuery (PostgreSQL) is the host's id as pickHostQuery finds
+// it, locking the row (a UNION cannot lock). FOR NO KEY UPDATE conflicts
+// with itself and with lockHost's FOR UPDATE, not with the FOR KEY SHARE a
+// device insert's foreign key check takes, so host syncs are not held up
+// by attaches. Lock order: the host, then device rows (the claims), then
+// counter rows (their trigger), as lockHost's writers do. Its arguments:
+// the id or name, three times.
+const pickHostLockQuery = `SELECT id FROM hosts WHERE id = ? OR name = ? ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1 FOR NO KEY UPDATE`
 
 // pgPickSummaryQuery (PostgreSQL) reads, for a (host, dev_type, model),
 // one row per free slice that a pick of count devices may take (the first
@@ -134,12 +142,12 @@ func pgPickSummaryArgs(hostID, guest string, r api.AttachRequest, condArgs []any
 // order, or none and how many are free; a host r.Host does not name is
 // ErrNotFound.
 func (s *Store) pick(ctx context.Context, tx *sql.Tx, guest string, r api.AttachRequest, numa int) (ids []string, free int, err error) {
-	hostQuery := pickHostQuery
+	hostQuery, hostArgs := pickHostQuery, []any{r.Host, r.Host}
 	if s.d.forUpdate() != "" {
-		hostQuery = pickHostLockQuery
+		hostQuery, hostArgs = pickHostLockQuery, []any{r.Host, r.Host, r.Host}
 	}
 	var hostID string
-	err = s.prep(tx).QueryRowContext(ctx, s.d.bind(hostQuery), r.Host, r.Host, r.Host).Scan(&hostID)
+	err = s.prep(tx).QueryRowContext(ctx, s.d.bind(hostQuery), hostArgs...).Scan(&hostID)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, 0, refuse(ErrNotFound, "host %q not found", r.Host)

@@ -1,0 +1,14 @@
+-- Attach throughput (issue 22, round 5): SQLite drops the pick index, as
+-- PostgreSQL did in 0009.
+--
+-- isolated_devices_pick (0003) held (host_id, dev_type, model, guest_id)
+-- for the picker. Since 0007 the picker reads the free slices per GPU from
+-- isolated_device_gpus and isolated_devices_free_gpu; the index served only
+-- the summary's other part, the rows the attaching guest already holds
+-- (pickSummaryQuery, pickread.go), which the guest_id index finds as well:
+-- a guest holds a few rows at most. Every claim and release changes
+-- guest_id, so each wrote the pick index twice (its old entry out, its new
+-- one in): about a quarter of the WAL pages an attach and a detach commit
+-- (docs/benchmarks.md, round 5). No list filter reads it (the host's
+-- rows are isolated_devices_host_seq's).
+DROP INDEX isolated_devices_pick;
