@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 )
@@ -63,6 +64,9 @@ type groupJob struct {
 
 // ErrClosed answers a write sent to a Store being closed.
 var ErrClosed = errors.New("the inventory's database is closed")
+
+// errWritePanicked answers a write whose work panicked (runJob).
+var errWritePanicked = errors.New("the write failed on an internal error (logged)")
 
 // groupCommit is the queue of the writers waiting for a batch, and the
 // goroutine that runs the batches.
@@ -247,7 +251,7 @@ func (s *Store) runBatch(ctx context.Context, batch []*groupJob, results []error
 	}
 	if len(batch) == 1 {
 		// Alone: no savepoint, its failure rolls the transaction back.
-		if results[0] = batch[0].fn(ctx, tx); results[0] != nil {
+		if results[0] = s.runJob(ctx, tx, batch[0]); results[0] != nil {
 			_ = tx.Rollback()
 			return 1, nil
 		}
@@ -268,6 +272,20 @@ func (s *Store) runBatch(ctx context.Context, batch []*groupJob, results []error
 	return len(batch), nil
 }
 
+// runJob runs j's work in tx. A panic in it is j's failure alone, as a
+// panic in a request's handler is that request's: the batch goroutine
+// logs it, rolls j back like any failed request and goes on, where the
+// panic would otherwise end the process with every queued request.
+func (s *Store) runJob(ctx context.Context, tx *sql.Tx, j *groupJob) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("a write panicked; it is rolled back and answered an error", "panic", p, "stack", string(debug.Stack()))
+			err = errWritePanicked
+		}
+	}()
+	return j.fn(ctx, tx)
+}
+
 // inSavepoint runs j between a savepoint and its release, rolling back to
 // the savepoint when j fails (j's error goes to result). The error it
 // returns is the transaction's (a savepoint statement that failed: the
@@ -277,7 +295,7 @@ func (s *Store) inSavepoint(ctx context.Context, tx *sql.Tx, j *groupJob, result
 	if _, err := q.ExecContext(ctx, "SAVEPOINT request"); err != nil {
 		return false, fmt.Errorf("starting a request's savepoint: %w", err)
 	}
-	if *result = j.fn(ctx, tx); *result != nil {
+	if *result = s.runJob(ctx, tx, j); *result != nil {
 		if _, err := q.ExecContext(ctx, "ROLLBACK TO request"); err != nil {
 			return true, fmt.Errorf("rolling back a failed request (%v): %w", *result, err)
 		}

@@ -204,3 +204,42 @@ func queueWritesHeld(t *testing.T, s *Store, fns ...func(ctx context.Context, tx
 	}
 	return out
 }
+
+// A request whose work panics fails alone: its neighbours in the batch are
+// committed, the batch goroutine goes on, and later writes go through.
+func TestGroupCommitPanicFailsOnlyItsRequest(t *testing.T) {
+	s := openSQLiteTest(t)
+	devs := allocHost(t, s, "h1")
+	attach := func(guest, id string) func(ctx context.Context, tx *sql.Tx) error {
+		return func(ctx context.Context, tx *sql.Tx) error {
+			_, err := s.claim(ctx, tx, guest, id, s.timestamp())
+			return err
+		}
+	}
+	panics := func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := s.claim(ctx, tx, "g2", devs[1].ID, s.timestamp()); err != nil {
+			return err
+		}
+		panic("boom")
+	}
+	results := queueWrites(t, s, attach("g1", devs[0].ID), panics, attach("g3", devs[2].ID))
+	for i, want := range []error{nil, errWritePanicked, nil} {
+		if err := <-results[i]; !errors.Is(err, want) {
+			t.Errorf("request %d: %v, want %v", i, err, want)
+		}
+	}
+	got := guests(t, s)
+	for id, g := range map[string]string{devs[0].ID: "g1", devs[1].ID: "", devs[2].ID: "g3"} {
+		if got[id] != g {
+			t.Errorf("device %s held by %q, want %q", id, got[id], g)
+		}
+	}
+	// Alone in its batch too, and the next write goes through.
+	if err := s.writeTx(t.Context(), panics); !errors.Is(err, errWritePanicked) {
+		t.Errorf("a lone panicking write: %v, want errWritePanicked", err)
+	}
+	if _, err := s.AttachDevice(t.Context(), "g4", devs[3].ID); err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, s)
+}
