@@ -14,10 +14,11 @@ import (
 // waits for an fsync of the WAL (synchronous=FULL): with one transaction per
 // request, concurrent attaches and detaches queue on that fsync, not on
 // their statements (docs/benchmarks.md, issue 22). The writers of attach and
-// detach therefore share transactions: a request queues its work; whoever
-// then holds the write token (Store.writers) takes every queued request,
-// runs each in a SAVEPOINT of one transaction, commits once (one fsync),
-// and only then tells each request how it went. So:
+// detach therefore share transactions: a request queues its work; the
+// Store's batch goroutine (runBatches, below), holding the write token
+// (Store.writers), takes every queued request, runs each in a SAVEPOINT of
+// one transaction, commits once (one fsync), and only then tells each
+// request how it went. So:
 //
 //   - an answer still means committed: no request hears "done" before the
 //     COMMIT that holds its change has returned (a kill -9 after the answer
@@ -59,7 +60,7 @@ const maxBatch = 64
 type groupJob struct {
 	ctx  context.Context
 	fn   func(ctx context.Context, tx *sql.Tx) error
-	done chan error // buffered: the leader never waits on it
+	done chan error // buffered: the batch goroutine never waits on it
 }
 
 // ErrClosed answers a write sent to a Store being closed.

@@ -33,6 +33,18 @@ func waitForQueue(t *testing.T) {
 	runtime.Gosched()
 }
 
+// claimWrite is a write that claims device id for guest, failing when it
+// is not claimable.
+func claimWrite(s *Store, guest, id string) func(ctx context.Context, tx *sql.Tx) error {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		n, err := s.claim(ctx, tx, guest, id, s.timestamp())
+		if err == nil && n != 1 {
+			err = errors.New("not claimed")
+		}
+		return err
+	}
+}
+
 func openSQLiteTest(t *testing.T) *Store {
 	t.Helper()
 	return openDSN(t, filepath.Join(t.TempDir(), "inventory.db"))
@@ -43,32 +55,23 @@ func openSQLiteTest(t *testing.T) *Store {
 func TestGroupCommitFailedRequestSparesItsBatch(t *testing.T) {
 	s := openSQLiteTest(t)
 	devs := allocHost(t, s, "h1")
-	attach := func(guest, id string) func(ctx context.Context, tx *sql.Tx) error {
-		return func(ctx context.Context, tx *sql.Tx) error {
-			n, err := s.claim(ctx, tx, guest, id, s.timestamp())
-			if err == nil && n != 1 {
-				err = errors.New("not claimed")
-			}
-			return err
-		}
-	}
 	errFails := errors.New("this request fails after its write")
 	results := queueWrites(t, s,
-		attach("g1", devs[0].ID),
+		claimWrite(s, "g1", devs[0].ID),
 		func(ctx context.Context, tx *sql.Tx) error {
 			// Changes a row, then fails: the change must go.
-			if err := attach("g2", devs[1].ID)(ctx, tx); err != nil {
+			if err := claimWrite(s, "g2", devs[1].ID)(ctx, tx); err != nil {
 				return err
 			}
 			return errFails
 		},
-		attach("g3", devs[2].ID),
+		claimWrite(s, "g3", devs[2].ID),
 		// A statement that fails on its own (a unique violation).
 		func(ctx context.Context, tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, `UPDATE isolated_devices SET id = ? WHERE id = ?`, devs[4].ID, devs[3].ID)
 			return err
 		},
-		attach("g5", devs[5].ID),
+		claimWrite(s, "g5", devs[5].ID),
 	)
 	var errs []error
 	for _, c := range results {
@@ -210,19 +213,13 @@ func queueWritesHeld(t *testing.T, s *Store, fns ...func(ctx context.Context, tx
 func TestGroupCommitPanicFailsOnlyItsRequest(t *testing.T) {
 	s := openSQLiteTest(t)
 	devs := allocHost(t, s, "h1")
-	attach := func(guest, id string) func(ctx context.Context, tx *sql.Tx) error {
-		return func(ctx context.Context, tx *sql.Tx) error {
-			_, err := s.claim(ctx, tx, guest, id, s.timestamp())
-			return err
-		}
-	}
 	panics := func(ctx context.Context, tx *sql.Tx) error {
-		if _, err := s.claim(ctx, tx, "g2", devs[1].ID, s.timestamp()); err != nil {
+		if err := claimWrite(s, "g2", devs[1].ID)(ctx, tx); err != nil {
 			return err
 		}
 		panic("boom")
 	}
-	results := queueWrites(t, s, attach("g1", devs[0].ID), panics, attach("g3", devs[2].ID))
+	results := queueWrites(t, s, claimWrite(s, "g1", devs[0].ID), panics, claimWrite(s, "g3", devs[2].ID))
 	for i, want := range []error{nil, errWritePanicked, nil} {
 		if err := <-results[i]; !errors.Is(err, want) {
 			t.Errorf("request %d: %v, want %v", i, err, want)
