@@ -250,6 +250,14 @@ func (s *Store) runBatch(ctx context.Context, batch []*groupJob, results []error
 	if err != nil {
 		return 0, err
 	}
+	// The transaction is bounded by ctx (database/sql rolls it back when
+	// ctx ends, and BEGIN gives up); its statements run without ctx's
+	// deadline, since with one modernc starts a goroutine per statement to
+	// interrupt it, about 7% of the batch goroutine's CPU (docs/benchmarks.md,
+	// issue 22, round 5). A statement of ours cannot hang on its own: the
+	// only wait in one is for another process's write lock, which
+	// busy_timeout bounds.
+	ctx = context.WithoutCancel(ctx)
 	if len(batch) == 1 {
 		// Alone: no savepoint, its failure rolls the transaction back.
 		if results[0] = s.runJob(ctx, tx, batch[0]); results[0] != nil {
