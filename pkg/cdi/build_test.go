@@ -126,16 +126,10 @@ func TestBuildNoDevices(t *testing.T) {
 // spec, so a reconcile that lists them differently rewrites nothing.
 func TestBuildOrderIndependent(t *testing.T) {
 	o := testOptions(t)
-	a, err := Build(o, hostDevices())
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustBuild(t, o, hostDevices())
 	rev := hostDevices()
 	slices.Reverse(rev)
-	b, err := Build(o, rev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := mustBuild(t, o, rev)
 	ea, _ := encode(a)
 	eb, _ := encode(b)
 	if !bytes.Equal(ea, eb) {

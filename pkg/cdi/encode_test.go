@@ -83,18 +83,12 @@ func TestEncodeReusesEdits(t *testing.T) {
 	for i := range devs {
 		devs[i].ID = ""
 	}
-	first, err := Build(o, devs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := mustBuild(t, o, devs)
 	_, known, err := encodeEntries(first, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := Build(o, hostDevices())
-	if err != nil {
-		t.Fatal(err)
-	}
+	second := mustBuild(t, o, hostDevices())
 	got, used, err := encodeEntries(second, known)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/identity"
@@ -144,4 +145,14 @@ func statID(t *testing.T, path string) fileID {
 		t.Fatal("no inode numbers on this platform")
 	}
 	return fileID{ino: st.Ino, mtime: fi.ModTime().UnixNano()}
+}
+
+// mustBuild is Build, failing t on an error.
+func mustBuild(t *testing.T, o Options, devs []Device) *specs.Spec {
+	t.Helper()
+	spec, err := Build(o, devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }

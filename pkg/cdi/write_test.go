@@ -76,14 +76,8 @@ func TestWriteAtomic(t *testing.T) {
 	o := testOptions(t)
 	devsA, devsB := hostDevices(), hostDevices()
 	devsB[0].ThreadPercentage = 10
-	specA, err := Build(o, devsA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	specB, err := Build(o, devsB)
-	if err != nil {
-		t.Fatal(err)
-	}
+	specA := mustBuild(t, o, devsA)
+	specB := mustBuild(t, o, devsB)
 	path, _, err := Write(o, specA)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -44,12 +43,7 @@ func simHelper(dir, first string) int {
 // add clients to one simulated daemon at once: the file lock must keep every
 // one of them.
 func TestSimSharedAcrossProcesses(t *testing.T) {
-	dir := t.TempDir()
-	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
-	s := New(nil)
-	if err := s.Start(t.Context(), env); err != nil {
-		t.Fatal(err)
-	}
+	s, env := startSim(t)
 	const processes = 3
 	var wg sync.WaitGroup
 	errs := make(chan error, processes+1)

@@ -129,12 +129,7 @@ func TestSimMemLimitArgument(t *testing.T) {
 }
 
 func TestSimStartAndQuitFiles(t *testing.T) {
-	dir := t.TempDir()
-	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
-	s := New(nil)
-	if err := s.Start(t.Context(), env); err != nil {
-		t.Fatal(err)
-	}
+	s, env := startSim(t)
 	for _, f := range []string{"control", "control_privileged", "control_lock", "log", pidFile} {
 		if _, err := os.Stat(filepath.Join(env.PipeDir, f)); err != nil {
 			t.Errorf("pipe directory lacks %s: %v", f, err)
@@ -217,12 +212,7 @@ func TestSimDaemonsAnswerSideBySide(t *testing.T) {
 // daemon holds answers as ever and leaves the state file alone (same
 // inode); a new value replaces it.
 func TestSimSetterOfTheHeldValueWritesNothing(t *testing.T) {
-	dir := t.TempDir()
-	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
-	s := New(nil)
-	if err := s.Start(t.Context(), env); err != nil {
-		t.Fatal(err)
-	}
+	s, env := startSim(t)
 	inode := func() uint64 {
 		t.Helper()
 		fi, err := os.Stat(filepath.Join(env.PipeDir, simStateFile))
@@ -259,12 +249,7 @@ func TestSimSetterOfTheHeldValueWritesNothing(t *testing.T) {
 // which a reboot ends), so a crash of the host may leave it empty; that
 // reads as no daemon, and a new one starts there.
 func TestSimEmptyStateIsNoDaemon(t *testing.T) {
-	dir := t.TempDir()
-	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
-	s := New(nil)
-	if err := s.Start(t.Context(), env); err != nil {
-		t.Fatal(err)
-	}
+	s, env := startSim(t)
 	if err := os.WriteFile(filepath.Join(env.PipeDir, simStateFile), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -281,12 +266,7 @@ func TestSimEmptyStateIsNoDaemon(t *testing.T) {
 }
 
 func TestSimServersKeepTheirLimits(t *testing.T) {
-	dir := t.TempDir()
-	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
-	s := New(nil)
-	if err := s.Start(t.Context(), env); err != nil {
-		t.Fatal(err)
-	}
+	s, env := startSim(t)
 	run := func(cmd string) string {
 		t.Helper()
 		out, err := s.Run(t.Context(), env, cmd)
@@ -333,12 +313,7 @@ func TestSimServersKeepTheirLimits(t *testing.T) {
 }
 
 func TestSimKill(t *testing.T) {
-	dir := t.TempDir()
-	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
-	s := New(nil)
-	if err := s.Start(t.Context(), env); err != nil {
-		t.Fatal(err)
-	}
+	s, env := startSim(t)
 	if _, err := s.AddClient(env.PipeDir, 981); err != nil {
 		t.Fatal(err)
 	}
@@ -372,4 +347,16 @@ func TestSimNoPipeDirectory(t *testing.T) {
 	if _, err := os.Stat(env.PipeDir); err == nil {
 		t.Error("asking a missing pipe directory created it")
 	}
+}
+
+// startSim starts a simulated control daemon in a new temporary directory.
+func startSim(t *testing.T) (*Runner, mps.Env) {
+	t.Helper()
+	dir := t.TempDir()
+	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l")}
+	s := New(nil)
+	if err := s.Start(t.Context(), env); err != nil {
+		t.Fatal(err)
+	}
+	return s, env
 }
