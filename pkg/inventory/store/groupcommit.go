@@ -47,8 +47,8 @@ import (
 // a request's: it goes from one batch to the next while requests are
 // queued, where a request's goroutine leading a batch handed the write
 // token to the next request's goroutine after each one, which then had to
-// be scheduled before anything ran; with 2 vCPUs that gap was about a fifth
-// of the writers' time (docs/benchmarks.md, issue 22, round 5). Close stops
+// be scheduled before anything ran; with 2 vCPUs the writer stood idle
+// 15-17% of the time (docs/benchmarks.md, issue 22, round 5). Close stops
 // it after the batch it runs; requests still queued then, and later ones,
 // are answered ErrClosed, unrun.
 
@@ -99,6 +99,9 @@ func (s *Store) runBatches() {
 		case <-g.wake:
 		}
 		for g.queued() {
+			if g.stopped() {
+				return
+			}
 			select {
 			case <-g.quit:
 				g.refuseQueued()
@@ -112,18 +115,29 @@ func (s *Store) runBatches() {
 }
 
 // stop refuses new jobs, ends runBatches after the batch it runs, and
-// waits for it.
+// waits for it; a second stop only waits.
 func (g *groupCommit) stop() {
 	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
-		<-g.done
-		return
-	}
+	first := !g.closed
 	g.closed = true
 	g.mu.Unlock()
-	close(g.quit)
+	if first {
+		close(g.quit)
+	}
 	<-g.done
+}
+
+// stopped reports whether stop was called, answering the queued jobs
+// ErrClosed if so. (A select between quit and the write token would pick
+// either when both are ready.)
+func (g *groupCommit) stopped() bool {
+	select {
+	case <-g.quit:
+		g.refuseQueued()
+		return true
+	default:
+		return false
+	}
 }
 
 // queued reports whether a job waits.
@@ -255,8 +269,8 @@ func (s *Store) runBatch(ctx context.Context, batch []*groupJob, results []error
 	// deadline, since with one modernc starts a goroutine per statement to
 	// interrupt it, about 7% of the batch goroutine's CPU (docs/benchmarks.md,
 	// issue 22, round 5). A statement of ours cannot hang on its own: the
-	// only wait in one is for another process's write lock, which
-	// busy_timeout bounds.
+	// transaction holds the write lock from its BEGIN IMMEDIATE on, so its
+	// statements wait for nobody (readers never block a WAL writer).
 	ctx = context.WithoutCancel(ctx)
 	if len(batch) == 1 {
 		// Alone: no savepoint, its failure rolls the transaction back.
