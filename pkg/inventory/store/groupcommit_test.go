@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -239,4 +240,48 @@ func TestGroupCommitPanicFailsOnlyItsRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkCounts(t, s)
+}
+
+// Closing a Store while writers hammer it leaves none of them waiting: each
+// writer's next write is answered, done or refused, and Close returns.
+func TestGroupCommitCloseUnderLoad(t *testing.T) {
+	s, err := OpenSQLite(t.Context(), filepath.Join(t.TempDir(), "inventory.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := allocHost(t, s, "h1")
+	const writers = 8
+	errs := make(chan error, writers)
+	started := make(chan struct{}, writers)
+	for i := range writers {
+		go func() {
+			guest, id := fmt.Sprintf("g%d", i), devs[i].ID
+			for n := 0; ; n++ {
+				if n == 1 {
+					started <- struct{}{}
+				}
+				if _, err := s.AttachDevice(context.Background(), guest, id); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := s.DetachDevice(context.Background(), guest, id); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for range writers {
+		<-started
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	// A writer left waiting shows as this test hanging until go test's
+	// -timeout, with its stack.
+	for range writers {
+		if err := <-errs; !errors.Is(err, ErrClosed) {
+			t.Errorf("a write after Close: %v, want ErrClosed", err)
+		}
+	}
 }
