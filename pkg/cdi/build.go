@@ -99,8 +99,9 @@ func containerEdits(o Options, d Device, nodes nodeSet) specs.ContainerEdits {
 	e := specs.ContainerEdits{
 		Env: []string{
 			EnvVisibleDevices + "=" + d.GPU.UUID.String(),
+			EnvCUDAVisibleDevices + "=" + d.GPU.UUID.String(),
 			EnvPipeDirectory + "=" + d.PipeDir,
-			// Device 0: the GPU's control daemon sees only its own GPU.
+			// Device 0: the one GPU CUDA_VISIBLE_DEVICES shows it.
 			EnvMemoryLimit + "=" + fmt.Sprintf("0=%dM", d.MemoryLimit),
 			EnvThreadPercentage + "=" + strconv.Itoa(d.ThreadPercentage),
 			EnvClientPriority + "=" + strconv.Itoa(d.ClientPriority),

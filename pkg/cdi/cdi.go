@@ -37,7 +37,7 @@ const (
 	// EnvPipeDirectory tells the CUDA driver where the MPS control daemon is.
 	EnvPipeDirectory = "CUDA_MPS_PIPE_DIRECTORY"
 	// EnvMemoryLimit is the client's pinned device memory limit.
-	EnvMemoryLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	EnvMemoryLimit = vdev.EnvMemoryLimit
 	// EnvThreadPercentage is the client's active thread percentage.
 	EnvThreadPercentage = vdev.EnvThreadPercentage
 	// EnvClientPriority is the client's MPS priority: 0 normal, 1 below
@@ -45,6 +45,14 @@ const (
 	EnvClientPriority = vdev.EnvClientPriority
 	// EnvVisibleDevices is read by the NVIDIA container toolkit.
 	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+	// EnvCUDAVisibleDevices is read by the CUDA driver: the container's
+	// one GPU, by UUID. A client's view of the GPUs is its MPS server's,
+	// whatever device nodes its container holds, and its device ordinals
+	// count that view (docs/gpu-runs/mps-probe-multi.txt): in the single
+	// layout, whose daemon serves every GPU, a client without it sees them
+	// all and works on the first; naming its GPU puts it there, as ordinal
+	// 0, which is what CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=... caps.
+	EnvCUDAVisibleDevices = vdev.EnvCUDAVisibleDevices
 )
 
 // Options say where the spec goes and what the host looks like. Zero values

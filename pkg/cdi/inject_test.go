@@ -10,14 +10,16 @@ import (
 )
 
 // container is an OCI spec as a runtime makes it before CDI: an image
-// variable, a cap and a priority the user tried to raise with -e, and the
-// runtime's own /dev/shm.
+// variable, a cap and a priority the user tried to raise with -e, a GPU
+// ordinal the image names (on a host of several GPUs, another GPU's), and
+// the runtime's own /dev/shm.
 func container() *oci.Spec {
 	return &oci.Spec{
 		Process: &oci.Process{Env: []string{
 			"PATH=/usr/bin",
 			"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=999999M",
 			"CUDA_MPS_CLIENT_PRIORITY=0",
+			"CUDA_VISIBLE_DEVICES=1",
 		}},
 		Mounts: []oci.Mount{{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid"}}},
 		Linux:  &oci.Linux{},
@@ -65,6 +67,9 @@ func TestInjectEveryEdit(t *testing.T) {
 					fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=%dM", d.MemoryLimit),
 					// So is the priority: a batch device's 1 wins.
 					fmt.Sprintf("CUDA_MPS_CLIENT_PRIORITY=%d", d.ClientPriority),
+					// And the image's GPU, by the device's GPU: the one the
+					// client must land on.
+					"CUDA_VISIBLE_DEVICES=" + d.GPU.UUID.String(),
 					"NVIDIA_VISIBLE_DEVICES=" + d.GPU.UUID.String(),
 					"CUDA_MPS_PIPE_DIRECTORY=" + d.PipeDir,
 					fmt.Sprintf("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%d", d.ThreadPercentage),

@@ -5,13 +5,17 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // runContract is what the agent relies on from a control, run the same way
@@ -155,16 +159,172 @@ func TestContractReal(t *testing.T) {
 	if os.Getenv("MPS_CONTRACT_REAL") != "1" {
 		t.Skip("needs a GPU and nvidia-cuda-mps-control: set MPS_CONTRACT_REAL=1, MPS_CONTROL_BINARY and MPS_CONTRACT_GPU (a GPU UUID)")
 	}
-	bin := os.Getenv("MPS_CONTROL_BINARY")
-	if bin == "" {
-		bin = "nvidia-cuda-mps-control"
-	}
 	gpu := os.Getenv("MPS_CONTRACT_GPU")
 	if gpu == "" {
 		t.Fatal("MPS_CONTRACT_GPU must name the GPU (UUID) the daemon may use")
 	}
-	// Short and under /tmp: the socket path must fit 107 bytes, and
-	// t.TempDir() may sit under a long TMPDIR.
+	dir := realDir(t)
+	runContract(t, mps.NewExecRunner(controlBinary()), mps.Env{
+		PipeDir:        filepath.Join(dir, "p"),
+		LogDir:         filepath.Join(dir, "l"),
+		VisibleDevices: gpu,
+	})
+}
+
+// clientSaw is what a client connecting with some environment got: the
+// GPUs it sees (nil when CUDA refused it) and the memory it could take on
+// its ordinal 0, in MiB (a real client allocates until refused; the
+// simulator answers the limit it holds, or noLimit).
+type clientSaw struct {
+	Devices []string
+	Usable  units.MiB
+	Refused string
+}
+
+// noLimit is what the simulator's client reports without a memory limit:
+// more than any case's limit.
+const noLimit = units.MiB(1 << 20)
+
+// runClientContract is what a CUDA client gets from a control daemon
+// serving gpu alone (the per-GPU layout) with a 4 GiB default limit,
+// connecting with only the environment each case gives it; other is
+// another GPU of the host ("" on a host of one). It is what the CDI spec
+// and the accounting rely on (docs/containers.md, "Several GPUs"):
+// CUDA_VISIBLE_DEVICES picks among the server's GPUs, and a client's own
+// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT lowers the limit or, naming what it
+// does not see, lifts it (docs/gpu-runs/mps-probe-limits.txt).
+func runClientContract(t *testing.T, r mps.Runner, env mps.Env, gpu, other string, connect func(t *testing.T, environ []string) clientSaw) {
+	ctx := t.Context()
+	c := mps.NewController(r, env, 10*time.Second, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := c.Quit(ctx); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	if _, err := c.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 4096
+	if err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: limit, ThreadPercentage: 100}); err != nil {
+		t.Fatal(err)
+	}
+	const none = -1
+	for _, k := range []struct {
+		name   string
+		env    []string
+		needs2 bool
+		sees   bool // false: refused
+		limit  units.MiB
+	}{
+		{"no CUDA_VISIBLE_DEVICES", nil, false, true, limit},
+		{"its GPU's UUID", []string{"CUDA_VISIBLE_DEVICES=" + gpu}, false, true, limit},
+		{"ordinal 0", []string{"CUDA_VISIBLE_DEVICES=0"}, false, true, limit},
+		{"ordinal 1", []string{"CUDA_VISIBLE_DEVICES=1"}, false, false, 0},
+		{"empty CUDA_VISIBLE_DEVICES", []string{"CUDA_VISIBLE_DEVICES="}, false, false, 0},
+		{"another GPU of the host", []string{"CUDA_VISIBLE_DEVICES=" + other}, true, false, 0},
+		{"its GPU, then another", []string{"CUDA_VISIBLE_DEVICES=" + gpu + "," + other}, true, true, limit},
+		{"another GPU, then its", []string{"CUDA_VISIBLE_DEVICES=" + other + "," + gpu}, true, false, 0},
+		{"its own lower limit", []string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M"}, false, true, 2048},
+		{"its own lower limit by UUID", []string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=" + gpu + "=2048M"}, false, true, 2048},
+		{"its own higher limit", []string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=16G"}, false, true, limit},
+		{"an empty limit", []string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="}, false, true, limit},
+		{"a limit of an ordinal it does not see", []string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=1=2048M"}, false, true, none},
+		{"a limit of garbage", []string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=x"}, false, true, none},
+		{"a limit of 0", []string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=0"}, false, true, none},
+	} {
+		t.Run(k.name, func(t *testing.T) {
+			if k.needs2 && other == "" {
+				t.Skip("needs a second GPU")
+			}
+			got := connect(t, append([]string{"CUDA_MPS_PIPE_DIRECTORY=" + env.PipeDir}, k.env...))
+			switch {
+			case !k.sees:
+				if got.Devices != nil {
+					t.Fatalf("client saw %v, want it refused (CUDA_ERROR_NO_DEVICE)", got.Devices)
+				}
+			case !slices.EqualFunc(got.Devices, []string{gpu}, strings.EqualFold):
+				t.Fatalf("client saw %v (refused: %q), want only %s", got.Devices, got.Refused, gpu)
+			case k.limit == none:
+				if got.Usable <= 4*limit {
+					t.Fatalf("client took %d MiB; want no limit at all (more than %d)", got.Usable, 4*limit)
+				}
+			case got.Usable > k.limit || got.Usable <= k.limit-1024:
+				t.Fatalf("client took %d MiB; want its limit, %d MiB (less a context's overhead)", got.Usable, k.limit)
+			}
+		})
+	}
+}
+
+func TestClientContractSim(t *testing.T) {
+	dir := t.TempDir()
+	const gpu, other = "GPU-27771d49-33aa-a84b-baff-7e69ee768833", "GPU-6f63702a-74e5-3c6a-73cf-fa81fee82a9f"
+	sim := mpssim.New(nil)
+	pid := 7000
+	runClientContract(t, sim, mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l"), VisibleDevices: gpu}, gpu, other,
+		func(t *testing.T, environ []string) clientSaw {
+			pid++
+			v, err := sim.Connect(pid, environ)
+			if errors.Is(err, mpssim.ErrNoDevice) {
+				return clientSaw{Refused: err.Error()}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			usable := v.MemoryLimits[0]
+			if usable == 0 {
+				usable = noLimit
+			}
+			return clientSaw{Devices: v.Devices, Usable: usable}
+		})
+}
+
+// TestClientContractReal runs the client contract on a GPU host, with a
+// driver-API client (tests/gpu/clients/cuda_client.py):
+//
+//	MPS_CONTRACT_REAL=1 MPS_CONTRACT_GPU=<uuid> MPS_CONTRACT_OTHER_GPU=<uuid> \
+//	MPS_CONTRACT_CLIENT="python3 tests/gpu/clients/cuda_client.py" \
+//	./mps.test -test.run TestClientContractReal -test.v
+func TestClientContractReal(t *testing.T) {
+	if os.Getenv("MPS_CONTRACT_REAL") != "1" {
+		t.Skip("needs a GPU, nvidia-cuda-mps-control and a CUDA client: MPS_CONTRACT_REAL=1, MPS_CONTRACT_GPU, MPS_CONTRACT_CLIENT")
+	}
+	gpu, client := os.Getenv("MPS_CONTRACT_GPU"), strings.Fields(os.Getenv("MPS_CONTRACT_CLIENT"))
+	if gpu == "" || len(client) == 0 {
+		t.Fatal("MPS_CONTRACT_GPU (a GPU UUID) and MPS_CONTRACT_CLIENT (the client's command) must be set")
+	}
+	dir := realDir(t)
+	base := slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "CUDA_") })
+	run := func(t *testing.T, environ []string, args ...string) string {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, client[0], append(slices.Clone(client[1:]), args...)...)
+		cmd.Env = append(slices.Clone(base), environ...)
+		out, err := cmd.Output()
+		t.Logf("%v %v: %s (%v)", environ, args, strings.TrimSpace(string(out)), err)
+		return strings.TrimSpace(string(out))
+	}
+	runClientContract(t, mps.NewExecRunner(controlBinary()), mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l"), VisibleDevices: gpu, MultiUser: true},
+		gpu, os.Getenv("MPS_CONTRACT_OTHER_GPU"),
+		func(t *testing.T, environ []string) clientSaw {
+			f := strings.Fields(run(t, environ, "init"))
+			if len(f) < 2 || f[0] != "ok" {
+				return clientSaw{Refused: strings.Join(f, " ")}
+			}
+			a := strings.Fields(run(t, environ, "alloc"))
+			n, err := strconv.Atoi(a[0])
+			if len(a) != 2 || err != nil {
+				t.Fatalf("client's alloc printed %q", a)
+			}
+			return clientSaw{Devices: f[2:], Usable: units.MiB(n)}
+		})
+}
+
+// realDir is a directory for a real control daemon's pipe and log: short,
+// under /tmp (the socket path must fit 107 bytes, and t.TempDir() may sit
+// under a long TMPDIR), traversable by every client.
+func realDir(t *testing.T) string {
 	dir, err := os.MkdirTemp("/tmp", "mpsc")
 	if err != nil {
 		t.Fatal(err)
@@ -173,11 +333,15 @@ func TestContractReal(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	runContract(t, mps.NewExecRunner(bin), mps.Env{
-		PipeDir:        filepath.Join(dir, "p"),
-		LogDir:         filepath.Join(dir, "l"),
-		VisibleDevices: gpu,
-	})
+	return dir
+}
+
+// controlBinary is MPS_CONTROL_BINARY, or the control on PATH.
+func controlBinary() string {
+	if bin := os.Getenv("MPS_CONTROL_BINARY"); bin != "" {
+		return bin
+	}
+	return "nvidia-cuda-mps-control"
 }
 
 // testWriter sends log lines to t.Log, so -v shows what the control answered.

@@ -58,6 +58,16 @@ const (
 	EnvClientPriority   = "CUDA_MPS_CLIENT_PRIORITY"
 )
 
+// The variables that put a client on its device's GPU under its device's
+// memory cap, set by each device's CDI edits and checked by the accounting
+// in the environment of every device's processes: MPS lifts a client's
+// pinned memory limit altogether when its own list names a device it does
+// not have or does not parse (docs/gpu-runs/mps-probe-limits.txt).
+const (
+	EnvMemoryLimit        = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	EnvCUDAVisibleDevices = "CUDA_VISIBLE_DEVICES"
+)
+
 // MPS client priorities (CUDA_MPS_CLIENT_PRIORITY,
 // set_default_client_priority); the control accepts nothing else.
 const (

@@ -223,25 +223,32 @@ func (s *Runner) AddClient(pipeDir string, clientPID int) (serverPID int, err er
 		if d == nil {
 			return false, fmt.Errorf("adding simulated MPS client %d in %s: %w", clientPID, pipeDir, mps.ErrNoDaemon)
 		}
-		if len(d.Servers) == 0 {
-			d.Servers = append(d.Servers, simServer{
-				PID:              d.NextServerPID,
-				ThreadPercentage: d.DefaultThreadPercentage,
-				MemoryLimits:     copyLimits(d.DefaultMemoryLimits),
-			})
-			d.NextServerPID++
-		}
-		srv := &d.Servers[0]
-		serverPID = srv.PID
-		for _, c := range srv.Clients {
-			if c.PID == clientPID {
-				return false, nil
-			}
-		}
-		srv.Clients = append(srv.Clients, simClient{PID: clientPID, Context: 1, Command: comm, Namespace: ns})
+		serverPID = addClient(d, clientPID, comm, ns).PID
 		return true, nil
 	})
 	return serverPID, err
+}
+
+// addClient connects a client to d's server, starting it with the defaults
+// of the moment when there is none; a client connected already stays as
+// it is.
+func addClient(d *simState, pid int, comm, ns string) *simServer {
+	if len(d.Servers) == 0 {
+		d.Servers = append(d.Servers, simServer{
+			PID:              d.NextServerPID,
+			ThreadPercentage: d.DefaultThreadPercentage,
+			MemoryLimits:     copyLimits(d.DefaultMemoryLimits),
+		})
+		d.NextServerPID++
+	}
+	srv := &d.Servers[0]
+	for _, c := range srv.Clients {
+		if c.PID == pid {
+			return srv
+		}
+	}
+	srv.Clients = append(srv.Clients, simClient{PID: pid, Context: 1, Command: comm, Namespace: ns})
+	return srv
 }
 
 // RemoveClient disconnects a simulated client; its server stays up, as the
