@@ -75,7 +75,11 @@ type Host struct {
 // simGPU is the state of one simulated GPU, shared by the mock device's
 // functions and Host.GPUs.
 type simGPU struct {
+	// slot is its place in PCI order, index its NVML index, minor N of
+	// its /dev/nvidiaN (simOrders).
+	slot     int
 	index    int
+	minor    int
 	uuid     gpu.UUID
 	addr     pci.Address
 	numaNode int
@@ -111,8 +115,11 @@ func New(profile, root string, log *slog.Logger) (*gpunvml.Adapter, *Host, error
 	}
 	host := &Host{profile: p, root: abs}
 	for i := range p.count {
+		index, minor := simOrders(i, p.count, p.scrambled)
 		host.gpus = append(host.gpus, &simGPU{
-			index:    i,
+			slot:     i,
+			index:    index,
+			minor:    minor,
 			uuid:     gpu.UUID(simUUID(p, i)),
 			addr:     simAddress(i),
 			numaNode: simNUMANode(i, p.count),
@@ -133,12 +140,13 @@ func New(profile, root string, log *slog.Logger) (*gpunvml.Adapter, *Host, error
 	if err != nil {
 		return nil, nil, fmt.Errorf("simulated host %s: building go-nvml mock: %w", p, err)
 	}
-	for i, d := range srv.Devices {
-		md, ok := d.(*server.Device)
+	// NVML's index k is the mock server's device k.
+	for _, g := range host.gpus {
+		md, ok := srv.Devices[g.index].(*server.Device)
 		if !ok {
-			return nil, nil, fmt.Errorf("simulated host %s: go-nvml mock device %d is a %T", p, i, d)
+			return nil, nil, fmt.Errorf("simulated host %s: go-nvml mock device %d is a %T", p, g.index, srv.Devices[g.index])
 		}
-		host.gpus[i].install(md)
+		g.install(md)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -155,10 +163,10 @@ func New(profile, root string, log *slog.Logger) (*gpunvml.Adapter, *Host, error
 func (g *simGPU) install(d *server.Device) {
 	d.UUID = g.uuid.String()
 	d.PciBusID = g.addr.NVML()
-	d.Minor = g.index
+	d.Minor = g.minor
 	d.Index = g.index
 	d.GetIndexFunc = func() (int, nvml.Return) { return g.index, nvml.SUCCESS }
-	d.GetMinorNumberFunc = func() (int, nvml.Return) { return g.index, nvml.SUCCESS }
+	d.GetMinorNumberFunc = func() (int, nvml.Return) { return g.minor, nvml.SUCCESS }
 	d.GetUUIDFunc = func() (string, nvml.Return) { return g.uuid.String(), nvml.SUCCESS }
 	d.GetNameFunc = func() (string, nvml.Return) { return g.model.config.Name, nvml.SUCCESS }
 	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return g.pciInfo(), nvml.SUCCESS }
@@ -224,7 +232,7 @@ func (g *simGPU) info() gpu.Info {
 	g.mu.Unlock()
 	return gpu.Info{
 		Index:          g.index,
-		Minor:          g.index,
+		Minor:          g.minor,
 		UUID:           g.uuid,
 		Name:           g.model.config.Name,
 		PCI:            g.addr,
@@ -243,7 +251,7 @@ func (h *Host) treeGPUs() []treeGPU {
 	out := make([]treeGPU, len(h.gpus))
 	for i, g := range h.gpus {
 		vendor, device := gpunvml.SplitPCIID(g.model.config.PciDeviceId)
-		out[i] = treeGPU{index: g.index, addr: g.addr, numaNode: g.numaNode, vendorID: vendor, deviceID: device}
+		out[i] = treeGPU{slot: g.slot, minor: g.minor, addr: g.addr, numaNode: g.numaNode, vendorID: vendor, deviceID: device}
 	}
 	return out
 }

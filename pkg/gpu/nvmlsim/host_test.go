@@ -5,7 +5,10 @@ package nvmlsim
 import (
 	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -64,6 +67,48 @@ func TestSimulatedDGXH100(t *testing.T) {
 	}
 	if h.Profile() != "8xH100" {
 		t.Errorf("Profile = %q", h.Profile())
+	}
+}
+
+// TestScrambledHost: on "8xH100:scrambled" no GPU has the same place in
+// NVML's order, the device minors and PCI order, and everything the daemon
+// reads of a GPU agrees on which GPU it is: NVML's index and minor, the
+// /dev/nvidiaN node and the render node's link to its PCI device.
+func TestScrambledHost(t *testing.T) {
+	a, h := newSim(t, "8xH100"+ScrambledSuffix)
+	got, err := a.Devices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, h.GPUs()) {
+		t.Fatalf("adapter reports\n%+v\nSimHost.GPUs says\n%+v", got, h.GPUs())
+	}
+	indexes, minors := map[int]bool{}, map[int]bool{}
+	r := gpu.Resolver{SysfsRoot: h.SysfsRoot(), DevRoot: h.DevRoot()}
+	slices.SortFunc(got, func(x, y gpu.Info) int { return x.PCI.Compare(y.PCI) })
+	for slot, g := range got {
+		if g.Index == slot || g.Minor == slot || g.Index == g.Minor {
+			t.Errorf("GPU %s: PCI place %d, NVML index %d, minor %d: want three different numbers", g.PCI, slot, g.Index, g.Minor)
+		}
+		indexes[g.Index], minors[g.Minor] = true, true
+		checkNode(t, filepath.Join(h.DevRoot(), fmt.Sprintf("nvidia%d", g.Minor)))
+		for _, path := range []string{fmt.Sprintf("/dev/nvidia%d", g.Minor), fmt.Sprintf("/dev/dri/renderD%d", 128+slot),
+			"/dev/dri/by-path/pci-" + g.PCI.String() + "-render", g.UUID.String(), g.PCI.String()} {
+			if r, err := r.Resolve(path, got); err != nil || r.UUID != g.UUID {
+				t.Errorf("%s resolves to %s (%v), want GPU %s", path, r.UUID, err, g.UUID)
+			}
+		}
+	}
+	if len(indexes) != 8 || len(minors) != 8 {
+		t.Errorf("indexes %v, minors %v: want a permutation of 0-7 each", indexes, minors)
+	}
+	plain, _ := newSim(t, "8xH100")
+	p, err := plain.Devices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p[0].UUID == got[0].UUID {
+		t.Errorf("the scrambled host's GPUs have the plain host's UUIDs: a daemon moved from one to the other would take them for the same")
 	}
 }
 

@@ -8,6 +8,7 @@
 package nvmlsim
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -33,43 +34,79 @@ func simModelKeys() []string {
 }
 
 // Profiles lists example profiles for New, one per model, for
-// help text. Any count from 1 to 16 works with any model.
+// help text. Any count from 1 to 16 works with any model, and any profile
+// may end in ScrambledSuffix.
 func Profiles() []string {
-	return []string{"8xH100", "8xH200", "8xA100", "8xB200", "4xA30", "4xP40"}
+	return []string{"8xH100", "8xH200", "8xA100", "8xB200", "4xA30", "4xP40", "8xH100" + ScrambledSuffix}
 }
+
+// ScrambledSuffix ends a profile whose GPUs have NVML indexes, device minors
+// (/dev/nvidiaN) and PCI addresses in three different orders, as real
+// servers can: on a host of 8, no GPU has the same place in any two of them
+// (simOrders). Without it the three orders are one.
+const ScrambledSuffix = ":scrambled"
 
 // simProfile is a parsed profile: count GPUs of one model.
 type simProfile struct {
-	count int
-	model string // one of simModelKeys, upper case
+	count     int
+	model     string // one of simModelKeys, upper case
+	scrambled bool
 }
 
-// String is the canonical spelling, "8xH100", whatever case it was given in.
+// String is the canonical spelling, "8xH100" or "8xH100:scrambled",
+// whatever case it was given in.
 func (p simProfile) String() string {
-	return fmt.Sprintf("%dx%s", p.count, p.model)
+	s := fmt.Sprintf("%dx%s", p.count, p.model)
+	if p.scrambled {
+		s += ScrambledSuffix
+	}
+	return s
 }
 
-// parseProfile reads "<count>x<model>" in any case: "8xH100", "4xp40".
+// simOrders are the NVML index and the device minor of the GPU at place
+// slot of n in PCI order. Plain: slot, slot. Scrambled: the index is the
+// slot rotated by half the host, the minor the slot reversed, so that
+// index, minor and slot differ for every GPU of an even host of 4 or more.
+func simOrders(slot, n int, scrambled bool) (index, minor int) {
+	if !scrambled {
+		return slot, slot
+	}
+	return (slot + n/2) % n, n - 1 - slot
+}
+
+// parseProfile reads "<count>x<model>[:scrambled]" in any case: "8xH100",
+// "4xp40", "8xH100:scrambled".
 func parseProfile(s string) (simProfile, error) {
-	countStr, model, ok := strings.Cut(strings.ToUpper(strings.TrimSpace(s)), "X")
+	body, scrambled := strings.CutSuffix(strings.ToLower(strings.TrimSpace(s)), ScrambledSuffix)
+	p, err := parseCountModel(body)
+	if err != nil {
+		return simProfile{}, profileError(s, err.Error())
+	}
+	p.scrambled = scrambled
+	return p, nil
+}
+
+// parseCountModel reads "<count>x<model>".
+func parseCountModel(s string) (simProfile, error) {
+	countStr, model, ok := strings.Cut(strings.ToUpper(s), "X")
 	if !ok {
-		return simProfile{}, profileError(s, "want <count>x<model>")
+		return simProfile{}, errors.New("want <count>x<model>")
 	}
 	count, err := strconv.Atoi(countStr)
 	if err != nil || count < 1 || count > maxSimGPUs {
-		return simProfile{}, profileError(s, fmt.Sprintf("count must be 1 to %d", maxSimGPUs))
+		return simProfile{}, fmt.Errorf("count must be 1 to %d", maxSimGPUs)
 	}
 	for _, k := range simModelKeys() {
 		if model == k {
 			return simProfile{count: count, model: k}, nil
 		}
 	}
-	return simProfile{}, profileError(s, fmt.Sprintf("unknown model %q", model))
+	return simProfile{}, fmt.Errorf("unknown model %q", model)
 }
 
 func profileError(s, why string) error {
-	return fmt.Errorf("simulated GPU profile %q: %s; valid profiles are <count>x<model> with count 1 to %d and model one of %s (e.g. %s)",
-		s, why, maxSimGPUs, strings.Join(simModelKeys(), ", "), strings.Join(Profiles(), ", "))
+	return fmt.Errorf("simulated GPU profile %q: %s; valid profiles are <count>x<model>[%s] with count 1 to %d and model one of %s (e.g. %s)",
+		s, why, ScrambledSuffix, maxSimGPUs, strings.Join(simModelKeys(), ", "), strings.Join(Profiles(), ", "))
 }
 
 // simAddress is the PCI address of simulated GPU i. The first eight are a

@@ -17,6 +17,8 @@ func TestParseProfile(t *testing.T) {
 		{"16xA30", "16xA30"},
 		{"2xa100", "2xA100"},
 		{"3xH200", "3xH200"},
+		{"8xH100:scrambled", "8xH100:scrambled"},
+		{"8XH100:SCRAMBLED", "8xH100:scrambled"},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
 			p, err := parseProfile(tc.in)
@@ -31,7 +33,7 @@ func TestParseProfile(t *testing.T) {
 }
 
 func TestParseProfileRejects(t *testing.T) {
-	for _, in := range []string{"", "H100", "8x", "xH100", "0xH100", "17xH100", "-1xH100", "8xV100", "8xH100x", "eightxH100"} {
+	for _, in := range []string{"", "H100", "8x", "xH100", "0xH100", "17xH100", "-1xH100", "8xV100", "8xH100x", "eightxH100", "8xH100:", "8xH100:shuffled", ":scrambled"} {
 		t.Run(in, func(t *testing.T) {
 			_, err := parseProfile(in)
 			if err == nil {

@@ -17,7 +17,10 @@ import (
 
 // treeGPU is what the fake tree needs of a simulated GPU.
 type treeGPU struct {
-	index    int
+	// slot (the place in PCI order) numbers the render node, minor the
+	// /dev/nvidiaN node.
+	slot     int
+	minor    int
 	addr     pci.Address
 	numaNode int
 	vendorID uint16
@@ -25,13 +28,14 @@ type treeGPU struct {
 }
 
 // writeSimTree writes, under root, the parts of sysfs and /dev the daemon
-// reads on a real host, for each GPU i at PCI address A:
+// reads on a real host, for the GPU at PCI address A, the i-th in PCI order,
+// with device minor M:
 //
 //	sys/bus/pci/devices/A/{numa_node,vendor,device}
 //	sys/class/drm/renderD<128+i>/device -> ../../../bus/pci/devices/A
 //	dev/dri/renderD<128+i>                (empty file for the char device)
 //	dev/dri/by-path/pci-A-render -> ../renderD<128+i>
-//	dev/nvidia<i>                         (a stand-in node, see writeNode)
+//	dev/nvidia<M>                         (a stand-in node, see writeNode)
 //
 // and, once for the host, the driver's control nodes dev/nvidiactl,
 // dev/nvidia-uvm and dev/nvidia-uvm-tools (stand-ins too).
@@ -58,7 +62,7 @@ func writeSimTree(root string, gpus []treeGPU) error {
 	}
 	for _, g := range gpus {
 		if err := writeTreeGPU(sys, dev, g); err != nil {
-			return fmt.Errorf("writing simulated tree for GPU %d (%s): %w", g.index, g.addr, err)
+			return fmt.Errorf("writing simulated tree for GPU %d (%s): %w", g.slot, g.addr, err)
 		}
 	}
 	for i := len(gpus); i < maxSimGPUs; i++ {
@@ -71,7 +75,7 @@ func writeSimTree(root string, gpus []treeGPU) error {
 
 func writeTreeGPU(sys, dev string, g treeGPU) error {
 	addr := g.addr.String()
-	render := "renderD" + strconv.Itoa(128+g.index)
+	render := "renderD" + strconv.Itoa(128+g.slot)
 	pciDir := filepath.Join(sys, "bus", "pci", "devices", addr)
 	drmDir := filepath.Join(sys, "class", "drm", render)
 	for _, d := range []string{pciDir, drmDir} {
@@ -90,7 +94,7 @@ func writeTreeGPU(sys, dev string, g treeGPU) error {
 			return err
 		}
 	}
-	if err := writeNode(filepath.Join(dev, "nvidia"+strconv.Itoa(g.index))); err != nil {
+	if err := writeNode(filepath.Join(dev, "nvidia"+strconv.Itoa(g.minor))); err != nil {
 		return err
 	}
 	if err := replaceSymlink(filepath.Join("..", "..", "..", "bus", "pci", "devices", addr), filepath.Join(drmDir, "device")); err != nil {
