@@ -164,12 +164,17 @@ func (a *Agent) rememberModes(cfg *Config, p *plan.Plan, todo []int) {
 }
 
 // limitsOf are the defaults the control daemon of gp's GPU must hold: the
-// plan's cap, and its daemon's thread percentage and client priority.
+// plan's cap (in the single layout, what the shared daemon holds on the
+// GPU's ordinal: sharedMemoryLimit), and its daemon's thread percentage
+// and client priority.
 func (a *Agent) limitsOf(cfg *Config, gp plan.GPUPlan) mps.Limits {
 	defaults := a.serverDefaults(cfg, gp)
 	l := mps.Limits{ClientPriority: defaults.ClientPriority}
 	if len(gp.Devices) > 0 {
 		l.MemoryLimit, l.ThreadPercentage = gp.Devices[0].MemoryLimit, float64(defaults.ThreadPercentage)
+	}
+	if cfg.single() {
+		l.MemoryLimit = a.sharedMemoryLimit(cfg, gp.GPU.UUID, l.MemoryLimit)
 	}
 	return l
 }
@@ -240,6 +245,13 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan, wa
 		st.Reason = err.Error()
 		a.setHealth(gs, log, false, st.Reason)
 		return st, errKind
+	}
+	if cfg.single() {
+		// The shared daemon's limit of this GPU's ordinal depends on the
+		// list the daemon runs with, which EnsureServers may just have
+		// changed (started or restarted it).
+		want = a.limitsOf(cfg, gp)
+		st.MemoryLimit = want.MemoryLimit
 	}
 	if !adopted {
 		if gs.limits != (mps.Limits{}) {

@@ -1,13 +1,17 @@
 package agent
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/plan"
+	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -15,10 +19,17 @@ import (
 // per GPU, each GPU's control daemon in <root>/<uuid>; or single, ONE
 // control daemon in <root> itself for every GPU, as Cloudpods' host agent
 // hands its pods CUDA_MPS_PIPE_DIRECTORY=<root>. The single daemon is
-// started with CUDA_VISIBLE_DEVICES listing the planned GPUs' UUIDs in PCI
-// order, so its device ordinal i is the i-th of them; each GPU's memory cap
-// is set on its ordinal, and the one thread percentage every device shares
-// is the largest the policy gives any GPU (Cloudpods' own daemon: 100/minN).
+// started with CUDA_VISIBLE_DEVICES listing the planned GPUs' UUIDs, so its
+// device ordinal i is the i-th of them. MPS holds a client's ordinal k to
+// the daemon's limit of ordinal k, and our containers see their own GPU
+// alone (CUDA_VISIBLE_DEVICES), as their ordinal 0, lowering its limit to
+// their device's cap: ordinal 0 holds the largest cap of any GPU, every
+// other ordinal its own GPU's (plan.SharedMemoryLimits). The list puts the
+// GPU of the largest cap first (then PCI order), so that ordinal 0's limit
+// is that GPU's own cap too, and a client that sees every GPU (Cloudpods'
+// pods) is held to each GPU's own cap (sharedOrder). The one thread
+// percentage every device shares is likewise the largest the policy gives
+// any GPU (Cloudpods' own daemon: 100/minN).
 
 // single reports the single layout.
 func (c *Config) single() bool { return c.Host.Layout() == config.LayoutSingle }
@@ -27,6 +38,9 @@ func (c *Config) single() bool { return c.Host.Layout() == config.LayoutSingle }
 // layout: the daemon's device list and its one thread percentage.
 type singleLayout struct {
 	visible string
+	// plan is the plan the layout is of, whose caps the daemon's ordinals
+	// hold (sharedMemoryLimit).
+	plan *plan.Plan
 	// defaults are the one daemon's defaults: the largest share of any of
 	// its devices and the most protective priority (vdev.MostProtective).
 	defaults vdev.ServerDefaults
@@ -38,13 +52,55 @@ func layoutOf(cfg *Config, p *plan.Plan) singleLayout {
 		return singleLayout{}
 	}
 	var l singleLayout
-	uuids := make([]string, 0, len(p.GPUs))
-	for _, gp := range p.GPUs {
-		uuids = append(uuids, gp.GPU.UUID.String())
+	var uuids []string
+	for _, u := range sharedOrder(p) {
+		uuids = append(uuids, u.String())
 	}
 	l.visible = mps.VisibleList(uuids)
 	l.defaults = p.SharedDefaults()
+	l.plan = p
 	return l
+}
+
+// sharedOrder is the single daemon's device list for p: the planned GPUs
+// by their cap, largest first, then in PCI order (p.GPUs' order).
+func sharedOrder(p *plan.Plan) []gpu.UUID {
+	gps := slices.Clone(p.GPUs)
+	slices.SortStableFunc(gps, func(a, b plan.GPUPlan) int { return cmp.Compare(capOf(b), capOf(a)) })
+	out := make([]gpu.UUID, len(gps))
+	for i, gp := range gps {
+		out[i] = gp.GPU.UUID
+	}
+	return out
+}
+
+// capOf is the memory cap of gp's devices (all alike), 0 with none.
+func capOf(gp plan.GPUPlan) units.MiB {
+	if len(gp.Devices) == 0 {
+		return 0
+	}
+	return gp.Devices[0].MemoryLimit
+}
+
+// sharedMemoryLimit is the limit the single daemon must hold on the
+// ordinal of the GPU uuid, whose own cap is own: plan.SharedMemoryLimits
+// over the device list the running daemon was started with (a busy daemon
+// may still serve an older one: bindDevice), or the planned one. A GPU it
+// does not serve keeps its own cap: bindDevice reports it unhealthy.
+func (a *Agent) sharedMemoryLimit(cfg *Config, uuid gpu.UUID, own units.MiB) units.MiB {
+	visible, known := mps.RecordedDevices(a.envFor(cfg, uuid).PipeDir)
+	if !known {
+		visible = a.layout.visible
+	}
+	var order []gpu.UUID
+	for _, u := range strings.Split(visible, ",") {
+		order = append(order, gpu.UUID(u))
+	}
+	i := slices.Index(order, uuid)
+	if i < 0 || a.layout.plan == nil {
+		return own
+	}
+	return a.layout.plan.SharedMemoryLimits(order)[i]
 }
 
 // bindDevice points a GPU's controller at its device ordinal in the single

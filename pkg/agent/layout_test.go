@@ -65,16 +65,18 @@ func TestSingleLayoutCapsLandOnEachGPU(t *testing.T) {
 		t.Fatalf("the connected client's server: %+v %v, want GPU 0's cap %v kept", l, err, h200Memory/4)
 	}
 
-	// The client leaves: the daemon restarts with both GPUs, each capped on
-	// its own ordinal although CUDA's order is the reverse of PCI's.
+	// The client leaves: the daemon restarts with both GPUs, the one of the
+	// larger cap first (ordinal 0 holds the largest cap: a container sees
+	// its own GPU alone, as ordinal 0), each capped on its own ordinal
+	// whatever CUDA's own order.
 	if err := h.runner.RemoveClient(root, 5001); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.agent.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := mps.RecordedDevices(root); got != gpus[0].UUID.String()+","+gpus[1].UUID.String() {
-		t.Fatalf("daemon serves %q, want both GPUs in PCI order", got)
+	if got, _ := mps.RecordedDevices(root); got != gpus[1].UUID.String()+","+gpus[0].UUID.String() {
+		t.Fatalf("daemon serves %q, want both GPUs, GPU 1 (cap %v) before GPU 0 (cap %v)", got, h200Memory/2, h200Memory/4)
 	}
 	srv, err = h.runner.AddClient(root, 5002)
 	if err != nil {

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
@@ -38,25 +36,9 @@ const eightWithQoS = `devices:
 // specEnv is each device's environment in the host's CDI spec, by name.
 func (h *harness) specEnv(t *testing.T) map[string]map[string]string {
 	t.Helper()
-	var spec struct {
-		Devices []struct {
-			Name           string `yaml:"name"`
-			ContainerEdits struct {
-				Env []string `yaml:"env"`
-			} `yaml:"containerEdits"`
-		} `yaml:"devices"`
-	}
-	if err := yaml.Unmarshal([]byte(h.cdiSpec(t)), &spec); err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]map[string]string{}
-	for _, d := range spec.Devices {
-		env := map[string]string{}
-		for _, kv := range d.ContainerEdits.Env {
-			k, v, _ := strings.Cut(kv, "=")
-			env[k] = v
-		}
-		out[d.Name] = env
+	for name, e := range h.cdiEntries(t) {
+		out[name] = e.Env
 	}
 	return out
 }

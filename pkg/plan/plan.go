@@ -14,6 +14,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/pci"
+	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -48,6 +49,33 @@ func (p *Plan) SharedDefaults() vdev.ServerDefaults {
 		ds = append(ds, g.Defaults())
 	}
 	return vdev.MostProtective(ds...)
+}
+
+// SharedMemoryLimits are the pinned memory limits, by device ordinal, that
+// one control daemon serving the GPUs of order (its CUDA_VISIBLE_DEVICES,
+// in order) must hold for this plan (the single pipe layout). MPS holds a
+// client's ordinal k to the daemon's ordinal k limit, not to the limit of
+// the GPU the daemon numbers k (docs/gpu-runs/mps-probe-multi.txt): a
+// container of ours sees its own GPU alone, as its ordinal 0, and lowers
+// ordinal 0's limit to its device's cap with CUDA_MPS_PINNED_DEVICE_MEM_LIMIT,
+// which can lower a limit and never raise it. So ordinal 0 holds the
+// largest cap of any planned GPU of order, within which every container's
+// cap falls, and every other ordinal its own GPU's cap, which is what a
+// client that sees every GPU (Cloudpods' pods) gets there. A GPU of order
+// that the plan does not share gets no limit.
+func (p *Plan) SharedMemoryLimits(order []gpu.UUID) []units.MiB {
+	caps := map[gpu.UUID]units.MiB{}
+	for _, g := range p.GPUs {
+		if len(g.Devices) > 0 {
+			caps[g.GPU.UUID] = g.Devices[0].MemoryLimit
+		}
+	}
+	out := make([]units.MiB, len(order))
+	for i, u := range order {
+		out[i] = caps[u]
+		out[0] = max(out[0], caps[u])
+	}
+	return out
 }
 
 // Plan is the whole host's sharing plan.

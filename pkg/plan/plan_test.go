@@ -295,3 +295,30 @@ func TestBuildReplicasWithoutFile(t *testing.T) {
 		t.Errorf("got %v\nwant %s", err, want)
 	}
 }
+
+// TestSharedMemoryLimits: the single daemon's ordinal 0 holds the largest
+// cap of the GPUs it serves, each other ordinal its own GPU's; a GPU the
+// plan does not share gets none.
+func TestSharedMemoryLimits(t *testing.T) {
+	gpus, r := host(t)
+	p, err := Build(hostConf(t, "enable_cuda_mps: true\n"), devices(t, "devices:\n"+entry(uuidH200, 4)+entry(uuidH100, 2)), gpus, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h200, h100 := units.MiB(143771/4), units.MiB(81559/2)
+	for _, c := range []struct {
+		order []gpu.UUID
+		want  []units.MiB
+	}{
+		// The H100's half (40779 MiB) is the larger cap.
+		{[]gpu.UUID{uuidH200, uuidH100}, []units.MiB{h100, h100}},
+		{[]gpu.UUID{uuidH100, uuidH200}, []units.MiB{h100, h200}},
+		{[]gpu.UUID{uuidP40, uuidH100, uuidH200}, []units.MiB{h100, h100, h200}},
+		{[]gpu.UUID{uuidP40}, []units.MiB{0}},
+		{[]gpu.UUID{uuidH200}, []units.MiB{h200}},
+	} {
+		if got := p.SharedMemoryLimits(c.order); !slices.Equal(got, c.want) {
+			t.Errorf("SharedMemoryLimits(%v) = %v, want %v", c.order, got, c.want)
+		}
+	}
+}
