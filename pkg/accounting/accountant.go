@@ -180,7 +180,7 @@ func (a *Accountant) logChanges(ctx context.Context, r Report) {
 	}
 	for _, e := range r.Usage.Escapes {
 		if firstSeen(reportKey{kind: "escape", pid: e.PID, start: e.StartTicks, device: e.Device, reason: e.Reason}) {
-			a.log.WarnContext(ctx, "MPS client escapes its batch device's QoS (its environment); terminated under enforce", "gpu", e.GPU,
+			a.log.WarnContext(ctx, "MPS client's environment escapes its device's QoS or memory limit; terminated under enforce", "gpu", e.GPU,
 				"pid", e.PID, "device", e.Device, "source", e.Source, "used_mib", uint64(e.UsedBytes)>>20, "reason", e.Reason, "policy", string(r.Policy))
 		}
 	}

@@ -25,6 +25,8 @@ const (
 	CauseMemory = "memory_cap"
 	// CauseQoS: its environment escapes its batch device's QoS (qos.go).
 	CauseQoS = "qos_escape"
+	// CauseLimit: its environment lifts its MPS memory limit (limit.go).
+	CauseLimit = "limit_escape"
 	// CauseNoDevice: it is in a container whose device cannot be
 	// established (UnknownProcess.Hidden), so it is treated as over every
 	// cap it could be under.
@@ -32,14 +34,15 @@ const (
 )
 
 // Causes lists every cause, for series that must exist before the first.
-func Causes() []string { return []string{CauseMemory, CauseQoS, CauseNoDevice} }
+func Causes() []string { return []string{CauseMemory, CauseQoS, CauseLimit, CauseNoDevice} }
 
 // Action is one client to terminate.
 type Action struct {
 	PID    int
 	Device string
 	GPU    gpu.UUID
-	// Cause is CauseMemory, CauseQoS or CauseNoDevice (then Device is "").
+	// Cause is CauseMemory, CauseQoS, CauseLimit or CauseNoDevice (then
+	// Device is "").
 	Cause string
 	// UsedBytes is the client's own usage; DeviceUsedBytes its device's
 	// before any termination; CapBytes the device's cap.

@@ -254,6 +254,8 @@ func (a Action) what() string {
 	switch a.Cause {
 	case CauseQoS:
 		return "client escaping its device's QoS"
+	case CauseLimit:
+		return "client escaping its device's memory limit"
 	case CauseNoDevice:
 		return "container client without a device"
 	}

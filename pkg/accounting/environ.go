@@ -10,7 +10,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
-// A process's initial environment is read as a stream: only the three
+// A process's initial environment is read as a stream: only the four
 // variables the accounting needs are kept, each value at most maxEnvValue
 // bytes, so memory stays bounded however large the environment is, and its
 // size alone never makes a process an escape (issue 23: a batch client
@@ -34,7 +34,7 @@ const (
 // its full length, so two long values that differ only in length still
 // differ.
 type envVars struct {
-	device, thread, priority []string
+	device, thread, priority, limit []string
 }
 
 // slot is where values of name go; nil for a name not read.
@@ -46,6 +46,8 @@ func (v *envVars) slot(name []byte) *[]string {
 		return &v.thread
 	case vdev.EnvClientPriority:
 		return &v.priority
+	case vdev.EnvMemoryLimit:
+		return &v.limit
 	}
 	return nil
 }

@@ -47,7 +47,7 @@ func (v envVars) qosOf() clientreport.QoSEnv {
 		}
 		return clientreport.EnvValue{Value: envDisplay(vals[len(vals)-1]), Set: true, Twice: len(vals) > 1}
 	}
-	return clientreport.QoSEnv{ThreadPercentage: value(v.thread), ClientPriority: value(v.priority)}
+	return clientreport.QoSEnv{ThreadPercentage: value(v.thread), ClientPriority: value(v.priority), MemoryLimit: value(v.limit)}
 }
 
 // DeviceQoS is what a batch device's clients must keep to.
@@ -122,32 +122,43 @@ func CheckQoS(env clientreport.QoSEnv, q DeviceQoS) string {
 	return strings.Join(why, "; ")
 }
 
-// Escape is a client of a batch device whose environment (Client.Env)
-// escapes its QoS; Reason says how. The embedded clientreport.Escape is
-// what /status shows.
+// Escape is a client whose environment (Client.Env) escapes its batch
+// device's QoS or its device's memory limit; Reason says how. The embedded
+// clientreport.Escape is what /status shows.
 type Escape struct {
 	clientreport.Escape
 	// StartTicks identifies the process (see Client.StartTicks): the one
 	// to terminate is this one, not a later holder of its PID.
 	StartTicks uint64
+	// Limit: it escapes the memory limit (CheckMemoryLimit), whatever
+	// else; its termination's cause is CauseLimit.
+	Limit bool
 }
 
 func (e Escape) gpuPID() (gpu.UUID, int) { return e.GPU, e.PID }
 
-// Escapes finds the clients of u billed to a device of qos whose
-// environment escapes it; sorted by GPU then PID.
+// Escapes finds the clients of u whose environment escapes their device's
+// memory limit (every device's), or the QoS of their device when it is a
+// batch device of qos; sorted by GPU then PID.
 func Escapes(u Usage, qos map[string]DeviceQoS) []Escape {
 	var out []Escape
 	for _, name := range slices.Sorted(maps.Keys(u.PerDevice)) {
-		q, checked := qos[name]
-		if !checked {
-			continue
-		}
+		q, batch := qos[name]
 		d := u.PerDevice[name]
 		for _, c := range d.Clients {
-			if why := CheckQoS(c.Env, q); why != "" {
+			var why []string
+			limit := CheckMemoryLimit(c.Env, d.GPU)
+			if limit != "" {
+				why = append(why, limit)
+			}
+			if batch {
+				if qosWhy := CheckQoS(c.Env, q); qosWhy != "" && qosWhy != limit {
+					why = append(why, qosWhy)
+				}
+			}
+			if len(why) > 0 {
 				out = append(out, Escape{Escape: clientreport.Escape{PID: c.PID, GPU: d.GPU, UsedBytes: units.Bytes(c.UsedBytes),
-					Device: name, Source: c.Source, Environment: c.Env, Reason: why}, StartTicks: c.StartTicks})
+					Device: name, Source: c.Source, Environment: c.Env, Reason: strings.Join(why, "; ")}, StartTicks: c.StartTicks, Limit: limit != ""})
 			}
 		}
 	}
@@ -172,9 +183,13 @@ func DecideEscapes(escapes []Escape, u Usage, caps map[string]uint64, p config.A
 			continue
 		}
 		taken[e.PID] = true
+		cause, what := CauseQoS, "escapes its device's QoS: "
+		if e.Limit {
+			cause, what = CauseLimit, "escapes its device's memory limit: "
+		}
 		out = append(out, Action{PID: e.PID, Device: e.Device, GPU: e.GPU, UsedBytes: uint64(e.UsedBytes),
 			DeviceUsedBytes: u.PerDevice[e.Device].UsedBytes, CapBytes: caps[e.Device], StartTicks: e.StartTicks,
-			Cause: CauseQoS, Reason: "escapes its device's QoS: " + e.Reason})
+			Cause: cause, Reason: what + e.Reason})
 	}
 	return out
 }

@@ -162,7 +162,7 @@ func TestAccountantTerminatesQoSEscapes(t *testing.T) {
 		}
 	}
 	out := logs.String()
-	if n := strings.Count(out, "escapes its batch device's QoS"); n != 2 {
+	if n := strings.Count(out, "escapes its device's QoS or memory limit"); n != 2 {
 		t.Errorf("%d escape lines, want one per process (2):\n%s", n, out)
 	}
 	if !strings.Contains(out, "terminating client escaping its device's QoS") || !strings.Contains(out, "cause=qos_escape") {

@@ -50,9 +50,11 @@ type Mismatch struct {
 	Reason      string `json:"reason"`
 }
 
-// Escape is a client of a batch device whose environment escapes the
-// device's QoS: it lacks or raises CUDA_MPS_ACTIVE_THREAD_PERCENTAGE or
-// CUDA_MPS_CLIENT_PRIORITY; Reason says how.
+// Escape is a client whose environment escapes its device's memory limit
+// (a CUDA_MPS_PINNED_DEVICE_MEM_LIMIT that MPS cannot take, which leaves it
+// no limit at all) or its batch device's QoS (it lacks or raises
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE or CUDA_MPS_CLIENT_PRIORITY); Reason
+// says how.
 type Escape struct {
 	PID       int         `json:"pid"`
 	GPU       gpu.UUID    `json:"gpu"`
@@ -69,6 +71,8 @@ type Escape struct {
 type QoSEnv struct {
 	ThreadPercentage EnvValue `json:"thread_percentage"`
 	ClientPriority   EnvValue `json:"client_priority"`
+	// MemoryLimit is CUDA_MPS_PINNED_DEVICE_MEM_LIMIT.
+	MemoryLimit EnvValue `json:"memory_limit"`
 	// Unreadable says why the environment could not be read (larger than
 	// the accounting reads, for one); then nothing in it is known.
 	Unreadable string `json:"unreadable,omitempty"`

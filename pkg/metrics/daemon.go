@@ -110,7 +110,7 @@ func NewDaemon(o DaemonOptions) *Daemon {
 		}),
 		enforcementSteps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mps_daemon_enforcement_steps_total", ConstLabels: cl,
-			Help: "Steps taken against clients, by step and cause: memory_cap (the client pushed its virtual device over its memory cap), qos_escape (its environment escapes its batch device's QoS), no_device (a container client whose device cannot be established).",
+			Help: "Steps taken against clients, by step and cause: memory_cap (the client pushed its virtual device over its memory cap), qos_escape (its environment escapes its batch device's QoS), limit_escape (its environment lifts its MPS memory limit), no_device (a container client whose device cannot be established).",
 		}, []string{"step", "cause"}),
 		d: daemonDescs{
 			info:          desc("mps_daemon_info", "Always 1: the daemon's version and whether its GPUs and MPS are simulated.", "version", "go_version", "simulated"),
@@ -128,7 +128,7 @@ func NewDaemon(o DaemonOptions) *Daemon {
 			acctMismatches: desc("mps_daemon_accounting_mismatched_clients",
 				"MPS clients billed by their identity file whose environment names another device or none, or whose own view hides the file."),
 			acctQoSEscapes: desc("mps_daemon_accounting_qos_escapes",
-				"MPS clients of batch devices (mps_qos) whose environment lacks or raises their device's thread share or client priority."),
+				"MPS clients whose environment escapes their device: a memory limit MPS cannot take (which lifts it), or, on batch devices (mps_qos), a thread share or client priority lacking or raised."),
 
 			configHeld:     desc("mps_daemon_config_held", "1 while a configuration change is held back until the files settle (it would remove every device, or drop the device YAML's entries)."),
 			restartPending: desc("mps_daemon_config_restart_pending", "host.conf keys changed on disk that take effect at the next restart."),
