@@ -137,7 +137,8 @@ func Build(hc *config.HostConf, df *config.DeviceFile, gpus []gpu.Info, r gpu.Re
 			}
 			if first, dup := claimed[g.PCI]; dup {
 				errs = append(errs, &config.Error{File: df.Path, Line: e.Line, Field: e.Field("path"),
-					Msg: fmt.Sprintf("names GPU %s (%s) again: the entry at line %d already shares it", g.PCI, g.UUID, first.Line)})
+					Msg: fmt.Sprintf("%q and %s (%q, line %d) name the same GPU, %s (%s): keep one entry per GPU",
+						e.Path, first.Field("path"), first.Path, first.Line, g.PCI, g.UUID)})
 				continue
 			}
 			claimed[g.PCI] = e

@@ -235,7 +235,7 @@ func TestBuildErrors(t *testing.T) {
 		{
 			name:     "same GPU twice",
 			devices:  "devices:\n" + entry("/dev/dri/renderD128", 2) + entry("00000000:18:00.0", 4),
-			want:     []string{"dev.yml:5: devices[1].path: names GPU 0000:18:00.0 (" + uuidH200 + ") again: the entry at line 2 already shares it"},
+			want:     []string{`dev.yml:5: devices[1].path: "00000000:18:00.0" and devices[0].path ("/dev/dri/renderD128", line 2) name the same GPU, 0000:18:00.0 (` + uuidH200 + `): keep one entry per GPU`},
 			wantGPUs: []string{"0000:18:00.0"},
 		},
 		{
@@ -251,7 +251,7 @@ func TestBuildErrors(t *testing.T) {
 			want: []string{
 				"dev.yml:2: devices[0].path: render node /dev/dri/renderD199: <sys>/class/drm/renderD199/device: no such file",
 				"dev.yml:5: devices[1].virtual_number: 20 virtual devices exceed the 16 MPS clients a Pascal GPU accepts (Tesla P40 " + uuidP40 + " at 0000:3b:00.0)",
-				"dev.yml:11: devices[3].path: names GPU 0000:af:00.0 (" + uuidH100 + ") again: the entry at line 8 already shares it",
+				`dev.yml:11: devices[3].path: "af:00.0" and devices[2].path ("/dev/dri/renderD130", line 8) name the same GPU, 0000:af:00.0 (` + uuidH100 + `): keep one entry per GPU`,
 			},
 			wantGPUs: []string{"0000:af:00.0"},
 		},

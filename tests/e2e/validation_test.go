@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/agent"
+	"yunion.io/x/mps-daemon/pkg/gpu/nvmlsim"
 )
 
 // startRefusal is an edit of host.conf or the device YAML that the daemon
@@ -37,6 +38,10 @@ var startRefusals = []startRefusal{
 		want: "mps_host_name: 10000 bytes, longer than the 128 the inventory allows for a host's name"},
 	{name: "entry names no GPU present", check: "plan", devices: "devices:\n- path: /dev/dri/renderD150\n  type: NVIDIA_MPS\n  virtual_number: 2\n",
 		want: "devices.yml:2"},
+	// Issue 33: one GPU named twice, by its node and by its UUID ($GPU0:
+	// the simulated host's first GPU), is refused naming both entries.
+	{name: "one GPU named twice", check: "plan", devices: "devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_number: 2\n- path: $GPU0\n  type: NVIDIA_MPS\n  virtual_number: 4\n",
+		want: `devices.yml:5: devices[1].path: "$GPU0" and devices[0].path ("/dev/nvidia0", line 2) name the same GPU, 0000:18:00.0 ($GPU0): keep one entry per GPU`},
 	{name: "CA file without a certificate", check: "ssl_ca_certs", conf: map[string]string{
 		"mps_inventory_backend": "region", "auth_url": "http://127.0.0.1:1/v3", "admin_user": "a", "admin_password": "b", "ssl_ca_certs": "$DIR/not-a-ca.crt"},
 		want: "not-a-ca.crt holds no PEM certificate"},
@@ -76,12 +81,13 @@ func TestStartChecksAreCheckConfigAndReloadChecks(t *testing.T) {
 	for _, c := range startRefusals {
 		t.Run(c.name, func(t *testing.T) {
 			// Start and check-config, on a copy of the host's files.
+			want := strings.ReplaceAll(c.want, "$GPU0", simGPU0(t))
 			e := newEnv(t, h.url, freePort(t))
 			applyRefusal(t, e, c)
 			_, errOut, code := run(t, nil, "mps-daemon", "--config", e.hostConf, "--simulate", "8xH100")
 			atStart := refusal(errOut, e.dir)
-			if code != 1 || !strings.Contains(atStart, c.want) {
-				t.Fatalf("start: exit %d, want 1 and %q:\n%s", code, c.want, errOut)
+			if code != 1 || !strings.Contains(atStart, want) {
+				t.Fatalf("start: exit %d, want 1 and %q:\n%s", code, want, errOut)
 			}
 			_, errOut, code = run(t, nil, "mps-daemon", "--config", e.hostConf, "--simulate", "8xH100", "check-config")
 			if got := refusal(errOut, e.dir); code != 1 || got != atStart {
@@ -93,7 +99,7 @@ func TestStartChecksAreCheckConfigAndReloadChecks(t *testing.T) {
 			applyRefusal(t, h.env, c)
 			eventually(t, "the reload refused", func() (bool, string) {
 				st := h.status(t)
-				return strings.Contains(st.ConfigError, c.want), st.ConfigError
+				return strings.Contains(st.ConfigError, want), st.ConfigError
 			})
 			st := h.status(t)
 			if got := strings.ReplaceAll(st.ConfigError, h.dir, "$DIR"); got != atStart {
@@ -123,7 +129,7 @@ func applyRefusal(t *testing.T, e *env, c startRefusal) {
 		t.Fatal(err)
 	}
 	if c.devices != "" {
-		saveAtomic(t, e.devices, c.devices)
+		saveAtomic(t, e.devices, strings.ReplaceAll(c.devices, "$GPU0", simGPU0(t)))
 	}
 	if len(c.conf) == 0 {
 		return
@@ -143,6 +149,18 @@ func applyRefusal(t *testing.T, e *env, c startRefusal) {
 		}
 	}
 	saveAtomic(t, e.hostConf, s)
+}
+
+// simGPU0 is the UUID of the first GPU of the simulated host the tests'
+// daemons run on (--simulate 8xH100).
+func simGPU0(t *testing.T) string {
+	t.Helper()
+	backend, sim, err := nvmlsim.New("8xH100", t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Close()
+	return sim.GPUs()[0].UUID.String()
 }
 
 // refusal is the error a mps-daemon run ended with (after "mps-daemon: "
