@@ -32,7 +32,7 @@ nvidia-smi --query-gpu=name,uuid,pci.bus_id,memory.total,compute_mode,driver_ver
 
 say
 say "## 1. MPS contract: the simulated control's assertions against the real nvidia-cuda-mps-control"
-MPS_CONTRACT_REAL=1 MPS_CONTROL_BINARY=$(command -v nvidia-cuda-mps-control) MPS_CONTRACT_GPU=$UUID \
+MPS_CONTRACT_REAL=1 MPS_CONTROL_BINARY=$(command -v nvidia-cuda-mps-control) MPS_CONTRACT_GPU=$UUID MPS_CONTRACT_CLIENT="python3 $C/cuda_client.py" \
 	"$B/mps.test" -test.run 'Contract' -test.v -test.count=1 2>&1 | grep -E '^(--- |    --- |PASS|FAIL|ok)' | block
 check "contract test (real and simulated control answer alike)" "${PIPESTATUS[0]}"
 
