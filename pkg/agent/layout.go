@@ -52,11 +52,13 @@ func layoutOf(cfg *Config, p *plan.Plan) singleLayout {
 		return singleLayout{}
 	}
 	var l singleLayout
-	var uuids []string
-	for _, u := range sharedOrder(p) {
-		uuids = append(uuids, u.String())
+	// The edge: the control's environment is strings (pkg/mps).
+	order := sharedOrder(p)
+	env := make([]string, len(order))
+	for i, u := range order {
+		env[i] = u.String()
 	}
-	l.visible = mps.VisibleList(uuids)
+	l.visible = mps.VisibleList(env)
 	l.defaults = p.SharedDefaults()
 	l.plan = p
 	return l

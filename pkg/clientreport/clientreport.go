@@ -1,7 +1,8 @@
 // Package clientreport holds what the accounting reports about an MPS client
 // process: the QoS its initial environment asks for (QoSEnv), a client it
 // could bill to no device (Unknown), one whose own view disagrees with its
-// identity file (Mismatch) and one that escapes its batch device's QoS
+// identity file (Mismatch) and one whose environment escapes its device's
+// memory limit or its batch device's QoS
 // (Escape). Each fact is one type: pkg/accounting builds and works with
 // these values (embedding them where it keeps more, such as the start time
 // that tells a reused PID), and pkg/status carries the same values in

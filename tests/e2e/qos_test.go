@@ -188,7 +188,7 @@ func TestQoSOnASimulatedHost(t *testing.T) {
 			t.Errorf("PID %d was terminated; only %d escapes its QoS", pid, escape)
 		}
 	}
-	for _, w := range []string{"escapes its batch device's QoS", fmt.Sprintf("pid=%d", escape), "cause=qos_escape",
+	for _, w := range []string{"escapes its device's QoS or memory limit", fmt.Sprintf("pid=%d", escape), "cause=qos_escape",
 		"CUDA_MPS_CLIENT_PRIORITY=0 raises it above its device's priority 1"} {
 		if !strings.Contains(d.Output(), w) {
 			t.Errorf("the daemon's log lacks %q", w)
