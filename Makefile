@@ -125,19 +125,23 @@ gpu-bundle: build
 	CGO_ENABLED=0 $(GO) test -c -o .gpu-bundle/mps.test ./pkg/mps
 	CGO_ENABLED=1 $(GO) test -c -o .gpu-bundle/nvml.test ./pkg/gpu/nvml
 
-# .deb and .rpm of yunion-mps-daemon and yunion-mps-inventory for every
-# architecture in PKG_ARCHES, into $(DIST); binaries in $(BIN)/linux_<arch>;
-# one version for all (taken once: a commit made meanwhile changes nothing).
-# Versioned from git (packaging/version.sh); nfpm comes from the tools module
-# (tools/go.mod), never from the main one. See docs/packaging.md.
+# .deb and .rpm of yunion-mps-daemon, yunion-mps-inventory and
+# yunion-mps-daemon-kubernetes (PKG_NAMES: their nfpm configs'
+# packaging/nfpm-NAME.yaml) for every architecture in PKG_ARCHES, into
+# $(DIST); binaries in $(BIN)/linux_<arch>; one version for all (taken once:
+# a commit made meanwhile changes nothing). Versioned from git
+# (packaging/version.sh); nfpm comes from the tools module (tools/go.mod),
+# never from the main one. See docs/packaging.md.
 NFPM ?= $(GO) tool -modfile=tools/go.mod nfpm
 DIST ?= dist
 PKG_ARCHES ?= amd64 arm64
+PKG_NAMES ?= daemon inventory kubernetes
 package:
 	v=$${PKG_VERSION:-$$(packaging/version.sh)} && for a in $(PKG_ARCHES); do \
-		$(MAKE) --no-print-directory build ARCH=$$a BIN=$(BIN)/linux_$$a VERSION='$(VERSION)' && \
+		$(MAKE) --no-print-directory build $(if $(filter kubernetes,$(PKG_NAMES)),build-kubernetes) \
+			ARCH=$$a BIN=$(BIN)/linux_$$a VERSION='$(VERSION)' && \
 		GO='$(GO)' NFPM='$(NFPM)' BIN='$(BIN)/linux_'$$a DIST='$(DIST)' PKG_ARCH=$$a PKG_VERSION=$$v \
-			./packaging/package.sh || exit 1; \
+			PKG_NAMES='$(PKG_NAMES)' ./packaging/package.sh || exit 1; \
 	done
 
 # A signed apt repository and a signed yum/dnf repository of the packages in

@@ -1,11 +1,14 @@
 #!/bin/sh
-# package.sh builds the .deb and .rpm of yunion-mps-daemon and
-# yunion-mps-inventory into $DIST from the binaries in $BIN (`make package`
-# runs `make build` first). nfpm is the tools module's (tools/go.mod), so it
-# never enters the main module.
+# package.sh builds the .deb and .rpm of yunion-mps-daemon,
+# yunion-mps-inventory and yunion-mps-daemon-kubernetes into $DIST from the
+# binaries in $BIN (`make package` runs `make build build-kubernetes` first).
+# nfpm is the tools module's (tools/go.mod), so it never enters the main
+# module.
 #
 # Environment (all optional):
 #   BIN            binaries (bin)
+#   PKG_NAMES      which packages, by their nfpm config packaging/nfpm-NAME.yaml
+#                  (daemon inventory kubernetes)
 #   DIST           output directory (dist)
 #   NFPM           the nfpm command (go tool -modfile=tools/go.mod nfpm)
 #   PKG_VERSION    package version (packaging/version.sh: from git describe)
@@ -25,14 +28,35 @@ PKG_VERSION=${PKG_VERSION:-$(packaging/version.sh)}
 PKG_ARCH=${PKG_ARCH:-$($GO env GOARCH)}
 PKG_MAINTAINER=${PKG_MAINTAINER:-yunion-mps-daemon packagers <mps-daemon@example.org>}
 
-for b in mps-daemon mps-inventory mpsctl; do
-	[ -x "$BIN/$b" ] || { echo "package.sh: $BIN/$b missing: run make build" >&2; exit 1; }
+PKG_NAMES=${PKG_NAMES:-daemon inventory kubernetes}
+
+# binaries NAME prints the binaries the package NAME ships.
+binaries() {
+	case $1 in
+	daemon) echo mps-daemon mpsctl ;;
+	inventory) echo mps-inventory ;;
+	kubernetes) echo mps-daemon-kubernetes ;;
+	*)
+		echo "package.sh: unknown package $1 (PKG_NAMES)" >&2
+		exit 1
+		;;
+	esac
+}
+for name in $PKG_NAMES; do
+	binaries "$name" >/dev/null
+	for b in $(binaries "$name"); do
+		[ -x "$BIN/$b" ] || { echo "package.sh: $BIN/$b missing: run make build build-kubernetes" >&2; exit 1; }
+	done
 done
 
-# mps-daemon is the one cgo binary: it needs the newest glibc symbol version
-# it references, which becomes the libc6/glibc dependency.
-GLIBC_MIN=$(objdump -T "$BIN/mps-daemon" | sed -n 's/.*GLIBC_\([0-9][0-9.]*\).*/\1/p' | sort -uV | tail -n 1)
-[ -n "$GLIBC_MIN" ] || { echo "package.sh: no GLIBC_ symbol version in $BIN/mps-daemon" >&2; exit 1; }
+# glibc_min BINARY: mps-daemon and mps-daemon-kubernetes are the cgo
+# binaries: each needs the newest glibc symbol version it references, which
+# becomes its package's libc6/glibc dependency.
+glibc_min() {
+	v=$(objdump -T "$BIN/$1" | sed -n 's/.*GLIBC_\([0-9][0-9.]*\).*/\1/p' | sort -uV | tail -n 1)
+	[ -n "$v" ] || { echo "package.sh: no GLIBC_ symbol version in $BIN/$1" >&2; exit 1; }
+	echo "$v"
+}
 
 # Generated inputs; the nfpm configs name dist/.stage/changelog.yml (nfpm
 # does not expand variables in that field), so the stage is always here.
@@ -94,15 +118,26 @@ copyright() {
 		fi
 	done <"$STAGE/$pkg/modules"
 }
-copyright yunion-mps-daemon ./cmd/mps-daemon ./cmd/mpsctl
-copyright yunion-mps-inventory ./cmd/mps-inventory
-
 PKG_RPM_KEY_FILE=${PKG_RPM_KEY_FILE:-}
-export PKG_VERSION PKG_ARCH PKG_MAINTAINER GLIBC_MIN BIN STAGE PKG_RPM_KEY_FILE
+export PKG_VERSION PKG_ARCH PKG_MAINTAINER BIN STAGE PKG_RPM_KEY_FILE
 mkdir -p "$DIST"
-for pkg in daemon inventory; do
+for name in $PKG_NAMES; do
+	# GLIBC_MIN: the libc6/glibc dependency of the packages with a cgo binary.
+	GLIBC_MIN=
+	case $name in
+	daemon)
+		copyright yunion-mps-daemon ./cmd/mps-daemon ./cmd/mpsctl
+		GLIBC_MIN=$(glibc_min mps-daemon)
+		;;
+	inventory) copyright yunion-mps-inventory ./cmd/mps-inventory ;;
+	kubernetes)
+		copyright yunion-mps-daemon-kubernetes -tags netgo,osusergo,kubernetes ./cmd/mps-daemon
+		GLIBC_MIN=$(glibc_min mps-daemon-kubernetes)
+		;;
+	esac
+	export GLIBC_MIN
 	for fmt in deb rpm; do
-		$NFPM package --config "packaging/nfpm-$pkg.yaml" --packager "$fmt" --target "$DIST/"
+		$NFPM package --config "packaging/nfpm-$name.yaml" --packager "$fmt" --target "$DIST/"
 	done
+	echo "package.sh: $name, version $PKG_VERSION${GLIBC_MIN:+, glibc >= $GLIBC_MIN}"
 done
-echo "package.sh: version $PKG_VERSION, glibc >= $GLIBC_MIN"

@@ -3,8 +3,9 @@
 # key REPO/yunion-mps.asc) read by dnf as a RHEL-family host reads it, with
 # the checks the repository's .repo file turns on (gpgcheck, repo_gpgcheck):
 #
-#   1. `dnf --repofrompath ... repoquery` finds yunion-mps-daemon and
-#      yunion-mps-inventory at VERSION for x86_64 and for aarch64; dnf has
+#   1. `dnf --repofrompath ... repoquery` finds yunion-mps-daemon,
+#      yunion-mps-inventory and yunion-mps-daemon-kubernetes at VERSION for
+#      x86_64 and for aarch64; dnf has
 #      verified repomd.xml against repomd.xml.asc with the key to get there.
 #   2. `dnf download` of every package (dnf checks each against the checksums
 #      of the signed metadata), then rpm's signature check with only our key
@@ -52,7 +53,7 @@ out=$(mdnf "$repo" good repoquery --qf '%{name} %{epoch}:%{version}-%{release} %
 	fail "dnf repoquery: $(cat "$scratch/err")"
 printf '%s\n' "$out" | sed 's/^/   | /'
 for arch in x86_64 aarch64; do
-	for pkg in yunion-mps-daemon yunion-mps-inventory; do
+	for pkg in yunion-mps-daemon yunion-mps-inventory yunion-mps-daemon-kubernetes; do
 		assert_contains "dnf repoquery" "$out" "$pkg 1:$version-1 $arch"
 	done
 done
@@ -62,10 +63,10 @@ assert_contains "dnf's view of the repository" "$(mdnf "$repo" good repoinfo 2>&
 # -------------------------------------------------------- package signatures
 mkdir "$scratch/dl" "$scratch/rpmdb"
 for arch in x86_64 aarch64; do
-	mdnf "$repo" good --forcearch="$arch" download --destdir="$scratch/dl" yunion-mps-daemon yunion-mps-inventory \
+	mdnf "$repo" good --forcearch="$arch" download --destdir="$scratch/dl" yunion-mps-daemon yunion-mps-inventory yunion-mps-daemon-kubernetes \
 		>"$scratch/out" 2>&1 || fail "dnf download ($arch): $(cat "$scratch/out")"
 done
-assert_eq "packages downloaded" "$(ls "$scratch/dl" | wc -l)" 4
+assert_eq "packages downloaded" "$(ls "$scratch/dl" | wc -l)" 6
 rpmkeys --dbpath "$scratch/rpmdb" --import "$repo/yunion-mps.asc"
 for f in "$scratch"/dl/*.rpm; do
 	out=$(rpmkeys --dbpath "$scratch/rpmdb" --checksig "$f")
@@ -93,7 +94,7 @@ refused() {
 
 # A package changed after the metadata was signed: one byte of its payload.
 t=$(tampered pkg)
-f=$(ls "$t"/rpm/yunion-mps-daemon-*.x86_64.rpm)
+f=$(ls "$t"/rpm/yunion-mps-daemon-[0-9]*.x86_64.rpm)
 size=$(stat -c %s "$f")
 printf 'X' | dd of="$f" bs=1 seek=$((size - 100)) conv=notrunc status=none
 refused pkg "a changed package" 'has incorrect checksum' \
@@ -102,7 +103,7 @@ refused pkg "a changed package" 'has incorrect checksum' \
 # The same package, with the metadata made again around it (what someone
 # without the key can do): repomd.xml no longer matches its signature.
 t=$(tampered meta)
-f=$(ls "$t"/rpm/yunion-mps-daemon-*.x86_64.rpm)
+f=$(ls "$t"/rpm/yunion-mps-daemon-[0-9]*.x86_64.rpm)
 printf 'X' | dd of="$f" bs=1 seek=$((size - 100)) conv=notrunc status=none
 createrepo_c --quiet --update "$t/rpm"
 refused meta "metadata regenerated without the key" 'repomd.xml GPG signature verification error' repoquery

@@ -250,7 +250,9 @@ add_apt_repo() {
 # repository added (add_apt_repo), the runbook without systemd:
 # apt-get install -y yunion-mps-daemon, the inventory and
 # `mps-daemon --simulate 8xH100` started by hand, /readyz of the daemon, then
-# `mpsctl isolated-device-list`. All of it in namespaces of its own: a
+# `mpsctl isolated-device-list`; then apt-get install -y
+# yunion-mps-daemon-kubernetes and its `check-config --simulate 8xH100`
+# (ROOT/srv/k8s-check has the output). All of it in namespaces of its own: a
 # private network (only its loopback: ports 9330 and 9331 are its own), PID
 # namespace (every process ends with it) and mounts.
 chroot_runbook() {
@@ -293,5 +295,13 @@ chroot_runbook() {
 		wait_until "mps-daemon --simulate ready (GET /readyz: 200)" 180 curl -fsS --max-time 5 http://127.0.0.1:9331/readyz
 		c mpsctl isolated-device-list --limit 2048 | tee "$root/tmp/list" | sed "s/^/   | /"
 		grep -c NVIDIA_MPS "$root/tmp/list" >"$root/srv/devices" || true
+		# The Kubernetes build, from the same repository: its check-config
+		# validates the same files against the simulated GPUs.
+		c apt-get install -y -qq yunion-mps-daemon-kubernetes >"$root/tmp/apt.log" 2>&1 || { cat "$root/tmp/apt.log" >&2; exit 1; }
+		step_note "installed: $(c dpkg-query -W -f="\${Package} \${Version} \${Architecture}" yunion-mps-daemon-kubernetes)"
+		c mps-daemon-kubernetes check-config --simulate 8xH100 >"$root/srv/k8s-check" 2>"$root/tmp/k8s-check.err" ||
+			{ cat "$root/srv/k8s-check" "$root/tmp/k8s-check.err" >&2; exit 1; }
+		step_note "mps-daemon-kubernetes check-config --simulate 8xH100:"
+		sed -n "/^PCI ADDRESS/,/virtual devices/p" "$root/srv/k8s-check" | sed "s/^/   | /"
 	' _ "$root"
 }

@@ -11,7 +11,8 @@
 #      qemu-user through binfmt_misc): the signed apt repository added as
 #      docs/packaging.md says, apt-get install -y yunion-mps-daemon, the
 #      inventory and `mps-daemon --simulate` started by hand (no systemd),
-#      /readyz, mpsctl isolated-device-list.
+#      /readyz, mpsctl isolated-device-list; apt-get install -y
+#      yunion-mps-daemon-kubernetes, its check-config.
 #   3. The rpm repository read by dnf (dnf-repo.sh): repoquery finds both
 #      packages for both architectures with the signatures checked; tampered
 #      packages and metadata are refused.
@@ -20,12 +21,17 @@
 #      (apt-get update fails without the key). The runbook:
 #      apt-get install -y yunion-mps-daemon, then
 #      systemctl enable --now yunion-mps-daemon (simulated GPUs through a
-#      drop-in), then mpsctl isolated-device-list. Then reload, upgrade to v2
-#      with edited configuration (kept), remove, purge.
+#      drop-in), then mpsctl isolated-device-list. The Kubernetes package:
+#      installed beside the running daemon (nothing restarted), the service
+#      switched to the Kubernetes mode (one process, the kubelet plugin's
+#      sockets), removed (the service stopped, back in the Cloudpods mode),
+#      purged. Then reload, upgrade to v2 with edited configuration (kept),
+#      remove, purge.
 #   5. .rpm: the same root booted again with a RHEL-like "disable *" preset,
 #      a host.conf the Cloudpods host service wrote before us, and rpm inside:
-#      install (signature checked), enable --now both units, upgrade with an
-#      edited config(noreplace) file, erase; then the upgrade from Cloudpods'
+#      install (signature checked), enable --now both units, the Kubernetes
+#      package installed and erased beside the running daemon (left alone),
+#      upgrade with an edited config(noreplace) file, erase; then the upgrade from Cloudpods'
 #      own package (a stand-in) that must keep MPS clients alive.
 #
 # Needs root on an amd64 host, debootstrap, systemd-nspawn
@@ -81,7 +87,8 @@ HOST_ARCH=$($GO env GOARCH)
 quiet_make "$WORK/make-v1.log" package BIN="$WORK/bin1" DIST="$WORK/v1" PKG_VERSION="$V1"
 # v2: the same source with another version stamped in, so the upgrade is seen
 # to replace the running binary; this host's architecture only.
-quiet_make "$WORK/make-v2.log" package PKG_ARCHES="$HOST_ARCH" BIN="$WORK/bin2" VERSION="$V2-test" DIST="$WORK/v2" PKG_VERSION="$V2"
+# The Kubernetes package is tested at v1 only (no upgrade of it): not built.
+quiet_make "$WORK/make-v2.log" package PKG_ARCHES="$HOST_ARCH" PKG_NAMES="daemon inventory" BIN="$WORK/bin2" VERSION="$V2-test" DIST="$WORK/v2" PKG_VERSION="$V2"
 (cd "$WORK/v1" && stat -c '   %s bytes  %n' ./*)
 BIN1=$WORK/bin1/linux_$HOST_ARCH
 
@@ -102,6 +109,7 @@ add_apt_repo "$WORK/bullseye-amd64" "$WORK/repo1"
 chroot_runbook "$WORK/bullseye-amd64"
 # etc/host_container_device.yml: renderD128 x4, renderD129 x2.
 assert_eq "devices listed" "$(cat "$WORK/bullseye-amd64/srv/devices")" 6
+assert_contains "mps-daemon-kubernetes check-config" "$(cat "$WORK/bullseye-amd64/srv/k8s-check")" "2 GPUs, 6 virtual devices"
 rm -rf "$WORK/bullseye-amd64"
 
 step "Debian 11 (bullseye), arm64 under qemu-user: apt-get install from the signed repository, mps-daemon --simulate (chroot)"
@@ -111,6 +119,7 @@ cp -a "$(cached_root bullseye arm64 procps)" "$WORK/bullseye-arm64"
 add_apt_repo "$WORK/bullseye-arm64" "$WORK/repo1"
 chroot_runbook "$WORK/bullseye-arm64"
 assert_eq "devices listed" "$(cat "$WORK/bullseye-arm64/srv/devices")" 6
+assert_contains "mps-daemon-kubernetes check-config" "$(cat "$WORK/bullseye-arm64/srv/k8s-check")" "2 GPUs, 6 virtual devices"
 rm -rf "$WORK/bullseye-arm64"
 
 step "rpm repository: dnf reads it, checks its signature, refuses tampering"
@@ -161,7 +170,7 @@ step "lintian and rpmlint"
 tests/packaging/lint.sh "$WORK/v1" "$WORK/signing-key.pub"
 
 step "systemd-analyze verify (staging root)"
-tests/packaging/systemd-verify.sh "$BIN1"
+MPS_VERIFY_KUBERNETES=1 tests/packaging/systemd-verify.sh "$BIN1"
 
 step "package metadata"
 ctrl=$(dpkg-deb -f "$(deb v1 yunion-mps-daemon "$V1")" Depends)
@@ -187,6 +196,29 @@ assert_eq "daemon .rpm noreplace" "$(rpm -qp --nosignature --qf '[%{FILEFLAGS:ff
 # symbol version creeping in changes both.
 need=$(objdump -T "$BIN1/mps-daemon" | sed -n 's/.*GLIBC_\([0-9][0-9.]*\).*/\1/p' | sort -uV | tail -n 1)
 assert_contains "daemon .deb Depends" "$ctrl" "libc6 (>= $need)"
+# The Kubernetes package: the daemon of its own version (the unit its drop-in
+# changes, the shared configuration), its own glibc requirement, its
+# conffile, the drop-in and the manifests.
+kdeb=$(deb v1 yunion-mps-daemon-kubernetes "$V1")
+krpm=$(rpmfile v1 yunion-mps-daemon-kubernetes "$V1")
+need=$(objdump -T "$BIN1/mps-daemon-kubernetes" | sed -n 's/.*GLIBC_\([0-9][0-9.]*\).*/\1/p' | sort -uV | tail -n 1)
+assert_eq "kubernetes .deb Depends" "$(dpkg-deb -f "$kdeb" Depends)" \
+	"yunion-mps-daemon (= 1:$V1-1), libc6 (>= $need), init-system-helpers (>= 1.54~)"
+conff=$(dpkg-deb --ctrl-tarfile "$kdeb" | tar -xOf - ./conffiles)
+assert_eq "kubernetes .deb conffiles" "$conff" "/etc/default/yunion-mps-daemon-kubernetes"
+files=$(dpkg-deb -c "$kdeb")
+for f in ./usr/bin/mps-daemon-kubernetes ./lib/systemd/system/yunion-mps-daemon.service.d/kubernetes.conf \
+	./usr/share/yunion-mps-daemon-kubernetes/deviceclass.yaml ./usr/share/yunion-mps-daemon-kubernetes/rbac.yaml \
+	./usr/share/yunion-mps-daemon-kubernetes/claim-example.yaml; do
+	assert_contains "kubernetes .deb files" "$files" "$f"
+done
+assert_lacks "kubernetes .deb files" "$files" "./lib/systemd/system/yunion-mps-daemon-kubernetes.service"
+req=$(rpm -qpR --nosignature "$krpm")
+assert_contains "kubernetes .rpm Requires" "$req" "yunion-mps-daemon = 1:$V1-1"
+assert_contains "kubernetes .rpm Requires" "$req" "glibc >= $need"
+assert_eq "kubernetes .rpm noreplace" "$(rpm -qp --nosignature --qf '[%{FILEFLAGS:fflags} %{FILENAMES}\n]' "$krpm" | grep /etc/)" \
+	"cn /etc/sysconfig/yunion-mps-daemon-kubernetes"
+assert_contains "kubernetes .rpm files" "$(rpm -qpl --nosignature "$krpm")" "/usr/lib/systemd/system/yunion-mps-daemon.service.d/kubernetes.conf"
 
 # -------------------------------------------------------------------- .deb
 step "deb: a booted Debian ($SUITE), the signed apt repository its only source"
@@ -245,6 +277,77 @@ assert_contains "mpsctl list" "$list" "NVIDIA_MPS"
 # Our client is mpsctl; the name climc is left to Cloudpods' own (docs/inventory.md).
 assert_contains "dpkg -L yunion-mps-daemon" "$(in_ct dpkg -L yunion-mps-daemon)" "/usr/bin/mpsctl"
 assert_eq "/usr/bin/climc" "$(in_ct_sh 'if test -e /usr/bin/climc; then echo present; else echo absent; fi')" "absent"
+
+step "deb: apt-get install -y yunion-mps-daemon-kubernetes beside the running daemon"
+pid=$(in_ct systemctl show -p MainPID --value yunion-mps-daemon)
+out=$(in_ct apt-get install -y yunion-mps-daemon-kubernetes 2>&1)
+printf '%s\n' "$out" | grep -E '^(The following NEW|Setting up|yunion-mps-daemon-kubernetes:)' | sed 's/^/   | /'
+assert_eq "installed" "$(in_ct dpkg-query -W -f='${Status} ${Version}' yunion-mps-daemon-kubernetes)" "install ok installed 1:$V1-1"
+assert_contains "postinst" "$out" "runs in the Cloudpods mode; it runs /usr/bin/mps-daemon-kubernetes from its next start"
+assert_eq "daemon MainPID (installing restarts nothing)" "$(in_ct systemctl show -p MainPID --value yunion-mps-daemon)" "$pid"
+assert_eq "active" "$(in_ct systemctl is-active yunion-mps-inventory yunion-mps-daemon | sort -u)" "active"
+assert_contains "yunion-mps-daemon's drop-ins" "$(in_ct systemctl show -p DropInPaths --value yunion-mps-daemon)" \
+	"/yunion-mps-daemon.service.d/kubernetes.conf"
+out=$(in_ct systemd-analyze verify yunion-mps-daemon.service 2>&1)
+assert_eq "systemd-analyze verify yunion-mps-daemon.service with the drop-in" "$out" ""
+out=$(in_ct mps-daemon-kubernetes check-config --simulate 8xH100 2>/dev/null) || fail "mps-daemon-kubernetes check-config: $out"
+assert_contains "mps-daemon-kubernetes check-config" "$out" "2 GPUs, 6 virtual devices"
+
+step "deb: the service in its Kubernetes mode, as docs/kubernetes.md sets up a node (no API server here)"
+# The node's steps: no local inventory, the kubeconfig in place. The
+# simulated GPUs come through the daemon's options, since the test's
+# simulate.conf drop-in would turn the service back into the Cloudpods mode.
+rm "$WORK/deb-root/etc/systemd/system/yunion-mps-daemon.service.d/simulate.conf"
+in_ct_sh 'sed -i "s/^MPS_DAEMON_OPTS=.*/MPS_DAEMON_OPTS=\"--simulate 8xH100\"/" /etc/default/yunion-mps-daemon'
+printf '%s\n' 'apiVersion: v1' 'kind: Config' 'clusters:' \
+	'- {name: test, cluster: {server: "https://127.0.0.1:6443", insecure-skip-tls-verify: true}}' \
+	'users:' '- {name: mps-daemon, user: {token: not-a-real-token}}' \
+	'contexts:' '- {name: test, context: {cluster: test, user: mps-daemon}}' 'current-context: test' \
+	>"$WORK/deb-root/etc/yunion/mps-dra.kubeconfig"
+in_ct systemctl mask --now yunion-mps-inventory 2>&1 | sed 's/^/   | /'
+in_ct systemctl daemon-reload
+assert_contains "ExecStart" "$(in_ct systemctl show -p ExecStart --value yunion-mps-daemon)" \
+	'argv[]=/usr/bin/mps-daemon-kubernetes --config /etc/yunion/host.conf $MPS_DAEMON_OPTS kubernetes $MPS_DRA_OPTS'
+# Nothing answers at 127.0.0.1:6443, so no ResourceSlice is published and the
+# daemon does not report ready: --no-block, and the kubelet plugin's sockets
+# are what is waited for.
+in_ct systemctl restart --no-block yunion-mps-daemon
+wait_for "the kubelet plugin's registration and DRA sockets" \
+	'test -S /var/lib/kubelet/plugins_registry/mps.yunion.io-reg.sock && test -S /var/lib/kubelet/plugins/mps.yunion.io/dra.sock' 120
+kpid=$(in_ct systemctl show -p MainPID --value yunion-mps-daemon)
+assert_contains "main process" "$(in_ct cat /proc/"$kpid"/cmdline | tr '\0' ' ')" \
+	"/usr/bin/mps-daemon-kubernetes --config /etc/yunion/host.conf --simulate 8xH100 kubernetes --kubeconfig /etc/yunion/mps-dra.kubeconfig"
+assert_contains "its environment" "$(in_ct cat /proc/"$kpid"/environ | tr '\0' '\n')" "NODE_NAME=gpu-node-deb"
+assert_eq "mps-daemon processes (one unit: never both modes at once)" "$(in_ct pgrep -c -f '^/usr/bin/mps-daemon')" 1
+assert_eq "the masked inventory" "$(in_ct systemctl is-active yunion-mps-inventory || true)" "inactive"
+wait_for "the journal says the plugin started" 'journalctl -u yunion-mps-daemon --no-pager | grep -q "kubelet plugin started"' 30
+
+step "deb: apt-get remove, purge yunion-mps-daemon-kubernetes"
+out=$(in_ct apt-get remove -y yunion-mps-daemon-kubernetes 2>&1)
+printf '%s\n' "$out" | grep -E '^(Removing|yunion-mps-daemon-kubernetes:)' | sed 's/^/   | /'
+assert_contains "prerm" "$out" "yunion-mps-daemon.service (Kubernetes mode) stopped"
+assert_eq "daemon after remove" "$(in_ct systemctl is-active yunion-mps-daemon || true)" "inactive"
+assert_contains "ExecStart after remove" "$(in_ct systemctl show -p ExecStart --value yunion-mps-daemon)" \
+	'argv[]=/usr/bin/mps-daemon --config /etc/yunion/host.conf $MPS_DAEMON_OPTS ;'
+assert_eq "package state" "$(in_ct dpkg-query -W -f='${db:Status-Abbrev}' yunion-mps-daemon-kubernetes)" "rc "
+in_ct test -f /etc/default/yunion-mps-daemon-kubernetes
+in_ct apt-get purge -y yunion-mps-daemon-kubernetes >/dev/null
+for f in /etc/default/yunion-mps-daemon-kubernetes /var/lib/kubelet/plugins/mps.yunion.io \
+	/var/lib/kubelet/plugins_registry/mps.yunion.io-reg.sock /usr/bin/mps-daemon-kubernetes; do
+	in_ct test ! -e "$f" || fail "$f survived the purge"
+done
+in_ct test -f /etc/yunion/mps-dra.kubeconfig
+note "ok: the conffile and the plugin's files gone; the operator's kubeconfig kept"
+# Back to the Cloudpods mode for the rest of the run.
+in_ct rm /etc/yunion/mps-dra.kubeconfig
+in_ct_sh 'sed -i "s/^MPS_DAEMON_OPTS=.*/MPS_DAEMON_OPTS=\"\"/" /etc/default/yunion-mps-daemon'
+cmp "$WORK/deb-root/etc/default/yunion-mps-daemon" packaging/files/yunion-mps-daemon.default
+simulate_dropin "$WORK/deb-root"
+in_ct systemctl unmask yunion-mps-inventory >/dev/null 2>&1
+in_ct systemctl daemon-reload
+in_ct timeout 180 systemctl start yunion-mps-inventory yunion-mps-daemon
+assert_eq "active" "$(in_ct systemctl is-active yunion-mps-inventory yunion-mps-daemon | sort -u)" "active"
+assert_eq "devices listed" "$(devices)" 6
 
 step "deb: watchdogs (WatchdogSec=4s through drop-ins, so that a missed ping shows within the test)"
 for unit in yunion-mps-inventory yunion-mps-daemon; do
@@ -376,6 +479,8 @@ cloudpods_sum=$(sha256sum <"$r/etc/yunion/host.conf")
 mkdir -p "$r/srv/rpms/v1" "$r/srv/rpms/v2"
 cp "$(rpmfile v1 yunion-mps-daemon "$V1")" "$(rpmfile v1 yunion-mps-inventory "$V1")" "$r/srv/rpms/v1/"
 cp "$(rpmfile v2 yunion-mps-daemon "$V2")" "$(rpmfile v2 yunion-mps-inventory "$V2")" "$r/srv/rpms/v2/"
+mkdir -p "$r/srv/rpms/kubernetes"
+cp "$(rpmfile v1 yunion-mps-daemon-kubernetes "$V1")" "$r/srv/rpms/kubernetes/"
 cp "$WORK/signing-key.pub" "$r/srv/rpms/key.asc"
 boot "$r" gpu-node-rpm
 
@@ -400,6 +505,22 @@ in_ct systemctl daemon-reload
 in_ct timeout 180 systemctl enable --now yunion-mps-inventory yunion-mps-daemon
 assert_eq "active" "$(in_ct systemctl is-active yunion-mps-inventory yunion-mps-daemon | sort -u)" "active"
 assert_eq "devices listed" "$(devices)" 6
+
+step "rpm: the Kubernetes package installed and erased beside the running daemon"
+pid=$(in_ct systemctl show -p MainPID --value yunion-mps-daemon)
+in_ct_sh 'rpm -K /srv/rpms/kubernetes/*.rpm' | sed 's/^/   | /'
+out=$(in_ct_sh 'rpm -ivh --nodeps /srv/rpms/kubernetes/*.rpm' 2>&1)
+printf '%s\n' "$out" | sed 's/^/   | /'
+assert_contains "%post" "$out" "runs in the Cloudpods mode; it runs /usr/bin/mps-daemon-kubernetes from its next start"
+assert_eq "daemon MainPID (installing restarts nothing)" "$(in_ct systemctl show -p MainPID --value yunion-mps-daemon)" "$pid"
+assert_eq "enabled" "$(in_ct systemctl is-enabled yunion-mps-daemon)" "enabled"
+assert_contains "yunion-mps-daemon's drop-ins" "$(in_ct systemctl show -p DropInPaths --value yunion-mps-daemon)" \
+	"/yunion-mps-daemon.service.d/kubernetes.conf"
+assert_eq "rpm -V" "$(in_ct rpm -V --nodeps yunion-mps-daemon-kubernetes || true)" ""
+in_ct rpm -e yunion-mps-daemon-kubernetes
+assert_eq "daemon MainPID after erase (the Cloudpods mode is left alone)" "$(in_ct systemctl show -p MainPID --value yunion-mps-daemon)" "$pid"
+assert_lacks "yunion-mps-daemon's drop-ins after erase" "$(in_ct systemctl show -p DropInPaths --value yunion-mps-daemon)" "kubernetes.conf"
+assert_eq "files left" "$(in_ct find /etc/sysconfig /usr/bin -name '*kubernetes*')" ""
 
 step "rpm: upgrade to v2 with an edited config(noreplace) file"
 in_ct_sh 'sed -i "s/^MPS_DAEMON_OPTS=.*/MPS_DAEMON_OPTS=\"--log-level debug\"/" /etc/sysconfig/yunion-mps-daemon'
