@@ -25,8 +25,8 @@ type PluginOptions struct {
 }
 
 // Start registers the plugin with the kubelet (a registration socket in
-// RegistrarDir, the DRA service in PluginDataDir) and starts publishing the
-// pool. The returned stop ends both; the slices stay, as the kubelet
+// RegistrarDir; the DRA service and the health stream, DRAResourceHealth,
+// in PluginDataDir) and starts publishing the pool. The returned stop ends both; the slices stay, as the kubelet
 // expects of a plugin that restarts.
 func (d *Driver) Start(ctx context.Context, po PluginOptions) (stop func(), err error) {
 	if po.Client == nil || po.PluginDataDir == "" || po.RegistrarDir == "" {
@@ -45,12 +45,11 @@ func (d *Driver) Start(ctx context.Context, po PluginOptions) (stop func(), err 
 		kubeletplugin.KubeClient(po.Client),
 		kubeletplugin.PluginDataDirectoryPath(po.PluginDataDir),
 		kubeletplugin.RegistrarDirectoryPath(po.RegistrarDir),
-		kubeletplugin.HealthService(false),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("starting the kubelet plugin: %w", err)
 	}
-	if err := d.setPublisher(ctx, helper); err != nil {
+	if err := d.setPublisher(ctx, helper, po.Client); err != nil {
 		helper.Stop()
 		return nil, err
 	}

@@ -1,0 +1,54 @@
+package dra
+
+import (
+	"cmp"
+	"slices"
+
+	"yunion.io/x/mps-daemon/pkg/cdi"
+	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/units"
+	"yunion.io/x/mps-daemon/pkg/vdev"
+)
+
+// syncSpecLocked makes the claims' CDI spec hold every prepared share's
+// entry (pkg/claim), each made as a virtual device's is (pkg/cdi) from its
+// GPU as the agent last described it, with the share's caps: the second
+// name of each is its share ID. Nothing is written before the agent has
+// said where (SetGPUs).
+func (d *Driver) syncSpecLocked() error {
+	if d.spec == nil {
+		return nil
+	}
+	var devs []cdi.Device
+	for _, c := range d.claims {
+		for _, p := range c.Devices {
+			if p.Share != nil {
+				devs = append(devs, d.shareDevice(p.Device.GPUUUID, *p.Share))
+			}
+		}
+	}
+	slices.SortFunc(devs, func(a, b cdi.Device) int { return cmp.Compare(a.Name(), b.Name()) })
+	path, changed, err := d.spec.Sync(&d.specW, d.opts.ClaimKind, devs)
+	if err != nil {
+		return err
+	}
+	if changed {
+		d.log.Info("the claims' CDI spec written", "path", path, "claims", len(devs))
+	}
+	return nil
+}
+
+// shareDevice is share s's device on GPU uuid as its CDI entry is made:
+// from the GPU's device as the agent last described it, or, for a GPU it
+// no longer describes, from what the share recorded when it was prepared.
+func (d *Driver) shareDevice(uuid string, s Share) cdi.Device {
+	base, known := d.gpus[gpu.UUID(uuid)]
+	dev := base.Device
+	if !known {
+		dev = cdi.Device{Device: vdev.Device{GPU: gpu.Info{UUID: gpu.UUID(uuid), Minor: s.Minor, Index: -1}},
+			PipeDir: s.PipeDir, ClientPriority: s.ClientPriority}
+	}
+	dev.Index, dev.MemoryLimit, dev.ThreadPercentage = s.Index, units.MiB(s.MemoryLimit), s.ThreadPercentage
+	dev.Class, dev.ID, dev.IdentityFile = vdev.ClassShared, string(s.ID), ""
+	return dev
+}
