@@ -81,13 +81,15 @@ type Driver struct {
 	opts Options
 	log  *slog.Logger
 
-	mu        sync.Mutex
-	pub       Publisher
-	client    kubernetes.Interface // reads claims for a rebuild; set by Start
+	mu     sync.Mutex
+	pub    publishing
+	client kubernetes.Interface // reads claims for a rebuild; set by Start
 	synced    bool                 // a reconcile has handed devices over since the start
 	current   []Device             // fixed slices and sized devices, as the last reconcile had them
 	claims    map[types.UID]Claim
-	published []Device // what was last handed to pub
+	// shown are the pool's devices as last worked out (Published), what
+	// the health stream reports on, published or not.
+	shown []Device
 	// gpus are the planned GPUs as the agent last described them, and spec
 	// where claims' CDI entries go (nil until it has).
 	gpus  map[gpu.UUID]claim.GPU
@@ -148,19 +150,6 @@ func New(opts Options) (*Driver, error) {
 // Pool is the name of the node's pool.
 func (d *Driver) Pool() string { return d.opts.NodeName }
 
-// setPublisher starts publishing: at once when a reconcile has already
-// handed devices over, else at the first one (until then the slices left
-// by a previous run stay as they were).
-func (d *Driver) setPublisher(ctx context.Context, p Publisher, client kubernetes.Interface) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.pub, d.client = p, client
-	if err := d.rebuildLocked(ctx); err != nil {
-		return nil // the next reconcile tries again
-	}
-	return d.publishLocked(ctx, true)
-}
-
 // EnsureHost is agent.Inventory's: the node is the host.
 func (d *Driver) EnsureHost(_ context.Context, name string) (api.Host, error) {
 	return api.Host{ID: d.opts.NodeName, Name: name}, nil
@@ -211,7 +200,17 @@ func (d *Driver) ClaimDevices() []vdev.Device {
 // its sized device instead of its row's.
 func (d *Driver) SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (devsync.Result, error) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	res, err := d.syncLocked(ctx, hostID, desired)
+	published := d.publishLocked(false)
+	d.mu.Unlock()
+	if err != nil {
+		return res, err
+	}
+	return res, d.awaitPublished(ctx, published)
+}
+
+// syncLocked is SyncDevices's work on the driver's state.
+func (d *Driver) syncLocked(ctx context.Context, hostID string, desired []api.IsolatedDevice) (devsync.Result, error) {
 	cur := make([]Device, 0, len(desired))
 	holder := d.holders()
 	var res devsync.Result
@@ -244,9 +243,6 @@ func (d *Driver) SyncDevices(ctx context.Context, hostID string, desired []api.I
 	res.Unchanged = len(res.Devices)
 	d.current, d.synced, d.checked = cur, true, time.Now()
 	if err := d.rebuildLocked(ctx); err != nil {
-		return res, err
-	}
-	if err := d.publishLocked(ctx, false); err != nil {
 		return res, err
 	}
 	return res, nil
@@ -319,30 +315,6 @@ func compareBool(a, b bool) int {
 		return 1
 	}
 	return -1
-}
-
-// publishLocked hands the pool to the publisher when it changed (or when
-// force, the first time); not before a reconcile has said what there is,
-// nor while the checkpoint is being rebuilt. A change of health wakes the
-// kubelet's health streams.
-func (d *Driver) publishLocked(ctx context.Context, force bool) error {
-	if d.pub == nil || !d.synced || d.rebuild != nil {
-		return nil
-	}
-	devs := Published(d.current, d.claims)
-	if healthOf(devs) != healthOf(d.published) {
-		close(d.healthChanged)
-		d.healthChanged = make(chan struct{})
-	}
-	if !force && d.published != nil && slices.Equal(devs, d.published) {
-		return nil
-	}
-	if err := d.pub.PublishResources(ctx, d.resources(devs)); err != nil {
-		return fmt.Errorf("publishing ResourceSlices: %w", err)
-	}
-	d.published = devs
-	d.log.Info("ResourceSlices published", "pool", d.Pool(), "devices", len(devs))
-	return nil
 }
 
 // healthOf is the devices' names and health, comparable.

@@ -51,7 +51,7 @@ func (d *Driver) healthReport() (kubeletplugin.DeviceHealthReport, <-chan struct
 		planned[dev.GPUUUID] = true
 	}
 	var r kubeletplugin.DeviceHealthReport
-	for _, dev := range d.published {
+	for _, dev := range d.shown {
 		h := kubeletplugin.DeviceHealth{PoolName: d.Pool(), DeviceName: dev.Name, LastUpdated: d.checked, HealthCheckTimeout: healthCheckTimeout}
 		switch {
 		case !planned[dev.GPUUUID]:

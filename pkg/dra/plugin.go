@@ -49,11 +49,10 @@ func (d *Driver) Start(ctx context.Context, po PluginOptions) (stop func(), err 
 	if err != nil {
 		return nil, fmt.Errorf("starting the kubelet plugin: %w", err)
 	}
-	if err := d.setPublisher(ctx, helper, po.Client); err != nil {
-		helper.Stop()
-		return nil, err
-	}
+	stopPublishing := d.setPublisher(ctx, helper, po.Client)
 	d.log.Info("kubelet plugin started", "driver", d.opts.DriverName, "node", d.opts.NodeName,
 		"plugin_dir", po.PluginDataDir, "registrar_dir", po.RegistrarDir, "checkpoint", d.opts.CheckpointPath)
-	return helper.Stop, nil
+	// The helper first: its stop ends a publication waiting for the API
+	// server, which the publishing goroutine may be in.
+	return func() { helper.Stop(); stopPublishing() }, nil
 }

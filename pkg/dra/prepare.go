@@ -289,9 +289,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	for _, c := range gone {
 		d.log.Info("claim unprepared", "claim", c.Namespace+"/"+c.Name, "uid", c.UID)
 	}
-	if err := d.publishLocked(ctx, false); err != nil {
-		d.log.Error("ResourceSlices not published after an unprepare; the next reconcile retries", "err", err)
-	}
+	d.publishLocked(false) // in the background: the kubelet need not wait
 	return out, nil
 }
 

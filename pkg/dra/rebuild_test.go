@@ -65,9 +65,7 @@ func TestACorruptCheckpointIsRebuiltFromTheAPIServer(t *testing.T) {
 	idle := claimOn("c9", DeviceName(uuidB, 1)) // allocated, no pod: not prepared
 	objs = append(objs, idle)
 	r := &recorder{}
-	if err := d2.setPublisher(t.Context(), r, fake.NewClientset(objs...)); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(d2.setPublisher(t.Context(), r, fake.NewClientset(objs...)))
 	if len(r.pools) != 0 {
 		t.Fatal("published before the rebuild")
 	}
