@@ -81,12 +81,12 @@ type Driver struct {
 	opts Options
 	log  *slog.Logger
 
-	mu     sync.Mutex
-	pub    publishing
-	client kubernetes.Interface // reads claims for a rebuild; set by Start
-	synced    bool                 // a reconcile has handed devices over since the start
-	current   []Device             // fixed slices and sized devices, as the last reconcile had them
-	claims    map[types.UID]Claim
+	mu      sync.Mutex
+	pub     publishing
+	client  kubernetes.Interface // reads claims for a rebuild; set by Start
+	synced  bool                 // a reconcile has handed devices over since the start
+	current []Device             // fixed slices and sized devices, as the last reconcile had them
+	claims  map[types.UID]Claim
 	// shown are the pool's devices as last worked out (Published), what
 	// the health stream reports on, published or not.
 	shown []Device
