@@ -41,10 +41,11 @@ func (a *Agent) account(ctx context.Context) {
 		devs = append(devs, a.planned[uuid]...)
 	}
 	// Kubernetes claims' devices on those GPUs (ClaimSizer), each billed
-	// against its claim's size.
+	// against its claim's size, and held to its thread share (claimQoS).
 	for _, d := range a.claimDevices() {
 		if _, enforced := terms[d.GPU.UUID]; enforced {
 			devs = append(devs, d)
+			maps.Copy(qos, claimQoS(d, serverDefaultsHeld(a.gpus[d.GPU.UUID])))
 		}
 	}
 	procs, err := accounting.Sample(ctx, a.opts.Backend, uuids)

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/cdi"
 	"yunion.io/x/mps-daemon/pkg/claim"
 	"yunion.io/x/mps-daemon/pkg/plan"
@@ -44,4 +45,17 @@ func (a *Agent) claimDevices() []vdev.Device {
 		return cs.ClaimDevices()
 	}
 	return nil
+}
+
+// claimQoS is what a claim's device with a thread share below its GPU's
+// default (the claim asked for threadPercentage) must keep to: MPS holds
+// its clients to that share only while they keep the variable, as it does
+// a batch device's, so a client that drops or raises it is an escape,
+// reported and, under enforce, terminated (accounting.CheckQoS). A claim
+// with the GPU's share has nothing to escape.
+func claimQoS(d vdev.Device, server vdev.ServerDefaults) map[string]accounting.DeviceQoS {
+	if d.ThreadPercentage >= server.ThreadPercentage {
+		return nil
+	}
+	return map[string]accounting.DeviceQoS{d.Name().String(): {ThreadPercentage: d.ThreadPercentage, ClientPriority: d.Class.ClientPriority(), Server: server}}
 }

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -90,31 +92,45 @@ func TestClaimsOfAnySizeAreToldAndAccounted(t *testing.T) {
 	inv.claims = []vdev.Device{
 		{GPU: gpu.Info{UUID: g0}, Index: claim.IndexBase, MemoryLimit: 20 << 10, ThreadPercentage: 100},
 		{GPU: gpu.Info{UUID: g0}, Index: claim.IndexBase + 1, MemoryLimit: 10 << 10, ThreadPercentage: 100},
+		{GPU: gpu.Info{UUID: g0}, Index: claim.IndexBase + 2, MemoryLimit: 10 << 10, ThreadPercentage: 30},
 	}
 	inv.mu.Unlock()
-	c0, c1 := vdev.NameOf(g0, claim.IndexBase).String(), vdev.NameOf(g0, claim.IndexBase+1).String()
+	c0, c1, c2 := vdev.NameOf(g0, claim.IndexBase).String(), vdev.NameOf(g0, claim.IndexBase+1).String(), vdev.NameOf(g0, claim.IndexBase+2).String()
 	h.addProc(t, 101, 1000, c0)
 	h.addProc(t, 102, 2000, c0)
 	h.addProc(t, 201, 1500, c1)
-	for _, pid := range []int{101, 102, 201} {
+	// The claim of 30% of the SMs: 301 dropped its thread share (MPS then
+	// gives it the GPU's 100%), 302 kept it.
+	h.addProc(t, 301, 1600, c2)
+	h.addProc(t, 302, 1700, c2)
+	env := "PATH=/usr/bin\x00" + vdev.EnvVar + "=" + c2 + "\x00" + vdev.EnvThreadPercentage + "=30\x00"
+	if err := os.WriteFile(filepath.Join(h.cfg.Host.ProcRoot, "302", "environ"), []byte(env), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range []int{101, 102, 201, 301, 302} {
 		if _, err := h.runner.AddClient(h.pipeDir(0), pid); err != nil {
 			t.Fatal(err)
 		}
 	}
 	h.backend.mu.Lock()
-	h.backend.procs = map[gpu.UUID][]gpu.Process{g0: {{PID: 101, UsedMemoryBytes: 12 * gib}, {PID: 102, UsedMemoryBytes: 12 * gib}, {PID: 201, UsedMemoryBytes: 9 * gib}}}
+	h.backend.procs = map[gpu.UUID][]gpu.Process{g0: {{PID: 101, UsedMemoryBytes: 12 * gib}, {PID: 102, UsedMemoryBytes: 12 * gib}, {PID: 201, UsedMemoryBytes: 9 * gib},
+		{PID: 301, UsedMemoryBytes: gib}, {PID: 302, UsedMemoryBytes: gib}}}
 	h.backend.mu.Unlock()
 	h.agent.account(ctx)
 	clients, err := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(0)}, 5e9, nil).ClientServers(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for pid, wantThere := range map[int]bool{101: true, 102: false, 201: true} {
+	for pid, wantThere := range map[int]bool{101: true, 102: false, 201: true, 301: false, 302: true} {
 		if _, there := clients[pid]; there != wantThere {
 			t.Errorf("client %d connected=%v after enforcement, want %v", pid, there, wantThere)
 		}
 	}
-	if st := h.agent.Status().Accounting; st == nil || len(st.Unknown) != 0 {
-		t.Errorf("claims' processes taken for unknown: %+v", st)
+	st := h.agent.Status().Accounting
+	if st == nil || len(st.Unknown) != 0 {
+		t.Fatalf("claims' processes taken for unknown: %+v", st)
+	}
+	if len(st.QoSEscapes) != 1 || st.QoSEscapes[0].PID != 301 {
+		t.Errorf("the claim's client without its thread share is not the one escape: %+v", st.QoSEscapes)
 	}
 }
