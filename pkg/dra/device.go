@@ -23,7 +23,10 @@ const (
 	AttrDriverVersion = "driverVersion"
 	// AttrSized is true on a GPU's device that claims of any size share
 	// (sharing: claims), false on a fixed slice.
-	AttrSized  = "sized"
+	AttrSized = "sized"
+	// AttrPCIAddress is the GPU's PCI address as the inventory writes it
+	// ("1a:00.0"): what a rebuilt checkpoint reads a held device back with.
+	AttrPCIAddress = "pciAddress"
 	CapMemory  = "memory"
 	CapThreads = "threadPercentage"
 	// CapClaims is how many claims a sized device takes at once; each
@@ -151,6 +154,9 @@ func (d Device) sliceDevice(driver, driverVersion string, taint bool) resourceap
 		AttrProductName: {StringValue: ptr.To(d.ProductName)},
 		AttrSharing:     {StringValue: ptr.To(SharingMPS)},
 		AttrSized:       {BoolValue: ptr.To(d.Sized)},
+	}
+	if d.GPUAddr != "" {
+		attrs[AttrPCIAddress] = resourceapi.DeviceAttribute{StringValue: ptr.To(d.GPUAddr)}
 	}
 	if !d.Sized {
 		attrs[AttrIndex] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(d.Index))}

@@ -177,8 +177,7 @@ func (d *Driver) listPublished(ctx context.Context) (map[string]Device, error) {
 	return out, nil
 }
 
-// deviceFromSlice reads a published device back (sliceDevice's inverse,
-// but for the GPU's PCI address, which is not published).
+// deviceFromSlice reads a published device back (sliceDevice's inverse).
 func deviceFromSlice(dv resourceapi.Device) (Device, bool) {
 	str := func(n resourceapi.QualifiedName) string {
 		if v := dv.Attributes[n].StringValue; v != nil {
@@ -186,7 +185,7 @@ func deviceFromSlice(dv resourceapi.Device) (Device, bool) {
 		}
 		return ""
 	}
-	dev := Device{Name: dv.Name, GPUUUID: str(AttrUUID), ProductName: str(AttrProductName), Healthy: len(dv.Taints) == 0}
+	dev := Device{Name: dv.Name, GPUUUID: str(AttrUUID), GPUAddr: str(AttrPCIAddress), ProductName: str(AttrProductName), Healthy: len(dv.Taints) == 0}
 	if dev.GPUUUID == "" {
 		return Device{}, false
 	}

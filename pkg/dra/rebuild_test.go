@@ -122,3 +122,22 @@ func TestCheckpointsThatAreNotTheDriversAreCorrupt(t *testing.T) {
 		})
 	}
 }
+
+// A published device reads back as it was (what a rebuild finds of a held
+// device out of the plan): fixed and sized, healthy and tainted.
+func TestAPublishedDeviceReadsBack(t *testing.T) {
+	fixed, ok := deviceOf(rows(uuidA, "0000:00:06.0", 4, 20389, true)[3])
+	if !ok {
+		t.Fatal("no device of the row")
+	}
+	sick := fixed
+	sick.Healthy = false
+	whole, _ := deviceOf(rows(uuidB, "0000:00:07.0", 1, 81559, true)[0])
+	sized := whole.sized(4)
+	for _, dev := range []Device{fixed, sick, sized} {
+		got, ok := deviceFromSlice(dev.sliceDevice(DefaultDriverName, "580.159.04", !dev.Healthy))
+		if !ok || !reflect.DeepEqual(got, dev) {
+			t.Errorf("read back\n%+v\nwant\n%+v", got, dev)
+		}
+	}
+}
