@@ -20,7 +20,7 @@ import (
 )
 
 // rebuildTimeout bounds the API server's answers to a rebuild.
-const rebuildTimeout = 30 * time.Second
+const rebuildTimeout = 10 * time.Second
 
 // rebuildLocked rebuilds the prepared claims from the API server after a
 // corrupt checkpoint, once the plugin has a client and a reconcile has said
