@@ -6,7 +6,6 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/cdi"
 	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -39,8 +38,9 @@ func (d *Driver) syncSpecLocked() error {
 }
 
 // shareDevice is share s's device on GPU uuid as its CDI entry is made:
-// from the GPU's device as the agent last described it, or, for a GPU it
-// no longer describes, from what the share recorded when it was prepared.
+// the GPU and its pipe directory as the agent last described them, or,
+// for a GPU it no longer describes, as the share recorded them when it was
+// prepared; the caps and priority the share's.
 func (d *Driver) shareDevice(uuid string, s Share) cdi.Device {
 	base, known := d.gpus[gpu.UUID(uuid)]
 	dev := base.Device
@@ -48,7 +48,9 @@ func (d *Driver) shareDevice(uuid string, s Share) cdi.Device {
 		dev = cdi.Device{Device: vdev.Device{GPU: gpu.Info{UUID: gpu.UUID(uuid), Minor: s.Minor, Index: -1}},
 			PipeDir: s.PipeDir, ClientPriority: s.ClientPriority}
 	}
-	dev.Index, dev.MemoryLimit, dev.ThreadPercentage = s.Index, units.MiB(s.MemoryLimit), s.ThreadPercentage
-	dev.Class, dev.ID, dev.IdentityFile = vdev.ClassShared, string(s.ID), ""
+	// The caps and priority are the claim's, as prepared: never changed
+	// under its containers.
+	dev.Index, dev.MemoryLimit, dev.ThreadPercentage = s.Index, s.MemoryLimit, s.ThreadPercentage
+	dev.Class, dev.ClientPriority, dev.ID, dev.IdentityFile = vdev.ClassShared, s.ClientPriority, string(s.ID), ""
 	return dev
 }
