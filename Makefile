@@ -119,9 +119,9 @@ demo: build
 
 # What tests/gpu/run.sh needs on the GPU machine (which has no Go): the
 # binaries and the MPS contract test, built here for x86-64.
-gpu-bundle: build
+gpu-bundle: build build-kubernetes
 	rm -rf .gpu-bundle && mkdir -p .gpu-bundle
-	cp $(BIN)/mps-daemon $(BIN)/mps-inventory $(BIN)/mpsctl .gpu-bundle/
+	cp $(BIN)/mps-daemon $(BIN)/mps-daemon-kubernetes $(BIN)/mps-inventory $(BIN)/mpsctl .gpu-bundle/
 	CGO_ENABLED=0 $(GO) test -c -o .gpu-bundle/mps.test ./pkg/mps
 	CGO_ENABLED=1 $(GO) test -c -o .gpu-bundle/nvml.test ./pkg/gpu/nvml
 

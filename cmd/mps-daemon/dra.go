@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"yunion.io/x/mps-daemon/pkg/agent"
 	"yunion.io/x/mps-daemon/pkg/dra"
 )
 
@@ -101,3 +102,6 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	}
 	return c, nil
 }
+
+// The driver sizes devices to claims for the agent.
+var _ agent.ClaimSizer = (*dra.Driver)(nil)

@@ -40,6 +40,14 @@ func (a *Agent) account(ctx context.Context) {
 	for _, uuid := range uuids {
 		devs = append(devs, a.planned[uuid]...)
 	}
+	// Kubernetes claims' devices on those GPUs (ClaimSizer), each billed
+	// against its claim's size, and held to its thread share (claimQoS).
+	for _, d := range a.claimDevices() {
+		if _, enforced := terms[d.GPU.UUID]; enforced {
+			devs = append(devs, d)
+			maps.Copy(qos, claimQoS(d, serverDefaultsHeld(a.gpus[d.GPU.UUID])))
+		}
+	}
 	procs, err := accounting.Sample(ctx, a.opts.Backend, uuids)
 	if err != nil {
 		a.log.Warn("listing MPS clients; those GPUs go unmeasured this tick", "err", err)

@@ -111,6 +111,7 @@ func (a *Agent) syncInventory(ctx context.Context, cfg *Config, p *plan.Plan, st
 			byName[d.Name()] = d
 		}
 	}
+	a.tellClaimSizer(cfg, p, statuses)
 	res, err = a.opts.Inventory.SyncDevices(ctx, hostID, rows)
 	if err != nil {
 		return res, 0, host, withKind(metrics.ErrorInventory, fmt.Errorf("syncing devices with the inventory: %w", err))

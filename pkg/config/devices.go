@@ -36,6 +36,9 @@ type DeviceEntry struct {
 	VirtualNumber int
 	// QoS is the entry's mps_qos; nil without one (and in Skipped).
 	QoS *MPSQoS
+	// Sharing is the entry's sharing; "" without one (fixed slices, as
+	// SharingSlices).
+	Sharing Sharing
 }
 
 // Field names a key of the entry in error messages: "devices[2].path".

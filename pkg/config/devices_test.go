@@ -105,7 +105,7 @@ func TestParseDevicesErrors(t *testing.T) {
 			[]string{`dev.yml:2: devices[0].type: " NVIDIA_MPS" is not NVIDIA_MPS: types are exact; write NVIDIA_MPS (an entry of another agent needs that agent's type)`}},
 		{"unknown key", "devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_numbr: 4\n", []string{
 			`dev.yml:2: devices[0].virtual_number: missing: say how many virtual devices to split the GPU into`,
-			`dev.yml:4: devices[0].virtual_numbr: unknown key in an NVIDIA_MPS entry (it takes mps_qos, path, type and virtual_number)`,
+			`dev.yml:4: devices[0].virtual_numbr: unknown key in an NVIDIA_MPS entry (it takes mps_qos, path, sharing, type and virtual_number)`,
 		}},
 		{"merge of a non-mapping", "devices:\n- <<: 3\n  path: /dev/nvidia0\n", []string{`dev.yml:2: devices[0]: line 2: a merge key (<<) takes a mapping or a list of mappings, got "3"`}},
 		{"duplicate inside a merged mapping", "base: &b\n  type: NVIDIA_MPS\n  virtual_number: 2\n  virtual_number: 3\ndevices:\n- <<: *b\n  path: /dev/nvidia0\n",
@@ -124,13 +124,20 @@ func TestParseDevicesErrors(t *testing.T) {
 		{"unknown key", entryHead + "  mps_qos:\n    latency: [0]\n    priority: 1\n", []string{`dev.yml:7: devices[0].mps_qos.priority: unknown key in mps_qos (it takes latency and reserve)`}},
 		{"key twice", entryHead + "  mps_qos:\n    latency: [0]\n    latency: [1]\n", []string{`dev.yml:7: devices[0].mps_qos.latency: set again (first at line 6); YAML keys must be unique`}},
 		{"mps_qos twice", entryHead + "  mps_qos: {latency: [0]}\n  mps_qos: {latency: [1]}\n", []string{`dev.yml:6: devices[0].mps_qos: set again (first at line 5); YAML keys must be unique`}},
-		{"misspelt key", entryHead + "  mps-qos: {latency: [0]}\n", []string{`dev.yml:5: devices[0].mps-qos: unknown key in an NVIDIA_MPS entry (it takes mps_qos, path, type and virtual_number)`}},
+		{"misspelt key", entryHead + "  mps-qos: {latency: [0]}\n", []string{`dev.yml:5: devices[0].mps-qos: unknown key in an NVIDIA_MPS entry (it takes mps_qos, path, sharing, type and virtual_number)`}},
 		{"every problem at once", entryHead + "  mps_qos:\n    latency: [x, 2]\n    reserve: 99\n    extra: 1\n", []string{
 			`dev.yml:6: devices[0].mps_qos.latency[0]: want a whole number, got "x"`,
 			`dev.yml:7: devices[0].mps_qos.reserve: must be from 1 to 50 (percent of the SMs the batch slices leave free), got 99`,
 			`dev.yml:8: devices[0].mps_qos.extra: unknown key in mps_qos (it takes latency and reserve)`,
 		}},
 		{"huge list", entryHead + "  mps_qos: {latency: [" + strings.Repeat("0, ", 1100) + "0]}\n", []string{`dev.yml:5: devices[0].mps_qos.latency: lists 1101 slices; a GPU has at most 48`}},
+		// sharing (issue 35).
+		{"sharing misspelt", entryHead + "  sharing: claim\n", []string{`dev.yml:5: devices[0].sharing: "claim": want slices (fixed slices of memory.total / virtual_number, the default) or claims (Kubernetes claims of any size, at most virtual_number at once)`}},
+		{"sharing in capitals", entryHead + "  sharing: CLAIMS\n", []string{`dev.yml:5: devices[0].sharing: "CLAIMS": want slices (fixed slices of memory.total / virtual_number, the default) or claims (Kubernetes claims of any size, at most virtual_number at once)`}},
+		{"sharing a list", entryHead + "  sharing: [claims]\n", []string{`dev.yml:5: devices[0].sharing: want a single value, got a list`}},
+		{"sharing empty", entryHead + "  sharing: \"\"\n", []string{`dev.yml:5: devices[0].sharing: "": want slices (fixed slices of memory.total / virtual_number, the default) or claims (Kubernetes claims of any size, at most virtual_number at once)`}},
+		{"claims with mps_qos", entryHead + "  sharing: claims\n  mps_qos: {latency: [0]}\n", []string{`dev.yml:5: devices[0].mps_qos: mps_qos sorts a GPU's fixed slices into latency and batch classes; a GPU with sharing: claims has no fixed slices (drop one of the two)`}},
+		{"sharing twice", entryHead + "  sharing: claims\n  sharing: slices\n", []string{`dev.yml:6: devices[0].sharing: set again (first at line 5); YAML keys must be unique`}},
 		{"every error reported", head +
 			"- type: NVIDIA_MPS\n  virtual_number: 0\n" + // 5-6
 			"- type: CPH_AMD_GPU\n  virtual_number: 0\n" + // 7-8, not ours

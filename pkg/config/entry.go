@@ -37,6 +37,7 @@ var mpsKeys = map[string]mpsKey{
 		return err
 	}, missing: "missing: say how many virtual devices to split the GPU into"},
 	"mps_qos": {nested: readQoS},
+	"sharing": {read: readSharing},
 }
 
 func readPath(e *DeviceEntry, v *yaml.Node) error {
@@ -78,6 +79,9 @@ func readMPSEntry(file string, e *DeviceEntry, m *mapping) []error {
 	}
 	if len(errs) == 0 {
 		errs = append(errs, checkQoSSlices(file, e)...)
+	}
+	if len(errs) == 0 {
+		errs = append(errs, checkSharing(file, e, m)...)
 	}
 	slices.SortStableFunc(errs, func(a, b error) int { return a.(*Error).Line - b.(*Error).Line })
 	return errs

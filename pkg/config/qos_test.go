@@ -42,3 +42,22 @@ func TestQoSOfOtherAgentsIsNotOurs(t *testing.T) {
 		t.Errorf("got %+v, %v", df, err)
 	}
 }
+
+// sharing: claims or slices is read; without it an entry is fixed slices
+// (Sharing "", which Claims() says is not claims).
+func TestParseDevicesSharing(t *testing.T) {
+	for in, want := range map[string]Sharing{
+		entryHead:                            "",
+		entryHead + "  sharing: slices\n":    SharingSlices,
+		entryHead + "  sharing: claims\n":    SharingClaims,
+		entryHead + "  sharing: ' claims'\n": SharingClaims,
+	} {
+		df, err := ParseDevices("dev.yml", []byte(in))
+		if err != nil {
+			t.Fatalf("%q: %v", in, err)
+		}
+		if got := df.Entries[0].Sharing; got != want || got.Claims() != (want == SharingClaims) {
+			t.Errorf("%q: sharing %q (claims %v), want %q", in, got, got.Claims(), want)
+		}
+	}
+}

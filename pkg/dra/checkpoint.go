@@ -4,13 +4,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"yunion.io/x/mps-daemon/pkg/atomicfile"
+	"yunion.io/x/mps-daemon/pkg/claim"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // Claim is a prepared ResourceClaim: what Unprepare needs (the kubelet
@@ -24,42 +29,164 @@ type Claim struct {
 }
 
 // Prepared is one device of a prepared claim: the device as it was
-// published when the claim was prepared, and the request it serves.
+// published when the claim was prepared, and the request it serves; on a
+// sized device, the claim's own device (Share).
 type Prepared struct {
 	Request string `json:"request"`
 	Pool    string `json:"pool"`
 	Device  Device `json:"device"`
+	// Share is the claim's device on a sized Device; nil on a fixed slice.
+	Share *Share `json:"share,omitempty"`
 }
 
-// checkpointVersion is the layout of the checkpoint file; a file of
-// another version is refused rather than misread.
-const checkpointVersion = 1
+// Share is a claim's own device on a GPU shared by claims of any size:
+// <GPU UUID>::<Index> with the claim's caps, its entry in the claims' CDI
+// spec and its identity file.
+type Share struct {
+	// ID is the allocation's share of the device (its result's ShareID):
+	// the second name of its CDI entry, by which a rebuilt checkpoint finds
+	// its index again.
+	ID types.UID `json:"id"`
+	// Index is claim.IndexBase + its slot on the GPU.
+	Index            int       `json:"index"`
+	MemoryLimit      units.MiB `json:"memoryLimitMiB"`
+	ThreadPercentage int       `json:"threadPercentage"`
+	// CDIName is the qualified name of its entry in the claims' spec.
+	CDIName string `json:"cdiName"`
+	// Minor, PipeDir and ClientPriority are what its CDI entry was made
+	// from: used again only when the agent does not know its GPU any more.
+	Minor          int    `json:"minor"`
+	PipeDir        string `json:"pipeDir"`
+	ClientPriority int    `json:"clientPriority"`
+}
+
+// checkpointVersion is the layout of the checkpoint file: 2 added shares
+// of sized devices; 1 (fixed slices only) is read as well. A file of a
+// later version is refused rather than misread.
+const checkpointVersion = 2
+
+// maxCheckpointBytes bounds what is read: 128 claims of 16 devices take
+// well under a MiB.
+const maxCheckpointBytes = 16 << 20
+
+// ErrCorrupt marks a checkpoint file that cannot be the daemon's: not a
+// regular file, too large, truncated, not JSON, or claims that do not hold
+// together. New moves it aside and the driver rebuilds the prepared claims
+// from the API server.
+var ErrCorrupt = errors.New("corrupt DRA checkpoint")
 
 type checkpoint struct {
 	Version int                 `json:"version"`
 	Claims  map[types.UID]Claim `json:"claims"`
 }
 
-// loadCheckpoint reads the prepared claims; a missing file is none.
+// loadCheckpoint reads the prepared claims; a missing file is none. What
+// the file holds is checked (check); anything wrong with it is ErrCorrupt.
 func loadCheckpoint(path string) (map[types.UID]Claim, error) {
-	b, err := os.ReadFile(path)
+	b, err := readRegular(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return map[types.UID]Claim{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the DRA checkpoint: %w", err)
+		return nil, err
 	}
 	var c checkpoint
 	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("reading the DRA checkpoint %s: %w", path, err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
 	}
-	if c.Version != checkpointVersion {
-		return nil, fmt.Errorf("reading the DRA checkpoint %s: version %d, this daemon reads %d", path, c.Version, checkpointVersion)
+	if c.Version > checkpointVersion {
+		return nil, fmt.Errorf("reading the DRA checkpoint %s: version %d, this daemon reads %d and earlier", path, c.Version, checkpointVersion)
+	}
+	if c.Version < 1 {
+		return nil, fmt.Errorf("%w: %s: version %d", ErrCorrupt, path, c.Version)
 	}
 	if c.Claims == nil {
 		c.Claims = map[types.UID]Claim{}
 	}
+	if err := check(c.Claims); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+	}
 	return c.Claims, nil
+}
+
+// readRegular reads path, a regular file of at most maxCheckpointBytes:
+// a FIFO is never waited on, a huge file never read whole. Any other kind
+// of file, or a larger one, is ErrCorrupt.
+func readRegular(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%w: %s is a symbolic link", ErrCorrupt, path)
+	}
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("reading the DRA checkpoint: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("reading the DRA checkpoint: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file (%s)", ErrCorrupt, path, fi.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxCheckpointBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the DRA checkpoint: %w", err)
+	}
+	if len(b) > maxCheckpointBytes {
+		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrCorrupt, path, maxCheckpointBytes)
+	}
+	return b, nil
+}
+
+// check refuses claims that cannot have been written by the driver: a
+// claim under another UID, a device without a name, a share without an
+// ID, with an index below claim.IndexBase or without caps, two shares of
+// one index on one GPU.
+func check(claims map[types.UID]Claim) error {
+	type key struct {
+		gpu   string
+		index int
+	}
+	used := map[key]types.UID{}
+	for uid, c := range claims {
+		if uid == "" || c.UID != uid {
+			return fmt.Errorf("claim %q is filed under %q", c.UID, uid)
+		}
+		if len(c.Devices) == 0 {
+			return fmt.Errorf("claim %s has no devices", uid)
+		}
+		for _, p := range c.Devices {
+			if p.Device.Name == "" || p.Device.GPUUUID == "" || p.Pool == "" {
+				return fmt.Errorf("claim %s has a device without a name, GPU or pool", uid)
+			}
+			s := p.Share
+			if s == nil {
+				continue
+			}
+			if _, ok := claim.IsClaim(s.Index); !ok || s.ID == "" || s.MemoryLimit <= 0 || s.ThreadPercentage <= 0 || s.CDIName == "" {
+				return fmt.Errorf("claim %s: share %+v is incomplete", uid, *s)
+			}
+			k := key{p.Device.GPUUUID, s.Index}
+			if other, dup := used[k]; dup {
+				return fmt.Errorf("claims %s and %s both hold index %d of GPU %s", other, uid, s.Index, p.Device.GPUUUID)
+			}
+			used[k] = uid
+		}
+	}
+	return nil
+}
+
+// moveAside renames a corrupt checkpoint to <path>.corrupt-<time>, kept for
+// whoever looks into it, and says where it went.
+func moveAside(path string, now time.Time) (string, error) {
+	aside := path + ".corrupt-" + now.UTC().Format("20060102T150405Z")
+	if err := os.Rename(path, aside); err != nil {
+		return "", fmt.Errorf("moving the corrupt DRA checkpoint aside: %w", err)
+	}
+	return aside, nil
 }
 
 // saveCheckpoint writes the prepared claims through a temporary file and a

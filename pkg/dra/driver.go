@@ -6,11 +6,23 @@
 // NodePrepareResources with the devices' CDI names and keeps the prepared
 // claims in a checkpoint file, so a restart loses none.
 //
-// A prepared device is held: the rows it hands back to the agent carry the
-// claim as the device's guest, so the agent keeps the device's CDI entry
-// when a resize or a removed GPU takes it out of the plan (as it does for a
-// Cloudpods guest), and the ResourceSlice keeps publishing it exactly as it
-// was prepared until the claim is unprepared.
+// A GPU of fixed slices is published as its slices. A GPU shared by claims
+// of any size (the device YAML's sharing: claims) is published as one
+// sized device that claims consume (DRA consumable capacity); each claim
+// prepared on it gets a device of its own (pkg/claim), with its own entry
+// in a CDI spec of claims, made at prepare time and removed at unprepare,
+// and the accounting bills its processes to it (agent.ClaimSizer).
+//
+// A prepared fixed slice is held: the rows it hands back to the agent
+// carry the claim as the device's guest, so the agent keeps the device's
+// CDI entry when a resize or a removed GPU takes it out of the plan (as it
+// does for a Cloudpods guest), and the ResourceSlice keeps publishing it
+// exactly as it was prepared until the claim is unprepared.
+//
+// A GPU whose MPS is not serving keeps its devices published with a taint
+// (DRADeviceTaints), so the scheduler allocates none of them, and the
+// kubelet's health stream (WatchHealthStatus) reports them unhealthy, so a
+// pod using one shows it.
 package dra
 
 import (
@@ -22,14 +34,19 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/cdi"
+	"yunion.io/x/mps-daemon/pkg/claim"
 	"yunion.io/x/mps-daemon/pkg/devsync"
+	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
 // DefaultDriverName is the driver's name in DeviceClasses, claims and
@@ -44,6 +61,9 @@ type Options struct {
 	NodeName string
 	// CheckpointPath is the file of prepared claims.
 	CheckpointPath string
+	// ClaimKind is the CDI kind of the claims' spec; claim.DefaultKind
+	// when empty.
+	ClaimKind string
 	// DriverVersion is the NVIDIA driver's version, published as an
 	// attribute; empty leaves the attribute out.
 	DriverVersion string
@@ -61,15 +81,34 @@ type Driver struct {
 	opts Options
 	log  *slog.Logger
 
-	mu        sync.Mutex
-	pub       Publisher
-	synced    bool // a reconcile has handed devices over since the start
-	current   []Device
-	claims    map[types.UID]Claim
-	published []Device // what was last handed to pub
+	mu      sync.Mutex
+	pub     publishing
+	client  kubernetes.Interface // reads claims for a rebuild; set by Start
+	synced  bool                 // a reconcile has handed devices over since the start
+	current []Device             // fixed slices and sized devices, as the last reconcile had them
+	claims  map[types.UID]Claim
+	// shown are the pool's devices as last worked out (Published), what
+	// the health stream reports on, published or not.
+	shown []Device
+	// gpus are the planned GPUs as the agent last described them, and spec
+	// where claims' CDI entries go (nil until it has).
+	gpus  map[gpu.UUID]claim.GPU
+	spec  *claim.Spec
+	specW cdi.Writer
+	// rebuild is why the checkpoint is being rebuilt from the API server
+	// (it was corrupt); nothing is published or prepared until it is.
+	rebuild error
+	// checked is when the agent last handed devices over: when their
+	// health was last known.
+	checked time.Time
+	// healthChanged is closed (and replaced) when the health of a
+	// published device changes, waking the kubelet's health streams.
+	healthChanged chan struct{}
 }
 
-// New reads the checkpoint; it starts nothing.
+// New reads the checkpoint; it starts nothing. A corrupt checkpoint is
+// reported, moved aside (<path>.corrupt-<time>) and rebuilt from the API
+// server's claims before the first publication (rebuild.go).
 func New(opts Options) (*Driver, error) {
 	if opts.NodeName == "" {
 		return nil, errors.New("dra: node name is required")
@@ -80,16 +119,30 @@ func New(opts Options) (*Driver, error) {
 	if opts.DriverName == "" {
 		opts.DriverName = DefaultDriverName
 	}
+	if opts.ClaimKind == "" {
+		opts.ClaimKind = claim.DefaultKind
+	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
+	log := opts.Log.With("component", "dra")
+	d := &Driver{opts: opts, log: log, healthChanged: make(chan struct{})}
 	claims, err := loadCheckpoint(opts.CheckpointPath)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrCorrupt):
+		aside, merr := moveAside(opts.CheckpointPath, time.Now())
+		if merr != nil {
+			return nil, fmt.Errorf("%w; %w", err, merr)
+		}
+		log.Error("the DRA checkpoint is corrupt: moved aside; the prepared claims are rebuilt from the API server before anything is published or prepared",
+			"err", err, "moved_to", aside)
+		d.rebuild, claims = err, map[types.UID]Claim{}
+	case err != nil:
 		return nil, err
 	}
-	d := &Driver{opts: opts, log: opts.Log.With("component", "dra"), claims: claims}
+	d.claims = claims
 	if len(claims) > 0 {
-		d.log.Info("prepared claims read from the checkpoint", "claims", len(claims), "path", opts.CheckpointPath)
+		log.Info("prepared claims read from the checkpoint", "claims", len(claims), "path", opts.CheckpointPath)
 	}
 	return d, nil
 }
@@ -97,40 +150,85 @@ func New(opts Options) (*Driver, error) {
 // Pool is the name of the node's pool.
 func (d *Driver) Pool() string { return d.opts.NodeName }
 
-// setPublisher starts publishing: at once when a reconcile has already
-// handed devices over, else at the first one (until then the slices left
-// by a previous run stay as they were).
-func (d *Driver) setPublisher(ctx context.Context, p Publisher) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.pub = p
-	return d.publishLocked(ctx, true)
-}
-
 // EnsureHost is agent.Inventory's: the node is the host.
 func (d *Driver) EnsureHost(_ context.Context, name string) (api.Host, error) {
 	return api.Host{ID: d.opts.NodeName, Name: name}, nil
 }
 
-// SyncDevices is agent.Inventory's: desired are the reconcile's devices.
-// The answer holds them, with the claim that holds each as its guest, and
-// the held devices the plan does not have any more (pending removal, as
-// they were prepared, named in Held); the pool is published anew when it
-// changed.
-func (d *Driver) SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (devsync.Result, error) {
+// SetGPUs is agent.ClaimSizer's: before each sync, the planned GPUs and
+// where claims' CDI entries go. The claims' spec is written again when
+// what it is made from changed (a start: from the checkpoint).
+func (d *Driver) SetGPUs(spec claim.Spec, gpus []claim.GPU) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	cur := make([]Device, 0, len(desired))
-	for _, r := range desired {
-		if dev, ok := deviceOf(r); ok {
-			cur = append(cur, dev)
+	d.spec = &spec
+	d.gpus = make(map[gpu.UUID]claim.GPU, len(gpus))
+	for _, g := range gpus {
+		d.gpus[g.Device.GPU.UUID] = g
+	}
+	if d.rebuild != nil {
+		return // the spec is written once the claims are rebuilt
+	}
+	if err := d.syncSpecLocked(); err != nil {
+		d.log.Error("the claims' CDI spec not written; the previous one stays", "err", err)
+	}
+}
+
+// ClaimDevices is agent.ClaimSizer's: the devices of the prepared claims on
+// sized devices, which the accounting bills as virtual devices.
+func (d *Driver) ClaimDevices() []vdev.Device {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []vdev.Device
+	for _, c := range d.claims {
+		for _, p := range c.Devices {
+			if s := p.Share; s != nil {
+				out = append(out, vdev.Device{GPU: gpu.Info{UUID: gpu.UUID(p.Device.GPUUUID), Minor: s.Minor, Index: -1},
+					Index: s.Index, MemoryLimit: s.MemoryLimit, ThreadPercentage: s.ThreadPercentage})
+			}
 		}
 	}
-	d.current, d.synced = cur, true
+	slices.SortFunc(out, func(a, b vdev.Device) int { return cmp.Compare(a.Name(), b.Name()) })
+	return out
+}
+
+// SyncDevices is agent.Inventory's: desired are the reconcile's devices.
+// The answer holds them, with the claim that holds each fixed slice as its
+// guest, and the held slices the plan does not have any more (pending
+// removal, as they were prepared, named in Held); the pool is published
+// anew when it changed. A GPU shared by claims (SetGPUs) is published as
+// its sized device instead of its row's.
+func (d *Driver) SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (devsync.Result, error) {
+	d.mu.Lock()
+	res, err := d.syncLocked(ctx, hostID, desired)
+	published := d.publishLocked(false)
+	d.mu.Unlock()
+	if err != nil {
+		return res, err
+	}
+	return res, d.awaitPublished(ctx, published)
+}
+
+// syncLocked is SyncDevices's work on the driver's state.
+func (d *Driver) syncLocked(ctx context.Context, hostID string, desired []api.IsolatedDevice) (devsync.Result, error) {
+	cur := make([]Device, 0, len(desired))
 	holder := d.holders()
 	var res devsync.Result
 	inPlan := map[string]bool{}
-	for _, dev := range cur {
+	for _, r := range desired {
+		dev, ok := deviceOf(r)
+		if !ok {
+			continue
+		}
+		if g, shared := d.gpus[gpu.UUID(dev.GPUUUID)]; shared && g.Claims {
+			if dev.Index == g.Device.Index {
+				cur = append(cur, dev.sized(g.MaxClaims))
+			}
+			r.HostID = hostID
+			res.Devices = append(res.Devices, r)
+			continue
+		}
+		cur = append(cur, dev)
 		inPlan[dev.Name] = true
 		res.Devices = append(res.Devices, dev.row(hostID, string(holder[dev.Name].UID), false))
 	}
@@ -143,192 +241,108 @@ func (d *Driver) SyncDevices(ctx context.Context, hostID string, desired []api.I
 		}
 	}
 	res.Unchanged = len(res.Devices)
-	if err := d.publishLocked(ctx, false); err != nil {
+	d.current, d.synced, d.checked = cur, true, time.Now()
+	if err := d.rebuildLocked(ctx); err != nil {
 		return res, err
 	}
 	return res, nil
 }
 
-// holding is a prepared device and the claim that holds it.
+// holding is a prepared fixed slice and the claim that holds it.
 type holding struct {
 	Prepared
 	UID types.UID
 }
 
-// holders maps each prepared device's name to its claim.
+// holders maps each prepared fixed slice's name to its claim. A sized
+// device is held by none: its claims share it.
 func (d *Driver) holders() map[string]holding {
 	out := map[string]holding{}
 	for uid, c := range d.claims {
 		for _, p := range c.Devices {
-			out[p.Device.Name] = holding{Prepared: p, UID: uid}
+			if p.Share == nil {
+				out[p.Device.Name] = holding{Prepared: p, UID: uid}
+			}
 		}
 	}
 	return out
 }
 
-// Published is what the pool holds: every prepared device as it was
-// prepared, then every healthy device of the last reconcile that no claim
-// holds, ordered by GPU and index. An unhealthy or removed GPU's free
-// devices are withdrawn; a held one stays until it is unprepared.
+// Published is what the pool holds: every prepared fixed slice as it was
+// prepared; every device of the last reconcile that no claim holds; a
+// sized device as the plan has it now, or, out of the plan, as its claims
+// were prepared on it, while any holds a share. A device of a GPU the
+// last reconcile saw unhealthy is marked so (and tainted when published);
+// a removed GPU's free devices are withdrawn. Ordered by GPU, fixed slices
+// by index, then the sized device.
 func Published(current []Device, claims map[types.UID]Claim) []Device {
-	held := map[string]Device{}
+	healthy := map[string]bool{}
+	now := map[string]Device{}
+	for _, dev := range current {
+		healthy[dev.GPUUUID] = dev.Healthy
+		now[dev.Name] = dev
+	}
+	out := map[string]Device{}
 	for _, c := range claims {
 		for _, p := range c.Devices {
-			held[p.Device.Name] = p.Device
+			dev := p.Device
+			if cur, ok := now[dev.Name]; ok && dev.Sized {
+				dev = cur
+			}
+			if h, known := healthy[dev.GPUUUID]; known {
+				dev.Healthy = h
+			}
+			out[dev.Name] = dev
 		}
 	}
-	out := slices.Collect(maps.Values(held))
 	for _, dev := range current {
-		if _, ok := held[dev.Name]; !ok && dev.Healthy {
-			out = append(out, dev)
+		if _, held := out[dev.Name]; !held {
+			out[dev.Name] = dev
 		}
 	}
-	slices.SortFunc(out, func(a, b Device) int {
-		return cmp.Or(cmp.Compare(a.GPUUUID, b.GPUUUID), cmp.Compare(a.Index, b.Index))
+	devs := slices.Collect(maps.Values(out))
+	slices.SortFunc(devs, func(a, b Device) int {
+		return cmp.Or(cmp.Compare(a.GPUUUID, b.GPUUUID), compareBool(a.Sized, b.Sized), cmp.Compare(a.Index, b.Index))
 	})
-	return out
+	return devs
 }
 
-// publishLocked hands the pool to the publisher when it changed (or when
-// force, the first time); not before a reconcile has said what there is.
-func (d *Driver) publishLocked(ctx context.Context, force bool) error {
-	if d.pub == nil || !d.synced {
-		return nil
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
 	}
-	devs := Published(d.current, d.claims)
-	if !force && d.published != nil && slices.Equal(devs, d.published) {
-		return nil
-	}
-	if err := d.pub.PublishResources(ctx, d.resources(devs)); err != nil {
-		return fmt.Errorf("publishing ResourceSlices: %w", err)
-	}
-	d.published = devs
-	d.log.Info("ResourceSlices published", "pool", d.Pool(), "devices", len(devs))
-	return nil
+	return -1
 }
 
-// resources is the node's pool: one slice with devs.
+// healthOf is the devices' names and health, comparable.
+func healthOf(devs []Device) string {
+	var b []byte
+	for _, dev := range devs {
+		b = fmt.Appendf(b, "%s=%v;", dev.Name, dev.Healthy)
+	}
+	return string(b)
+}
+
+// resources is the node's pool: one slice per GPU (at most 48 slices and
+// its sized device: within the 64 devices a slice with taints may have).
 func (d *Driver) resources(devs []Device) resourceslice.DriverResources {
-	out := make([]resourceapi.Device, len(devs))
+	var sl []resourceslice.Slice
 	for i, dev := range devs {
-		out[i] = dev.sliceDevice(d.opts.DriverVersion)
+		if i == 0 || dev.GPUUUID != devs[i-1].GPUUUID {
+			sl = append(sl, resourceslice.Slice{})
+		}
+		last := &sl[len(sl)-1]
+		last.Devices = append(last.Devices, dev.sliceDevice(d.opts.DriverName, d.opts.DriverVersion, !dev.Healthy))
+	}
+	if len(sl) == 0 {
+		sl = []resourceslice.Slice{{}}
 	}
 	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
-		d.Pool(): {Slices: []resourceslice.Slice{{Devices: out}}},
+		d.Pool(): {Slices: sl},
 	}}
-}
-
-// PrepareResourceClaims is the kubelet's NodePrepareResources: each claim's
-// devices of this driver and pool get the CDI names of the host's spec. A
-// claim prepared already gets the same answer again (the kubelet repeats
-// itself after its restarts); a device held by another claim, or one the
-// pool does not publish, fails that claim.
-func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	var added []types.UID
-	for _, c := range claims {
-		if prev, ok := d.claims[c.UID]; ok {
-			out[c.UID] = resultOf(prev)
-			continue
-		}
-		prepared, err := d.prepare(c)
-		if err != nil {
-			d.log.Warn("claim not prepared", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "err", err)
-			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
-			continue
-		}
-		d.claims[c.UID] = prepared
-		added = append(added, c.UID)
-		out[c.UID] = resultOf(prepared)
-		d.log.Info("claim prepared", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "devices", len(prepared.Devices))
-	}
-	if len(added) > 0 {
-		if err := saveCheckpoint(d.opts.CheckpointPath, d.claims); err != nil {
-			// Not recorded, so not handed out: the kubelet asks again.
-			for _, uid := range added {
-				delete(d.claims, uid)
-			}
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-// prepare checks claim c's devices against the pool.
-func (d *Driver) prepare(c *resourceapi.ResourceClaim) (Claim, error) {
-	if c.Status.Allocation == nil {
-		return Claim{}, fmt.Errorf("claim %s/%s is not allocated", c.Namespace, c.Name)
-	}
-	offered := map[string]Device{}
-	for _, dev := range Published(d.current, d.claims) {
-		offered[dev.Name] = dev
-	}
-	holder := d.holders()
-	out := Claim{UID: c.UID, Namespace: c.Namespace, Name: c.Name}
-	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver != d.opts.DriverName {
-			continue
-		}
-		if r.Pool != d.Pool() {
-			return Claim{}, fmt.Errorf("claim %s/%s: device %s is in pool %q, this node's is %q", c.Namespace, c.Name, r.Device, r.Pool, d.Pool())
-		}
-		if h, ok := holder[r.Device]; ok {
-			return Claim{}, fmt.Errorf("claim %s/%s: device %s is held by claim %s", c.Namespace, c.Name, r.Device, h.UID)
-		}
-		dev, ok := offered[r.Device]
-		if !ok {
-			return Claim{}, fmt.Errorf("claim %s/%s: device %s is not offered on this node (removed, resized or unhealthy since it was allocated)", c.Namespace, c.Name, r.Device)
-		}
-		out.Devices = append(out.Devices, Prepared{Request: r.Request, Pool: r.Pool, Device: dev})
-	}
-	return out, nil
-}
-
-func resultOf(c Claim) kubeletplugin.PrepareResult {
-	var res kubeletplugin.PrepareResult
-	for _, p := range c.Devices {
-		res.Devices = append(res.Devices, kubeletplugin.Device{
-			Requests: []string{p.Request}, PoolName: p.Pool, DeviceName: p.Device.Name,
-			CDIDeviceIDs: []string{p.Device.CDIName},
-		})
-	}
-	return res
-}
-
-// UnprepareResourceClaims is the kubelet's NodeUnprepareResources: the
-// claims' devices are free again (published as the plan has them now, or
-// withdrawn when the plan has them no more). A claim not prepared is no
-// error.
-func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make(map[types.UID]error, len(claims))
-	var gone []Claim
-	for _, c := range claims {
-		out[c.UID] = nil
-		if prev, ok := d.claims[c.UID]; ok {
-			gone = append(gone, prev)
-			delete(d.claims, c.UID)
-		}
-	}
-	if len(gone) == 0 {
-		return out, nil
-	}
-	if err := saveCheckpoint(d.opts.CheckpointPath, d.claims); err != nil {
-		for _, c := range gone {
-			d.claims[c.UID] = c
-		}
-		return nil, err
-	}
-	for _, c := range gone {
-		d.log.Info("claim unprepared", "claim", c.Namespace+"/"+c.Name, "uid", c.UID)
-	}
-	if err := d.publishLocked(ctx, false); err != nil {
-		d.log.Error("ResourceSlices not published after an unprepare; the next reconcile retries", "err", err)
-	}
-	return out, nil
 }
 
 // HandleError logs the library's background errors (publishing slices,
@@ -336,12 +350,6 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 // reconcile.
 func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 	d.log.Error(msg, "err", err, "recoverable", errors.Is(err, kubeletplugin.ErrRecoverable))
-}
-
-// WatchHealthStatus: health is told by withdrawing a GPU's free devices
-// from the pool (see Published), not through the kubelet's health stream.
-func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
 }
 
 // Claims are the prepared claims, by UID (for status and tests).

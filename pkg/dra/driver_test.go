@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,13 +59,41 @@ func (r *recorder) names(t *testing.T) []string {
 	return out
 }
 
+// waitNames waits until the last publication has these devices (an
+// unprepare publishes in the background); a minute without fails.
+func (r *recorder) waitNames(t *testing.T, want []string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r.mu.Lock()
+		var got []string
+		if len(r.pools) > 0 {
+			for _, s := range r.pools[len(r.pools)-1].Pools["node-1"].Slices {
+				for _, d := range s.Devices {
+					got = append(got, d.Name)
+				}
+			}
+		}
+		r.mu.Unlock()
+		if slices.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("published %v, want %v", got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func (r *recorder) device(t *testing.T, name string) resourceapi.Device {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, d := range r.pools[len(r.pools)-1].Pools["node-1"].Slices[0].Devices {
-		if d.Name == name {
-			return d
+	for _, s := range r.pools[len(r.pools)-1].Pools["node-1"].Slices {
+		for _, d := range s.Devices {
+			if d.Name == name {
+				return d
+			}
 		}
 	}
 	t.Fatalf("device %s not published", name)
@@ -97,9 +126,7 @@ func newDriver(t *testing.T, path string) (*Driver, *recorder) {
 		t.Fatal(err)
 	}
 	r := &recorder{}
-	if err := d.setPublisher(t.Context(), r); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(d.setPublisher(t.Context(), r, nil))
 	return d, r
 }
 
@@ -158,11 +185,20 @@ func TestSlicesCarryAttributesAndCapacity(t *testing.T) {
 	}
 }
 
-func TestUnhealthyGPUsFreeDevicesAreWithdrawn(t *testing.T) {
+// A GPU whose MPS is not serving keeps its devices published, tainted so
+// that the scheduler allocates none (DRADeviceTaints), and the kubelet's
+// health stream says so for each, the prepared one included; a free one
+// is not prepared. Healthy again, the taints go. A removed GPU's free
+// devices are withdrawn.
+func TestUnhealthyGPUsDevicesAreTainted(t *testing.T) {
 	d, r := newDriver(t, filepath.Join(t.TempDir(), "cp.json"))
 	desired := append(rows(uuidA, "0000:00:06.0", 2, 40779, true), rows(uuidB, "0000:00:07.0", 2, 40779, true)...)
 	if _, err := d.SyncDevices(t.Context(), "node-1", desired); err != nil {
 		t.Fatal(err)
+	}
+	reports := watchHealth(t, d)
+	if h := waitHealth(t, reports, DeviceName(uuidB, 1), kubeletplugin.HealthStatusHealthy); len(h) != 4 {
+		t.Fatalf("first health report %v, want 4 devices", h)
 	}
 	if _, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{claimOn("u1", DeviceName(uuidB, 0))}); err != nil {
 		t.Fatal(err)
@@ -171,12 +207,50 @@ func TestUnhealthyGPUsFreeDevicesAreWithdrawn(t *testing.T) {
 	if _, err := d.SyncDevices(t.Context(), "node-1", sick); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{DeviceName(uuidB, 0), DeviceName(uuidA, 0), DeviceName(uuidA, 1)}
+	want := []string{DeviceName(uuidB, 0), DeviceName(uuidB, 1), DeviceName(uuidA, 0), DeviceName(uuidA, 1)}
 	slices.Sort(want)
 	got := r.names(t)
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
+		t.Errorf("published %v, want %v (an unhealthy GPU's devices stay, tainted)", got, want)
+	}
+	for _, name := range want {
+		taints := r.device(t, name).Taints
+		onB := strings.Contains(name, "0c7b1e2a")
+		if onB != (len(taints) == 1) || (onB && (taints[0].Key != "mps.yunion.io/unhealthy" || taints[0].Effect != resourceapi.DeviceTaintEffectNoSchedule)) {
+			t.Errorf("device %s taints %+v", name, taints)
+		}
+	}
+	h := waitHealth(t, reports, DeviceName(uuidB, 0), kubeletplugin.HealthStatusUnhealthy)
+	for name, st := range h {
+		if want := map[bool]kubeletplugin.HealthStatus{true: kubeletplugin.HealthStatusUnhealthy, false: kubeletplugin.HealthStatusHealthy}[strings.Contains(name, "0c7b1e2a")]; st != want {
+			t.Errorf("health of %s: %s, want %s", name, st, want)
+		}
+	}
+	res, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{claimOn("u2", DeviceName(uuidB, 1))})
+	if err != nil || res["u2"].Err == nil || !containsStr(res["u2"].Err.Error(), "is not serving") {
+		t.Errorf("prepare on an unhealthy GPU: %v %v", err, res["u2"].Err)
+	}
+	if _, err := d.SyncDevices(t.Context(), "node-1", desired); err != nil {
+		t.Fatal(err)
+	}
+	if taints := r.device(t, DeviceName(uuidB, 1)).Taints; len(taints) != 0 {
+		t.Errorf("healthy again, still tainted: %+v", taints)
+	}
+	waitHealth(t, reports, DeviceName(uuidB, 0), kubeletplugin.HealthStatusHealthy)
+	// GPU B removed: its free device is withdrawn, the held one stays.
+	if _, err := d.SyncDevices(t.Context(), "node-1", rows(uuidA, "0000:00:06.0", 2, 40779, true)); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{DeviceName(uuidB, 0), DeviceName(uuidA, 0), DeviceName(uuidA, 1)}
+	slices.Sort(want)
+	got = r.names(t)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
 		t.Errorf("published %v, want %v (GPU B's free device withdrawn, its held one kept)", got, want)
+	}
+	if h := waitHealth(t, reports, DeviceName(uuidB, 0), kubeletplugin.HealthStatusUnknown); len(h) != 3 {
+		t.Errorf("a held device of a GPU out of the plan is Unknown; the report: %v", h)
 	}
 }
 
@@ -241,9 +315,7 @@ func TestPreparedDeviceIsKeptAsItWasThroughAResize(t *testing.T) {
 			t.Fatalf("unprepare: %v %v", err, out)
 		}
 	}
-	if got, want := r2.names(t), want[:2]; !slices.Equal(got, want) {
-		t.Errorf("after unprepare published %v, want %v", got, want)
-	}
+	r2.waitNames(t, want[:2])
 	d3, _ := newDriver(t, path)
 	if n := len(d3.Claims()); n != 0 {
 		t.Errorf("%d claims in the checkpoint after unprepare", n)
@@ -320,3 +392,44 @@ func TestAFailedPublicationIsReported(t *testing.T) {
 func containsStr(s, sub string) bool { return strings.Contains(s, sub) }
 
 func writeRaw(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }
+
+// watchHealth runs the kubelet's health stream until the test ends.
+func watchHealth(t *testing.T, d *Driver) <-chan kubeletplugin.DeviceHealthReport {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	reports := make(chan kubeletplugin.DeviceHealthReport)
+	done := make(chan error, 1)
+	go func() { done <- d.WatchHealthStatus(ctx, reports) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("WatchHealthStatus: %v", err)
+		}
+	})
+	return reports
+}
+
+// waitHealth reads health reports until one says device has status, and
+// answers it by device name; a minute without one fails the test.
+func waitHealth(t *testing.T, reports <-chan kubeletplugin.DeviceHealthReport, device string, status kubeletplugin.HealthStatus) map[string]kubeletplugin.HealthStatus {
+	t.Helper()
+	timeout := time.After(time.Minute)
+	var last map[string]kubeletplugin.HealthStatus
+	for {
+		select {
+		case r := <-reports:
+			last = map[string]kubeletplugin.HealthStatus{}
+			for _, h := range r.Devices {
+				if h.PoolName != "node-1" || h.HealthCheckTimeout <= 0 || h.Message == "" {
+					t.Errorf("health of %s: %+v", h.DeviceName, h)
+				}
+				last[h.DeviceName] = h.Health
+			}
+			if last[device] == status {
+				return last
+			}
+		case <-timeout:
+			t.Fatalf("no health report with %s %s; the last: %v", device, status, last)
+		}
+	}
+}

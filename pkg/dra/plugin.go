@@ -25,8 +25,8 @@ type PluginOptions struct {
 }
 
 // Start registers the plugin with the kubelet (a registration socket in
-// RegistrarDir, the DRA service in PluginDataDir) and starts publishing the
-// pool. The returned stop ends both; the slices stay, as the kubelet
+// RegistrarDir; the DRA service and the health stream, DRAResourceHealth,
+// in PluginDataDir) and starts publishing the pool. The returned stop ends both; the slices stay, as the kubelet
 // expects of a plugin that restarts.
 func (d *Driver) Start(ctx context.Context, po PluginOptions) (stop func(), err error) {
 	if po.Client == nil || po.PluginDataDir == "" || po.RegistrarDir == "" {
@@ -45,16 +45,14 @@ func (d *Driver) Start(ctx context.Context, po PluginOptions) (stop func(), err 
 		kubeletplugin.KubeClient(po.Client),
 		kubeletplugin.PluginDataDirectoryPath(po.PluginDataDir),
 		kubeletplugin.RegistrarDirectoryPath(po.RegistrarDir),
-		kubeletplugin.HealthService(false),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("starting the kubelet plugin: %w", err)
 	}
-	if err := d.setPublisher(ctx, helper); err != nil {
-		helper.Stop()
-		return nil, err
-	}
+	stopPublishing := d.setPublisher(ctx, helper, po.Client)
 	d.log.Info("kubelet plugin started", "driver", d.opts.DriverName, "node", d.opts.NodeName,
 		"plugin_dir", po.PluginDataDir, "registrar_dir", po.RegistrarDir, "checkpoint", d.opts.CheckpointPath)
-	return helper.Stop, nil
+	// The helper first: its stop ends a publication waiting for the API
+	// server, which the publishing goroutine may be in.
+	return func() { helper.Stop(); stopPublishing() }, nil
 }

@@ -30,7 +30,12 @@ type GPUPlan struct {
 	Source string
 	// QoS is the entry's mps_qos (zero without one); Devices carry its
 	// classes and shares.
-	QoS     vdev.QoS
+	QoS vdev.QoS
+	// Sharing is the entry's sharing: SharingClaims, or "" for fixed
+	// slices. A GPU shared by claims has one device, the whole GPU (its
+	// control daemon's defaults: a claim's client lowers them to its
+	// size), and N is how many claims it takes at once.
+	Sharing config.Sharing
 	Devices []vdev.Device
 }
 
@@ -121,7 +126,7 @@ func Build(hc *config.HostConf, df *config.DeviceFile, gpus []gpu.Info, r gpu.Re
 	threads := hc.Threads
 	if df == nil || len(df.Entries) == 0 {
 		for _, g := range gpus {
-			if msg := overLimit(g, hc.CudaMPSReplicas); msg != "" {
+			if msg := overLimit(g, hc.CudaMPSReplicas, ""); msg != "" {
 				errs = append(errs, &config.Error{File: hcFile, Line: hc.Line(SourceReplicas), Field: SourceReplicas, Msg: msg})
 				continue
 			}
@@ -142,11 +147,21 @@ func Build(hc *config.HostConf, df *config.DeviceFile, gpus []gpu.Info, r gpu.Re
 				continue
 			}
 			claimed[g.PCI] = e
-			if msg := overLimit(g, e.VirtualNumber); msg != "" {
+			if msg := overLimit(g, e.VirtualNumber, e.Sharing); msg != "" {
 				errs = append(errs, &config.Error{File: df.Path, Line: e.Line, Field: e.Field("virtual_number"), Msg: msg})
 				continue
 			}
-			p.GPUs = append(p.GPUs, newGPUPlan(g, e.VirtualNumber, fmt.Sprintf("%s:%d", df.Path, e.Line), threads, qosOf(e)))
+			if e.Sharing.Claims() && hc.Layout() == config.LayoutSingle {
+				errs = append(errs, &config.Error{File: df.Path, Line: e.Line, Field: e.Field("sharing"),
+					Msg: fmt.Sprintf("sharing: %s needs a control daemon of the GPU's own (mps_pipe_layout %s): the single layout's one daemon has one default for every GPU, which a claim's client could only lower",
+						config.SharingClaims, config.LayoutPerGPU)})
+				continue
+			}
+			gp := newGPUPlan(g, e.VirtualNumber, fmt.Sprintf("%s:%d", df.Path, e.Line), threads, qosOf(e))
+			if e.Sharing.Claims() {
+				gp = claimsPlan(g, e.VirtualNumber, gp.Source, threads)
+			}
+			p.GPUs = append(p.GPUs, gp)
 		}
 		for _, g := range gpus {
 			if _, named := claimed[g.PCI]; !named {
@@ -172,6 +187,13 @@ func newGPUPlan(g gpu.Info, n int, source string, threads config.ThreadPolicy, q
 	return GPUPlan{GPU: g, N: n, Source: source, QoS: q, Devices: vdev.Split(g, n, threads.Percentage(n), q)}
 }
 
+// claimsPlan is a GPU shared by at most n claims of any size: one device,
+// the whole GPU with the thread share of one device, whose caps are its
+// control daemon's defaults.
+func claimsPlan(g gpu.Info, n int, source string, threads config.ThreadPolicy) GPUPlan {
+	return GPUPlan{GPU: g, N: n, Source: source, Sharing: config.SharingClaims, Devices: vdev.Split(g, 1, threads.Percentage(1), vdev.QoS{})}
+}
+
 // qosOf is an entry's mps_qos in vdev's terms; config checked the slices
 // against virtual_number (distinct, in range, ascending), which vdev takes
 // on trust. config may not import vdev nor vdev config (tests/arch), so
@@ -183,16 +205,21 @@ func qosOf(e config.DeviceEntry) vdev.QoS {
 	return vdev.QoS{LatencySlices: e.QoS.LatencySlices, ReservePercent: e.QoS.ReservePercent}
 }
 
-// overLimit explains why n virtual devices do not fit on g, or returns "".
-// Each virtual device is at least one MPS client, and a device accepts only
-// so many client contexts; past that, clients fail to start.
-func overLimit(g gpu.Info, n int) string {
+// overLimit explains why n virtual devices (or claims, for a GPU shared
+// by claims) do not fit on g, or returns "". Each virtual device or claim
+// is at least one MPS client, and a device accepts only so many client
+// contexts; past that, clients fail to start.
+func overLimit(g gpu.Info, n int, sharing config.Sharing) string {
+	what := "virtual devices"
+	if sharing.Claims() {
+		what = "claims"
+	}
 	if n < 1 {
-		return fmt.Sprintf("%d virtual devices: must be at least 1", n)
+		return fmt.Sprintf("%d %s: must be at least 1", n, what)
 	}
 	if limit := g.Architecture.MaxMPSClients(); n > limit {
-		return fmt.Sprintf("%d virtual devices exceed the %d MPS clients a %s GPU accepts (%s %s at %s)",
-			n, limit, g.Architecture, g.Name, g.UUID, g.PCI)
+		return fmt.Sprintf("%d %s exceed the %d MPS clients a %s GPU accepts (%s %s at %s)",
+			n, what, limit, g.Architecture, g.Name, g.UUID, g.PCI)
 	}
 	return ""
 }

@@ -322,3 +322,53 @@ func TestSharedMemoryLimits(t *testing.T) {
 		}
 	}
 }
+
+// A GPU shared by claims (sharing: claims) is one device of the whole GPU,
+// whose caps are its control daemon's defaults, and takes virtual_number
+// claims; its neighbour is split as ever.
+func TestBuildClaims(t *testing.T) {
+	gpus, r := host(t)
+	df := devices(t, "devices:\n"+entry("/dev/dri/renderD130", 3)+entry("/dev/dri/renderD128", 8)+"  sharing: claims\n")
+	p, err := Build(hostConf(t, "enable_cuda_mps: true\nmps_thread_percentage: 60\n"), df, gpus, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.GPUs) != 2 {
+		t.Fatalf("plan has %d GPUs, want 2", len(p.GPUs))
+	}
+	c, s := p.GPUs[0], p.GPUs[1]
+	if !c.Sharing.Claims() || c.N != 8 || len(c.Devices) != 1 || c.Devices[0].MemoryLimit != 143771 || c.Devices[0].ThreadPercentage != 60 || c.Devices[0].Index != 0 {
+		t.Errorf("the H200 shared by claims: %+v", c)
+	}
+	if d := c.Defaults(); d.ThreadPercentage != 60 {
+		t.Errorf("its control daemon's defaults %+v, want the whole device's 60%%", d)
+	}
+	if s.Sharing.Claims() || s.N != 3 || len(s.Devices) != 3 || s.Devices[2].MemoryLimit != 27186 {
+		t.Errorf("the H100 in slices: %+v", s)
+	}
+	if p.VirtualDevices() != 4 {
+		t.Errorf("%d virtual devices, want 4 (3 slices and the whole H200)", p.VirtualDevices())
+	}
+}
+
+// Claims need a control daemon per GPU, and count against the MPS client
+// limit as virtual devices do.
+func TestBuildClaimsErrors(t *testing.T) {
+	gpus, r := host(t)
+	for _, tc := range []struct{ name, hostConf, devices, want string }{
+		{"single layout", "mps_pipe_layout: single\n", "devices:\n" + entry("/dev/dri/renderD128", 4) + "  sharing: claims\n",
+			"dev.yml:2: devices[0].sharing: sharing: claims needs a control daemon of the GPU's own (mps_pipe_layout per-gpu): the single layout's one daemon has one default for every GPU, which a claim's client could only lower"},
+		{"17 claims on Pascal", "", "devices:\n" + entry("/dev/nvidia1", 17) + "  sharing: claims\n",
+			"dev.yml:2: devices[0].virtual_number: 17 claims exceed the 16 MPS clients a Pascal GPU accepts (Tesla P40 " + uuidP40 + " at 0000:3b:00.0)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Build(hostConf(t, "enable_cuda_mps: true\n"+tc.hostConf), devices(t, tc.devices), gpus, r)
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("got %v, want %s", err, tc.want)
+			}
+			if p == nil || len(p.GPUs) != 0 {
+				t.Errorf("the refused GPU is in the plan: %+v", p)
+			}
+		})
+	}
+}

@@ -21,6 +21,12 @@ func (p *Plan) Write(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PCI ADDRESS\tUUID\tMODEL\tMEMORY MiB\tN\tMiB EACH\tTHREAD %\tQOS\tSOURCE")
 	for _, g := range p.GPUs {
+		if g.Sharing.Claims() {
+			// N claims at most, each of any size up to the whole GPU.
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%d\t%s\t%s\n", g.GPU.PCI, g.GPU.UUID, g.GPU.Name,
+				g.GPU.MemoryTotal.MiB(), g.N, "claims", p.Threads.Percentage(1), "-", g.Source)
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", g.GPU.PCI, g.GPU.UUID, g.GPU.Name,
 			g.GPU.MemoryTotal.MiB(), g.N, vdev.MemoryLimit(g.GPU.MemoryTotal.MiB(), g.N), p.Threads.Percentage(g.N),
 			g.QoS.Describe(g.N, p.Threads.Percentage(g.N)), g.Source)

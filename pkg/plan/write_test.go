@@ -20,6 +20,11 @@ func TestWrite(t *testing.T) {
 				"- path: /dev/dri/renderD129\n  type: NVIDIA_GPU_SHARE\n- path: /dev/vastai0\n",
 		},
 		{
+			golden:   "claims.golden",
+			hostConf: "enable_cuda_mps: true\nmps_thread_percentage: even\n",
+			devices:  "devices:\n" + entry("/dev/dri/renderD130", 3) + entry("/dev/dri/renderD128", 8) + "  sharing: claims\n",
+		},
+		{
 			golden:   "replicas.golden",
 			hostConf: "enable_cuda_mps: true\ncuda_mps_replicas: 1\n",
 		},

@@ -146,13 +146,16 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/identity":         {"pkg/gpu", "pkg/vdev"},
 		"pkg/accounting":       {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/identity"},
 		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/identity"},
-		"pkg/agent":            {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/devsync", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity"},
+		"pkg/claim":            {"pkg/cdi", "pkg/identity", "pkg/vdev"},
+		"pkg/agent":            {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/devsync", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity", "pkg/claim"},
 		"pkg/metrics":          {},
 		"pkg/statusview":       {},
 		"pkg/keystone":         {},
 		"pkg/region":           {"pkg/keystone", "pkg/devsync"},
-		// The Kubernetes DRA driver is an agent.Inventory (its devsync.Result).
-		"pkg/dra": {"pkg/devsync"},
+		// The Kubernetes DRA driver is an agent.Inventory (its devsync.Result)
+		// and agent.ClaimSizer (pkg/claim's GPUs; each claim's device made
+		// by pkg/cdi as a virtual device's is).
+		"pkg/dra": {"pkg/devsync", "pkg/claim", "pkg/cdi", "pkg/gpu", "pkg/vdev"},
 	}
 	for leaf, deps := range leaves {
 		allowed[leaf] = deps
@@ -323,7 +326,7 @@ func TestAddingARecordFieldTouchesThreeFiles(t *testing.T) {
 // metrics' labels.
 func TestGPUUUIDsAreTyped(t *testing.T) {
 	asString := regexp.MustCompile(`\b(uuid|gpuUUID|UUID|GPU|uuids|gpus)\s+(\[\])?string\b`)
-	dirs := []string{"pkg/gpu", "pkg/vdev", "pkg/plan", "pkg/identity", "pkg/accounting", "pkg/clientreport", "pkg/cdi", "pkg/agent"}
+	dirs := []string{"pkg/gpu", "pkg/vdev", "pkg/plan", "pkg/identity", "pkg/accounting", "pkg/clientreport", "pkg/cdi", "pkg/claim", "pkg/agent"}
 	eachSource(t, dirs, func(rel, src string) {
 		for i, line := range strings.Split(src, "\n") {
 			if m := asString.FindString(line); m != "" && !strings.HasPrefix(strings.TrimSpace(line), "//") && !strings.Contains(line, "type UUID string") {

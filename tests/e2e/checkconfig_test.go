@@ -91,7 +91,7 @@ func TestCheckConfigChecksEverythingTheDaemonChecks(t *testing.T) {
 		{name: "type a list", yaml: strings.Replace(mps, "NVIDIA_MPS", "[NVIDIA_MPS]", 1),
 			want: "devices.yml:3: devices[0].type: want the single value NVIDIA_MPS, got a list", startFail: true},
 		{name: "unknown key", yaml: mps + "  memory_limit: 8G\n",
-			want: "devices.yml:5: devices[0].memory_limit: unknown key in an NVIDIA_MPS entry (it takes mps_qos, path, type and virtual_number)", startFail: true},
+			want: "devices.yml:5: devices[0].memory_limit: unknown key in an NVIDIA_MPS entry (it takes mps_qos, path, sharing, type and virtual_number)", startFail: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

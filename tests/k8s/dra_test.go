@@ -57,10 +57,7 @@ func TestClaimPreparedThroughResizeAndKill(t *testing.T) {
 	if _, err := api.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating the node: %v", err)
 	}
-	class := manifest[resourceapi.DeviceClass](t, "deviceclass.yaml", "DeviceClass")
-	if _, err := api.client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating the DeviceClass of deploy/kubernetes: %v", err)
-	}
+	createClasses(t, api)
 
 	h := newHost(t, deployRBAC(t, api))
 	h.writeDevices(t, 2, 4)
@@ -185,34 +182,69 @@ func TestClaimPreparedThroughResizeAndKill(t *testing.T) {
 	}
 }
 
-// manifest reads the object of this kind from deploy/kubernetes/name.
+// manifest reads the (first) object of this kind from
+// deploy/kubernetes/name.
 func manifest[T any](t *testing.T, name, kind string) *T {
+	t.Helper()
+	return manifests[T](t, name, kind)[0]
+}
+
+// manifests reads every object of this kind from deploy/kubernetes/name.
+func manifests[T any](t *testing.T, name, kind string) []*T {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", name))
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []*T
 	for _, doc := range strings.Split(string(b), "\n---\n") {
 		var meta metav1.TypeMeta
 		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if meta.Kind == kind {
-			var out T
-			if err := yaml.UnmarshalStrict([]byte(doc), &out); err != nil {
+			var o T
+			if err := yaml.UnmarshalStrict([]byte(doc), &o); err != nil {
 				t.Fatalf("%s: %s: %v", name, kind, err)
 			}
-			return &out
+			out = append(out, &o)
 		}
 	}
-	t.Fatalf("%s holds no %s", name, kind)
-	return nil
+	if len(out) == 0 {
+		t.Fatalf("%s holds no %s", name, kind)
+	}
+	return out
+}
+
+// createClasses creates deploy/kubernetes's DeviceClasses.
+func createClasses(t *testing.T, api *apiServer) {
+	t.Helper()
+	for _, class := range manifests[resourceapi.DeviceClass](t, "deviceclass.yaml", "DeviceClass") {
+		if _, err := api.client.ResourceV1().DeviceClasses().Create(t.Context(), class, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating the DeviceClass %s of deploy/kubernetes: %v", class.Name, err)
+		}
+	}
 }
 
 // allocate is the scheduler's part for one claim on the node: the
 // structured allocator against the published slices and classes, the
 // result written to the claim's status with the pod that reserves it.
 func allocate(t *testing.T, api *apiServer, claim *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+	t.Helper()
+	got, ok := tryAllocate(t, api, claim)
+	if !ok {
+		t.Fatalf("claim %s cannot be allocated", claim.Name)
+	}
+	return got
+}
+
+// tryAllocate is allocate, or false when the allocator finds no devices
+// for the claim (the scheduler leaves its pod pending: "cannot allocate
+// all claims"). The devices allocated already are what the API server's
+// claims hold, gathered as the scheduler gathers them, consumed capacity
+// of shared devices included; the allocator runs with consumable capacity
+// and device taints, as the scheduler of the pinned release does.
+func tryAllocate(t *testing.T, api *apiServer, claim *resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, bool) {
 	t.Helper()
 	ctx := t.Context()
 	sl, err := api.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
@@ -227,25 +259,58 @@ func allocate(t *testing.T, api *apiServer, claim *resourceapi.ResourceClaim) *r
 	for i := range sl.Items {
 		ptrs = append(ptrs, &sl.Items[i])
 	}
-	alloc, err := structured.NewAllocator(ctx, structured.Features{}, structured.AllocatedState{
-		AllocatedDevices: sets.New[structured.DeviceID](), AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity: structured.NewConsumedCapacityCollection(),
-	}, classLister{api}, ptrs, cel.NewCache(10, cel.Features{}))
+	alloc, err := structured.NewAllocator(ctx, structured.Features{ConsumableCapacity: true, DeviceTaints: true}, allocatedState(t, api),
+		classLister{api}, ptrs, cel.NewCache(10, cel.Features{}))
 	if err != nil {
 		t.Fatalf("allocator: %v", err)
 	}
 	results, err := alloc.Allocate(ctx, node, []*resourceapi.ResourceClaim{claim})
-	if err != nil || len(results) != 1 {
-		t.Fatalf("allocating %s: %v, %d results", claim.Name, err, len(results))
+	if err != nil {
+		t.Fatalf("allocating %s: %v", claim.Name, err)
+	}
+	if len(results) == 0 {
+		return nil, false
 	}
 	claim = claim.DeepCopy()
 	claim.Status.Allocation = &results[0]
-	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "cuda-app", UID: types.UID("pod-uid-1")}}
+	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "pod-" + claim.Name, UID: types.UID("pod-uid-" + claim.Name)}}
 	claim, err = api.client.ResourceV1().ResourceClaims(claim.Namespace).UpdateStatus(ctx, claim, metav1.UpdateOptions{})
 	if err != nil {
 		t.Fatalf("writing the allocation: %v", err)
 	}
-	return claim
+	return claim, true
+}
+
+// allocatedState is what the API server's claims hold allocated: whole
+// devices, and shares of devices that take several with the capacity they
+// consume (the scheduler's GatherAllocatedState).
+func allocatedState(t *testing.T, api *apiServer) structured.AllocatedState {
+	t.Helper()
+	st := structured.AllocatedState{
+		AllocatedDevices: sets.New[structured.DeviceID](), AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity: structured.NewConsumedCapacityCollection(),
+	}
+	list, err := api.client.ResourceV1().ResourceClaims("").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range list.Items {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+			if r.ShareID == nil {
+				st.AllocatedDevices.Insert(id)
+				continue
+			}
+			st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
+			if r.ConsumedCapacity != nil {
+				st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+			}
+		}
+	}
+	return st
 }
 
 // classLister reads DeviceClasses from the API server.

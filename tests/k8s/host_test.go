@@ -43,7 +43,8 @@ type host struct {
 	pluginDir, registrarDir, kubeconfig string
 }
 
-func newHost(t *testing.T, kubeconfig string) *host {
+// newHost makes a node's directory; extra are more host.conf lines.
+func newHost(t *testing.T, kubeconfig string, extra ...string) *host {
 	t.Helper()
 	// MPS socket paths must stay under 107 bytes: a short root.
 	dir, err := os.MkdirTemp("", "k8s")
@@ -64,6 +65,9 @@ mps_host_name: %[2]s
 mps_listen_address: 127.0.0.1:0
 mps_sync_interval: 1h
 `, dir, nodeName)
+	for _, l := range extra {
+		conf += l + "\n"
+	}
 	if err := os.WriteFile(h.hostConf, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +78,14 @@ mps_sync_interval: 1h
 func (h *host) writeDevices(t *testing.T, n0, n1 int) {
 	t.Helper()
 	if err := os.WriteFile(h.devices, []byte(devicesYAML(n0, n1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeDevicesText writes the device YAML as it is.
+func (h *host) writeDevicesText(t *testing.T, text string) {
+	t.Helper()
+	if err := os.WriteFile(h.devices, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

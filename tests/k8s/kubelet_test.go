@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	resourceapi "k8s.io/api/resource/v1"
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
@@ -19,8 +20,11 @@ import (
 // with NotifyRegistrationStatus; then it dials the endpoint the plugin
 // named and calls NodePrepareResources / NodeUnprepareResources there.
 type kubelet struct {
-	t   *testing.T
-	dra drapb.DRAPluginClient
+	t      *testing.T
+	dra    drapb.DRAPluginClient
+	health drahealthv1.DRAResourceHealthClient
+	// services are what the plugin's registration offers.
+	services []string
 }
 
 // register does what the kubelet's plugin manager does with a socket in
@@ -41,7 +45,8 @@ func register(t *testing.T, registrarDir, driver string) *kubelet {
 	if _, err := rc.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 		t.Fatalf("NotifyRegistrationStatus: %v", err)
 	}
-	return &kubelet{t: t, dra: drapb.NewDRAPluginClient(dial(t, info.Endpoint))}
+	conn := dial(t, info.Endpoint)
+	return &kubelet{t: t, dra: drapb.NewDRAPluginClient(conn), health: drahealthv1.NewDRAResourceHealthClient(conn), services: info.SupportedVersions}
 }
 
 func dial(t *testing.T, socket string) *grpc.ClientConn {

@@ -209,7 +209,8 @@ assert_eq "kubernetes .deb conffiles" "$conff" "/etc/default/yunion-mps-daemon-k
 files=$(dpkg-deb -c "$kdeb")
 for f in ./usr/bin/mps-daemon-kubernetes ./lib/systemd/system/yunion-mps-daemon.service.d/kubernetes.conf \
 	./usr/share/yunion-mps-daemon-kubernetes/deviceclass.yaml ./usr/share/yunion-mps-daemon-kubernetes/rbac.yaml \
-	./usr/share/yunion-mps-daemon-kubernetes/claim-example.yaml; do
+	./usr/share/yunion-mps-daemon-kubernetes/claim-example.yaml ./usr/share/yunion-mps-daemon-kubernetes/claim-sized-example.yaml \
+	./usr/share/yunion-mps-daemon-kubernetes/claim-validation.yaml; do
 	assert_contains "kubernetes .deb files" "$files" "$f"
 done
 assert_lacks "kubernetes .deb files" "$files" "./lib/systemd/system/yunion-mps-daemon-kubernetes.service"

@@ -1,0 +1,136 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"yunion.io/x/mps-daemon/pkg/claim"
+	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/vdev"
+)
+
+// sizingInventory is the inventory as a ClaimSizer (what pkg/dra's driver
+// is): it keeps what the agent tells it and holds claims' devices.
+type sizingInventory struct {
+	*recordingInventory
+	mu     sync.Mutex
+	spec   claim.Spec
+	gpus   []claim.GPU
+	claims []vdev.Device
+}
+
+func (s *sizingInventory) SetGPUs(spec claim.Spec, gpus []claim.GPU) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.spec, s.gpus = spec, gpus
+}
+
+func (s *sizingInventory) ClaimDevices() []vdev.Device {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.claims
+}
+
+const claimsAndTwo = `devices:
+- path: 0000:1A:00.0
+  type: NVIDIA_MPS
+  virtual_number: 4
+  sharing: claims
+- path: GPU-00000001-AAAA-BBBB-CCCC-DDDDDDDDDDDD
+  type: NVIDIA_MPS
+  virtual_number: 2
+`
+
+// A GPU shared by claims runs its control daemon with the whole GPU as the
+// default (a claim's client lowers it to its size), the ClaimSizer is told
+// each planned GPU before the sync, and under enforce the accounting holds
+// each claim's processes to its claim's size: the process that pushed a
+// claim over is terminated, the other claim's goes on.
+func TestClaimsOfAnySizeAreToldAndAccounted(t *testing.T) {
+	h := newHarness(t, "", claimsAndTwo)
+	inv := &sizingInventory{recordingInventory: h.inv}
+	killer := &signals{}
+	h.inv = inv.recordingInventory
+	h.withFakeProc(t, killer)
+	var err error
+	h.agent, err = New(Options{Config: h.cfg, Backend: h.backend, Runner: h.runner, Inventory: inv, SysfsRoot: h.dir + "/nosys", DevRoot: h.dir + "/nodev", Killer: killer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := h.agent.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g0, g1 := twoGPUs()[0].UUID, twoGPUs()[1].UUID
+	inv.mu.Lock()
+	gpus, spec := inv.gpus, inv.spec
+	inv.mu.Unlock()
+	if len(gpus) != 2 {
+		t.Fatalf("the sizer was told %d GPUs, want 2", len(gpus))
+	}
+	a, b := gpus[0], gpus[1]
+	if a.Device.GPU.UUID != g0 || !a.Claims || a.MaxClaims != 4 || !a.Healthy || a.Device.MemoryLimit != h200Memory || a.Device.ThreadPercentage != 100 || a.Device.PipeDir != h.pipeDir(0) {
+		t.Errorf("GPU 0 as told: %+v", a)
+	}
+	if b.Device.GPU.UUID != g1 || b.Claims || b.MaxClaims != 2 || b.Device.MemoryLimit != h200Memory/2 {
+		t.Errorf("GPU 1 as told: %+v", b)
+	}
+	if spec.CDI.Dir != h.cfg.Host.CDIDirectory || spec.Identity != identityStore(h.cfg) {
+		t.Errorf("where claims' entries go: %+v", spec)
+	}
+	def, err := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(0)}, 5e9, nil).Defaults(ctx)
+	if err != nil || def.MemoryLimit < h200Memory-1024 || def.ThreadPercentage != 100 {
+		t.Errorf("GPU 0's control daemon defaults %+v (%v), want the whole GPU", def, err)
+	}
+
+	const gib = 1 << 30
+	inv.mu.Lock()
+	inv.claims = []vdev.Device{
+		{GPU: gpu.Info{UUID: g0}, Index: claim.IndexBase, MemoryLimit: 20 << 10, ThreadPercentage: 100},
+		{GPU: gpu.Info{UUID: g0}, Index: claim.IndexBase + 1, MemoryLimit: 10 << 10, ThreadPercentage: 100},
+		{GPU: gpu.Info{UUID: g0}, Index: claim.IndexBase + 2, MemoryLimit: 10 << 10, ThreadPercentage: 30},
+	}
+	inv.mu.Unlock()
+	c0, c1, c2 := vdev.NameOf(g0, claim.IndexBase).String(), vdev.NameOf(g0, claim.IndexBase+1).String(), vdev.NameOf(g0, claim.IndexBase+2).String()
+	h.addProc(t, 101, 1000, c0)
+	h.addProc(t, 102, 2000, c0)
+	h.addProc(t, 201, 1500, c1)
+	// The claim of 30% of the SMs: 301 dropped its thread share (MPS then
+	// gives it the GPU's 100%), 302 kept it.
+	h.addProc(t, 301, 1600, c2)
+	h.addProc(t, 302, 1700, c2)
+	env := "PATH=/usr/bin\x00" + vdev.EnvVar + "=" + c2 + "\x00" + vdev.EnvThreadPercentage + "=30\x00"
+	if err := os.WriteFile(filepath.Join(h.cfg.Host.ProcRoot, "302", "environ"), []byte(env), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range []int{101, 102, 201, 301, 302} {
+		if _, err := h.runner.AddClient(h.pipeDir(0), pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.backend.mu.Lock()
+	h.backend.procs = map[gpu.UUID][]gpu.Process{g0: {{PID: 101, UsedMemoryBytes: 12 * gib}, {PID: 102, UsedMemoryBytes: 12 * gib}, {PID: 201, UsedMemoryBytes: 9 * gib},
+		{PID: 301, UsedMemoryBytes: gib}, {PID: 302, UsedMemoryBytes: gib}}}
+	h.backend.mu.Unlock()
+	h.agent.account(ctx)
+	clients, err := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(0)}, 5e9, nil).ClientServers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pid, wantThere := range map[int]bool{101: true, 102: false, 201: true, 301: false, 302: true} {
+		if _, there := clients[pid]; there != wantThere {
+			t.Errorf("client %d connected=%v after enforcement, want %v", pid, there, wantThere)
+		}
+	}
+	st := h.agent.Status().Accounting
+	if st == nil || len(st.Unknown) != 0 {
+		t.Fatalf("claims' processes taken for unknown: %+v", st)
+	}
+	if len(st.QoSEscapes) != 1 || st.QoSEscapes[0].PID != 301 {
+		t.Errorf("the claim's client without its thread share is not the one escape: %+v", st.QoSEscapes)
+	}
+}

@@ -1,0 +1,143 @@
+package dra
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+)
+
+// A truncated checkpoint is reported, moved aside and rebuilt from the
+// API server's claims once a reconcile has said what the node has: every
+// claim of this pool reserved for a pod, fixed slices and shares, each
+// share at the index its CDI entry had; none is lost. Until then nothing
+// is published, prepared or unprepared.
+func TestACorruptCheckpointIsRebuiltFromTheAPIServer(t *testing.T) {
+	n := newNode(t)
+	path := filepath.Join(t.TempDir(), "cp.json")
+	d, _ := newDriver(t, path)
+	n.reconcile(t, d, 4, true)
+	// Prepared in this order, c2 gets index 1000 and c3 1001; listed c3
+	// first, a rebuild without the spec would swap them.
+	fixed := claimOn("c1", DeviceName(uuidB, 0))
+	c2, c3 := sharedClaim("c2", 40, 0), sharedClaim("c3", 20, 30)
+	for _, c := range []*resourceapi.ResourceClaim{fixed, c2, c3} {
+		prepareOK(t, d, c)
+	}
+	want := d.Claims()
+	specBefore := n.claimSpec(t)
+
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b[:len(b)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d2, err := New(Options{NodeName: "node-1", CheckpointPath: path})
+	if err != nil {
+		t.Fatalf("a truncated checkpoint stops the driver: %v", err)
+	}
+	if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 1 {
+		t.Errorf("the corrupt checkpoint is not kept aside: %v", aside)
+	}
+	if res, err := d2.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{c2}); err != nil || res["c2"].Err == nil || !strings.Contains(res["c2"].Err.Error(), "being rebuilt") {
+		t.Errorf("prepare before the rebuild: %v %v", err, res["c2"].Err)
+	}
+	if _, err := d2.UnprepareResourceClaims(t.Context(), []kubeletplugin.NamespacedObject{{UID: "c2"}}); err == nil {
+		t.Error("unprepare before the rebuild answered as done")
+	}
+
+	var objs []runtime.Object
+	for _, c := range []*resourceapi.ResourceClaim{c3, fixed, c2} {
+		c = c.DeepCopy()
+		c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p-" + string(c.UID), UID: types.UID("pod-" + c.UID)}}
+		objs = append(objs, c)
+	}
+	idle := claimOn("c9", DeviceName(uuidB, 1)) // allocated, no pod: not prepared
+	objs = append(objs, idle)
+	r := &recorder{}
+	t.Cleanup(d2.setPublisher(t.Context(), r, fake.NewClientset(objs...)))
+	if len(r.pools) != 0 {
+		t.Fatal("published before the rebuild")
+	}
+	n.reconcile(t, d2, 4, true)
+	if got := d2.Claims(); !reflect.DeepEqual(got, want) {
+		t.Errorf("rebuilt claims\n%+v\nwant\n%+v", got, want)
+	}
+	if got := n.claimSpec(t); !reflect.DeepEqual(got, specBefore) {
+		t.Errorf("the claims' spec changed through the rebuild")
+	}
+	if len(r.pools) == 0 {
+		t.Error("nothing published after the rebuild")
+	}
+	d3, err := New(Options{NodeName: "node-1", CheckpointPath: path})
+	if err != nil || !reflect.DeepEqual(d3.Claims(), want) {
+		t.Errorf("the rebuilt checkpoint reads back as %+v (%v)", d3.Claims(), err)
+	}
+}
+
+// A checkpoint that is not a file of the driver's is corrupt, whatever it
+// is: reported, moved aside, never waited on (a FIFO) or read whole.
+func TestCheckpointsThatAreNotTheDriversAreCorrupt(t *testing.T) {
+	for name, mk := range map[string]func(path string) error{
+		"empty":         func(p string) error { return os.WriteFile(p, nil, 0o600) },
+		"not JSON":      func(p string) error { return os.WriteFile(p, []byte("\x00\x01garbage"), 0o600) },
+		"version 0":     func(p string) error { return os.WriteFile(p, []byte(`{"claims":{}}`), 0o600) },
+		"FIFO":          func(p string) error { return syscall.Mkfifo(p, 0o600) },
+		"symbolic link": func(p string) error { return os.Symlink("/etc/passwd", p) },
+		"huge":          func(p string) error { return os.WriteFile(p, make([]byte, maxCheckpointBytes+1), 0o600) },
+		"claim under another UID": func(p string) error {
+			return os.WriteFile(p, []byte(`{"version":2,"claims":{"a":{"uid":"b","devices":[{"pool":"n","device":{"name":"x","gpuUUID":"G"}}]}}}`), 0o600)
+		},
+		"two shares of one index": func(p string) error {
+			s := `{"id":"%s","index":1000,"memoryLimitMiB":1,"threadPercentage":1,"cdiName":"x"}`
+			dev := `{"pool":"n","device":{"name":"x","gpuUUID":"G","sized":true},"share":` + s + `}`
+			return os.WriteFile(p, []byte(`{"version":2,"claims":{"a":{"uid":"a","devices":[`+strings.Replace(dev, "%s", "1", 1)+`]},"b":{"uid":"b","devices":[`+strings.Replace(dev, "%s", "2", 1)+`]}}}`), 0o600)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "cp.json")
+			if err := mk(path); err != nil {
+				t.Fatal(err)
+			}
+			d, err := New(Options{NodeName: "node-1", CheckpointPath: path})
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			if d.rebuild == nil {
+				t.Error("not taken for corrupt")
+			}
+			if _, err := os.Lstat(path); !os.IsNotExist(err) {
+				t.Errorf("the corrupt checkpoint is still at its path: %v", err)
+			}
+		})
+	}
+}
+
+// A published device reads back as it was (what a rebuild finds of a held
+// device out of the plan): fixed and sized, healthy and tainted.
+func TestAPublishedDeviceReadsBack(t *testing.T) {
+	fixed, ok := deviceOf(rows(uuidA, "0000:00:06.0", 4, 20389, true)[3])
+	if !ok {
+		t.Fatal("no device of the row")
+	}
+	sick := fixed
+	sick.Healthy = false
+	whole, _ := deviceOf(rows(uuidB, "0000:00:07.0", 1, 81559, true)[0])
+	sized := whole.sized(4)
+	for _, dev := range []Device{fixed, sick, sized} {
+		got, ok := deviceFromSlice(dev.sliceDevice(DefaultDriverName, "580.159.04", !dev.Healthy))
+		if !ok || !reflect.DeepEqual(got, dev) {
+			t.Errorf("read back\n%+v\nwant\n%+v", got, dev)
+		}
+	}
+}
