@@ -89,7 +89,8 @@ say "## 1. The plan and the prepared claims"
 "$B/mps-daemon-kubernetes" --config "$W/host.conf" check-config 2>&1 | block
 check "check-config accepts sharing: claims" "${PIPESTATUS[0]}"
 mkdir -p "$W/plugin" "$W/registry"
-python3 "$C/claims_checkpoint.py" "$W/plugin/checkpoint.json" "$UUID" gpu-claims 4 "$TOTAL" \
+MINOR=$(nvidia-smi -q -i "$UUID" | awk -F: '/Minor Number/ {gsub(/ /,"",$2); print $2; exit}')
+GPU_MINOR=$MINOR python3 "$C/claims_checkpoint.py" "$W/plugin/checkpoint.json" "$UUID" gpu-claims 4 "$TOTAL" \
 	"${NAMES[0]}:${SIZES[0]}" "${NAMES[1]}:${SIZES[1]}" "${NAMES[2]}:${SIZES[2]}"
 check "the DRA checkpoint of three prepared claims written" $?
 start_k8s() { # start_k8s LOGFILE
@@ -117,16 +118,13 @@ for i in 0 1 2; do
 	check "${NAMES[$i]}'s identity file names $dev" "$([ "$(cat "$idh" 2>/dev/null)" = "$dev" ]; echo $?)" "($idh)"
 done
 
-# A process as a container given a claim's CDI entry (run.sh's in_device,
-# on the claims' spec). It execs: call it in the background or in $(...).
-mkdir -p /run/yunion-mps
-RO="mount --bind $PIPE $PIPE && mount -o remount,bind,ro $PIPE $PIPE"
-MASK="mount --bind /dev/null $PIPE/control_privileged"
+# A process as a container given a claim's CDI entry: the entry's
+# environment, mounts and device nodes alone, in a mount namespace of its
+# own (clients/cdi_run.py, as multi.sh starts its clients). It execs: call
+# it in the background or in $(...), so that $! is the client's PID.
 in_claim() { # in_claim I CMD...: CMD as a container given claim I's device
-	local i=$1 dev="$UUID::$((1000 + $1))" idh idc; shift
-	read -r idh idc < <(python3 "$C/cdi_identity.py" "$SPEC" "$dev")
-	exec unshare --mount --propagation private sh -c "$RO && $MASK && mount -t tmpfs -o mode=755 tmpfs /run/yunion-mps && mkdir -p \$(dirname $idc) && touch $idc && mount --bind $idh $idc && mount -o remount,bind,ro $idc && exec \"\$@\"" sh \
-		env -i PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" HOME=/tmp $(cat "$W/env-$i") "$@"
+	local i=$1; shift
+	exec python3 "$C/cdi_run.py" "$SPEC" "$UUID::$((1000 + i))" -- "$@"
 }
 
 say
