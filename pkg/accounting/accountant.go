@@ -10,6 +10,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/identity"
 )
 
@@ -45,7 +46,20 @@ type Accountant struct {
 	// identityOptional: containers may reach MPS without an identity file
 	// (SetIdentityRequired).
 	identityOptional bool
+	// serverMemory is, by GPU, the pinned memory limit a client gets
+	// without a list of its own (SetServerMemoryLimits).
+	serverMemory map[gpu.UUID]units.MiB
 }
+
+// SetServerMemoryLimits says, by GPU, the pinned memory limit MPS holds a
+// client of ours to when its environment has no CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+// of its own: its control daemon's default for the client's ordinal 0 (0
+// for none). Where that is above a device's cap (a GPU shared by claims
+// of any size, whose daemon holds the whole GPU; the single layout's
+// ordinal 0, which holds the largest cap of any GPU), dropping or raising
+// the variable escapes the device's limit (CheckMemoryLimit). A GPU left
+// out is checked only for lists MPS cannot take.
+func (a *Accountant) SetServerMemoryLimits(m map[gpu.UUID]units.MiB) { a.serverMemory = m }
 
 // SetIdentityRequired says whether every container that reaches MPS was
 // given an identity file (true, the default: the per-GPU layout, where only
@@ -123,7 +137,7 @@ func (a *Accountant) Tick(ctx context.Context, p config.AccountingPolicy, procs 
 			}
 		}
 	}
-	r.Usage.Escapes = Escapes(r.Usage, qos)
+	r.Usage.Escapes = Escapes(r.Usage, caps, qos, a.serverMemory)
 	h := History{Previous: a.prev, Terminating: a.enf.Terminating()}
 	r.Decision = Decide(r.Usage, caps, p, h)
 	r.Decision.Actions = append(r.Decision.Actions, DecideEscapes(r.Usage.Escapes, r.Usage, caps, p, h, r.Decision.Actions)...)

@@ -7,6 +7,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -22,31 +23,68 @@ import (
 // QoS escape: reported and, under enforce, terminated. The check is an
 // allowlist of what our edits give and what a client may lower them to:
 // unset, empty, or entries of ordinal 0 or the client's GPU's UUID, each a
-// positive whole number of M or G. As with the QoS variables, what a
+// positive whole number of M or G. And, where its control daemon's default
+// is above the device's cap (a GPU shared by Kubernetes claims of any
+// size, whose daemon holds the whole GPU; the single layout's ordinal 0,
+// which holds the largest cap of any GPU), the limit it ends up with, the
+// lower of that default and its own, must be within the device's cap: a
+// client that drops the variable there, or raises it, takes more than its
+// device before it has allocated anything. As with the QoS variables, what a
 // process sets in its own memory after it started (setenv before CUDA
 // initialises) is not seen; the device's memory sum still is
 // (docs/containers.md).
 
-// CheckMemoryLimit says how a client of a device on GPU g with environment
-// env escapes its memory limit, or "" when it does not.
-func CheckMemoryLimit(env clientreport.QoSEnv, g gpu.UUID) string {
+// DeviceLimit is what a device's clients' memory limit is checked against.
+type DeviceLimit struct {
+	// GPU is the device's GPU, Cap its memory cap (0: not checked
+	// against the server's limit).
+	GPU gpu.UUID
+	Cap units.MiB
+	// Server is the limit a client of the GPU gets without its own list
+	// (0: none), when ServerKnown (SetServerMemoryLimits).
+	Server      units.MiB
+	ServerKnown bool
+}
+
+// CheckMemoryLimit says how a client of a device d with environment env
+// escapes its memory limit, or "" when it does not.
+func CheckMemoryLimit(env clientreport.QoSEnv, d DeviceLimit) string {
 	if env.Unreadable != "" {
 		return "its environment cannot be read (" + env.Unreadable + ")"
 	}
 	m, name := env.MemoryLimit, vdev.EnvMemoryLimit
-	switch {
-	case m.Twice:
+	if m.Twice {
 		return name + " is set twice"
-	case !m.Set || m.Value == "":
-		return ""
 	}
-	for _, entry := range strings.Split(m.Value, ",") {
-		key, size, ok := strings.Cut(entry, "=")
-		if !ok || !ownDevice(key, g) || !positiveSize(size) {
-			return fmt.Sprintf("%s=%q is not a limit of its own GPU (0 or %s) in M or G: MPS then holds it to no limit at all", name, m.Value, g)
+	own := units.MiB(0) // the lowest limit its own list sets; 0: none
+	if m.Set && m.Value != "" {
+		for _, entry := range strings.Split(m.Value, ",") {
+			key, size, ok := strings.Cut(entry, "=")
+			mib, valid := sizeMiB(size)
+			if !ok || !ownDevice(key, d.GPU) || !valid {
+				return fmt.Sprintf("%s=%q is not a limit of its own GPU (0 or %s) in M or G: MPS then holds it to no limit at all", name, m.Value, d.GPU)
+			}
+			if own == 0 || mib < own {
+				own = mib
+			}
 		}
 	}
-	return ""
+	if !d.ServerKnown || d.Cap == 0 {
+		return ""
+	}
+	got := d.Server
+	if own != 0 && (got == 0 || own < got) {
+		got = own
+	}
+	switch {
+	case got == 0:
+		return fmt.Sprintf("no %s: its control daemon sets no limit, its device's cap is %d MiB", name, d.Cap)
+	case got <= d.Cap:
+		return ""
+	case own == 0:
+		return fmt.Sprintf("no %s: it gets its control daemon's %d MiB, its device's cap is %d MiB", name, d.Server, d.Cap)
+	}
+	return fmt.Sprintf("%s=%q leaves it %d MiB, above its device's cap of %d MiB", name, m.Value, got, d.Cap)
 }
 
 // ownDevice reports whether key names the client's one GPU g as MPS reads
@@ -60,9 +98,18 @@ func ownDevice(key string, g gpu.UUID) bool {
 	return ok && strings.EqualFold(hex, own)
 }
 
-// positiveSize reports whether s is a positive whole number of M or G.
-func positiveSize(s string) bool {
+// sizeMiB reads a positive whole number of M or G.
+func sizeMiB(s string) (units.MiB, bool) {
 	num, unit := s[:max(len(s)-1, 0)], s[max(len(s)-1, 0):]
 	n, err := strconv.Atoi(num)
-	return err == nil && n > 0 && num[0] != '+' && (unit == "M" || unit == "G")
+	if err != nil || n <= 0 || num[0] == '+' {
+		return 0, false
+	}
+	switch unit {
+	case "M":
+		return units.MiB(n), true
+	case "G":
+		return units.MiB(n) * 1024, true
+	}
+	return 0, false
 }

@@ -43,14 +43,47 @@ func TestCheckMemoryLimit(t *testing.T) {
 		{"set twice", clientreport.EnvValue{Set: true, Value: "0=1G", Twice: true}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			why := CheckMemoryLimit(clientreport.QoSEnv{MemoryLimit: c.v}, gpuA)
+			why := CheckMemoryLimit(clientreport.QoSEnv{MemoryLimit: c.v}, DeviceLimit{GPU: gpuA})
 			if (why != "") != c.escape {
 				t.Errorf("CheckMemoryLimit(%+v) = %q; escape %v", c.v, why, c.escape)
 			}
 		})
 	}
-	if why := CheckMemoryLimit(clientreport.QoSEnv{Unreadable: "too long"}, gpuA); !strings.Contains(why, "cannot be read") {
+	if why := CheckMemoryLimit(clientreport.QoSEnv{Unreadable: "too long"}, DeviceLimit{GPU: gpuA}); !strings.Contains(why, "cannot be read") {
 		t.Errorf("an unreadable environment: %q, want an escape", why)
+	}
+}
+
+// TestCheckMemoryLimitAgainstTheServer: where a client's control daemon
+// holds more than its device's cap (a GPU shared by claims of any size: the
+// whole GPU; the single layout's ordinal 0: the largest cap), the limit it
+// ends up with must be within its device's cap; where the daemon holds the
+// cap itself, dropping or raising the variable changes nothing.
+func TestCheckMemoryLimitAgainstTheServer(t *testing.T) {
+	set := func(v string) clientreport.EnvValue { return clientreport.EnvValue{Set: true, Value: v} }
+	claim := DeviceLimit{GPU: gpuA, Cap: 20480, Server: 143771, ServerKnown: true}
+	slice := DeviceLimit{GPU: gpuA, Cap: 35942, Server: 35942, ServerKnown: true}
+	for _, c := range []struct {
+		name   string
+		v      clientreport.EnvValue
+		d      DeviceLimit
+		escape bool
+	}{
+		{"a claim's own entry", set("0=20480M"), claim, false},
+		{"a claim lowered further", set("0=1G"), claim, false},
+		{"a claim without the variable: the whole GPU", clientreport.EnvValue{}, claim, true},
+		{"a claim with it empty: the whole GPU", set(""), claim, true},
+		{"a claim raised", set("0=40G"), claim, true},
+		{"a slice without the variable: the daemon's cap", clientreport.EnvValue{}, slice, false},
+		{"a slice raised: the daemon's cap", set("0=80G"), slice, false},
+		{"a daemon without a limit", clientreport.EnvValue{}, DeviceLimit{GPU: gpuA, Cap: 20480, ServerKnown: true}, true},
+		{"the server not known: only the list is checked", clientreport.EnvValue{}, DeviceLimit{GPU: gpuA, Cap: 20480}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if why := CheckMemoryLimit(clientreport.QoSEnv{MemoryLimit: c.v}, c.d); (why != "") != c.escape {
+				t.Errorf("CheckMemoryLimit(%+v, %+v) = %q; escape %v", c.v, c.d, why, c.escape)
+			}
+		})
 	}
 }
 

@@ -138,16 +138,19 @@ type Escape struct {
 func (e Escape) gpuPID() (gpu.UUID, int) { return e.GPU, e.PID }
 
 // Escapes finds the clients of u whose environment escapes their device's
-// memory limit (every device's), or the QoS of their device when it is a
-// batch device of qos; sorted by GPU then PID.
-func Escapes(u Usage, qos map[string]DeviceQoS) []Escape {
+// memory limit (every device of caps, its GPU's server limit taken from
+// servers where known: SetServerMemoryLimits), or the QoS of their device
+// when it is a batch device of qos; sorted by GPU then PID.
+func Escapes(u Usage, caps map[string]uint64, qos map[string]DeviceQoS, servers map[gpu.UUID]units.MiB) []Escape {
 	var out []Escape
 	for _, name := range slices.Sorted(maps.Keys(u.PerDevice)) {
 		q, batch := qos[name]
 		d := u.PerDevice[name]
+		l := DeviceLimit{GPU: d.GPU, Cap: units.Bytes(caps[name]).MiB()}
+		l.Server, l.ServerKnown = servers[d.GPU]
 		for _, c := range d.Clients {
 			var why []string
-			limit := CheckMemoryLimit(c.Env, d.GPU)
+			limit := CheckMemoryLimit(c.Env, l)
 			if limit != "" {
 				why = append(why, limit)
 			}

@@ -55,9 +55,30 @@ func (a *Agent) account(ctx context.Context) {
 	// Only the per-GPU layout's pipe directories reach containers through
 	// the CDI edits alone, which always carry the identity file.
 	a.acct.SetIdentityRequired(!a.config().single())
+	a.acct.SetServerMemoryLimits(a.serverMemoryLimits(uuids))
 	r := a.acct.Tick(ctx, policy, procs, accounting.Caps(devs), qos, terms)
 	a.noteUsage(r)
 	a.met.observeAccounting(r)
+}
+
+// serverMemoryLimits is, for each GPU of uuids, the pinned memory limit a
+// container of ours is held to without a limit of its own: its control
+// daemon's default for the container's ordinal 0, which is its GPU's own
+// in the per-GPU layout and, in the single layout, ordinal 0's, the
+// largest of the daemon's (plan.SharedMemoryLimits).
+func (a *Agent) serverMemoryLimits(uuids []gpu.UUID) map[gpu.UUID]units.MiB {
+	out := map[gpu.UUID]units.MiB{}
+	var largest units.MiB
+	for _, u := range uuids {
+		out[u] = a.gpus[u].limits.MemoryLimit
+		largest = max(largest, out[u])
+	}
+	if a.config().single() {
+		for _, u := range uuids {
+			out[u] = largest
+		}
+	}
+	return out
 }
 
 // setDevices records the host's virtual devices as the last sync left

@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -49,7 +51,10 @@ const claimsAndTwo = `devices:
 // default (a claim's client lowers it to its size), the ClaimSizer is told
 // each planned GPU before the sync, and under enforce the accounting holds
 // each claim's processes to its claim's size: the process that pushed a
-// claim over is terminated, the other claim's goes on.
+// claim over is terminated, the other claim's goes on; so is a process
+// that dropped its claim's memory limit (MPS would give it the whole GPU)
+// before it allocated more than its claim, and one that dropped its thread
+// share.
 func TestClaimsOfAnySizeAreToldAndAccounted(t *testing.T) {
 	h := newHarness(t, "", claimsAndTwo)
 	inv := &sizingInventory{recordingInventory: h.inv}
@@ -103,25 +108,37 @@ func TestClaimsOfAnySizeAreToldAndAccounted(t *testing.T) {
 	// gives it the GPU's 100%), 302 kept it.
 	h.addProc(t, 301, 1600, c2)
 	h.addProc(t, 302, 1700, c2)
-	env := "PATH=/usr/bin\x00" + vdev.EnvVar + "=" + c2 + "\x00" + vdev.EnvThreadPercentage + "=30\x00"
-	if err := os.WriteFile(filepath.Join(h.cfg.Host.ProcRoot, "302", "environ"), []byte(env), 0o644); err != nil {
-		t.Fatal(err)
+	// 401, of the 10 GiB claim, dropped its memory limit: MPS then holds it
+	// to the control daemon's, the whole GPU.
+	h.addProc(t, 401, 1800, c1)
+	// Each process's environment is its claim's CDI entry's, but for what
+	// it dropped.
+	for pid, env := range map[int]string{
+		101: c0 + "\x00" + vdev.EnvMemoryLimit + "=0=20480M", 102: c0 + "\x00" + vdev.EnvMemoryLimit + "=0=20480M",
+		201: c1 + "\x00" + vdev.EnvMemoryLimit + "=0=10240M", 401: c1,
+		301: c2 + "\x00" + vdev.EnvMemoryLimit + "=0=10240M",
+		302: c2 + "\x00" + vdev.EnvMemoryLimit + "=0=10240M\x00" + vdev.EnvThreadPercentage + "=30",
+	} {
+		env = "PATH=/usr/bin\x00" + vdev.EnvVar + "=" + env + "\x00"
+		if err := os.WriteFile(filepath.Join(h.cfg.Host.ProcRoot, strconv.Itoa(pid), "environ"), []byte(env), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	for _, pid := range []int{101, 102, 201, 301, 302} {
+	for _, pid := range []int{101, 102, 201, 301, 302, 401} {
 		if _, err := h.runner.AddClient(h.pipeDir(0), pid); err != nil {
 			t.Fatal(err)
 		}
 	}
 	h.backend.mu.Lock()
 	h.backend.procs = map[gpu.UUID][]gpu.Process{g0: {{PID: 101, UsedMemoryBytes: 12 * gib}, {PID: 102, UsedMemoryBytes: 12 * gib}, {PID: 201, UsedMemoryBytes: 9 * gib},
-		{PID: 301, UsedMemoryBytes: gib}, {PID: 302, UsedMemoryBytes: gib}}}
+		{PID: 301, UsedMemoryBytes: gib}, {PID: 302, UsedMemoryBytes: gib}, {PID: 401, UsedMemoryBytes: gib / 2}}}
 	h.backend.mu.Unlock()
 	h.agent.account(ctx)
 	clients, err := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(0)}, 5e9, nil).ClientServers(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for pid, wantThere := range map[int]bool{101: true, 102: false, 201: true, 301: false, 302: true} {
+	for pid, wantThere := range map[int]bool{101: true, 102: false, 201: true, 301: false, 302: true, 401: false} {
 		if _, there := clients[pid]; there != wantThere {
 			t.Errorf("client %d connected=%v after enforcement, want %v", pid, there, wantThere)
 		}
@@ -130,7 +147,8 @@ func TestClaimsOfAnySizeAreToldAndAccounted(t *testing.T) {
 	if st == nil || len(st.Unknown) != 0 {
 		t.Fatalf("claims' processes taken for unknown: %+v", st)
 	}
-	if len(st.QoSEscapes) != 1 || st.QoSEscapes[0].PID != 301 {
-		t.Errorf("the claim's client without its thread share is not the one escape: %+v", st.QoSEscapes)
+	if len(st.QoSEscapes) != 2 || st.QoSEscapes[0].PID != 301 || st.QoSEscapes[1].PID != 401 ||
+		!strings.Contains(st.QoSEscapes[1].Reason, "its control daemon's 143771 MiB, its device's cap is 10240 MiB") {
+		t.Errorf("the escapes are not the claim's client without its thread share and the one without its memory limit: %+v", st.QoSEscapes)
 	}
 }
