@@ -151,7 +151,9 @@ say "## 3. Under enforce, a process past its claim's size is terminated; the oth
 # The third claim's process drops its pinned memory limit: MPS then gives
 # it the control daemon's default, the whole GPU, and it takes its claim's
 # size and 2 GiB more. Only the accounting, which bills it to the claim by
-# its identity file, holds it to the claim.
+# its identity file, holds it to the claim: as a limit escape (its
+# environment, seen at start) or for its claim's sum over the size,
+# whichever tick sees it first.
 OVER=$(( SIZES[2] + 2048 ))
 in_claim 0 python3 "$C/hold.py" 40 $(( SIZES[0] / 2 )) >"$W/keep-0.log" 2>&1 &
 K0=$!
