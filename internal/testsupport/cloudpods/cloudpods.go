@@ -33,6 +33,7 @@ import (
 	"testing"
 	"time"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/replay"
 	"yunion.io/x/mps-daemon/internal/testsupport/shared"
 )
 
@@ -81,6 +82,10 @@ type Cloud struct {
 
 	// guard stops the control plane if this process ends without Stop.
 	guard *guard
+	// replay is the server of a replay (GetOrReplay); nil for a real one.
+	replay *replay.Server
+	// rec records the exchanges with a real one (nil when not recording).
+	rec *recorder
 }
 
 // Dir returns the directory of the scripts, or ErrUnavailable.
@@ -322,6 +327,10 @@ func (c *Cloud) RunClimc(ctx context.Context, args ...string) (stdout, stderr st
 // StopRegion kills the region service (SIGTERM, then SIGKILL after 20 s):
 // an outage as a host agent sees it. StartRegion brings it back.
 func (c *Cloud) StopRegion() error {
+	if c.replay != nil {
+		c.replay.Down()
+		return nil
+	}
 	pidFile := filepath.Join(c.Work, "run", "region.pid")
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
@@ -346,6 +355,10 @@ func (c *Cloud) StopRegion() error {
 // StartRegion starts the region service again with the configuration of
 // the first start and waits until it answers.
 func (c *Cloud) StartRegion(ctx context.Context) error {
+	if c.replay != nil {
+		c.replay.Up()
+		return nil
+	}
 	logf, err := os.OpenFile(filepath.Join(c.Work, "log", "region.log"), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
