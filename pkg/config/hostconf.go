@@ -5,6 +5,7 @@
 package config
 
 import (
+	"regexp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -344,9 +345,12 @@ func absPath(v *yaml.Node) (string, error) {
 }
 
 // hostName is mps_host_name, the name of the host's record in the
-// inventory: bounded as the inventory bounds a host's name, so a name it
-// would refuse at every reconcile is refused here, by check-config and at
-// start.
+// inventory: bounded as the inventory bounds a host's name, and of the
+// form Cloudpods' region gives a host's name (hostNameRule), so a name
+// either would refuse at every reconcile, or one that carries path
+// separators or control and direction characters into the inventory, its
+// logs and tables, is refused here: by check-config, at start and on a
+// reload alike.
 func hostName(v *yaml.Node) (string, error) {
 	s, err := scalarValue(v)
 	if err != nil {
@@ -355,8 +359,16 @@ func hostName(v *yaml.Node) (string, error) {
 	if len(s) > api.MaxNameBytes {
 		return "", fmt.Errorf("%d bytes, longer than the %d the inventory allows for a host's name", len(s), api.MaxNameBytes)
 	}
+	if s != "" && !hostNameRule.MatchString(s) {
+		return "", fmt.Errorf("%q is not a host name: it must start with a letter and hold only letters, digits and . _ @ - (the rule Cloudpods' region applies to names)", s)
+	}
 	return s, nil
 }
+
+// hostNameRule is the name rule of Cloudpods' region (its resources' names
+// when they must be ASCII, as a host's are: regutils.MatchName, master
+// 2de2952); every host name in the recorded exchanges keeps it.
+var hostNameRule = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9._@-]*$`)
 
 func nonEmpty(v *yaml.Node) (string, error) {
 	s, err := scalarValue(v)
