@@ -61,6 +61,9 @@ type Exchange struct {
 	Response json.RawMessage `json:"response,omitempty"`
 }
 
+// Write reports whether the exchange changes the service's state (write).
+func (e Exchange) Write() bool { return e.write() }
+
 // write reports whether the exchange changes the service's state: any
 // request but a read, a keystone login and a probe of /ping.
 func (e Exchange) write() bool {

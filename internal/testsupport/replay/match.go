@@ -100,11 +100,18 @@ func diffBody(b *Bindings, want json.RawMessage, got []byte) []string {
 // diffValue compares a value sent (got) with the recorded one (want), at
 // the field path at.
 func diffValue(b *Bindings, at string, want, got any) []string {
+	return diffWords(b, words{"sent", "recorded"}, at, want, got)
+}
+
+// words name the two sides in a difference.
+type words struct{ got, want string }
+
+func diffWords(b *Bindings, wd words, at string, want, got any) []string {
 	switch w := want.(type) {
 	case map[string]any:
 		g, ok := got.(map[string]any)
 		if !ok {
-			return []string{fmt.Sprintf("field %s: %s sent, recorded an object", at, short(got))}
+			return []string{fmt.Sprintf("field %s: %s %s, %s an object", at, short(got), wd.got, wd.want)}
 		}
 		keys := map[string]bool{}
 		for k := range w {
@@ -119,22 +126,22 @@ func diffValue(b *Bindings, at string, want, got any) []string {
 			gv, inG := g[k]
 			switch {
 			case !inW:
-				diffs = append(diffs, fmt.Sprintf("field %s.%s sent (%s), not recorded", at, k, short(gv)))
+				diffs = append(diffs, fmt.Sprintf("field %s.%s %s (%s), not %s", at, k, wd.got, short(gv), wd.want))
 			case !inG:
-				diffs = append(diffs, fmt.Sprintf("field %s.%s recorded (%s), not sent", at, k, short(wv)))
+				diffs = append(diffs, fmt.Sprintf("field %s.%s %s (%s), not %s", at, k, wd.want, short(wv), wd.got))
 			default:
-				diffs = append(diffs, diffValue(b, at+"."+k, wv, gv)...)
+				diffs = append(diffs, diffWords(b, wd, at+"."+k, wv, gv)...)
 			}
 		}
 		return diffs
 	case []any:
 		g, ok := got.([]any)
 		if !ok || len(g) != len(w) {
-			return []string{fmt.Sprintf("field %s: %s sent, %s recorded", at, short(got), short(want))}
+			return []string{fmt.Sprintf("field %s: %s %s, %s %s", at, short(got), wd.got, short(want), wd.want)}
 		}
 		var diffs []string
 		for i := range w {
-			diffs = append(diffs, diffValue(b, fmt.Sprintf("%s[%d]", at, i), w[i], g[i])...)
+			diffs = append(diffs, diffWords(b, wd, fmt.Sprintf("%s[%d]", at, i), w[i], g[i])...)
 		}
 		return diffs
 	case string:
@@ -142,10 +149,10 @@ func diffValue(b *Bindings, at string, want, got any) []string {
 		if ok && (w == redacted || b.match(w, g)) {
 			return nil
 		}
-		return []string{fmt.Sprintf("field %s: %s sent, %s recorded", at, short(got), short(want))}
+		return []string{fmt.Sprintf("field %s: %s %s, %s %s", at, short(got), wd.got, short(want), wd.want)}
 	}
 	if !jsonEqual(want, got) {
-		return []string{fmt.Sprintf("field %s: %s sent, %s recorded", at, short(got), short(want))}
+		return []string{fmt.Sprintf("field %s: %s %s, %s %s", at, short(got), wd.got, short(want), wd.want)}
 	}
 	return nil
 }
@@ -232,4 +239,17 @@ func routeEqual(w, g []string) bool {
 		}
 	}
 	return true
+}
+
+// DiffJSON names the fields two JSON documents differ in (want the
+// expected one), as a replay names them.
+func DiffJSON(want, got []byte, wantName, gotName string) []string {
+	var w, g any
+	if err := json.Unmarshal(want, &w); err != nil {
+		return []string{fmt.Sprintf("the expected document is not JSON: %v", err)}
+	}
+	if err := json.Unmarshal(got, &g); err != nil {
+		return []string{fmt.Sprintf("the document is not JSON: %v", err)}
+	}
+	return diffWords(NewBindings(""), words{gotName, wantName}, "answer", w, g)
 }

@@ -80,11 +80,7 @@ func ServeCassette(t testing.TB, c *Cassette) *Server {
 		case "keystone", "region":
 			return s.srv.URL, true
 		case "time":
-			sec, err := strconv.ParseFloat(arg, 64)
-			if err != nil {
-				return "", false
-			}
-			return start.Add(time.Duration(sec * float64(time.Second))).Format("2006-01-02T15:04:05.000000Z"), true
+			return timeAt(start, arg)
 		}
 		return "", false
 	})

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // What differs from one run of the same exchanges to the next is written in
@@ -62,6 +63,16 @@ func (b *Bindings) Value(p string) string {
 	return v
 }
 
+// timeAt is the time {{time:arg}} stands for when the recording began at
+// start.
+func timeAt(start time.Time, arg string) (string, bool) {
+	sec, err := strconv.ParseFloat(arg, 64)
+	if err != nil {
+		return "", false
+	}
+	return start.Add(time.Duration(sec * float64(time.Second))).Format("2006-01-02T15:04:05.000000Z"), true
+}
+
 // made is the value a replay gives placeholder kind:n that no client bound.
 func made(kind, n string) string {
 	i, _ := strconv.Atoi(n)
@@ -76,6 +87,35 @@ func made(kind, n string) string {
 		return fmt.Sprintf("127.99.%d.%d", i>>8&0xff, i&0xff)
 	}
 	return fmt.Sprintf("replay-%s-%d", kind, i)
+}
+
+// Bind makes placeholder p stand for v (a replay toward a server of ours,
+// which makes its own ids); false when either is bound to another already.
+func (b *Bindings) Bind(p, v string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cur, ok := b.vals[p]; ok {
+		return cur == v
+	}
+	if o, ok := b.owner[v]; ok && o != p {
+		return false
+	}
+	b.vals[p], b.owner[v] = v, p
+	return true
+}
+
+// NewBindings are bindings for walking a cassette toward a server of ours
+// (no replay server): base stands for {{keystone}} and {{region}}.
+func NewBindings(base string) *Bindings {
+	return newBindings(func(kind, arg string) (string, bool) {
+		switch kind {
+		case "keystone", "region":
+			return base, true
+		case "time":
+			return timeAt(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), arg)
+		}
+		return "", false
+	})
 }
 
 // Fill replaces every placeholder in s by its value.
