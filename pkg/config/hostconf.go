@@ -5,12 +5,12 @@
 package config
 
 import (
-	"regexp"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
