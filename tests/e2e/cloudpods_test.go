@@ -53,6 +53,12 @@ func daemonUser(t *testing.T, c *cloudpods.Cloud, name, password string) {
 
 func newCPHost(t *testing.T, c *cloudpods.Cloud, user, password, mac string) *cpHost {
 	t.Helper()
+	return newCPHostSyncing(t, c, user, password, mac, "1s")
+}
+
+// newCPHostSyncing is newCPHost with the sync interval given.
+func newCPHostSyncing(t *testing.T, c *cloudpods.Cloud, user, password, mac, sync string) *cpHost {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "e2ecp") // short: MPS socket paths
 	if err != nil {
 		t.Fatal(err)
@@ -76,9 +82,9 @@ mps_region_host_mac: %s
 mps_listen_address: %s
 mps_state_directory: %s/state
 mps_cdi_directory: %s/cdi
-mps_sync_interval: 1s
+mps_sync_interval: %s
 mps_inventory_timeout: 5s
-`, c.RegionName, c.AuthURL, user, password, c.Project, h.devices, dir, dir, mac, h.listen, dir, dir)
+`, c.RegionName, c.AuthURL, user, password, c.Project, h.devices, dir, dir, mac, h.listen, dir, dir, sync)
 	if err := os.WriteFile(h.hostConf, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -370,6 +370,7 @@ func (n *norm) body(b json.RawMessage) (json.RawMessage, error) {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return nil, err
 	}
+	sortCatalog(v)
 	var out bytes.Buffer
 	enc := json.NewEncoder(&out)
 	enc.SetEscapeHTML(false)
@@ -377,6 +378,40 @@ func (n *norm) body(b json.RawMessage) (json.RawMessage, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
+}
+
+// sortCatalog puts a keystone catalog (its services, each service's
+// endpoints) in one order: keystone answers it in any order, and a client
+// must not care.
+func sortCatalog(v any) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return
+	}
+	for k, e := range m {
+		l, isList := e.([]any)
+		if isList && (k == "catalog" || k == "endpoints") {
+			sort.SliceStable(l, func(a, b int) bool { return catalogKey(l[a]) < catalogKey(l[b]) })
+		}
+		if isList {
+			for _, x := range l {
+				sortCatalog(x)
+			}
+		} else {
+			sortCatalog(e)
+		}
+	}
+}
+
+func catalogKey(v any) string {
+	m, _ := v.(map[string]any)
+	key := ""
+	for _, k := range []string{"type", "name", "interface", "url"} {
+		if s, ok := m[k].(string); ok {
+			key += s + "\x00"
+		}
+	}
+	return key
 }
 
 // path normalises a path and its query; the query sorted, its placeholders
