@@ -12,18 +12,18 @@ import (
 )
 
 // The daemon against a replay of the real region it joined (Cloudpods
-// master, tests/cloudpods/recordings/daemon): host.conf holds only
+// master, tests/cloudpods/recordings/e2e; a real one under make
+// test-cloudpods, which records them again): host.conf holds only
 // Cloudpods' keys (and this test's paths), the simulated 8 x H100 host's
 // first two GPUs have 4 and 2 slices. The replay fails the test on any
 // request the daemon sends that the region did not get then, or one that
 // differs from it in a field; and on any write the daemon no longer makes.
-// Run in every `make test`; make test-cloudpods records them again.
 
 // replayedHost is the daemon of a replay: the recording's daemon synced on
 // changes only (mps_sync_interval long), so this one does too.
-func replayedHost(t *testing.T, cassette, password string) (*cloudpods.Cloud, *cpHost, *proc) {
+func replayedHost(t *testing.T, opts cloudpods.Options, password string) (*cloudpods.Cloud, *cpHost, *proc) {
 	t.Helper()
-	c := cloudpods.Replay(t, "daemon/"+cassette+".json")
+	c := cloudpods.NewOrReplay(t, "e2e", opts)
 	if password == "" {
 		password = c.Password
 	}
@@ -38,7 +38,7 @@ func replayedHost(t *testing.T, cassette, password string) (*cloudpods.Cloud, *c
 // a GPU removed purged.
 func TestDaemonJoinsTheRecordedRegion(t *testing.T) {
 	t.Parallel()
-	c, h, d := replayedHost(t, "Join", "")
+	c, h, d := replayedHost(t, cloudpods.Options{HostMAC: "02:fc:00:00:00:01"}, "")
 	eventually(t, "registered", func() (bool, string) {
 		st := h.status(t)
 		return st.Ready && st.HostID == c.HostID && len(st.Devices) == 6, fmt.Sprintf("%+v", st)
@@ -93,7 +93,7 @@ func TestDaemonJoinsTheRecordedRegion(t *testing.T) {
 // for the daemon's MAC; the daemon says so and retries.
 func TestDaemonWaitsForTheRecordedHostRecord(t *testing.T) {
 	t.Parallel()
-	c := cloudpods.Replay(t, "daemon/JoinWithoutHostRecord.json")
+	c := cloudpods.NewOrReplay(t, "e2e", cloudpods.Options{})
 	const mac = "02:fc:00:00:00:01"
 	h := newCPHostSyncing(t, c, c.User, c.Password, mac, "1h")
 	d := startEnv(t, []string{"PCIDB_PATH=/nonexistent/pci.ids"}, "mps-daemon", "--config", h.hostConf, "--simulate", "8xH100")
@@ -111,7 +111,7 @@ func TestDaemonWaitsForTheRecordedHostRecord(t *testing.T) {
 func TestDaemonWithAWrongPasswordAgainstTheRecordedKeystone(t *testing.T) {
 	t.Parallel()
 	const wrong = "Not-the-password-9"
-	c, h, d := replayedHost(t, "JoinWithWrongPassword", wrong)
+	c, h, d := replayedHost(t, cloudpods.Options{}, wrong)
 	eventually(t, "the refusal reported", func() (bool, string) {
 		st := h.status(t)
 		return strings.Contains(st.LastError, "keystone refused the credentials"), st.LastError

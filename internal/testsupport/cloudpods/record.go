@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -114,6 +116,18 @@ func headersOf(h http.Header) map[string]string {
 		}
 	}
 	return out
+}
+
+// serve serves service's proxy on 127.0.0.1:public, to 127.0.0.1:real.
+func (r *recorder) serve(service string, public, real int) (*http.Server, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(public)))
+	if err != nil {
+		return nil, fmt.Errorf("the recording proxy of %s: %w", service, err)
+	}
+	srv := &http.Server{Handler: r.proxy(service, &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(real))}),
+		ReadHeaderTimeout: time.Minute}
+	go func() { _ = srv.Serve(l) }() // ends when Stop closes it
+	return srv, nil
 }
 
 // proxy is a reverse proxy to target that records each exchange as

@@ -38,9 +38,7 @@ func Recordings() (string, error) {
 func GetOrReplay(t testing.TB, dir string) *Cloud {
 	t.Helper()
 	if Live() {
-		c := Get(t)
-		c.mark(t)
-		return c
+		return Get(t)
 	}
 	return Replay(t, filepath.Join(dir, cassetteName(t)+".json"))
 }
@@ -49,9 +47,7 @@ func GetOrReplay(t testing.TB, dir string) *Cloud {
 func NewOrReplay(t testing.TB, dir string, opts Options) *Cloud {
 	t.Helper()
 	if Live() {
-		c := New(t, opts)
-		c.mark(t)
-		return c
+		return New(t, opts)
 	}
 	return Replay(t, filepath.Join(dir, cassetteName(t)+".json"))
 }

@@ -20,6 +20,7 @@ import (
 // unix seconds) or a marker ({"event": "..."}). Markers this package
 // reads:
 //
+//   - "setup": a control plane's setup begins (our recorder writes it);
 //   - "ready": the control plane's own setup (by its start script) ends;
 //   - "scenario: ..." begins a scenario, "scenario end..." ends one (the
 //     control plane is set up again after it, up to the next "ready");
@@ -43,7 +44,8 @@ type Source struct {
 	// What says what ran (it goes into each cassette's Source).
 	What string
 	// Splits, in the recording's order; none cuts at every "scenario:" or
-	// "test:" marker, naming each cassette by Names.
+	// "test:" marker, naming each cassette by Names, or without Names each
+	// "test: <name>" by its test.
 	Splits []Split
 	// Names names the cassettes cut at markers, in order; a marker without
 	// a name here is dropped (with its exchanges).
@@ -90,6 +92,9 @@ func Derive(src Source) (map[string]*Cassette, error) {
 		case r.Event == "ready":
 			setup = false
 			continue
+		case r.Event == "setup":
+			setup, cur, cloud = true, nil, CloudInfo{}
+			continue
 		case strings.HasPrefix(r.Event, "scenario end"):
 			setup, cur = true, nil
 			continue
@@ -108,11 +113,19 @@ func Derive(src Source) (map[string]*Cassette, error) {
 			}
 		} else if strings.HasPrefix(r.Event, "scenario: ") || strings.HasPrefix(r.Event, "test: ") {
 			cur = nil
-			if markers < len(src.Names) && src.Names[markers] != "" {
-				cur = &part{name: src.Names[markers], cloud: cloud}
-				parts = append(parts, cur)
+			name := ""
+			if len(src.Names) > 0 {
+				if markers < len(src.Names) {
+					name = src.Names[markers]
+				}
+			} else if n, ok := strings.CutPrefix(r.Event, "test: "); ok {
+				name = strings.NewReplacer("/", "_", " ", "_").Replace(n)
 			}
 			markers++
+			if name != "" {
+				cur = &part{name: name, cloud: cloud}
+				parts = append(parts, cur)
+			}
 		}
 		if cur == nil || dropped(r) {
 			continue
@@ -174,7 +187,7 @@ func readRaw(path string) ([]raw, error) {
 // the start script (curl).
 func dropped(r raw) bool {
 	if r.Event != "" {
-		return strings.HasPrefix(r.Event, "scenario") || strings.HasPrefix(r.Event, "test: ")
+		return strings.HasPrefix(r.Event, "scenario") || strings.HasPrefix(r.Event, "test: ") || r.Event == "setup" || r.Event == "ready"
 	}
 	var text string
 	if r.Status == 502 && json.Unmarshal(r.Response.Body, &text) == nil && strings.HasPrefix(text, "proxy:") {

@@ -4,8 +4,9 @@
 //
 //	go run ./tests/cloudpods/derive -from DIR
 //
-// DIR holds the recordings named below (make test-cloudpods writes them;
-// docs/cloudpods.md, "Recordings"). Each cassette is one test's exchanges,
+// DIR holds the recordings named below: make test-cloudpods writes one a
+// test package (docs/cloudpods.md, "Recordings"); the first ones came from
+// a recording proxy of their own. Each cassette is one test's exchanges,
 // normalised (internal/testsupport/replay).
 package main
 
@@ -39,13 +40,18 @@ var sources = []source{
 		{Name: "TestPerSliceRowsRefusedThenAcceptedWithADeviceModel", Line: 198},
 	}}, "region"},
 	{replay.Source{File: "daemon-joins-region.jsonl", What: "mps-daemon --simulate 8xH100 with only Cloudpods' keys in host.conf, and climc, against Cloudpods master 2de295222d",
-		Names: []string{"JoinWithoutHostRecord", "JoinWithWrongPassword", "Join"}}, "daemon"},
+		Names: []string{"TestDaemonWaitsForTheRecordedHostRecord", "TestDaemonWithAWrongPasswordAgainstTheRecordedKeystone", "TestDaemonJoinsTheRecordedRegion"}}, "e2e"},
 	{replay.Source{File: "daemon-e2e.jsonl", What: "go test -run Cloudpods ./tests/e2e against Cloudpods master 2de295222d", Splits: []replay.Split{
 		{Name: "TestCloudpodsRegion", Line: 113},
 	}}, "e2e"},
 	{replay.Source{File: "climc-regioncompat.jsonl", What: "go test ./tests/regioncompat (Cloudpods' climc and the test's requests) against Cloudpods master 2de295222d", Splits: []replay.Split{
 		{Name: "TestRealClimcAgainstTheInventory", Line: 113},
 	}}, "regioncompat"},
+	// What make test-cloudpods records (one file a package, a marker where
+	// each test begins): cut by test.
+	{replay.Source{File: "region.jsonl", What: "go test ./pkg/region against a real Cloudpods (make test-cloudpods)"}, "region"},
+	{replay.Source{File: "e2e.jsonl", What: "go test ./tests/e2e (its Cloudpods tests) against a real Cloudpods (make test-cloudpods)"}, "e2e"},
+	{replay.Source{File: "regioncompat.jsonl", What: "go test ./tests/regioncompat against a real Cloudpods (make test-cloudpods)"}, "regioncompat"},
 }
 
 func main() {
