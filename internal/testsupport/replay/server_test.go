@@ -26,7 +26,7 @@ func (f *failures) Errorf(format string, args ...any) {
 	defer f.mu.Unlock()
 	f.errs = append(f.errs, fmt.Sprintf(format, args...))
 }
-func (f *failures) Failed() bool     { f.mu.Lock(); defer f.mu.Unlock(); return len(f.errs) > 0 }
+func (f *failures) Failed() bool      { f.mu.Lock(); defer f.mu.Unlock(); return len(f.errs) > 0 }
 func (f *failures) Cleanup(fn func()) { f.cleanups = append(f.cleanups, fn) }
 func (f *failures) done() {
 	for i := len(f.cleanups) - 1; i >= 0; i-- {
