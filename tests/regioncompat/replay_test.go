@@ -54,14 +54,53 @@ func TestInventoryAnswersTheRecordedClimcAsTheRegion(t *testing.T) {
 		t.Fatal(err)
 	}
 	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
-		walkCassette(t, c, open())
+		walkCassette(t, c, open(), nil)
 	})
+}
+
+// A change to the wire fails the comparison, naming the field: here the
+// inventory's answers with one field renamed (source, every row has it).
+func TestARenamedFieldFailsTheComparison(t *testing.T) {
+	dir, err := cloudpods.Recordings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := replay.Load(filepath.Join(dir, compatCassette))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &replay.Failures{TB: t}
+	walkCassette(f, c, storetest.Open(t, storetest.Backends()[0].DSN(t)), func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			_, _ = w.Write(bytes.ReplaceAll(rec.Body.Bytes(), []byte(`"source":`), []byte(`"sources":`)))
+		})
+	})
+	f.Done()
+	for _, want := range []string{
+		`GET /isolated_devices?details=false&gpu=false&host=`,
+		`field answer.isolated_devices[0].source in the region ("local"), not in the inventory`,
+		`field answer.isolated_devices[0].sources in the inventory ("local"), not in the region`,
+	} {
+		if !strings.Contains(f.All(), want) {
+			t.Errorf("the comparison did not say %q:\n%.3000s", want, f.All())
+		}
+	}
 }
 
 // walkCassette sends the cassette's region requests to an inventory on st
 // and compares the answers.
-func walkCassette(t *testing.T, c *replay.Cassette, st *store.Store) {
-	srv := httptest.NewServer(server.New(st, server.Options{}, slog.New(slog.NewTextHandler(io.Discard, nil))))
+func walkCassette(t testing.TB, c *replay.Cassette, st *store.Store, wrap func(http.Handler) http.Handler) {
+	h := server.New(st, server.Options{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	token, _, err := st.CreateToken(t.Context(), store.NewToken{Name: "compat-admin", Role: store.RoleAdmin})
 	if err != nil {
@@ -125,7 +164,7 @@ func regionOnly(e replay.Exchange) bool {
 }
 
 // send sends one request with the admin token as climc does.
-func send(t *testing.T, base, token, method, path string, body []byte) (int, []byte) {
+func send(t testing.TB, base, token, method, path string, body []byte) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, base+path, bytes.NewReader(body))
 	if err != nil {
@@ -171,7 +210,7 @@ func learnID(b *replay.Bindings, e replay.Exchange, got []byte) {
 
 // decode reads an answer for a comparison: times as T, then the declared
 // differences (normJSON).
-func decode(t *testing.T, what string, raw []byte, region bool) any {
+func decode(t testing.TB, what string, raw []byte, region bool) any {
 	t.Helper()
 	var v any
 	if err := json.Unmarshal([]byte(timestamp.ReplaceAllString(string(raw), "T")), &v); err != nil {
@@ -180,7 +219,7 @@ func decode(t *testing.T, what string, raw []byte, region bool) any {
 	return normJSON(v, labels{}, region)
 }
 
-func compareAnswer(t *testing.T, what string, want, got []byte) {
+func compareAnswer(t testing.TB, what string, want, got []byte) {
 	t.Helper()
 	w, g := decode(t, what, want, true), decode(t, what, got, false)
 	if !reflect.DeepEqual(w, g) {
@@ -200,7 +239,7 @@ func fieldDiffs(want, got []byte) string {
 }
 
 // compareCounts compares two lists by total and rows per guest.
-func compareCounts(t *testing.T, what string, want, got []byte) {
+func compareCounts(t testing.TB, what string, want, got []byte) {
 	t.Helper()
 	count := func(raw []byte, region bool) (int, map[string]int) {
 		var l struct {
@@ -227,7 +266,7 @@ func compareCounts(t *testing.T, what string, want, got []byte) {
 
 // compareRefusal compares error answers by status, class and code, and by
 // their words where Cloudpods' host agent reads them (a held device).
-func compareRefusal(t *testing.T, what string, wantStatus int, want []byte, status int, got []byte) {
+func compareRefusal(t testing.TB, what string, wantStatus int, want []byte, status int, got []byte) {
 	t.Helper()
 	var w, g climcError
 	_ = json.Unmarshal(want, &w)

@@ -3,37 +3,11 @@ package replay
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 )
-
-// failures is a testing.TB that keeps what a replay reports, so that its
-// failures can be tested; its cleanups run on done.
-type failures struct {
-	testing.TB
-	mu       sync.Mutex
-	errs     []string
-	cleanups []func()
-}
-
-func (f *failures) Helper() {}
-func (f *failures) Errorf(format string, args ...any) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.errs = append(f.errs, fmt.Sprintf(format, args...))
-}
-func (f *failures) Failed() bool      { f.mu.Lock(); defer f.mu.Unlock(); return len(f.errs) > 0 }
-func (f *failures) Cleanup(fn func()) { f.cleanups = append(f.cleanups, fn) }
-func (f *failures) done() {
-	for i := len(f.cleanups) - 1; i >= 0; i-- {
-		f.cleanups[i]()
-	}
-}
-func (f *failures) all() string { f.mu.Lock(); defer f.mu.Unlock(); return strings.Join(f.errs, "\n") }
 
 func exchange(client, service, method, path, req string, status int, ans string) Exchange {
 	e := Exchange{Client: client, Service: service, Method: method, Path: path, Status: status, Response: json.RawMessage(ans)}
@@ -94,7 +68,7 @@ func loginBody(password string) string {
 // differs fails, naming the field, and changes nothing; placeholders bind
 // once.
 func TestReplayAnswersByState(t *testing.T) {
-	f := &failures{TB: t}
+	f := &Failures{TB: t}
 	s := ServeCassette(f, cassette)
 	c := &httpClient{t: t, s: s, base: s.URL()}
 	if st, _ := c.do("POST", "/v3/auth/tokens", loginBody("wrong"), ""); st != 401 {
@@ -111,11 +85,11 @@ func TestReplayAnswersByState(t *testing.T) {
 		}
 	}
 	st, body = c.do("POST", "/isolated_devices", `{"isolated_device":{"host_id":"`+host+`","dev_typ":"GPU","name":"gpu-a"}}`, "")
-	if st != http.StatusConflict || !strings.Contains(f.all(), "field body.isolated_device.dev_type recorded (\"GPU\"), not sent") ||
-		!strings.Contains(f.all(), "field body.isolated_device.dev_typ sent (\"GPU\"), not recorded") {
-		t.Fatalf("a write with a field renamed: %d %s\nreported: %s", st, body, f.all())
+	if st != http.StatusConflict || !strings.Contains(f.All(), "field body.isolated_device.dev_type recorded (\"GPU\"), not sent") ||
+		!strings.Contains(f.All(), "field body.isolated_device.dev_typ sent (\"GPU\"), not recorded") {
+		t.Fatalf("a write with a field renamed: %d %s\nreported: %s", st, body, f.All())
 	}
-	f.errs = nil
+	f.Reset()
 	if st, body := c.do("GET", "/isolated_devices?host="+host, "", ""); body != `{"isolated_devices":[]}` {
 		t.Fatalf("after the refused write: %d %s, want the state before it", st, body)
 	}
@@ -126,26 +100,26 @@ func TestReplayAnswersByState(t *testing.T) {
 	if st, body := c.do("GET", "/isolated_devices?host="+host, "", ""); !strings.Contains(body, `"name":"gpu-a"`) {
 		t.Fatalf("after the write: %d %s", st, body)
 	}
-	if st, _ := c.do("GET", "/isolated_devices?host=another", "", ""); st != http.StatusConflict || !strings.Contains(f.all(), `query parameter host: "another" sent`) {
-		t.Fatalf("another host: %d; reported %s", st, f.all())
+	if st, _ := c.do("GET", "/isolated_devices?host=another", "", ""); st != http.StatusConflict || !strings.Contains(f.All(), `query parameter host: "another" sent`) {
+		t.Fatalf("another host: %d; reported %s", st, f.All())
 	}
-	f.errs = nil
-	if st, _ := c.do("GET", "/zones", "", ""); st != http.StatusConflict || !strings.Contains(f.all(), "GET /zones: not recorded at this point") {
-		t.Fatalf("an unrecorded read: %d; reported %s", st, f.all())
+	f.Reset()
+	if st, _ := c.do("GET", "/zones", "", ""); st != http.StatusConflict || !strings.Contains(f.All(), "GET /zones: not recorded at this point") {
+		t.Fatalf("an unrecorded read: %d; reported %s", st, f.All())
 	}
-	f.errs = nil
-	f.done()
-	if f.all() != "" {
-		t.Fatalf("every write made, yet: %s", f.all())
+	f.Reset()
+	f.Done()
+	if f.All() != "" {
+		t.Fatalf("every write made, yet: %s", f.All())
 	}
 }
 
 // A write the recording has and the client never made fails the test.
 func TestReplayFailsOnAWriteNeverMade(t *testing.T) {
-	f := &failures{TB: t}
+	f := &Failures{TB: t}
 	ServeCassette(f, cassette)
-	f.done()
-	if !strings.Contains(f.all(), "1 recorded writes were never made, the first: #3 region POST /isolated_devices") {
-		t.Fatalf("reported: %q", f.all())
+	f.Done()
+	if !strings.Contains(f.All(), "1 recorded writes were never made, the first: #3 region POST /isolated_devices") {
+		t.Fatalf("reported: %q", f.All())
 	}
 }
