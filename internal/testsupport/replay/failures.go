@@ -29,7 +29,11 @@ func (f *Failures) Error(args ...any) { f.Errorf("%s", fmt.Sprint(args...)) }
 
 func (f *Failures) Failed() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.errs) > 0 }
 
-func (f *Failures) Cleanup(fn func()) { f.mu.Lock(); defer f.mu.Unlock(); f.cleanups = append(f.cleanups, fn) }
+func (f *Failures) Cleanup(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cleanups = append(f.cleanups, fn)
+}
 
 // Done runs the cleanups, the last first.
 func (f *Failures) Done() {
