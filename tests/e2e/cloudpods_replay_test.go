@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -136,4 +137,39 @@ func climcLogin(t *testing.T, c *cloudpods.Cloud) string {
 		t.Fatal(err)
 	}
 	return hdr.Get("X-Subject-Token")
+}
+
+// replayedClimcRows is climcRows in a replay: the request climc sent for
+// isolated-device-list --host, its answer's rows by climc's column names.
+func replayedClimcRows(t *testing.T, c *cloudpods.Cloud, hostID string) ([]map[string]string, string) {
+	t.Helper()
+	var list struct {
+		Devices []map[string]any `json:"isolated_devices"`
+	}
+	if _, err := cloudpods.Request(context.Background(), http.MethodGet, c.RegionURL+"/isolated_devices?details=false&gpu=false&host="+hostID+
+		"&limit=20&offset=0&summary_stats=false&unused=false", climcLogin(t, c), nil, &list); err != nil {
+		t.Fatal(err)
+	}
+	columns := map[string]string{"ID": "id", "Dev_type": "dev_type", "Sharing_mode": "sharing_mode", "Model": "model", "Addr": "addr",
+		"Vendor_device_id": "vendor_device_id", "Host_id": "host_id", "numa_node": "numa_node", "Device_path": "device_path",
+		"PCIE_Info": "pcie_info", "Index": "index", "Device_minor": "device_minor"}
+	var rows []map[string]string
+	for _, d := range list.Devices {
+		row := map[string]string{}
+		for col, field := range columns {
+			v, ok := d[field]
+			if !ok {
+				continue
+			}
+			if s, isString := v.(string); isString {
+				row[col] = s
+			} else {
+				b, _ := json.Marshal(v)
+				row[col] = string(b)
+			}
+		}
+		rows = append(rows, row)
+	}
+	out, _ := json.Marshal(list.Devices)
+	return rows, string(out)
 }

@@ -42,6 +42,11 @@ type cpHost struct {
 // its tokens without touching the test's own.
 func daemonUser(t *testing.T, c *cloudpods.Cloud, name, password string) {
 	t.Helper()
+	if c.Replaying() { // climc's user-create and project-add-user, as recorded
+		c.ApplyRecorded(t, 2)
+		c.SetPassword(name, password)
+		return
+	}
 	ctx := context.Background()
 	if _, errOut, err := c.RunClimc(ctx, "user-create", "--password", password, "--enabled", name); err != nil {
 		t.Fatalf("climc user-create: %v\n%s", err, errOut)
@@ -137,8 +142,13 @@ func (h *cpHost) status(t *testing.T) cpStatus {
 
 // climcRows runs the REAL climc isolated-device-list for the host and
 // returns its table as header -> value maps, one per row, and the output.
+// In a replay it sends what climc sent then and reads the columns from the
+// answer (replayedClimcRows).
 func climcRows(t *testing.T, c *cloudpods.Cloud, hostID string) ([]map[string]string, string) {
 	t.Helper()
+	if c.Replaying() {
+		return replayedClimcRows(t, c, hostID)
+	}
 	out, errOut, err := c.RunClimc(context.Background(), "isolated-device-list", "--host", hostID)
 	if err != nil {
 		t.Fatalf("climc isolated-device-list: %v\n%s", err, errOut)
@@ -194,7 +204,7 @@ func gpuRows(t *testing.T, rows []map[string]string, out string) map[string]map[
 // show that the daemon keeps retrying and MPS stays up.
 func TestCloudpodsRegion(t *testing.T) {
 	t.Parallel()
-	c := cloudpods.New(t, cloudpods.Options{})
+	c := cloudpods.NewOrReplay(t, "e2e", cloudpods.Options{})
 	ctx := context.Background()
 	const user, password = "mpsd", "Mpsd-e2e-pass-1"
 	daemonUser(t, c, user, password)
@@ -319,6 +329,10 @@ func TestCloudpodsRegion(t *testing.T) {
 	// gone with it) the revoked token is refused and replaced.
 	before := strings.Count(d.Output(), "authenticated with keystone")
 	for _, cmd := range []string{"user-disable", "user-enable"} {
+		if c.Replaying() {
+			c.ApplyRecorded(t, 1) // climc's, as recorded
+			continue
+		}
 		if _, errOut, err := c.RunClimc(ctx, cmd, user); err != nil {
 			t.Fatalf("climc %s: %v\n%s", cmd, err, errOut)
 		}

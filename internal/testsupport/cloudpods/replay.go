@@ -76,6 +76,16 @@ func Replay(t testing.TB, path string) *Cloud {
 	}
 }
 
+// ApplyRecorded takes the next n recorded writes of the replay as made:
+// what the test made with climc, which a replay cannot run.
+func (c *Cloud) ApplyRecorded(t testing.TB, n int) {
+	t.Helper()
+	c.replay.Apply(t, n)
+}
+
+// SetPassword gives a user the recording created its password.
+func (c *Cloud) SetPassword(user, password string) { c.replay.SetPassword(user, password) }
+
 // Replaying reports whether c is a replay.
 func (c *Cloud) Replaying() bool { return c.replay != nil }
 

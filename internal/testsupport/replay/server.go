@@ -23,7 +23,10 @@ import (
 // same as recorded (diffRequest); a read is answered with a recorded
 // answer to the same request between the last write made and the next
 // (the same state of the services), in the recorded order, the last one
-// again once all were given. So a client that polls more or less often
+// again once all were given; where the recording has none at that state,
+// the nearest before or after it, across writes of other clients only (a
+// test setting the scene between two polls of the daemon, faster than the
+// recording saw the daemon poll). So a client that polls more or less often
 // than it did when recorded reads what it read then, and a client that
 // sends anything the recording does not hold at that point, or differs
 // from it in a field, fails the test with the difference named. Keystone's
@@ -98,6 +101,35 @@ func (s *Server) URL() string { return s.srv.URL }
 // Fill is s with the placeholders' values (the cassette's Cloud fields).
 func (s *Server) Fill(v string) string { return s.b.Fill(v) }
 
+// Apply takes the next n recorded writes as made (with their recorded
+// bodies): what a test made with a program the replay cannot run (climc
+// creating a user, disabling one). Each must be a write of "cloudpods".
+func (s *Server) Apply(t testing.TB, n int) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for range n {
+		i := s.done
+		for i < len(s.c.Exchanges) && !s.c.Exchanges[i].write() {
+			i++
+		}
+		if i == len(s.c.Exchanges) || s.c.Exchanges[i].Client != "cloudpods" {
+			t.Fatalf("replay: no recorded write of Cloudpods' own clients to apply at #%d", i)
+		}
+		e := s.c.Exchanges[i]
+		s.done, s.lastWrite = i+1, i
+		s.afterWrite(e, e.Request)
+	}
+}
+
+// SetPassword gives user a password (one the recording created, whose
+// password it does not hold).
+func (s *Server) SetPassword(user, password string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.passwords[user] = password
+}
+
 // Down makes the region unreachable (connections closed unanswered), as a
 // stopped region is; Up brings it back.
 func (s *Server) Down() { s.mu.Lock(); s.down = true; s.mu.Unlock() }
@@ -169,7 +201,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if probe.write() {
 		i = s.nextWrite(w, service, r.Method, path, body)
 	} else {
-		i = s.read(w, service, r.Method, path, body, refused)
+		i = s.read(w, service, r.Method, path, body, refused, clientOf(r))
 	}
 	if i < 0 {
 		return
@@ -203,23 +235,49 @@ func (s *Server) nextWrite(w http.ResponseWriter, service, method, path string, 
 }
 
 // read answers a read with a recorded one at this state.
-func (s *Server) read(w http.ResponseWriter, service, method, path string, body []byte, refused bool) int {
+func (s *Server) read(w http.ResponseWriter, service, method, path string, body []byte, refused bool, who string) int {
 	end := s.done
 	for end < len(s.c.Exchanges) && !s.c.Exchanges[end].write() {
 		end++
 	}
 	var match []int
 	var near []string
-	for i := s.lastWrite + 1; i < end; i++ {
-		e := s.c.Exchanges[i]
-		if e.Event != "" || e.Service != service || !sameRoute(e, method, path) {
-			continue
+	candidates := func(from, to int) {
+		for i := from; i < to; i++ {
+			e := s.c.Exchanges[i]
+			if e.Event != "" || e.write() || e.Service != service || !sameRoute(e, method, path) {
+				continue
+			}
+			if diffs := diffRequest(s.b.trial(), e, method, path, body); len(diffs) > 0 {
+				near = append(near, fmt.Sprintf("#%d: %s", i, strings.Join(diffs, "; ")))
+				continue
+			}
+			match = append(match, i)
 		}
-		if diffs := diffRequest(s.b.trial(), e, method, path, body); len(diffs) > 0 {
-			near = append(near, fmt.Sprintf("#%d: %s", i, strings.Join(diffs, "; ")))
-			continue
+	}
+	candidates(s.lastWrite+1, end)
+	// None at this state: the last recorded before it, else the first
+	// after it, if only another client wrote between (a test setting the
+	// scene between two of the daemon's polls, faster than the recording
+	// saw it poll); never across a write of the client asking.
+	for from := s.lastWrite; len(match) == 0 && from >= 0 && s.c.Exchanges[from].Client != who; {
+		prev := from - 1
+		for prev >= 0 && !s.c.Exchanges[prev].write() {
+			prev--
 		}
-		match = append(match, i)
+		candidates(prev+1, from)
+		if len(match) > 0 {
+			match = match[len(match)-1:]
+		}
+		from = prev
+	}
+	for to := end; len(match) == 0 && to < len(s.c.Exchanges) && s.c.Exchanges[to].Client != who; {
+		next := to + 1
+		for next < len(s.c.Exchanges) && !s.c.Exchanges[next].write() {
+			next++
+		}
+		candidates(to+1, next)
+		to = next
 	}
 	if len(match) == 0 {
 		msg := fmt.Sprintf("%s %s %s: not recorded at this point (after write #%d)", service, method, path, s.lastWrite)
@@ -254,6 +312,15 @@ func (s *Server) read(w http.ResponseWriter, service, method, path string, body 
 		return -1
 	}
 	return chosen
+}
+
+// clientOf tells the daemon's requests (keystone.UserAgent) from the rest,
+// as Derive does.
+func clientOf(r *http.Request) string {
+	if strings.Contains(r.UserAgent(), "yunion-mps-daemon") {
+		return "daemon"
+	}
+	return "cloudpods"
 }
 
 func isRefusal(status int) bool {
