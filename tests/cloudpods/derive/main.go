@@ -13,6 +13,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -62,17 +63,25 @@ func main() {
 		fmt.Fprintln(os.Stderr, "derive: -from DIR is required")
 		os.Exit(2)
 	}
+	if err := deriveAll(*from, *to, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "derive:", err)
+		os.Exit(1)
+	}
+}
+
+// deriveAll writes the cassettes of every recording in from under to,
+// saying on out what it wrote and which recordings it did not find.
+func deriveAll(from, to string, out io.Writer) error {
 	for _, s := range sources {
 		src := s.Source
-		src.File = filepath.Join(*from, s.File)
+		src.File = filepath.Join(from, s.File)
 		if _, err := os.Stat(src.File); err != nil {
-			fmt.Fprintf(os.Stderr, "derive: skipping %s: %v\n", s.File, err)
+			fmt.Fprintf(out, "no %s: skipped\n", s.File)
 			continue
 		}
 		cs, err := replay.Derive(src)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "derive:", err)
-			os.Exit(1)
+			return err
 		}
 		names := make([]string, 0, len(cs))
 		for n := range cs {
@@ -80,12 +89,12 @@ func main() {
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			path := filepath.Join(*to, s.dir, n+".json")
+			path := filepath.Join(to, s.dir, n+".json")
 			if err := cs[n].Save(path); err != nil {
-				fmt.Fprintln(os.Stderr, "derive:", err)
-				os.Exit(1)
+				return err
 			}
-			fmt.Printf("%s: %s\n", path, cs[n].Describe())
+			fmt.Fprintf(out, "%s: %s\n", path, cs[n].Describe())
 		}
 	}
+	return nil
 }
