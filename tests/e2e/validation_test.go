@@ -35,8 +35,10 @@ var startRefusals = []startRefusal{
 	// Issue 22: check-config took it, then every reconcile failed.
 	// Issue 34: path separators and a right-to-left override went to the
 	// inventory as a host's name.
-	{name: "host name outside Cloudpods' name rule", check: "files", conf: map[string]string{"mps_host_name": `"../../é\u202e/x"`},
-		want: `mps_host_name: "../../é\u202e/x" is not a host name: it must start with a letter and hold only letters, digits and . _ @ - (the rule Cloudpods' region applies to names)`},
+	{name: "host name with path separators and a right-to-left override", check: "files", conf: map[string]string{"mps_host_name": `"../../é\u202e/x"`},
+		want: `mps_host_name: "../../é\u202e/x" is not a host name: it holds "/", which Cloudpods' region refuses in a name (/ \ ;)`},
+	{name: "host name with a right-to-left override", check: "files", conf: map[string]string{"mps_host_name": `"gpu\u202e1"`},
+		want: `mps_host_name: "gpu\u202e1" is not a host name: it holds U+202E, a control or format character (or no UTF-8)`},
 	{name: "host name of 10,000 bytes", check: "files", conf: map[string]string{"mps_host_name": strings.Repeat("h", 10000)},
 		want: "mps_host_name: 10000 bytes, longer than the 128 the inventory allows for a host's name"},
 	{name: "entry names no GPU present", check: "plan", devices: "devices:\n- path: /dev/dri/renderD150\n  type: NVIDIA_MPS\n  virtual_number: 2\n",
