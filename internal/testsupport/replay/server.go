@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -409,13 +408,4 @@ func (s *Server) afterWrite(e Exchange, body []byte) {
 			}
 		}
 	}
-}
-
-// compactJSON is b compacted, for comparisons in tests.
-func compactJSON(b []byte) string {
-	var out bytes.Buffer
-	if json.Compact(&out, b) != nil {
-		return string(b)
-	}
-	return out.String()
 }
