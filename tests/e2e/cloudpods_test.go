@@ -202,6 +202,11 @@ func gpuRows(t *testing.T, rows []map[string]string, out string) map[string]map[
 // minute of it (the runbook's) is about 50 retries at this host.conf's
 // interval, each one the same failed reconcile; outageRetries of them
 // show that the daemon keeps retrying and MPS stays up.
+//
+// Without Cloudpods' binaries (make test, CI) it runs against the replay of
+// its recording (tests/cloudpods/recordings/e2e): what climc did is applied
+// or sent as recorded, the outage closes every connection, and the daemon
+// must send what it sent the real region.
 func TestCloudpodsRegion(t *testing.T) {
 	t.Parallel()
 	c := cloudpods.NewOrReplay(t, "e2e", cloudpods.Options{})
