@@ -2,6 +2,7 @@ package cloudpods
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -137,6 +138,10 @@ func (r *recorder) proxy(service string, target *url.URL) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		reqBody, _ := io.ReadAll(io.LimitReader(req.Body, 64<<20))
 		req.Body = io.NopCloser(bytes.NewReader(reqBody))
+		// The service's answer is recorded even when the client has gone
+		// (a daemon stopped while its request was in flight): what the
+		// service did is what a replay must hold.
+		req = req.WithContext(context.WithoutCancel(req.Context()))
 		rec := &capture{ResponseWriter: w, status: http.StatusOK}
 		rp.ServeHTTP(rec, req)
 		r.mu.Lock()

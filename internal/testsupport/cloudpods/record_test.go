@@ -1,13 +1,16 @@
 package cloudpods
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,8 +23,13 @@ import (
 // into one cassette a test by replay.Derive.
 func TestRecordedExchangesBecomeCassettes(t *testing.T) {
 	const password, token = "Secret-pass-1", "gAAAA-secret-token"
+
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/slow" {
+			w.WriteHeader(http.StatusCreated)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		if r.URL.Path == "/v3/auth/tokens" {
 			w.Header().Set("X-Subject-Token", token)
@@ -69,9 +77,19 @@ func TestRecordedExchangesBecomeCassettes(t *testing.T) {
 	if out.Got != `{"isolated_device":{"addr":"18:00.0"}}` {
 		t.Errorf("the service got %q through the proxy", out.Got)
 	}
+	// A client that went before the answer (a daemon stopped while its
+	// request was in flight): what the service answered is recorded all
+	// the same, not the proxy's own 502.
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	slow := httptest.NewRequestWithContext(gone, http.MethodPost, base+"/slow", strings.NewReader(`{"x":1}`))
+	rec.proxy("region", &url.URL{Scheme: "http", Host: strings.TrimPrefix(backend.URL, "http://")}).ServeHTTP(httptest.NewRecorder(), slow)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`"path":"/slow".*"status":201`).Match(b) {
+		t.Fatalf("the answer to a client that went:\n%s", b)
 	}
 	if strings.Contains(string(b), password) || strings.Contains(string(b), token) {
 		t.Fatalf("a secret was recorded:\n%s", b)
@@ -81,7 +99,7 @@ func TestRecordedExchangesBecomeCassettes(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := cs["TestSomething"]
-	if len(cs) != 1 || c == nil || len(c.Exchanges) != 2 {
+	if len(cs) != 1 || c == nil || len(c.Exchanges) != 3 {
 		t.Fatalf("cassettes %v", cs)
 	}
 	put := c.Exchanges[1]
