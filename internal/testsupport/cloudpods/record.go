@@ -135,6 +135,14 @@ func (r *recorder) serve(service string, public, real int) (*http.Server, error)
 // service's.
 func (r *recorder) proxy(service string, target *url.URL) http.Handler {
 	rp := httputil.NewSingleHostReverseProxy(target)
+	// The proxy's own answer when the service is away (the region stopped
+	// for an outage) says so in its text, which derive drops: a replay
+	// makes an outage by closing connections instead.
+	rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, err error) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = io.WriteString(w, "proxy: "+err.Error())
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		reqBody, _ := io.ReadAll(io.LimitReader(req.Body, 64<<20))
 		req.Body = io.NopCloser(bytes.NewReader(reqBody))
