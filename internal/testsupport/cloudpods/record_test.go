@@ -84,6 +84,13 @@ func TestRecordedExchangesBecomeCassettes(t *testing.T) {
 	cancel()
 	slow := httptest.NewRequestWithContext(gone, http.MethodPost, base+"/slow", strings.NewReader(`{"x":1}`))
 	rec.proxy("region", &url.URL{Scheme: "http", Host: strings.TrimPrefix(backend.URL, "http://")}).ServeHTTP(httptest.NewRecorder(), slow)
+	// The service away (an outage): the proxy's own 502 says so, and a
+	// cassette leaves it out (a replay's outage closes connections).
+	away := httptest.NewRecorder()
+	rec.proxy("region", &url.URL{Scheme: "http", Host: "127.0.0.1:1"}).ServeHTTP(away, httptest.NewRequest(http.MethodGet, base+"/away", nil))
+	if away.Code != http.StatusBadGateway || !strings.HasPrefix(away.Body.String(), "proxy: ") {
+		t.Fatalf("the service away: %d %q", away.Code, away.Body.String())
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
