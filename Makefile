@@ -9,7 +9,7 @@ export GOFLAGS ?= -buildvcs=false
 # go-nvml's header marks some vGPU calls deprecated; we call none of them.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build build-kubernetes test test-quick vet nocgo unit fuzz e2e demo gpu-bundle clean package repo systemd-verify test-packaging print-slow-pkgs
+.PHONY: all build build-kubernetes test test-quick vet nocgo unit fuzz e2e demo gpu-bundle clean package repo systemd-verify test-packaging print-slow-pkgs test-cloudpods
 
 all: build
 
@@ -76,15 +76,18 @@ nocgo:
 # The slowest packages first (docs/testing.md): go test runs packages in the
 # order it is given them, GOMAXPROCS at a time, so one of them left to the end
 # would run alone while the other core idles.
-SLOW_PKGS := ./tests/regioncompat ./tests/e2e ./pkg/region ./pkg/inventory/server ./internal/testsupport/cloudpods
+SLOW_PKGS := ./tests/e2e ./pkg/inventory/server ./pkg/inventory/store ./pkg/agent ./pkg/inventory/client
 # -timeout: go test's 10 minutes a package is a hang detector that a
 # loaded machine trips (tests/regioncompat alone can take that long there).
 # -ldflags=-w: the test binaries without DWARF, which nothing here reads
 # (stack traces and race reports name files and lines from the binary's own
 # tables); a third less CPU per link, and make unit links about 45 of them
 # (docs/testing.md, item 10). A debugger wants `go test -c` without it.
+# MPS_CLOUDPODS_DIR emptied: make test replays Cloudpods' recorded
+# exchanges and never starts a control plane (make test-cloudpods does).
 unit:
-	$(GO) test -race -count=1 -timeout 30m -ldflags=-w $(SLOW_PKGS) ./...
+	@echo "unit: Cloudpods is replayed from tests/cloudpods/recordings; its live tests skip (make test-cloudpods runs them)"
+	MPS_CLOUDPODS_DIR= $(GO) test -race -count=1 -timeout 30m -ldflags=-w $(SLOW_PKGS) ./...
 
 # scripts/flake-hunt.sh runs the packages in make unit's order.
 print-slow-pkgs:
@@ -96,7 +99,7 @@ print-slow-pkgs:
 # test`.
 test-quick:
 	$(GO) vet ./...
-	$(GO) test -short ./...
+	MPS_CLOUDPODS_DIR= $(GO) test -short ./...
 
 # The config parsers under go's fuzzer, FUZZTIME per target (go test runs
 # only one -fuzz target per invocation). The seed corpus is
@@ -180,3 +183,24 @@ clean:
 .PHONY: test-k8s
 test-k8s:
 	cd tests/k8s && $(GO) test -count=1 -timeout 40m -v ./...
+
+# The tests against a real Cloudpods keystone and region (docs/cloudpods.md,
+# "Live tests"): MPS_CLOUDPODS_DIR names a directory holding keystone, region
+# and climc built from Cloudpods' public source (plain or .xz; none is in
+# this repository); scripts/cloudpods.sh starts them (as root, with
+# mariadb-server and curl). Every exchange is recorded (one file a package,
+# in CP_RECORDINGS) and the cassettes under tests/cloudpods/recordings are
+# made again from them: review the diff, commit it. One test at a time, so
+# that each test's exchanges follow its marker. Without MPS_CLOUDPODS_DIR it
+# says so and does nothing.
+CP_RECORDINGS ?= $(BUILD)/cloudpods-recordings
+CP_PKGS := region:./pkg/region e2e:./tests/e2e regioncompat:./tests/regioncompat cloudpods:./internal/testsupport/cloudpods
+test-cloudpods:
+	@if [ -z "$$MPS_CLOUDPODS_DIR" ]; then \
+		echo "make test-cloudpods: skipped: MPS_CLOUDPODS_DIR names no directory of Cloudpods' keystone, region and climc (docs/cloudpods.md)"; exit 0; fi; \
+	rm -rf $(CP_RECORDINGS) && mkdir -p $(CP_RECORDINGS) && \
+	for p in $(CP_PKGS); do \
+		MPS_REQUIRE_CLOUDPODS=1 MPS_CLOUDPODS_RECORD=$(CURDIR)/$(CP_RECORDINGS)/$${p%%:*}.jsonl \
+			$(GO) test -count=1 -p 1 -parallel 1 -timeout 60m -run '$(if $(RUN),$(RUN),.)' $${p#*:} || exit 1; \
+	done && \
+	$(GO) run ./tests/cloudpods/derive -from $(CP_RECORDINGS) && git status --short tests/cloudpods/recordings

@@ -8,8 +8,8 @@
 # a cluster the machine already runs is left alone; stopped by an EXIT trap
 # of the sourcing shell), gives the tests a role that may create databases,
 # puts promtool on PATH (taken out of Debian's prometheus package into a
-# cache directory, nothing installed), points the Cloudpods tests at
-# ../shared/cloudpods, and exports the MPS_REQUIRE_* switches that turn
+# cache directory, nothing installed), says that Cloudpods is replayed, and
+# exports the MPS_REQUIRE_* switches that turn
 # "cannot run here" into a failure instead of a skip. Installing the Debian
 # packages is .ci/run's job; this script assumes they are there.
 
@@ -92,18 +92,13 @@ ci_promtool() {
 	export MPS_REQUIRE_PROMTOOL=1
 }
 
-# ci_cloudpods points the tests at Cloudpods' own keystone, region and climc
-# (issues 11, 15): internal/testsupport/cloudpods starts them from
-# ../shared/cloudpods on free loopback ports, MariaDB in a temporary
-# directory. Where the directory is there, a test that cannot start it fails
-# instead of being skipped.
+# ci_cloudpods: CI runs no Cloudpods control plane (issue 34). The tests
+# against Cloudpods replay what its real keystone, region and climc said
+# (tests/cloudpods/recordings); those that need the real ones skip, and make
+# test-cloudpods runs them where MPS_CLOUDPODS_DIR names Cloudpods' binaries.
 ci_cloudpods() {
-	local dir=${MPS_CLOUDPODS_DIR:-$(cd .. && pwd)/shared/cloudpods}
-	if [ -x "$dir/cloudpods-up.sh" ]; then
-		export MPS_CLOUDPODS_DIR=$dir MPS_REQUIRE_CLOUDPODS=1
-	else
-		echo "NOTE: no Cloudpods binaries at $dir: the tests against a real region are skipped" >&2
-	fi
+	echo "NOTE: Cloudpods is replayed from tests/cloudpods/recordings; the live tests skip (make test-cloudpods runs them where MPS_CLOUDPODS_DIR names Cloudpods' binaries)" >&2
+	unset MPS_CLOUDPODS_DIR MPS_REQUIRE_CLOUDPODS
 }
 
 ci_start_pg || return 1

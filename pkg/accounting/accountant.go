@@ -10,8 +10,8 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/identity"
+	"yunion.io/x/mps-daemon/pkg/units"
 )
 
 // Options wires an Accountant.

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
@@ -344,9 +346,12 @@ func absPath(v *yaml.Node) (string, error) {
 }
 
 // hostName is mps_host_name, the name of the host's record in the
-// inventory: bounded as the inventory bounds a host's name, so a name it
-// would refuse at every reconcile is refused here, by check-config and at
-// start.
+// inventory: bounded as the inventory bounds a host's name, and a name the
+// Cloudpods region takes as it is (hostNameProblem), so a name either would
+// refuse at every reconcile, or one that carries path separators or
+// control and direction characters into the inventory, its logs and
+// tables, is refused here: by check-config, at start and on a reload
+// alike.
 func hostName(v *yaml.Node) (string, error) {
 	s, err := scalarValue(v)
 	if err != nil {
@@ -355,9 +360,36 @@ func hostName(v *yaml.Node) (string, error) {
 	if len(s) > api.MaxNameBytes {
 		return "", fmt.Errorf("%d bytes, longer than the %d the inventory allows for a host's name", len(s), api.MaxNameBytes)
 	}
+	if why := hostNameProblem(s); why != "" {
+		return "", fmt.Errorf("%q is not a host name: %s", s, why)
+	}
 	return s, nil
 }
 
+// forbiddenNameChars are the characters Cloudpods' region refuses in a
+// name (db.NewNameValidator, master 2de2952: "/\\;\n\r\t"; a host's name
+// is not held to ASCII there).
+const forbiddenNameChars = "/\\;"
+
+// hostNameProblem says why s is no name the region takes as it is, or "":
+// the region refuses / \ ; and line breaks and tabs, and trims white space
+// (the host would be registered under another name); other control and
+// format characters (a right-to-left override) are refused too, as they
+// change how a name reads in a log or a table.
+func hostNameProblem(s string) string {
+	if i := strings.IndexAny(s, forbiddenNameChars); i >= 0 {
+		return fmt.Sprintf("it holds %q, which Cloudpods' region refuses in a name (/ \\ ;)", s[i:i+1])
+	}
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return fmt.Sprintf("it holds %U, a control or format character (or no UTF-8)", r)
+		}
+	}
+	if strings.TrimSpace(s) != s {
+		return fmt.Sprintf("it begins or ends with a space, which Cloudpods' region trims (it would register %q)", strings.TrimSpace(s))
+	}
+	return ""
+}
 func nonEmpty(v *yaml.Node) (string, error) {
 	s, err := scalarValue(v)
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 // no field <column>", which is what a region of the per-slice model, whose
 // table lacks sharing_mode, answers to the same probe.
 func TestModelProbeTellsColumnsApart(t *testing.T) {
-	c := cloudpods.Get(t)
+	c := cloudpods.GetOrReplay(t, "region")
 	ctx := context.Background()
 	b := newBackend(t, c, c.HostMAC, Options{})
 	if m, err := b.modelBy(ctx, c.HostID, modelColumn); err != nil || m != ModelGPU {
@@ -49,7 +49,7 @@ func TestModelProbeTellsColumnsApart(t *testing.T) {
 // it, the model probe, decides by whether the column exists, which does not
 // depend on the token.
 func TestRefusedTokenNeverReadsAsAnEmptyList(t *testing.T) {
-	c := cloudpods.Get(t)
+	c := cloudpods.GetOrReplay(t, "region")
 	ctx := context.Background()
 	mac := newMAC()
 	name, ip := newHost("refused-token")
@@ -106,7 +106,7 @@ func TestRefusedTokenNeverReadsAsAnEmptyList(t *testing.T) {
 // with keystone.ErrUnauthorized after one attempt (no retry mends it), and
 // neither the error nor a log line carries the password.
 func TestWrongPasswordFailsOnceWithoutTheSecret(t *testing.T) {
-	c := cloudpods.Get(t)
+	c := cloudpods.GetOrReplay(t, "region")
 	target, err := url.Parse(c.AuthURL)
 	if err != nil {
 		t.Fatal(err)

@@ -72,7 +72,7 @@ func slices(uuid, bus string, n, totalMiB int) []api.IsolatedDevice {
 }
 
 func TestHostRecordFoundByMACNeverDuplicated(t *testing.T) {
-	c := cloudpods.Get(t)
+	c := cloudpods.GetOrReplay(t, "region")
 	ctx := context.Background()
 	mac := newMAC()
 	b := newBackend(t, c, mac, Options{})
@@ -103,7 +103,7 @@ func TestHostRecordFoundByMACNeverDuplicated(t *testing.T) {
 }
 
 func TestCreateHostOnlyWhenAsked(t *testing.T) {
-	c := cloudpods.Get(t)
+	c := cloudpods.GetOrReplay(t, "region")
 	ctx := context.Background()
 	mac := newMAC()
 	b := newBackend(t, c, mac, Options{CreateHost: true})
@@ -127,7 +127,7 @@ func TestCreateHostOnlyWhenAsked(t *testing.T) {
 // guest holds one of its slices, with virtual_num never under what is
 // attached.
 func TestGPURowsResizeAndHeld(t *testing.T) {
-	c := cloudpods.Get(t)
+	c := cloudpods.GetOrReplay(t, "region")
 	ctx := context.Background()
 	mac := newMAC()
 	name, ip := newHost("gpu-rows")
@@ -212,7 +212,7 @@ func TestGPURowsResizeAndHeld(t *testing.T) {
 // The per-slice model (Cloudpods 4.0.3): this region refuses NVIDIA_MPS rows
 // unless an isolated-device model defines the type, and then keeps them.
 func TestPerSliceRowsRefusedThenAcceptedWithADeviceModel(t *testing.T) {
-	c := cloudpods.Get(t)
+	c := cloudpods.GetOrReplay(t, "region")
 	ctx := context.Background()
 	mac := newMAC()
 	name, ip := newHost("gpu-slices")

@@ -34,6 +34,12 @@ var startRefusals = []startRefusal{
 	{name: "pipe root of 150 characters", check: "plan", conf: map[string]string{"cuda_mps_pipe_directory": "/tmp/" + strings.Repeat("p", 145)},
 		want: "cuda_mps_pipe_directory: too long for the MPS sockets under it"},
 	// Issue 22: check-config took it, then every reconcile failed.
+	// Issue 34: path separators and a right-to-left override went to the
+	// inventory as a host's name.
+	{name: "host name with path separators and a right-to-left override", check: "files", conf: map[string]string{"mps_host_name": `"../../é\u202e/x"`},
+		want: `mps_host_name: "../../é\u202e/x" is not a host name: it holds "/", which Cloudpods' region refuses in a name (/ \ ;)`},
+	{name: "host name with a right-to-left override", check: "files", conf: map[string]string{"mps_host_name": `"gpu\u202e1"`},
+		want: `mps_host_name: "gpu\u202e1" is not a host name: it holds U+202E, a control or format character (or no UTF-8)`},
 	{name: "host name of 10,000 bytes", check: "files", conf: map[string]string{"mps_host_name": strings.Repeat("h", 10000)},
 		want: "mps_host_name: 10000 bytes, longer than the 128 the inventory allows for a host's name"},
 	{name: "entry names no GPU present", check: "plan", devices: "devices:\n- path: /dev/dri/renderD150\n  type: NVIDIA_MPS\n  virtual_number: 2\n",

@@ -19,22 +19,23 @@ import (
 // (default: the user's cache directory, mps-ci/cloudpods-bin).
 const EnvBinCache = "MPS_CLOUDPODS_BIN_CACHE"
 
-// binaries are what cloudpods-up.sh runs from its BIN_DIR.
+// binaries are what scripts/cloudpods.sh runs from its BIN.
 var binaries = []string{"keystone", "region", "climc"}
 
 // unpackTimeout bounds unpacking the three binaries (about 5 s of CPU).
 const unpackTimeout = 5 * time.Minute
 
 // binDir returns a directory holding keystone, region and climc unpacked
-// from dir/bin/*.xz, for cloudpods-up.sh's BIN_DIR. Left to itself the
-// script unpacks the 300 MB of binaries into every new work directory, once
-// per test package that starts a control plane; here they are unpacked once
+// from dir/*.xz (or dir/bin/*.xz), for the script's BIN. They are unpacked once
 // per machine (and per version of the .xz files: the directory is named
 // after their sizes and times), under a lock, so that test processes
 // running side by side unpack them once between them. Where dir/bin holds
 // the binaries themselves, it is dir/bin.
 func binDir(ctx context.Context, dir string) (string, error) {
-	src := filepath.Join(dir, "bin")
+	src := dir
+	if fi, err := os.Stat(filepath.Join(dir, "bin")); err == nil && fi.IsDir() {
+		src = filepath.Join(dir, "bin")
+	}
 	h := sha256.New()
 	packed := false
 	for _, b := range binaries {

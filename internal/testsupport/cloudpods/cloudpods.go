@@ -1,19 +1,23 @@
-// Package cloudpods gives tests a real Cloudpods control plane: Cloudpods'
-// own keystone and region on a private MariaDB, started on loopback by the
-// scripts in ../shared/cloudpods (see its README), and its real climc.
+// Package cloudpods gives tests Cloudpods' keystone and region: a real
+// control plane when MPS_CLOUDPODS_DIR names Cloudpods' binaries (make
+// test-cloudpods), started by this repository's scripts/cloudpods.sh
+// (MariaDB, keystone and region on loopback) with its real climc; else, in
+// make test and CI, a replay of what a real one said (replay.go, package
+// replay), so the control plane stays out of CI's path.
 //
 // How to use it: in a package whose tests need Cloudpods, add
 // `func TestMain(m *testing.M) { cloudpods.Main(m) }`, then call
-// `cloudpods.Get(t)` for the process's control plane (started on first use,
-// about 20-40 s, and stopped by Main). Tests of one package share it: each
-// test uses its own host record (CreateHost) or its own names.
+// `cloudpods.GetOrReplay(t, dir)` (the process's control plane, or the
+// test's cassette under tests/cloudpods/recordings/dir), or `cloudpods.Get(t)`
+// in a test that needs a real one (skipped, with its reason, without one).
+// Tests of one package share the real one: each uses its own host record
+// (CreateHost) or its own names.
 //
-// Where it comes from: MPS_CLOUDPODS_DIR, else ../shared/cloudpods next to
-// the module's root. The scripts run as root (they start MariaDB as root and
-// install mariadb-server, curl and xz-utils when missing). Without them, or
-// not as root, the test is skipped, unless MPS_REQUIRE_CLOUDPODS=1 (CI):
-// then it fails. Under go test -short (make test-quick) it is skipped too,
-// unless MPS_REQUIRE_CLOUDPODS=1.
+// The scripts run as root (they start MariaDB as root). Without the
+// binaries, or not as root, a test that needs a real control plane is
+// skipped, unless MPS_REQUIRE_CLOUDPODS=1: then it fails. With
+// MPS_CLOUDPODS_RECORD set, every exchange with the real one is recorded
+// there (record.go), with a marker where each test begins.
 package cloudpods
 
 import (
@@ -24,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,18 +38,20 @@ import (
 	"testing"
 	"time"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/replay"
 	"yunion.io/x/mps-daemon/internal/testsupport/shared"
 )
 
 // The environment variables this package reads.
 const (
-	// EnvDir names the directory holding cloudpods-up.sh and bin/.
+	// EnvDir names the directory holding Cloudpods' keystone, region and
+	// climc (plain or .xz; or in its bin/).
 	EnvDir = "MPS_CLOUDPODS_DIR"
 	// EnvRequire, set to 1, turns "Cloudpods is not available" into a failure.
 	EnvRequire = "MPS_REQUIRE_CLOUDPODS"
 )
 
-// startTimeout bounds cloudpods-up.sh (a cold start takes about 40 s, more
+// startTimeout bounds scripts/cloudpods.sh up (a cold start takes about 40 s, more
 // when it installs MariaDB first; on a 2-core machine with a load of 30 it
 // took over 5 minutes, which a bound of 5 turned into a failure).
 const startTimeout = 10 * time.Minute
@@ -60,7 +67,8 @@ func short() bool { return testing.Short() && os.Getenv(EnvRequire) != "1" }
 
 // Cloud is a running control plane.
 type Cloud struct {
-	// Dir holds the scripts; Work is this instance's state, configs and logs
+	// Dir is the script that started it (scripts/cloudpods.sh); Work is
+	// this instance's state, configs and logs
 	// (Work/log/{keystone,region,mariadb}.log).
 	Dir, Work string
 	// AuthURL is keystone's v3 URL (http://127.0.0.1:<port>/v3).
@@ -81,25 +89,36 @@ type Cloud struct {
 
 	// guard stops the control plane if this process ends without Stop.
 	guard *guard
+	// replay is the server of a replay (GetOrReplay); nil for a real one.
+	replay *replay.Server
+	// rec records the exchanges with a real one (nil when not recording),
+	// through proxies.
+	rec     *recorder
+	proxies []*http.Server
 }
 
-// Dir returns the directory of the scripts, or ErrUnavailable.
+// Dir returns the directory of Cloudpods' binaries, or ErrUnavailable.
 func Dir() (string, error) {
 	dir := os.Getenv(EnvDir)
 	if dir == "" {
-		root, err := moduleRoot()
-		if err != nil {
-			return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
-		}
-		dir = filepath.Join(root, "..", "shared", "cloudpods")
+		return "", fmt.Errorf("%w: %s names no directory of Cloudpods' keystone, region and climc", ErrUnavailable, EnvDir)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "cloudpods-up.sh")); err != nil {
-		return "", fmt.Errorf("%w: no cloudpods-up.sh in %s (set %s)", ErrUnavailable, dir, EnvDir)
+	if _, err := os.Stat(dir); err != nil {
+		return "", fmt.Errorf("%w: %s: %v", ErrUnavailable, EnvDir, err)
 	}
 	if os.Geteuid() != 0 {
 		return "", fmt.Errorf("%w: its scripts need root", ErrUnavailable)
 	}
 	return filepath.Abs(dir)
+}
+
+// script is scripts/cloudpods.sh of this repository.
+func script() (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "scripts", "cloudpods.sh"), nil
 }
 
 // moduleRoot is the directory of go.mod above the working directory.
@@ -128,7 +147,7 @@ type Options struct {
 	NoHost                    bool
 }
 
-// startAttempts is how many times Start runs cloudpods-up.sh, each time in
+// startAttempts is how many times Start runs the script's up, each time in
 // a new work directory on new ports. Once in one .ci/run the region exited
 // during its start (its log went with the work directory); the ports are
 // free when chosen and taken about 20 s later, and a loaded machine's other
@@ -136,7 +155,7 @@ type Options struct {
 // fails both attempts.
 const startAttempts = 2
 
-// Start runs cloudpods-up.sh in a new work directory on free ports, once
+// Start runs scripts/cloudpods.sh up in a new work directory on free ports, once
 // more on others when it fails (startAttempts). An error, and a first
 // failure that a second attempt overcame (written to stderr), carry the
 // tails of the control plane's logs.
@@ -158,10 +177,18 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 	return nil, errors.Join(errs...)
 }
 
-// startOnce runs cloudpods-up.sh once, in a new work directory on free
-// ports.
+// startOnce runs the script's up once, in a new work directory on free
+// ports; when recording, behind proxies that record each exchange.
 func startOnce(ctx context.Context, opts Options) (*Cloud, error) {
 	dir, err := Dir()
+	if err != nil {
+		return nil, err
+	}
+	sh, err := script()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	rec, err := openRecorder()
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +196,7 @@ func startOnce(ctx context.Context, opts Options) (*Cloud, error) {
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(4)
+	ports, err := freePorts(6)
 	if err != nil {
 		return nil, err
 	}
@@ -179,6 +206,23 @@ func startOnce(ctx context.Context, opts Options) (*Cloud, error) {
 		"CP_KEYSTONE_ADMIN_PORT="+strconv.Itoa(ports[2]),
 		"CP_REGION_PORT="+strconv.Itoa(ports[3]),
 	)
+	var proxies []*http.Server
+	if rec != nil {
+		rec.event("setup")
+		// Clients reach the proxies on the ports the catalog names; the
+		// services listen on two more.
+		env = append(env, "CP_KEYSTONE_LISTEN="+strconv.Itoa(ports[4]), "CP_REGION_LISTEN="+strconv.Itoa(ports[5]))
+		for _, p := range []struct {
+			service      string
+			public, real int
+		}{{"keystone", ports[1], ports[4]}, {"region", ports[3], ports[5]}} {
+			srv, err := rec.serve(p.service, p.public, p.real)
+			if err != nil {
+				return nil, err
+			}
+			proxies = append(proxies, srv)
+		}
+	}
 	if opts.NoHost {
 		env = append(env, "CP_CREATE_HOST=0")
 	}
@@ -199,7 +243,7 @@ func startOnce(ctx context.Context, opts Options) (*Cloud, error) {
 		os.RemoveAll(work)
 		return nil, err
 	}
-	g, err := startGuard(dir, work)
+	g, err := startGuard(sh, work)
 	if err != nil {
 		os.RemoveAll(work)
 		return nil, err
@@ -207,20 +251,24 @@ func startOnce(ctx context.Context, opts Options) (*Cloud, error) {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "cloudpods-up.sh"), work, bin)
+	cmd := exec.CommandContext(ctx, sh, "up", work, bin)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, &out, &out
 	cmd.WaitDelay = 10 * time.Second
+	failed := func() { _ = (&Cloud{Dir: sh, Work: work, guard: g, proxies: proxies}).Stop() }
 	if err := cmd.Run(); err != nil {
 		logs := logTails(work)
-		_ = (&Cloud{Dir: dir, Work: work, guard: g}).Stop()
-		return nil, fmt.Errorf("cloudpods-up.sh: %w\n%s%s", err, Tail(out.String(), 4000), logs)
+		failed()
+		return nil, fmt.Errorf("scripts/cloudpods.sh up: %w\n%s%s", err, Tail(out.String(), 4000), logs)
 	}
-	c, err := read(dir, work)
+	c, err := read(sh, work)
 	if err != nil {
-		_ = (&Cloud{Dir: dir, Work: work, guard: g}).Stop()
+		failed()
 		return nil, err
 	}
-	c.guard = g
+	c.guard, c.rec, c.proxies = g, rec, proxies
+	if rec != nil {
+		rec.event("ready")
+	}
 	if !opts.NoHost {
 		c.HostName, c.HostMAC, c.HostIP = host.HostName, host.HostMAC, host.HostIP
 	}
@@ -258,23 +306,27 @@ func read(dir, work string) (*Cloud, error) {
 	return c, nil
 }
 
-// Stop stops region, keystone and MariaDB and removes the work directory.
+// Stop stops region, keystone and MariaDB (and the recording proxies) and
+// removes the work directory.
 func (c *Cloud) Stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, filepath.Join(c.Dir, "cloudpods-down.sh"), c.Work, "--purge").CombinedOutput()
+	for _, p := range c.proxies {
+		_ = p.Close()
+	}
+	out, err := exec.CommandContext(ctx, c.Dir, "down", c.Work, "--purge").CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("cloudpods-down.sh: %w\n%s", err, out)
+		return fmt.Errorf("scripts/cloudpods.sh down: %w\n%s", err, out)
 	}
 	c.guard.disarm()
 	return nil
 }
 
-// guard is a process that runs cloudpods-down.sh WORK --purge when the
+// guard is a process that runs the script's down WORK --purge when the
 // test process ends without stopping the control plane itself: a test
 // binary that go test's -timeout panics, or that is killed, runs no
 // TestMain cleanup, and MariaDB, keystone and region (started detached by
-// cloudpods-up.sh) would run on, a few percent of a CPU each, until the
+// the script) would run on, a few percent of a CPU each, until the
 // machine reboots. The guard (in a session of its own, so a signal to the
 // test's process group passes it by) reads its stdin, a pipe whose only
 // writer is this process: the kernel closes it when this process ends,
@@ -284,9 +336,8 @@ type guard struct {
 	w   io.Closer
 }
 
-func startGuard(dir, work string) (*guard, error) {
-	cmd := exec.Command("sh", "-c", `read -r _; exec "$0" "$1" --purge >/dev/null 2>&1`,
-		filepath.Join(dir, "cloudpods-down.sh"), work)
+func startGuard(sh, work string) (*guard, error) {
+	cmd := exec.Command("sh", "-c", `read -r _; exec "$0" down "$1" --purge >/dev/null 2>&1`, sh, work)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	w, err := cmd.StdinPipe()
 	if err != nil {
@@ -322,6 +373,10 @@ func (c *Cloud) RunClimc(ctx context.Context, args ...string) (stdout, stderr st
 // StopRegion kills the region service (SIGTERM, then SIGKILL after 20 s):
 // an outage as a host agent sees it. StartRegion brings it back.
 func (c *Cloud) StopRegion() error {
+	if c.replay != nil {
+		c.replay.Down()
+		return nil
+	}
 	pidFile := filepath.Join(c.Work, "run", "region.pid")
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
@@ -346,6 +401,10 @@ func (c *Cloud) StopRegion() error {
 // StartRegion starts the region service again with the configuration of
 // the first start and waits until it answers.
 func (c *Cloud) StartRegion(ctx context.Context) error {
+	if c.replay != nil {
+		c.replay.Up()
+		return nil
+	}
 	logf, err := os.OpenFile(filepath.Join(c.Work, "log", "region.log"), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
@@ -406,6 +465,7 @@ func Get(t testing.TB) *Cloud {
 	if err != nil {
 		skipOrFail(t, err)
 	}
+	c.mark(t)
 	return c
 }
 
@@ -434,6 +494,7 @@ func New(t testing.TB, opts Options) *Cloud {
 	if err != nil {
 		skipOrFail(t, err)
 	}
+	c.mark(t)
 	t.Cleanup(func() {
 		if err := c.Stop(); err != nil {
 			t.Errorf("cloudpods: %v", err)

@@ -47,10 +47,11 @@ func TestControlPlane(t *testing.T) {
 
 // A test process that ends without stopping its control plane (go test's
 // -timeout panics it, or it is killed) leaves nothing running: the guard
-// runs cloudpods-down.sh WORK --purge. A stand-in script records the call.
+// runs scripts/cloudpods.sh down WORK --purge. A stand-in script records
+// the call.
 func TestGuardStopsAnAbandonedControlPlane(t *testing.T) {
 	if dir := os.Getenv("MPS_TEST_GUARD_DIR"); dir != "" { // the abandoning process
-		if _, err := startGuard(dir, filepath.Join(dir, "work")); err != nil {
+		if _, err := startGuard(filepath.Join(dir, "cloudpods.sh"), filepath.Join(dir, "work")); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
@@ -58,7 +59,7 @@ func TestGuardStopsAnAbandonedControlPlane(t *testing.T) {
 	}
 	dir := t.TempDir()
 	script := "#!/bin/sh\necho \"$@\" > \"$(dirname \"$0\")/stopped.tmp\" && mv \"$(dirname \"$0\")/stopped.tmp\" \"$(dirname \"$0\")/stopped\"\n"
-	if err := os.WriteFile(filepath.Join(dir, "cloudpods-down.sh"), []byte(script), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "cloudpods.sh"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestGuardStopsAnAbandonedControlPlane$")
@@ -66,20 +67,20 @@ func TestGuardStopsAnAbandonedControlPlane(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("the abandoning process: %v\n%s", err, out)
 	}
-	want := filepath.Join(dir, "work") + " --purge\n"
+	want := "down " + filepath.Join(dir, "work") + " --purge\n"
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	for {
 		b, err := os.ReadFile(filepath.Join(dir, "stopped"))
 		if err == nil {
 			if string(b) != want {
-				t.Fatalf("cloudpods-down.sh ran with %q, want %q", b, want)
+				t.Fatalf("the script ran with %q, want %q", b, want)
 			}
 			break
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatal("the guard did not run cloudpods-down.sh after its process ended")
+			t.Fatal("the guard did not run the script after its process ended")
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -89,7 +90,7 @@ func TestGuardStopsAnAbandonedControlPlane(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "stopped")); err != nil {
 		t.Fatal(err)
 	}
-	g, err := startGuard(dir, filepath.Join(dir, "work"))
+	g, err := startGuard(filepath.Join(dir, "cloudpods.sh"), filepath.Join(dir, "work"))
 	if err != nil {
 		t.Fatal(err)
 	}

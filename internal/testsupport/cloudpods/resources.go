@@ -106,6 +106,9 @@ func (c *Cloud) SettleGuest(ctx context.Context, guest string) error {
 // sql runs one statement on the control plane's MariaDB as root, through
 // its socket, and returns the first column of the first row ("" for none).
 func (c *Cloud) sql(ctx context.Context, database, stmt string) (string, error) {
+	if c.replay != nil {
+		return "", errReplay("SQL on the region's database")
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	sock := filepath.Join(c.Work, "mysql", "run", "mysqld.sock")
@@ -135,6 +138,9 @@ func (c *Cloud) Endpoint() Endpoint {
 // empty). Only its garbage collector is tuned (GOGC, GOMEMLIMIT): what it
 // sends and prints is the same.
 func (c *Cloud) RunClimcAt(ctx context.Context, ep Endpoint, tmp string, args ...string) (stdout, stderr string, code int, err error) {
+	if c.Climc == "" {
+		return "", "", -1, errReplay("climc " + strings.Join(args, " "))
+	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	var o, e bytes.Buffer

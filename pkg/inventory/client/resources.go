@@ -50,9 +50,9 @@ func (o ListOptions) query() url.Values {
 	if o.Unused {
 		q.Set("unused", "true")
 	}
-	if o.Details {
-		q.Set("details", "true")
-	}
+	// Always said, as climc says it: a region (and the inventory) answers
+	// a list without it with details.
+	q.Set("details", strconv.FormatBool(o.Details))
 	for _, p := range []struct {
 		name string
 		v    *bool

@@ -97,7 +97,8 @@ func TestHealthAndRequestLog(t *testing.T) {
 		log := e.log.String()
 		for _, want := range []string{
 			`level=DEBUG msg=request method=GET path=/isolated_devices status=200 duration=`,
-			`level=WARN msg=request method=GET path=/isolated_devices/0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b status=404 duration=`,
+			`level=DEBUG msg=request method=GET path=/isolated_devices/0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b status=404 duration=`,
+			`level=INFO msg="client error answered (more within a minute are summed up in one line)" route=/isolated_devices/{id} status=404`,
 			`query="limit=1"`,
 		} {
 			if !strings.Contains(log, want) {

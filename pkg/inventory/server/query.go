@@ -254,8 +254,14 @@ func deviceFilter(q params) (store.DeviceFilter, error) {
 	if f.Unused, err = parseBool(q.Values, "unused"); err != nil {
 		return f, err
 	}
-	if f.Details, err = parseBool(q.Values, "details"); err != nil {
-		return f, err
+	// Absent, details is on: Cloudpods' region answers a list without the
+	// parameter with each row's host and vendor (tests/regioncompat's
+	// replay of the recorded region).
+	f.Details = true
+	if q.Get("details") != "" {
+		if f.Details, err = parseBool(q.Values, "details"); err != nil {
+			return f, err
+		}
 	}
 	if f.Unhealthy, err = parseOptionalBool(q.Values, "unhealthy"); err != nil {
 		return f, err

@@ -59,6 +59,8 @@ type server struct {
 	route    routeOf
 	// methods lists the methods served on a request's path (routes.go).
 	methods methodsOf
+	// clientErrors summarises the client's errors in the log.
+	clientErrors clientErrors
 }
 
 // New returns the API's handler over st.
@@ -189,8 +191,13 @@ func recordPrincipal(w http.ResponseWriter, t store.Token) {
 	}
 }
 
-// logRequests writes one line per request: debug when it went well, warn
-// for the client's errors, error for the server's; and counts it by route.
+// logRequests counts each request by route and status and writes a line
+// for it: error for the server's errors (5xx), warn for a refused
+// credential (401, 403), debug for the rest. A client's other errors (an
+// attach refused for lack of a free device, a 404) are answers a client
+// expects, not trouble of the server: beside their debug line they go into
+// a summary at info, at most one line a clientErrorWindow (clientErrors),
+// so a storm of them writes a bounded log (issue 34: 577,000 warn lines).
 func (s *server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -208,8 +215,10 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 		switch {
 		case rec.status >= 500:
 			level = slog.LevelError
-		case rec.status >= 400:
+		case rec.status == http.StatusUnauthorized || rec.status == http.StatusForbidden:
 			level = slog.LevelWarn
+		case rec.status >= 400:
+			s.clientErrors.add(r.Context(), s.log, route, rec.status, start)
 		}
 		attrs := []slog.Attr{
 			slog.String("method", r.Method),
