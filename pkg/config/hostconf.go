@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
@@ -366,30 +364,21 @@ func hostName(v *yaml.Node) (string, error) {
 	return s, nil
 }
 
-// forbiddenNameChars are the characters Cloudpods' region refuses in a
-// name (db.NewNameValidator, master 2de2952: "/\\;\n\r\t"; a host's name
-// is not held to ASCII there).
-const forbiddenNameChars = "/\\;"
-
 // hostNameProblem says why s is no name the region takes as it is, or "":
-// the region refuses / \ ; and line breaks and tabs, and trims white space
-// (the host would be registered under another name); other control and
-// format characters (a right-to-left override) are refused too, as they
-// change how a name reads in a log or a table.
+// api.NameProblem (the region refuses / \ ; line breaks and tabs, and
+// control and format characters are refused as well), and white space at
+// either end, which the region trims (the host would be registered under
+// another name).
 func hostNameProblem(s string) string {
-	if i := strings.IndexAny(s, forbiddenNameChars); i >= 0 {
-		return fmt.Sprintf("it holds %q, which Cloudpods' region refuses in a name (/ \\ ;)", s[i:i+1])
-	}
-	for _, r := range s {
-		if r == utf8.RuneError || !unicode.IsPrint(r) {
-			return fmt.Sprintf("it holds %U, a control or format character (or no UTF-8)", r)
-		}
+	if why := api.NameProblem(s); why != "" {
+		return why
 	}
 	if strings.TrimSpace(s) != s {
 		return fmt.Sprintf("it begins or ends with a space, which Cloudpods' region trims (it would register %q)", strings.TrimSpace(s))
 	}
 	return ""
 }
+
 func nonEmpty(v *yaml.Node) (string, error) {
 	s, err := scalarValue(v)
 	if err != nil {

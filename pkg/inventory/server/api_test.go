@@ -58,6 +58,10 @@ func TestErrorAnswers(t *testing.T) {
 			{"model too long", "POST", "/isolated_devices", dev(`,"model":"` + long(513) + `"`), bad, api.ClassInputParameter, "field model: 513 bytes"},
 			{"device_path too long", "PUT", "/isolated_devices/" + d.ID, `{"isolated_device":{"device_path":"` + long(129) + `"}}`, bad, api.ClassInputParameter, "field device_path: "},
 			{"host name too long", "POST", "/hosts", `{"host":{"name":"` + long(129) + `"}}`, bad, api.ClassInputParameter, "field name: "},
+			// Issue 34: a host's name as the region takes names, no path
+			// separator and no right-to-left override.
+			{"host name with a path", "POST", "/hosts", `{"host":{"name":"../../x"}}`, bad, api.ClassInputParameter, `field name: it holds "/"`},
+			{"host name with a direction override", "POST", "/hosts", `{"host":{"name":"gpu\u202e1"}}`, bad, api.ClassInputParameter, "field name: it holds U+202E"},
 			{"sharing_mode unknown", "POST", "/isolated_devices", dev(`,"sharing_mode":"SHARED"`), bad, api.ClassInputParameter, `sharing_mode "SHARED" is not one of`},
 			{"negative limit", "GET", "/isolated_devices?limit=-1", "", bad, api.ClassInputParameter, "query parameter limit"},
 			{"text limit", "GET", "/isolated_devices?limit=ten", "", bad, api.ClassInputParameter, "query parameter limit"},

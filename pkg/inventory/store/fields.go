@@ -50,8 +50,12 @@ func checkDeviceLengths(d api.IsolatedDevice) error {
 	return nil
 }
 
-// checkHostLengths bounds every string field of h.
+// checkHostLengths bounds every string field of h, and refuses a name
+// that is no name (api.NameProblem).
 func checkHostLengths(h api.Host) error {
+	if why := api.NameProblem(h.Name); why != "" {
+		return refuse(ErrInvalid, "field name: %s", why)
+	}
 	return checkLens(
 		fieldLen{"name", h.Name, api.MaxNameBytes},
 		fieldLen{"access_ip", h.AccessIP, api.MaxAccessIPBytes},
