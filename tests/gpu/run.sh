@@ -494,7 +494,14 @@ say "limits read back (device 0 = $UUID): $(ctl1 get_default_device_pinned_mem_l
 GOT1=$(CUDA_MPS_PIPE_DIRECTORY=$ROOT1 CUDA_VISIBLE_DEVICES=$UUID python3 "$C/alloc.py" 2>>"$W/client-single.log")
 check "a client given CUDA_MPS_PIPE_DIRECTORY=<root> stops at the GPU's cap" "$([ -n "$GOT1" ] && [ "$GOT1" -le "$CAP1" ] && [ "$GOT1" -gt $((CAP1 - 1024)) ]; echo $?)" "($GOT1 MiB, cap $CAP1)"
 GOT2=$(CUDA_MPS_PIPE_DIRECTORY=$ROOT1 python3 "$C/alloc.py" 2>>"$W/client-single.log")
-check "...and without CUDA_VISIBLE_DEVICES too" "$([ -n "$GOT2" ] && [ "$GOT2" -le "$CAP1" ]; echo $?)" "($GOT2 MiB)"
+if [ "$(nvidia-smi --query-gpu=uuid --format=csv,noheader | wc -l)" = 1 ]; then
+	check "...and without CUDA_VISIBLE_DEVICES too" "$([ -n "$GOT2" ] && [ "$GOT2" -le "$CAP1" ]; echo $?)" "($GOT2 MiB)"
+else
+	# On a host of several GPUs PyTorch counts them through NVML (all of
+	# them) while CUDA, through this daemon, sees one: it fails at init
+	# (seen on 2 H200s; docs/containers.md, "Several GPUs on one host").
+	say "fact: a PyTorch client without CUDA_VISIBLE_DEVICES on this host of several GPUs: ${GOT2:-nothing} MiB ($(grep -o 'INTERNAL ASSERT FAILED.*num_gpus=[0-9]*' "$W/client-single.log" | tail -1))"
+fi
 kill -TERM $DPID; wait $DPID
 # The daemon left MPS running (as on every stop); adopted again by a new one:
 "$B/mps-daemon" --config "$W/host1.conf" --log-level debug 2>"$W/daemon-single2.log" &
