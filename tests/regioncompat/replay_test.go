@@ -44,7 +44,9 @@ import (
 //     answers 200, as the inventory does.
 const compatCassette = "regioncompat/TestRealClimcAgainstTheInventory.json"
 
-func TestInventoryAnswersTheRecordedClimcAsTheRegion(t *testing.T) {
+// loadCompat is the recorded climc session of compatCassette.
+func loadCompat(t *testing.T) *replay.Cassette {
+	t.Helper()
 	dir, err := cloudpods.Recordings()
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +55,11 @@ func TestInventoryAnswersTheRecordedClimcAsTheRegion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+func TestInventoryAnswersTheRecordedClimcAsTheRegion(t *testing.T) {
+	c := loadCompat(t)
 	storetest.ForEachBackend(t, func(t *testing.T, open func() *store.Store) {
 		walkCassette(t, c, open(), nil)
 	})
@@ -61,14 +68,7 @@ func TestInventoryAnswersTheRecordedClimcAsTheRegion(t *testing.T) {
 // A change to the wire fails the comparison, naming the field: here the
 // inventory's answers with one field renamed (source, every row has it).
 func TestARenamedFieldFailsTheComparison(t *testing.T) {
-	dir, err := cloudpods.Recordings()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := replay.Load(filepath.Join(dir, compatCassette))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := loadCompat(t)
 	f := &replay.Failures{TB: t}
 	walkCassette(f, c, storetest.Open(t, storetest.Backends()[0].DSN(t)), func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
