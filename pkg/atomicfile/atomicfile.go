@@ -2,7 +2,9 @@
 // temporary file beside it, is synced, and is renamed over it, so a reader
 // (or a crash) sees the old content or the new one, never half of either.
 // Replace is the same without the syncs, for a file that must outlive its
-// writer's process but not the host.
+// writer's process but not the host. Read is how such a file (or one an
+// operator names) is read back: a regular file of bounded size, never a
+// FIFO waited on.
 package atomicfile
 
 import (

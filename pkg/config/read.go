@@ -1,11 +1,11 @@
 package config
 
 import (
+	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
-	"syscall"
+
+	"yunion.io/x/mps-daemon/pkg/atomicfile"
 )
 
 // Size limits of the files read here. Real files are a few kB: host.conf
@@ -30,31 +30,17 @@ const (
 //
 // A missing file is an error that satisfies errors.Is(err, fs.ErrNotExist).
 func ReadFile(path string, limit int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, &Error{File: path, Msg: fmt.Sprintf("is %s, not a regular file", describeMode(fi.Mode()))}
-	}
-	if fi.Size() > limit {
-		return nil, &Error{File: path, Msg: fmt.Sprintf("is %d bytes, more than the %s a configuration file may have", fi.Size(), sizeName(limit))}
-	}
-	// The size can grow between Stat and the read (someone appends): read
-	// one byte past the limit to tell.
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > limit {
+	data, err := atomicfile.Read(path, limit, true)
+	var re *atomicfile.ReadError
+	switch {
+	case !errors.As(err, &re):
+		return data, err
+	case re.Mode.Type() != 0:
+		return nil, &Error{File: path, Msg: fmt.Sprintf("is %s, not a regular file", describeMode(re.Mode))}
+	case re.Grew:
 		return nil, &Error{File: path, Msg: fmt.Sprintf("grew past the %s a configuration file may have while being read", sizeName(limit))}
 	}
-	return data, nil
+	return nil, &Error{File: path, Msg: fmt.Sprintf("is %d bytes, more than the %s a configuration file may have", re.Size, sizeName(limit))}
 }
 
 // describeMode names a file type that is not a regular file.

@@ -4,11 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -109,36 +107,19 @@ func loadCheckpoint(path string) (map[types.UID]Claim, error) {
 	return c.Claims, nil
 }
 
-// readRegular reads path, a regular file of at most maxCheckpointBytes:
-// a FIFO is never waited on, a huge file never read whole. Any other kind
-// of file, or a larger one, is ErrCorrupt.
+// readRegular reads path, a regular file (not a link) of at most
+// maxCheckpointBytes (atomicfile.Read: a FIFO is never waited on, a huge
+// file never read whole); anything else there is ErrCorrupt.
 func readRegular(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_NOFOLLOW, 0)
-	if errors.Is(err, syscall.ELOOP) {
-		return nil, fmt.Errorf("%w: %s is a symbolic link", ErrCorrupt, path)
-	}
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, err
-		}
+	b, err := atomicfile.Read(path, maxCheckpointBytes, false)
+	var re *atomicfile.ReadError
+	switch {
+	case errors.As(err, &re) || errors.Is(err, atomicfile.ErrSymlink):
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("reading the DRA checkpoint: %w", err)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("reading the DRA checkpoint: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file (%s)", ErrCorrupt, path, fi.Mode().Type())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxCheckpointBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading the DRA checkpoint: %w", err)
-	}
-	if len(b) > maxCheckpointBytes {
-		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrCorrupt, path, maxCheckpointBytes)
-	}
-	return b, nil
+	return b, err
 }
 
 // check refuses claims that cannot have been written by the driver: a
