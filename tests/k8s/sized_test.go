@@ -2,8 +2,6 @@ package k8s
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,7 +11,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
@@ -192,20 +189,5 @@ func TestClaimsOfAnySizeShareOneGPU(t *testing.T) {
 // claimEntries are the entries of the daemon's claims' CDI spec, by name.
 func (h *host) claimEntries(t *testing.T) map[string]cdispec.Device {
 	t.Helper()
-	out := map[string]cdispec.Device{}
-	b, err := os.ReadFile(filepath.Join(h.cdiDir, "yunion.io-mps-claim.yaml"))
-	if os.IsNotExist(err) {
-		return out
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s cdispec.Spec
-	if err := yaml.Unmarshal(b, &s); err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range s.Devices {
-		out[d.Name] = d
-	}
-	return out
+	return h.specEntries(t, "yunion.io-mps-claim.yaml")
 }
