@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -145,4 +146,56 @@ func TestSingleLayoutTakesTheMostProtectiveQoSDefaults(t *testing.T) {
 			t.Errorf("CDI spec lacks %s", want)
 		}
 	}
+}
+
+// A resize that gives another GPU the largest cap changes the single
+// daemon's device list. While a client is connected the daemon keeps its
+// list, and a container of either GPU still gets its own device's cap
+// (ordinal 0 holds the largest cap of the list running); once the client
+// has left, the daemon is restarted with the new list, the GPU of the
+// largest cap first, and containers get their own caps again.
+func TestSingleLayoutReordersWhenTheLargestCapMoves(t *testing.T) {
+	h := newHarness(t, "mps_pipe_layout: single\n", fourAndTwo)
+	gpus := twoGPUs()
+	ctx := context.Background()
+	root := filepath.Join(h.dir, "pipe")
+	if err := h.agent.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	list := func() string { got, _ := mps.RecordedDevices(root); return got }
+	if got := list(); got != gpus[1].UUID.String()+","+gpus[0].UUID.String() {
+		t.Fatalf("daemon serves %q, want GPU 1 (2 devices, the larger cap) first", got)
+	}
+	container := func(pid, g int, cap units.MiB) {
+		t.Helper()
+		v, err := h.runner.Connect(pid, []string{"CUDA_MPS_PIPE_DIRECTORY=" + root, "CUDA_VISIBLE_DEVICES=" + gpus[g].UUID.String(),
+			fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=%dM", cap)})
+		if err != nil || v.MemoryLimits[0] != cap {
+			t.Errorf("a container of GPU %d: %+v, %v; want its cap %v", g, v, err, cap)
+		}
+	}
+	container(6001, 0, h200Memory/4) // stays connected
+	// GPU 0 now has 1 device (the whole GPU), GPU 1 still 2.
+	h.cfg.Devices = mustDevices(t, h.dir, strings.Replace(fourAndTwo, "virtual_number: 4", "virtual_number: 1", 1))
+	if err := h.agent.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := list(); got != gpus[1].UUID.String()+","+gpus[0].UUID.String() {
+		t.Fatalf("daemon serves %q while a client is connected, want its old list kept", got)
+	}
+	container(6002, 0, h200Memory)
+	container(6003, 1, h200Memory/2)
+	for _, pid := range []int{6001, 6002, 6003} {
+		if err := h.runner.RemoveClient(root, pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.agent.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := list(); got != gpus[0].UUID.String()+","+gpus[1].UUID.String() {
+		t.Fatalf("daemon serves %q once idle, want GPU 0 (now the larger cap) first", got)
+	}
+	container(6004, 0, h200Memory)
+	container(6005, 1, h200Memory/2)
 }
