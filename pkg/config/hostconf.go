@@ -23,6 +23,10 @@ import (
 // DefaultHostConfPath is where Cloudpods keeps host.conf.
 const DefaultHostConfPath = "/etc/yunion/host.conf"
 
+// DefaultViewLibrary is mps_view_library's default: where the
+// yunion-mps-daemon package installs the library.
+const DefaultViewLibrary = "/usr/lib/yunion-mps/libyunion-mps-view.so"
+
 // DefaultInventoryTokenFile is mps_inventory_token_file's default: where a
 // local mps-inventory keeps its admin token (its --admin-token-file
 // default), so the daemon and climc on that host find it with no setting.
@@ -65,6 +69,10 @@ type HostConf struct {
 	// CDIShmPath is the host's shared memory mounted into containers at
 	// /dev/shm; "none" leaves it out (docs/containers.md).
 	CDIShmPath string
+	// ViewLibrary is the host's libyunion-mps-view.so, mounted into every
+	// container of a virtual device so that it sees its slice as its GPU
+	// (docs/containers.md, "What software in a slice sees"); empty: off.
+	ViewLibrary string
 	// Accounting is the per-virtual-device memory policy: off, report or
 	// enforce (docs/containers.md).
 	Accounting AccountingPolicy
@@ -121,6 +129,7 @@ func DefaultHostConf() *HostConf {
 		MultiUserServer:         true,
 		CDIDirectory:            "/var/run/cdi",
 		CDIShmPath:              "/dev/shm",
+		ViewLibrary:             DefaultViewLibrary,
 		Accounting:              AccountingEnforce,
 		ProcRoot:                "/proc",
 		Threads:                 AutoThreads,
@@ -182,7 +191,7 @@ var hostConfKeys = map[string]bool{
 	"mps_set_exclusive_compute_mode": true, "mps_control_binary": true, "mps_control_timeout": true,
 	"mps_sync_interval": true, "mps_health_interval": true, "mps_multiuser_server": true,
 	"mps_cdi_directory": true, "mps_cdi_shm_path": true, "mps_accounting": true, "mps_proc_root": true, "mps_thread_percentage": true, "mps_host_name": true, "mps_sysfs_root": true, "mps_dev_root": true,
-	"mps_reload_hold_time": true,
+	"mps_reload_hold_time": true, "mps_view_library": true,
 }
 
 // set stores the value of one of hostConfKeys, or says what is wrong with it.
@@ -241,6 +250,8 @@ func (hc *HostConf) set(key string, v *yaml.Node) error {
 		hc.DevRoot, err = absPath(v)
 	case "mps_reload_hold_time":
 		hc.ReloadHoldTime, err = boundedDuration(key, v)
+	case "mps_view_library":
+		hc.ViewLibrary, err = optionalPath(v)
 	default:
 		return fmt.Errorf("unknown key %q", key) // hostConfKeys and set disagree
 	}
@@ -442,6 +453,15 @@ func accountingPolicy(v *yaml.Node) (AccountingPolicy, error) {
 		return p, nil
 	}
 	return "", fmt.Errorf("%q: want off, report or enforce", s)
+}
+
+// optionalPath is an absolute path, or "" for none (mps_view_library:
+// off).
+func optionalPath(v *yaml.Node) (string, error) {
+	if s, err := scalarValue(v); err == nil && s == "" {
+		return "", nil
+	}
+	return absPath(v)
 }
 
 // shmPath is an absolute path, or "none" for no /dev/shm mount.

@@ -48,6 +48,9 @@ func TestDefaultHostConf(t *testing.T) {
 		hc.CudaMPSLogDirectory != "/tmp/nvidia-mps/log" || hc.ContainerDeviceConfigFile != "" {
 		t.Errorf("Cloudpods' defaults changed: %+v", hc)
 	}
+	if hc.ViewLibrary != "/usr/lib/yunion-mps/libyunion-mps-view.so" {
+		t.Errorf("mps_view_library defaults to %q, want where the package installs the library", hc.ViewLibrary)
+	}
 	if hc.Line("cuda_mps_replicas") != 0 {
 		t.Errorf("a default has no line")
 	}
@@ -105,6 +108,9 @@ func TestParseHostConfValues(t *testing.T) {
 		{"host name as long as the inventory takes", "mps_host_name: " + strings.Repeat("h", 128), func(h *HostConf) { h.HostName = strings.Repeat("h", 128) }},
 		{"host name as Cloudpods names hosts", "mps_host_name: gpu-node_01.dc1@rack2", func(h *HostConf) { h.HostName = "gpu-node_01.dc1@rack2" }},
 		{"host name the region takes beyond ASCII", "mps_host_name: GPU 节点 1", func(h *HostConf) { h.HostName = "GPU 节点 1" }},
+		{"view library elsewhere", "mps_view_library: /opt/mps//libyunion-mps-view.so", func(h *HostConf) { h.ViewLibrary = "/opt/mps/libyunion-mps-view.so" }},
+		{"view off", `mps_view_library: ""`, func(h *HostConf) { h.ViewLibrary = "" }},
+		{"view off, key = value", "mps_view_library = \"\"\nenable_cuda_mps = true\n", func(h *HostConf) { h.ViewLibrary = ""; h.EnableCudaMPS = true }},
 		{"alias", "x: &n 6\ncuda_mps_replicas: *n", func(h *HostConf) { h.CudaMPSReplicas = 6; h.Unknown = []string{"x"} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -160,6 +166,8 @@ func TestParseHostConfErrors(t *testing.T) {
 		{"listen port name", "mps_listen_address: localhost:http", []string{`host.conf:1: mps_listen_address: want host:port with a port number from 0 to 65535, got "localhost:http"`}},
 		{"accounting policy", "mps_accounting: kill", []string{`host.conf:1: mps_accounting: "kill": want off, report or enforce`}},
 		{"relative cdi directory", "mps_cdi_directory: cdi", []string{`host.conf:1: mps_cdi_directory: want an absolute path, got "cdi"`}},
+		{"relative view library", "mps_view_library: libyunion-mps-view.so", []string{`host.conf:1: mps_view_library: want an absolute path, got "libyunion-mps-view.so"`}},
+		{"view library a list", "mps_view_library: [a]", []string{`host.conf:1: mps_view_library: want a single value, got a list`}},
 		{"empty binary", `mps_control_binary: ""`, []string{`host.conf:1: mps_control_binary: must not be empty`}},
 		{"top level list", "- enable_cuda_mps\n", []string{`host.conf:1: want key: value lines at the top level, got a list`}},
 		{"top level scalar", "enable_cuda_mps\n", []string{`host.conf:1: want key: value lines at the top level, got "enable_cuda_mps"`}},

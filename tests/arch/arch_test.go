@@ -145,9 +145,10 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/mpsctl":           {"pkg/config", "pkg/inventory/client"},
 		"pkg/identity":         {"pkg/gpu", "pkg/vdev"},
 		"pkg/accounting":       {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/identity"},
-		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/identity"},
-		"pkg/claim":            {"pkg/cdi", "pkg/identity", "pkg/vdev"},
-		"pkg/agent":            {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/devsync", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity", "pkg/claim"},
+		"pkg/view":             {"pkg/gpu", "pkg/vdev"},
+		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/identity", "pkg/view"},
+		"pkg/claim":            {"pkg/cdi", "pkg/identity", "pkg/vdev", "pkg/view"},
+		"pkg/agent":            {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/devsync", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity", "pkg/claim", "pkg/view"},
 		"pkg/metrics":          {},
 		"pkg/statusview":       {},
 		"pkg/keystone":         {},
@@ -326,7 +327,7 @@ func TestAddingARecordFieldTouchesThreeFiles(t *testing.T) {
 // metrics' labels.
 func TestGPUUUIDsAreTyped(t *testing.T) {
 	asString := regexp.MustCompile(`\b(uuid|gpuUUID|UUID|GPU|uuids|gpus)\s+(\[\])?string\b`)
-	dirs := []string{"pkg/gpu", "pkg/vdev", "pkg/plan", "pkg/identity", "pkg/accounting", "pkg/clientreport", "pkg/cdi", "pkg/claim", "pkg/agent"}
+	dirs := []string{"pkg/gpu", "pkg/vdev", "pkg/plan", "pkg/identity", "pkg/view", "pkg/accounting", "pkg/clientreport", "pkg/cdi", "pkg/claim", "pkg/agent"}
 	eachSource(t, dirs, func(rel, src string) {
 		for i, line := range strings.Split(src, "\n") {
 			if m := asString.FindString(line); m != "" && !strings.HasPrefix(strings.TrimSpace(line), "//") && !strings.Contains(line, "type UUID string") {
