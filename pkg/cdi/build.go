@@ -11,6 +11,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/identity"
 	"yunion.io/x/mps-daemon/pkg/vdev"
+	"yunion.io/x/mps-daemon/pkg/view"
 )
 
 // Mount options. The pipe directory is read-only: a client only connects to
@@ -22,9 +23,13 @@ import (
 // The identity file and the mask over the privileged socket are read-only
 // too: neither their content nor, without CAP_SYS_ADMIN, the mount can be
 // changed from inside.
+// The view's library is the one mount without noexec: a library on a
+// noexec mount cannot be mapped executable, and the dynamic linker would
+// refuse to preload it.
 var (
 	readOnlyMountOptions = []string{"ro", "nosuid", "nodev", "noexec", "bind"}
 	shmMountOptions      = []string{"rw", "nosuid", "nodev", "noexec", "bind"}
+	libraryMountOptions  = []string{"ro", "nosuid", "nodev", "bind"}
 )
 
 // privilegedSocket is the control daemon's socket for privileged commands
@@ -50,7 +55,7 @@ func Build(o Options, devs []Device) (*specs.Spec, error) {
 	if len(devs) == 0 {
 		return nil, ErrNoDevices
 	}
-	if err := validateDevices(devs); err != nil {
+	if err := validateDevices(o, devs); err != nil {
 		return nil, err
 	}
 	nodes, err := findNodes(o.DevRoot, minorsOf(devs))
@@ -137,6 +142,9 @@ func containerEdits(o Options, d Device, nodes nodeSet) specs.ContainerEdits {
 			Options:       slices.Clone(shmMountOptions),
 		})
 	}
+	if o.View.On() {
+		e.Mounts = append(e.Mounts, viewMounts(o.View, d)...)
+	}
 	for _, n := range append([]string{"nvidia" + strconv.Itoa(d.GPU.Minor)}, controlNodes[:]...) {
 		if !nodes[n] {
 			continue
@@ -148,4 +156,32 @@ func containerEdits(o Options, d Device, nodes nodeSet) specs.ContainerEdits {
 		e.DeviceNodes = append(e.DeviceNodes, dn)
 	}
 	return e
+}
+
+// viewMounts give a container of d the view (docs/containers.md): every
+// dynamically linked glibc process of the container preloads the library
+// (the preload list over the image's own /etc/ld.so.preload, whatever the
+// process's environment), which reads the device's view file from its
+// directory. A container given devices of several GPUs gets the library
+// and the list once (CDI replaces a mount at the same container path) and
+// each GPU's directory.
+func viewMounts(v View, d Device) []*specs.Mount {
+	return []*specs.Mount{{
+		HostPath:      v.Library,
+		ContainerPath: view.ContainerLibrary,
+		Type:          "bind",
+		Options:       slices.Clone(libraryMountOptions),
+	}, {
+		HostPath:      v.Preload,
+		ContainerPath: view.ContainerPreload,
+		Type:          "bind",
+		Options:       slices.Clone(readOnlyMountOptions),
+	}, {
+		// The directory, not the file: the daemon replaces the file
+		// (rename), and a file's bind mount would keep the old one.
+		HostPath:      d.ViewDir,
+		ContainerPath: view.ContainerDir(d.GPU.UUID),
+		Type:          "bind",
+		Options:       slices.Clone(readOnlyMountOptions),
+	}}
 }

@@ -58,6 +58,12 @@ func TestInvalidStatesNeverWrite(t *testing.T) {
 		{"kind with two slashes", func(o *Options) { o.Kind = "yunion.io/mps/gpu" }, nil, "invalid character '/'"},
 		{"relative shm path", func(o *Options) { o.ShmPath = "dev/shm" }, nil, `shm path "dev/shm" is not an absolute clean path`},
 		{"relative dev root", func(o *Options) { o.DevRoot = "dev" }, nil, `dev root "dev"`},
+		{"view without the devices' directories", viewOn, nil, "view directory is empty"},
+		{"relative view directory", viewOn, func(d []Device) []Device { d = withViews(d); d[1].ViewDir = "view/x"; return d }, `view directory "view/x" is not an absolute clean path`},
+		{"one view directory for two devices", viewOn, func(d []Device) []Device { d = withViews(d); d[2].ViewDir = d[1].ViewDir; return d }, "is also device 1's"},
+		{"relative view library", func(o *Options) { viewOn(o); o.View.Library = "libyunion-mps-view.so" }, withViews, `view library "libyunion-mps-view.so" is not an absolute clean path`},
+		{"view library without a preload list", func(o *Options) { viewOn(o); o.View.Preload = "" }, withViews, "preload list is empty"},
+		{"preload list without a view library", func(o *Options) { o.View.Preload = "/var/lib/yunion-mps/view/ld.so.preload" }, nil, "without a view library"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

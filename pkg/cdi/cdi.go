@@ -3,7 +3,10 @@
 // yunion.io/mps-gpu=GPU-…::3` (or containerd/CRI-O with CDI enabled) gives a
 // container the GPU's MPS pipe directory, the device's caps in the
 // environment and, read-only, the file naming the device that the accounting
-// finds again through /proc/<pid>/root (pkg/identity).
+// finds again through /proc/<pid>/root (pkg/identity); with the view on
+// (Options.View, pkg/view), the library that answers CUDA's and NVML's
+// questions about the GPU's memory with the device's cap, the preload list
+// that loads it in every process, and the device's view directory.
 //
 // Build turns the virtual devices into a spec in memory and refuses every
 // state a runtime could not use or that would hand out the wrong device, with
@@ -66,7 +69,26 @@ type Options struct {
 	ShmPath string
 	// DevRoot is the host's /dev, where /dev/nvidia* nodes are looked for.
 	DevRoot string
+	// View gives every device's containers the view (pkg/view); the zero
+	// View gives none, and the spec is what it is without it.
+	View View
 }
+
+// View is where the host keeps what gives a container the view of its
+// device (pkg/view, docs/containers.md): the library, mounted read-only
+// at view.ContainerLibrary, and the preload list naming it, mounted
+// read-only over /etc/ld.so.preload; each device's own view directory is
+// Device.ViewDir.
+type View struct {
+	// Library is the host's libyunion-mps-view.so (host.conf
+	// mps_view_library); the caller has found it there.
+	Library string
+	// Preload is the host's preload list (view.Store.PreloadPath).
+	Preload string
+}
+
+// On says whether containers get the view.
+func (v View) On() bool { return v.Library != "" }
 
 func (o Options) withDefaults() Options {
 	if o.Dir == "" {
@@ -97,6 +119,10 @@ type Device struct {
 	// mounted read-only at identity.ContainerPath(GPU.UUID): what the
 	// accounting finds again through /proc/<pid>/root.
 	IdentityFile string
+	// ViewDir is the host directory of the device's view (view.Store),
+	// mounted read-only at view.ContainerDir(GPU.UUID) when Options.View
+	// is on; ignored when it is off.
+	ViewDir string
 	// ClientPriority is vdev.PriorityNormal or vdev.PriorityBelowNormal:
 	// its class's (FromVirtual), or, for a device held past its plan whose
 	// class is not known any more, its GPU's control daemon default.
@@ -105,7 +131,7 @@ type Device struct {
 
 // FromVirtual is the CDI view of a planned virtual device; id is its
 // inventory id ("" when not synced yet), pipeDir its GPU's pipe directory.
-// IdentityFile is left for the caller, which makes the file.
+// IdentityFile and ViewDir are left for the caller, which makes them.
 func FromVirtual(v vdev.Device, id, pipeDir string) Device {
 	return Device{Device: v, ID: id, PipeDir: pipeDir, ClientPriority: v.Class.ClientPriority()}
 }

@@ -69,6 +69,11 @@ func (o Options) validate() error {
 		errs = append(errs, absClean("shm path", o.ShmPath))
 	}
 	errs = append(errs, absClean("CDI directory", o.Dir), absClean("dev root", o.DevRoot))
+	if o.View.On() {
+		errs = append(errs, absClean("view library", o.View.Library), absClean("preload list", o.View.Preload))
+	} else if o.View.Preload != "" {
+		errs = append(errs, invalidf("preload list %q without a view library", o.View.Preload))
+	}
 	return errors.Join(errs...)
 }
 
@@ -86,7 +91,7 @@ func validGPUUUID(s gpu.UUID) error {
 
 // validateDevices refuses inputs a container could not use or that would
 // hand out the wrong GPU or caps. Every problem is reported, joined.
-func validateDevices(devs []Device) error {
+func validateDevices(o Options, devs []Device) error {
 	var errs []error
 	names := map[string]int{}
 	type gpuFacts struct {
@@ -96,6 +101,7 @@ func validateDevices(devs []Device) error {
 	gpus := map[gpu.UUID]gpuFacts{}
 	minors := map[int]gpu.UUID{}
 	identities := map[string]int{}
+	views := map[string]int{}
 	for i, d := range devs {
 		at := fmt.Sprintf("device %d (%s)", i, d.Name())
 		bad := func(err error) { errs = append(errs, fmt.Errorf("%s: %w", at, err)) }
@@ -124,6 +130,14 @@ func validateDevices(devs []Device) error {
 			bad(invalidf("identity file %q is also device %d's", d.IdentityFile, j))
 		}
 		identities[d.IdentityFile] = i
+		if o.View.On() {
+			if err := absClean("view directory", d.ViewDir); err != nil {
+				bad(err)
+			} else if j, dup := views[d.ViewDir]; dup {
+				bad(invalidf("view directory %q is also device %d's", d.ViewDir, j))
+			}
+			views[d.ViewDir] = i
+		}
 		if d.MemoryLimit <= 0 {
 			bad(invalidf("memory limit %v: want > 0", d.MemoryLimit))
 		}

@@ -76,7 +76,7 @@ func (w *Writer) encoded(o Options, devs []Device) ([]byte, error) {
 		return w.data, nil
 	}
 	w.data = nil
-	if err := validateDevices(devs); err != nil {
+	if err := validateDevices(o, devs); err != nil {
 		return nil, err
 	}
 	if nodesErr != nil {

@@ -2,8 +2,8 @@
 // (pkg/dra) share about GPUs that claims of any size share (the device
 // YAML's `sharing: claims`, docs/kubernetes.md): what the agent tells the
 // driver of each planned GPU before a sync (GPU), where claims' CDI
-// entries and identity files go (Spec), and the virtual device a claim
-// gets (Device).
+// entries, identity files and views go (Spec), and the virtual device a
+// claim gets (Device).
 //
 // A claim's device is a virtual device like a fixed slice: named
 // <GPU UUID>::<index>, with its own identity file (pkg/identity) and its
@@ -11,7 +11,8 @@
 // is, with the claim's memory and thread share as its caps. Its index is
 // IndexBase + a slot of its GPU, so it never meets a fixed slice's name
 // (a GPU has at most 48). The accounting bills its processes to it, by
-// its identity file, against the claim's size.
+// its identity file, against the claim's size. With the view on
+// (pkg/view), its containers see the claim's size as their GPU's memory.
 //
 // The caps in a claim's CDI entry are environment variables, which a
 // client may only lower below its control daemon's defaults (the
@@ -25,7 +26,6 @@ import (
 	"fmt"
 
 	"yunion.io/x/mps-daemon/pkg/cdi"
-	"yunion.io/x/mps-daemon/pkg/identity"
 	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
@@ -58,13 +58,6 @@ type GPU struct {
 	Healthy bool
 }
 
-// Spec is where claims' CDI entries and identity files go: the host's CDI
-// options (Kind is set by the caller: DefaultKind) and identity store.
-type Spec struct {
-	CDI      cdi.Options
-	Identity identity.Store
-}
-
 // Device is the device of a claim in slot of the GPU whose device is base,
 // capped at memory and threads (0: base's share, the GPU's default). It
 // refuses a slot below 0, a memory of 0 or more than base's, and a thread
@@ -86,7 +79,7 @@ func Device(base cdi.Device, slot int, memory units.MiB, threads int) (cdi.Devic
 	if threads > 0 {
 		d.ThreadPercentage = threads
 	}
-	d.ID, d.IdentityFile = "", ""
+	d.ID, d.IdentityFile, d.ViewDir = "", "", ""
 	d.Class = vdev.ClassShared
 	return d, nil
 }

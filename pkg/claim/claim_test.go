@@ -11,6 +11,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/identity"
 	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
+	"yunion.io/x/mps-daemon/pkg/view"
 )
 
 const uuid = gpu.UUID("GPU-81df1fb7-5946-da34-7f70-c730b0456642")
@@ -102,3 +103,79 @@ func TestSync(t *testing.T) {
 }
 
 func unitsMiB(v int) units.MiB { return units.MiB(v) }
+
+// With the view on, each claim's entry mounts its view, which says the
+// claim's size; a claim released loses its view with its entry, and a
+// view that cannot be made leaves the entries without the view rather
+// than without the claims.
+func TestSyncViews(t *testing.T) {
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "libyunion-mps-view.so")
+	store := view.Store{Dir: filepath.Join(dir, "view")}
+	w := view.NewWriter(store, t.TempDir())
+	s := Spec{CDI: cdi.Options{Dir: filepath.Join(dir, "cdi"), DevRoot: filepath.Join(dir, "dev"),
+		View: cdi.View{Library: lib, Preload: store.PreloadPath()}},
+		Identity: identity.Store{Dir: filepath.Join(dir, "id")}, View: w}
+	// A fixed slice's view, the agent's: never the claims' Sync's to remove.
+	slice := vdev.NameOf(uuid, 3)
+	if err := w.Sync(func(n vdev.Name) bool { return !IsClaimName(n) }, []view.Device{{Name: slice, Cap: 20480}}); err != nil {
+		t.Fatal(err)
+	}
+	small, err := Device(base(filepath.Join(dir, "pipe")), 0, 1024, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	large, err := Device(base(filepath.Join(dir, "pipe")), 1, 70000, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cw cdi.Writer
+	path, _, err := s.Sync(&cw, DefaultKind, []cdi.Device{small, large})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := os.ReadFile(path)
+	for _, d := range []cdi.Device{small, large} {
+		vd, _ := store.Path(d.Name())
+		b, err := os.ReadFile(filepath.Join(vd, view.MemoryFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err := view.Parse(b); err != nil || m.Total != d.MemoryLimit.Bytes() {
+			t.Errorf("%s's view says %+v, %v; want its size, %d MiB", d.Name(), m, err, d.MemoryLimit)
+		}
+		if !strings.Contains(string(spec), "hostPath: "+vd+"\n") {
+			t.Errorf("the spec does not mount %s", vd)
+		}
+	}
+	if !strings.Contains(string(spec), "containerPath: /etc/ld.so.preload") || !strings.Contains(string(spec), "hostPath: "+lib) {
+		t.Errorf("the spec lacks the library or the preload list:\n%s", spec)
+	}
+	// The large claim released.
+	if _, _, err := s.Sync(&cw, DefaultKind, []cdi.Device{small}); err != nil {
+		t.Fatal(err)
+	}
+	views := w.Views()
+	if _, ok := views[large.Name()]; ok {
+		t.Error("a released claim keeps its view")
+	}
+	if _, ok := views[slice]; !ok {
+		t.Error("the claims' Sync removed a fixed slice's view")
+	}
+	// The views' directory unusable: the claims keep their entries,
+	// without the view.
+	if err := os.RemoveAll(store.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(store.Dir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path, _, err = s.Sync(&cw, DefaultKind, []cdi.Device{small})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ = os.ReadFile(path)
+	if !strings.Contains(string(spec), "name: "+small.Name().String()) || strings.Contains(string(spec), "ld.so.preload") {
+		t.Errorf("without its views the claims' spec is\n%s", spec)
+	}
+}

@@ -51,6 +51,6 @@ func (d *Driver) shareDevice(uuid string, s Share) cdi.Device {
 	// The caps and priority are the claim's, as prepared: never changed
 	// under its containers.
 	dev.Index, dev.MemoryLimit, dev.ThreadPercentage = s.Index, s.MemoryLimit, s.ThreadPercentage
-	dev.Class, dev.ClientPriority, dev.ID, dev.IdentityFile = vdev.ClassShared, s.ClientPriority, string(s.ID), ""
+	dev.Class, dev.ClientPriority, dev.ID, dev.IdentityFile, dev.ViewDir = vdev.ClassShared, s.ClientPriority, string(s.ID), "", ""
 	return dev
 }
