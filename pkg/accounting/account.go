@@ -23,6 +23,9 @@ type Client struct {
 	Source string
 	// Env is what its initial environment says of its QoS.
 	Env clientreport.QoSEnv
+	// WithoutView: its memory map shows no view library, when the
+	// containers get the view (Accountant.SetViewLibrary; view.go).
+	WithoutView bool
 }
 
 // DeviceUsage is the memory the clients of one virtual device use together.
@@ -32,6 +35,8 @@ type DeviceUsage struct {
 	// PIDs are the clients' PIDs, ascending; Clients the same, with detail.
 	PIDs    []int
 	Clients []Client
+	// WithoutView counts the clients without the device's view (view.go).
+	WithoutView int
 }
 
 // UnknownProcess is an MPS client that is billed to no device: it names
@@ -87,6 +92,9 @@ type Usage struct {
 	// Escapes are clients of batch devices whose environment escapes the
 	// device's QoS (Escapes); sorted by GPU then PID.
 	Escapes []Escape
+	// WithoutView are billed clients without their device's view, or
+	// whose map could not be read (view.go); sorted by GPU then PID.
+	WithoutView []WithoutView
 }
 
 // LookupFunc names the device of a PID that NVML lists on a GPU;

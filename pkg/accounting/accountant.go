@@ -49,6 +49,10 @@ type Accountant struct {
 	// serverMemory is, by GPU, the pinned memory limit a client gets
 	// without a list of its own (SetServerMemoryLimits).
 	serverMemory map[gpu.UUID]units.MiB
+	// viewLibrary is the view's library file name, "" when containers
+	// get no view (SetViewLibrary); views what each client's map showed.
+	viewLibrary string
+	views       map[procKey]bool
 }
 
 // SetServerMemoryLimits says, by GPU, the pinned memory limit MPS holds a
@@ -138,6 +142,7 @@ func (a *Accountant) Tick(ctx context.Context, p config.AccountingPolicy, procs 
 		}
 	}
 	r.Usage.Escapes = Escapes(r.Usage, caps, qos, a.serverMemory)
+	a.checkViews(&r.Usage)
 	h := History{Previous: a.prev, Terminating: a.enf.Terminating()}
 	r.Decision = Decide(r.Usage, caps, p, h)
 	r.Decision.Actions = append(r.Decision.Actions, DecideEscapes(r.Usage.Escapes, r.Usage, caps, p, h, r.Decision.Actions)...)
@@ -196,6 +201,12 @@ func (a *Accountant) logChanges(ctx context.Context, r Report) {
 		if firstSeen(reportKey{kind: "escape", pid: e.PID, start: e.StartTicks, device: e.Device, reason: e.Reason}) {
 			a.log.WarnContext(ctx, "MPS client's environment escapes its device's QoS or memory limit; terminated under enforce", "gpu", e.GPU,
 				"pid", e.PID, "device", e.Device, "source", e.Source, "used_mib", uint64(e.UsedBytes)>>20, "reason", e.Reason, "policy", string(r.Policy))
+		}
+	}
+	for _, w := range r.Usage.WithoutView {
+		if firstSeen(reportKey{kind: "view", pid: w.PID, start: w.StartTicks, device: w.Device, reason: w.Reason}) {
+			a.log.WarnContext(ctx, "MPS client sees the whole GPU, not its device's view (reported, never terminated)", "gpu", w.GPU,
+				"pid", w.PID, "device", w.Device, "source", w.Source, "used_mib", uint64(w.UsedBytes)>>20, "reason", w.Reason)
 		}
 	}
 	a.reported = reported

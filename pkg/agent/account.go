@@ -11,6 +11,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
+	"yunion.io/x/mps-daemon/pkg/view"
 )
 
 // account runs one accounting tick: NVML's MPS clients of every GPU with
@@ -23,6 +24,7 @@ func (a *Agent) account(ctx context.Context) {
 	if policy == config.AccountingOff {
 		a.acct.Tick(ctx, policy, nil, nil, nil, nil)
 		a.noteUsage(accounting.Report{Policy: policy})
+		a.writeViewUsage(accounting.Report{Policy: policy})
 		return
 	}
 	var devs []vdev.Device
@@ -56,9 +58,17 @@ func (a *Agent) account(ctx context.Context) {
 	// the CDI edits alone, which always carry the identity file.
 	a.acct.SetIdentityRequired(!a.config().single())
 	a.acct.SetServerMemoryLimits(a.serverMemoryLimits(uuids))
+	// Which clients see the whole GPU: checked while containers get the
+	// view.
+	if a.viewOpts.On() {
+		a.acct.SetViewLibrary(view.LibraryFile)
+	} else {
+		a.acct.SetViewLibrary("")
+	}
 	r := a.acct.Tick(ctx, policy, procs, accounting.Caps(devs), qos, terms)
 	a.noteUsage(r)
 	a.met.observeAccounting(r)
+	a.writeViewUsage(r)
 }
 
 // serverMemoryLimits is, for each GPU of uuids, the pinned memory limit a
@@ -113,6 +123,7 @@ func (a *Agent) setDevices(order []vdev.Name) {
 		}
 		if p, ok := prev[d.Name]; ok {
 			d.UsedBytes, d.Clients, d.Measured, d.OverCap, d.LastStep = p.UsedBytes, p.Clients, p.Measured, p.OverCap, p.LastStep
+			d.WithoutView = p.WithoutView
 		}
 		devs = append(devs, d)
 	}
@@ -152,6 +163,9 @@ func (a *Agent) noteUsage(r accounting.Report) {
 	for _, e := range r.Usage.Escapes {
 		st.QoSEscapes = append(st.QoSEscapes, e.Escape)
 	}
+	for _, w := range r.Usage.WithoutView {
+		st.WithoutView = append(st.WithoutView, w.WithoutView)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.status.Accounting = &st
@@ -159,6 +173,7 @@ func (a *Agent) noteUsage(r accounting.Report) {
 		d := &a.status.Devices[i]
 		u, measured := r.Usage.PerDevice[d.Name]
 		d.UsedBytes, d.Clients, d.Measured, d.OverCap = units.Bytes(u.UsedBytes), len(u.PIDs), measured, over[d.Name]
+		d.WithoutView = u.WithoutView
 		if step, ok := last[d.Name]; ok {
 			d.LastStep = step
 		}

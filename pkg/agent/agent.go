@@ -25,6 +25,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
+	"yunion.io/x/mps-daemon/pkg/view"
 )
 
 // Inventory is what the agent needs of the inventory.
@@ -107,6 +108,14 @@ type Agent struct {
 	// hostAhead (loop-owned) is the host registration startHost began,
 	// until ensureHost takes its answer.
 	hostAhead <-chan hostAnswer
+	// views keeps the devices' views (pkg/view; view.go), shared with the
+	// claims' spec. Loop-owned: viewOpts, what the last CDI write gave
+	// containers; viewNoted, the state last logged; viewUsedErr, the last
+	// failure to write the use into the views.
+	views       *view.Writer
+	viewOpts    cdi.View
+	viewNoted   string
+	viewUsedErr string
 
 	mu         sync.Mutex // guards cfg, generation and status, read by HTTP handlers
 	cfg        *Config
@@ -143,6 +152,7 @@ func New(opts Options) (*Agent, error) {
 		notify:     opts.Notifier,
 		gpus:       map[gpu.UUID]*gpuState{},
 		acct:       accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: identityStore(opts.Config).Table, Killer: opts.Killer, Log: opts.Log}),
+		views:      view.NewWriter(viewStore(opts.Config), hc.ProcRoot),
 		cfg:        opts.Config,
 		generation: 1,
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 func (a *Agent) cdiOptions(cfg *Config) cdi.Options {
-	return cdi.Options{Dir: cfg.Host.CDIDirectory, ShmPath: cfg.Host.CDIShmPath, DevRoot: a.opts.DevRoot}
+	return cdi.Options{Dir: cfg.Host.CDIDirectory, ShmPath: cfg.Host.CDIShmPath, DevRoot: a.opts.DevRoot, View: a.viewOpts}
 }
 
 // CDIName is the name a container runtime is given for a virtual device.
@@ -109,7 +109,9 @@ func (a *Agent) startIdentities(cfg *Config, p *plan.Plan) (wait func()) {
 
 // syncCDI writes the spec once every device's identity file exists, so a
 // runtime never meets a spec that mounts a file that is not there; when a
-// file cannot be made, the previous spec stays.
+// file cannot be made, the previous spec stays. Each device's view is made
+// before the spec mounts it (syncViews); without it the spec goes without
+// the view.
 func (a *Agent) syncCDI(cfg *Config, devs []cdi.Device) (string, bool, error) {
 	store := identityStore(cfg)
 	names := make([]vdev.Name, len(devs))
@@ -124,5 +126,7 @@ func (a *Agent) syncCDI(cfg *Config, devs []cdi.Device) (string, bool, error) {
 	if err := store.Ensure(names); err != nil {
 		return "", false, fmt.Errorf("identity files: %w", err)
 	}
-	return a.spec.Sync(a.cdiOptions(cfg), devs)
+	o := a.cdiOptions(cfg)
+	o.View = a.syncViews(cfg, devs)
+	return a.spec.Sync(o, devs)
 }

@@ -35,7 +35,7 @@ func (a *Agent) tellClaimSizer(cfg *Config, p *plan.Plan, statuses []status.GPU)
 		d := cdi.FromVirtual(gp.Devices[0], "", cfg.pipeLog(gp.GPU.UUID).PipeDir)
 		gpus = append(gpus, claim.GPU{Device: d, Claims: gp.Sharing.Claims(), MaxClaims: gp.N, Healthy: statuses[i].Healthy})
 	}
-	cs.SetGPUs(claim.Spec{CDI: a.cdiOptions(cfg), Identity: identityStore(cfg)}, gpus)
+	cs.SetGPUs(claim.Spec{CDI: a.cdiOptions(cfg), Identity: identityStore(cfg), View: a.views, Log: a.log}, gpus)
 }
 
 // claimDevices are the devices of the prepared claims, when the Inventory

@@ -66,6 +66,7 @@ func CheckConfig(ctx context.Context, w io.Writer, cfg *Config, backend gpu.Back
 			fmt.Fprintf(w, "skipped:   %s:%d: type %q belongs to another agent\n", cfg.Devices.Path, e.Line, e.Type)
 		}
 	}
+	fmt.Fprintf(w, "view:      %s\n", viewPlan(cfg.Host.ViewLibrary))
 	fmt.Fprintln(w)
 	return p.Write(w)
 }

@@ -15,7 +15,7 @@ var reloadable = map[string]bool{
 	"Path": true, "Unknown": true, // not settings
 	"EnableCudaMPS": true, "ContainerDeviceConfigFile": true, "CudaMPSReplicas": true,
 	"SetExclusiveComputeMode": true, "SyncInterval": true, "CDIShmPath": true,
-	"Accounting": true, "Threads": true, "ReloadHoldTime": true,
+	"Accounting": true, "Threads": true, "ReloadHoldTime": true, "ViewLibrary": true,
 }
 
 func TestEveryHostConfKeyIsReloadableOrKeptUntilRestart(t *testing.T) {

@@ -1,12 +1,13 @@
 // Package clientreport holds what the accounting reports about an MPS client
 // process: the QoS its initial environment asks for (QoSEnv), a client it
 // could bill to no device (Unknown), one whose own view disagrees with its
-// identity file (Mismatch) and one whose environment escapes its device's
-// memory limit or its batch device's QoS
-// (Escape). Each fact is one type: pkg/accounting builds and works with
-// these values (embedding them where it keeps more, such as the start time
-// that tells a reused PID), and pkg/status carries the same values in
-// /status, so nothing is copied from one form into another on the way.
+// identity file (Mismatch), one whose environment escapes its device's
+// memory limit or its batch device's QoS (Escape), and one that sees the
+// whole GPU instead of its device's view (WithoutView). Each fact is one
+// type: pkg/accounting builds and works with these values (embedding them
+// where it keeps more, such as the start time that tells a reused PID),
+// and pkg/status carries the same values in /status, so nothing is copied
+// from one form into another on the way.
 //
 // It is data only. It imports pkg/gpu for gpu.UUID alone, the one type a
 // GPU's UUID has wherever it is held (JSON writes it as the string it is),
@@ -65,6 +66,23 @@ type Escape struct {
 	Source      string `json:"source"`
 	Environment QoSEnv `json:"environment"`
 	Reason      string `json:"reason"`
+}
+
+// WithoutView is an MPS client billed to a device that does not have the
+// device's view (docs/containers.md, "What software in a slice sees"): no
+// libyunion-mps-view.so in its memory map, so CUDA and NVML tell it the
+// whole GPU's memory, not its device's cap (a static or musl program, a
+// process outside containers, one whose library could not load); or its
+// map could not be read (Reason says which). It is reported, never
+// terminated: its caps hold as any client's.
+type WithoutView struct {
+	PID       int         `json:"pid"`
+	GPU       gpu.UUID    `json:"gpu"`
+	UsedBytes units.Bytes `json:"used_bytes"`
+	// Device is the device it is billed to, Source how that was learnt.
+	Device string `json:"device"`
+	Source string `json:"source"`
+	Reason string `json:"reason"`
 }
 
 // QoSEnv is what a process's initial environment says of its QoS, as the

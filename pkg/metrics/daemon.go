@@ -63,6 +63,7 @@ type daemonDescs struct {
 	info, ready, inventory, generation, reloadOK, lastReconcile *prometheus.Desc
 	gpus, devices, retiring, accounting                         *prometheus.Desc
 	acctClients, acctMismatches, acctQoSEscapes                 *prometheus.Desc
+	view, acctWithoutView, devWithoutView                       *prometheus.Desc
 	configHeld, restartPending, loopStalled                     *prometheus.Desc
 
 	gpuInfo, gpuMemTotal, gpuMemUsed, gpuComputeMode, gpuControlUp *prometheus.Desc
@@ -130,6 +131,11 @@ func NewDaemon(o DaemonOptions) *Daemon {
 			acctQoSEscapes: desc("mps_daemon_accounting_qos_escapes",
 				"MPS clients whose environment escapes their device: a memory limit MPS cannot take (which lifts it), or, on batch devices (mps_qos), a thread share or client priority lacking or raised."),
 
+			view: desc("mps_daemon_view_state",
+				"1 for whether containers get their device's view (CUDA and NVML answering with its cap): on, off (mps_view_library empty), missing (the library is not there: containers see the whole GPU), failed (the views could not be written).", "state"),
+			acctWithoutView: desc("mps_daemon_accounting_clients_without_view",
+				"MPS clients that see the whole GPU instead of their device's view (no view library in their memory map), or whose map could not be read; 0 while containers get no view."),
+
 			configHeld:     desc("mps_daemon_config_held", "1 while a configuration change is held back until the files settle (it would remove every device, or drop the device YAML's entries)."),
 			restartPending: desc("mps_daemon_config_restart_pending", "host.conf keys changed on disk that take effect at the next restart."),
 			loopStalled:    desc("mps_daemon_loop_stalled", "1 while a step of the main loop runs past its deadline."),
@@ -156,6 +162,8 @@ func NewDaemon(o DaemonOptions) *Daemon {
 			devHealthy:  dev("mps_virtual_device_healthy", "1 unless the inventory marks the device unhealthy (its GPU is)."),
 			devPending:  dev("mps_virtual_device_pending_removal", "1 when the device left the configuration and waits for its guest to release it."),
 			devInfo:     dev("mps_virtual_device_info", "Always 1: the device's id in the inventory.", "inventory_id"),
+			devWithoutView: dev("mps_virtual_device_clients_without_view",
+				"Client processes billed to the device that see the whole GPU instead of its view (reported, never terminated); absent when accounting has no sample or containers get no view."),
 			devPriority: dev("mps_virtual_device_client_priority", "The MPS client priority the device's containers get: 0 normal, 1 below normal (a batch device of a GPU with mps_qos)."),
 		},
 	}
@@ -224,7 +232,7 @@ func (d *Daemon) Describe(ch chan<- *prometheus.Desc) {
 	x := &d.d
 	for _, desc := range []*prometheus.Desc{
 		x.info, x.ready, x.inventory, x.generation, x.reloadOK, x.lastReconcile, x.gpus, x.devices, x.retiring, x.accounting,
-		x.acctClients, x.acctMismatches, x.acctQoSEscapes,
+		x.acctClients, x.acctMismatches, x.acctQoSEscapes, x.view, x.acctWithoutView, x.devWithoutView,
 		x.configHeld, x.restartPending, x.loopStalled,
 		x.gpuInfo, x.gpuMemTotal, x.gpuMemUsed, x.gpuComputeMode, x.gpuControlUp, x.gpuServers, x.gpuClients, x.gpuEnforced, x.gpuHealthy, x.gpuVirtualDevices, x.gpuPriority,
 		x.devLimit, x.devThreads, x.devUsed, x.devClients, x.devOverCap, x.devAttached, x.devGuest, x.devHealthy, x.devPending, x.devInfo, x.devPriority,
@@ -273,6 +281,14 @@ func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
 			}
 			gauge(x.acctMismatches, float64(len(a.Mismatches)))
 			gauge(x.acctQoSEscapes, float64(len(a.QoSEscapes)))
+			gauge(x.acctWithoutView, float64(len(a.WithoutView)))
+		}
+	}
+	viewOn := false
+	if v := s.View; v != nil && v.State != "" {
+		viewOn = v.State == status.ViewOn
+		for _, st := range withValue(viewStates, v.State) {
+			gauge(x.view, boolValue(st == v.State), st)
 		}
 	}
 
@@ -291,7 +307,7 @@ func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		seen[dev.Name] = true
-		d.collectDevice(gauge, dev, byUUID[dev.GPU])
+		d.collectDevice(gauge, dev, byUUID[dev.GPU], viewOn)
 	}
 }
 
@@ -328,7 +344,7 @@ func (d *Daemon) collectGPU(gauge gaugeFunc, g status.GPU) {
 	gauge(x.gpuPriority, float64(g.ClientPriority), l...)
 }
 
-func (d *Daemon) collectDevice(gauge gaugeFunc, dev status.Device, g *status.GPU) {
+func (d *Daemon) collectDevice(gauge gaugeFunc, dev status.Device, g *status.GPU, viewOn bool) {
 	x := &d.d
 	l := deviceLabelValues(dev, g)
 	with := func(v string) []string { return append(append([]string(nil), l...), v) }
@@ -339,6 +355,9 @@ func (d *Daemon) collectDevice(gauge gaugeFunc, dev status.Device, g *status.GPU
 		gauge(x.devUsed, float64(dev.UsedBytes), l...)
 		gauge(x.devClients, float64(dev.Clients), l...)
 		gauge(x.devOverCap, boolValue(dev.OverCap), l...)
+		if viewOn {
+			gauge(x.devWithoutView, float64(dev.WithoutView), l...)
+		}
 	}
 	gauge(x.devAttached, boolValue(dev.Guest != ""), l...)
 	if dev.Guest != "" {

@@ -34,7 +34,8 @@ func hostStatus() status.Status {
 		LastReconcile:  time.Date(2026, 11, 22, 2, 41, 4, 0, time.UTC),
 		VirtualDevices: 3, Retiring: []string{"GPU-retiring"}, ConfigHeld: &status.Held{}, RestartPending: []string{"mps_listen_address", "mps_host_name"},
 		Accounting: &status.Accounting{Policy: "enforce", Clients: map[string]int{"identity": 2, "unknown": 1},
-			Mismatches: []clientreport.Mismatch{{PID: 1}}, QoSEscapes: []clientreport.Escape{{PID: 2}}},
+			Mismatches: []clientreport.Mismatch{{PID: 1}}, QoSEscapes: []clientreport.Escape{{PID: 2}}, WithoutView: []clientreport.WithoutView{{PID: 3}}},
+		View: &status.View{Library: "/usr/lib/yunion-mps/libyunion-mps-view.so", State: status.ViewOn, Devices: 3},
 		GPUs: []status.GPU{
 			{
 				Index: 0, UUID: uuid0, Model: "NVIDIA H100 80GB HBM3", PCI: pci.Address{Bus: 0x1a},
@@ -52,7 +53,7 @@ func hostStatus() status.Status {
 		Devices: []status.Device{
 			{
 				Name: uuid0 + "::0", GPU: uuid0, Addr: "1a:00.0-0", ID: "0b5e5b4e-5d5c-4d6a-9b1a-0c1d2e3f4a5b",
-				MemoryLimit: (h100.MiB() / 2).Bytes(), ThreadPercentage: 100, Measured: true, UsedBytes: 3 << 30, Clients: 2,
+				MemoryLimit: (h100.MiB() / 2).Bytes(), ThreadPercentage: 100, Measured: true, UsedBytes: 3 << 30, Clients: 2, WithoutView: 1,
 				Guest: "guest-7", Healthy: true,
 			},
 			{

@@ -88,6 +88,9 @@ var computeModes = []string{"Default", "Exclusive_Thread", "Prohibited", "Exclus
 // each has a series per GPU, 0 when no server is in it.
 var serverStates = []string{"ACTIVE", "FAULT"}
 
+// viewStates are the view's states (status.View).
+var viewStates = []string{status.ViewOn, status.ViewOff, status.ViewMissing, status.ViewFailed}
+
 // accountingPolicies are host.conf's mps_accounting values.
 var accountingPolicies = []string{"off", "report", "enforce"}
 

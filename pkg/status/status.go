@@ -45,6 +45,9 @@ type Status struct {
 	Accounting *Accounting `json:"accounting,omitempty"`
 	// CDI is the last write of the host's CDI spec.
 	CDI *CDI `json:"cdi,omitempty"`
+	// View says whether the CDI spec gives containers the view of their
+	// device (mps_view_library).
+	View *View `json:"view,omitempty"`
 	// Devices are the host's virtual devices as the inventory last held
 	// them, with the memory accounting last measured for each.
 	Devices []Device `json:"devices,omitempty"`
@@ -119,6 +122,9 @@ type Device struct {
 	Clients   int         `json:"clients"`
 	Measured  bool        `json:"measured"`
 	OverCap   bool        `json:"over_cap,omitempty"`
+	// WithoutView counts its clients that see the whole GPU instead of
+	// the device's view (while containers get it).
+	WithoutView int `json:"clients_without_view,omitempty"`
 	// LastStep is what enforcement last did on one of its clients.
 	LastStep       string `json:"last_step,omitempty"`
 	Guest          string `json:"guest,omitempty"`
@@ -143,6 +149,36 @@ type Accounting struct {
 	// QoSEscapes are clients of batch devices whose environment escapes
 	// the device's QoS.
 	QoSEscapes []clientreport.Escape `json:"qos_escapes,omitempty"`
+	// WithoutView are clients without their device's view, or whose map
+	// could not be read (while containers get the view).
+	WithoutView []clientreport.WithoutView `json:"clients_without_view,omitempty"`
+}
+
+// View states.
+const (
+	// ViewOn: every device's CDI entry gives its containers the view.
+	ViewOn = "on"
+	// ViewOff: mps_view_library is empty.
+	ViewOff = "off"
+	// ViewMissing: the library is not where mps_view_library says; the
+	// devices are served without the view (containers see the whole GPU).
+	ViewMissing = "missing"
+	// ViewFailed: the views could not be written; the devices are served
+	// without the view until they can.
+	ViewFailed = "failed"
+)
+
+// View is whether the containers of the host's devices get their device's
+// view: CUDA and NVML answering with its cap as the GPU's memory.
+type View struct {
+	// Library is mps_view_library ("" when off).
+	Library string `json:"library,omitempty"`
+	// State is ViewOn, ViewOff, ViewMissing or ViewFailed.
+	State string `json:"state"`
+	// Reason says why it is not on.
+	Reason string `json:"reason,omitempty"`
+	// Devices counts the devices (and claims) whose view is kept.
+	Devices int `json:"devices"`
 }
 
 // CDI is the last write of the host's CDI spec.

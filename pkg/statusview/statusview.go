@@ -93,6 +93,9 @@ func Write(w io.Writer, st status.Status, now time.Time) error {
 	}
 	field("accounting", accountingLine(st.Accounting))
 	field("CDI spec", cdiLine(st.CDI))
+	if st.View != nil {
+		field("view", viewLine(*st.View))
+	}
 	if len(st.Retiring) > 0 {
 		field("retiring GPUs", strings.Join(st.Retiring, ", ")+" (MPS kept while a device is held)")
 	}
@@ -113,7 +116,32 @@ func Write(w io.Writer, st status.Status, now time.Time) error {
 		p.line("MPS clients of batch devices whose environment escapes the device's QoS (terminated under enforce)")
 		writeEscapes(p, st.Accounting.QoSEscapes)
 	}
+	if st.Accounting != nil && len(st.Accounting.WithoutView) > 0 {
+		p.line("")
+		p.line("MPS clients that see the whole GPU instead of their device's view (reported, never terminated; caps hold)")
+		writeWithoutView(p, st.Accounting.WithoutView)
+	}
 	return p.err
+}
+
+func writeWithoutView(p *printer, ws []clientreport.WithoutView) {
+	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  PID\tDEVICE\tBY\tUSED MiB\tWHY")
+	for _, w := range ws {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\n", w.PID, w.Device, w.Source, w.UsedBytes.MiB(), w.Reason)
+	}
+	p.flush(tw)
+}
+
+// viewLine says whether containers get their device's view.
+func viewLine(v status.View) string {
+	switch v.State {
+	case status.ViewOn:
+		return fmt.Sprintf("on, %s (%s kept)", v.Library, plural(v.Devices, "view"))
+	case status.ViewOff:
+		return "off (mps_view_library is empty): containers see the whole GPU's memory"
+	}
+	return strings.ToUpper(v.State) + ": " + firstLine(v.Reason)
 }
 
 func writeEscapes(p *printer, es []clientreport.Escape) {
@@ -211,6 +239,9 @@ func deviceState(d status.Device) string {
 	if d.OverCap {
 		s = append(s, "OVER CAP")
 	}
+	if d.WithoutView > 0 {
+		s = append(s, plural(d.WithoutView, "client")+" without the view")
+	}
 	return strings.Join(s, ", ")
 }
 
@@ -257,6 +288,9 @@ func accountingLine(a *status.Accounting) string {
 	}
 	if n := len(a.QoSEscapes); n > 0 {
 		notes = append(notes, plural(n, "MPS client")+" escaping its device's QoS")
+	}
+	if n := len(a.WithoutView); n > 0 {
+		notes = append(notes, plural(n, "MPS client")+" seeing the whole GPU")
 	}
 	if len(notes) > 0 {
 		line += " (" + strings.Join(notes, "; ") + ")"

@@ -50,10 +50,13 @@ func busyHost() status.Status {
 				{PID: 82, GPU: g0, UsedBytes: 30000 << 20, Device: g0 + "::2", Source: "ancestor"}},
 			QoSEscapes: []clientreport.Escape{{PID: 91, GPU: g0, UsedBytes: 2048 << 20, Device: g0 + "::3", Source: "identity",
 				Environment: clientreport.QoSEnv{ClientPriority: clientreport.EnvValue{Value: "0", Set: true}},
-				Reason:      "no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: it gets the server's 100%, its device's share is 30%; CUDA_MPS_CLIENT_PRIORITY=0 raises it above its device's priority 1"}}},
-		CDI: &status.CDI{Path: "/etc/cdi/yunion.io-mps-gpu.yaml", Devices: 6},
+				Reason:      "no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: it gets the server's 100%, its device's share is 30%; CUDA_MPS_CLIENT_PRIORITY=0 raises it above its device's priority 1"}},
+			WithoutView: []clientreport.WithoutView{{PID: 95, GPU: g0, UsedBytes: 4096 << 20, Device: g0 + "::0", Source: "identity",
+				Reason: "no libyunion-mps-view.so in its memory map: CUDA and NVML tell it the whole GPU's memory, not its device's cap"}}},
+		CDI:  &status.CDI{Path: "/etc/cdi/yunion.io-mps-gpu.yaml", Devices: 6},
+		View: &status.View{Library: "/usr/lib/yunion-mps/libyunion-mps-view.so", State: status.ViewOn, Devices: 6},
 		Devices: []status.Device{
-			{Name: g0 + "::0", ID: "d0", Addr: "1a:00.0-0", GPU: g0, MemoryLimit: (h200Memory / 4).Bytes(), UsedBytes: 12288 << 20, Clients: 2, Measured: true, Guest: "pod-a", Healthy: true,
+			{Name: g0 + "::0", ID: "d0", Addr: "1a:00.0-0", GPU: g0, MemoryLimit: (h200Memory / 4).Bytes(), UsedBytes: 12288 << 20, Clients: 2, WithoutView: 1, Measured: true, Guest: "pod-a", Healthy: true,
 				ThreadPercentage: 100, QoSClass: "latency"},
 			{Name: g0 + "::1", ID: "d1", Addr: "1a:00.0-1", GPU: g0, MemoryLimit: (h200Memory / 4).Bytes(), Measured: true, Healthy: true, ThreadPercentage: 30, QoSClass: "batch", ClientPriority: 1},
 			{Name: g0 + "::2", ID: "d2", Addr: "1a:00.0-2", GPU: g0, MemoryLimit: (h200Memory / 4).Bytes(), UsedBytes: 36000 << 20, Clients: 1, Measured: true, OverCap: true, Guest: "pod-b", Healthy: true,
@@ -72,6 +75,8 @@ func TestStatusViewGolden(t *testing.T) {
 	}{
 		{"busy", busyHost()},
 		{"starting", status.Status{ConfigGeneration: 1}},
+		{"view-missing", status.Status{ConfigGeneration: 1, View: &status.View{Library: "/usr/lib/yunion-mps/libyunion-mps-view.so", State: status.ViewMissing,
+			Reason: "/usr/lib/yunion-mps/libyunion-mps-view.so does not exist (package yunion-mps-daemon installs it): containers see the whole GPU"}}},
 	}
 	now := time.Date(2026, 11, 22, 2, 41, 16, 0, time.UTC)
 	for _, tt := range tests {
