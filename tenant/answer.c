@@ -48,7 +48,12 @@ static int cu_view(CUdevice dev, struct view *v)
 	if (!getuuid || getuuid(&u, dev) != CUDA_SUCCESS)
 		return 0;
 	view_uuid_cuda(&u, s);
-	return view_read(s, v);
+	if (!view_read(s, v)) {
+		TRACE("no view", s, dev);
+		return 0;
+	}
+	TRACE("view", s, (long long)v->total);
+	return 1;
 }
 
 /* cu_view_current: the view of the current context's device. */
@@ -57,8 +62,10 @@ static int cu_view_current(struct view *v)
 	cu_ctxgetdevice_fn getdev = real_fn(R_CU_CTXGETDEVICE, 0);
 	CUdevice dev;
 
-	if (!getdev || getdev(&dev) != CUDA_SUCCESS)
+	if (!getdev || getdev(&dev) != CUDA_SUCCESS) {
+		TRACE("no current device", "", 0);
 		return 0;
+	}
 	return cu_view(dev, v);
 }
 
@@ -70,7 +77,12 @@ static int nvml_view(nvmlDevice_t dev, struct view *v)
 	if (!getuuid || getuuid(dev, s, sizeof s) != NVML_SUCCESS)
 		return 0;
 	s[sizeof s - 1] = 0;
-	return view_read(s, v);
+	if (!view_read(s, v)) {
+		TRACE("nvml: no view", s, 0);
+		return 0;
+	}
+	TRACE("nvml: view", s, (long long)v->total);
+	return 1;
 }
 
 HIDDEN CUresult view_cuMemGetInfo_v2(size_t *free, size_t *total)
@@ -82,6 +94,7 @@ HIDDEN CUresult view_cuMemGetInfo_v2(size_t *free, size_t *total)
 
 	if (!real)
 		return CUDA_ERROR_NOT_FOUND;
+	TRACE("cuMemGetInfo_v2", "", 0);
 	rc = real(free, total);
 	e = errno;
 	if (rc == CUDA_SUCCESS && cu_view_current(&v)) {
@@ -103,6 +116,7 @@ HIDDEN CUresult view_cuMemGetInfo(unsigned int *free, unsigned int *total)
 
 	if (!real)
 		return CUDA_ERROR_NOT_FOUND;
+	TRACE("cuMemGetInfo", "", 0);
 	rc = real(free, total);
 	e = errno;
 	if (rc == CUDA_SUCCESS && cu_view_current(&v)) {
@@ -124,6 +138,7 @@ HIDDEN CUresult view_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 
 	if (!real)
 		return CUDA_ERROR_NOT_FOUND;
+	TRACE("cuDeviceTotalMem_v2", "", 0);
 	rc = real(bytes, dev);
 	e = errno;
 	if (rc == CUDA_SUCCESS && bytes && cu_view(dev, &v))
@@ -141,6 +156,7 @@ HIDDEN CUresult view_cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
 
 	if (!real)
 		return CUDA_ERROR_NOT_FOUND;
+	TRACE("cuDeviceTotalMem", "", 0);
 	rc = real(bytes, dev);
 	e = errno;
 	if (rc == CUDA_SUCCESS && bytes && cu_view(dev, &v))
@@ -158,6 +174,7 @@ HIDDEN nvmlReturn_t view_nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t 
 
 	if (!real)
 		return NVML_ERROR_FUNCTION_NOT_FOUND;
+	TRACE("nvmlDeviceGetMemoryInfo", "", 0);
 	rc = real(dev, m);
 	e = errno;
 	if (rc == NVML_SUCCESS && m && nvml_view(dev, &v)) {
@@ -178,6 +195,7 @@ HIDDEN nvmlReturn_t view_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory
 
 	if (!real)
 		return NVML_ERROR_FUNCTION_NOT_FOUND;
+	TRACE("nvmlDeviceGetMemoryInfo_v2", "", 0);
 	rc = real(dev, m);
 	e = errno;
 	if (rc == NVML_SUCCESS && m && nvml_view(dev, &v)) {
@@ -215,11 +233,16 @@ static void *proc_map(const char *sym, void *p, int ver)
 	void *o = ours_for_cuda(p);
 	enum fn_id f;
 
-	if (o)
+	TRACE("cuGetProcAddress", sym, ver);
+	if (o) {
+		TRACE("cuGetProcAddress: ours by address", sym, ver);
 		return o;
+	}
 	f = proc_by_name(sym, ver);
-	if (f != R_COUNT && real_fn(f, 0))
+	if (f != R_COUNT && real_fn(f, 0)) {
+		TRACE("cuGetProcAddress: ours by name", sym, ver);
 		return ours(f);
+	}
 	return p;
 }
 

@@ -57,8 +57,11 @@ static void *swap(const char *name, void *p)
 		return p;
 	e = errno;
 	f = real_index(name);
-	if (f >= 0 && real_fn((enum fn_id)f, 0) == p)
+	if (f >= 0 && real_fn((enum fn_id)f, 0) == p) {
+		TRACE("dlsym: ours", name, 0);
 		p = ours((enum fn_id)f);
+	} else
+		TRACE("dlsym: not the real library's", name, 0);
 	errno = e;
 	return p;
 }

@@ -110,4 +110,14 @@ HIDDEN void *ours_for_cuda(const void *p);
 /* ---- lib.c: small helpers without libc ---- */
 HIDDEN int str_eq(const char *a, const char *b);
 
+/* TRACE(what, s, n): a line on stderr, only in a library built with
+ * -DVIEW_TRACE (tests/gpu/view-probe.sh, to see what the CUDA runtime
+ * asks); the shipped library has none. */
+#ifdef VIEW_TRACE
+HIDDEN void view_trace(const char *what, const char *s, long long n);
+#define TRACE(what, s, n) view_trace(what, s, n)
+#else
+#define TRACE(what, s, n) ((void)0)
+#endif
+
 #endif
