@@ -23,6 +23,29 @@ def maps_view():
         return int("libyunion-mps-view.so" in f.read())
 
 
+def driver_direct():
+    """The driver API through ctypes (dlsym on libcuda.so.1's handle), as
+    cuda-python and numba reach it, in the context PyTorch made current."""
+    import ctypes
+    from ctypes import byref, c_int, c_size_t
+    lib = ctypes.CDLL("libcuda.so.1")
+    dev, tm, free, total = c_int(), c_size_t(), c_size_t(), c_size_t()
+    rc1 = lib.cuCtxGetDevice(byref(dev))
+    rc2 = lib.cuDeviceTotalMem_v2(byref(tm), dev)
+    rc3 = lib.cuMemGetInfo_v2(byref(free), byref(total))
+    print("driver.totalmem", tm.value, f"(rc {rc1} {rc2})")
+    print("driver.total", total.value, f"(rc {rc3})")
+    print("driver.free", free.value)
+
+
+def mapped(name):
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if name in line:
+                return line.split()[-1]
+    return "-"
+
+
 def torch_mode():
     import torch
     free, total = torch.cuda.mem_get_info()
@@ -31,6 +54,13 @@ def torch_mode():
     print("torch.total", total)
     print("torch.total_memory", props.total_memory)
     print("maps.view", maps_view())
+    print("maps.cudart", mapped("libcudart"))
+    print("maps.cuda", mapped("libcuda.so"))
+    print("maps.nvml", mapped("libnvidia-ml"))
+    try:
+        driver_direct()
+    except Exception as e:  # noqa: BLE001
+        print("driver.error", e)
     rule = free >= 0.9 * total
     print("vllm.rule", int(rule), f"(free {free // MIB} MiB, 0.9 x total {int(0.9 * total) // MIB} MiB)")
     if not rule:
