@@ -87,10 +87,22 @@ def jax_mode():
         st = jax.devices()[0].memory_stats() or {}
         print("jax.ok", 1, f"(sum {float(y.sum()):.3g}, {time.time() - t0:.1f} s)")
         print("jax.bytes_limit", st.get("bytes_limit", -1))
-        print("jax.bytes_reserved", st.get("bytes_reserved", st.get("pool_bytes", -1)))
+        print("jax.pool_bytes", st.get("pool_bytes", -1))
+        print("jax.bytes_reserved", st.get("bytes_reserved", -1))
     except Exception as e:  # noqa: BLE001
         msg = " ".join(str(e).split())[:300]
         print("jax.ok", 0, f"({type(e).__name__}: {msg})")
+        return
+    # What the pool is for: one array of 0.9 x its limit, as a program
+    # filling the memory JAX took at start would.
+    n = int(0.9 * st.get("bytes_limit", 0)) // 4
+    try:
+        z = jnp.zeros((n,), dtype=jnp.float32).block_until_ready()
+        print("jax.fill", 1, f"({n * 4 >> 20} MiB in one array)")
+        del z
+    except Exception as e:  # noqa: BLE001
+        msg = " ".join(str(e).split())[:200]
+        print("jax.fill", 0, f"({n * 4 >> 20} MiB: {type(e).__name__}: {msg})")
 
 
 def cupy_mode():
