@@ -51,7 +51,26 @@ build-kubernetes:
 	$(DAEMON_ENV) $(GO) build -trimpath -buildmode=pie -tags netgo,osusergo,kubernetes \
 		-ldflags '$(LDFLAGS) -linkmode=internal' -o $(BIN)/mps-daemon-kubernetes ./cmd/mps-daemon
 
-test: vet nocgo unit fuzz
+test: vet nocgo unit fuzz test-tenant
+
+# libyunion-mps-view.so, the slice's view of its GPU inside tenants'
+# processes (tenant/, docs/containers.md "The view library"): C, linked like
+# mps-daemon against the glibc stubs of the floor, for ARCH with
+# CC_$(ARCH). Needs only make and a C compiler (the GPU machine builds it
+# with `make tenant ARCH=amd64 CC_amd64=gcc`).
+.PHONY: tenant test-tenant
+tenant:
+	@[ -n "$(CC_$(ARCH))" ] || { echo "make tenant: no C compiler known for ARCH=$(ARCH) (CC_$(ARCH))" >&2; exit 1; }
+	packaging/glibc/stubs.sh $(GLIBC_STUBS) $(CC_$(ARCH)) $(GLIBC_FLOOR)
+	tenant/build.sh $(CC_$(ARCH)) $(GLIBC_STUBS) $(BIN)/libyunion-mps-view.so
+
+# The library for both architectures, then its tests (tenant/test/run.sh:
+# root or user namespaces; arm64 under qemu-user where installed).
+TENANT_TEST_BIN = $(BUILD)/tenant
+test-tenant:
+	$(MAKE) --no-print-directory tenant ARCH=amd64 BIN=$(TENANT_TEST_BIN)/amd64
+	$(MAKE) --no-print-directory tenant ARCH=arm64 BIN=$(TENANT_TEST_BIN)/arm64
+	CC_amd64='$(CC_amd64)' CC_arm64='$(CC_arm64)' tenant/test/run.sh $(TENANT_TEST_BIN)
 
 # -race: vet then type-checks against the dependencies compiled as `make
 # unit` compiles them, so a cold build cache compiles the module's ~830

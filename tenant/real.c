@@ -1,0 +1,288 @@
+/*
+ * The real functions: glibc's dlsym and dlvsym, and the CUDA driver's and
+ * NVML's functions the library calls or stands in for.
+ *
+ * dlsym and dlvsym are exported by this library, so any reference to them
+ * from here would bind to our own. glibc's are found instead the way the
+ * dynamic linker finds symbols: in the dynamic symbol table of the object
+ * whose soname is libc.so.6 (glibc 2.34 and later) or libdl.so.2 (before),
+ * through its GNU or SysV hash table. Every version of the name is the same
+ * function, so any one found will do.
+ *
+ * The CUDA and NVML functions come from the real libraries through glibc's
+ * dlsym on their handle, which searches that library's own scope: never
+ * our exports. A library once found is kept loaded (RTLD_NODELETE), so a
+ * pointer kept here never outlives its code.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <link.h>
+
+#include "view.h"
+
+/* ---- glibc's dlsym and dlvsym ---- */
+
+struct elf_syms {
+	uintptr_t base;
+	const ElfW(Sym) *sym;
+	const char *str;
+	const uint32_t *gnu_hash;
+	const uint32_t *hash;
+};
+
+/* at: a d_ptr of the dynamic section as an address: glibc relocates most
+ * of them in place when it loads an object, but not on every architecture
+ * nor for the vDSO. */
+static uintptr_t at(uintptr_t base, ElfW(Addr) p)
+{
+	return p < base ? base + p : p;
+}
+
+static uint32_t gnu_hash(const char *s)
+{
+	uint32_t h = 5381;
+
+	for (; *s; s++)
+		h = h * 33 + (unsigned char)*s;
+	return h;
+}
+
+static uint32_t sysv_hash(const char *s)
+{
+	uint32_t h = 0, g;
+
+	for (; *s; s++) {
+		h = (h << 4) + (unsigned char)*s;
+		g = h & 0xf0000000u;
+		if (g)
+			h ^= g >> 24;
+		h &= ~g;
+	}
+	return h;
+}
+
+static void *defined(const struct elf_syms *e, uint32_t i, const char *name)
+{
+	const ElfW(Sym) *s = &e->sym[i];
+
+	if (s->st_shndx == SHN_UNDEF || ELF64_ST_TYPE(s->st_info) /* the same for ELF32 */ != STT_FUNC ||
+	    !str_eq(e->str + s->st_name, name))
+		return NULL;
+	return (void *)(e->base + s->st_value);
+}
+
+static void *elf_lookup(const struct elf_syms *e, const char *name)
+{
+	void *p;
+	uint32_t i;
+
+	if (e->gnu_hash) {
+		const uint32_t *g = e->gnu_hash;
+		uint32_t nbuckets = g[0], symoffset = g[1], bloom = g[2];
+		const uint32_t *buckets, *chain;
+		uint32_t h = gnu_hash(name);
+
+		if (nbuckets == 0)
+			return NULL;
+		buckets = (const uint32_t *)((const ElfW(Addr) *)(g + 4) + bloom);
+		chain = buckets + nbuckets;
+		i = buckets[h % nbuckets];
+		if (i < symoffset)
+			return NULL;
+		for (;; i++) {
+			uint32_t h2 = chain[i - symoffset];
+			if ((h | 1) == (h2 | 1) && (p = defined(e, i, name)))
+				return p;
+			if (h2 & 1)
+				return NULL;
+		}
+	}
+	if (e->hash) {
+		uint32_t nbucket = e->hash[0];
+		const uint32_t *bucket = e->hash + 2, *chain = bucket + nbucket;
+		uint32_t n;
+
+		if (nbucket == 0)
+			return NULL;
+		/* At most nchain steps: a broken table cannot loop us. */
+		for (i = bucket[sysv_hash(name) % nbucket], n = 0;
+		     i != 0 && n < e->hash[1]; i = chain[i], n++)
+			if ((p = defined(e, i, name)))
+				return p;
+	}
+	return NULL;
+}
+
+struct found {
+	void *dlsym, *dlvsym;
+};
+
+static int find_glibc_dl(struct dl_phdr_info *info, size_t size, void *data)
+{
+	struct found *f = data;
+	const ElfW(Dyn) *d = NULL;
+	struct elf_syms e = { .base = info->dlpi_addr };
+	const char *soname = NULL;
+	ElfW(Addr) soname_off = 0;
+	int i, has_soname = 0;
+
+	(void)size;
+	for (i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+			d = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+	if (!d || info->dlpi_addr == 0)
+		return 0;
+	for (; d->d_tag != DT_NULL; d++) {
+		switch (d->d_tag) {
+		case DT_STRTAB: e.str = (const char *)at(e.base, d->d_un.d_ptr); break;
+		case DT_SYMTAB: e.sym = (const ElfW(Sym) *)at(e.base, d->d_un.d_ptr); break;
+		case DT_GNU_HASH: e.gnu_hash = (const uint32_t *)at(e.base, d->d_un.d_ptr); break;
+		case DT_HASH: e.hash = (const uint32_t *)at(e.base, d->d_un.d_ptr); break;
+		case DT_SONAME: soname_off = d->d_un.d_val; has_soname = 1; break;
+		}
+	}
+	if (!e.str || !e.sym || (!e.gnu_hash && !e.hash) || !has_soname)
+		return 0;
+	soname = e.str + soname_off;
+	if (!str_eq(soname, "libc.so.6") && !str_eq(soname, "libdl.so.2"))
+		return 0;
+	f->dlsym = elf_lookup(&e, "dlsym");
+	f->dlvsym = elf_lookup(&e, "dlvsym");
+	return f->dlsym && f->dlvsym; /* 1 stops the walk */
+}
+
+static dlsym_fn the_dlsym;
+static dlvsym_fn the_dlvsym;
+
+static void find_dl(void)
+{
+	struct found f = { 0, 0 };
+	int e = errno;
+
+	dl_iterate_phdr(find_glibc_dl, &f);
+	errno = e;
+	if (f.dlsym && f.dlvsym) {
+		__atomic_store_n(&the_dlvsym, (dlvsym_fn)f.dlvsym, __ATOMIC_RELEASE);
+		__atomic_store_n(&the_dlsym, (dlsym_fn)f.dlsym, __ATOMIC_RELEASE);
+	}
+}
+
+dlsym_fn real_dlsym(void)
+{
+	dlsym_fn p = __atomic_load_n(&the_dlsym, __ATOMIC_ACQUIRE);
+
+	if (!p) {
+		find_dl();
+		p = __atomic_load_n(&the_dlsym, __ATOMIC_ACQUIRE);
+	}
+	return p;
+}
+
+dlvsym_fn real_dlvsym(void)
+{
+	dlvsym_fn p = __atomic_load_n(&the_dlvsym, __ATOMIC_ACQUIRE);
+
+	if (!p) {
+		find_dl();
+		p = __atomic_load_n(&the_dlvsym, __ATOMIC_ACQUIRE);
+	}
+	return p;
+}
+
+/* ---- the CUDA driver and NVML ---- */
+
+enum lib { LIB_CUDA, LIB_NVML, LIB_COUNT };
+static const char *const lib_names[LIB_COUNT] = { "libcuda.so.1", "libnvidia-ml.so.1" };
+
+static const struct {
+	const char *name;
+	enum lib lib;
+} fns[R_COUNT] = {
+	[R_CU_MEMGETINFO] = { "cuMemGetInfo", LIB_CUDA },
+	[R_CU_MEMGETINFO_V2] = { "cuMemGetInfo_v2", LIB_CUDA },
+	[R_CU_TOTALMEM] = { "cuDeviceTotalMem", LIB_CUDA },
+	[R_CU_TOTALMEM_V2] = { "cuDeviceTotalMem_v2", LIB_CUDA },
+	[R_CU_GETPROCADDRESS] = { "cuGetProcAddress", LIB_CUDA },
+	[R_CU_GETPROCADDRESS_V2] = { "cuGetProcAddress_v2", LIB_CUDA },
+	[R_CU_CTXGETDEVICE] = { "cuCtxGetDevice", LIB_CUDA },
+	[R_CU_GETUUID_V2] = { "cuDeviceGetUuid_v2", LIB_CUDA },
+	[R_CU_GETUUID] = { "cuDeviceGetUuid", LIB_CUDA },
+	[R_NVML_MEMINFO] = { "nvmlDeviceGetMemoryInfo", LIB_NVML },
+	[R_NVML_MEMINFO_V2] = { "nvmlDeviceGetMemoryInfo_v2", LIB_NVML },
+	[R_NVML_GETUUID] = { "nvmlDeviceGetUUID", LIB_NVML },
+};
+
+static void *lib_handle[LIB_COUNT];
+/* Each real function: NULL not looked up yet, MISSING looked up and absent. */
+static void *real_ptr[R_COUNT];
+#define MISSING ((void *)1)
+
+/* handle: the real library, the one loaded already if it is, else (when
+ * load) loaded now: the caller is calling into it, and without us it would
+ * have been loaded. */
+static void *handle(enum lib l, int load)
+{
+	void *h = __atomic_load_n(&lib_handle[l], __ATOMIC_ACQUIRE);
+
+	if (h)
+		return h;
+	h = dlopen(lib_names[l], RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+	if (!h && load)
+		h = dlopen(lib_names[l], RTLD_LAZY | RTLD_NODELETE);
+	if (!h) {
+		dlerror(); /* ours, not the caller's: leave none pending */
+		return NULL;
+	}
+	__atomic_store_n(&lib_handle[l], h, __ATOMIC_RELEASE);
+	return h;
+}
+
+void *real_fn(enum fn_id f, int load)
+{
+	void *p = __atomic_load_n(&real_ptr[f], __ATOMIC_ACQUIRE), *h;
+	dlsym_fn sym;
+	int e;
+
+	if (p)
+		return p == MISSING ? NULL : p;
+	sym = real_dlsym();
+	if (!sym)
+		return NULL;
+	e = errno;
+	h = handle(fns[f].lib, load);
+	if (!h) { /* not loaded and cannot be: maybe later */
+		errno = e;
+		return NULL;
+	}
+	p = sym(h, fns[f].name);
+	if (!p)
+		dlerror();
+	/* The real library's scope never holds our exports; be sure. */
+	if (p && p == ours(f))
+		p = NULL;
+	errno = e;
+	__atomic_store_n(&real_ptr[f], p ? p : MISSING, __ATOMIC_RELEASE);
+	return p;
+}
+
+int real_index(const char *name)
+{
+	static const enum fn_id hooked[] = {
+		R_CU_MEMGETINFO, R_CU_MEMGETINFO_V2, R_CU_TOTALMEM, R_CU_TOTALMEM_V2,
+		R_CU_GETPROCADDRESS, R_CU_GETPROCADDRESS_V2,
+		R_NVML_MEMINFO, R_NVML_MEMINFO_V2,
+	};
+	size_t i;
+
+	/* Cheap refusal first: dlsym is called for every symbol of every
+	 * plugin a process loads. */
+	if (!name || !((name[0] == 'c' && name[1] == 'u') ||
+		       (name[0] == 'n' && name[1] == 'v')))
+		return -1;
+	for (i = 0; i < sizeof hooked / sizeof hooked[0]; i++)
+		if (str_eq(name, fns[hooked[i]].name))
+			return (int)hooked[i];
+	return -1;
+}
