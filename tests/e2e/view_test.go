@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/viewkit"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/gpu/nvmlsim"
 	"yunion.io/x/mps-daemon/pkg/status"
@@ -32,7 +33,7 @@ func TestPodmanContainersSeeTheirSliceAsTheirGPU(t *testing.T) {
 	_, url := startInventory(t, "127.0.0.1:0")
 	daemonAddr := freePort(t)
 	e := newEnv(t, url, daemonAddr)
-	setKey(t, e.hostConf, "mps_view_library", kit.lib)
+	setKey(t, e.hostConf, "mps_view_library", kit.Library)
 	appendConf(t, e, "mps_health_interval: 1s\nmps_accounting: report\n")
 	d := startDaemon(t, e)
 	st := waitStatus(t, daemonAddr, func(st status.Status) bool {
@@ -47,8 +48,8 @@ func TestPodmanContainersSeeTheirSliceAsTheirGPU(t *testing.T) {
 	// The stand-ins' GPUs: the device's, with plenty free, and another.
 	gpus := func(free0 uint64) string {
 		f := filepath.Join(t.TempDir(), "gpus")
-		content := fmt.Sprintf("gpu %s %d %d\ngpu %s %d %d\n", g0.UUID, realTotal, free0, g1.UUID, uint64(g1.MemoryTotal), uint64(g1.MemoryTotal)-gib)
-		if err := os.WriteFile(f, []byte(content), 0o644); err != nil {
+		if err := viewkit.GPUs(f, viewkit.GPU{UUID: g0.UUID, Total: realTotal, Free: free0},
+			viewkit.GPU{UUID: g1.UUID, Total: uint64(g1.MemoryTotal), Free: uint64(g1.MemoryTotal) - gib}); err != nil {
 			t.Fatal(err)
 		}
 		return f
@@ -56,51 +57,36 @@ func TestPodmanContainersSeeTheirSliceAsTheirGPU(t *testing.T) {
 	plenty := gpus(realTotal - gib)
 	pm := newPodman(t, filepath.Join(e.dir, "cdi"))
 	image := pm.glibcImage()
-	mounts := func(gpusFile string) []string {
-		return []string{"-v", "/usr:/usr:ro", "-v", kit.tools + ":/opt/t:ro", "-v", gpusFile + ":/run/yunion-mps-fake/gpus:ro"}
-	}
 	runIn := func(name, gpusFile string, extra []string, cmd ...string) string {
 		args := append([]string{"run", "--rm", "--network", "none", "--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
-			"--device", "yunion.io/mps-gpu=" + name}, mounts(gpusFile)...)
+			"--device", "yunion.io/mps-gpu=" + name}, kit.Mounts(gpusFile)...)
 		args = append(append(args, extra...), image)
 		return pm.run(append(args, cmd...)...)
 	}
-	// check says each answer of out about GPU 0 is total / free, the other
-	// GPU's passed through, for every way in ways.
+	// check says GPU 0's answers in out are total and free, by each of
+	// ways (cuda and nvml; cuGetProcAddress's cuda only).
 	check := func(what, out string, total, free uint64, ways ...string) {
 		t.Helper()
-		seen := map[string]int{}
-		for _, a := range parseViewAnswers(t, out) {
-			seen[a.way]++
-			if a.uuid != g0.UUID {
-				if a.api == "cuda" && a.v["total"] != uint64(g1.MemoryTotal) || a.api == "nvml" && a.v["total"] != uint64(g1.MemoryTotal) {
-					t.Errorf("%s: %s %s of the other GPU: %v; want the whole GPU", what, a.api, a.way, a.v)
-				}
-				continue
-			}
-			var want map[string]uint64
-			if a.api == "cuda" {
-				want = map[string]uint64{"totalmem": total, "total": total, "free": free}
-			} else {
-				want = map[string]uint64{"total": total, "free": free, "v2.total": total, "v2.free": free}
-				if total != realTotal { // the view's: used is the rest, nothing reserved
-					want["used"], want["v2.used"], want["v2.reserved"] = total-free, total-free, 0
-				}
-			}
-			for k, w := range want {
-				if a.v[k] != w {
-					t.Errorf("%s: %s %s: %s=%d, want %d (%d MiB)", what, a.api, a.way, k, a.v[k], w, w>>20)
-				}
-			}
+		as, errs := viewkit.Parse(out)
+		for _, e := range errs {
+			t.Errorf("%s: %s", what, e)
+		}
+		problems, seen := viewkit.Check(as, viewkit.Want{UUID: g0.UUID, Total: total, Free: free, View: total != realTotal})
+		for _, p := range problems {
+			t.Errorf("%s: %s", what, p)
 		}
 		for _, w := range ways {
-			want := 4 // cuda and nvml, two GPUs each
+			want := 2
 			if strings.HasPrefix(w, "gpa_") {
-				want = 2 // cuda's only
+				want = 1
 			}
 			if seen[w] != want {
 				t.Errorf("%s: %d answers by way %s, want %d:\n%s", what, seen[w], w, want, out)
 			}
+		}
+		// The other GPU has no view in this container: its own answers.
+		if problems, _ := viewkit.Check(as, viewkit.Want{UUID: g1.UUID, Total: uint64(g1.MemoryTotal), Free: uint64(g1.MemoryTotal) - gib}); len(problems) > 0 {
+			t.Errorf("%s: the other GPU: %v", what, problems)
 		}
 	}
 
@@ -125,7 +111,7 @@ func TestPodmanContainersSeeTheirSliceAsTheirGPU(t *testing.T) {
 
 	// The device's processes: a dynamically linked one (with the view)
 	// and a static one (without), clients of the simulated GPU.
-	c := pm.start("tenant", append(append([]string{"--device", "yunion.io/mps-gpu=" + dev}, mounts(plenty)...), image,
+	c := pm.start("tenant", append(append([]string{"--device", "yunion.io/mps-gpu=" + dev}, kit.Mounts(plenty)...), image,
 		"sh", "-c", `/usr/bin/sleep 1001 & echo "PID_dynamic $!"; /usr/bin/busybox sleep 1002 & echo "PID_static $!"; echo READY; wait`)...)
 	c.ready(t)
 	dynamic, static := c.pid(t, "dynamic"), c.pid(t, "static")
