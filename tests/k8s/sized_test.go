@@ -2,6 +2,8 @@ package k8s
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"yunion.io/x/mps-daemon/internal/testsupport/viewkit"
 )
 
 const claimKind = "yunion.io/mps-claim"
@@ -88,12 +92,15 @@ func mustCreate(t *testing.T, api *apiServer, c *resourceapi.ResourceClaim) *res
 // room (its pod stays pending); each prepared claim has its own CDI name,
 // under which Podman's container sees its own caps and identity; once one
 // of 20 GiB is unprepared and deleted, a claim of 20 GiB allocates and is
-// prepared on the index it freed. Bad sizes are refused by the API server
+// prepared on the index it freed. Each claim's container sees its claim's
+// size as its GPU's memory (the view, through the project's stand-ins for
+// the CUDA driver and NVML), and a claim unprepared loses its view. Bad sizes are refused by the API server
 // (the claim validation of deploy/kubernetes) or the allocator; the fixed
 // slices' class never hands out the sized device.
 func TestClaimsOfAnySizeShareOneGPU(t *testing.T) {
 	busybox := requirePodman(t)
-	api, h, d := newNode(t)
+	kit := buildViewKit(t)
+	api, h, d := newNode(t, "mps_view_library: "+kit.Library)
 	pool := waitPool(t, api, "GPU 0's sized device and GPU 1's two slices", func(p poolView) bool { return len(p) == 3 }, d)
 	var sized resourceapi.Device
 	for _, dv := range pool {
@@ -124,6 +131,24 @@ func TestClaimsOfAnySizeShareOneGPU(t *testing.T) {
 	k := register(t, h.registrarDir, driverName)
 	pm := newPodman(t, h.cdiDir)
 	image := pm.image(busybox)
+	glibc := pm.glibcImage()
+	// The stand-ins' GPU 0: the whole 80 GiB, all but 1 GiB free.
+	gpus := filepath.Join(t.TempDir(), "gpus")
+	if err := viewkit.GPUs(gpus, viewkit.GPU{UUID: gpu0, Total: 80 << 30, Free: 79 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	// seesSize checks that claim name's container sees size as its GPU's
+	// memory, all of it free, each way.
+	seesSize := func(name string, size uint64) {
+		t.Helper()
+		out := pm.run(append(append([]string{"run", "--rm", "--network", "none", "--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
+			"--device", name}, kit.Mounts(gpus)...), glibc, "sh", "-c", "/opt/t/viewtest dlsym; /opt/t/viewtest procaddr; LD_LIBRARY_PATH=/opt/t python3 /opt/t/ctypes_check.py")...)
+		as, errs := viewkit.Parse(out)
+		problems, ways := viewkit.Check(as, viewkit.Want{UUID: gpu0, Total: size, Free: size, View: true})
+		if len(errs) > 0 || len(problems) > 0 || ways["dlsym"] != 2 || ways["gpa_self@13000"] != 1 || ways["ctypes"] != 2 {
+			t.Errorf("%s's container does not see %d MiB: %v %v %v\n%s", name, size>>20, errs, problems, ways, out)
+		}
+	}
 	for i, c := range claims {
 		names, perr := k.prepare(c)
 		want := fmt.Sprintf("%s=%s::%d", claimKind, gpu0, 1000+i)
@@ -139,6 +164,11 @@ func TestClaimsOfAnySizeShareOneGPU(t *testing.T) {
 				t.Errorf("claim %s's container does not see %q:\n%s", c.Name, line, out)
 			}
 		}
+		seesSize(names[0], uint64(mib)<<20)
+	}
+	viewOf1001 := filepath.Join(h.dir, "state", "view", gpu0+".1001")
+	if _, err := os.Stat(viewOf1001); err != nil {
+		t.Errorf("claim share-1's view: %v", err)
 	}
 
 	// One of 20 GiB unprepared and deleted: a claim of 20 GiB allocates
@@ -146,6 +176,9 @@ func TestClaimsOfAnySizeShareOneGPU(t *testing.T) {
 	k.unprepare(claims[1])
 	if _, still := h.claimEntries(t)[fmt.Sprintf("%s::%d", gpu0, 1001)]; still {
 		t.Error("the unprepared claim's CDI entry is still there")
+	}
+	if _, err := os.Stat(viewOf1001); !os.IsNotExist(err) {
+		t.Errorf("the unprepared claim's view is still there: %v", err)
 	}
 	if err := api.client.ResourceV1().ResourceClaims("default").Delete(t.Context(), claims[1].Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -160,6 +193,9 @@ func TestClaimsOfAnySizeShareOneGPU(t *testing.T) {
 	}
 	if e := h.claimEntries(t)[fmt.Sprintf("%s::%d", gpu0, 1001)]; !slices.Contains(e.ContainerEdits.Env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30") {
 		t.Errorf("a claim of 30%% of the SMs: its entry's env %v", e.ContainerEdits.Env)
+	}
+	if len(names) == 1 {
+		seesSize(names[0], 20<<30)
 	}
 
 	// Bad sizes: 0 and less refused by the API server, more than the GPU
