@@ -136,14 +136,15 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./pkg/config || exit 1; \
 	done
 
-demo: build
+demo: build tenant
 	BIN=$(BIN) ./scripts/demo.sh
 
 # What tests/gpu/run.sh needs on the GPU machine (which has no Go): the
-# binaries and the MPS contract test, built here for x86-64.
-gpu-bundle: build build-kubernetes
+# binaries, the view's library (tests/gpu/view.sh) and the MPS contract
+# test, built here for x86-64.
+gpu-bundle: build build-kubernetes tenant
 	rm -rf .gpu-bundle && mkdir -p .gpu-bundle
-	cp $(BIN)/mps-daemon $(BIN)/mps-daemon-kubernetes $(BIN)/mps-inventory $(BIN)/mpsctl .gpu-bundle/
+	cp $(BIN)/mps-daemon $(BIN)/mps-daemon-kubernetes $(BIN)/mps-inventory $(BIN)/mpsctl $(BIN)/libyunion-mps-view.so .gpu-bundle/
 	CGO_ENABLED=0 $(GO) test -c -o .gpu-bundle/mps.test ./pkg/mps
 	CGO_ENABLED=1 $(GO) test -c -o .gpu-bundle/nvml.test ./pkg/gpu/nvml
 
@@ -161,6 +162,7 @@ PKG_NAMES ?= daemon inventory kubernetes
 package:
 	v=$${PKG_VERSION:-$$(packaging/version.sh)} && for a in $(PKG_ARCHES); do \
 		$(MAKE) --no-print-directory build $(if $(filter kubernetes,$(PKG_NAMES)),build-kubernetes) \
+			$(if $(filter daemon,$(PKG_NAMES)),tenant) \
 			ARCH=$$a BIN=$(BIN)/linux_$$a VERSION='$(VERSION)' && \
 		GO='$(GO)' NFPM='$(NFPM)' BIN='$(BIN)/linux_'$$a DIST='$(DIST)' PKG_ARCH=$$a PKG_VERSION=$$v \
 			PKG_NAMES='$(PKG_NAMES)' ./packaging/package.sh || exit 1; \

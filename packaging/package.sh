@@ -47,6 +47,11 @@ for name in $PKG_NAMES; do
 	for b in $(binaries "$name"); do
 		[ -x "$BIN/$b" ] || { echo "package.sh: $BIN/$b missing: run make build build-kubernetes" >&2; exit 1; }
 	done
+	# The daemon package ships the view's library too (make tenant).
+	if [ "$name" = daemon ] && [ ! -f "$BIN/libyunion-mps-view.so" ]; then
+		echo "package.sh: $BIN/libyunion-mps-view.so missing: run make tenant" >&2
+		exit 1
+	fi
 done
 
 # glibc_min BINARY: mps-daemon and mps-daemon-kubernetes are the cgo

@@ -31,6 +31,15 @@ for _ in $(seq 100); do [ -s "$DIR/inventory.addr" ] && break; sleep 0.1; done
 [ -s "$DIR/inventory.addr" ] || { echo "demo: inventory did not start:"; cat "$DIR/inventory.log"; exit 1; }
 URL="http://$(cat "$DIR/inventory.addr")"
 
+# The view's library as make tenant built it (make demo builds it): the
+# simulated devices' CDI entries mount it and their views are written; off
+# when it was not built.
+VIEW_LIB=$(cd "$BIN" && pwd)/libyunion-mps-view.so
+if [ ! -f "$VIEW_LIB" ]; then
+	echo "demo: $VIEW_LIB not built (make tenant): the view is off"
+	VIEW_LIB='""'
+fi
+
 # The example host.conf with every path moved into the demo directory, the
 # token file included (the daemon and mpsctl read the admin token there).
 sed -e "s|^container_device_config_file:.*|container_device_config_file: $DIR/host_container_device.yml|" \
@@ -41,6 +50,7 @@ sed -e "s|^container_device_config_file:.*|container_device_config_file: $DIR/ho
     -e "s|^mps_listen_address:.*|mps_listen_address: 127.0.0.1:0|" \
     -e "s|^mps_state_directory:.*|mps_state_directory: $DIR/state|" \
     -e "s|^mps_cdi_directory:.*|mps_cdi_directory: $DIR/cdi|" \
+    -e "s|^mps_view_library:.*|mps_view_library: $VIEW_LIB|" \
     etc/host.conf >"$DIR/host.conf"
 cp etc/host_container_device.yml "$DIR/"
 
@@ -63,6 +73,13 @@ echo
 echo "\$ mpsctl isolated-device-list"
 "$BIN/mpsctl" isolated-device-list
 echo
+# What a container of the first device is told of its GPU's memory.
+view=$(ls -d "$DIR"/state/view/GPU-*.0 2>/dev/null | head -n 1 || true)
+if [ -n "$view" ]; then
+	echo "\$ cat $view/memory    # what its containers' CUDA and NVML answer (docs/containers.md)"
+	cat "$view/memory"
+	echo
+fi
 echo "demo: inventory at $URL (MPS_HOST_CONF=$DIR/host.conf $BIN/mpsctl ...); daemon log: $DIR/daemon.log"
 if [ -n "${DEMO_SECONDS:-}" ]; then
 	sleep "$DEMO_SECONDS"

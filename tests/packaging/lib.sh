@@ -195,8 +195,11 @@ objdump_for() {
 }
 
 # check_glibc_floor DIR... unpacks every .deb and .rpm in DIR and fails if
-# `objdump -T` of any binary in them names a GLIBC_ version above
-# GLIBC_FLOOR. A static binary (no dynamic symbols) passes.
+# `objdump -T` of any binary (or the view's library) in them needs a
+# GLIBC_ version above GLIBC_FLOOR: the symbols it takes from glibc (*UND*;
+# the library defines dlsym and dlvsym under glibc's own version names,
+# GLIBC_2.34 among them, which are not requirements). A static binary (no
+# dynamic symbols) passes.
 check_glibc_floor() {
 	local dir pkg x f od vers newest n=0
 	for dir in "$@"; do
@@ -209,7 +212,12 @@ check_glibc_floor() {
 			*.rpm) (cd "$x" && { rpm2cpio "$pkg" || true; } | cpio -id --quiet --no-absolute-filenames 2>/dev/null) ;;
 			esac
 			[ -e "$x/usr/bin" ] || fail "$(basename "$pkg"): nothing under /usr/bin unpacked"
-			for f in "$x"/usr/bin/*; do
+			case $(basename "$pkg") in
+			yunion-mps-daemon[-_][0-9]*) [ -f "$x/usr/lib/yunion-mps/libyunion-mps-view.so" ] ||
+				fail "$(basename "$pkg"): no /usr/lib/yunion-mps/libyunion-mps-view.so" ;;
+			esac
+			for f in "$x"/usr/bin/* "$x"/usr/lib/yunion-mps/*.so; do
+				[ -e "$f" ] || continue
 				od=$(objdump_for "$f")
 				if ! vers=$("$od" -T "$f" 2>&1); then
 					case $vers in
@@ -217,6 +225,7 @@ check_glibc_floor() {
 					*) fail "$od -T $f ($(basename "$pkg")): $vers" ;;
 					esac
 				fi
+				vers=$(printf '%s\n' "$vers" | grep -F '*UND*' || true)
 				newest=$(printf '%s\n' "$vers" | sed -n 's/.*GLIBC_\([0-9][0-9.]*\).*/\1/p' | sort -uV | tail -n 1)
 				if [ -n "$newest" ] && [ "$(printf '%s\n%s\n' "$newest" "$GLIBC_FLOOR" | sort -V | tail -n 1)" != "$GLIBC_FLOOR" ]; then
 					fail "$(basename "$pkg"): $(basename "$f") needs GLIBC_$newest (> $GLIBC_FLOOR):"$'\n'"$(printf '%s\n' "$vers" | grep -E "GLIBC_$newest")"
@@ -288,6 +297,14 @@ chroot_runbook() {
 		c apt-get install -y -qq yunion-mps-daemon >"$root/tmp/apt.log" 2>&1 || { cat "$root/tmp/apt.log" >&2; exit 1; }
 		step_note "installed: $(c dpkg-query -W -f="\${Package} \${Version} \${Architecture}, " yunion-mps-daemon yunion-mps-inventory)"
 		step_note "glibc: $(c dpkg-query -W -f="\${Version}" libc6), kernel machine under qemu or not: $(c uname -m)"
+		# The view library of this architecture loads on this glibc: a
+		# process that preloads it maps it, and the loader says nothing.
+		maps=$(c env LD_PRELOAD=/usr/lib/yunion-mps/libyunion-mps-view.so grep -c /libyunion-mps-view.so /proc/self/maps 2>"$root/tmp/preload.err") || true
+		if [ "${maps:-0}" -lt 1 ] || [ -s "$root/tmp/preload.err" ]; then
+			echo "the view library does not preload here: maps ${maps:-none}; $(cat "$root/tmp/preload.err")" >&2
+			exit 1
+		fi
+		step_note "ok: the view library preloads on this glibc ($maps mappings)"
 		c mkdir -p /var/lib/yunion-mps
 		c sh -c "exec mps-inventory serve --listen 127.0.0.1:9330 --db /var/lib/yunion-mps/inventory.db >/tmp/inventory.log 2>&1" &
 		wait_until "the inventory wrote its admin token" 120 test -s "$root/var/lib/yunion-mps/admin.token"
@@ -299,6 +316,8 @@ chroot_runbook() {
 		# validates the same files against the simulated GPUs.
 		c apt-get install -y -qq yunion-mps-daemon-kubernetes >"$root/tmp/apt.log" 2>&1 || { cat "$root/tmp/apt.log" >&2; exit 1; }
 		step_note "installed: $(c dpkg-query -W -f="\${Package} \${Version} \${Architecture}" yunion-mps-daemon-kubernetes)"
+		c mps-daemon check-config --simulate 8xH100 >"$root/srv/check" 2>"$root/tmp/check.err" ||
+			{ cat "$root/srv/check" "$root/tmp/check.err" >&2; exit 1; }
 		c mps-daemon-kubernetes check-config --simulate 8xH100 >"$root/srv/k8s-check" 2>"$root/tmp/k8s-check.err" ||
 			{ cat "$root/srv/k8s-check" "$root/tmp/k8s-check.err" >&2; exit 1; }
 		step_note "mps-daemon-kubernetes check-config --simulate 8xH100:"

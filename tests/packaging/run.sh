@@ -110,6 +110,8 @@ chroot_runbook "$WORK/bullseye-amd64"
 # etc/host_container_device.yml: renderD128 x4, renderD129 x2.
 assert_eq "devices listed" "$(cat "$WORK/bullseye-amd64/srv/devices")" 6
 assert_contains "mps-daemon-kubernetes check-config" "$(cat "$WORK/bullseye-amd64/srv/k8s-check")" "2 GPUs, 6 virtual devices"
+assert_contains "mps-daemon check-config: the view" "$(cat "$WORK/bullseye-amd64/srv/check")" "view:      /usr/lib/yunion-mps/libyunion-mps-view.so: containers see"
+assert_contains "mps-daemon-kubernetes check-config: the view" "$(cat "$WORK/bullseye-amd64/srv/k8s-check")" "view:      /usr/lib/yunion-mps/libyunion-mps-view.so: containers see"
 rm -rf "$WORK/bullseye-amd64"
 
 step "Debian 11 (bullseye), arm64 under qemu-user: apt-get install from the signed repository, mps-daemon --simulate (chroot)"
@@ -120,6 +122,7 @@ add_apt_repo "$WORK/bullseye-arm64" "$WORK/repo1"
 chroot_runbook "$WORK/bullseye-arm64"
 assert_eq "devices listed" "$(cat "$WORK/bullseye-arm64/srv/devices")" 6
 assert_contains "mps-daemon-kubernetes check-config" "$(cat "$WORK/bullseye-arm64/srv/k8s-check")" "2 GPUs, 6 virtual devices"
+assert_contains "mps-daemon check-config: the view" "$(cat "$WORK/bullseye-arm64/srv/check")" "view:      /usr/lib/yunion-mps/libyunion-mps-view.so: containers see"
 rm -rf "$WORK/bullseye-arm64"
 
 step "rpm repository: dnf reads it, checks its signature, refuses tampering"
@@ -186,6 +189,8 @@ assert_eq "inventory .deb conffiles" "$conff" "/etc/default/yunion-mps-inventory
 files=$(dpkg-deb -c "$(deb v1 yunion-mps-daemon "$V1")")
 assert_lacks "daemon .deb files" "$files" "./etc/yunion/"
 assert_contains "daemon .deb files" "$files" "./usr/share/yunion-mps-daemon/host.conf"
+assert_contains "daemon .deb files" "$(grep libyunion-mps-view <<<"$files")" "-rw-r--r-- root/root"
+assert_contains "daemon .rpm files" "$(rpm -qpl --nosignature "$(rpmfile v1 yunion-mps-daemon "$V1")")" "/usr/lib/yunion-mps/libyunion-mps-view.so"
 req=$(rpm -qpR --nosignature "$(rpmfile v1 yunion-mps-daemon "$V1")")
 assert_contains "daemon .rpm Requires" "$req" "yunion-mps-inventory = 1:$V1-1"
 assert_contains "daemon .rpm Requires" "$req" "glibc >= "
