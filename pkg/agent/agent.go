@@ -111,11 +111,13 @@ type Agent struct {
 	// views keeps the devices' views (pkg/view; view.go), shared with the
 	// claims' spec. Loop-owned: viewOpts, what the last CDI write gave
 	// containers; viewNoted, the state last logged; viewUsedErr, the last
-	// failure to write the use into the views.
-	views       *view.Writer
-	viewOpts    cdi.View
-	viewNoted   string
-	viewUsedErr string
+	// failure to write the use into the views; viewPruneErr, the last
+	// failure to remove views of gone devices.
+	views        *view.Writer
+	viewOpts     cdi.View
+	viewNoted    string
+	viewUsedErr  string
+	viewPruneErr string
 
 	mu         sync.Mutex // guards cfg, generation and status, read by HTTP handlers
 	cfg        *Config

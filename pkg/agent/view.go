@@ -44,7 +44,8 @@ func (a *Agent) syncViews(cfg *Config, devs []cdi.Device) cdi.View {
 		for i, d := range devs {
 			vs[i] = view.Device{Name: d.Name(), Cap: d.MemoryLimit}
 		}
-		err := a.views.Sync(func(n vdev.Name) bool { return !claim.IsClaimName(n) }, vs)
+		pruned, err := a.views.Sync(func(n vdev.Name) bool { return !claim.IsClaimName(n) }, vs)
+		a.notePruned(pruned)
 		for i := range devs {
 			if err == nil {
 				devs[i].ViewDir, err = a.views.Store().Path(devs[i].Name())
@@ -60,6 +61,23 @@ func (a *Agent) syncViews(cfg *Config, devs []cdi.Device) cdi.View {
 	a.viewOpts = opts
 	a.noteView(st)
 	return opts
+}
+
+// notePruned logs what became of the views of devices that are gone:
+// each removal, and a failure to tell whether they are held (logged when
+// it changes: the views stay until it can be told).
+func (a *Agent) notePruned(p view.Pruned) {
+	if p.Removed > 0 {
+		a.log.Info("views of devices that are gone removed", "removed", p.Removed, "held", p.Held)
+	}
+	msg := ""
+	if p.Err != nil {
+		msg = p.Err.Error()
+		if msg != a.viewPruneErr {
+			a.log.Warn("views of devices that are gone kept", "err", p.Err)
+		}
+	}
+	a.viewPruneErr = msg
 }
 
 // libraryProblem says why the view's library cannot be mounted, "" when it

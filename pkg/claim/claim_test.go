@@ -118,7 +118,7 @@ func TestSyncViews(t *testing.T) {
 		Identity: identity.Store{Dir: filepath.Join(dir, "id")}, View: w}
 	// A fixed slice's view, the agent's: never the claims' Sync's to remove.
 	slice := vdev.NameOf(uuid, 3)
-	if err := w.Sync(func(n vdev.Name) bool { return !IsClaimName(n) }, []view.Device{{Name: slice, Cap: 20480}}); err != nil {
+	if _, err := w.Sync(func(n vdev.Name) bool { return !IsClaimName(n) }, []view.Device{{Name: slice, Cap: 20480}}); err != nil {
 		t.Fatal(err)
 	}
 	small, err := Device(base(filepath.Join(dir, "pipe")), 0, 1024, 0)

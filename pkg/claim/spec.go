@@ -83,7 +83,11 @@ func (s Spec) views(o *cdi.Options, devs []cdi.Device) bool {
 	for i, d := range devs {
 		vs[i] = view.Device{Name: d.Name(), Cap: d.MemoryLimit}
 	}
-	if err := s.View.Sync(IsClaimName, vs); err != nil {
+	pruned, err := s.View.Sync(IsClaimName, vs)
+	if pruned.Err != nil && s.Log != nil {
+		s.Log.Warn("views of claims no longer prepared kept", "err", pruned.Err)
+	}
+	if err != nil {
 		if s.Log != nil {
 			s.Log.Error("claims' views not written; their containers see the whole GPU (caps hold as ever)", "err", err)
 		}

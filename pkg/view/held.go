@@ -29,10 +29,10 @@ const (
 // wanted by their owner), except those a container holds. Nothing is
 // removed when the mounts cannot all be read: a directory is only ever
 // removed when no container can hold it.
-func (w *Writer) prune(candidate func(vdev.Name) bool) error {
+func (w *Writer) prune(candidate func(vdev.Name) bool) Pruned {
 	entries, err := os.ReadDir(w.store.Dir)
 	if err != nil {
-		return fmt.Errorf("listing views: %w", err)
+		return Pruned{Err: fmt.Errorf("listing views: %w", err)}
 	}
 	var gone []string
 	for _, e := range entries {
@@ -41,25 +41,29 @@ func (w *Writer) prune(candidate func(vdev.Name) bool) error {
 		}
 	}
 	if len(gone) == 0 {
-		return nil
+		return Pruned{}
 	}
 	held, err := heldDirs(w.procRoot, w.store.Dir, gone)
 	if err != nil {
-		return fmt.Errorf("views of devices that are gone kept: %w", err)
+		return Pruned{Held: len(gone), Err: fmt.Errorf("views of devices that are gone kept: %w", err)}
 	}
+	var p Pruned
 	var errs []error
 	for _, d := range gone {
 		if held[d] {
+			p.Held++
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(w.store.Dir, d)); err != nil {
 			errs = append(errs, fmt.Errorf("removing a view of a device that is gone: %w", err))
 			continue
 		}
+		p.Removed++
 		n, _ := nameOf(d)
 		delete(w.views, n)
 	}
-	return errors.Join(errs...)
+	p.Err = errors.Join(errs...)
+	return p
 }
 
 // heldDirs says which of the Store's directories dirs (their names) some
@@ -99,8 +103,15 @@ func heldDirs(procRoot, storeDir string, dirs []string) (map[string]bool, error)
 	for _, pid := range pids {
 		p := filepath.Join(procRoot, strconv.Itoa(pid))
 		ns, err := readNamespace(filepath.Join(p, "ns", "mnt"))
-		if err != nil || read[ns] {
-			continue // exited, or a kernel thread
+		switch {
+		case err != nil && gone(err):
+			continue // exited meanwhile
+		case err != nil:
+			// Its namespace cannot be named (a sandbox's init, a daemon
+			// that is not root): its own mounts are read instead.
+			ns = "PID " + strconv.Itoa(pid)
+		case read[ns]:
+			continue
 		}
 		if err := scanMountinfo(filepath.Join(p, "mountinfo"), suffixes, held); err != nil {
 			if !gone(err) {

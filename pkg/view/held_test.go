@@ -67,7 +67,7 @@ func TestAViewAMountNamespaceHoldsIsKept(t *testing.T) {
 	}
 	w := NewWriter(Store{Dir: filepath.Join(t.TempDir(), "view")}, "/proc")
 	a0, a1 := vdev.NameOf(gpuA, 0), vdev.NameOf(gpuA, 1)
-	if err := w.Sync(ownSlices, []Device{{a0, 1}, {a1, 1}}); err != nil {
+	if err := syncViews(t, w, ownSlices, []Device{{a0, 1}, {a1, 1}}); err != nil {
 		t.Fatal(err)
 	}
 	dir1, _ := w.Store().Path(a1)
@@ -93,7 +93,7 @@ func TestAViewAMountNamespaceHoldsIsKept(t *testing.T) {
 	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "mounted\n" {
 		t.Fatalf("the holder did not mount: %q, %v", line, err)
 	}
-	if err := w.Sync(ownSlices, []Device{{a0, 1}}); err != nil {
+	if err := syncViews(t, w, ownSlices, []Device{{a0, 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if !exists(t, w, a1) {
@@ -103,10 +103,45 @@ func TestAViewAMountNamespaceHoldsIsKept(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Sync(ownSlices, []Device{{a0, 1}}); err != nil {
+	if err := syncViews(t, w, ownSlices, []Device{{a0, 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if exists(t, w, a1) {
 		t.Error("the view outlived its holder")
+	}
+}
+
+// A process whose mount namespace cannot be named (readlink refused: a
+// sandbox's init, seen on this CI machine) has its own mounts read; one
+// whose mounts cannot be read either makes the whole answer unknown.
+func TestHoldersWhoseNamespaceCannotBeNamed(t *testing.T) {
+	proc := t.TempDir()
+	store := "/var/lib/yunion-mps/view"
+	mk := func(pid string, mountinfo string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(proc, pid, "ns"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// A plain file where the link goes: readlink fails (EINVAL).
+		if err := os.WriteFile(filepath.Join(proc, pid, "ns", "mnt"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if mountinfo != "" {
+			if err := os.WriteFile(filepath.Join(proc, pid, "mountinfo"), []byte(mountinfo), 0o444); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := os.Mkdir(filepath.Join(proc, pid, "mountinfo"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("1", "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n")
+	mk("77", "9 1 8:1 /var/lib/yunion-mps/view/GPU-a.2 /run/yunion-mps/view/GPU-a ro - ext4 /dev/sda1 rw\n")
+	held, err := heldDirs(proc, store, []string{"GPU-a.1", "GPU-a.2"})
+	if err != nil || held["GPU-a.1"] || !held["GPU-a.2"] {
+		t.Errorf("held %v, %v; want GPU-a.2 alone", held, err)
+	}
+	mk("78", "")
+	if held, err := heldDirs(proc, store, []string{"GPU-a.1"}); err == nil {
+		t.Errorf("a process whose mounts cannot be read: %v, no error", held)
 	}
 }

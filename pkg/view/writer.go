@@ -72,12 +72,14 @@ func (w *Writer) Store() Store { return w.store }
 // container holds it (a mount of it in some process's mount namespace).
 // A cap of 0, one too large or a bad name is an error for that device,
 // which gets no file (its previous one stays, if any); the others are
-// made all the same and every problem is returned, joined.
-func (w *Writer) Sync(owns func(vdev.Name) bool, devs []Device) error {
+// made all the same and every problem is returned, joined. What could not
+// be removed (or whether it is held could not be told) is in Pruned's
+// error, apart: the views of devs are usable all the same.
+func (w *Writer) Sync(owns func(vdev.Name) bool, devs []Device) (Pruned, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.ensureDir(); err != nil {
-		return err
+		return Pruned{}, err
 	}
 	var errs []error
 	if err := w.ensurePreload(); err != nil {
@@ -96,8 +98,17 @@ func (w *Writer) Sync(owns func(vdev.Name) bool, devs []Device) error {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, w.prune(func(n vdev.Name) bool { return owns(n) && !want[n] }))
-	return errors.Join(errs...)
+	return w.prune(func(n vdev.Name) bool { return owns(n) && !want[n] }), errors.Join(errs...)
+}
+
+// Pruned is what a Sync did with the views of devices that are gone.
+type Pruned struct {
+	// Removed and Held count the directories removed and kept because a
+	// container holds them.
+	Removed, Held int
+	// Err: some could not be removed, or the mounts could not all be read
+	// (then none was).
+	Err error
 }
 
 // SetUsed writes each device's used_bytes where it changed, for the

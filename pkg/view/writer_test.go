@@ -75,7 +75,7 @@ func exists(t *testing.T, w *Writer, name vdev.Name) bool {
 func TestSyncWritesEachDeviceItsCapAndTheUsedItLastHeard(t *testing.T) {
 	w := newWriter(t, "")
 	a0, a1 := vdev.NameOf(gpuA, 0), vdev.NameOf(gpuA, 1)
-	if err := w.Sync(ownSlices, []Device{{a0, 20480}, {a1, 20480}}); err != nil {
+	if err := syncViews(t, w, ownSlices, []Device{{a0, 20480}, {a1, 20480}}); err != nil {
 		t.Fatal(err)
 	}
 	m, ino := read(t, w, a0)
@@ -126,14 +126,14 @@ func TestSyncWritesEachDeviceItsCapAndTheUsedItLastHeard(t *testing.T) {
 
 	// A resize: the cap changes, the used figure stays; a Sync that
 	// changes nothing replaces nothing.
-	if err := w.Sync(ownSlices, []Device{{a0, 40960}, {a1, 20480}}); err != nil {
+	if err := syncViews(t, w, ownSlices, []Device{{a0, 40960}, {a1, 20480}}); err != nil {
 		t.Fatal(err)
 	}
 	m, ino4 := read(t, w, a0)
 	if m != (Memory{Total: 40960 << 20, Used: 4096 << 20}) {
 		t.Errorf("after a resize %+v", m)
 	}
-	if err := w.Sync(ownSlices, []Device{{a0, 40960}, {a1, 20480}}); err != nil {
+	if err := syncViews(t, w, ownSlices, []Device{{a0, 40960}, {a1, 20480}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ino5 := read(t, w, a0); ino5 != ino4 {
@@ -144,7 +144,7 @@ func TestSyncWritesEachDeviceItsCapAndTheUsedItLastHeard(t *testing.T) {
 func TestBadCapsReachNoContainer(t *testing.T) {
 	w := newWriter(t, "")
 	good, zero, huge := vdev.NameOf(gpuA, 0), vdev.NameOf(gpuA, 1), vdev.NameOf(gpuA, 2)
-	err := w.Sync(ownSlices, []Device{{good, 1024}, {zero, 0}, {huge, maxCap + 1}, {"a/b::1", 5}})
+	err := syncViews(t, w, ownSlices, []Device{{good, 1024}, {zero, 0}, {huge, maxCap + 1}, {"a/b::1", 5}})
 	if !errors.Is(err, ErrInvalid) || !errors.Is(err, vdev.ErrBadName) {
 		t.Fatalf("Sync: %v; want each bad device named", err)
 	}
@@ -161,7 +161,7 @@ func TestBadCapsReachNoContainer(t *testing.T) {
 		t.Errorf("the good device's view: %+v", m)
 	}
 	// A good view, then a bad cap for it: the old file stays.
-	if err := w.Sync(ownSlices, []Device{{good, 0}}); !errors.Is(err, ErrInvalid) {
+	if err := syncViews(t, w, ownSlices, []Device{{good, 0}}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Sync: %v", err)
 	}
 	if m, _ := read(t, w, good); m.Total != 1024<<20 {
@@ -172,7 +172,7 @@ func TestBadCapsReachNoContainer(t *testing.T) {
 func TestSyncPutsRightWhatItFinds(t *testing.T) {
 	w := newWriter(t, "")
 	a0 := vdev.NameOf(gpuA, 0)
-	if err := w.Sync(ownSlices, []Device{{a0, 1024}}); err != nil {
+	if err := syncViews(t, w, ownSlices, []Device{{a0, 1024}}); err != nil {
 		t.Fatal(err)
 	}
 	dir, _ := w.Store().Path(a0)
@@ -189,7 +189,7 @@ func TestSyncPutsRightWhatItFinds(t *testing.T) {
 		if err := os.WriteFile(stale, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := w.Sync(ownSlices, []Device{{a0, 1024}}); err != nil {
+		if err := syncViews(t, w, ownSlices, []Device{{a0, 1024}}); err != nil {
 			t.Fatal(err)
 		}
 		if m, _ := read(t, w, a0); m.Total != 1024<<20 {
@@ -211,7 +211,7 @@ func TestSyncPutsRightWhatItFinds(t *testing.T) {
 	if err := os.Symlink(target, file); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Sync(ownSlices, []Device{{a0, 1024}}); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+	if err := syncViews(t, w, ownSlices, []Device{{a0, 1024}}); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Errorf("a link at the view file: %v", err)
 	}
 	if b, _ := os.ReadFile(target); string(b) != "keep\n" {
@@ -222,7 +222,7 @@ func TestSyncPutsRightWhatItFinds(t *testing.T) {
 	if err := os.Symlink(t.TempDir(), dir1); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Sync(ownSlices, []Device{{a1, 1024}}); err == nil || !strings.Contains(err.Error(), "not a directory") {
+	if err := syncViews(t, w, ownSlices, []Device{{a1, 1024}}); err == nil || !strings.Contains(err.Error(), "not a directory") {
 		t.Errorf("a link at the view's directory: %v", err)
 	}
 }
@@ -232,10 +232,10 @@ func TestGoneDevicesLoseTheirViewOnceNoContainerHoldsIt(t *testing.T) {
 	w := newWriter(t, proc)
 	a0, a1, a2 := vdev.NameOf(gpuA, 0), vdev.NameOf(gpuA, 1), vdev.NameOf(gpuA, 2)
 	c0 := vdev.NameOf(gpuA, claimIndex)
-	if err := w.Sync(ownSlices, []Device{{a0, 1}, {a1, 1}, {a2, 1}}); err != nil {
+	if err := syncViews(t, w, ownSlices, []Device{{a0, 1}, {a1, 1}, {a2, 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Sync(ownClaims, []Device{{c0, 7}}); err != nil {
+	if err := syncViews(t, w, ownClaims, []Device{{c0, 7}}); err != nil {
 		t.Fatal(err)
 	}
 	// A container of a1 runs (its mount namespace has the directory).
@@ -246,7 +246,7 @@ func TestGoneDevicesLoseTheirViewOnceNoContainerHoldsIt(t *testing.T) {
 
 	// The plan drops a1 and a2: a2 goes, a1 stays while held, the claim's
 	// view is not the agent's to remove.
-	if err := w.Sync(ownSlices, []Device{{a0, 1}}); err != nil {
+	if err := syncViews(t, w, ownSlices, []Device{{a0, 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if exists(t, w, a2) || !exists(t, w, a1) || !exists(t, w, c0) || !exists(t, w, a0) {
@@ -266,14 +266,14 @@ func TestGoneDevicesLoseTheirViewOnceNoContainerHoldsIt(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(proc, "4242", "mountinfo"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Sync(ownSlices, []Device{{a0, 1}}); err == nil || !exists(t, w, a1) {
-		t.Errorf("unreadable mounts: %v, a1 exists %v; want an error and a1 kept", err, exists(t, w, a1))
+	if p, err := w.Sync(ownSlices, []Device{{a0, 1}}); err != nil || p.Err == nil || p.Held != 1 || !exists(t, w, a1) {
+		t.Errorf("unreadable mounts: %+v, %v, a1 exists %v; want a0's view made, a1 kept and the failure said", p, err, exists(t, w, a1))
 	}
 	// The container ended: a1 goes at the next Sync.
 	if err := os.RemoveAll(filepath.Join(proc, "4242")); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Sync(ownSlices, []Device{{a0, 1}}); err != nil {
+	if err := syncViews(t, w, ownSlices, []Device{{a0, 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if exists(t, w, a1) {
@@ -283,7 +283,7 @@ func TestGoneDevicesLoseTheirViewOnceNoContainerHoldsIt(t *testing.T) {
 		t.Error("the Writer still keeps a1")
 	}
 	// The claim unprepared: its owner's Sync removes it.
-	if err := w.Sync(ownClaims, nil); err != nil {
+	if err := syncViews(t, w, ownClaims, nil); err != nil {
 		t.Fatal(err)
 	}
 	if exists(t, w, c0) || !exists(t, w, a0) {
@@ -292,6 +292,17 @@ func TestGoneDevicesLoseTheirViewOnceNoContainerHoldsIt(t *testing.T) {
 	if _, err := os.Stat(w.Store().PreloadPath()); err != nil {
 		t.Errorf("the preload list: %v", err)
 	}
+}
+
+// syncViews is w.Sync, failing t when a view of a gone device could not be
+// told held or removed.
+func syncViews(t *testing.T, w *Writer, owns func(vdev.Name) bool, devs []Device) error {
+	t.Helper()
+	p, err := w.Sync(owns, devs)
+	if p.Err != nil {
+		t.Errorf("pruning: %v", p.Err)
+	}
+	return err
 }
 
 // fakeProcess puts a process in a fake /proc: its mount namespace link and
@@ -315,12 +326,12 @@ func TestOwnersSyncAndTheAccountingWriteAtOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	for round := range 20 {
 		wg.Go(func() {
-			if err := w.Sync(ownSlices, []Device{{vdev.NameOf(gpuA, 0), units.MiB(1 + round)}, {vdev.NameOf(gpuA, 1), 2}}); err != nil {
+			if err := syncViews(t, w, ownSlices, []Device{{vdev.NameOf(gpuA, 0), units.MiB(1 + round)}, {vdev.NameOf(gpuA, 1), 2}}); err != nil {
 				t.Error(err)
 			}
 		})
 		wg.Go(func() {
-			if err := w.Sync(ownClaims, []Device{{vdev.NameOf(gpuB, claimIndex+round%3), 3}}); err != nil {
+			if err := syncViews(t, w, ownClaims, []Device{{vdev.NameOf(gpuB, claimIndex+round%3), 3}}); err != nil {
 				t.Error(err)
 			}
 		})
