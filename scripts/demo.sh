@@ -73,7 +73,7 @@ echo
 echo "\$ mpsctl isolated-device-list"
 "$BIN/mpsctl" isolated-device-list
 echo
-# What a container of the first device is told of its GPU's memory.
+# What the containers of one device are told of their GPU's memory.
 view=$(ls -d "$DIR"/state/view/GPU-*.0 2>/dev/null | head -n 1 || true)
 if [ -n "$view" ]; then
 	echo "\$ cat $view/memory    # what its containers' CUDA and NVML answer (docs/containers.md)"
