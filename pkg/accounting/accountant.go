@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/identity"
@@ -23,6 +25,9 @@ type Options struct {
 	Grace  time.Duration
 	Killer Killer
 	Now    func() time.Time
+	// Uptime is how long the host has been up (CLOCK_BOOTTIME), which a
+	// process's start time in /proc counts from; nil reads the clock.
+	Uptime func() time.Duration
 	Log    *slog.Logger
 }
 
@@ -39,7 +44,7 @@ type Accountant struct {
 	// over and reported are what was last logged, so a state is logged
 	// when it starts (and, for over, ends), not every tick.
 	over     map[string]bool
-	reported map[reportKey]bool
+	reported reportKeys
 	// refreshErr is the last failure to read the identity files or the
 	// host's mount namespace, logged when it changes.
 	refreshErr string
@@ -49,6 +54,14 @@ type Accountant struct {
 	// serverMemory is, by GPU, the pinned memory limit a client gets
 	// without a list of its own (SetServerMemoryLimits).
 	serverMemory map[gpu.UUID]units.MiB
+	now          func() time.Time
+	uptime       func() time.Duration
+	// overSince and underAt are, by device, when a sample first saw it
+	// over its cap (while it stays over) and last saw it under: where an
+	// escape over the cap began (EscapeTime).
+	overSince, underAt map[string]time.Time
+	// seen are the clients checked as they connected (Connected), by PID.
+	seen map[int]seenClient
 }
 
 // SetServerMemoryLimits says, by GPU, the pinned memory limit MPS holds a
@@ -81,6 +94,10 @@ type reportKey struct {
 	device, env, source, reason string
 }
 
+// reportKeys are what logChanges last logged; a pass that sampled some
+// GPUs only keeps the others' as they were.
+type reportKeys map[reportKey]bool
+
 // Report is one tick's outcome: the numbers for metrics and status, the
 // devices over their cap, and what was done.
 type Report struct {
@@ -100,7 +117,39 @@ func New(o Options) *Accountant {
 	m := &Mapper{ProcRoot: o.ProcRoot, Identities: o.Identities}
 	// NewEnforcer fails only without Procs, which is set here.
 	enf, _ := NewEnforcer(EnforcerOptions{Grace: o.Grace, Killer: o.Killer, Procs: m, Now: o.Now, Log: log})
-	return &Accountant{mapper: m, enf: enf, log: log, over: map[string]bool{}, reported: map[reportKey]bool{}}
+	a := &Accountant{mapper: m, enf: enf, log: log, over: map[string]bool{}, reported: reportKeys{},
+		now: o.Now, uptime: o.Uptime, overSince: map[string]time.Time{}, underAt: map[string]time.Time{}, seen: map[int]seenClient{}}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	if a.uptime == nil {
+		a.uptime = bootClock
+	}
+	return a
+}
+
+// bootClock is CLOCK_BOOTTIME: how long the host has been up, suspend
+// included, as /proc's process start times count it.
+func bootClock() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's start time: 100
+// on every architecture Linux runs this daemon on.
+const clockTicks = 100
+
+// startTime is when a process started ticks clock ticks after boot; zero
+// when not known.
+func (a *Accountant) startTime(ticks uint64) time.Time {
+	up := a.uptime()
+	if ticks == 0 || up == 0 {
+		return time.Time{}
+	}
+	return a.now().Add(time.Duration(ticks)*(time.Second/clockTicks) - up)
 }
 
 // Tick accounts one sample. procs is Sample's answer (GPU UUID -> MPS
@@ -111,6 +160,18 @@ func New(o Options) *Accountant {
 // termination under way, so turning enforce on later starts afresh. The
 // caller skips NVML's listing under off and passes nil procs.
 func (a *Accountant) Tick(ctx context.Context, p config.AccountingPolicy, procs map[gpu.UUID][]gpu.Process, caps map[string]uint64, qos map[string]DeviceQoS, terms map[gpu.UUID]Terminator) Report {
+	return a.pass(ctx, DetectedTick, p, procs, caps, qos, terms)
+}
+
+// Poll is Tick over the GPUs that have clients only (procs holds those):
+// the others keep what the last pass that sampled them found.
+func (a *Accountant) Poll(ctx context.Context, p config.AccountingPolicy, procs map[gpu.UUID][]gpu.Process, caps map[string]uint64, qos map[string]DeviceQoS, terms map[gpu.UUID]Terminator) Report {
+	return a.pass(ctx, DetectedPoll, p, procs, caps, qos, terms)
+}
+
+// setPolicy takes the policy of a pass; false when it accounts nothing
+// (off), every state forgotten.
+func (a *Accountant) setPolicy(ctx context.Context, p config.AccountingPolicy) bool {
 	if p != a.policy {
 		if a.policy == config.AccountingEnforce {
 			a.enf.Reset(ctx)
@@ -120,39 +181,99 @@ func (a *Accountant) Tick(ctx context.Context, p config.AccountingPolicy, procs 
 		}
 		a.policy = p
 	}
-	r := Report{Policy: p}
 	if p != config.AccountingReport && p != config.AccountingEnforce {
 		a.prev = nil
 		clear(a.over)
 		clear(a.reported)
+		clear(a.overSince)
+		clear(a.underAt)
+		clear(a.seen)
+		return false
+	}
+	return true
+}
+
+func (a *Accountant) pass(ctx context.Context, detected string, p config.AccountingPolicy, procs map[gpu.UUID][]gpu.Process, caps map[string]uint64, qos map[string]DeviceQoS, terms map[gpu.UUID]Terminator) Report {
+	r := Report{Policy: p}
+	if !a.setPolicy(ctx, p) {
 		return r
 	}
+	at := a.now()
 	a.refresh(ctx)
 	r.Usage = Account(procs, caps, a.mapper.Lookup)
-	if a.identityOptional {
-		for i, u := range r.Usage.Unknown {
-			if u.Hidden {
-				r.Usage.Unknown[i].Hidden = false
-				r.Usage.Unknown[i].Reason = u.Reason + "; with the single pipe layout containers may reach MPS without an identity file: reported, never terminated"
-			}
-		}
-	}
+	a.hiddenOptional(&r.Usage)
 	r.Usage.Escapes = Escapes(r.Usage, caps, qos, a.serverMemory)
 	h := History{Previous: a.prev, Terminating: a.enf.Terminating()}
 	r.Decision = Decide(r.Usage, caps, p, h)
+	a.crossings(r.Usage, r.Decision, caps, at)
 	r.Decision.Actions = append(r.Decision.Actions, DecideEscapes(r.Usage.Escapes, r.Usage, caps, p, h, r.Decision.Actions)...)
 	r.Decision.Actions = append(r.Decision.Actions, DecideHidden(r.Usage, p, h, r.Decision.Actions)...)
-	a.logChanges(ctx, r)
+	for i := range r.Decision.Actions {
+		a.annotate(&r.Decision.Actions[i], detected)
+	}
+	a.logChanges(ctx, r, procs)
 	if p == config.AccountingEnforce {
 		r.Steps = a.enf.Run(ctx, r.Usage, r.Decision.Actions, terms)
 	}
 	a.prev = mergeUsage(a.prev, r.Usage)
+	a.forgetSeen(at)
 	return r
+}
+
+// hiddenOptional: with the single pipe layout, a container client without
+// a device is reported, never terminated (SetIdentityRequired).
+func (a *Accountant) hiddenOptional(u *Usage) {
+	if !a.identityOptional {
+		return
+	}
+	for i, un := range u.Unknown {
+		if un.Hidden {
+			u.Unknown[i].Hidden = false
+			u.Unknown[i].Reason = un.Reason + "; with the single pipe layout containers may reach MPS without an identity file: reported, never terminated"
+		}
+	}
+}
+
+// crossings notes, for each device measured at, whether it is over its
+// cap (since when) or under; devices the host no longer has are forgotten.
+func (a *Accountant) crossings(u Usage, d Decision, caps map[string]uint64, at time.Time) {
+	over := map[string]bool{}
+	for _, o := range d.Over {
+		over[o.Device] = true
+	}
+	for name := range u.PerDevice {
+		if over[name] {
+			if a.overSince[name].IsZero() {
+				a.overSince[name] = at
+			}
+			continue
+		}
+		delete(a.overSince, name)
+		a.underAt[name] = at
+	}
+	for _, m := range []map[string]time.Time{a.overSince, a.underAt} {
+		for name := range m {
+			if _, ok := caps[name]; !ok {
+				delete(m, name)
+			}
+		}
+	}
+}
+
+// annotate says of an action how it was found and since when its client
+// escaped: its device's crossing of its cap, or its own start.
+func (a *Accountant) annotate(act *Action, detected string) {
+	act.Detected = detected
+	if act.Cause == CauseMemory {
+		act.Escape = EscapeTime{From: EscapeFromCap, Since: a.overSince[act.Device], Bound: a.underAt[act.Device]}
+		return
+	}
+	act.Escape = EscapeTime{From: EscapeFromStart, Since: a.startTime(act.StartTicks)}
 }
 
 // logChanges logs devices going over or back under their cap, and unknown,
 // mismatched and escaping clients when first seen.
-func (a *Accountant) logChanges(ctx context.Context, r Report) {
+func (a *Accountant) logChanges(ctx context.Context, r Report, sampled map[gpu.UUID][]gpu.Process) {
 	over := map[string]bool{}
 	for _, o := range r.Decision.Over {
 		over[o.Device] = true
@@ -169,36 +290,56 @@ func (a *Accountant) logChanges(ctx context.Context, r Report) {
 		}
 	}
 	a.over = over
-	reported := map[reportKey]bool{}
+	reported := reportKeys{}
+	for k := range a.reported {
+		if _, ok := sampled[k.gpu]; !ok {
+			reported[k] = true // a GPU this pass did not look at
+		}
+	}
 	firstSeen := func(k reportKey) bool {
 		reported[k] = true
 		return !a.reported[k]
 	}
 	for _, u := range r.Usage.Unknown {
-		if !firstSeen(reportKey{kind: "unknown", gpu: u.GPU, pid: u.PID, reason: u.Reason}) {
-			continue
-		}
-		if u.Hidden {
-			a.log.WarnContext(ctx, "MPS client in a container whose device cannot be established; terminated under enforce", "gpu", u.GPU,
-				"pid", u.PID, "used_mib", uint64(u.UsedBytes)>>20, "environment", u.Environment, "reason", u.Reason, "policy", string(r.Policy))
-		} else {
-			a.log.WarnContext(ctx, "MPS client billed to no virtual device (reported, never terminated)", "gpu", u.GPU,
-				"pid", u.PID, "used_mib", uint64(u.UsedBytes)>>20, "device", u.Device, "source", u.Source, "environment", u.Environment, "reason", u.Reason)
+		if firstSeen(unknownKey(u)) {
+			a.logUnknown(ctx, u, r.Policy)
 		}
 	}
 	for _, m := range r.Usage.Mismatches {
-		if firstSeen(reportKey{kind: "mismatch", pid: m.PID, start: m.StartTicks, device: m.Device, env: m.Environment, source: m.Source}) {
+		if firstSeen(reportKey{kind: "mismatch", gpu: m.GPU, pid: m.PID, start: m.StartTicks, device: m.Device, env: m.Environment, source: m.Source}) {
 			a.log.WarnContext(ctx, "MPS client's environment or view disagrees with its identity file; billed by its identity", "gpu", m.GPU,
 				"pid", m.PID, "device", m.Device, "environment", m.Environment, "source", m.Source, "used_mib", uint64(m.UsedBytes)>>20, "reason", m.Reason)
 		}
 	}
 	for _, e := range r.Usage.Escapes {
-		if firstSeen(reportKey{kind: "escape", pid: e.PID, start: e.StartTicks, device: e.Device, reason: e.Reason}) {
-			a.log.WarnContext(ctx, "MPS client's environment escapes its device's QoS or memory limit; terminated under enforce", "gpu", e.GPU,
-				"pid", e.PID, "device", e.Device, "source", e.Source, "used_mib", uint64(e.UsedBytes)>>20, "reason", e.Reason, "policy", string(r.Policy))
+		if firstSeen(escapeKey(e)) {
+			a.logEscape(ctx, e, r.Policy)
 		}
 	}
 	a.reported = reported
+}
+
+func escapeKey(e Escape) reportKey {
+	return reportKey{kind: "escape", gpu: e.GPU, pid: e.PID, start: e.StartTicks, device: e.Device, reason: e.Reason}
+}
+
+func (a *Accountant) logEscape(ctx context.Context, e Escape, p config.AccountingPolicy) {
+	a.log.WarnContext(ctx, "MPS client's environment escapes its device's QoS or memory limit; terminated under enforce", "gpu", e.GPU,
+		"pid", e.PID, "device", e.Device, "source", e.Source, "used_mib", uint64(e.UsedBytes)>>20, "reason", e.Reason, "policy", string(p))
+}
+
+func unknownKey(u UnknownProcess) reportKey {
+	return reportKey{kind: "unknown", gpu: u.GPU, pid: u.PID, reason: u.Reason}
+}
+
+func (a *Accountant) logUnknown(ctx context.Context, u UnknownProcess, p config.AccountingPolicy) {
+	if u.Hidden {
+		a.log.WarnContext(ctx, "MPS client in a container whose device cannot be established; terminated under enforce", "gpu", u.GPU,
+			"pid", u.PID, "used_mib", uint64(u.UsedBytes)>>20, "environment", u.Environment, "reason", u.Reason, "policy", string(p))
+		return
+	}
+	a.log.WarnContext(ctx, "MPS client billed to no virtual device (reported, never terminated)", "gpu", u.GPU,
+		"pid", u.PID, "used_mib", uint64(u.UsedBytes)>>20, "device", u.Device, "source", u.Source, "environment", u.Environment, "reason", u.Reason)
 }
 
 // refresh re-reads the identity files and the host's mount namespace; a
