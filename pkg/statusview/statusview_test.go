@@ -50,7 +50,15 @@ func busyHost() status.Status {
 				{PID: 82, GPU: g0, UsedBytes: 30000 << 20, Device: g0 + "::2", Source: "ancestor"}},
 			QoSEscapes: []clientreport.Escape{{PID: 91, GPU: g0, UsedBytes: 2048 << 20, Device: g0 + "::3", Source: "identity",
 				Environment: clientreport.QoSEnv{ClientPriority: clientreport.EnvValue{Value: "0", Set: true}},
-				Reason:      "no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: it gets the server's 100%, its device's share is 30%; CUDA_MPS_CLIENT_PRIORITY=0 raises it above its device's priority 1"}}},
+				Reason:      "no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: it gets the server's 100%, its device's share is 30%; CUDA_MPS_CLIENT_PRIORITY=0 raises it above its device's priority 1"}},
+			NewClients: &status.NewClients{Logs: []status.ClientLog{{Path: "/tmp/nvidia-mps/log/" + g0 + "/control.log", GPUs: []string{g0}, Following: true, Clients: 14},
+				{Path: "/tmp/nvidia-mps/log/" + g1 + "/control.log", GPUs: []string{g1}, Error: "cannot watch /tmp/nvidia-mps/log/" + g1 + " (tried again in 30s): no such file or directory"}},
+				PollIntervalSeconds: 0.1, PolledGPUs: []string{g0, g1}, Checked: 12, Exited: 1, Reused: 0},
+			Terminations: []status.Termination{
+				{PID: 95, GPU: g0, Device: g0 + "::2", Cause: "limit_escape", Step: "sigkill", Detected: "connect", At: time.Date(2026, 11, 22, 2, 40, 0, 0, time.UTC),
+					EscapeFrom: "client_start", EscapeSeconds: 0.004},
+				{PID: 96, GPU: g0, Device: g0 + "::2", Cause: "memory_cap", Step: "terminate_client", Detected: "poll", At: time.Date(2026, 11, 22, 2, 41, 0, 0, time.UTC),
+					EscapeFrom: "cap_crossed", EscapeSeconds: 0.012, EscapeSecondsAtMost: 0.112}}},
 		CDI: &status.CDI{Path: "/etc/cdi/yunion.io-mps-gpu.yaml", Devices: 6},
 		Devices: []status.Device{
 			{Name: g0 + "::0", ID: "d0", Addr: "1a:00.0-0", GPU: g0, MemoryLimit: (h200Memory / 4).Bytes(), UsedBytes: 12288 << 20, Clients: 2, Measured: true, Guest: "pod-a", Healthy: true,
