@@ -260,15 +260,31 @@ func (a *Accountant) crossings(u Usage, d Decision, caps map[string]uint64, at t
 	}
 }
 
+// PollGrace is how long a client the poll found pushing its device over
+// its cap gets after terminate_client, then after SIGTERM, before the next
+// step: a client busy in CUDA dies by itself within a second of
+// terminate_client, but a sleeping one keeps its memory until it is
+// signalled (mps.Controller.TerminateClient), and its neighbours' want of
+// that memory is what an escape costs (issue 39).
+const PollGrace = 200 * time.Millisecond
+
 // annotate says of an action how it was found and since when its client
-// escaped: its device's crossing of its cap, or its own start.
+// escaped: its device's crossing of its cap, or its own start. What the
+// poll (which stands in for the connect check where a control.log cannot
+// be followed) finds in a client's environment is stopped as the connect
+// check stops it, at once; a device it finds over its cap is brought back
+// under within PollGrace of each step.
 func (a *Accountant) annotate(act *Action, detected string) {
 	act.Detected = detected
 	if act.Cause == CauseMemory {
 		act.Escape = EscapeTime{From: EscapeFromCap, Since: a.overSince[act.Device], Bound: a.underAt[act.Device]}
+		if detected == DetectedPoll {
+			act.Grace = PollGrace
+		}
 		return
 	}
 	act.Escape = EscapeTime{From: EscapeFromStart, Since: a.startTime(act.StartTicks)}
+	act.KillFirst = detected == DetectedPoll
 }
 
 // logChanges logs devices going over or back under their cap, and unknown,

@@ -248,4 +248,22 @@ func TestPollTimesTheCrossingOfACap(t *testing.T) {
 	if least, most, _ := s.Escape.Lasted(s.At); least != 0 || most != 100*time.Millisecond {
 		t.Errorf("lasted %s .. %s, want 0 .. 100ms", least, most)
 	}
+	// terminate_client left the sleeping client and its memory: the
+	// poll's grace is short, and the next poll after it signals.
+	r.clock.advance(PollGrace - time.Millisecond)
+	if rep := sample(10*gib, 15*gib); len(rep.Steps) != 0 {
+		t.Errorf("steps %+v within the poll's grace", rep.Steps)
+	}
+	r.clock.advance(time.Millisecond)
+	if rep := sample(10*gib, 15*gib); fmt.Sprint(stepNames(rep.Steps)) != "[61:sigterm]" {
+		t.Errorf("steps %v after the poll's grace, want 61 sent SIGTERM", stepNames(rep.Steps))
+	}
+	// An escape in a client's environment that the poll finds (its
+	// control.log not followed) is stopped as the connect check stops it.
+	r.client(62, 700, limitEnv("x"))
+	procs := map[gpu.UUID][]gpu.Process{gpuA: {{PID: 60, UsedMemoryBytes: 10 * gib}, {PID: 62, UsedMemoryBytes: 0}}}
+	rep = r.acct.Poll(context.Background(), config.AccountingEnforce, procs, r.caps, nil, r.terms)
+	if fmt.Sprint(stepNames(rep.Steps)) != "[62:sigkill]" {
+		t.Errorf("steps %v, want 62 sent SIGKILL at once", stepNames(rep.Steps))
+	}
 }

@@ -59,6 +59,10 @@ type Action struct {
 	// within milliseconds, terminate_client cannot reach a client still
 	// waiting for its server, and a SIGTERM can be caught.
 	KillFirst bool
+	// Grace, when set, is how long the client gets after each step
+	// instead of the Enforcer's: PollGrace for a device over its cap found
+	// by the poll.
+	Grace time.Duration
 	// Detected is the pass that found it: DetectedConnect, DetectedPoll
 	// or DetectedTick.
 	Detected string

@@ -160,6 +160,15 @@ func NewEnforcer(o EnforcerOptions) (*Enforcer, error) {
 	return e, nil
 }
 
+// graceOf is how long a's client gets after each step: its own Grace,
+// else the Enforcer's.
+func (e *Enforcer) graceOf(a Action) time.Duration {
+	if a.Grace > 0 {
+		return a.Grace
+	}
+	return e.grace
+}
+
 // Terminating are the PIDs being terminated, for History.Terminating.
 func (e *Enforcer) Terminating() map[int]bool {
 	out := make(map[int]bool, len(e.pending))
@@ -228,7 +237,7 @@ func (e *Enforcer) Run(ctx context.Context, u Usage, actions []Action, terms map
 		}
 		err := e.terminateClient(ctx, a, terms[a.GPU], servers)
 		if err == nil {
-			p.step, p.deadline = StepTerminateClient, now.Add(e.grace)
+			p.step, p.deadline = StepTerminateClient, now.Add(e.graceOf(a))
 			steps = append(steps, Step{Action: a, Step: StepTerminateClient, At: now, First: true})
 			e.logStep(ctx, slog.LevelWarn, "accounting: terminating "+a.what(), a, StepTerminateClient, nil, now)
 			continue
@@ -284,7 +293,7 @@ func (e *Enforcer) signal(ctx context.Context, p *pendingKill, sig syscall.Signa
 		return e.finish(ctx, p, StepGone, nil, now)
 	}
 	first := p.first
-	p.step, p.deadline, p.first = step, now.Add(e.grace), false
+	p.step, p.deadline, p.first = step, now.Add(e.graceOf(p.Action)), false
 	if err != nil {
 		err = fmt.Errorf("sending %s to PID %d: %w", sig, p.PID, err)
 		e.logStep(ctx, slog.LevelError, "accounting: signalling "+p.what()+" failed", p.Action, step, err, time.Time{})
