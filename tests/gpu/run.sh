@@ -85,7 +85,8 @@ N=$(count)
 check "4 virtual devices registered" "$([ "$N" = 4 ]; echo $?)" "(total $N, cap $CAP MiB each)"
 say "limits read back from the control daemon ($PIPE):"
 for c in "get_default_device_pinned_mem_limit 0" get_default_active_thread_percentage; do echo "$c -> $(ctl "$c")"; done | block
-# The daemon's own cost on a real host (issue 22's bar: RSS <= 30 MiB):
+# The daemon's own cost on a real host (issue 22's bar, as issue 39 made it:
+# its own RSS, less NVML's libraries, <= 20 MiB):
 # resident memory once ready, and its CPU over 20 idle seconds (utime +
 # stime from /proc, clock ticks), a measurement recorded, not a timed check.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$DPID/stat"; }
@@ -102,7 +103,12 @@ say "daemon's resident mappings over 256 kB, by path (kB resident, kB anonymous)
 awk '/^[0-9a-f]+-[0-9a-f]+ /{p=($6==""?"[anon]":$6)} /^Rss:/{r[p]+=$2} /^Anonymous:/{a[p]+=$2}
 	END{for(k in r) if(r[k]>=256) printf "%8d %8d %s\n", r[k], a[k], k}' "/proc/$DPID/smaps" | sort -rn | block
 curl -sf "http://$DAEMON_ADDR/metrics" | grep -E '^go_memstats_(heap_(inuse|idle|released|sys)|stack_inuse|sys)_bytes|^go_gc_gogc|^go_gc_gomemlimit' | block
-check "the daemon's resident memory is at most 30 MiB" "$([ "$RSS" -le 30720 ]; echo $?)" "($RSS kB)"
+# The check is of the daemon's own memory: its RSS less the resident pages
+# of NVML's libraries (libnvidia-ml and the libcuda it loads: about 18 MiB
+# on an H200, driver 580), which no daemon using NVML can shed; the whole
+# RSS (42 MiB there) failed issue 22's 30 MiB on every run (issue 39).
+read -r OWN NV < <(awk '/^[0-9a-f]+-[0-9a-f]+ / {p = $6} /^Rss:/ {all += $2; if (p ~ /lib(nvidia-|cuda)/) nv += $2} END {print all - nv, nv}' "/proc/$DPID/smaps")
+check "the daemon's own resident memory (its RSS less NVML's libraries) is at most 20 MiB" "$([ "$OWN" -le 20480 ]; echo $?)" "($OWN kB own, $NV kB NVML's libraries, $RSS kB in all)"
 
 say
 say "## 3. A CUDA client given a virtual device's environment cannot allocate past its cap"
