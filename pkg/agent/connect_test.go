@@ -519,3 +519,31 @@ func TestPollCatchesADeviceOverItsCap(t *testing.T) {
 		return nc != nil && len(nc.PolledGPUs) == 0
 	})
 }
+
+// A client connected before the daemon started (its line was written to
+// no one) is checked by the accounting's first pass, right after the
+// first reconcile, not a health tick later.
+func TestClientsConnectedBeforeTheStartAreCheckedAtOnce(t *testing.T) {
+	h := newHarness(t, connectTick, fourAndTwo)
+	if err := h.agent.Reconcile(context.Background()); err != nil { // the spec, for the client's environment
+		t.Fatal(err)
+	}
+	g0 := twoGPUs()[0].UUID
+	dev := g0.String() + "::0"
+	c := startChild(t, envWith(h.cdiEntries(t)[dev].environ(), vdev.EnvMemoryLimit+"=x"))
+	h.connect(t, c)
+	h.backend.mu.Lock()
+	h.backend.procs = map[gpu.UUID][]gpu.Process{g0: {{PID: c.pid(), UsedMemoryBytes: 1 << 30}}}
+	h.backend.mu.Unlock()
+	h.agent, _ = New(Options{Config: h.cfg, Backend: h.backend, Runner: h.runner, Inventory: h.inv, SysfsRoot: h.dir + "/nosys", DevRoot: h.dir + "/nodev"})
+	h.runLoops(t)
+	var term status.Termination
+	waitFor(t, "the client terminated", func() bool {
+		var ok bool
+		term, ok = termination(h.agent.Status(), c.pid())
+		return ok
+	})
+	if term.Cause != accounting.CauseLimit || term.Detected != accounting.DetectedTick || term.Step != accounting.StepTerminateClient {
+		t.Errorf("termination %+v; want limit_escape found by the first pass, terminate_client", term)
+	}
+}
