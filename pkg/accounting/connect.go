@@ -107,7 +107,11 @@ func (a *Accountant) Connected(ctx context.Context, p config.AccountingPolicy, c
 			continue
 		}
 		start, err := a.mapper.StartTicks(c.PID)
+		_, seen := a.seen[c.PID]
 		switch {
+		case errors.Is(err, ErrExited) && seen:
+			r.Again++ // checked at its first line, gone since (terminated, say)
+			continue
 		case errors.Is(err, ErrExited):
 			r.Skipped = append(r.Skipped, Skipped{PID: c.PID, Reason: SkipExited})
 			continue
