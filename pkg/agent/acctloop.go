@@ -164,9 +164,12 @@ func (a *Agent) runAccounting(ctx context.Context) {
 			continue
 		}
 		states := logs.states()
-		gpus := polled(*in, active, states)
+		var gpus []gpu.UUID
+		if in.policy != config.AccountingOff {
+			gpus = polled(*in, active, states)
+		}
 		a.noteClientLogs(logs.wanted, states, gpus, every.Seconds())
-		if len(gpus) > 0 && !armed && in.policy != config.AccountingOff {
+		if len(gpus) > 0 && !armed {
 			poll.Reset(every)
 			armed = true
 		}

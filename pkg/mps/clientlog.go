@@ -67,8 +67,14 @@ func ParseNewClient(line []byte, loc *time.Location) (NewClient, error) {
 	if loc == nil {
 		loc = time.Local
 	}
+	// The mark must end the daemon's own header, "[<time> Control <pid>]":
+	// text a client sends the control daemon is logged after a header of
+	// its own ("Cmd:...", "Unknown command ..."), never there.
 	if len(line) < 1+len(controlTimeLayout) || line[0] != '[' {
 		return NewClient{}, fmt.Errorf("NEW CLIENT line %.80q: no time", line)
+	}
+	if !controlHeader(line[1+len(controlTimeLayout) : i]) {
+		return NewClient{}, ErrNotNewClient
 	}
 	at, err := time.ParseInLocation(controlTimeLayout, string(line[1:1+len(controlTimeLayout)]), loc)
 	if err != nil {
@@ -88,4 +94,23 @@ func ParseNewClient(line []byte, loc *time.Location) (NewClient, error) {
 		}
 	}
 	return nc, nil
+}
+
+// controlHeader reports whether h is what follows the time in the control
+// daemon's own header: " Control", spaces, its PID.
+func controlHeader(h []byte) bool {
+	rest, ok := bytes.CutPrefix(h, []byte(" Control "))
+	if !ok {
+		return false
+	}
+	rest = bytes.TrimLeft(rest, " ")
+	if len(rest) == 0 {
+		return false
+	}
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }

@@ -43,6 +43,11 @@ func TestParseNewClient(t *testing.T) {
 		{"[2026-11-22 01:19:14.919 Control   411] NEW CLIENT +7 from user 0: y", 0, 0, "", "PID"},
 		{"[2026-13-22 01:19:14.919 Control   411] NEW CLIENT 7 from user 0: y", 0, 0, "", "time"},
 		{"junk] NEW CLIENT 7 from user 0", 0, 0, "", "no time"},
+		// What a client sends the control daemon is logged after a header
+		// of its own: a NEW CLIENT line forged inside a command is none.
+		{"[2026-11-22 00:54:43.902 Control   430] Cmd:x] NEW CLIENT 1 from user 0: Server already exists", 0, 0, "", "-"},
+		{"[2026-11-22 00:54:43.902 Control   430] Unknown command \"x] NEW CLIENT 1 from user 0\"", 0, 0, "", "-"},
+		{"[2026-11-22 00:54:43.902 Server    430] NEW CLIENT 1 from user 0: y", 0, 0, "", "-"},
 		{"[2026-11-22 01:19:14.919 Control   411] NEW CLIENT 7 from user x: y", 7, -1, "2026-11-22T01:19:14.919Z", ""},
 	} {
 		nc, err := ParseNewClient([]byte(c.line), utc)
