@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -110,6 +111,10 @@ func (c *ClientLog) Run(ctx context.Context, send func(context.Context, []NewCli
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	watched, wait := false, logRetryFirst
+	// wake: something to read; check: look whether the file was
+	// truncated or replaced too (a plain write of more lines needs not).
+	wake, check := false, false
+	base := filepath.Base(c.path)
 	for {
 		if !watched {
 			if err := w.Add(dir); err != nil {
@@ -118,16 +123,18 @@ func (c *ClientLog) Run(ctx context.Context, send func(context.Context, []NewCli
 				wait = min(2*wait, logRetryMax)
 			} else {
 				watched, wait = true, logRetryFirst
+				wake, check = true, true
 				c.following(true, "")
 			}
 		}
-		if watched {
-			if batch := r.read(ctx); len(batch) > 0 {
+		if watched && wake {
+			if batch := r.read(ctx, check); len(batch) > 0 {
 				if err := send(ctx, batch); err != nil {
 					return
 				}
 			}
 		}
+		wake, check = false, false
 		select {
 		case <-ctx.Done():
 			return
@@ -137,15 +144,25 @@ func (c *ClientLog) Run(ctx context.Context, send func(context.Context, []NewCli
 			}
 			for more := true; more; {
 				switch {
-				case ev.Name == c.path && ev.Has(fsnotify.Remove):
-					// Deleted: what is written to it now is seen by no
-					// one, and the file held open would keep the
-					// directory's own removal from being reported.
-					r.drop = true
 				case ev.Has(fsnotify.Remove|fsnotify.Rename) && gone(dir):
+					// The directory went (with the file held open, its
+					// watch would not say so): watched again once back.
 					r.close()
 					_ = w.Remove(dir)
 					watched = false
+				case !strings.HasPrefix(filepath.Base(ev.Name), base):
+					// Another file of the log directory (server.log).
+				case ev.Op == fsnotify.Write:
+					wake = true
+				default:
+					// Made, deleted, renamed: a new file may be there.
+					wake, check = true, true
+					if ev.Name == c.path && ev.Has(fsnotify.Remove) {
+						// Deleted: what is written to it now is seen by
+						// no one, and the file held open would keep the
+						// directory's own removal from being reported.
+						r.drop = true
+					}
 				}
 				select {
 				case ev, more = <-w.Events:
@@ -157,7 +174,8 @@ func (c *ClientLog) Run(ctx context.Context, send func(context.Context, []NewCli
 			if !ok {
 				return
 			}
-			// An overflow loses events, never data: the read above catches up.
+			// An overflow loses events, never data: reading catches up.
+			wake, check = true, true
 			c.trouble("watch", "watching control.log: "+err.Error())
 		case <-retry.C:
 		}
@@ -230,9 +248,12 @@ func (r *logReader) close() {
 	}
 }
 
-// read returns the NEW CLIENT lines written since the last read, following
-// a truncation or a replacement of the file.
-func (r *logReader) read(ctx context.Context) []NewClient {
+// read returns the NEW CLIENT lines written since the last read. With
+// check, or when nothing new was there, it looks whether the file was
+// truncated or replaced too, and follows (the lines written past the
+// offset read of a file truncated and written again between two reads
+// are read as they come, the rest of it not).
+func (r *logReader) read(ctx context.Context, check bool) []NewClient {
 	var out []NewClient
 	initial := r.initial
 	r.initial = false
@@ -241,7 +262,11 @@ func (r *logReader) read(ctx context.Context) []NewClient {
 			return out
 		}
 		initial = false
+		from := r.off
 		out = r.drain(ctx, out)
+		if !check && r.off > from && !r.drop {
+			break // more lines: the file is the one being read
+		}
 		if r.drop {
 			r.drop = false
 			var st unix.Stat_t
