@@ -62,6 +62,17 @@ type Accountant struct {
 	overSince, underAt map[string]time.Time
 	// seen are the clients checked as they connected (Connected), by PID.
 	seen map[int]seenClient
+	// known are the clients the last passes looked up, by PID: a poll
+	// takes a client's identity from here while its start time is the
+	// same (knownLookup), a tick looks every client up afresh.
+	known map[int]knownClient
+}
+
+// knownClient is what a lookup said of a client of a GPU.
+type knownClient struct {
+	gpu gpu.UUID
+	id  Identity
+	err error
 }
 
 // SetServerMemoryLimits says, by GPU, the pinned memory limit MPS holds a
@@ -118,7 +129,8 @@ func New(o Options) *Accountant {
 	// NewEnforcer fails only without Procs, which is set here.
 	enf, _ := NewEnforcer(EnforcerOptions{Grace: o.Grace, Killer: o.Killer, Procs: m, Now: o.Now, Log: log})
 	a := &Accountant{mapper: m, enf: enf, log: log, over: map[string]bool{}, reported: reportKeys{},
-		now: o.Now, uptime: o.Uptime, overSince: map[string]time.Time{}, underAt: map[string]time.Time{}, seen: map[int]seenClient{}}
+		now: o.Now, uptime: o.Uptime, overSince: map[string]time.Time{}, underAt: map[string]time.Time{}, seen: map[int]seenClient{},
+		known: map[int]knownClient{}}
 	if a.now == nil {
 		a.now = time.Now
 	}
@@ -188,6 +200,7 @@ func (a *Accountant) setPolicy(ctx context.Context, p config.AccountingPolicy) b
 		clear(a.overSince)
 		clear(a.underAt)
 		clear(a.seen)
+		clear(a.known)
 		return false
 	}
 	return true
@@ -199,8 +212,7 @@ func (a *Accountant) pass(ctx context.Context, detected string, p config.Account
 		return r
 	}
 	at := a.now()
-	a.refresh(ctx)
-	r.Usage = Account(procs, caps, a.mapper.Lookup)
+	r.Usage = Account(procs, caps, a.lookupFor(ctx, detected))
 	a.hiddenOptional(&r.Usage)
 	r.Usage.Escapes = Escapes(r.Usage, caps, qos, a.serverMemory)
 	h := History{Previous: a.prev, Terminating: a.enf.Terminating()}
@@ -219,6 +231,43 @@ func (a *Accountant) pass(ctx context.Context, detected string, p config.Account
 	a.forgetSeen(at)
 	return r
 }
+
+// lookupFor is how a pass finds its clients' devices: a tick re-reads the
+// host's identity files and looks every client up (and forgets the ones
+// it did not list); a poll, ten times a second while a GPU has clients,
+// takes a client it knows from the last pass as it was while its start
+// time is the same (a few microseconds of /proc against a lookup's 15 or
+// more, docs/benchmarks.md), and re-reads the identity files only for a
+// client it does not know. What a process is billed to cannot change while
+// it lives; what it shows of itself can, and the tick sees that.
+func (a *Accountant) lookupFor(ctx context.Context, detected string) LookupFunc {
+	refreshed := false
+	fresh := func(pid int, g gpu.UUID) (Identity, error) {
+		if !refreshed {
+			a.refresh(ctx)
+			refreshed = true
+		}
+		id, err := a.mapper.Lookup(pid, g)
+		a.known[pid] = knownClient{gpu: g, id: id, err: err}
+		return id, err
+	}
+	if detected != DetectedPoll {
+		clear(a.known)
+		return fresh
+	}
+	return func(pid int, g gpu.UUID) (Identity, error) {
+		if k, ok := a.known[pid]; ok && k.gpu == g && k.id.StartTicks != 0 {
+			if start, err := a.mapper.StartTicks(pid); err == nil && start == k.id.StartTicks {
+				return k.id, k.err
+			}
+		}
+		return fresh(pid, g)
+	}
+}
+
+// Terminating says how many clients are being terminated: a pass must run
+// to take their next steps when their grace ends.
+func (a *Accountant) Terminating() int { return len(a.enf.pending) }
 
 // hiddenOptional: with the single pipe layout, a container client without
 // a device is reported, never terminated (SetIdentityRequired).

@@ -267,3 +267,34 @@ func TestPollTimesTheCrossingOfACap(t *testing.T) {
 		t.Errorf("steps %v, want 62 sent SIGKILL at once", stepNames(rep.Steps))
 	}
 }
+
+// A poll takes a client it knows as the last pass found it, while its
+// start time is the same; a PID that names a new process is looked up
+// afresh, and the tick looks every client up again.
+func TestPollKnowsItsClients(t *testing.T) {
+	r := newConnectRig(t)
+	r.client(70, 500)
+	procs := map[gpu.UUID][]gpu.Process{gpuA: {{PID: 70, UsedMemoryBytes: gib}}}
+	poll := func() Report {
+		return r.acct.Poll(context.Background(), config.AccountingReport, procs, r.caps, nil, r.terms)
+	}
+	if rep := poll(); len(rep.Usage.PerDevice[gpuA+"::0"].Clients) != 1 {
+		t.Fatalf("first poll: %+v", rep.Usage)
+	}
+	// Its environment rewritten in place (a process may): the poll goes
+	// on with what it knew, the tick sees the escape.
+	r.proc.write(70, "environ", env("PATH=/usr/bin", vdev.EnvVar+"="+gpuA+"::0", limitEnv("x")))
+	if rep := poll(); len(rep.Usage.Escapes) != 0 {
+		t.Errorf("the poll looked the known client up again: %+v", rep.Usage.Escapes)
+	}
+	if rep := r.acct.Tick(context.Background(), config.AccountingReport, procs, r.caps, nil, r.terms); len(rep.Usage.Escapes) != 1 {
+		t.Errorf("the tick did not look it up afresh: %+v", rep.Usage.Escapes)
+	}
+	// The PID reused by a process of another device: looked up afresh.
+	r.proc.exit(70)
+	r.proc.give("d", gpuA+"::1")
+	r.proc.addContainer(70, 1, 600, "d", gpuA+"::1")
+	if rep := poll(); len(rep.Usage.PerDevice[gpuA+"::1"].Clients) != 1 || len(rep.Usage.PerDevice[gpuA+"::0"].Clients) != 0 {
+		t.Errorf("a reused PID billed as the process it was: %+v", rep.Usage.PerDevice)
+	}
+}

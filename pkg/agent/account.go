@@ -120,10 +120,23 @@ func (a *Agent) accountWith(ctx context.Context, in acctInputs, only []gpu.UUID)
 	if only != nil {
 		gpus = only
 	}
+	procs := a.sample(ctx, gpus)
+	a.accountSampled(ctx, in, only, procs)
+	return procs
+}
+
+// sample is NVML's MPS clients of gpus (a GPU that cannot be listed left
+// out, and said).
+func (a *Agent) sample(ctx context.Context, gpus []gpu.UUID) map[gpu.UUID][]gpu.Process {
 	procs, err := accounting.Sample(ctx, a.opts.Backend, gpus)
 	if err != nil {
 		a.log.Warn("listing MPS clients; those GPUs go unmeasured this pass", "err", err)
 	}
+	return procs
+}
+
+// accountSampled is accountWith's pass over what was sampled.
+func (a *Agent) accountSampled(ctx context.Context, in acctInputs, only []gpu.UUID, procs map[gpu.UUID][]gpu.Process) {
 	a.acct.SetIdentityRequired(in.identityRequired)
 	a.acct.SetServerMemoryLimits(in.serverMemory)
 	caps, qos := in.scope()
@@ -140,7 +153,6 @@ func (a *Agent) accountWith(ctx context.Context, in acctInputs, only []gpu.UUID)
 	}
 	a.noteUsage(r, sampled)
 	a.met.observeAccounting(r)
-	return procs
 }
 
 // checkConnected checks clients as they connected (the lines of the

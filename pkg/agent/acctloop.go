@@ -95,11 +95,15 @@ func (a *Agent) runAccounting(ctx context.Context) {
 	}
 	var in *acctInputs
 	active := map[gpu.UUID]bool{} // GPUs with clients
+	// lastPoll is what the last poll of each GPU listed since the last
+	// pass over every GPU or client check (which forget it).
+	lastPoll := map[gpu.UUID][]gpu.Process{}
 	poll := time.NewTimer(time.Hour)
 	poll.Stop()
 	defer poll.Stop()
 	armed := false
 	full := func() {
+		clear(lastPoll)
 		a.acctStep(ctx, "accounting", func(ctx context.Context) {
 			procs := a.accountWith(ctx, *in, nil)
 			clear(active)
@@ -131,6 +135,7 @@ func (a *Agent) runAccounting(ctx context.Context) {
 			if in == nil {
 				continue
 			}
+			clear(lastPoll)
 			a.acctStep(ctx, "accounting: clients connecting", func(ctx context.Context) {
 				for more := true; more; {
 					a.checkConnected(ctx, *in, b.path, b.lines)
@@ -151,11 +156,20 @@ func (a *Agent) runAccounting(ctx context.Context) {
 			}
 			if gpus := polled(*in, active, logs.states()); len(gpus) > 0 {
 				a.acctStep(ctx, "accounting: poll", func(ctx context.Context) {
-					procs := a.accountWith(ctx, *in, gpus)
+					procs := a.sample(ctx, gpus)
+					// The same clients with the same memory as the last
+					// poll, and no termination to move on: the pass would
+					// find what the last one found.
+					if !samePolled(lastPoll, procs, gpus) || a.acct.Terminating() > 0 {
+						a.accountSampled(ctx, *in, gpus, procs)
+					}
 					for _, g := range gpus {
 						if ps, listed := procs[g]; listed {
 							active[g] = len(ps) > 0
-						} // a GPU NVML could not list stays as it was
+							lastPoll[g] = ps
+						} else {
+							delete(lastPoll, g) // a GPU NVML could not list stays as it was
+						}
 					}
 				})
 			}
@@ -174,6 +188,19 @@ func (a *Agent) runAccounting(ctx context.Context) {
 			armed = true
 		}
 	}
+}
+
+// samePolled reports whether procs lists, for every GPU of gpus, what
+// last listed: the same clients with the same memory.
+func samePolled(last, procs map[gpu.UUID][]gpu.Process, gpus []gpu.UUID) bool {
+	for _, g := range gpus {
+		old, ok := last[g]
+		cur, listed := procs[g]
+		if !ok || !listed || !slices.Equal(old, cur) {
+			return false
+		}
+	}
+	return true
 }
 
 // polled are the GPUs of in a poll looks at: those with clients, and
