@@ -69,7 +69,7 @@ say "## 2. What MPS does with each form alone (a control daemon of our own makin
 P0=$W/p0; mkdir -p "$P0" "$P0.log"; chmod 755 "$P0" "$P0.log"
 CUDA_MPS_PIPE_DIRECTORY=$P0 CUDA_MPS_LOG_DIRECTORY=$P0.log CUDA_VISIBLE_DEVICES=$UUID nvidia-cuda-mps-control -d -multiuser-server
 echo "set_default_device_pinned_mem_limit 0 4G" | CUDA_MPS_PIPE_DIRECTORY=$P0 timeout 10 nvidia-cuda-mps-control >/dev/null
-form_mib() { env -i PATH="$PATH" CUDA_MPS_PIPE_DIRECTORY="$P0" CUDA_VISIBLE_DEVICES="$UUID" "$@" timeout 60 "$EC" -b 512 alloc 16384 2>&1 |
+form_mib() { env -i PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" CUDA_MPS_PIPE_DIRECTORY="$P0" CUDA_VISIBLE_DEVICES="$UUID" "$@" timeout 60 "$EC" -b 512 alloc 16384 2>&1 |
 	awk '$1=="alloc"||$1=="refused" {print $2} $1=="fail" {print $0}'; }
 say "| the client's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT | MiB it got (of 16384 asked) |"
 say "|---|---|"
@@ -77,7 +77,7 @@ say "| unset | $(form_mib) |"
 for f in "0=4096M" "x" "0=0" "0=1M,0=999999M" "0=4096M,1=1M" "1=4096M" "GPU-00000000-0000-0000-0000-000000000000=4096M"; do
 	say "| \`$f\` | $(form_mib CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="$f") |"
 done
-say "| unset, \`x\` set with setenv before cuInit | $(env -i PATH="$PATH" CUDA_MPS_PIPE_DIRECTORY="$P0" CUDA_VISIBLE_DEVICES="$UUID" timeout 60 "$EC" -b 512 -e CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=x alloc 16384 2>&1 | awk '$1=="alloc"||$1=="refused" {print $2}') |"
+say "| unset, \`x\` set with setenv before cuInit | $(env -i PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" CUDA_MPS_PIPE_DIRECTORY="$P0" CUDA_VISIBLE_DEVICES="$UUID" timeout 60 "$EC" -b 512 -e CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=x alloc 16384 2>&1 | awk '$1=="alloc"||$1=="refused" {print $2}') |"
 echo quit | CUDA_MPS_PIPE_DIRECTORY=$P0 timeout 10 nvidia-cuda-mps-control >/dev/null
 
 say
