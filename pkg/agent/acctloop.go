@@ -87,7 +87,8 @@ type logBatch struct {
 // followers stopped.
 func (a *Agent) runAccounting(ctx context.Context) {
 	batches := make(chan logBatch, 64)
-	logs := &clientLogs{log: a.log, out: batches, running: map[string]*followedLog{}}
+	changed := make(chan struct{}, 1) // a log started or stopped being followed
+	logs := &clientLogs{log: a.log, out: batches, changed: changed, running: map[string]*followedLog{}}
 	defer logs.stop()
 	every := a.opts.ClientPollInterval
 	if every <= 0 {
@@ -149,6 +150,9 @@ func (a *Agent) runAccounting(ctx context.Context) {
 					}
 				}
 			})
+		case <-changed:
+			// Said in the status below; a GPU whose log is not followed
+			// is polled from now on.
 		case <-poll.C:
 			armed = false
 			if in == nil {
@@ -241,6 +245,7 @@ func (a *Agent) acctStep(ctx context.Context, name string, f func(context.Contex
 type clientLogs struct {
 	log     *slog.Logger
 	out     chan<- logBatch
+	changed chan struct{}
 	running map[string]*followedLog
 	// wanted are the logs to follow, with their GPUs.
 	wanted map[string][]gpu.UUID
@@ -267,6 +272,12 @@ func (c *clientLogs) set(ctx context.Context, want map[string][]gpu.UUID) {
 		}
 		fctx, cancel := context.WithCancel(ctx)
 		f := &followedLog{cl: mps.NewClientLog(path, c.log.With("component", "accounting")), cancel: cancel}
+		f.cl.OnChange(func() {
+			select {
+			case c.changed <- struct{}{}:
+			default: // one is pending already
+			}
+		})
 		c.running[path] = f
 		c.wg.Go(func() {
 			f.cl.Run(fctx, func(ctx context.Context, lines []mps.NewClient) error {

@@ -547,3 +547,46 @@ func TestClientsConnectedBeforeTheStartAreCheckedAtOnce(t *testing.T) {
 		t.Errorf("termination %+v; want limit_escape found by the first pass, terminate_client", term)
 	}
 }
+
+// A control.log that cannot be followed (its directory gone) is said so,
+// and its GPU is polled even while idle: a client with an escaping
+// environment that NVML lists is found by the poll and killed at once.
+func TestUnfollowedLogFallsBackToPolling(t *testing.T) {
+	h := newHarness(t, connectTick, fourAndTwo)
+	h.runLoops(t)
+	g0 := twoGPUs()[0].UUID
+	dev := g0.String() + "::0"
+	env := envWith(h.cdiEntries(t)[dev].environ(), vdev.EnvMemoryLimit+"=0=0")
+	logDir := filepath.Join(h.dir, "log", g0.String())
+	if err := os.RemoveAll(logDir); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the log reported not followed and its GPU polled", func() bool {
+		nc := newClients(h.agent.Status())
+		if nc == nil || !slices.Contains(nc.PolledGPUs, g0.String()) {
+			return false
+		}
+		for _, l := range nc.Logs {
+			if strings.HasPrefix(l.Path, logDir) {
+				return !l.Following && strings.Contains(l.Error, logDir)
+			}
+		}
+		return false
+	})
+	c := startChild(t, env)
+	h.backend.mu.Lock()
+	h.backend.procs = map[gpu.UUID][]gpu.Process{g0: {{PID: c.pid(), UsedMemoryBytes: 300 << 20}}}
+	h.backend.mu.Unlock()
+	if !c.killed(t) {
+		t.Fatalf("ended with %v, want SIGKILL", c.state)
+	}
+	var term status.Termination
+	waitFor(t, "its termination in /status", func() bool {
+		var ok bool
+		term, ok = termination(h.agent.Status(), c.pid())
+		return ok
+	})
+	if term.Detected != accounting.DetectedPoll || term.Step != accounting.StepSIGKILL || term.Cause != accounting.CauseLimit {
+		t.Errorf("termination %+v; want found by the poll, SIGKILL at once", term)
+	}
+}

@@ -76,7 +76,13 @@ type ClientLog struct {
 	mu     sync.Mutex
 	st     ClientLogState
 	warned map[string]bool // the kinds of trouble logged at warn once
+	// changed is called when Following or Error changes (OnChange).
+	changed func()
 }
+
+// OnChange has f called, from Run's goroutine, each time the log starts
+// or stops being followed; set it before Run.
+func (c *ClientLog) OnChange(f func()) { c.changed = f }
 
 // NewClientLog follows the control.log at path.
 func NewClientLog(path string, log *slog.Logger) *ClientLog {
@@ -194,6 +200,9 @@ func (c *ClientLog) following(on bool, why string) {
 	c.mu.Unlock()
 	if changed && !on {
 		c.log.Warn("control.log cannot be followed: new MPS clients are found by polling instead", "reason", why)
+	}
+	if changed && c.changed != nil {
+		c.changed()
 	}
 }
 
