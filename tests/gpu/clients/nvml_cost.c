@@ -10,6 +10,11 @@
  *   nvml_cost watch UUID S MS    every MS ms for S seconds, each change of
  *                                the MPS clients' memory: "seen <time>
  *                                <pid>:<MiB> ..." (CLOCK_REALTIME seconds)
+ *   nvml_cost rss UUID           the anonymous memory NVML takes in its
+ *                                caller (nvmlInit and the calls the daemon
+ *                                makes): "nvml_anon_kb <RssAnon after less
+ *                                before>", for tests/gpu/run.sh's check of
+ *                                the daemon's own memory
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -85,8 +90,23 @@ static int compute(nvmlDevice_t d)
 	return rc == 0 ? (int)n : -rc;
 }
 
+static long rss_anon_kb(void)
+{
+	char line[256];
+	long kb = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof line, f) != NULL)
+		if (sscanf(line, "RssAnon: %ld", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
 int main(int argc, char **argv)
 {
+	long anon0 = rss_anon_kb();
 	if (argc < 3) {
 		printf("usage: nvml_cost cost UUID N | list UUID | watch UUID S MS\n");
 		return 2;
@@ -133,6 +153,14 @@ int main(int argc, char **argv)
 		memInfo m;
 		if (getMem(d, &m) == 0)
 			printf("memory used %llu MiB of %llu MiB\n", m.used >> 20, m.total >> 20);
+		return 0;
+	}
+	if (strcmp(argv[1], "rss") == 0) {
+		memInfo m;
+		getMem(d, &m);
+		for (int k = 0; k < 10; k++)
+			mps(d);
+		printf("nvml_anon_kb %ld\n", rss_anon_kb() - anon0);
 		return 0;
 	}
 	if (strcmp(argv[1], "list") == 0) {
