@@ -107,48 +107,67 @@ type LookupFunc func(pid int, gpuUUID gpu.UUID) (Identity, error)
 // saw it on.
 func Account(procs map[gpu.UUID][]gpu.Process, caps map[string]uint64, lookup LookupFunc) Usage {
 	u := Usage{PerDevice: map[string]DeviceUsage{}}
+	u.devicesOf(caps, func(g gpu.UUID) bool { _, sampled := procs[g]; return sampled })
+	for _, uuid := range slices.Sorted(maps.Keys(procs)) {
+		for _, p := range procs[uuid] {
+			id, err := lookup(p.PID, uuid)
+			u.bill(uuid, p, id, err)
+		}
+	}
+	u.sort()
+	return u
+}
+
+// devicesOf puts every device of caps whose GPU is of gpus in u.PerDevice,
+// with no client yet.
+func (u *Usage) devicesOf(caps map[string]uint64, gpus func(gpu.UUID) bool) {
 	for name := range caps {
 		uuid, _, err := vdev.ParseName(name)
 		if err != nil {
 			continue
 		}
-		if _, sampled := procs[uuid]; sampled {
+		if gpus(uuid) {
 			u.PerDevice[name] = DeviceUsage{GPU: uuid}
 		}
 	}
-	for _, uuid := range slices.Sorted(maps.Keys(procs)) {
-		for _, p := range procs[uuid] {
-			id, err := lookup(p.PID, uuid)
-			unknown := UnknownProcess{Unknown: clientreport.Unknown{PID: p.PID, GPU: uuid, UsedBytes: units.Bytes(p.UsedMemoryBytes),
-				Device: id.Device, Source: id.Source, Environment: id.Environment}, StartTicks: id.StartTicks}
-			switch {
-			case err != nil:
-				unknown.Reason = join(reason(err), id.Detail)
-				unknown.Hidden = errors.Is(err, ErrNoIdentity)
-			default:
-				devGPU, _, _ := vdev.ParseName(id.Device)
-				d, ok := u.PerDevice[id.Device]
-				switch {
-				case devGPU != uuid:
-					unknown.Reason = fmt.Sprintf("names %s, a device of GPU %s", id.Device, devGPU)
-				case !ok:
-					unknown.Reason = fmt.Sprintf("names %s, which this host does not have", id.Device)
-				default:
-					d.UsedBytes += p.UsedMemoryBytes
-					c := Client{PID: p.PID, UsedBytes: p.UsedMemoryBytes, StartTicks: id.StartTicks, Source: id.Source, Env: id.QoSEnv}
-					d.Clients = append(d.Clients, c)
-					u.PerDevice[id.Device] = d
-					if id.Mismatch() {
-						u.Mismatches = append(u.Mismatches, Mismatch{Mismatch: clientreport.Mismatch{PID: c.PID, GPU: uuid,
-							UsedBytes: units.Bytes(c.UsedBytes), Device: id.Device, Source: c.Source, Environment: id.Environment,
-							Reason: mismatchReason(id)}, StartTicks: c.StartTicks})
-					}
-					continue
-				}
+}
+
+// bill adds client p of GPU uuid, whose lookup said id and err, to its
+// device of u.PerDevice, or to u.Unknown; a mismatch to u.Mismatches.
+func (u *Usage) bill(uuid gpu.UUID, p gpu.Process, id Identity, err error) (billed bool) {
+	unknown := UnknownProcess{Unknown: clientreport.Unknown{PID: p.PID, GPU: uuid, UsedBytes: units.Bytes(p.UsedMemoryBytes),
+		Device: id.Device, Source: id.Source, Environment: id.Environment}, StartTicks: id.StartTicks}
+	switch {
+	case err != nil:
+		unknown.Reason = join(reason(err), id.Detail)
+		unknown.Hidden = errors.Is(err, ErrNoIdentity)
+	default:
+		devGPU, _, _ := vdev.ParseName(id.Device)
+		d, ok := u.PerDevice[id.Device]
+		switch {
+		case devGPU != uuid:
+			unknown.Reason = fmt.Sprintf("names %s, a device of GPU %s", id.Device, devGPU)
+		case !ok:
+			unknown.Reason = fmt.Sprintf("names %s, which this host does not have", id.Device)
+		default:
+			d.UsedBytes += p.UsedMemoryBytes
+			c := Client{PID: p.PID, UsedBytes: p.UsedMemoryBytes, StartTicks: id.StartTicks, Source: id.Source, Env: id.QoSEnv}
+			d.Clients = append(d.Clients, c)
+			u.PerDevice[id.Device] = d
+			if id.Mismatch() {
+				u.Mismatches = append(u.Mismatches, Mismatch{Mismatch: clientreport.Mismatch{PID: c.PID, GPU: uuid,
+					UsedBytes: units.Bytes(c.UsedBytes), Device: id.Device, Source: c.Source, Environment: id.Environment,
+					Reason: mismatchReason(id)}, StartTicks: c.StartTicks})
 			}
-			u.Unknown = append(u.Unknown, unknown)
+			return true
 		}
 	}
+	u.Unknown = append(u.Unknown, unknown)
+	return false
+}
+
+// sort orders u's lists as logs and /status show them.
+func (u *Usage) sort() {
 	byGPUThenPID(u.Unknown)
 	byGPUThenPID(u.Mismatches)
 	for name, d := range u.PerDevice {
@@ -159,7 +178,6 @@ func Account(procs map[gpu.UUID][]gpu.Process, caps map[string]uint64, lookup Lo
 		}
 		u.PerDevice[name] = d
 	}
-	return u
 }
 
 // reason is an unknown process's reason, short enough for a status field.

@@ -1,9 +1,14 @@
 package accounting
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
 // BenchmarkMapperLookup is what one MPS client costs each accounting tick
@@ -46,6 +51,46 @@ func BenchmarkMapperLookup(b *testing.B) {
 				}
 				if err != nil || id.Source != bc.source {
 					b.Fatalf("Lookup(%d) = %+v, %v", bc.pid, id, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPass is one pass over a GPU of 48 clients (MPS's most on Volta
+// and later), each a container's process found by its identity file: a
+// tick, which looks every client up, and a poll, which knows them from the
+// pass before (Accountant.lookupFor).
+//
+//	go test -run '^$' -bench Pass ./pkg/accounting
+func BenchmarkPass(b *testing.B) {
+	p := newFakeProc(b)
+	caps := map[string]uint64{}
+	var procs []gpu.Process
+	for i := range 48 {
+		dev := fmt.Sprintf("%s::%d", gpuA, i%4)
+		caps[dev] = 20 << 30
+		ctr := fmt.Sprintf("c%d", i%4)
+		if i < 4 {
+			p.give(ctr, dev)
+		}
+		p.addContainer(100+i, 1, uint64(100+i), ctr, dev)
+		procs = append(procs, gpu.Process{PID: 100 + i, UsedMemoryBytes: 1 << 30})
+	}
+	sample := map[gpu.UUID][]gpu.Process{gpuA: procs}
+	for _, kind := range []string{"tick", "poll"} {
+		b.Run(kind, func(b *testing.B) {
+			a := New(Options{ProcRoot: p.root, Identities: p.store.Table})
+			a.Tick(context.Background(), config.AccountingReport, sample, caps, nil, nil)
+			for b.Loop() {
+				var r Report
+				if kind == "tick" {
+					r = a.Tick(context.Background(), config.AccountingReport, sample, caps, nil, nil)
+				} else {
+					r = a.Poll(context.Background(), config.AccountingReport, sample, caps, nil, nil)
+				}
+				if len(r.Usage.Unknown) != 0 {
+					b.Fatalf("unknown %+v", r.Usage.Unknown)
 				}
 			}
 		})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
@@ -52,6 +53,70 @@ type Action struct {
 	// StartTicks identifies the process (a reused PID is another one).
 	StartTicks uint64
 	Reason     string
+	// KillFirst: SIGKILL at once, no terminate_client and no grace
+	// first. For a client caught as it connects (issue 39): it has done
+	// nothing on the GPU yet, its escape could take the GPU's memory
+	// within milliseconds, terminate_client cannot reach a client still
+	// waiting for its server, and a SIGTERM can be caught.
+	KillFirst bool
+	// Grace, when set, is how long the client gets after each step
+	// instead of the Enforcer's: PollGrace for a device over its cap found
+	// by the poll.
+	Grace time.Duration
+	// Detected is the pass that found it: DetectedConnect, DetectedPoll
+	// or DetectedTick.
+	Detected string
+	// Escape says since when the client escaped (EscapeTime).
+	Escape EscapeTime
+}
+
+// Passes of the accounting that find what is to be terminated.
+const (
+	// DetectedConnect: the client was checked as it connected (its
+	// control daemon's NEW CLIENT line), before it allocated.
+	DetectedConnect = "connect"
+	// DetectedPoll: a pass over the GPUs that have clients, every
+	// fraction of a second while they have any.
+	DetectedPoll = "poll"
+	// DetectedTick: the pass over every GPU on the health tick.
+	DetectedTick = "tick"
+)
+
+// Detections lists every pass, for series that must exist before the
+// first.
+func Detections() []string { return []string{DetectedConnect, DetectedPoll, DetectedTick} }
+
+// Where an escape's time is counted from.
+const (
+	// EscapeFromStart: the client's start (an escape in its initial
+	// environment, or a client in a container whose device cannot be
+	// established: it escaped from its first instant).
+	EscapeFromStart = "client_start"
+	// EscapeFromCap: its device crossing its cap, as the samples saw it.
+	EscapeFromCap = "cap_crossed"
+)
+
+// EscapeTime is since when a client escaped, as far as is known.
+type EscapeTime struct {
+	// From is EscapeFromStart or EscapeFromCap ("" unknown).
+	From string
+	// Since is the client's start, or the first sample that saw its
+	// device over its cap; Bound, for a cap, the last sample that saw it
+	// under (zero: none did). The escape began in (Bound, Since].
+	Since, Bound time.Time
+}
+
+// Lasted is how long the escape had lasted at t: at least, and at most
+// (0 when no sample bounds it); known is false without a Since.
+func (e EscapeTime) Lasted(t time.Time) (least, most time.Duration, known bool) {
+	if e.Since.IsZero() {
+		return 0, 0, false
+	}
+	least = max(t.Sub(e.Since), 0)
+	if !e.Bound.IsZero() {
+		most = max(t.Sub(e.Bound), 0)
+	}
+	return least, most, true
 }
 
 // Decision is what Decide found: the devices over their cap (under report

@@ -21,7 +21,10 @@
 //   - Enforcer carries the picks out: terminate_client through the GPU's MPS
 //     control, then SIGTERM and SIGKILL for a process that does not go,
 //     without ever waiting inside the caller's loop.
-//   - Accountant strings them together for one tick of the agent's loop.
+//   - Accountant strings them together for one pass of the agent's
+//     accounting loop: Tick (every GPU, on the health tick), Poll (the GPUs
+//     that have clients, every 100 ms) and Connected (clients as they
+//     connect, before they can allocate: connect.go), with one set of rules.
 //
 // What holds and what does not. The cap that cannot be escaped is MPS's own
 // per-process cap, which the control daemon sets on the server: a client can

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
@@ -29,11 +31,44 @@ type Killer interface {
 	Signal(pid int, sig syscall.Signal) error
 }
 
-// SyscallKiller signals with kill(2).
+// SyscallKiller signals with kill(2), and through a pidfd where it must be
+// sure of the process (SignalSame).
 type SyscallKiller struct{}
 
 // Signal implements Killer.
 func (SyscallKiller) Signal(pid int, sig syscall.Signal) error { return syscall.Kill(pid, sig) }
+
+// errNotSame: the PID names another process than the one checked.
+var errNotSame = errors.New("the PID names another process now")
+
+// SignalSame sends sig to pid only if same, asked after a pidfd of pid is
+// open, says it is still the process checked: the pidfd names one process
+// for good, so a PID reused between the check and the signal cannot get
+// it. A kernel without pidfd_open (before Linux 5.3) is asked with kill(2)
+// right after same.
+func (SyscallKiller) SignalSame(pid int, sig syscall.Signal, same func() bool) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	switch {
+	case errors.Is(err, syscall.ESRCH):
+		return syscall.ESRCH
+	case err != nil:
+		if !same() {
+			return errNotSame
+		}
+		return syscall.Kill(pid, sig)
+	}
+	defer unix.Close(fd)
+	if !same() {
+		return errNotSame
+	}
+	return unix.PidfdSendSignal(fd, sig, nil, 0)
+}
+
+// sameSignaller is a Killer that signals a process only while it is the
+// one checked (SyscallKiller).
+type sameSignaller interface {
+	SignalSame(pid int, sig syscall.Signal, same func() bool) error
+}
 
 // Steps an Enforcer takes, as logged and reported.
 const (
@@ -55,6 +90,11 @@ type Step struct {
 	Action
 	Step string
 	Err  error
+	// At is when it was done; First marks the step that first acted on
+	// the client (terminate_client, or the signal that stood in for it):
+	// where its escape ends.
+	At    time.Time
+	First bool
 }
 
 // EnforcerOptions wires an Enforcer.
@@ -95,6 +135,8 @@ type pendingKill struct {
 	Action
 	step     string // the last step taken
 	deadline time.Time
+	// first: the next signal is the first step that acts on the client.
+	first bool
 }
 
 // NewEnforcer builds an Enforcer.
@@ -118,6 +160,15 @@ func NewEnforcer(o EnforcerOptions) (*Enforcer, error) {
 	return e, nil
 }
 
+// graceOf is how long a's client gets after each step: its own Grace,
+// else the Enforcer's.
+func (e *Enforcer) graceOf(a Action) time.Duration {
+	if a.Grace > 0 {
+		return a.Grace
+	}
+	return e.grace
+}
+
 // Terminating are the PIDs being terminated, for History.Terminating.
 func (e *Enforcer) Terminating() map[int]bool {
 	out := make(map[int]bool, len(e.pending))
@@ -130,7 +181,7 @@ func (e *Enforcer) Terminating() map[int]bool {
 // Reset forgets the terminations under way (the policy left enforce).
 func (e *Enforcer) Reset(ctx context.Context) {
 	for _, pid := range slices.Sorted(maps.Keys(e.pending)) {
-		e.logStep(ctx, slog.LevelInfo, "accounting: termination dropped, policy no longer enforce", e.pending[pid].Action, e.pending[pid].step, nil)
+		e.logStep(ctx, slog.LevelInfo, "accounting: termination dropped, policy no longer enforce", e.pending[pid].Action, e.pending[pid].step, nil, time.Time{})
 	}
 	clear(e.pending)
 }
@@ -149,12 +200,12 @@ func (e *Enforcer) Run(ctx context.Context, u Usage, actions []Action, terms map
 			continue
 		}
 		if !e.same(p.Action) {
-			steps = append(steps, e.finish(ctx, p, StepGone, nil))
+			steps = append(steps, e.finish(ctx, p, StepGone, nil, now))
 			continue
 		}
 		alive := e.alive(pid)
 		if !alive && !listed[pid] {
-			steps = append(steps, e.finish(ctx, p, StepGone, nil))
+			steps = append(steps, e.finish(ctx, p, StepGone, nil, now))
 			continue
 		}
 		switch p.step {
@@ -164,7 +215,7 @@ func (e *Enforcer) Run(ctx context.Context, u Usage, actions []Action, terms map
 			steps = append(steps, e.signal(ctx, p, syscall.SIGKILL, StepSIGKILL, now))
 		default:
 			err := fmt.Errorf("PID %d still there %s after SIGKILL (alive %t, listed by NVML %t)", pid, e.grace, alive, listed[pid])
-			steps = append(steps, e.finish(ctx, p, StepGaveUp, err))
+			steps = append(steps, e.finish(ctx, p, StepGaveUp, err, now))
 		}
 	}
 	servers := map[gpu.UUID]clientServers{}
@@ -173,23 +224,28 @@ func (e *Enforcer) Run(ctx context.Context, u Usage, actions []Action, terms map
 			continue
 		}
 		if !e.same(a) {
-			steps = append(steps, Step{Action: a, Step: StepGone})
-			e.logStep(ctx, slog.LevelInfo, "accounting: client exited before termination", a, StepGone, nil)
+			steps = append(steps, Step{Action: a, Step: StepGone, At: now})
+			e.logStep(ctx, slog.LevelInfo, "accounting: client exited before termination", a, StepGone, nil, time.Time{})
 			continue
 		}
 		p := &pendingKill{Action: a}
 		e.pending[a.PID] = p
+		if a.KillFirst {
+			p.first = true
+			steps = append(steps, e.signal(ctx, p, syscall.SIGKILL, StepSIGKILL, now))
+			continue
+		}
 		err := e.terminateClient(ctx, a, terms[a.GPU], servers)
 		if err == nil {
-			p.step, p.deadline = StepTerminateClient, now.Add(e.grace)
-			steps = append(steps, Step{Action: a, Step: StepTerminateClient})
-			e.logStep(ctx, slog.LevelWarn, "accounting: terminating "+a.what(), a, StepTerminateClient, nil)
+			p.step, p.deadline = StepTerminateClient, now.Add(e.graceOf(a))
+			steps = append(steps, Step{Action: a, Step: StepTerminateClient, At: now, First: true})
+			e.logStep(ctx, slog.LevelWarn, "accounting: terminating "+a.what(), a, StepTerminateClient, nil, now)
 			continue
 		}
 		// No MPS way to stop it: signal at once.
-		p.step = StepFailed
-		steps = append(steps, Step{Action: a, Step: StepFailed, Err: err})
-		e.logStep(ctx, slog.LevelWarn, "accounting: terminate_client failed, signalling", a, StepTerminateClient, err)
+		p.step, p.first = StepFailed, true
+		steps = append(steps, Step{Action: a, Step: StepFailed, Err: err, At: now})
+		e.logStep(ctx, slog.LevelWarn, "accounting: terminate_client failed, signalling", a, StepTerminateClient, err, time.Time{})
 		steps = append(steps, e.signal(ctx, p, syscall.SIGTERM, StepSIGTERM, now))
 	}
 	return steps
@@ -223,30 +279,42 @@ func (e *Enforcer) terminateClient(ctx context.Context, a Action, t Terminator, 
 	return t.TerminateClient(ctx, srv, a.PID)
 }
 
-// signal sends sig and records step; a process that is already gone is done.
+// signal sends sig and records step; a process that is already gone (or
+// whose PID names another process now) is done. Through a Killer that can
+// (SyscallKiller), the signal goes to the process checked or to none.
 func (e *Enforcer) signal(ctx context.Context, p *pendingKill, sig syscall.Signal, step string, now time.Time) Step {
-	err := e.killer.Signal(p.PID, sig)
-	if errors.Is(err, syscall.ESRCH) {
-		return e.finish(ctx, p, StepGone, nil)
+	var err error
+	if k, ok := e.killer.(sameSignaller); ok {
+		err = k.SignalSame(p.PID, sig, func() bool { return e.same(p.Action) })
+	} else {
+		err = e.killer.Signal(p.PID, sig)
 	}
-	p.step, p.deadline = step, now.Add(e.grace)
+	if errors.Is(err, syscall.ESRCH) || errors.Is(err, errNotSame) {
+		return e.finish(ctx, p, StepGone, nil, now)
+	}
+	first := p.first
+	p.step, p.deadline, p.first = step, now.Add(e.graceOf(p.Action)), false
 	if err != nil {
 		err = fmt.Errorf("sending %s to PID %d: %w", sig, p.PID, err)
-		e.logStep(ctx, slog.LevelError, "accounting: signalling "+p.what()+" failed", p.Action, step, err)
-		return Step{Action: p.Action, Step: step, Err: err}
+		e.logStep(ctx, slog.LevelError, "accounting: signalling "+p.what()+" failed", p.Action, step, err, time.Time{})
+		return Step{Action: p.Action, Step: step, Err: err, At: now}
 	}
-	e.logStep(ctx, slog.LevelWarn, "accounting: signalled "+p.what(), p.Action, step, nil)
-	return Step{Action: p.Action, Step: step}
+	at := time.Time{}
+	if first {
+		at = now
+	}
+	e.logStep(ctx, slog.LevelWarn, "accounting: signalled "+p.what(), p.Action, step, nil, at)
+	return Step{Action: p.Action, Step: step, At: now, First: first}
 }
 
-func (e *Enforcer) finish(ctx context.Context, p *pendingKill, step string, err error) Step {
+func (e *Enforcer) finish(ctx context.Context, p *pendingKill, step string, err error, now time.Time) Step {
 	delete(e.pending, p.PID)
 	level, msg := slog.LevelInfo, "accounting: terminated client is gone"
 	if err != nil {
 		level, msg = slog.LevelError, "accounting: "+p.what()+" would not go"
 	}
-	e.logStep(ctx, level, msg, p.Action, step, err)
-	return Step{Action: p.Action, Step: step, Err: err}
+	e.logStep(ctx, level, msg, p.Action, step, err, time.Time{})
+	return Step{Action: p.Action, Step: step, Err: err, At: now}
 }
 
 // what names the client an action is about, for its log lines.
@@ -282,15 +350,31 @@ func (e *Enforcer) alive(pid int) bool {
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
-// logStep writes the one line each step gets.
-func (e *Enforcer) logStep(ctx context.Context, level slog.Level, msg string, a Action, step string, err error) {
+// logStep writes the one line each step gets; the first step that acts
+// on a client (first, its time) says how it was found and how long its
+// escape lasted.
+func (e *Enforcer) logStep(ctx context.Context, level slog.Level, msg string, a Action, step string, err error, first time.Time) {
 	attrs := []any{"device", a.Device, "gpu", a.GPU, "pid", a.PID, "cause", a.Cause,
 		"used_mib", a.UsedBytes >> 20, "device_used_mib", a.DeviceUsedBytes >> 20, "cap_mib", a.CapBytes >> 20,
 		"reason", a.Reason, "step", step}
+	if !first.IsZero() {
+		attrs = append(attrs, "detected", a.Detected)
+		if least, most, ok := a.Escape.Lasted(first); ok {
+			attrs = append(attrs, "escape_from", a.Escape.From, "escape_seconds", roundSeconds(least))
+			if most > 0 {
+				attrs = append(attrs, "escape_seconds_at_most", roundSeconds(most))
+			}
+		}
+	}
 	if err != nil {
 		attrs = append(attrs, "err", err)
 	}
 	e.log.Log(ctx, level, msg, attrs...)
+}
+
+// roundSeconds is d in seconds to the millisecond, for a log line.
+func roundSeconds(d time.Duration) float64 {
+	return float64(d.Round(time.Millisecond)) / float64(time.Second)
 }
 
 func listedPIDs(u Usage) map[int]bool {

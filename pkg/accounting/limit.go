@@ -22,8 +22,9 @@ import (
 // (docs/gpu-runs/mps-probe-limits.txt). Such a client is an escape like a
 // QoS escape: reported and, under enforce, terminated. The check is an
 // allowlist of what our edits give and what a client may lower them to:
-// unset, empty, or entries of ordinal 0 or the client's GPU's UUID, each a
-// positive whole number of M or G. And, where its control daemon's default
+// unset, empty, or one entry of ordinal 0 or the client's GPU's UUID, a
+// positive whole number of M or G (its GPU named twice is not taken, see
+// CheckMemoryLimit). And, where its control daemon's default
 // is above the device's cap (a GPU shared by Kubernetes claims of any
 // size, whose daemon holds the whole GPU; the single layout's ordinal 0,
 // which holds the largest cap of any GPU), the limit it ends up with, the
@@ -58,7 +59,8 @@ func CheckMemoryLimit(env clientreport.QoSEnv, d DeviceLimit) string {
 	}
 	own := units.MiB(0) // the lowest limit its own list sets; 0: none
 	if m.Set && m.Value != "" {
-		for _, entry := range strings.Split(m.Value, ",") {
+		entries := strings.Split(m.Value, ",")
+		for _, entry := range entries {
 			key, size, ok := strings.Cut(entry, "=")
 			mib, valid := sizeMiB(size)
 			if !ok || !ownDevice(key, d.GPU) || !valid {
@@ -67,6 +69,14 @@ func CheckMemoryLimit(env clientreport.QoSEnv, d DeviceLimit) string {
 			if own == 0 || mib < own {
 				own = mib
 			}
+		}
+		if len(entries) > 1 {
+			// Its one GPU named twice (0=1M,0=999999M): what MPS makes of
+			// that is not measured here; issue 39 reports such a client
+			// terminated on an H200 by an accounting that could only have
+			// found it over its cap. Our CDI edits name the GPU once, so
+			// it counts as a list MPS cannot take.
+			return fmt.Sprintf("%s=%q names its GPU more than once: MPS does not hold such a list to its lowest entry", name, m.Value)
 		}
 	}
 	if !d.ServerKnown || d.Cap == 0 {

@@ -41,6 +41,8 @@ func TestCheckMemoryLimit(t *testing.T) {
 		{"gpu- in lower case", clientreport.EnvValue{Set: true, Value: "gpu-" + own + "=1G"}, true},
 		{"a negative size", clientreport.EnvValue{Set: true, Value: "0=-1M"}, true},
 		{"set twice", clientreport.EnvValue{Set: true, Value: "0=1G", Twice: true}, true},
+		{"its GPU named twice, low then high", clientreport.EnvValue{Set: true, Value: "0=1M,0=999999M"}, true},
+		{"its GPU named twice, by ordinal and UUID", clientreport.EnvValue{Set: true, Value: "0=1G," + string(gpuA) + "=2G"}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			why := CheckMemoryLimit(clientreport.QoSEnv{MemoryLimit: c.v}, DeviceLimit{GPU: gpuA})

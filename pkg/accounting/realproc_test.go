@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -177,4 +178,44 @@ func startExeced(t *testing.T, env []string) *exec.Cmd {
 		t.Fatalf("cat never echoed: %q, %v", line, err)
 	}
 	return cmd
+}
+
+// TestSignalSameOnRealProc: SyscallKiller signals a real process only
+// while the check it is given holds, asked with the process's pidfd open;
+// once the process is reaped the PID is refused (ESRCH), never guessed at.
+func TestSignalSameOnRealProc(t *testing.T) {
+	cmd := startExeced(t, []string{"X=1"})
+	pid := cmd.Process.Pid
+	reaped := false
+	t.Cleanup(func() {
+		if !reaped {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	var k SyscallKiller
+	asked := 0
+	if err := k.SignalSame(pid, syscall.SIGKILL, func() bool { asked++; return false }); !errors.Is(err, errNotSame) || asked != 1 {
+		t.Fatalf("a failed check: %v (asked %d); want errNotSame and no signal", err, asked)
+	}
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("the process was signalled though its check failed: %v", err)
+	}
+	m := &Mapper{ProcRoot: "/proc"}
+	start, err := m.StartTicks(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := func() bool { s, err := m.StartTicks(pid); return err == nil && s == start }
+	if err := k.SignalSame(pid, syscall.SIGKILL, same); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	reaped = true
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the process ended with %v, want SIGKILL", err)
+	}
+	if err := k.SignalSame(pid, syscall.SIGKILL, same); !errors.Is(err, syscall.ESRCH) && !errors.Is(err, errNotSame) {
+		t.Errorf("a reaped PID: %v; want ESRCH (or, reused already, errNotSame)", err)
+	}
 }

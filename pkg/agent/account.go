@@ -8,67 +8,182 @@ import (
 	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 	"yunion.io/x/mps-daemon/pkg/view"
 )
 
-// account runs one accounting tick: NVML's MPS clients of every GPU with
-// enforced caps, billed to their virtual devices, and under enforce the
-// client that pushed a device over its cap terminated. It never sleeps:
-// grace periods between terminate_client, SIGTERM and SIGKILL are checked
-// on later ticks.
-func (a *Agent) account(ctx context.Context) {
-	policy := a.config().Host.Accounting
-	if policy == config.AccountingOff {
-		a.acct.Tick(ctx, policy, nil, nil, nil, nil)
-		a.noteUsage(accounting.Report{Policy: policy})
-		a.writeViewUsage(accounting.Report{Policy: policy})
-		return
-	}
-	var devs []vdev.Device
-	var uuids []gpu.UUID
-	terms := map[gpu.UUID]accounting.Terminator{}
-	qos := map[string]accounting.DeviceQoS{}
+// acctInputs is what the accounting needs of the reconcile: a snapshot
+// the main loop (which owns the plan and the GPUs' state) hands to the
+// accounting loop (which owns the Accountant, acctloop.go), read by no one
+// else afterwards.
+type acctInputs struct {
+	policy config.AccountingPolicy
+	// uuids are the GPUs with enforced caps, sorted; devs their planned
+	// devices; defaults what each GPU's control daemon holds (QoS).
+	uuids    []gpu.UUID
+	devs     []vdev.Device
+	defaults map[gpu.UUID]vdev.ServerDefaults
+	// terms are the GPUs' MPS controls, by UUID.
+	terms        map[gpu.UUID]accounting.Terminator
+	serverMemory map[gpu.UUID]units.MiB
+	// identityRequired: only the per-GPU layout's pipe directories reach
+	// containers through the CDI edits alone, which always carry the
+	// identity file.
+	identityRequired bool
+	// logs are the control daemons' control.log files, each with the GPUs
+	// its daemon serves (one in the per-GPU layout, all in the single).
+	logs map[string][]gpu.UUID
+	// claims are the prepared Kubernetes claims' devices, read at each
+	// pass (the ClaimSizer is safe for any goroutine); nil without.
+	claims func() []vdev.Device
+	// viewLibrary is the view's library file name while containers get
+	// the view ("" otherwise): a client without it in its memory map sees
+	// the whole GPU, and is reported.
+	viewLibrary string
+}
+
+// accountInputs is the snapshot of the reconcile's state the accounting
+// works from. It runs in the main loop.
+func (a *Agent) accountInputs() acctInputs {
+	in := acctInputs{policy: a.config().Host.Accounting, defaults: map[gpu.UUID]vdev.ServerDefaults{},
+		terms: map[gpu.UUID]accounting.Terminator{}, logs: map[string][]gpu.UUID{}, identityRequired: !a.config().single()}
 	for uuid := range a.planned {
 		if gs := a.gpus[uuid]; gs != nil && gs.enforced {
-			uuids = append(uuids, uuid)
-			terms[uuid] = gs.ctl
-			maps.Copy(qos, accounting.BatchQoS(a.planned[uuid], serverDefaultsHeld(gs)))
+			in.uuids = append(in.uuids, uuid)
+			in.terms[uuid] = gs.ctl
+			in.defaults[uuid] = serverDefaultsHeld(gs)
+			log := mps.ControlLog(gs.env)
+			in.logs[log] = append(in.logs[log], uuid)
 		}
 	}
-	slices.Sort(uuids)
-	for _, uuid := range uuids {
-		devs = append(devs, a.planned[uuid]...)
+	slices.Sort(in.uuids)
+	for _, uuid := range in.uuids {
+		in.devs = append(in.devs, a.planned[uuid]...)
 	}
-	// Kubernetes claims' devices on those GPUs (ClaimSizer), each billed
-	// against its claim's size, and held to its thread share (claimQoS).
-	for _, d := range a.claimDevices() {
-		if _, enforced := terms[d.GPU.UUID]; enforced {
-			devs = append(devs, d)
-			maps.Copy(qos, claimQoS(d, serverDefaultsHeld(a.gpus[d.GPU.UUID])))
-		}
+	for _, g := range in.logs {
+		slices.Sort(g)
 	}
-	procs, err := accounting.Sample(ctx, a.opts.Backend, uuids)
-	if err != nil {
-		a.log.Warn("listing MPS clients; those GPUs go unmeasured this tick", "err", err)
+	in.serverMemory = a.serverMemoryLimits(in.uuids)
+	if cs, ok := a.opts.Inventory.(ClaimSizer); ok {
+		in.claims = cs.ClaimDevices
 	}
-	// Only the per-GPU layout's pipe directories reach containers through
-	// the CDI edits alone, which always carry the identity file.
-	a.acct.SetIdentityRequired(!a.config().single())
-	a.acct.SetServerMemoryLimits(a.serverMemoryLimits(uuids))
-	// Which clients see the whole GPU: checked while containers get the
-	// view.
 	if a.viewOpts.On() {
-		a.acct.SetViewLibrary(view.LibraryFile)
-	} else {
-		a.acct.SetViewLibrary("")
+		in.viewLibrary = view.LibraryFile
 	}
-	r := a.acct.Tick(ctx, policy, procs, accounting.Caps(devs), qos, terms)
-	a.noteUsage(r)
+	return in
+}
+
+// scope is what a pass checks: the devices of the enforced GPUs and, on
+// those GPUs, the prepared claims' devices (ClaimSizer), each billed
+// against its claim's size and held to its thread share (claimQoS); their
+// caps, and the QoS of the batch ones.
+func (in acctInputs) scope() (map[string]uint64, map[string]accounting.DeviceQoS) {
+	qos := map[string]accounting.DeviceQoS{}
+	enforced := map[gpu.UUID]bool{}
+	for _, uuid := range in.uuids {
+		enforced[uuid] = true
+	}
+	devs := slices.Clone(in.devs)
+	byGPU := map[gpu.UUID][]vdev.Device{}
+	for _, d := range in.devs {
+		byGPU[d.GPU.UUID] = append(byGPU[d.GPU.UUID], d)
+	}
+	for _, uuid := range in.uuids {
+		maps.Copy(qos, accounting.BatchQoS(byGPU[uuid], in.defaults[uuid]))
+	}
+	if in.claims != nil {
+		for _, d := range in.claims() {
+			if enforced[d.GPU.UUID] {
+				devs = append(devs, d)
+				maps.Copy(qos, claimQoS(d, in.defaults[d.GPU.UUID]))
+			}
+		}
+	}
+	return accounting.Caps(devs), qos
+}
+
+// account runs one accounting pass over every GPU with enforced caps, in
+// the caller's goroutine (tests; the daemon's passes run in the
+// accounting loop, acctloop.go).
+func (a *Agent) account(ctx context.Context) {
+	a.accountWith(ctx, a.accountInputs(), nil)
+}
+
+// accountWith runs one accounting pass: NVML's MPS clients of every GPU of
+// in (only nil: a tick) or of the GPUs of only (a poll), billed to their
+// virtual devices, and under enforce the clients that pushed a device over
+// its cap or escape it terminated. It never sleeps: grace periods between
+// terminate_client, SIGTERM and SIGKILL are checked on later passes. It
+// returns what NVML listed, by GPU (a GPU it could not list left out).
+func (a *Agent) accountWith(ctx context.Context, in acctInputs, only []gpu.UUID) map[gpu.UUID][]gpu.Process {
+	if in.policy == config.AccountingOff {
+		a.acct.Tick(ctx, in.policy, nil, nil, nil, nil)
+		a.noteUsage(accounting.Report{Policy: in.policy}, nil)
+		a.writeViewUsage(accounting.Report{Policy: in.policy})
+		return nil
+	}
+	gpus := in.uuids
+	if only != nil {
+		gpus = only
+	}
+	procs := a.sample(ctx, gpus)
+	a.accountSampled(ctx, in, only, procs)
+	return procs
+}
+
+// sample is NVML's MPS clients of gpus (a GPU that cannot be listed left
+// out, and said).
+func (a *Agent) sample(ctx context.Context, gpus []gpu.UUID) map[gpu.UUID][]gpu.Process {
+	procs, err := accounting.Sample(ctx, a.opts.Backend, gpus)
+	if err != nil {
+		a.log.Warn("listing MPS clients; those GPUs go unmeasured this pass", "err", err)
+	}
+	return procs
+}
+
+// accountSampled is accountWith's pass over what was sampled.
+func (a *Agent) accountSampled(ctx context.Context, in acctInputs, only []gpu.UUID, procs map[gpu.UUID][]gpu.Process) {
+	a.acct.SetIdentityRequired(in.identityRequired)
+	a.acct.SetServerMemoryLimits(in.serverMemory)
+	a.acct.SetViewLibrary(in.viewLibrary)
+	caps, qos := in.scope()
+	var r accounting.Report
+	var sampled map[gpu.UUID]bool
+	if only == nil {
+		r = a.acct.Tick(ctx, in.policy, procs, caps, qos, in.terms)
+	} else {
+		r = a.acct.Poll(ctx, in.policy, procs, caps, qos, in.terms)
+		sampled = map[gpu.UUID]bool{}
+		for _, g := range only {
+			sampled[g] = true
+		}
+	}
+	a.noteUsage(r, sampled)
 	a.met.observeAccounting(r)
 	a.writeViewUsage(r)
+}
+
+// checkConnected checks clients as they connected (the lines of the
+// control.log at path), by the accounting's rules, and records what it
+// found and did.
+func (a *Agent) checkConnected(ctx context.Context, in acctInputs, path string, lines []mps.NewClient) {
+	gpus := in.logs[path]
+	if len(gpus) == 0 || in.policy == config.AccountingOff {
+		return // a log no longer followed, or accounting off
+	}
+	ncs := make([]accounting.NewClient, len(lines))
+	for i, l := range lines {
+		ncs[i] = accounting.NewClient{PID: l.PID, GPUs: gpus, At: l.At}
+	}
+	a.acct.SetIdentityRequired(in.identityRequired)
+	a.acct.SetServerMemoryLimits(in.serverMemory)
+	caps, qos := in.scope()
+	r := a.acct.Connected(ctx, in.policy, ncs, caps, qos, in.terms)
+	a.noteConnected(r)
+	a.met.observeAccounting(r.Report)
 }
 
 // serverMemoryLimits is, for each GPU of uuids, the pinned memory limit a
@@ -128,54 +243,4 @@ func (a *Agent) setDevices(order []vdev.Name) {
 		devs = append(devs, d)
 	}
 	a.status.Devices = devs
-}
-
-// noteUsage copies one accounting tick into the status: the policy, the
-// unknown clients, and each device's use, clients, over-cap state and the
-// last enforcement step on it. A device the tick did not measure (its GPU
-// unreadable, accounting off) is marked so, not shown as unused.
-func (a *Agent) noteUsage(r accounting.Report) {
-	over := map[string]bool{}
-	for _, o := range r.Decision.Over {
-		over[o.Device] = true
-	}
-	last := map[string]string{}
-	for _, s := range r.Steps {
-		last[s.Device] = s.Step
-	}
-	st := status.Accounting{Policy: string(r.Policy)}
-	if r.Usage.PerDevice != nil {
-		st.Clients = map[string]int{accounting.SourceUnknown: len(r.Usage.Unknown)}
-		for _, d := range r.Usage.PerDevice {
-			for _, c := range d.Clients {
-				st.Clients[c.Source]++
-			}
-		}
-	}
-	// The reported clients are the accounting's own values; what it keeps
-	// besides (start times, Hidden) stays behind.
-	for _, p := range r.Usage.Unknown {
-		st.Unknown = append(st.Unknown, p.Unknown)
-	}
-	for _, m := range r.Usage.Mismatches {
-		st.Mismatches = append(st.Mismatches, m.Mismatch)
-	}
-	for _, e := range r.Usage.Escapes {
-		st.QoSEscapes = append(st.QoSEscapes, e.Escape)
-	}
-	for _, w := range r.Usage.WithoutView {
-		st.WithoutView = append(st.WithoutView, w.WithoutView)
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.status.Accounting = &st
-	for i := range a.status.Devices {
-		d := &a.status.Devices[i]
-		u, measured := r.Usage.PerDevice[d.Name]
-		d.UsedBytes, d.Clients, d.Measured, d.OverCap = units.Bytes(u.UsedBytes), len(u.PIDs), measured, over[d.Name]
-		d.WithoutView = u.WithoutView
-		if step, ok := last[d.Name]; ok {
-			d.LastStep = step
-		}
-	}
 }

@@ -62,7 +62,10 @@ type Options struct {
 	// WatchFiles follows edits of host.conf and the device YAML (fsnotify on
 	// their directories, so editors that replace the file are seen).
 	WatchFiles bool
-	Log        *slog.Logger
+	// ClientPollInterval is how often the accounting polls the GPUs that
+	// have MPS clients (acctloop.go); 0 is DefaultClientPollInterval.
+	ClientPollInterval time.Duration
+	Log                *slog.Logger
 }
 
 // Agent is the running daemon.
@@ -81,8 +84,11 @@ type Agent struct {
 	present map[gpu.UUID]gpu.Info      // the GPUs NVML lists, by UUID
 	// listed are the host's devices as the last sync left them in the
 	// inventory (inventory.go): their ids, guests and held devices.
-	listed    map[vdev.Name]listed
-	acct      *accounting.Accountant
+	listed map[vdev.Name]listed
+	acct   *accounting.Accountant
+	// al reaches the accounting loop, which alone uses acct while Run
+	// runs (acctloop.go).
+	al        *acctLoop
 	readySent bool
 	// onReload follows a new configuration (the file watcher re-aims).
 	onReload func(*Config)
@@ -119,10 +125,13 @@ type Agent struct {
 	viewUsedErr  string
 	viewPruneErr string
 
-	mu         sync.Mutex // guards cfg, generation and status, read by HTTP handlers
+	mu         sync.Mutex // guards cfg, generation, status and clientSources, read by HTTP handlers
 	cfg        *Config
 	generation int
 	status     status.Status
+	// clientSources are the last accounting pass's clients by how they
+	// were billed, by GPU (accountstatus.go).
+	clientSources map[gpu.UUID]map[string]int
 }
 
 // New checks the options and builds an Agent; it starts nothing.
@@ -155,6 +164,7 @@ func New(opts Options) (*Agent, error) {
 		gpus:       map[gpu.UUID]*gpuState{},
 		acct:       accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: identityStore(opts.Config).Table, Killer: opts.Killer, Log: opts.Log}),
 		views:      view.NewWriter(viewStore(opts.Config), hc.ProcRoot),
+		al:         newAcctLoop(),
 		cfg:        opts.Config,
 		generation: 1,
 	}
@@ -204,6 +214,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	wdCtx, stopWatchdog := context.WithCancel(ctx)
 	defer stopWatchdog()
 	go a.watchdog(wdCtx)
+	// The accounting loop (acctloop.go) stops with Run; a pass stuck in a
+	// call that ignores its context (NVML in the kernel) is not waited for
+	// longer than acctStopWait.
+	acctCtx, stopAccounting := context.WithCancel(ctx)
+	acctDone := make(chan struct{})
+	go func() { defer close(acctDone); a.runAccounting(acctCtx) }()
+	defer func() {
+		stopAccounting()
+		select {
+		case <-acctDone:
+		case <-time.After(acctStopWait):
+			a.log.Warn("accounting loop still in a pass; not waited for", "waited", acctStopWait.String())
+		}
+	}()
 	health := time.NewTicker(hc.HealthInterval)
 	defer health.Stop()
 	next := time.NewTimer(0)
@@ -222,6 +246,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		wait := a.config().Host.SyncInterval
 		var err error
 		a.step(ctx, "reconcile", func(ctx context.Context) { err = a.reconcile(ctx, full) })
+		a.publishAccounting(false)
 		if err != nil && ctx.Err() == nil {
 			failures++
 			wait = backoff(failures, wait)
@@ -267,7 +292,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			if changed {
 				reconcile(false)
 			}
-			a.step(ctx, "accounting", a.account)
+			a.publishAccounting(true)
 		case <-next.C:
 			reconcile(true)
 		}
@@ -338,5 +363,8 @@ func (a *Agent) Status() status.Status {
 	s.Devices = append([]status.Device(nil), a.status.Devices...)
 	s.RestartPending = append([]string(nil), a.status.RestartPending...)
 	s.Loop = a.beat.status()
+	if al := a.al.beat.status(); al.Stalled && !s.Loop.Stalled {
+		s.Loop = al // the accounting loop's stall (acctloop.go)
+	}
 	return s
 }

@@ -124,6 +124,17 @@ func (a *Agent) watchdog(ctx context.Context) {
 			a.log.Info("main loop running again")
 			a.sendNotify("STATUS=" + a.statusLine())
 		}
+		// The accounting loop (acctloop.go) is watched the same way.
+		astep, abusy, astalled, achanged := a.al.beat.check(limit)
+		switch {
+		case astalled && achanged:
+			a.met.daemon.ObserveLoopStall()
+			a.log.Error("accounting loop stalled: a step ran past its deadline; /healthz and /readyz fail, and systemd's watchdog restarts the daemon",
+				"step", astep, "running_for", abusy.Round(time.Millisecond).String(), "limit", limit.String())
+		case !astalled && achanged:
+			a.log.Info("accounting loop running again")
+		}
+		stalled = stalled || astalled
 		if !stalled && a.opts.Watchdog > 0 && time.Since(lastPing) >= a.opts.Watchdog {
 			a.sendNotify("WATCHDOG=1")
 			lastPing = time.Now()

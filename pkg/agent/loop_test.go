@@ -13,6 +13,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/devsync"
+	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
 // stuckInventory blocks SyncDevices, ignoring its context, until released:
@@ -146,4 +147,53 @@ func (s *syncBuffer) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.b.Reset()
+}
+
+// stuckBackend is NVML whose MPS client listing hangs until released: a
+// driver call stuck in the kernel.
+type stuckBackend struct {
+	*fakeBackend
+	release chan struct{}
+}
+
+func (b stuckBackend) MPSProcesses(ctx context.Context, uuid gpu.UUID) ([]gpu.Process, error) {
+	<-b.release
+	return b.fakeBackend.MPSProcesses(ctx, uuid)
+}
+
+// The accounting loop runs beside the main loop (acctloop.go): a pass
+// stuck in NVML never holds the main loop up, and is a stall the watchdog
+// reports as it reports the main loop's.
+func TestAccountingLoopStallIsSeen(t *testing.T) {
+	h := newHarness(t, "", fourAndTwo)
+	stuck := stuckBackend{fakeBackend: h.backend, release: make(chan struct{})}
+	h.agent.opts.Backend = stuck
+	h.agent.opts.StallAfter = 300 * time.Millisecond
+	h.agent.opts.Watchdog = 20 * time.Millisecond
+	h.agent.cfg.Host.ListenAddress = ""
+	var logs syncBuffer
+	h.agent.log = slog.New(slog.NewTextHandler(&logs, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.agent.Run(ctx) }()
+	released := false
+	defer func() {
+		if !released {
+			close(stuck.release)
+		}
+		cancel()
+		<-done
+	}()
+	waitFor(t, "the accounting stall seen", func() bool {
+		st := h.agent.Status()
+		return st.Loop.Stalled && st.Loop.Step == "accounting"
+	})
+	if !h.agent.Status().Ready {
+		t.Error("the main loop did not get ready beside a stuck accounting pass")
+	}
+	waitFor(t, "the stall logged", func() bool { return strings.Contains(logs.String(), "accounting loop stalled") })
+	close(stuck.release)
+	released = true
+	waitFor(t, "the recovery", func() bool { return !h.agent.Status().Loop.Stalled })
+	waitFor(t, "the recovery logged", func() bool { return strings.Contains(logs.String(), "accounting loop running again") })
 }

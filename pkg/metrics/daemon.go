@@ -54,6 +54,7 @@ type Daemon struct {
 	controlRestarts  prometheus.Counter
 	loopStalls       prometheus.Counter
 	enforcementSteps *prometheus.CounterVec
+	escapeDurations  *prometheus.HistogramVec
 
 	d daemonDescs
 }
@@ -65,6 +66,7 @@ type daemonDescs struct {
 	acctClients, acctMismatches, acctQoSEscapes                 *prometheus.Desc
 	view, acctWithoutView, devWithoutView                       *prometheus.Desc
 	configHeld, restartPending, loopStalled                     *prometheus.Desc
+	controlLogs, newClients, polledGPUs                         *prometheus.Desc
 
 	gpuInfo, gpuMemTotal, gpuMemUsed, gpuComputeMode, gpuControlUp *prometheus.Desc
 	gpuServers, gpuClients, gpuEnforced, gpuHealthy                *prometheus.Desc
@@ -113,6 +115,11 @@ func NewDaemon(o DaemonOptions) *Daemon {
 			Name: "mps_daemon_enforcement_steps_total", ConstLabels: cl,
 			Help: "Steps taken against clients, by step and cause: memory_cap (the client pushed its virtual device over its memory cap), qos_escape (its environment escapes its batch device's QoS), limit_escape (its environment lifts its MPS memory limit), no_device (a container client whose device cannot be established).",
 		}, []string{"step", "cause"}),
+		escapeDurations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "mps_daemon_escape_duration_seconds", ConstLabels: cl,
+			Help:    "How long a client's escape had lasted when the first step against it was taken, by cause and by the pass that found it: connect (checked as it connected), poll (the GPUs with clients, every fraction of a second), tick (every GPU, on the health interval). From the client's start for an escape in its environment, from the first sample that saw its device over its cap for memory.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"cause", "detected"}),
 		d: daemonDescs{
 			info:          desc("mps_daemon_info", "Always 1: the daemon's version and whether its GPUs and MPS are simulated.", "version", "go_version", "simulated"),
 			ready:         desc("mps_daemon_ready", "1 when the last reconcile registered every planned virtual device with enforced caps."),
@@ -139,6 +146,11 @@ func NewDaemon(o DaemonOptions) *Daemon {
 			configHeld:     desc("mps_daemon_config_held", "1 while a configuration change is held back until the files settle (it would remove every device, or drop the device YAML's entries)."),
 			restartPending: desc("mps_daemon_config_restart_pending", "host.conf keys changed on disk that take effect at the next restart."),
 			loopStalled:    desc("mps_daemon_loop_stalled", "1 while a step of the main loop runs past its deadline."),
+			controlLogs: desc("mps_daemon_control_logs",
+				"MPS control daemons' control.log files the accounting reads new clients from, by state: following, or not_following (its GPUs' new clients are found by polling NVML instead).", "state"),
+			newClients: desc("mps_daemon_new_clients_total",
+				"MPS clients seen connecting, by outcome: checked, exited (gone before they could be checked), pid_reused (their PID named a process started after they connected).", "outcome"),
+			polledGPUs: desc("mps_daemon_polled_gpus", "GPUs whose MPS clients are polled now: those with clients, and those whose control.log cannot be followed."),
 
 			gpuInfo:           gpu("mps_gpu_info", "Always 1: the GPU's model as NVML names it.", LabelModelName),
 			gpuMemTotal:       gpu("mps_gpu_memory_total_bytes", "The GPU's memory as NVML reports it."),
@@ -184,6 +196,13 @@ func NewDaemon(o DaemonOptions) *Daemon {
 	return d
 }
 
+// ObserveEscape records how long an escape lasted when the first step
+// against its client was taken. A pair of cause and pass has its series
+// from its first escape on.
+func (d *Daemon) ObserveEscape(cause, detected string, lasted time.Duration) {
+	d.escapeDurations.WithLabelValues(cause, detected).Observe(lasted.Seconds())
+}
+
 // ObserveReconcile counts one reconcile that took took; failed is the kind
 // of what failed it, empty for a reconcile that succeeded.
 func (d *Daemon) ObserveReconcile(took time.Duration, failed ErrorKind) {
@@ -220,7 +239,7 @@ func (d *Daemon) ObserveEnforcementStep(step, cause string) {
 }
 
 func (d *Daemon) counters() []prometheus.Collector {
-	return []prometheus.Collector{d.reconciles, d.reconcileErrors, d.duration, d.reloads, d.controlRestarts, d.loopStalls, d.enforcementSteps}
+	return []prometheus.Collector{d.reconciles, d.reconcileErrors, d.duration, d.reloads, d.controlRestarts, d.loopStalls, d.enforcementSteps, d.escapeDurations}
 }
 
 // Describe sends every series' description: the registry checks each
@@ -233,7 +252,7 @@ func (d *Daemon) Describe(ch chan<- *prometheus.Desc) {
 	for _, desc := range []*prometheus.Desc{
 		x.info, x.ready, x.inventory, x.generation, x.reloadOK, x.lastReconcile, x.gpus, x.devices, x.retiring, x.accounting,
 		x.acctClients, x.acctMismatches, x.acctQoSEscapes, x.view, x.acctWithoutView, x.devWithoutView,
-		x.configHeld, x.restartPending, x.loopStalled,
+		x.configHeld, x.restartPending, x.loopStalled, x.controlLogs, x.newClients, x.polledGPUs,
 		x.gpuInfo, x.gpuMemTotal, x.gpuMemUsed, x.gpuComputeMode, x.gpuControlUp, x.gpuServers, x.gpuClients, x.gpuEnforced, x.gpuHealthy, x.gpuVirtualDevices, x.gpuPriority,
 		x.devLimit, x.devThreads, x.devUsed, x.devClients, x.devOverCap, x.devAttached, x.devGuest, x.devHealthy, x.devPending, x.devInfo, x.devPriority,
 	} {
@@ -282,6 +301,23 @@ func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
 			gauge(x.acctMismatches, float64(len(a.Mismatches)))
 			gauge(x.acctQoSEscapes, float64(len(a.QoSEscapes)))
 			gauge(x.acctWithoutView, float64(len(a.WithoutView)))
+		}
+		if nc := a.NewClients; nc != nil {
+			following := 0
+			for _, l := range nc.Logs {
+				if l.Following {
+					following++
+				}
+			}
+			gauge(x.controlLogs, float64(following), "following")
+			gauge(x.controlLogs, float64(len(nc.Logs)-following), "not_following")
+			gauge(x.polledGPUs, float64(len(nc.PolledGPUs)))
+			for _, o := range []struct {
+				outcome string
+				n       uint64
+			}{{"checked", nc.Checked}, {"exited", nc.Exited}, {"pid_reused", nc.Reused}} {
+				ch <- prometheus.MustNewConstMetric(x.newClients, prometheus.CounterValue, float64(o.n), o.outcome)
+			}
 		}
 	}
 	viewOn := false

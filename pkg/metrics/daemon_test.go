@@ -34,7 +34,10 @@ func hostStatus() status.Status {
 		LastReconcile:  time.Date(2026, 11, 22, 2, 41, 4, 0, time.UTC),
 		VirtualDevices: 3, Retiring: []string{"GPU-retiring"}, ConfigHeld: &status.Held{}, RestartPending: []string{"mps_listen_address", "mps_host_name"},
 		Accounting: &status.Accounting{Policy: "enforce", Clients: map[string]int{"identity": 2, "unknown": 1},
-			Mismatches: []clientreport.Mismatch{{PID: 1}}, QoSEscapes: []clientreport.Escape{{PID: 2}}, WithoutView: []clientreport.WithoutView{{PID: 3}}},
+			Mismatches: []clientreport.Mismatch{{PID: 1}}, QoSEscapes: []clientreport.Escape{{PID: 2}}, WithoutView: []clientreport.WithoutView{{PID: 3}},
+			NewClients: &status.NewClients{Logs: []status.ClientLog{{Path: "/tmp/nvidia-mps/log/" + uuid0 + "/control.log", Following: true},
+				{Path: "/tmp/nvidia-mps/log/" + uuid1 + "/control.log", Error: "cannot watch"}},
+				PollIntervalSeconds: 0.1, PolledGPUs: []string{uuid1}, Checked: 7, Exited: 2, Reused: 1}},
 		View: &status.View{Library: "/usr/lib/yunion-mps/libyunion-mps-view.so", State: status.ViewOn, Devices: 3},
 		GPUs: []status.GPU{
 			{
@@ -126,6 +129,8 @@ func TestDaemonExposition(t *testing.T) {
 	d.ObserveControlDaemonRestart()
 	d.ObserveEnforcementStep("terminate_client", "memory_cap")
 	d.ObserveEnforcementStep("terminate_client", "qos_escape")
+	d.ObserveEscape("qos_escape", "connect", 3*time.Millisecond)
+	d.ObserveEscape("memory_cap", "poll", 80*time.Millisecond)
 
 	names := slices.DeleteFunc(describedNames(d), func(n string) bool { return n == "mps_daemon_info" })
 	out, err := testutil.CollectAndFormat(d, expfmt.TypeTextPlain, names...)

@@ -179,6 +179,10 @@ type clientSaw struct {
 	Devices []string
 	Usable  units.MiB
 	Refused string
+	// PID is the client process that allocated; Began and Ended bound
+	// its run.
+	PID          int
+	Began, Ended time.Time
 }
 
 // noLimit is what the simulator's client reports without a memory limit:
@@ -239,6 +243,9 @@ func runClientContract(t *testing.T, r mps.Runner, env mps.Env, gpu, other strin
 				t.Skip("needs a second GPU")
 			}
 			got := connect(t, append([]string{"CUDA_MPS_PIPE_DIRECTORY=" + env.PipeDir}, k.env...))
+			if k.sees {
+				checkNewClientLine(t, env, got)
+			}
 			switch {
 			case !k.sees:
 				if got.Devices != nil {
@@ -257,6 +264,33 @@ func runClientContract(t *testing.T, r mps.Runner, env mps.Env, gpu, other strin
 	}
 }
 
+// checkNewClientLine: the control daemon logged the client's connection
+// in control.log as a NEW CLIENT line of its PID, at a time within its run
+// (mps.ParseNewClient; docs/gpu-runs/mps-probe-escape.txt): what the
+// accounting learns of new clients from.
+func checkNewClientLine(t *testing.T, env mps.Env, got clientSaw) {
+	t.Helper()
+	raw, err := os.ReadFile(mps.ControlLog(env))
+	if err != nil {
+		t.Fatalf("control.log: %v", err)
+	}
+	var lines []mps.NewClient
+	for _, l := range strings.Split(string(raw), "\n") {
+		if nc, err := mps.ParseNewClient([]byte(l), nil); err == nil && nc.PID == got.PID {
+			lines = append(lines, nc)
+		} else if err != nil && !errors.Is(err, mps.ErrNotNewClient) {
+			t.Errorf("control.log line %q: %v", l, err)
+		}
+	}
+	if len(lines) == 0 {
+		t.Fatalf("no NEW CLIENT line of client PID %d in %s", got.PID, mps.ControlLog(env))
+	}
+	// The log's times have a millisecond; the clocks are the same host's.
+	if at := lines[0].At; at.Before(got.Began.Add(-time.Second)) || at.After(got.Ended.Add(time.Second)) {
+		t.Errorf("client %d's NEW CLIENT line at %s, outside its run %s .. %s", got.PID, at, got.Began, got.Ended)
+	}
+}
+
 func TestClientContractSim(t *testing.T) {
 	dir := t.TempDir()
 	const gpu, other = "GPU-27771d49-33aa-a84b-baff-7e69ee768833", "GPU-6f63702a-74e5-3c6a-73cf-fa81fee82a9f"
@@ -265,6 +299,7 @@ func TestClientContractSim(t *testing.T) {
 	runClientContract(t, sim, mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l"), VisibleDevices: gpu}, gpu, other,
 		func(t *testing.T, environ []string) clientSaw {
 			pid++
+			began := time.Now()
 			v, err := sim.Connect(pid, environ)
 			if errors.Is(err, mpssim.ErrNoDevice) {
 				return clientSaw{Refused: err.Error()}
@@ -276,7 +311,7 @@ func TestClientContractSim(t *testing.T) {
 			if usable == 0 {
 				usable = noLimit
 			}
-			return clientSaw{Devices: v.Devices, Usable: usable}
+			return clientSaw{Devices: v.Devices, Usable: usable, PID: pid, Began: began, Ended: time.Now()}
 		})
 }
 
@@ -296,12 +331,18 @@ func TestClientContractReal(t *testing.T) {
 	}
 	dir := realDir(t)
 	base := slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "CUDA_") })
+	var last clientSaw // the last run's process
 	run := func(t *testing.T, environ []string, args ...string) string {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, client[0], append(slices.Clone(client[1:]), args...)...)
 		cmd.Env = append(slices.Clone(base), environ...)
+		last.Began = time.Now()
 		out, err := cmd.Output()
+		last.Ended = time.Now()
+		if cmd.Process != nil {
+			last.PID = cmd.Process.Pid
+		}
 		t.Logf("%v %v: %s (%v)", environ, args, strings.TrimSpace(string(out)), err)
 		return strings.TrimSpace(string(out))
 	}
@@ -317,7 +358,7 @@ func TestClientContractReal(t *testing.T) {
 			if len(a) != 2 || err != nil {
 				t.Fatalf("client's alloc printed %q", a)
 			}
-			return clientSaw{Devices: f[2:], Usable: units.MiB(n)}
+			return clientSaw{Devices: f[2:], Usable: units.MiB(n), PID: last.PID, Began: last.Began, Ended: last.Ended}
 		})
 }
 

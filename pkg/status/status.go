@@ -152,6 +152,71 @@ type Accounting struct {
 	// WithoutView are clients without their device's view, or whose map
 	// could not be read (while containers get the view).
 	WithoutView []clientreport.WithoutView `json:"clients_without_view,omitempty"`
+	// NewClients is how the accounting learns of clients as they connect.
+	NewClients *NewClients `json:"new_clients,omitempty"`
+	// Terminations are the last terminations begun, the oldest first (at
+	// most MaxTerminations), each with how long its escape lasted.
+	Terminations []Termination `json:"terminations,omitempty"`
+}
+
+// MaxTerminations is how many terminations /status keeps.
+const MaxTerminations = 32
+
+// NewClients is how the accounting learns of MPS clients as they connect:
+// each control daemon's control.log followed, and NVML polled on the GPUs
+// that have clients (docs/containers.md, "What is caught when").
+type NewClients struct {
+	// Logs are the control.log files followed, one per control daemon.
+	Logs []ClientLog `json:"logs"`
+	// PollIntervalSeconds is how often a GPU with clients is polled;
+	// PolledGPUs those polled now: GPUs with clients, and GPUs whose log
+	// cannot be followed (their new clients are found by the poll).
+	PollIntervalSeconds float64  `json:"poll_interval_seconds"`
+	PolledGPUs          []string `json:"polled_gpus,omitempty"`
+	// Checked counts the clients checked as they connected; Exited those
+	// gone before they could be; Reused the lines whose PID named a
+	// process started after the line.
+	Checked uint64 `json:"checked"`
+	Exited  uint64 `json:"exited_before_check"`
+	Reused  uint64 `json:"pid_reused"`
+}
+
+// ClientLog is one control daemon's control.log, followed.
+type ClientLog struct {
+	Path string   `json:"path"`
+	GPUs []string `json:"gpus"`
+	// Following: read as it grows; when not, Error says why (and its
+	// GPUs are polled).
+	Following bool   `json:"following"`
+	Error     string `json:"error,omitempty"`
+	// Clients counts its NEW CLIENT lines read; Trouble is the last
+	// trouble met (a malformed line, a line too long, a truncation).
+	Clients   uint64 `json:"clients"`
+	Malformed uint64 `json:"malformed_lines,omitempty"`
+	LongLines uint64 `json:"long_lines,omitempty"`
+	Restarts  uint64 `json:"restarts,omitempty"`
+	Trouble   string `json:"trouble,omitempty"`
+}
+
+// Termination is a client the accounting began to terminate: its first
+// step, and how long its escape had lasted then.
+type Termination struct {
+	PID    int    `json:"pid"`
+	GPU    string `json:"gpu"`
+	Device string `json:"device,omitempty"`
+	Cause  string `json:"cause"`
+	// Step is the first step (terminate_client, sigkill, sigterm);
+	// Detected the pass that found it (connect, poll, tick).
+	Step     string    `json:"step"`
+	Detected string    `json:"detected"`
+	At       time.Time `json:"at"`
+	// EscapeFrom is client_start (an escape in its environment: from the
+	// process's start) or cap_crossed (its device over its cap: from the
+	// first sample that saw it over, EscapeSeconds, or at most from the
+	// last that saw it under, EscapeSecondsAtMost).
+	EscapeFrom          string  `json:"escape_from,omitempty"`
+	EscapeSeconds       float64 `json:"escape_seconds"`
+	EscapeSecondsAtMost float64 `json:"escape_seconds_at_most,omitempty"`
 }
 
 // View states.

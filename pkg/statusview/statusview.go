@@ -92,6 +92,9 @@ func Write(w io.Writer, st status.Status, now time.Time) error {
 		p.line(rest)
 	}
 	field("accounting", accountingLine(st.Accounting))
+	if st.Accounting != nil && st.Accounting.NewClients != nil {
+		field("new clients", newClientsLine(st.Accounting.NewClients))
+	}
 	field("CDI spec", cdiLine(st.CDI))
 	if st.View != nil {
 		field("view", viewLine(*st.View))
@@ -121,6 +124,11 @@ func Write(w io.Writer, st status.Status, now time.Time) error {
 		p.line("MPS clients that see the whole GPU instead of their device's view (reported, never terminated; caps hold)")
 		writeWithoutView(p, st.Accounting.WithoutView)
 	}
+	if st.Accounting != nil && len(st.Accounting.Terminations) > 0 {
+		p.line("")
+		p.line("Terminations (the last ones; how long each escape lasted when the first step was taken)")
+		writeTerminations(p, st.Accounting.Terminations, now)
+	}
 	return p.err
 }
 
@@ -129,6 +137,45 @@ func writeWithoutView(p *printer, ws []clientreport.WithoutView) {
 	fmt.Fprintln(tw, "  PID\tDEVICE\tBY\tUSED MiB\tWHY")
 	for _, w := range ws {
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\n", w.PID, w.Device, w.Source, w.UsedBytes.MiB(), w.Reason)
+	}
+	p.flush(tw)
+}
+
+// newClientsLine says how the accounting learns of clients as they
+// connect: the control logs followed, the GPUs polled, the counts.
+func newClientsLine(nc *status.NewClients) string {
+	following := 0
+	var broken []string
+	for _, l := range nc.Logs {
+		if l.Following {
+			following++
+		} else {
+			broken = append(broken, l.Path+": "+firstLine(l.Error))
+		}
+	}
+	line := fmt.Sprintf("%d of %d control logs followed; %d checked as they connected, %d gone before, %d PIDs reused",
+		following, len(nc.Logs), nc.Checked, nc.Exited, nc.Reused)
+	if len(nc.PolledGPUs) > 0 {
+		line += fmt.Sprintf("; %s polled every %gs", plural(len(nc.PolledGPUs), "GPU"), nc.PollIntervalSeconds)
+	}
+	if len(broken) > 0 {
+		line += " (NOT followed, polled instead: " + strings.Join(broken, "; ") + ")"
+	}
+	return line
+}
+
+func writeTerminations(p *printer, ts []status.Termination, now time.Time) {
+	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  WHEN\tPID\tDEVICE\tCAUSE\tFOUND BY\tFIRST STEP\tESCAPE LASTED")
+	for _, t := range ts {
+		lasted := fmt.Sprintf("%.3fs from %s", t.EscapeSeconds, t.EscapeFrom)
+		if t.EscapeFrom == "" {
+			lasted = "-"
+		}
+		if t.EscapeSecondsAtMost > 0 {
+			lasted += fmt.Sprintf(" (at most %.3fs)", t.EscapeSecondsAtMost)
+		}
+		fmt.Fprintf(tw, "  %s ago\t%d\t%s\t%s\t%s\t%s\t%s\n", now.Sub(t.At).Round(time.Second), t.PID, orDash(t.Device), t.Cause, t.Detected, t.Step, lasted)
 	}
 	p.flush(tw)
 }

@@ -52,7 +52,15 @@ func busyHost() status.Status {
 				Environment: clientreport.QoSEnv{ClientPriority: clientreport.EnvValue{Value: "0", Set: true}},
 				Reason:      "no CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: it gets the server's 100%, its device's share is 30%; CUDA_MPS_CLIENT_PRIORITY=0 raises it above its device's priority 1"}},
 			WithoutView: []clientreport.WithoutView{{PID: 95, GPU: g0, UsedBytes: 4096 << 20, Device: g0 + "::0", Source: "identity",
-				Reason: "no libyunion-mps-view.so in its memory map: CUDA and NVML tell it the whole GPU's memory, not its device's cap"}}},
+				Reason: "no libyunion-mps-view.so in its memory map: CUDA and NVML tell it the whole GPU's memory, not its device's cap"}},
+			NewClients: &status.NewClients{Logs: []status.ClientLog{{Path: "/tmp/nvidia-mps/log/" + g0 + "/control.log", GPUs: []string{g0}, Following: true, Clients: 14},
+				{Path: "/tmp/nvidia-mps/log/" + g1 + "/control.log", GPUs: []string{g1}, Error: "cannot watch /tmp/nvidia-mps/log/" + g1 + " (tried again in 30s): no such file or directory"}},
+				PollIntervalSeconds: 0.1, PolledGPUs: []string{g0, g1}, Checked: 12, Exited: 1, Reused: 0},
+			Terminations: []status.Termination{
+				{PID: 95, GPU: g0, Device: g0 + "::2", Cause: "limit_escape", Step: "sigkill", Detected: "connect", At: time.Date(2026, 11, 22, 2, 40, 0, 0, time.UTC),
+					EscapeFrom: "client_start", EscapeSeconds: 0.004},
+				{PID: 96, GPU: g0, Device: g0 + "::2", Cause: "memory_cap", Step: "terminate_client", Detected: "poll", At: time.Date(2026, 11, 22, 2, 41, 0, 0, time.UTC),
+					EscapeFrom: "cap_crossed", EscapeSeconds: 0.012, EscapeSecondsAtMost: 0.112}}},
 		CDI:  &status.CDI{Path: "/etc/cdi/yunion.io-mps-gpu.yaml", Devices: 6},
 		View: &status.View{Library: "/usr/lib/yunion-mps/libyunion-mps-view.so", State: status.ViewOn, Devices: 6},
 		Devices: []status.Device{

@@ -101,8 +101,9 @@ func TestPodmanHiddenViewIsTerminated(t *testing.T) {
 		t.Errorf("the exec'd hider (PID %d) is not among the mismatches: %+v", execPID, st.Accounting.Mismatches)
 	}
 
-	// The hider goes: terminate_client (simulated), then SIGTERM, a real
-	// signal to the real process.
+	// The hider goes as it connects (sim.AddClient writes its control
+	// daemon's NEW CLIENT lines): SIGKILL, a real signal to the real
+	// process.
 	eventually(t, "the hider terminated", func() (bool, string) { return !alive(hiderPID), d.Output() })
 	out := d.Output()
 	for _, w := range []string{

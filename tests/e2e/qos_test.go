@@ -195,7 +195,9 @@ func TestQoSOnASimulatedHost(t *testing.T) {
 		}
 	}
 	_, metrics := get("http://" + daemonAddr + "/metrics")
-	if !strings.Contains(metrics, `cause="qos_escape",step="terminate_client"} 1`) {
+	// Checked as it connected (sim.AddClient writes its control daemon's
+	// NEW CLIENT lines): SIGKILL at once, before any allocation.
+	if !strings.Contains(metrics, `cause="qos_escape",step="sigkill"} 1`) || !strings.Contains(d.Output(), "detected=connect") {
 		t.Errorf("/metrics does not count the termination:\n%s", metrics)
 	}
 }

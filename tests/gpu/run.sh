@@ -85,7 +85,8 @@ N=$(count)
 check "4 virtual devices registered" "$([ "$N" = 4 ]; echo $?)" "(total $N, cap $CAP MiB each)"
 say "limits read back from the control daemon ($PIPE):"
 for c in "get_default_device_pinned_mem_limit 0" get_default_active_thread_percentage; do echo "$c -> $(ctl "$c")"; done | block
-# The daemon's own cost on a real host (issue 22's bar: RSS <= 30 MiB):
+# The daemon's own cost on a real host (issue 22's bar, as issue 39 made it:
+# its own RSS, less NVML's libraries, <= 20 MiB):
 # resident memory once ready, and its CPU over 20 idle seconds (utime +
 # stime from /proc, clock ticks), a measurement recorded, not a timed check.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$DPID/stat"; }
@@ -102,7 +103,19 @@ say "daemon's resident mappings over 256 kB, by path (kB resident, kB anonymous)
 awk '/^[0-9a-f]+-[0-9a-f]+ /{p=($6==""?"[anon]":$6)} /^Rss:/{r[p]+=$2} /^Anonymous:/{a[p]+=$2}
 	END{for(k in r) if(r[k]>=256) printf "%8d %8d %s\n", r[k], a[k], k}' "/proc/$DPID/smaps" | sort -rn | block
 curl -sf "http://$DAEMON_ADDR/metrics" | grep -E '^go_memstats_(heap_(inuse|idle|released|sys)|stack_inuse|sys)_bytes|^go_gc_gogc|^go_gc_gomemlimit' | block
-check "the daemon's resident memory is at most 30 MiB" "$([ "$RSS" -le 30720 ]; echo $?)" "($RSS kB)"
+# The check is of the daemon's own memory (issue 39): the whole RSS (42 MiB
+# on an H200, driver 580) failed issue 22's 30 MiB on every run, NVML's
+# share of it being what no daemon using NVML can shed: its libraries'
+# pages (libnvidia-ml and the libcuda its nvmlInit loads, by path in
+# smaps) and the anonymous memory nvmlInit allocates (about 15 MiB,
+# docs/gpu-runs/nvml-rss-probe.txt: not told apart from the daemon's own in
+# smaps, so measured in a process of our own making the same calls,
+# clients/nvml_cost.c rss).
+gcc -O2 -o "$W/nvml_cost" "$C/nvml_cost.c" -ldl 2>>"$W/client.log"
+NVANON=$("$W/nvml_cost" rss "$UUID" 2>/dev/null | awk '$1=="nvml_anon_kb" {print $2}')
+read -r OWN NV < <(awk '/^[0-9a-f]+-[0-9a-f]+ / {p = $6} /^Rss:/ {all += $2; if (p ~ /lib(nvidia-|cuda)/) nv += $2} END {print all - nv, nv}' "/proc/$DPID/smaps")
+OWN=$((OWN - ${NVANON:-0}))
+check "the daemon's own resident memory (its RSS less NVML's) is at most 20 MiB" "$([ -n "$NVANON" ] && [ "$OWN" -le 20480 ]; echo $?)" "($OWN kB own; $RSS kB in all, less NVML's libraries $NV kB and NVML's anonymous memory ${NVANON:-unmeasured} kB)"
 
 say
 say "## 3. A CUDA client given a virtual device's environment cannot allocate past its cap"

@@ -88,7 +88,7 @@ func (s *Runner) Connect(pid int, environ []string) (ClientView, error) {
 			return false, fmt.Errorf("simulated MPS client %d in %s (%s=%q, the server's GPUs %v): %w",
 				pid, pipeDir, envVisibleDevices, visible, d.Devices, ErrNoDevice)
 		}
-		srv := addClient(d, pid, comm, ns)
+		srv := s.connect(d, pid, comm, ns)
 		base := make([]units.MiB, len(devs))
 		for k := range devs {
 			base[k] = srv.MemoryLimits[k]

@@ -3,9 +3,12 @@ package mpssim
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/units"
@@ -122,5 +125,47 @@ func TestConnectSingleDaemon(t *testing.T) {
 	}
 	if _, err := s.Connect(104, []string{"CUDA_VISIBLE_DEVICES=" + gpuB}); !errors.Is(err, mps.ErrNoDaemon) {
 		t.Fatalf("client without a pipe directory = %v, want ErrNoDaemon", err)
+	}
+}
+
+// A connecting client is logged in its daemon's control.log as the real
+// one logs it (docs/gpu-runs/mps-probe-escape.txt): two NEW CLIENT lines
+// each, the first of the client that starts the server saying so, which
+// pkg/mps reads as the real daemon's.
+func TestConnectLogsNewClientLines(t *testing.T) {
+	dir := t.TempDir()
+	s := New(nil)
+	env := mps.Env{PipeDir: filepath.Join(dir, "p"), LogDir: filepath.Join(dir, "l"), VisibleDevices: gpuB}
+	if err := s.Start(t.Context(), env); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Connect(7001, []string{"CUDA_MPS_PIPE_DIRECTORY=" + env.PipeDir}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddClient(env.PipeDir, 7002); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(mps.ControlLog(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		nc, err := mps.ParseNewClient([]byte(l), nil)
+		if errors.Is(err, mps.ErrNotNewClient) {
+			continue
+		}
+		if err != nil || time.Since(nc.At) > time.Minute || time.Since(nc.At) < -time.Second {
+			t.Fatalf("line %q: %+v, %v", l, nc, err)
+		}
+		_, msg, _ := strings.Cut(l, ": ")
+		got = append(got, fmt.Sprintf("%d %d %s", nc.PID, nc.UID, msg))
+	}
+	want := []string{
+		"7001 0 Server is not ready, push client to pending list", "7001 0 Server already exists",
+		"7002 0 Server already exists", "7002 0 Server already exists",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("NEW CLIENT lines %q, want %q", got, want)
 	}
 }

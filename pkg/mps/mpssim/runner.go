@@ -36,6 +36,9 @@ import (
 //     but G means M, 0 or garbage clears the limit) and printed rounded down
 //     to whole GiB (mps.DisplayMemLimit); the exact value is kept;
 //   - lazy servers: AddClient starts one with the defaults of that moment;
+//   - a client's connection (AddClient, Connect) logged in control.log as
+//     the real daemon logs it: two NEW CLIENT lines, the first saying
+//     whether the server had to be started (mps-probe-escape.txt);
 //   - one command per invocation (the real client reads only the first
 //     line; Run refuses a command holding a newline);
 //   - quit (pid file and log fifo removed) versus Kill (`kill -9`: nothing
@@ -173,6 +176,7 @@ func (s *Runner) Start(ctx context.Context, env mps.Env) error {
 		*st = &simState{
 			PID:                     pid,
 			VisibleDevices:          env.VisibleDevices,
+			LogDir:                  env.LogDir,
 			Devices:                 devices,
 			DeviceName:              name,
 			DefaultThreadPercentage: 100,
@@ -223,10 +227,34 @@ func (s *Runner) AddClient(pipeDir string, clientPID int) (serverPID int, err er
 		if d == nil {
 			return false, fmt.Errorf("adding simulated MPS client %d in %s: %w", clientPID, pipeDir, mps.ErrNoDaemon)
 		}
-		serverPID = addClient(d, clientPID, comm, ns).PID
+		serverPID = s.connect(d, clientPID, comm, ns).PID
 		return true, nil
 	})
 	return serverPID, err
+}
+
+// connect connects a client to d's server as addClient does, writing to
+// the daemon's control.log what the real one writes for a client's two
+// connections (docs/gpu-runs/mps-probe-escape.txt): the first before the
+// client has a context, starting the server if there is none.
+func (s *Runner) connect(d *simState, pid int, comm, ns string) *simServer {
+	env := mps.Env{LogDir: d.LogDir}
+	started := len(d.Servers) == 0
+	srv := addClient(d, pid, comm, ns)
+	who := fmt.Sprintf("NEW CLIENT %d from user %d: ", pid, procUID(pid))
+	s.controlLog(env, d.PID, "Accepting connection...")
+	s.controlLog(env, d.PID, "User did not send valid credentials")
+	s.controlLog(env, d.PID, "Accepting connection...")
+	if started {
+		s.controlLog(env, d.PID, who+"Server is not ready, push client to pending list")
+		s.controlLog(env, srv.PID, fmt.Sprintf("Starting new server %d for user %d", srv.PID, procUID(pid)))
+		s.controlLog(env, d.PID, fmt.Sprintf("NEW SERVER %d: Ready", srv.PID))
+	} else {
+		s.controlLog(env, d.PID, who+"Server already exists")
+	}
+	s.controlLog(env, d.PID, "Accepting connection...")
+	s.controlLog(env, d.PID, who+"Server already exists")
+	return srv
 }
 
 // addClient connects a client to d's server, starting it with the defaults
@@ -391,6 +419,25 @@ func (s *Runner) controlLog(env mps.Env, pid int, msg string) {
 	}
 	defer f.Close()
 	_, _ = fmt.Fprintf(f, "[%s Control %5d] %s\n", time.Now().Format("2006-01-02 15:04:05.000"), pid, msg)
+}
+
+// procUID is the real UID of a client process, from /proc; 0 for a
+// simulated client without a process.
+func procUID(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for l := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "Uid:"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				if uid, err := strconv.Atoi(f[0]); err == nil {
+					return uid
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // procInfo is what ps shows of a client: its command name and PID namespace

@@ -23,6 +23,9 @@ import (
 type simState struct {
 	PID            int    `json:"pid"`
 	VisibleDevices string `json:"visible_devices"`
+	// LogDir is the daemon's CUDA_MPS_LOG_DIRECTORY: where a client's
+	// connection is logged (connectLines).
+	LogDir string `json:"log_dir,omitempty"`
 	// Devices are the GPU UUIDs by device ordinal, as the daemon's servers
 	// number them: CUDA_VISIBLE_DEVICES's order, or, without it, CUDA's own
 	// order of the host's GPUs (SetCUDAOrder).

@@ -1,0 +1,447 @@
+package mps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
+)
+
+// Following control.log: the accounting learns of a client the moment it
+// connects (ClientLog.Run hands each NEW CLIENT line on), without asking
+// anything while no client comes. The directory is watched (fsnotify), not
+// the file, so a file that does not exist yet, is replaced or comes back
+// is seen; the file is read from the offset last read, in bounded chunks,
+// lines longer than MaxLogLine skipped. What is in the file when following
+// begins is history and is not read (the accounting's first pass covers
+// the clients already connected); a file that appears later, or replaces
+// it, is read from its start.
+//
+// Rotation: a file truncated in place (copytruncate) is read again from
+// its start. A file renamed away while the control daemon keeps writing to
+// it (rename, then create) is followed through the descriptor held open,
+// as long as the new file at the path stays empty; once the new one holds
+// data (a control daemon started again writes there), or the old one is
+// deleted, the new one is read from its start. A file moved out of the
+// directory, or deleted while the daemon writes to it, is not seen until
+// a new one appears: the accounting's poll stands in meanwhile.
+
+// MaxLogLine bounds a line of control.log kept for parsing: the daemon's
+// own lines are under 200 bytes, so a longer one is skipped (and counted).
+const MaxLogLine = 4096
+
+// logChunk is how much is read at a time.
+const logChunk = 64 << 10
+
+// Waits before watching a log directory that does not exist is tried
+// again, doubling up to the second.
+const (
+	logRetryFirst = time.Second
+	logRetryMax   = 30 * time.Second
+)
+
+// ClientLogState is how a ClientLog fares, for /status.
+type ClientLogState struct {
+	Path string
+	// Following: its directory is watched and the file, once it exists,
+	// read as it grows. When false, Error says why.
+	Following bool
+	Error     string
+	// Clients counts NEW CLIENT lines read; Malformed those that could not
+	// be read; LongLines lines skipped for their length; Restarts the
+	// times the file was found truncated or replaced and read again from
+	// its start; Trouble is the last trouble met.
+	Clients, Malformed, LongLines, Restarts uint64
+	Trouble                                 string
+}
+
+// ClientLog follows one control daemon's control.log. Its State may be
+// read from any goroutine; Run runs in one.
+type ClientLog struct {
+	path string
+	log  *slog.Logger
+	loc  *time.Location
+
+	mu     sync.Mutex
+	st     ClientLogState
+	warned map[string]bool // the kinds of trouble logged at warn once
+	// changed is called when Following or Error changes (OnChange).
+	changed func()
+}
+
+// OnChange has f called, from Run's goroutine, each time the log starts
+// or stops being followed; set it before Run.
+func (c *ClientLog) OnChange(f func()) { c.changed = f }
+
+// NewClientLog follows the control.log at path.
+func NewClientLog(path string, log *slog.Logger) *ClientLog {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &ClientLog{path: path, log: log.With("control_log", path), loc: time.Local,
+		st: ClientLogState{Path: path}, warned: map[string]bool{}}
+}
+
+// State is how it fares now.
+func (c *ClientLog) State() ClientLogState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.st
+}
+
+// Run follows the file until ctx ends, handing each batch of NEW CLIENT
+// lines read to send, in order. send may block (the file keeps what is not
+// read yet, so nothing is lost); an error from it ends Run.
+func (c *ClientLog) Run(ctx context.Context, send func(context.Context, []NewClient) error) {
+	dir := filepath.Dir(c.path)
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		c.following(false, fmt.Sprintf("cannot watch %s: %v", dir, err))
+		<-ctx.Done()
+		return
+	}
+	defer w.Close()
+	r := &logReader{c: c, initial: true}
+	defer r.close()
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	watched, wait := false, logRetryFirst
+	// wake: something to read; check: look whether the file was
+	// truncated or replaced too (a plain write of more lines needs not).
+	wake, check := false, false
+	base := filepath.Base(c.path)
+	for {
+		if !watched {
+			if err := w.Add(dir); err != nil {
+				c.following(false, fmt.Sprintf("cannot watch %s (tried again in %s): %v", dir, wait, err))
+				retry.Reset(wait)
+				wait = min(2*wait, logRetryMax)
+			} else {
+				watched, wait = true, logRetryFirst
+				wake, check = true, true
+				c.following(true, "")
+			}
+		}
+		if watched && wake {
+			if batch := r.read(ctx, check); len(batch) > 0 {
+				if err := send(ctx, batch); err != nil {
+					return
+				}
+			}
+		}
+		wake, check = false, false
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			for more := true; more; {
+				switch {
+				case ev.Has(fsnotify.Remove|fsnotify.Rename) && gone(dir):
+					// The directory went (with the file held open, its
+					// watch would not say so): watched again once back.
+					r.close()
+					_ = w.Remove(dir)
+					watched = false
+				case !strings.HasPrefix(filepath.Base(ev.Name), base):
+					// Another file of the log directory (server.log).
+				case ev.Op == fsnotify.Write:
+					wake = true
+				default:
+					// Made, deleted, renamed: a new file may be there.
+					wake, check = true, true
+					if ev.Name == c.path && ev.Has(fsnotify.Remove) {
+						// Deleted: what is written to it now is seen by
+						// no one, and the file held open would keep the
+						// directory's own removal from being reported.
+						r.drop = true
+					}
+				}
+				select {
+				case ev, more = <-w.Events:
+				default:
+					more = false
+				}
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			// An overflow loses events, never data: reading catches up.
+			wake, check = true, true
+			c.trouble("watch", "watching control.log: "+err.Error())
+		case <-retry.C:
+		}
+	}
+}
+
+func gone(dir string) bool {
+	_, err := os.Stat(dir)
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+func (c *ClientLog) following(on bool, why string) {
+	c.mu.Lock()
+	changed := c.st.Following != on || c.st.Error != why
+	c.st.Following, c.st.Error = on, why
+	c.mu.Unlock()
+	if changed && !on {
+		c.log.Warn("control.log cannot be followed: new MPS clients are found by polling instead", "reason", why)
+	}
+	if changed && c.changed != nil {
+		c.changed()
+	}
+}
+
+// trouble records something wrong met while following: logged at warn
+// the first time of its kind, at debug after that.
+func (c *ClientLog) trouble(kind, msg string, count ...*uint64) {
+	c.mu.Lock()
+	for _, n := range count {
+		*n++
+	}
+	first := !c.warned[kind]
+	c.warned[kind] = true
+	c.st.Trouble = msg
+	c.mu.Unlock()
+	level := slog.LevelDebug
+	if first {
+		level = slog.LevelWarn
+	}
+	c.log.Log(context.Background(), level, msg, "kind", kind)
+}
+
+// logReader reads control.log from where it left off.
+type logReader struct {
+	c *ClientLog
+	f *os.File
+	// dev and ino name the file open, off is how far it was read.
+	dev, ino uint64
+	off      int64
+	// initial: nothing was opened yet; a file found then is history, read
+	// from its end.
+	initial bool
+	part    []byte // the unfinished last line
+	skip    bool   // inside a line longer than MaxLogLine
+	buf     []byte
+	// drop: a file at the path was deleted; the one read is closed, once
+	// read to its end, if it was that one.
+	drop bool
+	// tail is the last bytes read, up to off: a file truncated and written
+	// past off again between two reads holds other bytes there.
+	tail []byte
+}
+
+// tailBytes is how much of what was read is kept to tell a file rewritten
+// in place: more than a line's time and PID.
+const tailBytes = 64
+
+func (r *logReader) close() {
+	r.drop = false
+	if r.f != nil {
+		_ = r.f.Close()
+		r.f = nil
+	}
+}
+
+// read returns the NEW CLIENT lines written since the last read. With
+// check, or when nothing new was there, it looks whether the file was
+// truncated or replaced too, and follows (the lines written past the
+// offset read of a file truncated and written again between two reads
+// are read as they come, the rest of it not).
+func (r *logReader) read(ctx context.Context, check bool) []NewClient {
+	var out []NewClient
+	initial := r.initial
+	r.initial = false
+	for range 3 { // reading, then a switch to a new file at most twice
+		if r.f == nil && !r.open(initial) {
+			return out
+		}
+		initial = false
+		from := r.off
+		out = r.drain(ctx, out)
+		if !check && r.off > from && !r.drop {
+			break // more lines: the file is the one being read
+		}
+		if r.drop {
+			r.drop = false
+			var st unix.Stat_t
+			if err := unix.Fstat(int(r.f.Fd()), &st); err != nil || st.Nlink == 0 {
+				r.close()
+				break
+			}
+		}
+		if ctx.Err() != nil || !r.switched() {
+			break
+		}
+	}
+	return out
+}
+
+// open opens the file, never blocking (a FIFO put there is refused); at
+// the start of following (initial), from its end.
+func (r *logReader) open(initial bool) bool {
+	c := r.c
+	fd, err := unix.Open(c.path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false // not yet: the daemon makes it when it starts
+	}
+	if err != nil {
+		c.trouble("open", fmt.Sprintf("opening control.log: %v", err))
+		return false
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		_ = unix.Close(fd)
+		c.trouble("not a file", "control.log is not a regular file: not read")
+		return false
+	}
+	r.f, r.dev, r.ino, r.off, r.part, r.skip, r.tail = os.NewFile(uintptr(fd), c.path), uint64(st.Dev), st.Ino, 0, nil, false, nil
+	if initial {
+		r.off = st.Size
+		// What ends the history is the tail to compare with.
+		b := make([]byte, min(st.Size, tailBytes))
+		if n, _ := r.f.ReadAt(b, st.Size-int64(len(b))); n == len(b) {
+			r.tail = b
+		}
+	}
+	return true
+}
+
+// drain reads the open file to its end, in chunks.
+func (r *logReader) drain(ctx context.Context, out []NewClient) []NewClient {
+	if r.buf == nil {
+		r.buf = make([]byte, logChunk)
+	}
+	for ctx.Err() == nil {
+		n, err := r.f.ReadAt(r.buf, r.off)
+		r.off += int64(n)
+		r.keepTail(r.buf[:n])
+		out = r.lines(r.buf[:n], out)
+		if n == 0 || errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			r.c.trouble("read", fmt.Sprintf("reading control.log: %v", err))
+			return out
+		}
+	}
+	return out
+}
+
+// lines cuts data into lines, keeping the unfinished last one.
+func (r *logReader) lines(data []byte, out []NewClient) []NewClient {
+	c := r.c
+	for len(data) > 0 {
+		i := indexNL(data)
+		if r.skip {
+			if i < 0 {
+				return out
+			}
+			r.skip, data = false, data[i+1:]
+			continue
+		}
+		if i < 0 {
+			if len(r.part)+len(data) > MaxLogLine {
+				r.part, r.skip = r.part[:0], true
+				c.trouble("long line", fmt.Sprintf("control.log: a line longer than %d bytes skipped", MaxLogLine), &c.st.LongLines)
+				return out
+			}
+			r.part = append(r.part, data...)
+			return out
+		}
+		line := data[:i]
+		if len(r.part) > 0 {
+			line = append(r.part, line...)
+		}
+		data = data[i+1:]
+		r.part = r.part[:0]
+		if len(line) > MaxLogLine {
+			c.trouble("long line", fmt.Sprintf("control.log: a line longer than %d bytes skipped", MaxLogLine), &c.st.LongLines)
+			continue
+		}
+		nc, err := ParseNewClient(line, c.loc)
+		switch {
+		case err == nil:
+			c.mu.Lock()
+			c.st.Clients++
+			c.mu.Unlock()
+			out = append(out, nc)
+		case !errors.Is(err, ErrNotNewClient):
+			c.trouble("malformed", "control.log: "+err.Error(), &c.st.Malformed)
+		}
+	}
+	return out
+}
+
+func (r *logReader) keepTail(b []byte) {
+	if len(b) >= tailBytes {
+		r.tail = append(r.tail[:0], b[len(b)-tailBytes:]...)
+		return
+	}
+	r.tail = append(r.tail, b...)
+	if len(r.tail) > tailBytes {
+		r.tail = append(r.tail[:0], r.tail[len(r.tail)-tailBytes:]...)
+	}
+}
+
+// rewritten reports whether the bytes before off are no longer those read.
+func (r *logReader) rewritten() bool {
+	if len(r.tail) == 0 || r.off < int64(len(r.tail)) {
+		return false
+	}
+	b := make([]byte, len(r.tail))
+	n, _ := r.f.ReadAt(b, r.off-int64(len(b)))
+	return n != len(b) || string(b) != string(r.tail)
+}
+
+func indexNL(b []byte) int {
+	for i, x := range b {
+		if x == '\n' {
+			return i
+		}
+	}
+	return -1
+}
+
+// switched reports whether the file read was truncated or replaced, and
+// so is to be read (again) from its start.
+func (r *logReader) switched() bool {
+	c := r.c
+	var cur unix.Stat_t
+	if err := unix.Fstat(int(r.f.Fd()), &cur); err != nil {
+		r.close()
+		return true
+	}
+	var st unix.Stat_t
+	err := unix.Stat(c.path, &st)
+	switch {
+	case err == nil && (uint64(st.Dev) != r.dev || st.Ino != r.ino):
+		if cur.Nlink > 0 && st.Size == 0 {
+			return false // renamed away, still written: the new file is empty
+		}
+		r.close()
+		c.trouble("replaced", "control.log replaced: the new file is read from its start", &c.st.Restarts)
+		return true
+	case err != nil && !errors.Is(err, syscall.ENOENT):
+		c.trouble("stat", fmt.Sprintf("looking at control.log: %v", err))
+	case cur.Size < r.off || r.rewritten():
+		r.off, r.part, r.skip, r.tail = 0, r.part[:0], false, r.tail[:0]
+		c.trouble("truncated", "control.log truncated: read again from its start", &c.st.Restarts)
+		return true
+	}
+	return false
+}

@@ -1,0 +1,194 @@
+/*
+ * What the NVML calls the accounting can poll cost, and how soon NVML
+ * shows a client's memory (tests/gpu/probe-escape.sh). NVML through
+ * dlopen, no header. Built on the GPU host:
+ *   gcc -O2 -o nvml_cost nvml_cost.c -ldl
+ *
+ *   nvml_cost cost UUID N        N calls of each function, one GPU: wall and
+ *                                CPU (user+system) microseconds per call
+ *   nvml_cost list UUID          the GPU's MPS clients: "client <pid> <MiB>"
+ *   nvml_cost watch UUID S MS    every MS ms for S seconds, each change of
+ *                                the MPS clients' memory: "seen <time>
+ *                                <pid>:<MiB> ..." (CLOCK_REALTIME seconds)
+ *   nvml_cost rss UUID           the anonymous memory NVML takes in its
+ *                                caller (nvmlInit and the calls the daemon
+ *                                makes): "nvml_anon_kb <RssAnon after less
+ *                                before>", for tests/gpu/run.sh's check of
+ *                                the daemon's own memory
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int nvmlReturn_t;
+typedef void *nvmlDevice_t;
+typedef struct {
+	unsigned int pid;
+	unsigned long long usedGpuMemory;
+	unsigned int gpuInstanceId;
+	unsigned int computeInstanceId;
+} procInfo;
+typedef struct {
+	unsigned long long total, free, used;
+} memInfo;
+
+static nvmlReturn_t (*nvmlInit)(void);
+static nvmlReturn_t (*getHandle)(const char *, nvmlDevice_t *);
+static nvmlReturn_t (*getMPS)(nvmlDevice_t, unsigned int *, procInfo *);
+static nvmlReturn_t (*getCompute)(nvmlDevice_t, unsigned int *, procInfo *);
+static nvmlReturn_t (*getMem)(nvmlDevice_t, memInfo *);
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static double cpu(void)
+{
+	struct rusage r;
+	getrusage(RUSAGE_SELF, &r);
+	return r.ru_utime.tv_sec + r.ru_utime.tv_usec / 1e6 + r.ru_stime.tv_sec + r.ru_stime.tv_usec / 1e6;
+}
+
+static void *sym(void *lib, const char *name)
+{
+	void *p = dlsym(lib, name);
+	if (p == NULL) {
+		printf("fail dlsym %s\n", name);
+		exit(1);
+	}
+	return p;
+}
+
+static procInfo infos[256];
+
+/* mps lists the MPS clients as go-nvml does: the count first, then the list. */
+static int mps(nvmlDevice_t d)
+{
+	unsigned int n = 0;
+	nvmlReturn_t rc = getMPS(d, &n, NULL);
+	if (rc != 0 && rc != 7 /* NVML_ERROR_INSUFFICIENT_SIZE */)
+		return -rc;
+	if (n == 0)
+		return 0;
+	n = 256;
+	rc = getMPS(d, &n, infos);
+	return rc == 0 ? (int)n : -rc;
+}
+
+static int compute(nvmlDevice_t d)
+{
+	unsigned int n = 256;
+	nvmlReturn_t rc = getCompute(d, &n, infos);
+	return rc == 0 ? (int)n : -rc;
+}
+
+static long rss_anon_kb(void)
+{
+	char line[256];
+	long kb = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof line, f) != NULL)
+		if (sscanf(line, "RssAnon: %ld", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
+int main(int argc, char **argv)
+{
+	long anon0 = rss_anon_kb();
+	if (argc < 3) {
+		printf("usage: nvml_cost cost UUID N | list UUID | watch UUID S MS\n");
+		return 2;
+	}
+	void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+	if (lib == NULL) {
+		printf("fail dlopen %s\n", dlerror());
+		return 1;
+	}
+	nvmlInit = sym(lib, "nvmlInit_v2");
+	getHandle = sym(lib, "nvmlDeviceGetHandleByUUID");
+	getMPS = sym(lib, "nvmlDeviceGetMPSComputeRunningProcesses_v3");
+	getCompute = sym(lib, "nvmlDeviceGetComputeRunningProcesses_v3");
+	getMem = sym(lib, "nvmlDeviceGetMemoryInfo");
+	if (nvmlInit() != 0) {
+		printf("fail nvmlInit\n");
+		return 1;
+	}
+	nvmlDevice_t d;
+	if (getHandle(argv[2], &d) != 0) {
+		printf("fail nvmlDeviceGetHandleByUUID %s\n", argv[2]);
+		return 1;
+	}
+	if (strcmp(argv[1], "cost") == 0 && argc > 3) {
+		int n = atoi(argv[3]);
+		const char *names[] = {"nvmlDeviceGetHandleByUUID", "nvmlDeviceGetMPSComputeRunningProcesses_v3 (count, then list)",
+				       "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetMemoryInfo"};
+		for (int f = 0; f < 4; f++) {
+			double w0 = now(), c0 = cpu();
+			int last = 0;
+			for (int k = 0; k < n; k++) {
+				memInfo m;
+				nvmlDevice_t h;
+				switch (f) {
+				case 0: last = -getHandle(argv[2], &h); break;
+				case 1: last = mps(d); break;
+				case 2: last = compute(d); break;
+				case 3: last = -getMem(d, &m); break;
+				}
+			}
+			double w = (now() - w0) / n * 1e6, c = (cpu() - c0) / n * 1e6;
+			printf("cost %-62s wall %8.1f us/call, cpu %8.1f us/call (%d calls, last answer %d)\n", names[f], w, c, n, last);
+		}
+		memInfo m;
+		if (getMem(d, &m) == 0)
+			printf("memory used %llu MiB of %llu MiB\n", m.used >> 20, m.total >> 20);
+		return 0;
+	}
+	if (strcmp(argv[1], "rss") == 0) {
+		memInfo m;
+		getMem(d, &m);
+		for (int k = 0; k < 10; k++)
+			mps(d);
+		printf("nvml_anon_kb %ld\n", rss_anon_kb() - anon0);
+		return 0;
+	}
+	if (strcmp(argv[1], "list") == 0) {
+		int k = mps(d);
+		for (int j = 0; j < k; j++)
+			printf("client %u %llu\n", infos[j].pid, infos[j].usedGpuMemory >> 20);
+		if (k < 0)
+			printf("fail nvmlDeviceGetMPSComputeRunningProcesses_v3 %d\n", -k);
+		return 0;
+	}
+	if (strcmp(argv[1], "watch") == 0 && argc > 4) {
+		double until = now() + atof(argv[3]);
+		int ms = atoi(argv[4]);
+		char last[4096] = "", cur[4096];
+		while (now() < until) {
+			int k = mps(d), len = 0;
+			cur[0] = 0;
+			for (int j = 0; j < k && len < (int)sizeof cur - 64; j++)
+				len += snprintf(cur + len, sizeof cur - len, " %u:%llu", infos[j].pid, infos[j].usedGpuMemory >> 20);
+			if (strcmp(cur, last) != 0) {
+				printf("seen %.6f%s\n", now(), cur);
+				fflush(stdout);
+				strcpy(last, cur);
+			}
+			usleep(ms * 1000);
+		}
+		return 0;
+	}
+	printf("usage\n");
+	return 2;
+}
