@@ -6,8 +6,8 @@
  * accepted stays unwritten.
  *
  * Each is defined under a hidden name and exported under the API's name
- * (an alias), so that ours() and ours_for() give our own function even in
- * a program that defines one of these names itself.
+ * (an alias), so that ours() and ours_for_cuda() give our own function
+ * even in a program that defines one of these names itself.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -210,7 +210,7 @@ HIDDEN nvmlReturn_t view_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory
 
 /* ---- cuGetProcAddress: how the CUDA runtime gets the driver's functions ---- */
 
-/* proc_version: the variant of a function a cuGetProcAddress caller gets
+/* proc_by_name: the variant of a function a cuGetProcAddress caller gets
  * for cudaVersion ver, by the CUDA version each _v2 came with. */
 static enum fn_id proc_by_name(const char *sym, int ver)
 {

@@ -8,8 +8,9 @@
 # -nostartfiles: the library has no C++ or constructors and needs none of
 # the toolchain's crt files, which would also drop the CET/BTI marking;
 # -z defs: every symbol it uses is in the stubs, so one newer than the
-# floor fails the link; -s and no -g: no paths or dates in the file, the
-# same bytes from any checkout.
+# floor fails the link; -s, no -g and -fno-ident: no paths, dates or
+# compiler banner (.comment, which lintian calls an unneeded section) in the
+# file, the same bytes from any checkout.
 set -eu
 cc=$1 stubs=$2 out=$3
 shift 3
@@ -21,7 +22,7 @@ aarch64-*) arch_flags='-mbranch-protection=standard -mno-outline-atomics' base=G
 esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cflags="-std=gnu11 -O2 -fPIC -fvisibility=hidden -fno-stack-protector -fno-plt
+cflags="-std=gnu11 -O2 -fPIC -fvisibility=hidden -fno-stack-protector -fno-plt -fno-ident
 	-Wall -Wextra -Werror -Wno-unused-parameter $arch_flags"
 for f in viewfile real answer hook lib; do
 	# shellcheck disable=SC2086

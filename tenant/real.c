@@ -119,6 +119,21 @@ struct found {
 	void *dlsym, *dlvsym;
 };
 
+/* glibc_file: the path the loader opened is one of glibc's two files that
+ * may hold dlsym. Only those are read: never the vDSO or another object
+ * whose dynamic section we would have to guess about. */
+static int glibc_file(const char *path)
+{
+	const char *base = path;
+
+	if (!path)
+		return 0;
+	for (; *path; path++)
+		if (*path == '/')
+			base = path + 1;
+	return str_eq(base, "libc.so.6") || str_eq(base, "libdl.so.2");
+}
+
 static int find_glibc_dl(struct dl_phdr_info *info, size_t size, void *data)
 {
 	struct found *f = data;
@@ -129,6 +144,8 @@ static int find_glibc_dl(struct dl_phdr_info *info, size_t size, void *data)
 	int i, has_soname = 0;
 
 	(void)size;
+	if (!glibc_file(info->dlpi_name))
+		return 0;
 	for (i = 0; i < info->dlpi_phnum; i++)
 		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
 			d = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);

@@ -1,8 +1,8 @@
 /*
  * libyunion-mps-view.so: the slice's view of its GPU, inside a tenant's
  * process (docs/containers.md, "The view library"). Internal declarations
- * shared by its files; nothing here is exported (-fvisibility=hidden and
- * exports.map: only the hooks are).
+ * shared by its files; nothing here is exported (-fvisibility=hidden:
+ * only what is marked EXPORT, and trampoline.S's dlsym and dlvsym, are).
  *
  * The rules every file keeps: no stdio, no malloc, no locks, no thread
  * library; lazy state is a word written with an atomic store and read with

@@ -93,8 +93,8 @@ check_elf() { # check_elf ARCH
 	same "$1: soname, needs libc and libdl only, bound now" "$(printf '%s\n' '(NEEDED) [libdl.so.2]' '(NEEDED) [libc.so.6]' '(SONAME) [libyunion-mps-view.so]' '(FLAGS) BIND_NOW')" "$got"
 	got=$(readelf -lW "$lib" | awk '$1 == "GNU_RELRO" { r = 1 } $1 == "GNU_STACK" { s = $7 } END { print r, s }')
 	same "$1: RELRO, stack not executable" "1 RW" "$got"
-	got=$(readelf -SW "$lib" | grep -cE '\.debug_|\.symtab' || true)
-	same "$1: stripped (no debug info, no symbol table)" 0 "$got"
+	got=$(readelf -SW "$lib" | grep -cE '\.debug_|\.symtab|\.comment' || true)
+	same "$1: stripped (no debug info, symbol table or .comment: lintian's binary-has-unneeded-section)" 0 "$got"
 	got=$(readelf -nW "$lib" | grep -oE 'IBT, SHSTK|BTI, PAC' || true)
 	same "$1: marked for CET/BTI" "$([ "$1" = amd64 ] && echo 'IBT, SHSTK' || echo 'BTI, PAC')" "$got"
 }
@@ -134,6 +134,17 @@ view() {
 bad() { rm -rf "/run/yunion-mps/view/${G[$1]}"; mkdir -p "/run/yunion-mps/view/${G[$1]}"; VT[$1]="" VU[$1]=""; }
 noview() { rm -rf "/run/yunion-mps/view/${G[$1]}"; VT[$1]="" VU[$1]=""; }
 
+# pad_to SIZE FILE: "pad xxx" lines (an unknown key) appended until FILE
+# has SIZE bytes.
+pad_to() {
+	local left=$(($1 - $(stat -c %s "$2"))) n
+	while [ "$left" -gt 0 ]; do
+		n=$((left > 75 ? 75 : left))
+		if [ $((left - n)) -gt 0 ] && [ $((left - n)) -lt 6 ]; then n=$((n - 6)); fi
+		printf 'pad %s\n' "$(printf '%*s' $((n - 5)) '' | tr ' ' x)" >>"$2"
+		left=$((left - n))
+	done
+}
 sat32() { if [ "$1" -gt 4294967295 ]; then echo 4294967295; else echo "$1"; fi; }
 # expect_cuda WAY / expect_nvml WAY: what viewtest must print for the GPUs as staged.
 expect_cuda() {
@@ -231,8 +242,8 @@ same "$A: nothing used: free = cap" "$(expect_all dlsym)" "$(vt $A dlsym)"
 VT[0]=4096000000 VU[0]=5
 same "$A: keys in any order, unknown keys and blank lines ignored" "$(expect_all dlsym)" "$(vt $A dlsym)"
 f=/run/yunion-mps/view/${G[0]}/memory
-{ printf 'total_bytes 1000000000\nused_bytes 0\n'; head -c 4071 /dev/zero | tr '\0' 'x' | fold -w 70 | sed 's/^/pad /'; } | head -c 4095 >"$f"
-echo >>"$f"
+printf 'total_bytes 1000000000\nused_bytes 0\n' >"$f"
+pad_to 4096 "$f"
 VT[0]=1000000000 VU[0]=0
 same "$A: a file of exactly 4096 bytes is read ($(stat -c %s "$f") bytes)" "$(expect_all dlsym)" "$(vt $A dlsym)"
 
@@ -360,6 +371,52 @@ if [ -n "$arm64_run" ]; then
 	got=$(vt $A threads 16)
 	same "$A: 16 threads at once" "threads err=0 free=20304625664 total=21378367488 totalmem=21378367488 nvml.total=21378367488 nvml.free=20304625664
 threads distinct=1" "$got"
+fi
+
+# An older glibc, where dlsym lives in libdl.so.2 (before 2.34):
+# VIEWTEST_OLD_GLIBC_ROOT names a root of such a distribution with gcc,
+# e.g. `debootstrap --variant=minbase --include=gcc,libc6-dev bullseye DIR`
+# (glibc 2.31). The test programs are built there with its gcc; the library
+# is the one built here. Its /run and /etc are covered in this namespace
+# (tmpfs, overlay): the root is not changed.
+if [ -n "${VIEWTEST_OLD_GLIBC_ROOT:-}" ]; then
+	O=$VIEWTEST_OLD_GLIBC_ROOT A=amd64
+	echo "== $(chroot "$O" ldd --version | sed -n 1p) in $O (chroot)"
+	mount -t tmpfs -o mode=755 tmpfs "$O/run"
+	mkdir -p "$O/run/t" "$O/run/yunion-mps/view" "$O/run/yunion-mps/lib" "$O/run/yunion-mps-fake" "$O/run/ov/u" "$O/run/ov/w"
+	mount -t overlay overlay -o "lowerdir=$O/etc,upperdir=$O/run/ov/u,workdir=$O/run/ov/w" "$O/etc"
+	cp "$here"/*.c "$here"/*.h "$here/next.map" "$O/run/t/"
+	cp "$out/amd64/libyunion-mps-view.so" "$O/run/yunion-mps/lib/"
+	cp /run/yunion-mps-fake/gpus "$O/run/yunion-mps-fake/"
+	chroot "$O" sh -ec 'cd /run/t
+		gcc -O2 -fPIC -shared -fno-ipa-icf -o libcuda.so.1 -Wl,-soname,libcuda.so.1 fakecuda.c -lpthread
+		gcc -O2 -fPIC -shared -o libnvidia-ml.so.1 -Wl,-soname,libnvidia-ml.so.1 fakenvml.c -lpthread
+		gcc -O2 -o viewtest viewtest.c -ldl -lpthread -Wl,-rpath,/run/t
+		gcc -O2 -DLINKED -o viewtest-linked viewtest.c -L. -Wl,--no-as-needed -l:libcuda.so.1 -l:libnvidia-ml.so.1 -ldl -lpthread -Wl,-rpath,/run/t
+		gcc -O2 -fPIC -shared -o libnexta.so nexta.c -Wl,--version-script=next.map -ldl
+		gcc -O2 -fPIC -shared -o libnextb.so nextb.c -Wl,--version-script=next.map
+		gcc -O2 -o nexttest nexttest.c -L. -Wl,--no-as-needed -lnexta -lnextb -ldl -Wl,-rpath,/run/t
+		gcc -O2 -fPIC -shared -o libown.so own.c -ldl'
+	old() { chroot "$O" env LD_PRELOAD=/run/yunion-mps/lib/libyunion-mps-view.so "$@" 2>&1; }
+	noview 2
+	for i in 0 1; do
+		mkdir -p "$O/run/yunion-mps/view/${G[i]}"
+		printf 'total_bytes %s\nused_bytes %s\n' "${VT[i]}" "${VU[i]}" >"$O/run/yunion-mps/view/${G[i]}/memory"
+	done
+	same "old glibc: no library: dlsym" "$(VT=("" "" ""); expect_all dlsym)" "$(chroot "$O" /run/t/viewtest dlsym 2>&1)"
+	same "old glibc: linked" "$(expect_all linked)" "$(old /run/t/viewtest-linked linked)"
+	same "old glibc: dlopen + dlsym" "$(expect_all dlsym)" "$(old /run/t/viewtest dlsym)"
+	same "old glibc: cuGetProcAddress as the CUDA runtime" "$(expect_procaddr)" "$(old /run/t/viewtest procaddr)"
+	same "old glibc: RTLD_NEXT" "main-next=a a-next=b a-vnext=b default=a" "$(old /run/t/nexttest)"
+	same "old glibc: an LD_PRELOAD dlsym wrapper before ours" "$(expect_all dlsym)" \
+		"$(chroot "$O" env LD_PRELOAD="/run/t/libown.so /run/yunion-mps/lib/libyunion-mps-view.so" /run/t/viewtest dlsym 2>&1)"
+	got=$(old /run/t/viewtest threads 32)
+	same "old glibc: 32 threads at once" "threads err=0 free=$((VT[0] - VU[0])) total=${VT[0]} totalmem=${VT[0]} nvml.total=${VT[0]} nvml.free=$((VT[0] - VU[0]))
+threads distinct=1" "$got"
+	echo /run/yunion-mps/lib/libyunion-mps-view.so >"$O/etc/ld.so.preload"
+	same "old glibc: /etc/ld.so.preload, env -i" "$(expect_all dlsym)" "$(chroot "$O" env -i /run/t/viewtest dlsym 2>&1)"
+else
+	echo "SKIP an older glibc (dlsym in libdl.so.2): VIEWTEST_OLD_GLIBC_ROOT names no root"
 fi
 
 echo "== $npass passed, $nfail failed"
