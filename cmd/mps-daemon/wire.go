@@ -43,21 +43,21 @@ func openHost(f flags, cfg *agent.Config, log *slog.Logger) (*host, error) {
 // simProfiles lists the simulated hosts' profiles, for --simulate's help.
 func simProfiles() string { return fmt.Sprint(nvmlsim.Profiles()) }
 
-// wiring is what serving and tearing down both need.
-type wiring struct {
+// loaded is what every command that works on the host starts from: the
+// logger, both configuration files and the host's GPUs (real or
+// simulated). The caller closes backend.
+type loaded struct {
 	log *slog.Logger
 	cfg *agent.Config
 	*host
-	inv agent.Inventory
-	// where names the inventory, for the start line.
-	where string
 }
 
-// wire reads the configuration and opens the host and the inventory. To
-// serve, the configuration is validated first as check-config and a reload
-// validate it (agent.Validate), so the daemon refuses at start what they
-// refuse, with the same message; tearing down takes any readable one.
-func wire(ctx context.Context, f flags, validate bool) (*wiring, error) {
+// load reads the configuration and opens the host. To serve, the
+// configuration is validated first for the mode as check-config and a
+// reload validate it (agent.Validate), so either mode refuses at start
+// what they refuse, with the same message and before anything is wired;
+// tearing down takes any readable one, and check-config validates itself.
+func load(ctx context.Context, f flags, mode agent.Mode, validate bool) (*loaded, error) {
 	log, err := logging.FromEnv(os.Stderr, f.logLevel, os.Getenv)
 	if err != nil {
 		return nil, err
@@ -71,17 +71,35 @@ func wire(ctx context.Context, f flags, validate bool) (*wiring, error) {
 		return nil, err
 	}
 	if validate {
-		if _, _, err := agent.Validate(ctx, cfg, h.backend, h.sysfsRoot, h.devRoot); err != nil {
+		if _, _, err := agent.Validate(ctx, cfg, mode, h.backend, h.sysfsRoot, h.devRoot); err != nil {
 			h.backend.Close()
 			return nil, err
 		}
 	}
-	inv, where, err := inventory(cfg, log)
+	return &loaded{log: log, cfg: cfg, host: h}, nil
+}
+
+// wiring is what serving and tearing down in the Cloudpods mode need.
+type wiring struct {
+	*loaded
+	inv agent.Inventory
+	// where names the inventory, for the start line.
+	where string
+}
+
+// wire loads the configuration (validated to serve, see load) and opens
+// the inventory host.conf chooses.
+func wire(ctx context.Context, f flags, validate bool) (*wiring, error) {
+	l, err := load(ctx, f, agent.ModeCloudpods, validate)
 	if err != nil {
-		h.backend.Close()
 		return nil, err
 	}
-	return &wiring{log: log, cfg: cfg, host: h, inv: inv, where: where}, nil
+	inv, where, err := inventory(l.cfg, l.log)
+	if err != nil {
+		l.backend.Close()
+		return nil, err
+	}
+	return &wiring{loaded: l, inv: inv, where: where}, nil
 }
 
 // forward turns SIGHUPs into reload requests until ctx ends; requests that

@@ -33,9 +33,25 @@ type Inventory interface {
 	SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (devsync.Result, error)
 }
 
+// Mode is where the daemon's virtual devices go, chosen by the command
+// that starts it: it decides what of host.conf the start reads, and so
+// what Validate checks at start, in check-config and on a reload.
+type Mode string
+
+const (
+	// ModeCloudpods is `mps-daemon`: the inventory host.conf chooses
+	// (mps-inventory, or a Cloudpods region).
+	ModeCloudpods Mode = "cloudpods"
+	// ModeKubernetes is `mps-daemon kubernetes`: ResourceSlices and the
+	// kubelet plugin; no inventory key of host.conf is read.
+	ModeKubernetes Mode = "kubernetes"
+)
+
 // Options wires an Agent.
 type Options struct {
 	Config *Config
+	// Mode is where the devices go; empty is ModeCloudpods.
+	Mode Mode
 	// ConfigPath is host.conf, read again on reloads; empty disables them.
 	ConfigPath string
 	Backend    gpu.Backend
@@ -127,6 +143,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.Notifier == nil {
 		opts.Notifier = noNotifier{}
+	}
+	if opts.Mode == "" {
+		opts.Mode = ModeCloudpods
 	}
 	hc := opts.Config.Host
 	override := struct{ sysfs, dev string }{opts.SysfsRoot, opts.DevRoot}
