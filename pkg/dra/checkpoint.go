@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -156,6 +157,50 @@ func check(claims map[types.UID]Claim) error {
 			}
 			used[k] = uid
 		}
+	}
+	return nil
+}
+
+// rebuildMarker is the file beside the checkpoint that says its claims
+// are to be rebuilt from the API server: written before a corrupt
+// checkpoint is moved aside and removed only once the rebuilt one is
+// written, so a restart in between (the API server still away) rebuilds
+// too instead of starting with no claims.
+func rebuildMarker(path string) string { return path + ".rebuild" }
+
+// markRebuild writes the marker, why in it for whoever looks.
+func markRebuild(path string, why error, now time.Time) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("creating the DRA checkpoint directory: %w", err)
+	}
+	msg := fmt.Sprintf("%s: the prepared claims are rebuilt from the API server: %v\n", now.UTC().Format(time.RFC3339), why)
+	if err := atomicfile.Write(rebuildMarker(path), []byte(msg), 0o600); err != nil {
+		return fmt.Errorf("marking the DRA checkpoint for a rebuild: %w", err)
+	}
+	return nil
+}
+
+// pendingRebuild reads the marker: why the claims are to be rebuilt, nil
+// when they are not. Whatever is at the marker's path (unreadable, not a
+// file), the claims are not known: they are rebuilt.
+func pendingRebuild(path string) error {
+	b, err := atomicfile.Read(rebuildMarker(path), maxCheckpointBytes, false)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%w: a rebuild is pending (%s: %v)", ErrCorrupt, rebuildMarker(path), err)
+	}
+	return fmt.Errorf("%w: a rebuild is pending since %s", ErrCorrupt, strings.TrimSpace(string(b)))
+}
+
+// rebuildDone removes the marker once the rebuilt checkpoint is written.
+func rebuildDone(path string) error {
+	if err := os.Remove(rebuildMarker(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing the DRA checkpoint's rebuild marker: %w", err)
+	}
+	if err := atomicfile.SyncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("removing the DRA checkpoint's rebuild marker: %w", err)
 	}
 	return nil
 }

@@ -127,9 +127,15 @@ func New(opts Options) (*Driver, error) {
 	}
 	log := opts.Log.With("component", "dra")
 	d := &Driver{opts: opts, log: log, healthChanged: make(chan struct{})}
+	pending := pendingRebuild(opts.CheckpointPath)
 	claims, err := loadCheckpoint(opts.CheckpointPath)
 	switch {
 	case errors.Is(err, ErrCorrupt):
+		// The marker first: a restart before the rebuild is done rebuilds
+		// too (the file is not where it was any more).
+		if merr := markRebuild(opts.CheckpointPath, err, time.Now()); merr != nil {
+			return nil, fmt.Errorf("%w; %w", err, merr)
+		}
 		aside, merr := moveAside(opts.CheckpointPath, time.Now())
 		if merr != nil {
 			return nil, fmt.Errorf("%w; %w", err, merr)
@@ -139,6 +145,10 @@ func New(opts Options) (*Driver, error) {
 		d.rebuild, claims = err, map[types.UID]Claim{}
 	case err != nil:
 		return nil, err
+	case pending != nil:
+		log.Error("the DRA checkpoint's rebuild is not done yet: the prepared claims are rebuilt from the API server before anything is published or prepared",
+			"why", pending, "marker", rebuildMarker(opts.CheckpointPath))
+		d.rebuild, claims = pending, map[types.UID]Claim{}
 	}
 	d.claims = claims
 	if len(claims) > 0 {

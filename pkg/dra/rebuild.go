@@ -131,6 +131,11 @@ func (d *Driver) rebuildLocked(ctx context.Context) error {
 	if err := saveCheckpoint(d.opts.CheckpointPath, rebuilt); err != nil {
 		return fmt.Errorf("rebuilding the DRA checkpoint: %w", err)
 	}
+	// The marker goes only now: a crash before this rebuilds again, which
+	// finds the same claims.
+	if err := rebuildDone(d.opts.CheckpointPath); err != nil {
+		return fmt.Errorf("rebuilding the DRA checkpoint: %w", err)
+	}
 	d.claims, d.rebuild = rebuilt, nil
 	d.log.Warn("the DRA checkpoint rebuilt from the API server's claims", "claims", len(rebuilt), "path", d.opts.CheckpointPath)
 	if err := d.syncSpecLocked(); err != nil {

@@ -1,6 +1,7 @@
 package dra
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 )
 
@@ -139,5 +141,86 @@ func TestAPublishedDeviceReadsBack(t *testing.T) {
 		if !ok || !reflect.DeepEqual(got, dev) {
 			t.Errorf("read back\n%+v\nwant\n%+v", got, dev)
 		}
+	}
+}
+
+// Issue 40: a restart while the rebuild waits for the API server used to
+// come up with no claims and never rebuild. The rebuild is pending until
+// it is done: a marker beside the checkpoint says so through any number of
+// restarts, every sync fails meanwhile (the node never reports ready with
+// claims it has lost), and once the API server answers the claims come
+// back and the marker goes.
+func TestAPendingRebuildSurvivesRestarts(t *testing.T) {
+	n := newNode(t)
+	path := filepath.Join(t.TempDir(), "cp.json")
+	d, _ := newDriver(t, path)
+	n.reconcile(t, d, 4, true)
+	fixed := claimOn("c1", DeviceName(uuidB, 0))
+	share := sharedClaim("c2", 40, 0)
+	for _, c := range []*resourceapi.ResourceClaim{fixed, share} {
+		prepareOK(t, d, c)
+	}
+	want := d.Claims()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b[:len(b)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var objs []runtime.Object
+	for _, c := range []*resourceapi.ResourceClaim{fixed, share} {
+		c = c.DeepCopy()
+		c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p-" + string(c.UID), UID: types.UID("pod-" + c.UID)}}
+		objs = append(objs, c)
+	}
+	away := func() *fake.Clientset {
+		c := fake.NewClientset(objs...)
+		c.PrependReactor("list", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+		})
+		return c
+	}
+	for restart := range 3 {
+		d, err := New(Options{NodeName: "node-1", CheckpointPath: path})
+		if err != nil {
+			t.Fatalf("start %d: %v", restart, err)
+		}
+		if d.rebuild == nil {
+			t.Fatalf("start %d: no rebuild pending", restart)
+		}
+		if _, err := os.Stat(path + ".rebuild"); err != nil {
+			t.Fatalf("start %d: the rebuild marker: %v", restart, err)
+		}
+		r := &recorder{}
+		t.Cleanup(d.setPublisher(t.Context(), r, away()))
+		d.SetGPUs(n.spec, n.gpus(4, true))
+		desired := append(rows(uuidA, "0000:00:06.0", 1, 81559, true), rows(uuidB, "0000:00:07.0", 2, 40779, true)...)
+		if _, err := d.SyncDevices(t.Context(), "node-1", desired); err == nil || !strings.Contains(err.Error(), "connection refused") {
+			t.Fatalf("start %d: a sync with claims still to rebuild: %v, want the API server's error", restart, err)
+		}
+		if res, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{share}); err != nil || res["c2"].Err == nil || !strings.Contains(res["c2"].Err.Error(), "being rebuilt") {
+			t.Errorf("start %d: prepare before the rebuild: %v %v", restart, err, res["c2"].Err)
+		}
+		if len(r.pools) != 0 || len(d.Claims()) != 0 {
+			t.Errorf("start %d: published %d pools, %d claims, before the rebuild", restart, len(r.pools), len(d.Claims()))
+		}
+	}
+	// The API server back.
+	d2, err := New(Options{NodeName: "node-1", CheckpointPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d2.setPublisher(t.Context(), &recorder{}, fake.NewClientset(objs...)))
+	n.reconcile(t, d2, 4, true)
+	if got := d2.Claims(); !reflect.DeepEqual(got, want) {
+		t.Errorf("rebuilt claims\n%+v\nwant\n%+v", got, want)
+	}
+	if _, err := os.Stat(path + ".rebuild"); !os.IsNotExist(err) {
+		t.Errorf("the rebuild marker outlives the rebuild: %v", err)
+	}
+	d3, err := New(Options{NodeName: "node-1", CheckpointPath: path})
+	if err != nil || d3.rebuild != nil || !reflect.DeepEqual(d3.Claims(), want) {
+		t.Errorf("the start after the rebuild: %v, rebuild %v, claims %+v", err, d3.rebuild, d3.Claims())
 	}
 }
