@@ -85,7 +85,7 @@ func serveDRA(ctx context.Context, f flags, df draFlags) error {
 		return err
 	}
 	defer stop()
-	return runAgent(ctx, f, l, agent.ModeKubernetes, d, "mode", "kubernetes", "node", df.nodeName, "driver", df.driverName)
+	return runAgent(ctx, f, l, agent.ModeKubernetes, d, d.Changed(), "mode", "kubernetes", "node", df.nodeName, "driver", df.driverName)
 }
 
 // kubeClient is the API server's client: from the kubeconfig, or the pod's
@@ -108,5 +108,5 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	return c, nil
 }
 
-// The driver sizes devices to claims for the agent.
-var _ agent.ClaimSizer = (*dra.Driver)(nil)
+// The driver is the agent's backend in this mode.
+var _ agent.DeviceBackend = (*dra.Driver)(nil)

@@ -76,13 +76,13 @@ func serve(ctx context.Context, f flags) error {
 		return err
 	}
 	defer w.backend.Close()
-	return runAgent(ctx, f, w.loaded, agent.ModeCloudpods, w.inv, "inventory", w.where, "pipe_layout", w.cfg.Host.Layout(), "listen", w.cfg.Host.ListenAddress)
+	return runAgent(ctx, f, w.loaded, agent.ModeCloudpods, w.inv, nil, "inventory", w.where, "pipe_layout", w.cfg.Host.Layout(), "listen", w.cfg.Host.ListenAddress)
 }
 
-// runAgent runs the agent on l's host in mode, inv where its devices go,
-// until ctx ends; SIGHUP asks for a reload. what is logged with
-// "starting".
-func runAgent(ctx context.Context, f flags, l *loaded, mode agent.Mode, inv agent.Inventory, what ...any) error {
+// runAgent runs the agent on l's host in mode, devices where its devices
+// go (changed: when they changed there), until ctx ends; SIGHUP asks for a
+// reload. what is logged with "starting".
+func runAgent(ctx context.Context, f flags, l *loaded, mode agent.Mode, devices agent.DeviceBackend, changed <-chan struct{}, what ...any) error {
 	cfg, h, log := l.cfg, l.host, l.log
 	watchdog, err := agent.WatchdogInterval()
 	if err != nil {
@@ -94,7 +94,7 @@ func runAgent(ctx context.Context, f flags, l *loaded, mode agent.Mode, inv agen
 	reload := make(chan struct{}, 1)
 	go forward(ctx, hup, reload)
 	a, err := agent.New(agent.Options{
-		Config: cfg, ConfigPath: f.config, Mode: mode, Backend: h.backend, Runner: h.runner, Inventory: inv,
+		Config: cfg, ConfigPath: f.config, Mode: mode, Backend: h.backend, Runner: h.runner, Devices: devices, Changed: changed,
 		SysfsRoot: h.sysfsRoot, DevRoot: h.devRoot, Simulated: f.simulate != "",
 		Notifier: agent.Systemd{}, Watchdog: watchdog, Reload: reload, WatchFiles: true, Log: log,
 	})
@@ -111,7 +111,7 @@ func tearDown(ctx context.Context, f flags, force bool) error {
 		return err
 	}
 	defer w.backend.Close()
-	a, err := agent.New(agent.Options{Config: w.cfg, Backend: w.backend, Runner: w.runner, Inventory: w.inv,
+	a, err := agent.New(agent.Options{Config: w.cfg, Backend: w.backend, Runner: w.runner, Devices: w.inv,
 		SysfsRoot: w.sysfsRoot, DevRoot: w.devRoot, Simulated: f.simulate != "", Log: w.log})
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"yunion.io/x/mps-daemon/pkg/agent"
+	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/gpu/nvml"
 	"yunion.io/x/mps-daemon/pkg/gpu/nvmlsim"
@@ -82,23 +83,29 @@ func load(ctx context.Context, f flags, mode agent.Mode, validate bool) (*loaded
 // wiring is what serving and tearing down in the Cloudpods mode need.
 type wiring struct {
 	*loaded
-	inv agent.Inventory
+	inv *backend.Rows
 	// where names the inventory, for the start line.
 	where string
 }
 
 // wire loads the configuration (validated to serve, see load) and opens
-// the inventory host.conf chooses.
+// the inventory host.conf chooses, on the agent's edge (backend.Rows). To
+// serve, the host's registration begins at once.
 func wire(ctx context.Context, f flags, validate bool) (*wiring, error) {
 	l, err := load(ctx, f, agent.ModeCloudpods, validate)
 	if err != nil {
 		return nil, err
 	}
-	inv, where, err := inventory(l.cfg, l.log)
+	store, where, err := inventory(l.cfg, l.log)
 	if err != nil {
 		l.backend.Close()
 		return nil, err
 	}
+	var ahead string
+	if validate {
+		ahead, _ = agent.HostName(l.cfg.Host) // unreadable: the reconcile reports it
+	}
+	inv := backend.NewRows(ctx, store, ahead, l.log.With("component", "inventory"))
 	return &wiring{loaded: l, inv: inv, where: where}, nil
 }
 

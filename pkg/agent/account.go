@@ -40,9 +40,11 @@ func (a *Agent) account(ctx context.Context) {
 	for _, uuid := range uuids {
 		devs = append(devs, a.planned[uuid]...)
 	}
-	// Kubernetes claims' devices on those GPUs (ClaimSizer), each billed
-	// against its claim's size, and held to its thread share (claimQoS).
-	for _, d := range a.claimDevices() {
+	// Kubernetes claims' own devices on those GPUs (the backend's last
+	// answer), each billed against its claim's size, and held to its
+	// thread share (claimQoS).
+	for _, h := range a.claims {
+		d := h.Device
 		if _, enforced := terms[d.GPU.UUID]; enforced {
 			devs = append(devs, d)
 			maps.Copy(qos, claimQoS(d, serverDefaultsHeld(a.gpus[d.GPU.UUID])))

@@ -18,19 +18,24 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
-	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/cdi"
-	"yunion.io/x/mps-daemon/pkg/devsync"
+	"yunion.io/x/mps-daemon/pkg/claim"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
-// Inventory is what the agent needs of the inventory.
-type Inventory interface {
-	EnsureHost(ctx context.Context, name string) (api.Host, error)
-	SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (devsync.Result, error)
+// DeviceBackend is where the host's virtual devices go, the one edge from
+// the agent to a backend: once per reconcile the agent hands it what the
+// plan has (backend.Offer: the GPUs, each with how it is shared and its
+// limits, and the devices as rows) and takes back what it holds
+// (backend.Answer). mps-inventory and a Cloudpods region are
+// backend.Rows over their clients, Kubernetes is pkg/dra; each turns the
+// offer into its own records.
+type DeviceBackend interface {
+	Sync(ctx context.Context, o backend.Offer) (backend.Answer, error)
 }
 
 // Mode is where the daemon's virtual devices go, chosen by the command
@@ -56,7 +61,12 @@ type Options struct {
 	ConfigPath string
 	Backend    gpu.Backend
 	Runner     mps.Runner
-	Inventory  Inventory
+	// Devices is where the virtual devices go.
+	Devices DeviceBackend
+	// Changed has a value when what Devices holds changed outside a
+	// reconcile (a claim prepared or unprepared): the agent reconciles,
+	// so its status and accounting follow. nil: never.
+	Changed <-chan struct{}
 	// SysfsRoot and DevRoot override host.conf's (the simulated host brings
 	// its own trees); empty means host.conf's.
 	SysfsRoot, DevRoot string
@@ -96,7 +106,10 @@ type Agent struct {
 	present map[gpu.UUID]gpu.Info      // the GPUs NVML lists, by UUID
 	// listed are the host's devices as the last sync left them in the
 	// inventory (inventory.go): their ids, guests and held devices.
-	listed    map[vdev.Name]listed
+	listed map[vdev.Name]listed
+	// claims are the own devices of the claims the backend had prepared
+	// at the last sync (Kubernetes), billed as virtual devices.
+	claims    []claim.Held
 	acct      *accounting.Accountant
 	readySent bool
 	// onReload follows a new configuration (the file watcher re-aims).
@@ -120,9 +133,6 @@ type Agent struct {
 	// every planned device's identity file ahead of the spec
 	// (startIdentities).
 	identitiesMade bool
-	// hostAhead (loop-owned) is the host registration startHost began,
-	// until ensureHost takes its answer.
-	hostAhead <-chan hostAnswer
 
 	mu         sync.Mutex // guards cfg, generation and status, read by HTTP handlers
 	cfg        *Config
@@ -135,8 +145,8 @@ func New(opts Options) (*Agent, error) {
 	if opts.Config == nil || opts.Config.Host == nil {
 		return nil, errors.New("agent: no configuration")
 	}
-	if opts.Backend == nil || opts.Runner == nil || opts.Inventory == nil {
-		return nil, errors.New("agent: backend, MPS runner and inventory are required")
+	if opts.Backend == nil || opts.Runner == nil || opts.Devices == nil {
+		return nil, errors.New("agent: GPU backend, MPS runner and device backend are required")
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
@@ -266,6 +276,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			reload("SIGHUP")
 		case <-edits:
 			reload("file changed")
+		case <-a.opts.Changed:
+			reconcile(false)
 		case <-hold.C:
 			reload("held change settled")
 		case <-health.C:

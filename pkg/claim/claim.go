@@ -99,3 +99,15 @@ func IsClaim(index int) (slot int, ok bool) {
 	}
 	return index - IndexBase, true
 }
+
+// Held is a claim's own device as the backend that prepared it holds it:
+// a virtual device (<GPU UUID>::<IndexBase+slot>, the claim's caps) that
+// the agent bills and shows as it does a fixed slice, and the claim it is
+// for.
+type Held struct {
+	Device vdev.Device
+	// Claim is the claim's namespace/name; UID its UID.
+	Claim, UID string
+	// CDIName is the qualified name of its entry in the claims' CDI spec.
+	CDIName string
+}
