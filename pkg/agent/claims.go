@@ -22,7 +22,7 @@ func (a *Agent) offerGPUs(cfg *Config, p *plan.Plan, statuses []status.GPU) []ba
 			continue
 		}
 		d := cdi.FromVirtual(gp.Devices[0], "", cfg.pipeLog(gp.GPU.UUID).PipeDir)
-		gpus = append(gpus, backend.GPU{Device: d, Claims: gp.Sharing.Claims(), VirtualNumber: gp.N, Healthy: statuses[i].Healthy})
+		gpus = append(gpus, backend.GPU{Device: d, Claims: gp.Sharing.Claims(), VirtualNumber: gp.VirtualNumber, Healthy: statuses[i].Healthy})
 	}
 	return gpus
 }

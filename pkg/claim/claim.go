@@ -1,9 +1,8 @@
-// Package claim is what the host agent and the Kubernetes driver
-// (pkg/dra) share about GPUs that claims of any size share (the device
-// YAML's `sharing: claims`, docs/kubernetes.md): what the agent tells the
-// driver of each planned GPU before a sync (GPU), where claims' CDI
-// entries and identity files go (Spec), and the virtual device a claim
-// gets (Device).
+// Package claim is what the host agent and the Kubernetes mode (pkg/dra,
+// pkg/ledger) share about GPUs that claims of any size share (the device
+// YAML's `sharing: claims`, docs/kubernetes.md): where claims' CDI entries
+// and identity files go (Spec), the virtual device a claim gets (Device),
+// and a prepared claim's device as the agent bills and shows it (Held).
 //
 // A claim's device is a virtual device like a fixed slice: named
 // <GPU UUID>::<index>, with its own identity file (pkg/identity) and its
@@ -38,25 +37,6 @@ const IndexBase = 1000
 // beside the host's spec of fixed slices (cdi.DefaultKind): claims come
 // and go with prepare and unprepare, the slices with the plan.
 const DefaultKind = "yunion.io/mps-claim"
-
-// GPU is one planned GPU as the agent hands it to the driver before each
-// sync.
-type GPU struct {
-	// Device is the GPU's first planned device as the CDI spec makes its
-	// entries (cdi.FromVirtual; no identity file, no inventory id): a
-	// claim's device is made from it, with the claim's caps. For a GPU
-	// shared by claims it is the whole GPU, with its control daemon's
-	// defaults, the most a claim can get.
-	Device cdi.Device
-	// Claims: the GPU is shared by claims (sharing: claims). A GPU of
-	// fixed slices is handed over too, for the claims still held on it
-	// since the operator switched it.
-	Claims bool
-	// MaxClaims is how many claims it takes at once (virtual_number).
-	MaxClaims int
-	// Healthy: its MPS serves with the caps enforced.
-	Healthy bool
-}
 
 // Spec is where claims' CDI entries and identity files go: the host's CDI
 // options (Kind is set by the caller: DefaultKind) and identity store.

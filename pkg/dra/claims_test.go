@@ -65,7 +65,7 @@ func (n node) reconcile(t *testing.T, d *Driver, maxClaims int, healthy bool) {
 }
 
 // sharedClaim is a claim allocated memGi GiB (and threads %) of GPU A's
-// sized device, as the allocator records a consumable-capacity share.
+// claims device, as the allocator records a consumable-capacity share.
 func sharedClaim(uid string, memGi, threads int64) *resourceapi.ResourceClaim {
 	c := claimOn(uid, ledger.ClaimsDeviceName(uuidA))
 	r := &c.Status.Allocation.Devices.Results[0]
@@ -128,7 +128,7 @@ func prepareOK(t *testing.T, d *Driver, c *resourceapi.ResourceClaim) kubeletplu
 // several allocations, memory in whole MiB up to the GPU's, a thread share
 // of none by default, one of its claims each; its neighbour in slices as
 // ever.
-func TestASizedGPUIsOneDeviceClaimsConsume(t *testing.T) {
+func TestAClaimsGPUIsOneDeviceClaimsConsume(t *testing.T) {
 	n := newNode(t)
 	d, r := newDriver(t, filepath.Join(t.TempDir(), "cp.json"))
 	n.reconcile(t, d, 4, true)
@@ -158,7 +158,7 @@ func TestASizedGPUIsOneDeviceClaimsConsume(t *testing.T) {
 	}
 }
 
-// Each claim prepared on the sized device gets its own device: the lowest
+// Each claim prepared on the claims device gets its own device: the lowest
 // free index from claim.IndexBase, its own CDI entry (its name and its
 // share ID's) with the claim's caps and its own identity file, written
 // before the answer; the accounting is handed its device. Unprepared, its

@@ -90,7 +90,7 @@ func TestACorruptCheckpointIsRebuiltFromTheAPIServer(t *testing.T) {
 }
 
 // A published device reads back as it was (what a rebuild finds of a held
-// device out of the plan): fixed and sized, healthy and tainted.
+// device out of the plan): fixed and a claims device, healthy and tainted.
 func TestAPublishedDeviceReadsBack(t *testing.T) {
 	fixed := ledger.Device{Name: ledger.DeviceName(uuidA, 3), GPUUUID: uuidA, GPUAddr: "0000:00:06.0", Index: 3, ProductName: "NVIDIA H100 80GB HBM3",
 		MemoryLimit: 20389, ThreadPercentage: 25, CDIName: "yunion.io/mps-gpu=" + uuidA + "::3", Healthy: true}
