@@ -10,6 +10,7 @@ import (
 
 	"yunion.io/x/mps-daemon/internal/testsupport/badconfig"
 	"yunion.io/x/mps-daemon/pkg/agent"
+	"yunion.io/x/mps-daemon/pkg/gpu/nvmlsim"
 )
 
 // Issue 22: every check the daemon makes at start is made by check-config
@@ -86,7 +87,7 @@ func TestStartChecksAreCheckConfigAndReloadChecks(t *testing.T) {
 // applyRefusal makes c's edit in e's files, host.conf in one save.
 func applyRefusal(t *testing.T, e *env, c badconfig.Case) {
 	t.Helper()
-	if err := badconfig.Apply(e.dir, e.hostConf, e.devices, c); err != nil {
+	if err := badconfig.Apply(e.dir, e.hostConf, e.devices, simGPU0(t), c); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -95,11 +96,12 @@ func applyRefusal(t *testing.T, e *env, c badconfig.Case) {
 // daemons run on (--simulate 8xH100).
 func simGPU0(t *testing.T) string {
 	t.Helper()
-	uuid, err := badconfig.SimGPU0(t.TempDir())
+	backend, sim, err := nvmlsim.New("8xH100", t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return uuid
+	defer backend.Close()
+	return sim.GPUs()[0].UUID.String()
 }
 
 // refusal is the error a mps-daemon run ended with (after "mps-daemon: "

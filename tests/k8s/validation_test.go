@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"yunion.io/x/mps-daemon/internal/testsupport/badconfig"
-	"yunion.io/x/mps-daemon/pkg/status"
 )
 
 // Issue 40: the Kubernetes mode started (and never became ready) on
@@ -32,12 +31,9 @@ import (
 // reload.
 func TestBothModesRefuseWhatCheckConfigRefuses(t *testing.T) {
 	kc := writeKubeconfig(t, &rest.Config{Host: "https://127.0.0.1:9", BearerToken: "nobody"})
-	gpu0, err := badconfig.SimGPU0(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
 	running := newHost(t, kc)
 	running.writeDevices(t, 2, 2)
+	gpu0 := running.gpu0(t)
 	good := running.files(t)
 	d := running.start(t)
 	addr := d.listenAddress(t)
@@ -51,7 +47,7 @@ func TestBothModesRefuseWhatCheckConfigRefuses(t *testing.T) {
 			want := c.Expect(gpu0)
 			h := newHost(t, kc)
 			h.writeDevices(t, 2, 2)
-			if err := badconfig.Apply(h.dir, h.hostConf, h.devices, c); err != nil {
+			if err := badconfig.Apply(h.dir, h.hostConf, h.devices, gpu0, c); err != nil {
 				t.Fatal(err)
 			}
 			sim := []string{"--config", h.hostConf, "--simulate", "8xH100"}
@@ -85,7 +81,7 @@ func TestBothModesRefuseWhatCheckConfigRefuses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := badconfig.Apply(running.dir, running.hostConf, running.devices, c); err != nil {
+			if err := badconfig.Apply(running.dir, running.hostConf, running.devices, gpu0, c); err != nil {
 				t.Fatal(err)
 			}
 			if c.CloudpodsOnly() {
@@ -113,6 +109,21 @@ func TestBothModesRefuseWhatCheckConfigRefuses(t *testing.T) {
 			})
 		})
 	}
+}
+
+// gpu0 is the UUID of the simulated host's first GPU, at 0000:18:00.0, as
+// check-config prints it.
+func (h *host) gpu0(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(daemonBin, "--config", h.hostConf, "--simulate", "8xH100", "check-config").Output()
+	if err != nil {
+		t.Fatalf("check-config: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`0000:18:00\.0\s+(GPU-[0-9a-f-]+)\s`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("check-config names no GPU at 0000:18:00.0:\n%s", out)
+	}
+	return string(m[1])
 }
 
 // kubernetesArgs are the Kubernetes mode's command and flags for h.
@@ -171,7 +182,7 @@ func (g goodFiles) restore(t *testing.T) {
 	}
 }
 
-var listening = regexp.MustCompile(`msg="serving health and metrics" address=(\S+)`)
+var listening = regexp.MustCompile(`msg="serving health and metrics".* address=(\S+)`)
 
 // listenAddress is where the daemon serves /status, once it says.
 func (d *daemon) listenAddress(t *testing.T) string {
@@ -186,9 +197,20 @@ func (d *daemon) listenAddress(t *testing.T) string {
 	return addr
 }
 
+// daemonStatus is what these tests read of the daemon's /status (its
+// JSON names are pkg/status', which this module does not import: its
+// leaves would need their modules here).
+type daemonStatus struct {
+	Ready            bool     `json:"ready"`
+	LastError        string   `json:"last_error"`
+	ConfigGeneration int      `json:"config_generation"`
+	ConfigError      string   `json:"config_error"`
+	RestartPending   []string `json:"restart_pending"`
+}
+
 // statusOf is the daemon's /status at addr.
-func statusOf(addr string) (status.Status, error) {
-	var st status.Status
+func statusOf(addr string) (daemonStatus, error) {
+	var st daemonStatus
 	c := http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Get("http://" + addr + "/status")
 	if err != nil {

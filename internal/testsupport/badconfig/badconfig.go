@@ -14,8 +14,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-
-	"yunion.io/x/mps-daemon/pkg/gpu/nvmlsim"
 )
 
 // Case is an edit of host.conf or the device YAML of a host whose other
@@ -93,16 +91,12 @@ var Cases = []Case{
 
 // Apply makes c's edit in the files of the host in dir (host.conf at
 // hostConf, the device YAML at devices), each saved in one rename, as an
-// editor does.
-func Apply(dir, hostConf, devices string, c Case) error {
+// editor does; gpu0 is the UUID of the host's first GPU.
+func Apply(dir, hostConf, devices, gpu0 string, c Case) error {
 	if err := os.WriteFile(filepath.Join(dir, "not-a-ca.crt"), []byte("not a certificate\n"), 0o644); err != nil {
 		return err
 	}
 	if c.Devices != "" {
-		gpu0, err := SimGPU0(dir)
-		if err != nil {
-			return err
-		}
 		if err := SaveAtomic(devices, strings.ReplaceAll(c.Devices, "$GPU0", gpu0)); err != nil {
 			return err
 		}
@@ -134,22 +128,6 @@ func SaveAtomic(path, content string) error {
 		return err
 	}
 	return os.Rename(tmp, path)
-}
-
-// SimGPU0 is the UUID of the first GPU of the simulated host the tests'
-// daemons run on (--simulate 8xH100); scratch is a directory it may use.
-func SimGPU0(scratch string) (string, error) {
-	dir, err := os.MkdirTemp(scratch, "sim")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(dir)
-	backend, sim, err := nvmlsim.New("8xH100", dir, nil)
-	if err != nil {
-		return "", err
-	}
-	defer backend.Close()
-	return sim.GPUs()[0].UUID.String(), nil
 }
 
 // Message is the error a mps-daemon run ended with (after "mps-daemon: "
