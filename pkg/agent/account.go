@@ -121,6 +121,39 @@ func (a *Agent) setDevices(order []vdev.Name) {
 	a.status.Devices = devs
 }
 
+// setClaims records the claims' own devices as the backend last answered
+// (a.claims), healthy as their GPU is in gpus, keeping the last accounting
+// figures of those that remain.
+func (a *Agent) setClaims(gpus []status.GPU) {
+	healthy := map[string]bool{}
+	for _, g := range gpus {
+		healthy[g.UUID] = g.Healthy
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	prev := map[string]status.Claim{}
+	for _, c := range a.status.Claims {
+		prev[c.Name] = c
+	}
+	var claims []status.Claim
+	for _, h := range a.claims {
+		d := h.Device
+		gi := -1
+		if _, ok := a.planned[d.GPU.UUID]; ok {
+			gi = a.present[d.GPU.UUID].Index
+		}
+		c := status.Claim{Claim: h.Claim, UID: h.UID, Device: status.Device{
+			Name: d.Name().String(), GPU: d.GPU.UUID.String(), GPUIndex: gi, MemoryLimit: d.MemoryLimit.Bytes(),
+			ThreadPercentage: d.ThreadPercentage, ClientPriority: d.Class.ClientPriority(), Healthy: healthy[d.GPU.UUID.String()], CDIName: h.CDIName,
+		}}
+		if p, ok := prev[c.Name]; ok {
+			c.UsedBytes, c.Clients, c.Measured, c.OverCap, c.LastStep, c.Escapes = p.UsedBytes, p.Clients, p.Measured, p.OverCap, p.LastStep, p.Escapes
+		}
+		claims = append(claims, c)
+	}
+	a.status.Claims = claims
+}
+
 // noteUsage copies one accounting tick into the status: the policy, the
 // unknown clients, and each device's use, clients, over-cap state and the
 // last enforcement step on it. A device the tick did not measure (its GPU
@@ -154,15 +187,26 @@ func (a *Agent) noteUsage(r accounting.Report) {
 	for _, e := range r.Usage.Escapes {
 		st.QoSEscapes = append(st.QoSEscapes, e.Escape)
 	}
+	escapes := map[string]int{}
+	for _, e := range r.Usage.Escapes {
+		escapes[e.Device]++
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.status.Accounting = &st
-	for i := range a.status.Devices {
-		d := &a.status.Devices[i]
+	measure := func(d *status.Device) {
 		u, measured := r.Usage.PerDevice[d.Name]
 		d.UsedBytes, d.Clients, d.Measured, d.OverCap = units.Bytes(u.UsedBytes), len(u.PIDs), measured, over[d.Name]
 		if step, ok := last[d.Name]; ok {
 			d.LastStep = step
 		}
+	}
+	for i := range a.status.Devices {
+		measure(&a.status.Devices[i])
+	}
+	for i := range a.status.Claims {
+		c := &a.status.Claims[i]
+		measure(&c.Device)
+		c.Escapes = escapes[c.Name]
 	}
 }

@@ -355,6 +355,7 @@ func (a *Agent) Status() status.Status {
 	s.GPUs = append([]status.GPU(nil), a.status.GPUs...)
 	s.Retiring = append([]string(nil), a.status.Retiring...)
 	s.Devices = append([]status.Device(nil), a.status.Devices...)
+	s.Claims = append([]status.Claim(nil), a.status.Claims...)
 	s.RestartPending = append([]string(nil), a.status.RestartPending...)
 	s.Loop = a.beat.status()
 	return s

@@ -13,6 +13,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/claim"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -152,6 +153,29 @@ func TestClaimsOfAnySizeAreToldAndAccounted(t *testing.T) {
 	for pid, wantThere := range map[int]bool{101: true, 102: false, 201: true, 301: false, 302: true, 401: false} {
 		if _, there := clients[pid]; there != wantThere {
 			t.Errorf("client %d connected=%v after enforcement, want %v", pid, there, wantThere)
+		}
+	}
+	// /status shows the claims beside the devices: size, GPU, clients and
+	// memory of the tick, escapes.
+	claims := h.agent.Status().Claims
+	if len(claims) != 3 {
+		t.Fatalf("/status claims: %+v", claims)
+	}
+	for i, want := range []struct {
+		claim, device      string
+		capMiB, usedGiB    int
+		clients, escapes   int
+		overCap, threads30 bool
+	}{
+		{"default/c0", c0, 20 << 10, 24, 2, 0, true, false},
+		{"default/c1", c1, 10 << 10, 9, 2, 1, false, false},
+		{"default/c2", c2, 10 << 10, 2, 2, 1, false, true},
+	} {
+		c := claims[i]
+		if c.Claim != want.claim || c.Name != want.device || c.GPU != g0.String() || c.GPUIndex != 0 || int(c.MemoryLimit.MiB()) != want.capMiB ||
+			!c.Measured || c.Clients != want.clients || c.UsedBytes>>30 != units.Bytes(want.usedGiB) || c.Escapes != want.escapes || c.OverCap != want.overCap ||
+			(c.ThreadPercentage == 30) != want.threads30 || !c.Healthy || c.UID == "" {
+			t.Errorf("/status claim %d: %+v, want %+v", i, c, want)
 		}
 	}
 	st := h.agent.Status().Accounting

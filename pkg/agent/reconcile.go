@@ -126,6 +126,7 @@ func (a *Agent) syncInventory(ctx context.Context, cfg *Config, p *plan.Plan, st
 	listed, order := a.byName(answer.Devices, byName)
 	a.listed, a.claims = listed, answer.Claims
 	a.setDevices(order)
+	a.setClaims(statuses)
 	return answer.Result, len(offer.Rows), host, nil
 }
 

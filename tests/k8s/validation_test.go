@@ -206,6 +206,20 @@ type daemonStatus struct {
 	ConfigGeneration int      `json:"config_generation"`
 	ConfigError      string   `json:"config_error"`
 	RestartPending   []string `json:"restart_pending"`
+	Claims           []struct {
+		Claim            string `json:"claim"`
+		UID              string `json:"uid"`
+		Name             string `json:"name"`
+		GPU              string `json:"gpu"`
+		CapBytes         int64  `json:"cap_bytes"`
+		ThreadPercentage int    `json:"thread_percentage"`
+	} `json:"claims"`
+}
+
+// runStatus is `mps-daemon status` of the daemon at addr.
+func runStatus(addr string) (string, error) {
+	out, err := exec.Command(daemonBin, "status", "--address", addr).CombinedOutput()
+	return string(out), err
 }
 
 // statusOf is the daemon's /status at addr.
