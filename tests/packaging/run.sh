@@ -510,8 +510,8 @@ import json, os, sys
 path, pid = sys.argv[1], int(sys.argv[2])
 with open(path) as f:
     st = json.load(f)
-st["servers"].append({"pid": st["next_server_pid"], "thread_percentage": st["default_thread_percentage"],
-                      "mem_limit_mib": st["default_mem_limit_mib"], "clients": [{"pid": pid, "context": 1, "command": "sleep", "namespace": "0"}]})
+st["servers"] = (st.get("servers") or []) + [{"pid": st["next_server_pid"], "thread_percentage": st["default_thread_percentage"],
+                      "mem_limit_mib": st["default_mem_limit_mib"], "clients": [{"pid": pid, "context": 1, "command": "sleep", "namespace": "0"}]}]
 st["next_server_pid"] += 1
 with open(path + ".tmp", "w") as f:
     json.dump(st, f, separators=(",", ":"))
