@@ -76,7 +76,7 @@ func claimsHost() status.Status {
 		GPUs: []status.GPU{{UUID: g0, Index: 0, PCI: pci.Address{Bus: 0x1a}, Model: "NVIDIA H200", MemoryTotal: h200Memory.Bytes(),
 			ComputeMode: "Exclusive_Process", ControlDaemonUp: true, VirtualNumber: 8, MemoryLimit: h200Memory, ThreadPercentage: 100, Enforced: true, Healthy: true}},
 		Accounting: &status.Accounting{Policy: "enforce"},
-		Devices: []status.Device{{Name: g0 + "::0", Addr: "1a:00.0-0", GPU: g0, MemoryLimit: h200Memory.Bytes(), ThreadPercentage: 100, Measured: true, Healthy: true}},
+		Devices:    []status.Device{{Name: g0 + "::0", Addr: "1a:00.0-0", GPU: g0, MemoryLimit: h200Memory.Bytes(), ThreadPercentage: 100, Measured: true, Healthy: true}},
 	}
 	claim := func(slot int, name string, sizeMiB units.MiB, threads int) status.Claim {
 		dev := g0 + "::" + strconv.Itoa(1000+slot)
