@@ -70,11 +70,9 @@ func serveDRA(ctx context.Context, f flags, df draFlags) error {
 	if err != nil {
 		return err
 	}
-	var driverVersion string
-	if v, ok := l.backend.(interface{ DriverVersion() (string, error) }); ok {
-		if driverVersion, err = v.DriverVersion(); err != nil {
-			log.Warn("NVIDIA driver version unknown: not published", "err", err)
-		}
+	driverVersion, err := l.nvml.DriverVersion()
+	if err != nil {
+		log.Warn("NVIDIA driver version unknown: not published", "err", err)
 	}
 	d, err := dra.New(dra.Options{DriverName: df.driverName, NodeName: df.nodeName, CheckpointPath: df.checkpoint, DriverVersion: driverVersion, Log: log})
 	if err != nil {

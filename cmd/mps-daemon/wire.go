@@ -20,7 +20,10 @@ import (
 // host is the GPU side of the wiring: real NVML and nvidia-cuda-mps-control,
 // or a simulated host.
 type host struct {
-	backend            gpu.Backend
+	backend gpu.Backend
+	// nvml is backend as the NVML adapter it is, real or simulated (the
+	// driver's version, which the Kubernetes mode publishes).
+	nvml               *nvml.Adapter
 	runner             mps.Runner
 	sysfsRoot, devRoot string
 }
@@ -31,14 +34,14 @@ func openHost(f flags, cfg *agent.Config, log *slog.Logger) (*host, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &host{backend: b, runner: mps.NewExecRunner(cfg.Host.ControlBinary)}, nil
+		return &host{backend: b, nvml: b, runner: mps.NewExecRunner(cfg.Host.ControlBinary)}, nil
 	}
 	log.Warn("SIMULATED HOST: GPUs and MPS are simulated, no real GPU is shared", "profile", f.simulate)
 	b, sim, err := nvmlsim.New(f.simulate, filepath.Join(cfg.Host.StateDirectory, "simulated-host"), log)
 	if err != nil {
 		return nil, err
 	}
-	return &host{backend: b, runner: mpssim.New(log.With("component", "mps-sim")), sysfsRoot: sim.SysfsRoot(), devRoot: sim.DevRoot()}, nil
+	return &host{backend: b, nvml: b, runner: mpssim.New(log.With("component", "mps-sim")), sysfsRoot: sim.SysfsRoot(), devRoot: sim.DevRoot()}, nil
 }
 
 // simProfiles lists the simulated hosts' profiles, for --simulate's help.
