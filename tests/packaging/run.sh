@@ -498,7 +498,8 @@ claims_spec=/var/run/cdi/yunion.io-mps-claim.yaml
 wait_for "v1 wrote the claims' CDI entries from its checkpoint" \
 	"grep -q '$gpu0::1001' $claims_spec && journalctl -u yunion-mps-daemon --no-pager | grep -q msg=reconciled" 120
 pid1=$(in_ct systemctl show -p MainPID --value yunion-mps-daemon)
-spec1=$(in_ct sha256sum $claims_spec)
+# The spec's entries (its header comment names the daemon's version).
+spec1=$(in_ct_sh "grep -v '^#' $claims_spec | sha256sum")
 cp1=$(in_ct sha256sum $cp)
 # A CUDA client of the claim trainer, connected to GPU 0's MPS server (the
 # simulated control's state, under its lock, as a client connecting
@@ -528,7 +529,8 @@ assert_contains "main process" "$(in_ct cat /proc/"$pid2"/cmdline | tr '\0' ' ')
 assert_contains "running binary" "$(in_ct mps-daemon-kubernetes --version)" "$V2-test"
 wait_for "v2 reconciled" "journalctl -u yunion-mps-daemon --no-pager _PID=$pid2 | grep -q msg=reconciled" 120
 assert_eq "the checkpoint (claims kept)" "$(in_ct sha256sum $cp)" "$cp1"
-assert_eq "the claims' CDI spec (entries unchanged)" "$(in_ct sha256sum $claims_spec)" "$spec1"
+assert_eq "the claims' CDI spec (entries unchanged)" "$(in_ct_sh "grep -v '^#' $claims_spec | sha256sum")" "$spec1"
+assert_contains "the claims' CDI spec, written by" "$(in_ct head -n 1 $claims_spec)" "$V2-test"
 in_ct kill -0 "$client" || fail "the claim's CUDA client ($client) died in the upgrade"
 assert_contains "MPS state: the client still connected" "$(in_ct cat "/tmp/nvidia-mps/pipe/$gpu0/sim-control.json" | tr -d ' ')" "\"pid\":$client"
 assert_eq "GPU 0's MPS control daemon (not restarted)" "$(in_ct cat "/tmp/nvidia-mps/pipe/$gpu0/nvidia-cuda-mps-control.pid")" "$control"
