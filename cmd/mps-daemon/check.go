@@ -2,41 +2,38 @@ package main
 
 import (
 	"context"
-	"log/slog"
+	"fmt"
 	"os"
+	"slices"
 
 	"yunion.io/x/mps-daemon/pkg/agent"
-	"yunion.io/x/mps-daemon/pkg/logging"
 )
 
 // checkConfig is `mps-daemon check-config`: host.conf and the device YAML
-// validated against the GPUs, as the daemon validates them, and the plan
-// printed (GPU, N, cap per device). It touches neither MPS nor the
+// validated against the GPUs, as the daemon validates them in mode, and
+// the plan printed (GPU, N, cap per device). It touches neither MPS nor the
 // inventory nor the compute mode.
-func checkConfig(ctx context.Context, f flags) error {
-	_, cfg, h, err := loadHost(f)
+func checkConfig(ctx context.Context, f flags, mode string) error {
+	m, err := parseMode(mode)
 	if err != nil {
 		return err
 	}
-	defer h.backend.Close()
-	return agent.CheckConfig(ctx, os.Stdout, cfg, h.backend, h.sysfsRoot, h.devRoot)
+	l, err := load(ctx, f, m, false)
+	if err != nil {
+		return err
+	}
+	defer l.backend.Close()
+	return agent.CheckConfig(ctx, os.Stdout, l.cfg, m, l.backend, l.sysfsRoot, l.devRoot)
 }
 
-// loadHost is what check-config and the Kubernetes mode start from: the
-// logger, both configuration files, and the host's GPUs (real or
-// simulated). The caller closes h.backend.
-func loadHost(f flags) (*slog.Logger, *agent.Config, *host, error) {
-	log, err := logging.FromEnv(os.Stderr, f.logLevel, os.Getenv)
-	if err != nil {
-		return nil, nil, nil, err
+// parseMode is check-config's --mode: one of the modes this build runs
+// (buildModes; the Kubernetes mode only in the build with it).
+func parseMode(s string) (agent.Mode, error) {
+	if m := agent.Mode(s); slices.Contains(buildModes, m) {
+		return m, nil
 	}
-	cfg, err := agent.LoadConfig(f.config)
-	if err != nil {
-		return nil, nil, nil, err
+	if agent.Mode(s) == agent.ModeKubernetes {
+		return "", fmt.Errorf("--mode %s: this build has no Kubernetes mode (mps-daemon-kubernetes has)", s)
 	}
-	h, err := openHost(f, cfg, log)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return log, cfg, h, nil
+	return "", fmt.Errorf("--mode %q: want one of %v", s, buildModes)
 }

@@ -22,6 +22,10 @@ import (
 	"yunion.io/x/mps-daemon/pkg/dra"
 )
 
+// buildModes are the modes this build runs, the one its package runs
+// first: the Kubernetes build is packaged to run `kubernetes`.
+var buildModes = []agent.Mode{agent.ModeKubernetes, agent.ModeCloudpods}
+
 // draFlags are the Kubernetes mode's paths and names.
 type draFlags struct {
 	nodeName, kubeconfig, driverName    string
@@ -56,20 +60,19 @@ func serveDRA(ctx context.Context, f flags, df draFlags) error {
 	if df.checkpoint == "" {
 		df.checkpoint = filepath.Join(df.pluginDir, "checkpoint.json")
 	}
-	log, cfg, h, err := loadHost(f)
+	l, err := load(ctx, f, agent.ModeKubernetes, true)
 	if err != nil {
 		return err
 	}
-	defer h.backend.Close()
+	defer l.backend.Close()
+	log := l.log
 	kc, err := kubeClient(df.kubeconfig)
 	if err != nil {
 		return err
 	}
-	var driverVersion string
-	if v, ok := h.backend.(interface{ DriverVersion() (string, error) }); ok {
-		if driverVersion, err = v.DriverVersion(); err != nil {
-			log.Warn("NVIDIA driver version unknown: not published", "err", err)
-		}
+	driverVersion, err := l.nvml.DriverVersion()
+	if err != nil {
+		log.Warn("NVIDIA driver version unknown: not published", "err", err)
 	}
 	d, err := dra.New(dra.Options{DriverName: df.driverName, NodeName: df.nodeName, CheckpointPath: df.checkpoint, DriverVersion: driverVersion, Log: log})
 	if err != nil {
@@ -80,7 +83,7 @@ func serveDRA(ctx context.Context, f flags, df draFlags) error {
 		return err
 	}
 	defer stop()
-	return runAgent(ctx, f, cfg, h, d, log, "mode", "kubernetes", "node", df.nodeName, "driver", df.driverName)
+	return runAgent(ctx, f, l, agent.ModeKubernetes, d, d.Changed(), "mode", "kubernetes", "node", df.nodeName, "driver", df.driverName)
 }
 
 // kubeClient is the API server's client: from the kubeconfig, or the pod's
@@ -103,5 +106,5 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	return c, nil
 }
 
-// The driver sizes devices to claims for the agent.
-var _ agent.ClaimSizer = (*dra.Driver)(nil)
+// The driver is the agent's backend in this mode.
+var _ agent.DeviceBackend = (*dra.Driver)(nil)

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/agent"
+	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/keystone"
@@ -16,7 +17,7 @@ import (
 // inventory is the backend host.conf chooses (config.HostConf.Backend): the
 // Cloudpods region of its auth_url, or mps-inventory at mps_inventory_url.
 // where says which, for the start line.
-func inventory(cfg *agent.Config, log *slog.Logger) (inv agent.Inventory, where string, err error) {
+func inventory(cfg *agent.Config, log *slog.Logger) (inv backend.RowStore, where string, err error) {
 	hc := cfg.Host
 	if hc.Backend() == config.BackendRegion {
 		b, err := regionBackend(hc, log)

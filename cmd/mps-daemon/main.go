@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -52,12 +51,15 @@ func run() int {
 	if c := draCommand(&f); c != nil {
 		root.AddCommand(c)
 	}
-	root.AddCommand(&cobra.Command{
+	var mode string
+	check := &cobra.Command{
 		Use:   "check-config",
 		Short: "Validate host.conf and the device YAML against the GPUs, print the plan, touch nothing",
 		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return checkConfig(cmd.Context(), f) },
-	})
+		RunE:  func(cmd *cobra.Command, _ []string) error { return checkConfig(cmd.Context(), f, mode) },
+	}
+	check.Flags().StringVar(&mode, "mode", string(buildModes[0]), fmt.Sprintf("the mode to validate for, of %v (the first: the mode this build's package runs)", buildModes))
+	root.AddCommand(check)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -74,13 +76,14 @@ func serve(ctx context.Context, f flags) error {
 		return err
 	}
 	defer w.backend.Close()
-	log, cfg, h, inv := w.log, w.cfg, w.host, w.inv
-	return runAgent(ctx, f, cfg, h, inv, log, "inventory", w.where, "pipe_layout", cfg.Host.Layout(), "listen", cfg.Host.ListenAddress)
+	return runAgent(ctx, f, w.loaded, agent.ModeCloudpods, w.inv, nil, "inventory", w.where, "pipe_layout", w.cfg.Host.Layout(), "listen", w.cfg.Host.ListenAddress)
 }
 
-// runAgent runs the agent on h, inv its inventory, until ctx ends; SIGHUP
-// asks for a reload. what is logged with "starting".
-func runAgent(ctx context.Context, f flags, cfg *agent.Config, h *host, inv agent.Inventory, log *slog.Logger, what ...any) error {
+// runAgent runs the agent on l's host in mode, devices where its devices
+// go (changed: when they changed there), until ctx ends; SIGHUP asks for a
+// reload. what is logged with "starting".
+func runAgent(ctx context.Context, f flags, l *loaded, mode agent.Mode, devices agent.DeviceBackend, changed <-chan struct{}, what ...any) error {
+	cfg, h, log := l.cfg, l.host, l.log
 	watchdog, err := agent.WatchdogInterval()
 	if err != nil {
 		return err
@@ -91,7 +94,7 @@ func runAgent(ctx context.Context, f flags, cfg *agent.Config, h *host, inv agen
 	reload := make(chan struct{}, 1)
 	go forward(ctx, hup, reload)
 	a, err := agent.New(agent.Options{
-		Config: cfg, ConfigPath: f.config, Backend: h.backend, Runner: h.runner, Inventory: inv,
+		Config: cfg, ConfigPath: f.config, Mode: mode, Backend: h.backend, Runner: h.runner, Devices: devices, Changed: changed,
 		SysfsRoot: h.sysfsRoot, DevRoot: h.devRoot, Simulated: f.simulate != "",
 		Notifier: agent.Systemd{}, Watchdog: watchdog, Reload: reload, WatchFiles: true, Log: log,
 	})
@@ -108,7 +111,7 @@ func tearDown(ctx context.Context, f flags, force bool) error {
 		return err
 	}
 	defer w.backend.Close()
-	a, err := agent.New(agent.Options{Config: w.cfg, Backend: w.backend, Runner: w.runner, Inventory: w.inv,
+	a, err := agent.New(agent.Options{Config: w.cfg, Backend: w.backend, Runner: w.runner, Devices: w.inv,
 		SysfsRoot: w.sysfsRoot, DevRoot: w.devRoot, Simulated: f.simulate != "", Log: w.log})
 	if err != nil {
 		return err

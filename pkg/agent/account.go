@@ -36,9 +36,9 @@ type acctInputs struct {
 	// logs are the control daemons' control.log files, each with the GPUs
 	// its daemon serves (one in the per-GPU layout, all in the single).
 	logs map[string][]gpu.UUID
-	// claims are the prepared Kubernetes claims' devices, read at each
-	// pass (the ClaimSizer is safe for any goroutine); nil without.
-	claims func() []vdev.Device
+	// claims are the Kubernetes claims' own devices as the backend last
+	// answered (a.claims); nil without.
+	claims []vdev.Device
 	// viewLibrary is the view's library file name while containers get
 	// the view ("" otherwise): a client without it in its memory map sees
 	// the whole GPU, and is reported.
@@ -67,8 +67,8 @@ func (a *Agent) accountInputs() acctInputs {
 		slices.Sort(g)
 	}
 	in.serverMemory = a.serverMemoryLimits(in.uuids)
-	if cs, ok := a.opts.Inventory.(ClaimSizer); ok {
-		in.claims = cs.ClaimDevices
+	for _, h := range a.claims {
+		in.claims = append(in.claims, h.Device)
 	}
 	if a.viewOpts.On() {
 		in.viewLibrary = view.LibraryFile
@@ -77,7 +77,7 @@ func (a *Agent) accountInputs() acctInputs {
 }
 
 // scope is what a pass checks: the devices of the enforced GPUs and, on
-// those GPUs, the prepared claims' devices (ClaimSizer), each billed
+// those GPUs, the claims' own devices (the backend's last answer), each billed
 // against its claim's size and held to its thread share (claimQoS); their
 // caps, and the QoS of the batch ones.
 func (in acctInputs) scope() (map[string]uint64, map[string]accounting.DeviceQoS) {
@@ -94,12 +94,10 @@ func (in acctInputs) scope() (map[string]uint64, map[string]accounting.DeviceQoS
 	for _, uuid := range in.uuids {
 		maps.Copy(qos, accounting.BatchQoS(byGPU[uuid], in.defaults[uuid]))
 	}
-	if in.claims != nil {
-		for _, d := range in.claims() {
-			if enforced[d.GPU.UUID] {
-				devs = append(devs, d)
-				maps.Copy(qos, claimQoS(d, in.defaults[d.GPU.UUID]))
-			}
+	for _, d := range in.claims {
+		if enforced[d.GPU.UUID] {
+			devs = append(devs, d)
+			maps.Copy(qos, claimQoS(d, in.defaults[d.GPU.UUID]))
 		}
 	}
 	return accounting.Caps(devs), qos
@@ -243,4 +241,37 @@ func (a *Agent) setDevices(order []vdev.Name) {
 		devs = append(devs, d)
 	}
 	a.status.Devices = devs
+}
+
+// setClaims records the claims' own devices as the backend last answered
+// (a.claims), healthy as their GPU is in gpus, keeping the last accounting
+// figures of those that remain.
+func (a *Agent) setClaims(gpus []status.GPU) {
+	healthy := map[string]bool{}
+	for _, g := range gpus {
+		healthy[g.UUID] = g.Healthy
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	prev := map[string]status.Claim{}
+	for _, c := range a.status.Claims {
+		prev[c.Name] = c
+	}
+	var claims []status.Claim
+	for _, h := range a.claims {
+		d := h.Device
+		gi := -1
+		if _, ok := a.planned[d.GPU.UUID]; ok {
+			gi = a.present[d.GPU.UUID].Index
+		}
+		c := status.Claim{Claim: h.Claim, UID: h.UID, Device: status.Device{
+			Name: d.Name().String(), GPU: d.GPU.UUID.String(), GPUIndex: gi, MemoryLimit: d.MemoryLimit.Bytes(),
+			ThreadPercentage: d.ThreadPercentage, ClientPriority: d.Class.ClientPriority(), Healthy: healthy[d.GPU.UUID.String()], CDIName: h.CDIName,
+		}}
+		if p, ok := prev[c.Name]; ok {
+			c.UsedBytes, c.Clients, c.Measured, c.OverCap, c.LastStep, c.Escapes = p.UsedBytes, p.Clients, p.Measured, p.OverCap, p.LastStep, p.Escapes
+		}
+		claims = append(claims, c)
+	}
+	a.status.Claims = claims
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
+	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/status"
@@ -89,7 +90,7 @@ func (h *harness) withFakeProc(t *testing.T, killer accounting.Killer) {
 	h.cfg.Host.ProcRoot = filepath.Join(h.dir, "proc")
 	h.procLink(t, 1, "ns/mnt", hostMountNS)
 	var err error
-	h.agent, err = New(Options{Config: h.cfg, Backend: h.backend, Runner: h.runner, Inventory: h.inv, SysfsRoot: h.dir + "/nosys", DevRoot: h.dir + "/nodev", Killer: killer})
+	h.agent, err = New(Options{Config: h.cfg, Backend: h.backend, Runner: h.runner, Devices: backend.NewRows(context.Background(), h.inv, "", nil), SysfsRoot: h.dir + "/nosys", DevRoot: h.dir + "/nodev", Killer: killer})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,16 +99,31 @@ func (a *Agent) noteUsage(r accounting.Report, sampled map[gpu.UUID]bool) {
 	}
 	a.noteSteps(&st, r.Steps)
 	a.status.Accounting = &st
-	for i := range a.status.Devices {
-		d := &a.status.Devices[i]
+	measure := func(d *status.Device) bool {
 		if !mine(gpu.UUID(d.GPU)) {
-			continue
+			return false
 		}
 		u, measured := r.Usage.PerDevice[d.Name]
 		d.UsedBytes, d.Clients, d.Measured, d.OverCap = units.Bytes(u.UsedBytes), len(u.PIDs), measured, over[d.Name]
 		d.WithoutView = u.WithoutView
 		if step, ok := last[d.Name]; ok {
 			d.LastStep = step
+		}
+		return true
+	}
+	for i := range a.status.Devices {
+		measure(&a.status.Devices[i])
+	}
+	// A claim's own device is measured as a slice is, with its QoS
+	// escapes counted.
+	escapes := map[string]int{}
+	for _, e := range r.Usage.Escapes {
+		escapes[e.Device]++
+	}
+	for i := range a.status.Claims {
+		c := &a.status.Claims[i]
+		if measure(&c.Device) {
+			c.Escapes = escapes[c.Name]
 		}
 	}
 }

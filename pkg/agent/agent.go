@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
-	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/cdi"
-	"yunion.io/x/mps-daemon/pkg/devsync"
+	"yunion.io/x/mps-daemon/pkg/claim"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/status"
@@ -28,20 +28,46 @@ import (
 	"yunion.io/x/mps-daemon/pkg/view"
 )
 
-// Inventory is what the agent needs of the inventory.
-type Inventory interface {
-	EnsureHost(ctx context.Context, name string) (api.Host, error)
-	SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (devsync.Result, error)
+// DeviceBackend is where the host's virtual devices go, the one edge from
+// the agent to a backend: once per reconcile the agent hands it what the
+// plan has (backend.Offer: the GPUs, each with how it is shared and its
+// limits, and the devices as rows) and takes back what it holds
+// (backend.Answer). mps-inventory and a Cloudpods region are
+// backend.Rows over their clients, Kubernetes is pkg/dra; each turns the
+// offer into its own records.
+type DeviceBackend interface {
+	Sync(ctx context.Context, o backend.Offer) (backend.Answer, error)
 }
+
+// Mode is where the daemon's virtual devices go, chosen by the command
+// that starts it: it decides what of host.conf the start reads, and so
+// what Validate checks at start, in check-config and on a reload.
+type Mode string
+
+const (
+	// ModeCloudpods is `mps-daemon`: the inventory host.conf chooses
+	// (mps-inventory, or a Cloudpods region).
+	ModeCloudpods Mode = "cloudpods"
+	// ModeKubernetes is `mps-daemon kubernetes`: ResourceSlices and the
+	// kubelet plugin; no inventory key of host.conf is read.
+	ModeKubernetes Mode = "kubernetes"
+)
 
 // Options wires an Agent.
 type Options struct {
 	Config *Config
+	// Mode is where the devices go; empty is ModeCloudpods.
+	Mode Mode
 	// ConfigPath is host.conf, read again on reloads; empty disables them.
 	ConfigPath string
 	Backend    gpu.Backend
 	Runner     mps.Runner
-	Inventory  Inventory
+	// Devices is where the virtual devices go.
+	Devices DeviceBackend
+	// Changed has a value when what Devices holds changed outside a
+	// reconcile (a claim prepared or unprepared): the agent reconciles,
+	// so its status and accounting follow. nil: never.
+	Changed <-chan struct{}
 	// SysfsRoot and DevRoot override host.conf's (the simulated host brings
 	// its own trees); empty means host.conf's.
 	SysfsRoot, DevRoot string
@@ -85,6 +111,9 @@ type Agent struct {
 	// listed are the host's devices as the last sync left them in the
 	// inventory (inventory.go): their ids, guests and held devices.
 	listed map[vdev.Name]listed
+	// claims are the own devices of the claims the backend had prepared
+	// at the last sync (Kubernetes), billed as virtual devices.
+	claims []claim.Held
 	acct   *accounting.Accountant
 	// al reaches the accounting loop, which alone uses acct while Run
 	// runs (acctloop.go).
@@ -111,9 +140,6 @@ type Agent struct {
 	// every planned device's identity file ahead of the spec
 	// (startIdentities).
 	identitiesMade bool
-	// hostAhead (loop-owned) is the host registration startHost began,
-	// until ensureHost takes its answer.
-	hostAhead <-chan hostAnswer
 	// views keeps the devices' views (pkg/view; view.go), shared with the
 	// claims' spec. Loop-owned: viewOpts, what the last CDI write gave
 	// containers; viewNoted, the state last logged; viewUsedErr, the last
@@ -139,14 +165,17 @@ func New(opts Options) (*Agent, error) {
 	if opts.Config == nil || opts.Config.Host == nil {
 		return nil, errors.New("agent: no configuration")
 	}
-	if opts.Backend == nil || opts.Runner == nil || opts.Inventory == nil {
-		return nil, errors.New("agent: backend, MPS runner and inventory are required")
+	if opts.Backend == nil || opts.Runner == nil || opts.Devices == nil {
+		return nil, errors.New("agent: GPU backend, MPS runner and device backend are required")
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	if opts.Notifier == nil {
 		opts.Notifier = noNotifier{}
+	}
+	if opts.Mode == "" {
+		opts.Mode = ModeCloudpods
 	}
 	hc := opts.Config.Host
 	override := struct{ sysfs, dev string }{opts.SysfsRoot, opts.DevRoot}
@@ -284,6 +313,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			reload("SIGHUP")
 		case <-edits:
 			reload("file changed")
+		case <-a.opts.Changed:
+			reconcile(false)
 		case <-hold.C:
 			reload("held change settled")
 		case <-health.C:
@@ -361,6 +392,7 @@ func (a *Agent) Status() status.Status {
 	s.GPUs = append([]status.GPU(nil), a.status.GPUs...)
 	s.Retiring = append([]string(nil), a.status.Retiring...)
 	s.Devices = append([]status.Device(nil), a.status.Devices...)
+	s.Claims = append([]status.Claim(nil), a.status.Claims...)
 	s.RestartPending = append([]string(nil), a.status.RestartPending...)
 	s.Loop = a.beat.status()
 	if al := a.al.beat.status(); al.Stalled && !s.Loop.Stalled {

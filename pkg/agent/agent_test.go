@@ -18,6 +18,7 @@ import (
 
 	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
 	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/devsync"
 	"yunion.io/x/mps-daemon/pkg/gpu"
@@ -155,7 +156,7 @@ func newHarness(t testing.TB, hostConf, devices string) *harness {
 		h.cfg.Devices = df
 	}
 	h.inv = &recordingInventory{Client: client.New(client.Options{URL: srv.URL, Token: token, Retries: -1})}
-	h.agent, err = New(Options{Config: h.cfg, Backend: h.backend, Runner: h.runner, Inventory: h.inv, SysfsRoot: dir + "/nosys", DevRoot: dir + "/nodev"})
+	h.agent, err = New(Options{Config: h.cfg, Backend: h.backend, Runner: h.runner, Devices: backend.NewRows(context.Background(), h.inv, "", nil), SysfsRoot: dir + "/nosys", DevRoot: dir + "/nodev"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,49 +2,29 @@ package agent
 
 import (
 	"yunion.io/x/mps-daemon/pkg/accounting"
+	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/cdi"
-	"yunion.io/x/mps-daemon/pkg/claim"
 	"yunion.io/x/mps-daemon/pkg/plan"
 	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
-// ClaimSizer is an Inventory that gives GPUs to Kubernetes claims of any
-// size (pkg/dra.Driver; the device YAML's sharing: claims). Before each
-// sync the agent tells it every planned GPU and where claims' CDI entries
-// and identity files go (it writes them itself, when a claim is prepared);
-// the accounting bills the devices of its prepared claims as virtual
-// devices, each against its claim's size.
-type ClaimSizer interface {
-	SetGPUs(spec claim.Spec, gpus []claim.GPU)
-	ClaimDevices() []vdev.Device
-}
-
-// tellClaimSizer hands the plan's GPUs to an Inventory that is a
-// ClaimSizer: each as its first device's CDI view, as writeCDI makes it.
-func (a *Agent) tellClaimSizer(cfg *Config, p *plan.Plan, statuses []status.GPU) {
-	cs, ok := a.opts.Inventory.(ClaimSizer)
-	if !ok {
-		return
-	}
-	gpus := make([]claim.GPU, 0, len(p.GPUs))
+// offerGPUs are the plan's GPUs as the backend is offered them: each with
+// how it is shared, its virtual_number and health, and its first device's
+// CDI view (as writeCDI makes it), from which a backend that prepares
+// claims of any size (Kubernetes) makes each claim's own device. The
+// accounting bills those devices (a.claims, from the backend's answer) as
+// virtual devices, each against its claim's size.
+func (a *Agent) offerGPUs(cfg *Config, p *plan.Plan, statuses []status.GPU) []backend.GPU {
+	gpus := make([]backend.GPU, 0, len(p.GPUs))
 	for i, gp := range p.GPUs {
 		if len(gp.Devices) == 0 {
 			continue
 		}
 		d := cdi.FromVirtual(gp.Devices[0], "", cfg.pipeLog(gp.GPU.UUID).PipeDir)
-		gpus = append(gpus, claim.GPU{Device: d, Claims: gp.Sharing.Claims(), MaxClaims: gp.N, Healthy: statuses[i].Healthy})
+		gpus = append(gpus, backend.GPU{Device: d, Claims: gp.Sharing.Claims(), VirtualNumber: gp.VirtualNumber, Healthy: statuses[i].Healthy})
 	}
-	cs.SetGPUs(claim.Spec{CDI: a.cdiOptions(cfg), Identity: identityStore(cfg), View: a.views, Log: a.log}, gpus)
-}
-
-// claimDevices are the devices of the prepared claims, when the Inventory
-// sizes devices to claims.
-func (a *Agent) claimDevices() []vdev.Device {
-	if cs, ok := a.opts.Inventory.(ClaimSizer); ok {
-		return cs.ClaimDevices()
-	}
-	return nil
+	return gpus
 }
 
 // claimQoS is what a claim's device with a thread share below its GPU's

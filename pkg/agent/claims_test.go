@@ -9,32 +9,38 @@ import (
 	"sync"
 	"testing"
 
+	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/claim"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
-// sizingInventory is the inventory as a ClaimSizer (what pkg/dra's driver
-// is): it keeps what the agent tells it and holds claims' devices.
-type sizingInventory struct {
-	*recordingInventory
+// claimsBackend is a backend that prepares claims (what pkg/dra's driver
+// is): it keeps the offers it was made, syncs their rows with the real
+// inventory, and answers the claims' own devices it holds.
+type claimsBackend struct {
+	rows   *backend.Rows
 	mu     sync.Mutex
-	spec   claim.Spec
-	gpus   []claim.GPU
-	claims []vdev.Device
+	offers []backend.Offer
+	claims []claim.Held
 }
 
-func (s *sizingInventory) SetGPUs(spec claim.Spec, gpus []claim.GPU) {
+func (s *claimsBackend) Sync(ctx context.Context, o backend.Offer) (backend.Answer, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.spec, s.gpus = spec, gpus
+	s.offers = append(s.offers, o)
+	held := s.claims
+	s.mu.Unlock()
+	a, err := s.rows.Sync(ctx, o)
+	a.Claims = held
+	return a, err
 }
 
-func (s *sizingInventory) ClaimDevices() []vdev.Device {
+func (s *claimsBackend) lastOffer() backend.Offer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.claims
+	return s.offers[len(s.offers)-1]
 }
 
 const claimsAndTwo = `devices:
@@ -48,8 +54,8 @@ const claimsAndTwo = `devices:
 `
 
 // A GPU shared by claims runs its control daemon with the whole GPU as the
-// default (a claim's client lowers it to its size), the ClaimSizer is told
-// each planned GPU before the sync, and under enforce the accounting holds
+// default (a claim's client lowers it to its size), the backend is offered
+// each planned GPU with the sync, and under enforce the accounting holds
 // each claim's processes to its claim's size: the process that pushed a
 // claim over is terminated, the other claim's goes on; so is a process
 // that dropped its claim's memory limit (MPS would give it the whole GPU)
@@ -57,35 +63,36 @@ const claimsAndTwo = `devices:
 // share.
 func TestClaimsOfAnySizeAreToldAndAccounted(t *testing.T) {
 	h := newHarness(t, "", claimsAndTwo)
-	inv := &sizingInventory{recordingInventory: h.inv}
+	ctx := context.Background()
+	inv := &claimsBackend{rows: backend.NewRows(ctx, h.inv, "", nil)}
 	killer := &signals{}
-	h.inv = inv.recordingInventory
 	h.withFakeProc(t, killer)
 	var err error
-	h.agent, err = New(Options{Config: h.cfg, Backend: h.backend, Runner: h.runner, Inventory: inv, SysfsRoot: h.dir + "/nosys", DevRoot: h.dir + "/nodev", Killer: killer})
+	h.agent, err = New(Options{Config: h.cfg, Backend: h.backend, Runner: h.runner, Devices: inv, SysfsRoot: h.dir + "/nosys", DevRoot: h.dir + "/nodev", Killer: killer})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	if err := h.agent.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
 	g0, g1 := twoGPUs()[0].UUID, twoGPUs()[1].UUID
-	inv.mu.Lock()
-	gpus, spec := inv.gpus, inv.spec
-	inv.mu.Unlock()
+	offer := inv.lastOffer()
+	gpus, spec := offer.GPUs, offer.Claims
 	if len(gpus) != 2 {
-		t.Fatalf("the sizer was told %d GPUs, want 2", len(gpus))
+		t.Fatalf("the backend was offered %d GPUs, want 2", len(gpus))
 	}
 	a, b := gpus[0], gpus[1]
-	if a.Device.GPU.UUID != g0 || !a.Claims || a.MaxClaims != 4 || !a.Healthy || a.Device.MemoryLimit != h200Memory || a.Device.ThreadPercentage != 100 || a.Device.PipeDir != h.pipeDir(0) {
-		t.Errorf("GPU 0 as told: %+v", a)
+	if a.Device.GPU.UUID != g0 || !a.Claims || a.VirtualNumber != 4 || !a.Healthy || a.Device.MemoryLimit != h200Memory || a.Device.ThreadPercentage != 100 || a.Device.PipeDir != h.pipeDir(0) {
+		t.Errorf("GPU 0 as offered: %+v", a)
 	}
-	if b.Device.GPU.UUID != g1 || b.Claims || b.MaxClaims != 2 || b.Device.MemoryLimit != h200Memory/2 {
-		t.Errorf("GPU 1 as told: %+v", b)
+	if b.Device.GPU.UUID != g1 || b.Claims || b.VirtualNumber != 2 || b.Device.MemoryLimit != h200Memory/2 {
+		t.Errorf("GPU 1 as offered: %+v", b)
 	}
 	if spec.CDI.Dir != h.cfg.Host.CDIDirectory || spec.Identity != identityStore(h.cfg) {
 		t.Errorf("where claims' entries go: %+v", spec)
+	}
+	if len(offer.Rows) != 3 || offer.Host != "node-1" {
+		t.Errorf("offered host %q and %d rows, want node-1 and 3 (GPU 0 whole, GPU 1 in two)", offer.Host, len(offer.Rows))
 	}
 	def, err := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(0)}, 5e9, nil).Defaults(ctx)
 	if err != nil || def.MemoryLimit < h200Memory-1024 || def.ThreadPercentage != 100 {
@@ -94,12 +101,17 @@ func TestClaimsOfAnySizeAreToldAndAccounted(t *testing.T) {
 
 	const gib = 1 << 30
 	inv.mu.Lock()
-	inv.claims = []vdev.Device{
-		{GPU: gpu.Info{UUID: g0}, Index: claim.IndexBase, MemoryLimit: 20 << 10, ThreadPercentage: 100},
-		{GPU: gpu.Info{UUID: g0}, Index: claim.IndexBase + 1, MemoryLimit: 10 << 10, ThreadPercentage: 100},
-		{GPU: gpu.Info{UUID: g0}, Index: claim.IndexBase + 2, MemoryLimit: 10 << 10, ThreadPercentage: 30},
+	inv.claims = []claim.Held{
+		{Device: vdev.Device{GPU: gpu.Info{UUID: g0}, Index: claim.IndexBase, MemoryLimit: 20 << 10, ThreadPercentage: 100}, Claim: "default/c0", UID: "u0"},
+		{Device: vdev.Device{GPU: gpu.Info{UUID: g0}, Index: claim.IndexBase + 1, MemoryLimit: 10 << 10, ThreadPercentage: 100}, Claim: "default/c1", UID: "u1"},
+		{Device: vdev.Device{GPU: gpu.Info{UUID: g0}, Index: claim.IndexBase + 2, MemoryLimit: 10 << 10, ThreadPercentage: 30}, Claim: "default/c2", UID: "u2"},
 	}
 	inv.mu.Unlock()
+	// The claims were prepared since: the backend says so (Changed) and the
+	// agent reconciles, which takes its answer.
+	if err := h.agent.reconcileChanged(ctx); err != nil {
+		t.Fatal(err)
+	}
 	c0, c1, c2 := vdev.NameOf(g0, claim.IndexBase).String(), vdev.NameOf(g0, claim.IndexBase+1).String(), vdev.NameOf(g0, claim.IndexBase+2).String()
 	h.addProc(t, 101, 1000, c0)
 	h.addProc(t, 102, 2000, c0)
@@ -141,6 +153,29 @@ func TestClaimsOfAnySizeAreToldAndAccounted(t *testing.T) {
 	for pid, wantThere := range map[int]bool{101: true, 102: false, 201: true, 301: false, 302: true, 401: false} {
 		if _, there := clients[pid]; there != wantThere {
 			t.Errorf("client %d connected=%v after enforcement, want %v", pid, there, wantThere)
+		}
+	}
+	// /status shows the claims beside the devices: size, GPU, clients and
+	// memory of the tick, escapes.
+	claims := h.agent.Status().Claims
+	if len(claims) != 3 {
+		t.Fatalf("/status claims: %+v", claims)
+	}
+	for i, want := range []struct {
+		claim, device      string
+		capMiB, usedGiB    int
+		clients, escapes   int
+		overCap, threads30 bool
+	}{
+		{"default/c0", c0, 20 << 10, 24, 2, 0, true, false},
+		{"default/c1", c1, 10 << 10, 9, 2, 1, false, false},
+		{"default/c2", c2, 10 << 10, 2, 2, 1, false, true},
+	} {
+		c := claims[i]
+		if c.Claim != want.claim || c.Name != want.device || c.GPU != g0.String() || c.GPUIndex != 0 || int(c.MemoryLimit.MiB()) != want.capMiB ||
+			!c.Measured || c.Clients != want.clients || c.UsedBytes>>30 != units.Bytes(want.usedGiB) || c.Escapes != want.escapes || c.OverCap != want.overCap ||
+			(c.ThreadPercentage == 30) != want.threads30 || !c.Healthy || c.UID == "" {
+			t.Errorf("/status claim %d: %+v, want %+v", i, c, want)
 		}
 	}
 	st := h.agent.Status().Accounting

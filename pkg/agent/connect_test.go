@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
+	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/claim"
 	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/gpu"
@@ -276,17 +277,17 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 // claim below the GPU's.
 func TestClaimClientsEscapingAreKilledAsTheyConnect(t *testing.T) {
 	h := newHarness(t, connectTick, claimsAndTwo)
-	inv := &sizingInventory{recordingInventory: h.inv}
+	inv := &claimsBackend{rows: backend.NewRows(context.Background(), h.inv, "", nil)}
 	var err error
-	h.agent, err = New(Options{Config: h.cfg, Backend: h.backend, Runner: h.runner, Inventory: inv, SysfsRoot: h.dir + "/nosys", DevRoot: h.dir + "/nodev"})
+	h.agent, err = New(Options{Config: h.cfg, Backend: h.backend, Runner: h.runner, Devices: inv, SysfsRoot: h.dir + "/nosys", DevRoot: h.dir + "/nodev"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	g0 := twoGPUs()[0].UUID
 	inv.mu.Lock()
-	inv.claims = []vdev.Device{
-		{GPU: gpu.Info{UUID: g0}, Index: claimIndex(0), MemoryLimit: 20 << 10, ThreadPercentage: 100},
-		{GPU: gpu.Info{UUID: g0}, Index: claimIndex(1), MemoryLimit: 10 << 10, ThreadPercentage: 30},
+	inv.claims = []claim.Held{
+		{Device: vdev.Device{GPU: gpu.Info{UUID: g0}, Index: claimIndex(0), MemoryLimit: 20 << 10, ThreadPercentage: 100}, Claim: "default/c0", UID: "u0"},
+		{Device: vdev.Device{GPU: gpu.Info{UUID: g0}, Index: claimIndex(1), MemoryLimit: 10 << 10, ThreadPercentage: 30}, Claim: "default/c1", UID: "u1"},
 	}
 	inv.mu.Unlock()
 	h.runLoops(t)
@@ -535,7 +536,7 @@ func TestClientsConnectedBeforeTheStartAreCheckedAtOnce(t *testing.T) {
 	h.backend.mu.Lock()
 	h.backend.procs = map[gpu.UUID][]gpu.Process{g0: {{PID: c.pid(), UsedMemoryBytes: 1 << 30}}}
 	h.backend.mu.Unlock()
-	h.agent, _ = New(Options{Config: h.cfg, Backend: h.backend, Runner: h.runner, Inventory: h.inv, SysfsRoot: h.dir + "/nosys", DevRoot: h.dir + "/nodev"})
+	h.agent, _ = New(Options{Config: h.cfg, Backend: h.backend, Runner: h.runner, Devices: backend.NewRows(context.Background(), h.inv, "", nil), SysfsRoot: h.dir + "/nosys", DevRoot: h.dir + "/nodev"})
 	h.runLoops(t)
 	var term status.Termination
 	waitFor(t, "the client terminated", func() bool {

@@ -78,7 +78,7 @@ type gpuTarget struct {
 // targetOf is what gp's control daemon, in env, must hold, want being its
 // limits.
 func targetOf(env mps.Env, cfg *Config, gp plan.GPUPlan, want mps.Limits) gpuTarget {
-	return gpuTarget{env: env, limits: want, n: gp.N, exclusive: cfg.Host.SetExclusiveComputeMode}
+	return gpuTarget{env: env, limits: want, n: gp.VirtualNumber, exclusive: cfg.Host.SetExclusiveComputeMode}
 }
 
 // prepareGPUs is the MPS stage: each planned GPU prepared, or, when full is
@@ -183,7 +183,7 @@ func (a *Agent) limitsOf(cfg *Config, gp plan.GPUPlan) mps.Limits {
 // before MPS is asked: the status edge of limitsOf.
 func plannedStatus(gp plan.GPUPlan, want mps.Limits) status.GPU {
 	g := gp.GPU
-	return status.GPU{UUID: g.UUID.String(), Index: g.Index, Minor: g.Minor, PCI: g.PCI, Model: g.Name, VirtualNumber: gp.N,
+	return status.GPU{UUID: g.UUID.String(), Index: g.Index, Minor: g.Minor, PCI: g.PCI, Model: g.Name, VirtualNumber: gp.VirtualNumber,
 		MemoryTotal: g.MemoryTotal, MemoryUsed: g.MemoryUsed, ComputeMode: g.ComputeMode.String(),
 		MemoryLimit: want.MemoryLimit, ThreadPercentage: int(want.ThreadPercentage), ClientPriority: want.ClientPriority,
 		QoS: gpuQoS(gp)}

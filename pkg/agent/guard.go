@@ -47,7 +47,7 @@ func riskOf(cur, next *plan.Plan) string {
 	fromYAML := slices.ContainsFunc(cur.GPUs, func(g plan.GPUPlan) bool { return g.Source != plan.SourceReplicas })
 	fallback := len(next.GPUs) > 0 && !slices.ContainsFunc(next.GPUs, func(g plan.GPUPlan) bool { return g.Source != plan.SourceReplicas })
 	if fromYAML && fallback {
-		return fmt.Sprintf("the device YAML names no GPU any more: every GPU would fall back to cuda_mps_replicas (%d each), where the device YAML's entries set N until now", next.GPUs[0].N)
+		return fmt.Sprintf("the device YAML names no GPU any more: every GPU would fall back to cuda_mps_replicas (%d each), where the device YAML's entries set N until now", next.GPUs[0].VirtualNumber)
 	}
 	return ""
 }

@@ -12,14 +12,13 @@ import (
 // and the rows the sync answers with into what the agent needs to know of
 // each device, by name. Nothing else in the agent reads a row's fields.
 
-// rowOf is the inventory row of virtual device d on host hostID. The name
-// is left empty: the inventory or the operator names devices. index and
-// device_minor are -1 as Cloudpods writes them for MPS devices;
-// device_path is the GPU UUID, which is what containers get in
-// NVIDIA_VISIBLE_DEVICES.
-func rowOf(hostID string, d vdev.Device, healthy bool) api.IsolatedDevice {
+// rowOf is the inventory row of virtual device d. The host is the
+// backend's to fill, the name is left empty: the inventory or the operator
+// names devices. index and device_minor are -1 as Cloudpods writes them
+// for MPS devices; device_path is the GPU UUID, which is what containers
+// get in NVIDIA_VISIBLE_DEVICES.
+func rowOf(d vdev.Device, healthy bool) api.IsolatedDevice {
 	return api.IsolatedDevice{
-		HostID:              hostID,
 		DevType:             api.DevTypeNvidiaMPS,
 		Model:               d.GPU.Name,
 		Addr:                d.Addr(),

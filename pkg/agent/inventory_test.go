@@ -23,7 +23,9 @@ func TestRowOf(t *testing.T) {
 	noLink.PCI, noLink.NUMANode, noLink.PCIeGeneration = pci.Address{Bus: 0x3b}, 1, 0
 	var rows []any
 	for _, d := range append(vdev.Split(p40, 2, 50, vdev.QoS{}), vdev.Split(noLink, 3, 33, vdev.QoS{})[2]) {
-		rows = append(rows, rowOf("197c1d98-316a-42e6-889d-68497153cc82", d, d.Index != 2))
+		r := rowOf(d, d.Index != 2)
+		r.HostID = "197c1d98-316a-42e6-889d-68497153cc82" // the backend's to fill (backend.Rows)
+		rows = append(rows, r)
 	}
 	got, err := json.MarshalIndent(rows, "", "  ")
 	if err != nil {

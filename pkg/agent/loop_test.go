@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/devsync"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 )
@@ -49,7 +50,7 @@ func (s *syncBuffer) String() string {
 func TestStalledLoopFailsReadinessAndStopsTheWatchdog(t *testing.T) {
 	h := newHarness(t, "", fourAndTwo)
 	stuck := &stuckInventory{recordingInventory: h.inv, release: make(chan struct{})}
-	h.agent.opts.Inventory = stuck
+	h.agent.opts.Devices = backend.NewRows(context.Background(), stuck, "", nil)
 	h.agent.opts.StallAfter = 300 * time.Millisecond
 	h.agent.opts.Watchdog = 20 * time.Millisecond
 	h.agent.cfg.Host.ListenAddress = ""
@@ -196,4 +197,31 @@ func TestAccountingLoopStallIsSeen(t *testing.T) {
 	released = true
 	waitFor(t, "the recovery", func() bool { return !h.agent.Status().Loop.Stalled })
 	waitFor(t, "the recovery logged", func() bool { return strings.Contains(logs.String(), "accounting loop running again") })
+}
+
+// A backend whose holdings changed outside a reconcile (a Kubernetes claim
+// prepared) says so (Options.Changed): the loop reconciles at once, so the
+// claim's own device is billed and shown from then on, not at the next
+// sync interval.
+func TestAChangeOfTheBackendReconciles(t *testing.T) {
+	h := newHarness(t, "", fourAndTwo)
+	var mu sync.Mutex
+	syncs := 0
+	h.inv.check = func([]api.IsolatedDevice) error {
+		mu.Lock()
+		defer mu.Unlock()
+		syncs++
+		return nil
+	}
+	synced := func() int { mu.Lock(); defer mu.Unlock(); return syncs }
+	changed := make(chan struct{}, 1)
+	h.agent.opts.Changed = changed
+	h.agent.cfg.Host.ListenAddress = ""
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.agent.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "the first reconcile", func() bool { return h.agent.Status().Ready && synced() == 1 })
+	changed <- struct{}{}
+	waitFor(t, "a reconcile on the backend's change (the sync interval is 30s)", func() bool { return synced() == 2 })
 }

@@ -54,8 +54,8 @@ func checkPipeDirs(cfg *Config, p *plan.Plan) error {
 // validates it at start and on a reload (Validate), then the plan written
 // to w. Empty roots are host.conf's. It touches neither MPS nor the
 // inventory nor the compute mode.
-func CheckConfig(ctx context.Context, w io.Writer, cfg *Config, backend gpu.Backend, sysfsRoot, devRoot string) error {
-	p, _, err := Validate(ctx, cfg, backend, sysfsRoot, devRoot)
+func CheckConfig(ctx context.Context, w io.Writer, cfg *Config, mode Mode, backend gpu.Backend, sysfsRoot, devRoot string) error {
+	p, _, err := Validate(ctx, cfg, mode, backend, sysfsRoot, devRoot)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ func TestPlanRefusesAPipeRootTooLongForTheSockets(t *testing.T) {
 	h.writeConfig(t, fourAndTwo)
 	cfg := h.loadWith(t, "cuda_mps_pipe_directory: "+long+"\n")
 	var out strings.Builder
-	err := CheckConfig(context.Background(), &out, cfg, h.backend, h.dir+"/nosys", h.dir+"/nodev")
+	err := CheckConfig(context.Background(), &out, cfg, ModeCloudpods, h.backend, h.dir+"/nosys", h.dir+"/nodev")
 	want := "cuda_mps_pipe_directory: too long for the MPS sockets under it: MPS pipe directory " + long + "/GPU-"
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "host.conf") {
 		t.Errorf("got %v\nwant it to contain %q and name host.conf", err, want)
@@ -39,7 +39,7 @@ func TestCheckConfigReadsTheCACertsFile(t *testing.T) {
 	}
 	cfg := h.loadWith(t, "auth_url: http://127.0.0.1:1/v3\nadmin_user: a\nadmin_password: b\nmps_inventory_backend: region\nssl_ca_certs: "+fifo+"\n")
 	var out strings.Builder
-	err := CheckConfig(context.Background(), &out, cfg, h.backend, h.dir+"/nosys", h.dir+"/nodev")
+	err := CheckConfig(context.Background(), &out, cfg, ModeCloudpods, h.backend, h.dir+"/nosys", h.dir+"/nodev")
 	if err == nil || !strings.Contains(err.Error(), "host.conf") || !strings.Contains(err.Error(), "ssl_ca_certs") || !strings.Contains(err.Error(), "not a regular file") {
 		t.Errorf("check-config with a FIFO at ssl_ca_certs: %v", err)
 	}
@@ -54,7 +54,7 @@ func TestCheckConfigReadsTheCACertsFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.Reset()
-	if err := CheckConfig(context.Background(), &out, cfg, h.backend, h.dir+"/nosys", h.dir+"/nodev"); err != nil || !strings.Contains(out.String(), "host.conf: ") {
+	if err := CheckConfig(context.Background(), &out, cfg, ModeCloudpods, h.backend, h.dir+"/nosys", h.dir+"/nodev"); err != nil || !strings.Contains(out.String(), "host.conf: ") {
 		t.Errorf("check-config with a readable ssl_ca_certs: %v\n%s", err, out.String())
 	}
 }

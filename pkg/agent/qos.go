@@ -43,7 +43,7 @@ func (a *Agent) heldDevicePriority(l listed) int {
 
 // gpuQoS is what a GPU's status says of its QoS; nil without mps_qos.
 func gpuQoS(gp plan.GPUPlan) *status.QoS {
-	if !gp.QoS.Active(gp.N) {
+	if !gp.QoS.Active(gp.VirtualNumber) {
 		return nil
 	}
 	q := &status.QoS{ReservePercent: gp.QoS.ReservePercent}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/backend"
+	"yunion.io/x/mps-daemon/pkg/claim"
 	"yunion.io/x/mps-daemon/pkg/devsync"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/metrics"
@@ -53,10 +55,9 @@ func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 	}
 
 	// MPS first: it must work even while the inventory is away. A start's
-	// identity files are made meanwhile (startIdentities), and its host
-	// registered (startHost).
+	// identity files are made meanwhile (startIdentities); its host is
+	// registered meanwhile by the backend (backend.NewRows).
 	identitiesMade := a.startIdentities(cfg, p)
-	a.startHost(ctx, cfg)
 	statuses, gpuErrs := a.prepareGPUs(ctx, cfg, p, full)
 	identitiesMade()
 
@@ -94,97 +95,44 @@ func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 	return nil
 }
 
-// syncInventory is the inventory stage: the host registered (once), its
-// devices synced from the plan, marked unhealthy where their GPU is, and
-// what the inventory then holds kept in a.listed and the status. It returns
-// the sync's result, how many devices the plan has and the host's name.
+// syncInventory is the inventory stage: the backend handed the plan's
+// GPUs and devices (marked unhealthy where their GPU is), and what it then
+// holds kept in a.listed, a.claims and the status. It returns the sync's
+// result, how many devices the plan has and the host's name.
 func (a *Agent) syncInventory(ctx context.Context, cfg *Config, p *plan.Plan, statuses []status.GPU) (res devsync.Result, desired int, host string, err error) {
-	hostID, host, err := a.ensureHost(ctx, cfg)
+	host, err = HostName(cfg.Host)
 	if err != nil {
 		return res, 0, host, withKind(metrics.ErrorInventory, err)
 	}
-	rows := []api.IsolatedDevice{}
+	offer := backend.Offer{Host: host, Rows: []api.IsolatedDevice{}, GPUs: a.offerGPUs(cfg, p, statuses),
+		Claims: claim.Spec{CDI: a.cdiOptions(cfg), Identity: identityStore(cfg), View: a.views, Log: a.log}}
 	byName := map[vdev.Name]vdev.Device{}
 	for i, gp := range p.GPUs {
 		for _, d := range gp.Devices {
-			rows = append(rows, rowOf(hostID, d, statuses[i].Healthy))
+			offer.Rows = append(offer.Rows, rowOf(d, statuses[i].Healthy))
 			byName[d.Name()] = d
 		}
 	}
-	a.tellClaimSizer(cfg, p, statuses)
-	res, err = a.opts.Inventory.SyncDevices(ctx, hostID, rows)
-	if err != nil {
-		return res, 0, host, withKind(metrics.ErrorInventory, fmt.Errorf("syncing devices with the inventory: %w", err))
+	answer, err := a.opts.Devices.Sync(ctx, offer)
+	if answer.HostID != "" && answer.HostID != a.hostID {
+		a.hostID = answer.HostID
+		a.mu.Lock()
+		a.status.HostID, a.status.HostName = answer.HostID, host
+		a.mu.Unlock()
 	}
-	listed, order := a.byName(res.Devices, byName)
-	a.listed = listed
+	if err != nil {
+		return answer.Result, 0, host, withKind(metrics.ErrorInventory, err)
+	}
+	listed, order := a.byName(answer.Devices, byName)
+	a.listed, a.claims = listed, answer.Claims
 	a.setDevices(order)
-	return res, len(rows), host, nil
+	a.setClaims(statuses)
+	return answer.Result, len(offer.Rows), host, nil
 }
 
 // plan builds the plan of cfg against the GPUs present.
 func (a *Agent) plan(ctx context.Context, cfg *Config) (*plan.Plan, []gpu.Info, error) {
 	return buildPlan(ctx, a.opts.Backend, cfg, a.opts.SysfsRoot, a.opts.DevRoot)
-}
-
-// hostAnswer is the inventory's answer to registering the host called name.
-type hostAnswer struct {
-	name string
-	host api.Host
-	err  error
-}
-
-// startHost asks the inventory for the host's row in the background while
-// the MPS and CDI stages run, until this process knows it (a start):
-// registering the host hands out nothing (no device is created before the
-// spec names it), so it need not wait for them. ensureHost takes the
-// answer, in the same reconcile; it reports a failure as before.
-func (a *Agent) startHost(ctx context.Context, cfg *Config) {
-	if a.hostID != "" || a.hostAhead != nil {
-		return
-	}
-	name, err := HostName(cfg.Host)
-	if err != nil {
-		return // ensureHost reports it
-	}
-	answer := make(chan hostAnswer, 1)
-	go func() {
-		h, err := a.opts.Inventory.EnsureHost(ctx, name)
-		answer <- hostAnswer{name: name, host: h, err: err}
-	}()
-	a.hostAhead = answer
-}
-
-// ensureHost registers the host once per process; the inventory finds it by
-// name, so a restarted daemon gets the same host row.
-func (a *Agent) ensureHost(ctx context.Context, cfg *Config) (id, name string, err error) {
-	name, err = HostName(cfg.Host)
-	if err != nil {
-		return "", "", err
-	}
-	if a.hostID != "" {
-		return a.hostID, name, nil
-	}
-	var h api.Host
-	if ahead := a.hostAhead; ahead != nil {
-		a.hostAhead = nil
-		if r := <-ahead; r.name == name {
-			h, err = r.host, r.err
-		} else {
-			h, err = a.opts.Inventory.EnsureHost(ctx, name)
-		}
-	} else {
-		h, err = a.opts.Inventory.EnsureHost(ctx, name)
-	}
-	if err != nil {
-		return "", "", fmt.Errorf("registering host %q with the inventory: %w", name, err)
-	}
-	a.hostID = h.ID
-	a.mu.Lock()
-	a.status.HostID, a.status.HostName = h.ID, name
-	a.mu.Unlock()
-	a.log.Info("host registered", "host", name, "host_id", h.ID)
-	return h.ID, name, nil
 }
 
 func (a *Agent) setGPUs(gpus []status.GPU, devices int, inventoryOK bool) {

@@ -33,7 +33,7 @@ func (a *Agent) reload(ctx context.Context, trigger string) bool {
 	if err == nil {
 		// The files as the next start would read them, restart-only keys
 		// included: a reload that arms a failing restart is refused.
-		_, _, err = Validate(ctx, cfg, a.opts.Backend, a.rootOverride.sysfs, a.rootOverride.dev)
+		_, _, err = Validate(ctx, cfg, a.opts.Mode, a.opts.Backend, a.rootOverride.sysfs, a.rootOverride.dev)
 	}
 	var risk string
 	if err == nil {
@@ -107,59 +107,10 @@ func (a *Agent) noteRestartOnly(kept []string) {
 }
 
 // keepRestartOnly copies into next the keys that a running daemon cannot
-// change under its feet (where MPS lives, what it listens on, whom it talks
-// to), and names the ones the operator changed. They apply at the next start.
-func keepRestartOnly(cur, next *config.HostConf) []string {
-	var kept []string
-	for _, k := range []struct {
-		key  string
-		keep func() bool
-	}{
-		{"cuda_mps_pipe_directory", keeper(&cur.CudaMPSPipeDirectory, &next.CudaMPSPipeDirectory)},
-		{"cuda_mps_log_directory", keeper(&cur.CudaMPSLogDirectory, &next.CudaMPSLogDirectory)},
-		{"mps_state_directory", keeper(&cur.StateDirectory, &next.StateDirectory)},
-		{"mps_listen_address", keeper(&cur.ListenAddress, &next.ListenAddress)},
-		{"mps_inventory_url", keeper(&cur.InventoryURL, &next.InventoryURL)},
-		{"mps_inventory_token", keeper(&cur.InventoryToken, &next.InventoryToken)},
-		{"mps_inventory_token_file", keeper(&cur.InventoryTokenFile, &next.InventoryTokenFile)},
-		{"mps_control_binary", keeper(&cur.ControlBinary, &next.ControlBinary)},
-		{"mps_host_name", keeper(&cur.HostName, &next.HostName)},
-		{"mps_sysfs_root", keeper(&cur.SysfsRoot, &next.SysfsRoot)},
-		{"mps_dev_root", keeper(&cur.DevRoot, &next.DevRoot)},
-		{"mps_cdi_directory", keeper(&cur.CDIDirectory, &next.CDIDirectory)},
-		{"mps_proc_root", keeper(&cur.ProcRoot, &next.ProcRoot)},
-		{"mps_multiuser_server", keeper(&cur.MultiUserServer, &next.MultiUserServer)},
-		{"mps_control_timeout", keeper(&cur.ControlTimeout, &next.ControlTimeout)},
-		{"mps_health_interval", keeper(&cur.HealthInterval, &next.HealthInterval)},
-		{"mps_inventory_timeout", keeper(&cur.InventoryTimeout, &next.InventoryTimeout)},
-		// The backend is wired at start: the region, its credentials and
-		// where MPS's sockets live stay as they were until a restart.
-		{"auth_url and Cloudpods' admin keys", keeper(&cur.Cloudpods, &next.Cloudpods)},
-		{"mps_inventory_backend", keeper(&cur.InventoryBackend, &next.InventoryBackend)},
-		{"mps_pipe_layout", keeper(&cur.PipeLayout, &next.PipeLayout)},
-		{"mps_region_device_model", keeper(&cur.RegionDeviceModel, &next.RegionDeviceModel)},
-		{"mps_region_host_mac", keeper(&cur.RegionHostMAC, &next.RegionHostMAC)},
-		{"mps_region_create_host", keeper(&cur.RegionCreateHost, &next.RegionCreateHost)},
-		{"mps_region_insecure_tls", keeper(&cur.RegionInsecureTLS, &next.RegionInsecureTLS)},
-	} {
-		if k.keep() {
-			kept = append(kept, k.key)
-		}
-	}
-	return kept
-}
-
-// keeper returns a func that puts the current value back into next and
-// reports whether the operator had changed it.
-func keeper[T comparable](cur, next *T) func() bool {
-	return func() bool {
-		if *cur == *next {
-			return false
-		}
-		*next = *cur
-		return true
-	}
-}
+// change under its feet (config.KeepRestartOnly: where MPS lives, what it
+// listens on, whom it talks to), and names the ones the operator changed.
+// They apply at the next start.
+func keepRestartOnly(cur, next *config.HostConf) []string { return config.KeepRestartOnly(cur, next) }
 
 // watchedFiles are the files whose edits trigger a reload.
 func (a *Agent) watchedFiles(cfg *Config) []string {

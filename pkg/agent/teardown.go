@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
@@ -18,7 +19,7 @@ import (
 // unless force: stopping its daemon kills them. It works on the agent's
 // options, as a new agent that has not run.
 func (a *Agent) Teardown(ctx context.Context, force bool, out io.Writer) error {
-	cfg, inv := a.config(), a.opts.Inventory
+	cfg, devices := a.config(), a.opts.Devices
 	uuids := a.unplanned(cfg, map[gpu.UUID]bool{})
 	daemons := make([]*gpuState, len(uuids), len(uuids)+1)
 	for i, uuid := range uuids {
@@ -42,9 +43,9 @@ func (a *Agent) Teardown(ctx context.Context, force bool, out io.Writer) error {
 	}
 
 	var errs []error
-	if hostID, _, err := a.ensureHost(ctx, cfg); err != nil {
+	if host, err := HostName(cfg.Host); err != nil {
 		errs = append(errs, err)
-	} else if res, err := inv.SyncDevices(ctx, hostID, nil); err != nil {
+	} else if res, err := devices.Sync(ctx, backend.Offer{Host: host}); err != nil {
 		errs = append(errs, fmt.Errorf("removing devices from the inventory: %w", err))
 	} else {
 		fmt.Fprintf(out, "inventory: %d devices removed, %d held by guests kept (pending removal)\n", res.Deleted, len(res.Held))

@@ -25,14 +25,16 @@ import (
 // checked when read (LoadConfig: every check that needs neither the GPUs
 // nor the machine, in pkg/config); Validate makes the rest, each of
 // validations in turn, and joins what they find. Empty roots are
-// host.conf's. It starts nothing and writes nothing. It returns the plan
-// and the GPUs it was made against.
-func Validate(ctx context.Context, cfg *Config, backend gpu.Backend, sysfsRoot, devRoot string) (*plan.Plan, []gpu.Info, error) {
+// host.conf's. mode is where the devices go: what the start of that mode
+// reads of host.conf is checked (the Kubernetes mode reads no inventory
+// key). It starts nothing and writes nothing. It returns the plan and the
+// GPUs it was made against.
+func Validate(ctx context.Context, cfg *Config, mode Mode, backend gpu.Backend, sysfsRoot, devRoot string) (*plan.Plan, []gpu.Info, error) {
 	gpus, err := backend.Devices(ctx)
 	if err != nil {
 		return nil, nil, withKind(metrics.ErrorGPU, fmt.Errorf("listing GPUs: %w", err))
 	}
-	v := &validation{cfg: cfg, gpus: gpus, sysfsRoot: cmp.Or(sysfsRoot, cfg.Host.SysfsRoot), devRoot: cmp.Or(devRoot, cfg.Host.DevRoot)}
+	v := &validation{cfg: cfg, mode: mode, gpus: gpus, sysfsRoot: cmp.Or(sysfsRoot, cfg.Host.SysfsRoot), devRoot: cmp.Or(devRoot, cfg.Host.DevRoot)}
 	gpu.FillNUMA(v.sysfsRoot, gpus)
 	var errs []error
 	for _, c := range validations {
@@ -45,6 +47,7 @@ func Validate(ctx context.Context, cfg *Config, backend gpu.Backend, sysfsRoot, 
 // first of them makes.
 type validation struct {
 	cfg                *Config
+	mode               Mode
 	gpus               []gpu.Info
 	sysfsRoot, devRoot string
 	plan               *plan.Plan
@@ -85,10 +88,10 @@ func checkPlan(_ context.Context, v *validation) error {
 
 // checkToken reads the inventory token as the start does when the backend
 // is mps-inventory: a token file host.conf names must be readable and
-// hold a token.
+// hold a token. The Kubernetes mode never reads it.
 func checkToken(_ context.Context, v *validation) error {
 	hc := v.cfg.Host
-	if hc.Backend() != config.BackendInventory {
+	if v.mode != ModeCloudpods || hc.Backend() != config.BackendInventory {
 		return nil
 	}
 	if _, err := hc.TokenValue(); err != nil {
@@ -98,10 +101,11 @@ func checkToken(_ context.Context, v *validation) error {
 }
 
 // checkCACerts reads ssl_ca_certs as the start does when the backend is
-// the Cloudpods region: a readable file with a PEM certificate.
+// the Cloudpods region: a readable file with a PEM certificate. The
+// Kubernetes mode never reads it.
 func checkCACerts(_ context.Context, v *validation) error {
 	hc := v.cfg.Host
-	if hc.Backend() != config.BackendRegion {
+	if v.mode != ModeCloudpods || hc.Backend() != config.BackendRegion {
 		return nil
 	}
 	cp, err := hc.CloudpodsSettings()

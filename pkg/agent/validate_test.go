@@ -90,12 +90,12 @@ func TestBadEditsAreRefusedAtStartInCheckConfigAndOnReload(t *testing.T) {
 					t.Fatalf("no check %q", e.check)
 				}
 				// Start: what cmd/mps-daemon runs before it wires anything.
-				_, _, err = Validate(ctx, cfg, h.backend, h.dir+"/nosys", h.dir+"/nodev")
+				_, _, err = Validate(ctx, cfg, ModeCloudpods, h.backend, h.dir+"/nosys", h.dir+"/nodev")
 				if err == nil || !strings.Contains(err.Error(), e.want) {
 					t.Fatalf("start: %v, want %q", err, e.want)
 				}
 				var out strings.Builder
-				if cerr := CheckConfig(ctx, &out, cfg, h.backend, h.dir+"/nosys", h.dir+"/nodev"); cerr == nil || cerr.Error() != err.Error() {
+				if cerr := CheckConfig(ctx, &out, cfg, ModeCloudpods, h.backend, h.dir+"/nosys", h.dir+"/nodev"); cerr == nil || cerr.Error() != err.Error() {
 					t.Errorf("check-config: %v\nstart:        %v", cerr, err)
 				}
 			}
@@ -152,5 +152,49 @@ func TestListenAddressMustBeThisMachines(t *testing.T) {
 		if ok && err != nil || !ok && (err == nil || !strings.Contains(err.Error(), "host.conf:1: mps_listen_address: ") || !strings.Contains(err.Error(), "is not an address of this machine")) {
 			t.Errorf("%s: %v", addr, err)
 		}
+	}
+}
+
+// The Kubernetes mode validates what its start reads: every bad edit the
+// Cloudpods mode refuses, with the same message, but the inventory's
+// token file and the region's CA file, which it never reads (issue 40:
+// check-config refused a missing token file that the mode started on).
+func TestTheKubernetesModeRefusesWhatItReads(t *testing.T) {
+	cloudpodsOnly := map[string]bool{"inventory token": true, "ssl_ca_certs": true}
+	for _, e := range badEdits {
+		if e.check == "files" {
+			continue // LoadConfig's, the same in both modes
+		}
+		t.Run(e.name, func(t *testing.T) {
+			h := reloadHarness(t)
+			ctx := context.Background()
+			if err := os.WriteFile(filepath.Join(h.dir, "not-a-ca.crt"), []byte("not a certificate\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if e.devices != "" {
+				writeAtomic(t, filepath.Join(h.dir, "devices.yml"), e.devices)
+			}
+			cfg, err := loadWithErr(t, h, strings.ReplaceAll(e.conf, "$DIR", h.dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, cloudpods := Validate(ctx, cfg, ModeCloudpods, h.backend, h.dir+"/nosys", h.dir+"/nodev")
+			_, _, kubernetes := Validate(ctx, cfg, ModeKubernetes, h.backend, h.dir+"/nosys", h.dir+"/nodev")
+			var out strings.Builder
+			checked := CheckConfig(ctx, &out, cfg, ModeKubernetes, h.backend, h.dir+"/nosys", h.dir+"/nodev")
+			if cloudpods == nil || !strings.Contains(cloudpods.Error(), e.want) {
+				t.Fatalf("the Cloudpods mode: %v, want %q", cloudpods, e.want)
+			}
+			switch {
+			case cloudpodsOnly[e.check]:
+				if kubernetes != nil || checked != nil {
+					t.Errorf("the Kubernetes mode refuses what it never reads: start %v, check-config %v", kubernetes, checked)
+				}
+			case kubernetes == nil || kubernetes.Error() != cloudpods.Error():
+				t.Errorf("the Kubernetes mode: %v\nthe Cloudpods mode: %v", kubernetes, cloudpods)
+			case checked == nil || checked.Error() != cloudpods.Error():
+				t.Errorf("check-config of the Kubernetes mode: %v\nthe Cloudpods mode: %v", checked, cloudpods)
+			}
+		})
 	}
 }

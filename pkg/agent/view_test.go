@@ -246,7 +246,7 @@ func TestCheckConfigSaysWhetherContainersGetTheView(t *testing.T) {
 			h.installLibrary(t)
 		}
 		var out strings.Builder
-		if err := CheckConfig(context.Background(), &out, h.loadWith(t, tc.extra), h.backend, h.dir+"/nosys", h.dir+"/nodev"); err != nil {
+		if err := CheckConfig(context.Background(), &out, h.loadWith(t, tc.extra), ModeCloudpods, h.backend, h.dir+"/nosys", h.dir+"/nodev"); err != nil {
 			t.Fatal(err)
 		}
 		if !strings.Contains(out.String(), tc.want) {

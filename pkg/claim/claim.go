@@ -1,9 +1,9 @@
-// Package claim is what the host agent and the Kubernetes driver
-// (pkg/dra) share about GPUs that claims of any size share (the device
-// YAML's `sharing: claims`, docs/kubernetes.md): what the agent tells the
-// driver of each planned GPU before a sync (GPU), where claims' CDI
-// entries, identity files and views go (Spec), and the virtual device a
-// claim gets (Device).
+// Package claim is what the host agent and the Kubernetes mode (pkg/dra,
+// pkg/ledger) share about GPUs that claims of any size share (the device
+// YAML's `sharing: claims`, docs/kubernetes.md): where claims' CDI entries,
+// identity files and views go (Spec), the virtual device a claim gets
+// (Device), and a prepared claim's device as the agent bills and shows it
+// (Held).
 //
 // A claim's device is a virtual device like a fixed slice: named
 // <GPU UUID>::<index>, with its own identity file (pkg/identity) and its
@@ -39,25 +39,6 @@ const IndexBase = 1000
 // and go with prepare and unprepare, the slices with the plan.
 const DefaultKind = "yunion.io/mps-claim"
 
-// GPU is one planned GPU as the agent hands it to the driver before each
-// sync.
-type GPU struct {
-	// Device is the GPU's first planned device as the CDI spec makes its
-	// entries (cdi.FromVirtual; no identity file, no inventory id): a
-	// claim's device is made from it, with the claim's caps. For a GPU
-	// shared by claims it is the whole GPU, with its control daemon's
-	// defaults, the most a claim can get.
-	Device cdi.Device
-	// Claims: the GPU is shared by claims (sharing: claims). A GPU of
-	// fixed slices is handed over too, for the claims still held on it
-	// since the operator switched it.
-	Claims bool
-	// MaxClaims is how many claims it takes at once (virtual_number).
-	MaxClaims int
-	// Healthy: its MPS serves with the caps enforced.
-	Healthy bool
-}
-
 // Device is the device of a claim in slot of the GPU whose device is base,
 // capped at memory and threads (0: base's share, the GPU's default). It
 // refuses a slot below 0, a memory of 0 or more than base's, and a thread
@@ -91,4 +72,16 @@ func IsClaim(index int) (slot int, ok bool) {
 		return 0, false
 	}
 	return index - IndexBase, true
+}
+
+// Held is a claim's own device as the backend that prepared it holds it:
+// a virtual device (<GPU UUID>::<IndexBase+slot>, the claim's caps) that
+// the agent bills and shows as it does a fixed slice, and the claim it is
+// for.
+type Held struct {
+	Device vdev.Device
+	// Claim is the claim's namespace/name; UID its UID.
+	Claim, UID string
+	// CDIName is the qualified name of its entry in the claims' CDI spec.
+	CDIName string
 }

@@ -64,30 +64,14 @@ var cloudpodsAliases = map[string]string{
 	"listen_interface": "listen_interface",
 }
 
-// ourCloudpodsKeys are this daemon's keys for living in a Cloudpods cloud.
-var ourCloudpodsKeys = map[string]bool{
-	"mps_inventory_backend": true, "mps_pipe_layout": true, "mps_region_host_mac": true,
-	"mps_region_create_host": true, "mps_region_device_model": true, "mps_region_insecure_tls": true,
-}
-
 // normalizeKey spells a host.conf key as this package knows it: Cloudpods
 // reads `-` and `_` alike (structarg), so `admin-user` is `admin_user`.
 func normalizeKey(k string) string { return strings.ReplaceAll(strings.TrimSpace(k), "-", "_") }
 
-// setCloudpods stores one of Cloudpods' keys or ours of this file; handled
-// is false for any other key. Cloudpods takes whichever spelling it meets
-// first; here a key set twice, under either spelling, must have one value.
+// setCloudpods stores one of Cloudpods' keys; handled is false for any
+// other key. Cloudpods takes whichever spelling it meets first; here a key
+// set twice, under either spelling, must have one value.
 func (hc *HostConf) setCloudpods(key string, k, v *yaml.Node) (handled bool, err error) {
-	if ourCloudpodsKeys[key] {
-		if first, dup := hc.lines[key]; dup {
-			return true, fmt.Errorf("set again (first at line %d)", first)
-		}
-		hc.lines[key] = k.Line
-		if isNull(v) {
-			return true, nil // `key:` keeps the default
-		}
-		return true, hc.setOurCloudpods(key, v)
-	}
 	canon, ok := cloudpodsAliases[key]
 	if !ok {
 		return false, nil
@@ -139,30 +123,17 @@ func (cp *Cloudpods) field(canon string) *string {
 	panic("config: no Cloudpods setting " + canon) // cloudpodsAliases and this switch are kept in step by TestEveryCloudpodsKeyIsStored
 }
 
-func (hc *HostConf) setOurCloudpods(key string, v *yaml.Node) error {
-	var err error
-	switch key {
-	case "mps_inventory_backend":
-		hc.InventoryBackend, err = oneOf(v, BackendAuto, BackendInventory, BackendRegion)
-	case "mps_pipe_layout":
-		hc.PipeLayout, err = oneOf(v, LayoutAuto, LayoutPerGPU, LayoutSingle)
-	case "mps_region_device_model":
-		hc.RegionDeviceModel, err = oneOf(v, DeviceModelAuto, DeviceModelGPU, DeviceModelPerSlice)
-	case "mps_region_host_mac":
-		var s string
-		if s, err = scalarValue(v); err == nil {
-			var mac net.HardwareAddr
-			if mac, err = net.ParseMAC(strings.TrimSpace(s)); err != nil {
-				return fmt.Errorf("want a MAC address such as 02:00:00:00:00:01, got %s", describe(v))
-			}
-			hc.RegionHostMAC = mac.String()
-		}
-	case "mps_region_create_host":
-		hc.RegionCreateHost, err = boolValue(v)
-	case "mps_region_insecure_tls":
-		hc.RegionInsecureTLS, err = boolValue(v)
+// macAddress reads mps_region_host_mac: a MAC address, in Go's form.
+func macAddress(v *yaml.Node) (string, error) {
+	s, err := scalarValue(v)
+	if err != nil {
+		return "", err
 	}
-	return err
+	mac, err := net.ParseMAC(strings.TrimSpace(s))
+	if err != nil {
+		return "", fmt.Errorf("want a MAC address such as 02:00:00:00:00:01, got %s", describe(v))
+	}
+	return mac.String(), nil
 }
 
 // oneOf reads a value that must be one of choices; `_` and `-` alike.

@@ -182,82 +182,6 @@ func LoadHostConf(path string) (*HostConf, error) {
 	return ParseHostConf(path, data)
 }
 
-// hostConfKeys are the keys this daemon reads; anything else is Cloudpods'.
-var hostConfKeys = map[string]bool{
-	"enable_cuda_mps": true, "container_device_config_file": true,
-	"cuda_mps_pipe_directory": true, "cuda_mps_log_directory": true, "cuda_mps_replicas": true,
-	"mps_inventory_url": true, "mps_inventory_token": true, "mps_inventory_token_file": true,
-	"mps_inventory_timeout": true, "mps_listen_address": true, "mps_state_directory": true,
-	"mps_set_exclusive_compute_mode": true, "mps_control_binary": true, "mps_control_timeout": true,
-	"mps_sync_interval": true, "mps_health_interval": true, "mps_multiuser_server": true,
-	"mps_cdi_directory": true, "mps_cdi_shm_path": true, "mps_accounting": true, "mps_proc_root": true, "mps_thread_percentage": true, "mps_host_name": true, "mps_sysfs_root": true, "mps_dev_root": true,
-	"mps_reload_hold_time": true, "mps_view_library": true,
-}
-
-// set stores the value of one of hostConfKeys, or says what is wrong with it.
-func (hc *HostConf) set(key string, v *yaml.Node) error {
-	var err error
-	switch key {
-	case "enable_cuda_mps":
-		hc.EnableCudaMPS, err = boolValue(v)
-	case "container_device_config_file":
-		hc.ContainerDeviceConfigFile, err = scalarValue(v)
-	case "cuda_mps_pipe_directory":
-		hc.CudaMPSPipeDirectory, err = absPath(v)
-	case "cuda_mps_log_directory":
-		hc.CudaMPSLogDirectory, err = absPath(v)
-	case "cuda_mps_replicas":
-		hc.CudaMPSReplicas, err = virtualNumber(v)
-	case "mps_inventory_url":
-		hc.InventoryURL, err = httpURL(v)
-	case "mps_inventory_token":
-		hc.InventoryToken, err = scalarValue(v)
-	case "mps_inventory_token_file":
-		hc.InventoryTokenFile, err = scalarValue(v)
-	case "mps_inventory_timeout":
-		hc.InventoryTimeout, err = boundedDuration(key, v)
-	case "mps_listen_address":
-		hc.ListenAddress, err = hostPort(v)
-	case "mps_state_directory":
-		hc.StateDirectory, err = absPath(v)
-	case "mps_set_exclusive_compute_mode":
-		hc.SetExclusiveComputeMode, err = boolValue(v)
-	case "mps_control_binary":
-		hc.ControlBinary, err = nonEmpty(v)
-	case "mps_control_timeout":
-		hc.ControlTimeout, err = boundedDuration(key, v)
-	case "mps_sync_interval":
-		hc.SyncInterval, err = boundedDuration(key, v)
-	case "mps_health_interval":
-		hc.HealthInterval, err = boundedDuration(key, v)
-	case "mps_multiuser_server":
-		hc.MultiUserServer, err = boolValue(v)
-	case "mps_cdi_directory":
-		hc.CDIDirectory, err = absPath(v)
-	case "mps_cdi_shm_path":
-		hc.CDIShmPath, err = shmPath(v)
-	case "mps_accounting":
-		hc.Accounting, err = accountingPolicy(v)
-	case "mps_proc_root":
-		hc.ProcRoot, err = absPath(v)
-	case "mps_thread_percentage":
-		hc.Threads, err = threadPolicy(v)
-	case "mps_host_name":
-		hc.HostName, err = hostName(v)
-	case "mps_sysfs_root":
-		hc.SysfsRoot, err = absPath(v)
-	case "mps_dev_root":
-		hc.DevRoot, err = absPath(v)
-	case "mps_reload_hold_time":
-		hc.ReloadHoldTime, err = boundedDuration(key, v)
-	case "mps_view_library":
-		hc.ViewLibrary, err = optionalPath(v)
-	default:
-		return fmt.Errorf("unknown key %q", key) // hostConfKeys and set disagree
-	}
-	return err
-}
-
 // ParseHostConf checks host.conf's content; path is only used in messages
 // and to resolve relative file names. Every problem is reported, joined with
 // errors.Join, each as an *Error with its line.
@@ -285,7 +209,8 @@ func ParseHostConf(path string, data []byte) (*HostConf, error) {
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], deref(root.Content[i+1])
 		key := normalizeKey(k.Value) // Cloudpods reads - and _ alike
-		if !hostConfKeys[key] {
+		hk, ours := hostKeyByName[key]
+		if !ours {
 			if handled, err := hc.setCloudpods(key, k, v); handled {
 				if err != nil {
 					errs = append(errs, errorf(path, v.Line, key, "%v", err))
@@ -303,7 +228,7 @@ func ParseHostConf(path string, data []byte) (*HostConf, error) {
 		if isNull(v) {
 			continue // `key:` with nothing after it keeps the default
 		}
-		if err := hc.set(key, v); err != nil {
+		if err := hk.read(hc, v); err != nil {
 			errs = append(errs, errorf(path, v.Line, key, "%v", err))
 		}
 	}

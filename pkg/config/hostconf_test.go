@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -270,5 +271,28 @@ func TestErrorString(t *testing.T) {
 		if got := tc.e.Error(); got != tc.want {
 			t.Errorf("got %q, want %q", got, tc.want)
 		}
+	}
+}
+
+// The keys host.conf takes are hostKeys' (one declaration each): every
+// one is ours (not left to Cloudpods) and remembered with its line; a
+// key outside the table is Cloudpods'.
+func TestHostKeysAreTheTable(t *testing.T) {
+	var conf strings.Builder
+	for _, k := range hostKeys {
+		conf.WriteString(k.name + ":\n")
+	}
+	conf.WriteString("mps_not_a_key: 1\n")
+	hc, err := ParseHostConf("host.conf", []byte(conf.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range hostKeys {
+		if hc.Line(k.name) != i+1 {
+			t.Errorf("%s: line %d, want %d", k.name, hc.Line(k.name), i+1)
+		}
+	}
+	if !slices.Equal(hc.Unknown, []string{"mps_not_a_key"}) {
+		t.Errorf("left to Cloudpods: %v", hc.Unknown)
 	}
 }

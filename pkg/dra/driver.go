@@ -1,23 +1,16 @@
 // Package dra is the host agent's face to Kubernetes: a Dynamic Resource
-// Allocation kubelet plugin for the virtual devices. It is the agent's
-// Inventory (agent.Inventory): each reconcile hands it the same rows the
-// Cloudpods inventory gets (one plan, one MPS control, one CDI spec), and it
-// publishes them as ResourceSlices instead, answers the kubelet's
-// NodePrepareResources with the devices' CDI names and keeps the prepared
-// claims in a checkpoint file, so a restart loses none.
+// Allocation kubelet plugin for the virtual devices, on the agent's one
+// edge to its backend (backend.Offer in, backend.Answer out). Each
+// reconcile hands it the same offer the Cloudpods backends get (one plan,
+// one MPS control, one CDI spec); it publishes the devices as
+// ResourceSlices instead, answers the kubelet's NodePrepareResources with
+// the devices' CDI names, and streams their health to the kubelet.
 //
-// A GPU of fixed slices is published as its slices. A GPU shared by claims
-// of any size (the device YAML's sharing: claims) is published as one
-// sized device that claims consume (DRA consumable capacity); each claim
-// prepared on it gets a device of its own (pkg/claim), with its own entry
-// in a CDI spec of claims, made at prepare time and removed at unprepare,
-// and the accounting bills its processes to it (agent.ClaimSizer).
-//
-// A prepared fixed slice is held: the rows it hands back to the agent
-// carry the claim as the device's guest, so the agent keeps the device's
-// CDI entry when a resize or a removed GPU takes it out of the plan (as it
-// does for a Cloudpods guest), and the ResourceSlice keeps publishing it
-// exactly as it was prepared until the claim is unprepared.
+// What it prepares is kept by pkg/ledger, plain Go: the claims, their own
+// devices on GPUs shared by claims, the checkpoint a restart reads back
+// and its rebuild. This package only translates: ResourceClaims into the
+// ledger's allocations, its devices into ResourceSlices, its state into
+// the kubelet's answers and health reports.
 //
 // A GPU whose MPS is not serving keeps its devices published with a taint
 // (DRADeviceTaints), so the scheduler allocates none of them, and the
@@ -26,27 +19,18 @@
 package dra
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
-	"yunion.io/x/mps-daemon/pkg/api"
-	"yunion.io/x/mps-daemon/pkg/cdi"
-	"yunion.io/x/mps-daemon/pkg/claim"
-	"yunion.io/x/mps-daemon/pkg/devsync"
-	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/vdev"
+	"yunion.io/x/mps-daemon/pkg/backend"
+	"yunion.io/x/mps-daemon/pkg/ledger"
 )
 
 // DefaultDriverName is the driver's name in DeviceClasses, claims and
@@ -75,29 +59,22 @@ type Publisher interface {
 	PublishResources(ctx context.Context, resources resourceslice.DriverResources) error
 }
 
-// Driver is the plugin's state: the last reconcile's devices and the
-// prepared claims.
+// Driver is the kubelet plugin: the ledger of prepared claims, and how
+// its devices reach the API server and the kubelet.
 type Driver struct {
-	opts Options
-	log  *slog.Logger
+	opts   Options
+	log    *slog.Logger
+	ledger *ledger.Ledger
+	// changed has a value when claims were prepared or unprepared since
+	// the agent last synced: the agent reconciles (Changed).
+	changed chan struct{}
 
-	mu      sync.Mutex
-	pub     publishing
-	client  kubernetes.Interface // reads claims for a rebuild; set by Start
-	synced  bool                 // a reconcile has handed devices over since the start
-	current []Device             // fixed slices and sized devices, as the last reconcile had them
-	claims  map[types.UID]Claim
-	// shown are the pool's devices as last worked out (Published), what
-	// the health stream reports on, published or not.
-	shown []Device
-	// gpus are the planned GPUs as the agent last described them, and spec
-	// where claims' CDI entries go (nil until it has).
-	gpus  map[gpu.UUID]claim.GPU
-	spec  *claim.Spec
-	specW cdi.Writer
-	// rebuild is why the checkpoint is being rebuilt from the API server
-	// (it was corrupt); nothing is published or prepared until it is.
-	rebuild error
+	mu     sync.Mutex
+	pub    publishing
+	client kubernetes.Interface // reads claims for a rebuild; set by Start
+	// shown are the pool's devices as last worked out, what the health
+	// stream reports on, published or not.
+	shown []ledger.Device
 	// checked is when the agent last handed devices over: when their
 	// health was last known.
 	checked time.Time
@@ -106,236 +83,71 @@ type Driver struct {
 	healthChanged chan struct{}
 }
 
-// New reads the checkpoint; it starts nothing. A corrupt checkpoint is
-// reported, moved aside (<path>.corrupt-<time>) and rebuilt from the API
-// server's claims before the first publication (rebuild.go).
+// New opens the ledger (the checkpoint); it starts nothing.
 func New(opts Options) (*Driver, error) {
 	if opts.NodeName == "" {
 		return nil, errors.New("dra: node name is required")
 	}
-	if opts.CheckpointPath == "" {
-		return nil, errors.New("dra: checkpoint path is required")
-	}
 	if opts.DriverName == "" {
 		opts.DriverName = DefaultDriverName
-	}
-	if opts.ClaimKind == "" {
-		opts.ClaimKind = claim.DefaultKind
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	log := opts.Log.With("component", "dra")
-	d := &Driver{opts: opts, log: log, healthChanged: make(chan struct{})}
-	claims, err := loadCheckpoint(opts.CheckpointPath)
-	switch {
-	case errors.Is(err, ErrCorrupt):
-		aside, merr := moveAside(opts.CheckpointPath, time.Now())
-		if merr != nil {
-			return nil, fmt.Errorf("%w; %w", err, merr)
-		}
-		log.Error("the DRA checkpoint is corrupt: moved aside; the prepared claims are rebuilt from the API server before anything is published or prepared",
-			"err", err, "moved_to", aside)
-		d.rebuild, claims = err, map[types.UID]Claim{}
-	case err != nil:
+	l, err := ledger.Open(ledger.Options{Pool: opts.NodeName, Driver: opts.DriverName, CheckpointPath: opts.CheckpointPath, ClaimKind: opts.ClaimKind, Log: log})
+	if err != nil {
 		return nil, err
 	}
-	d.claims = claims
-	if len(claims) > 0 {
-		log.Info("prepared claims read from the checkpoint", "claims", len(claims), "path", opts.CheckpointPath)
-	}
-	return d, nil
+	return &Driver{opts: opts, log: log, ledger: l, changed: make(chan struct{}, 1), healthChanged: make(chan struct{})}, nil
 }
 
 // Pool is the name of the node's pool.
 func (d *Driver) Pool() string { return d.opts.NodeName }
 
-// EnsureHost is agent.Inventory's: the node is the host.
-func (d *Driver) EnsureHost(_ context.Context, name string) (api.Host, error) {
-	return api.Host{ID: d.opts.NodeName, Name: name}, nil
-}
-
-// SetGPUs is agent.ClaimSizer's: before each sync, the planned GPUs and
-// where claims' CDI entries go. The claims' spec is written again when
-// what it is made from changed (a start: from the checkpoint).
-func (d *Driver) SetGPUs(spec claim.Spec, gpus []claim.GPU) {
+// Sync is the agent's edge: o's devices become the node's pool (published
+// anew when it changed), a GPU shared by claims as its claims device. The
+// answer holds the offered rows, with the claim that holds each fixed
+// slice as its guest, and the held slices the plan does not have any more
+// (pending removal, as they were prepared, named in Held); and the own
+// devices of the prepared claims, which the agent bills. While a rebuild
+// of the checkpoint is pending it is tried first, and its failure fails
+// the sync: a node never reports ready with claims it has lost.
+func (d *Driver) Sync(ctx context.Context, o backend.Offer) (backend.Answer, error) {
+	res := d.ledger.Sync(o)
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.spec = &spec
-	d.gpus = make(map[gpu.UUID]claim.GPU, len(gpus))
-	for _, g := range gpus {
-		d.gpus[g.Device.GPU.UUID] = g
-	}
-	if d.rebuild != nil {
-		return // the spec is written once the claims are rebuilt
-	}
-	if err := d.syncSpecLocked(); err != nil {
-		d.log.Error("the claims' CDI spec not written; the previous one stays", "err", err)
-	}
-}
-
-// ClaimDevices is agent.ClaimSizer's: the devices of the prepared claims on
-// sized devices, which the accounting bills as virtual devices.
-func (d *Driver) ClaimDevices() []vdev.Device {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var out []vdev.Device
-	for _, c := range d.claims {
-		for _, p := range c.Devices {
-			if s := p.Share; s != nil {
-				out = append(out, vdev.Device{GPU: gpu.Info{UUID: gpu.UUID(p.Device.GPUUUID), Minor: s.Minor, Index: -1},
-					Index: s.Index, MemoryLimit: s.MemoryLimit, ThreadPercentage: s.ThreadPercentage})
-			}
-		}
-	}
-	slices.SortFunc(out, func(a, b vdev.Device) int { return cmp.Compare(a.Name(), b.Name()) })
-	return out
-}
-
-// SyncDevices is agent.Inventory's: desired are the reconcile's devices.
-// The answer holds them, with the claim that holds each fixed slice as its
-// guest, and the held slices the plan does not have any more (pending
-// removal, as they were prepared, named in Held); the pool is published
-// anew when it changed. A GPU shared by claims (SetGPUs) is published as
-// its sized device instead of its row's.
-func (d *Driver) SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (devsync.Result, error) {
-	d.mu.Lock()
-	res, err := d.syncLocked(ctx, hostID, desired)
-	published := d.publishLocked(false)
+	d.checked = time.Now()
 	d.mu.Unlock()
-	if err != nil {
-		return res, err
+	if err := d.rebuild(ctx); err != nil {
+		return backend.Answer{HostID: d.Pool(), Result: res}, err
 	}
-	return res, d.awaitPublished(ctx, published)
+	published := d.publish(false)
+	answer := backend.Answer{HostID: d.Pool(), Result: res, Claims: d.ledger.Held()}
+	return answer, d.awaitPublished(ctx, published)
 }
 
-// syncLocked is SyncDevices's work on the driver's state.
-func (d *Driver) syncLocked(ctx context.Context, hostID string, desired []api.IsolatedDevice) (devsync.Result, error) {
-	cur := make([]Device, 0, len(desired))
-	holder := d.holders()
-	var res devsync.Result
-	inPlan := map[string]bool{}
-	for _, r := range desired {
-		dev, ok := deviceOf(r)
-		if !ok {
-			continue
-		}
-		if g, shared := d.gpus[gpu.UUID(dev.GPUUUID)]; shared && g.Claims {
-			if dev.Index == g.Device.Index {
-				cur = append(cur, dev.sized(g.MaxClaims))
-			}
-			r.HostID = hostID
-			res.Devices = append(res.Devices, r)
-			continue
-		}
-		cur = append(cur, dev)
-		inPlan[dev.Name] = true
-		res.Devices = append(res.Devices, dev.row(hostID, string(holder[dev.Name].UID), false))
-	}
-	for _, name := range slices.Sorted(maps.Keys(holder)) {
-		if h := holder[name]; !inPlan[name] {
-			// Held is what the inventory's sync reports too: kept, out of
-			// the plan, pending removal.
-			res.Held = append(res.Held, name)
-			res.Devices = append(res.Devices, h.Device.row(hostID, string(h.UID), true))
-		}
-	}
-	res.Unchanged = len(res.Devices)
-	d.current, d.synced, d.checked = cur, true, time.Now()
-	if err := d.rebuildLocked(ctx); err != nil {
-		return res, err
-	}
-	return res, nil
-}
+// Changed has a value whenever claims were prepared or unprepared since it
+// was last read: what the agent's last answer said of them is stale (the
+// agent reconciles, and bills the new claims' processes from then on).
+func (d *Driver) Changed() <-chan struct{} { return d.changed }
 
-// holding is a prepared fixed slice and the claim that holds it.
-type holding struct {
-	Prepared
-	UID types.UID
-}
-
-// holders maps each prepared fixed slice's name to its claim. A sized
-// device is held by none: its claims share it.
-func (d *Driver) holders() map[string]holding {
-	out := map[string]holding{}
-	for uid, c := range d.claims {
-		for _, p := range c.Devices {
-			if p.Share == nil {
-				out[p.Device.Name] = holding{Prepared: p, UID: uid}
-			}
-		}
+func (d *Driver) noteChanged() {
+	select {
+	case d.changed <- struct{}{}:
+	default:
 	}
-	return out
-}
-
-// Published is what the pool holds: every prepared fixed slice as it was
-// prepared; every device of the last reconcile that no claim holds; a
-// sized device as the plan has it now, or, out of the plan, as its claims
-// were prepared on it, while any holds a share. A device of a GPU the
-// last reconcile saw unhealthy is marked so (and tainted when published);
-// a removed GPU's free devices are withdrawn. Ordered by GPU, fixed slices
-// by index, then the sized device.
-func Published(current []Device, claims map[types.UID]Claim) []Device {
-	healthy := map[string]bool{}
-	now := map[string]Device{}
-	for _, dev := range current {
-		healthy[dev.GPUUUID] = dev.Healthy
-		now[dev.Name] = dev
-	}
-	out := map[string]Device{}
-	for _, c := range claims {
-		for _, p := range c.Devices {
-			dev := p.Device
-			if cur, ok := now[dev.Name]; ok && dev.Sized {
-				dev = cur
-			}
-			if h, known := healthy[dev.GPUUUID]; known {
-				dev.Healthy = h
-			}
-			out[dev.Name] = dev
-		}
-	}
-	for _, dev := range current {
-		if _, held := out[dev.Name]; !held {
-			out[dev.Name] = dev
-		}
-	}
-	devs := slices.Collect(maps.Values(out))
-	slices.SortFunc(devs, func(a, b Device) int {
-		return cmp.Or(cmp.Compare(a.GPUUUID, b.GPUUUID), compareBool(a.Sized, b.Sized), cmp.Compare(a.Index, b.Index))
-	})
-	return devs
-}
-
-func compareBool(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
-	}
-	return -1
-}
-
-// healthOf is the devices' names and health, comparable.
-func healthOf(devs []Device) string {
-	var b []byte
-	for _, dev := range devs {
-		b = fmt.Appendf(b, "%s=%v;", dev.Name, dev.Healthy)
-	}
-	return string(b)
 }
 
 // resources is the node's pool: one slice per GPU (at most 48 slices and
-// its sized device: within the 64 devices a slice with taints may have).
-func (d *Driver) resources(devs []Device) resourceslice.DriverResources {
+// its claims device: within the 64 devices a slice with taints may have).
+func (d *Driver) resources(devs []ledger.Device) resourceslice.DriverResources {
 	var sl []resourceslice.Slice
 	for i, dev := range devs {
 		if i == 0 || dev.GPUUUID != devs[i-1].GPUUUID {
 			sl = append(sl, resourceslice.Slice{})
 		}
 		last := &sl[len(sl)-1]
-		last.Devices = append(last.Devices, dev.sliceDevice(d.opts.DriverName, d.opts.DriverVersion, !dev.Healthy))
+		last.Devices = append(last.Devices, sliceDevice(dev, d.opts.DriverName, d.opts.DriverVersion, !dev.Healthy))
 	}
 	if len(sl) == 0 {
 		sl = []resourceslice.Slice{{}}
@@ -352,9 +164,5 @@ func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 	d.log.Error(msg, "err", err, "recoverable", errors.Is(err, kubeletplugin.ErrRecoverable))
 }
 
-// Claims are the prepared claims, by UID (for status and tests).
-func (d *Driver) Claims() map[types.UID]Claim {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return maps.Clone(d.claims)
-}
+// Claims are the prepared claims, by UID (for tests).
+func (d *Driver) Claims() map[string]ledger.Claim { return d.ledger.Claims() }

@@ -18,6 +18,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"yunion.io/x/mps-daemon/pkg/api"
+	"yunion.io/x/mps-daemon/pkg/backend"
+	"yunion.io/x/mps-daemon/pkg/ledger"
 )
 
 const (
@@ -119,6 +121,9 @@ func rows(uuid, addr string, n, memMiB int, healthy bool) []api.IsolatedDevice {
 	return out
 }
 
+// offerOf is a reconcile's offer of rows alone (GPUs of fixed slices).
+func offerOf(rows []api.IsolatedDevice) backend.Offer { return backend.Offer{Rows: rows} }
+
 func newDriver(t *testing.T, path string) (*Driver, *recorder) {
 	t.Helper()
 	d, err := New(Options{NodeName: "node-1", CheckpointPath: path, DriverVersion: "580.159.04"})
@@ -145,9 +150,9 @@ func TestDeviceNameIsADNSLabel(t *testing.T) {
 		{"MIG-GPU/x_y", "mig-gpu-x-y-3"},
 		{"GPU-0123456789012345678901234567890123456789012345678901234567890123", "gpu-012345678901234567890123456789012345678901234567890123456-3"},
 	} {
-		got := DeviceName(tc.uuid, 3)
+		got := ledger.DeviceName(tc.uuid, 3)
 		if got != tc.want || len(got) > 63 {
-			t.Errorf("DeviceName(%q) = %q (%d), want %q", tc.uuid, got, len(got), tc.want)
+			t.Errorf("ledger.DeviceName(%q) = %q (%d), want %q", tc.uuid, got, len(got), tc.want)
 		}
 	}
 }
@@ -161,18 +166,18 @@ func TestNothingIsPublishedBeforeTheFirstReconcile(t *testing.T) {
 
 func TestSlicesCarryAttributesAndCapacity(t *testing.T) {
 	d, r := newDriver(t, filepath.Join(t.TempDir(), "cp.json"))
-	if _, err := d.SyncDevices(t.Context(), "node-1", rows(uuidA, "0000:00:06.0", 2, 40779, true)); err != nil {
+	if _, err := d.Sync(t.Context(), offerOf(rows(uuidA, "0000:00:06.0", 2, 40779, true))); err != nil {
 		t.Fatal(err)
 	}
-	dev := r.device(t, DeviceName(uuidA, 1))
+	dev := r.device(t, ledger.DeviceName(uuidA, 1))
 	if got := *dev.Attributes[AttrUUID].StringValue; got != uuidA {
 		t.Errorf("uuid %q", got)
 	}
 	if got := *dev.Attributes[AttrIndex].IntValue; got != 1 {
 		t.Errorf("index %d", got)
 	}
-	if got := *dev.Attributes[AttrSharing].StringValue; got != "mps" {
-		t.Errorf("sharing %q", got)
+	if got := *dev.Attributes[AttrSharing].StringValue; got != "slices" {
+		t.Errorf("sharing %q, want the device YAML's slices", got)
 	}
 	if got := *dev.Attributes[AttrDriverVersion].StringValue; got != "580.159.04" {
 		t.Errorf("driverVersion %q", got)
@@ -193,21 +198,21 @@ func TestSlicesCarryAttributesAndCapacity(t *testing.T) {
 func TestUnhealthyGPUsDevicesAreTainted(t *testing.T) {
 	d, r := newDriver(t, filepath.Join(t.TempDir(), "cp.json"))
 	desired := append(rows(uuidA, "0000:00:06.0", 2, 40779, true), rows(uuidB, "0000:00:07.0", 2, 40779, true)...)
-	if _, err := d.SyncDevices(t.Context(), "node-1", desired); err != nil {
+	if _, err := d.Sync(t.Context(), offerOf(desired)); err != nil {
 		t.Fatal(err)
 	}
 	reports := watchHealth(t, d)
-	if h := waitHealth(t, reports, DeviceName(uuidB, 1), kubeletplugin.HealthStatusHealthy); len(h) != 4 {
+	if h := waitHealth(t, reports, ledger.DeviceName(uuidB, 1), kubeletplugin.HealthStatusHealthy); len(h) != 4 {
 		t.Fatalf("first health report %v, want 4 devices", h)
 	}
-	if _, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{claimOn("u1", DeviceName(uuidB, 0))}); err != nil {
+	if _, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{claimOn("u1", ledger.DeviceName(uuidB, 0))}); err != nil {
 		t.Fatal(err)
 	}
 	sick := append(rows(uuidA, "0000:00:06.0", 2, 40779, true), rows(uuidB, "0000:00:07.0", 2, 40779, false)...)
-	if _, err := d.SyncDevices(t.Context(), "node-1", sick); err != nil {
+	if _, err := d.Sync(t.Context(), offerOf(sick)); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{DeviceName(uuidB, 0), DeviceName(uuidB, 1), DeviceName(uuidA, 0), DeviceName(uuidA, 1)}
+	want := []string{ledger.DeviceName(uuidB, 0), ledger.DeviceName(uuidB, 1), ledger.DeviceName(uuidA, 0), ledger.DeviceName(uuidA, 1)}
 	slices.Sort(want)
 	got := r.names(t)
 	slices.Sort(got)
@@ -221,35 +226,35 @@ func TestUnhealthyGPUsDevicesAreTainted(t *testing.T) {
 			t.Errorf("device %s taints %+v", name, taints)
 		}
 	}
-	h := waitHealth(t, reports, DeviceName(uuidB, 0), kubeletplugin.HealthStatusUnhealthy)
+	h := waitHealth(t, reports, ledger.DeviceName(uuidB, 0), kubeletplugin.HealthStatusUnhealthy)
 	for name, st := range h {
 		if want := map[bool]kubeletplugin.HealthStatus{true: kubeletplugin.HealthStatusUnhealthy, false: kubeletplugin.HealthStatusHealthy}[strings.Contains(name, "0c7b1e2a")]; st != want {
 			t.Errorf("health of %s: %s, want %s", name, st, want)
 		}
 	}
-	res, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{claimOn("u2", DeviceName(uuidB, 1))})
+	res, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{claimOn("u2", ledger.DeviceName(uuidB, 1))})
 	if err != nil || res["u2"].Err == nil || !containsStr(res["u2"].Err.Error(), "is not serving") {
 		t.Errorf("prepare on an unhealthy GPU: %v %v", err, res["u2"].Err)
 	}
-	if _, err := d.SyncDevices(t.Context(), "node-1", desired); err != nil {
+	if _, err := d.Sync(t.Context(), offerOf(desired)); err != nil {
 		t.Fatal(err)
 	}
-	if taints := r.device(t, DeviceName(uuidB, 1)).Taints; len(taints) != 0 {
+	if taints := r.device(t, ledger.DeviceName(uuidB, 1)).Taints; len(taints) != 0 {
 		t.Errorf("healthy again, still tainted: %+v", taints)
 	}
-	waitHealth(t, reports, DeviceName(uuidB, 0), kubeletplugin.HealthStatusHealthy)
+	waitHealth(t, reports, ledger.DeviceName(uuidB, 0), kubeletplugin.HealthStatusHealthy)
 	// GPU B removed: its free device is withdrawn, the held one stays.
-	if _, err := d.SyncDevices(t.Context(), "node-1", rows(uuidA, "0000:00:06.0", 2, 40779, true)); err != nil {
+	if _, err := d.Sync(t.Context(), offerOf(rows(uuidA, "0000:00:06.0", 2, 40779, true))); err != nil {
 		t.Fatal(err)
 	}
-	want = []string{DeviceName(uuidB, 0), DeviceName(uuidA, 0), DeviceName(uuidA, 1)}
+	want = []string{ledger.DeviceName(uuidB, 0), ledger.DeviceName(uuidA, 0), ledger.DeviceName(uuidA, 1)}
 	slices.Sort(want)
 	got = r.names(t)
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
 		t.Errorf("published %v, want %v (GPU B's free device withdrawn, its held one kept)", got, want)
 	}
-	if h := waitHealth(t, reports, DeviceName(uuidB, 0), kubeletplugin.HealthStatusUnknown); len(h) != 3 {
+	if h := waitHealth(t, reports, ledger.DeviceName(uuidB, 0), kubeletplugin.HealthStatusUnknown); len(h) != 3 {
 		t.Errorf("a held device of a GPU out of the plan is Unknown; the report: %v", h)
 	}
 }
@@ -257,10 +262,10 @@ func TestUnhealthyGPUsDevicesAreTainted(t *testing.T) {
 func TestPreparedDeviceIsKeptAsItWasThroughAResize(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cp.json")
 	d, r := newDriver(t, path)
-	if _, err := d.SyncDevices(t.Context(), "node-1", rows(uuidA, "0000:00:06.0", 4, 20389, true)); err != nil {
+	if _, err := d.Sync(t.Context(), offerOf(rows(uuidA, "0000:00:06.0", 4, 20389, true))); err != nil {
 		t.Fatal(err)
 	}
-	held := DeviceName(uuidA, 3)
+	held := ledger.DeviceName(uuidA, 3)
 	res, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{claimOn("u1", held)})
 	if err != nil || res["u1"].Err != nil {
 		t.Fatalf("prepare: %v %v", err, res["u1"].Err)
@@ -269,18 +274,18 @@ func TestPreparedDeviceIsKeptAsItWasThroughAResize(t *testing.T) {
 		t.Errorf("CDI names %v", got)
 	}
 	// Resize 4 -> 2: devices 0 and 1 grow, 2 goes, 3 is held.
-	sync, err := d.SyncDevices(t.Context(), "node-1", rows(uuidA, "0000:00:06.0", 2, 40779, true))
+	sync, err := d.Sync(t.Context(), offerOf(rows(uuidA, "0000:00:06.0", 2, 40779, true)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{DeviceName(uuidA, 0), DeviceName(uuidA, 1), held}
+	want := []string{ledger.DeviceName(uuidA, 0), ledger.DeviceName(uuidA, 1), held}
 	if got := r.names(t); !slices.Equal(got, want) {
 		t.Errorf("published %v, want %v", got, want)
 	}
 	if got := capacity(r.device(t, held), CapMemory); got != 20389<<20 {
 		t.Errorf("held device's memory changed under its claim: %d", got)
 	}
-	if got := capacity(r.device(t, DeviceName(uuidA, 0)), CapMemory); got != 40779<<20 {
+	if got := capacity(r.device(t, ledger.DeviceName(uuidA, 0)), CapMemory); got != 40779<<20 {
 		t.Errorf("free device not resized: %d", got)
 	}
 	// The agent is told the held device is the claim's, pending removal, so
@@ -297,7 +302,7 @@ func TestPreparedDeviceIsKeptAsItWasThroughAResize(t *testing.T) {
 
 	// A restart reads the claim back and publishes the same devices.
 	d2, r2 := newDriver(t, path)
-	if _, err := d2.SyncDevices(t.Context(), "node-1", rows(uuidA, "0000:00:06.0", 2, 40779, true)); err != nil {
+	if _, err := d2.Sync(t.Context(), offerOf(rows(uuidA, "0000:00:06.0", 2, 40779, true))); err != nil {
 		t.Fatal(err)
 	}
 	if got := r2.names(t); !slices.Equal(got, want) {
@@ -324,18 +329,18 @@ func TestPreparedDeviceIsKeptAsItWasThroughAResize(t *testing.T) {
 
 func TestPrepareRefusesWhatIsNotOffered(t *testing.T) {
 	d, _ := newDriver(t, filepath.Join(t.TempDir(), "cp.json"))
-	if _, err := d.SyncDevices(t.Context(), "node-1", rows(uuidA, "0000:00:06.0", 2, 40779, true)); err != nil {
+	if _, err := d.Sync(t.Context(), offerOf(rows(uuidA, "0000:00:06.0", 2, 40779, true))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{claimOn("u1", DeviceName(uuidA, 0))}); err != nil {
+	if _, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{claimOn("u1", ledger.DeviceName(uuidA, 0))}); err != nil {
 		t.Fatal(err)
 	}
-	other := claimOn("u3", DeviceName(uuidA, 0))
+	other := claimOn("u3", ledger.DeviceName(uuidA, 0))
 	other.Status.Allocation.Devices.Results[0].Pool = "node-2"
-	unalloc := claimOn("u4", DeviceName(uuidA, 1))
+	unalloc := claimOn("u4", ledger.DeviceName(uuidA, 1))
 	unalloc.Status.Allocation = nil
 	res, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{
-		claimOn("u2", DeviceName(uuidA, 0)), other, unalloc, claimOn("u5", DeviceName(uuidA, 7)),
+		claimOn("u2", ledger.DeviceName(uuidA, 0)), other, unalloc, claimOn("u5", ledger.DeviceName(uuidA, 7)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -350,41 +355,10 @@ func TestPrepareRefusesWhatIsNotOffered(t *testing.T) {
 	}
 }
 
-func TestACheckpointThatCannotBeWrittenPreparesNothing(t *testing.T) {
-	dir := t.TempDir()
-	d, _ := newDriver(t, filepath.Join(dir, "cp.json"))
-	if _, err := d.SyncDevices(t.Context(), "node-1", rows(uuidA, "0000:00:06.0", 2, 40779, true)); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeRaw(filepath.Join(dir, "a-file"), ""); err != nil {
-		t.Fatal(err)
-	}
-	d.opts.CheckpointPath = filepath.Join(dir, "a-file", "cp.json")
-	if _, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{claimOn("u1", DeviceName(uuidA, 0))}); err == nil {
-		t.Fatal("prepared without a checkpoint")
-	}
-	if n := len(d.Claims()); n != 0 {
-		t.Errorf("%d claims kept that the checkpoint does not hold", n)
-	}
-}
-
-func TestABadCheckpointIsRefused(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "cp.json")
-	if err := saveCheckpoint(path, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeRaw(path, `{"version": 9, "claims": {}}`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := New(Options{NodeName: "n", CheckpointPath: path}); err == nil || !containsStr(err.Error(), "version 9") {
-		t.Errorf("New with a checkpoint of another version: %v", err)
-	}
-}
-
 func TestAFailedPublicationIsReported(t *testing.T) {
 	d, r := newDriver(t, filepath.Join(t.TempDir(), "cp.json"))
 	r.err = errors.New("API server away")
-	if _, err := d.SyncDevices(t.Context(), "node-1", rows(uuidA, "0000:00:06.0", 2, 40779, true)); err == nil {
+	if _, err := d.Sync(t.Context(), offerOf(rows(uuidA, "0000:00:06.0", 2, 40779, true))); err == nil {
 		t.Fatal("a failed publication was not reported to the agent")
 	}
 }

@@ -46,10 +46,7 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 func (d *Driver) healthReport() (kubeletplugin.DeviceHealthReport, <-chan struct{}) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	planned := map[string]bool{}
-	for _, dev := range d.current {
-		planned[dev.GPUUUID] = true
-	}
+	planned := d.ledger.State().Planned
 	var r kubeletplugin.DeviceHealthReport
 	for _, dev := range d.shown {
 		h := kubeletplugin.DeviceHealth{PoolName: d.Pool(), DeviceName: dev.Name, LastUpdated: d.checked, HealthCheckTimeout: healthCheckTimeout}

@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"yunion.io/x/mps-daemon/pkg/ledger"
 )
 
 // publishWait is how long a sync waits for its publication before it
@@ -26,7 +28,7 @@ type publishing struct {
 	next *publication // the latest pool not yet handed over
 	// published is the pool last asked for (nil: publish the next one
 	// whatever it is, as after a failure).
-	published []Device
+	published []ledger.Device
 }
 
 // publication is one pool to publish, and who waits for its outcome.
@@ -45,12 +47,12 @@ func (d *Driver) setPublisher(ctx context.Context, p Publisher, client kubernete
 	d.mu.Lock()
 	d.pub = publishing{to: p, kick: make(chan struct{}, 1)}
 	d.client = client
-	if err := d.rebuildLocked(ctx); err != nil {
-		d.log.Warn("the DRA checkpoint not rebuilt yet; the next reconcile tries again", "err", err)
-	}
-	d.publishLocked(true)
 	kick := d.pub.kick
 	d.mu.Unlock()
+	if err := d.rebuild(ctx); err != nil {
+		d.log.Warn("the DRA checkpoint not rebuilt yet; the next reconcile tries again", "err", err)
+	}
+	d.publish(true)
 	go func() {
 		defer close(done)
 		for {
@@ -87,16 +89,21 @@ func (d *Driver) publishNext(ctx context.Context) {
 	}
 }
 
-// publishLocked asks for the pool to be published when it changed (or
-// when force) and answers what reports the outcome (nil when nothing is
-// to be published); not before a reconcile has said what there is, nor
-// while the checkpoint is being rebuilt. A change of health wakes the
-// kubelet's health streams.
-func (d *Driver) publishLocked(force bool) <-chan error {
-	if d.pub.to == nil || !d.synced || d.rebuild != nil {
+// publish asks for the pool to be published when it changed (or when
+// force) and answers what reports the outcome (nil when nothing is to be
+// published); not before a reconcile has said what there is, nor while the
+// checkpoint is being rebuilt. A change of health wakes the kubelet's
+// health streams.
+func (d *Driver) publish(force bool) <-chan error {
+	// d.mu before the ledger's: two publications never cross, the later
+	// state is the one handed over.
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := d.ledger.State()
+	if d.pub.to == nil || !st.Ready {
 		return nil
 	}
-	devs := Published(d.current, d.claims)
+	devs := st.Published
 	if healthOf(devs) != healthOf(d.shown) {
 		close(d.healthChanged)
 		d.healthChanged = make(chan struct{})
@@ -117,6 +124,15 @@ func (d *Driver) publishLocked(force bool) <-chan error {
 	}
 	d.log.Info("ResourceSlices to publish", "pool", d.Pool(), "devices", len(devs))
 	return w
+}
+
+// healthOf is the devices' names and health, comparable.
+func healthOf(devs []ledger.Device) string {
+	var b []byte
+	for _, dev := range devs {
+		b = fmt.Appendf(b, "%s=%v;", dev.Name, dev.Healthy)
+	}
+	return string(b)
 }
 
 // awaitPublished waits for a publication's outcome, for at most

@@ -1,18 +1,22 @@
 package dra
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"syscall"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"yunion.io/x/mps-daemon/pkg/backend"
+	"yunion.io/x/mps-daemon/pkg/ledger"
 )
 
 // A truncated checkpoint is reported, moved aside and rebuilt from the
@@ -27,7 +31,7 @@ func TestACorruptCheckpointIsRebuiltFromTheAPIServer(t *testing.T) {
 	n.reconcile(t, d, 4, true)
 	// Prepared in this order, c2 gets index 1000 and c3 1001; listed c3
 	// first, a rebuild without the spec would swap them.
-	fixed := claimOn("c1", DeviceName(uuidB, 0))
+	fixed := claimOn("c1", ledger.DeviceName(uuidB, 0))
 	c2, c3 := sharedClaim("c2", 40, 0), sharedClaim("c3", 20, 30)
 	for _, c := range []*resourceapi.ResourceClaim{fixed, c2, c3} {
 		prepareOK(t, d, c)
@@ -62,7 +66,7 @@ func TestACorruptCheckpointIsRebuiltFromTheAPIServer(t *testing.T) {
 		c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p-" + string(c.UID), UID: types.UID("pod-" + c.UID)}}
 		objs = append(objs, c)
 	}
-	idle := claimOn("c9", DeviceName(uuidB, 1)) // allocated, no pod: not prepared
+	idle := claimOn("c9", ledger.DeviceName(uuidB, 1)) // allocated, no pod: not prepared
 	objs = append(objs, idle)
 	r := &recorder{}
 	t.Cleanup(d2.setPublisher(t.Context(), r, fake.NewClientset(objs...)))
@@ -85,59 +89,99 @@ func TestACorruptCheckpointIsRebuiltFromTheAPIServer(t *testing.T) {
 	}
 }
 
-// A checkpoint that is not a file of the driver's is corrupt, whatever it
-// is: reported, moved aside, never waited on (a FIFO) or read whole.
-func TestCheckpointsThatAreNotTheDriversAreCorrupt(t *testing.T) {
-	for name, mk := range map[string]func(path string) error{
-		"empty":         func(p string) error { return os.WriteFile(p, nil, 0o600) },
-		"not JSON":      func(p string) error { return os.WriteFile(p, []byte("\x00\x01garbage"), 0o600) },
-		"version 0":     func(p string) error { return os.WriteFile(p, []byte(`{"claims":{}}`), 0o600) },
-		"FIFO":          func(p string) error { return syscall.Mkfifo(p, 0o600) },
-		"symbolic link": func(p string) error { return os.Symlink("/etc/passwd", p) },
-		"huge":          func(p string) error { return os.WriteFile(p, make([]byte, maxCheckpointBytes+1), 0o600) },
-		"claim under another UID": func(p string) error {
-			return os.WriteFile(p, []byte(`{"version":2,"claims":{"a":{"uid":"b","devices":[{"pool":"n","device":{"name":"x","gpuUUID":"G"}}]}}}`), 0o600)
-		},
-		"two shares of one index": func(p string) error {
-			s := `{"id":"%s","index":1000,"memoryLimitMiB":1,"threadPercentage":1,"cdiName":"x"}`
-			dev := `{"pool":"n","device":{"name":"x","gpuUUID":"G","sized":true},"share":` + s + `}`
-			return os.WriteFile(p, []byte(`{"version":2,"claims":{"a":{"uid":"a","devices":[`+strings.Replace(dev, "%s", "1", 1)+`]},"b":{"uid":"b","devices":[`+strings.Replace(dev, "%s", "2", 1)+`]}}}`), 0o600)
-		},
-	} {
-		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "cp.json")
-			if err := mk(path); err != nil {
-				t.Fatal(err)
-			}
-			d, err := New(Options{NodeName: "node-1", CheckpointPath: path})
-			if err != nil {
-				t.Fatalf("New: %v", err)
-			}
-			if d.rebuild == nil {
-				t.Error("not taken for corrupt")
-			}
-			if _, err := os.Lstat(path); !os.IsNotExist(err) {
-				t.Errorf("the corrupt checkpoint is still at its path: %v", err)
-			}
-		})
-	}
-}
-
 // A published device reads back as it was (what a rebuild finds of a held
-// device out of the plan): fixed and sized, healthy and tainted.
+// device out of the plan): fixed and a claims device, healthy and tainted.
 func TestAPublishedDeviceReadsBack(t *testing.T) {
-	fixed, ok := deviceOf(rows(uuidA, "0000:00:06.0", 4, 20389, true)[3])
-	if !ok {
-		t.Fatal("no device of the row")
-	}
+	fixed := ledger.Device{Name: ledger.DeviceName(uuidA, 3), GPUUUID: uuidA, GPUAddr: "0000:00:06.0", Index: 3, ProductName: "NVIDIA H100 80GB HBM3",
+		MemoryLimit: 20389, ThreadPercentage: 25, CDIName: "yunion.io/mps-gpu=" + uuidA + "::3", Healthy: true}
 	sick := fixed
 	sick.Healthy = false
-	whole, _ := deviceOf(rows(uuidB, "0000:00:07.0", 1, 81559, true)[0])
-	sized := whole.sized(4)
-	for _, dev := range []Device{fixed, sick, sized} {
-		got, ok := deviceFromSlice(dev.sliceDevice(DefaultDriverName, "580.159.04", !dev.Healthy))
+	claims := ledger.Device{Name: ledger.ClaimsDeviceName(uuidB), GPUUUID: uuidB, GPUAddr: "0000:00:07.0", ProductName: "NVIDIA H100 80GB HBM3",
+		MemoryLimit: 81559, ThreadPercentage: 100, Healthy: true, Claims: true, VirtualNumber: 4}
+	for _, dev := range []ledger.Device{fixed, sick, claims} {
+		got, ok := deviceFromSlice(sliceDevice(dev, DefaultDriverName, "580.159.04", !dev.Healthy))
 		if !ok || !reflect.DeepEqual(got, dev) {
 			t.Errorf("read back\n%+v\nwant\n%+v", got, dev)
 		}
+	}
+}
+
+// Issue 40: a restart while the rebuild waits for the API server used to
+// come up with no claims and never rebuild. The rebuild is pending until
+// it is done: a marker beside the checkpoint says so through any number of
+// restarts, every sync fails meanwhile (the node never reports ready with
+// claims it has lost), and once the API server answers the claims come
+// back and the marker goes.
+func TestAPendingRebuildSurvivesRestarts(t *testing.T) {
+	n := newNode(t)
+	path := filepath.Join(t.TempDir(), "cp.json")
+	d, _ := newDriver(t, path)
+	n.reconcile(t, d, 4, true)
+	fixed := claimOn("c1", ledger.DeviceName(uuidB, 0))
+	share := sharedClaim("c2", 40, 0)
+	for _, c := range []*resourceapi.ResourceClaim{fixed, share} {
+		prepareOK(t, d, c)
+	}
+	want := d.Claims()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b[:len(b)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var objs []runtime.Object
+	for _, c := range []*resourceapi.ResourceClaim{fixed, share} {
+		c = c.DeepCopy()
+		c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p-" + string(c.UID), UID: types.UID("pod-" + c.UID)}}
+		objs = append(objs, c)
+	}
+	away := func() *fake.Clientset {
+		c := fake.NewClientset(objs...)
+		c.PrependReactor("list", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+		})
+		return c
+	}
+	for restart := range 3 {
+		d, err := New(Options{NodeName: "node-1", CheckpointPath: path})
+		if err != nil {
+			t.Fatalf("start %d: %v", restart, err)
+		}
+		if _, err := os.Stat(path + ".rebuild"); err != nil {
+			t.Fatalf("start %d: the rebuild marker: %v", restart, err)
+		}
+		r := &recorder{}
+		t.Cleanup(d.setPublisher(t.Context(), r, away()))
+		desired := append(rows(uuidA, "0000:00:06.0", 1, 81559, true), rows(uuidB, "0000:00:07.0", 2, 40779, true)...)
+		if _, err := d.Sync(t.Context(), backend.Offer{GPUs: n.gpus(4, true), Rows: desired, Claims: n.spec}); err == nil || !strings.Contains(err.Error(), "connection refused") {
+			t.Fatalf("start %d: a sync with claims still to rebuild: %v, want the API server's error", restart, err)
+		}
+		if res, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{share}); err != nil || res["c2"].Err == nil || !strings.Contains(res["c2"].Err.Error(), "being rebuilt") {
+			t.Errorf("start %d: prepare before the rebuild: %v %v", restart, err, res["c2"].Err)
+		}
+		if len(r.pools) != 0 || len(d.Claims()) != 0 {
+			t.Errorf("start %d: published %d pools, %d claims, before the rebuild", restart, len(r.pools), len(d.Claims()))
+		}
+	}
+	// The API server back.
+	d2, err := New(Options{NodeName: "node-1", CheckpointPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d2.setPublisher(t.Context(), &recorder{}, fake.NewClientset(objs...)))
+	n.reconcile(t, d2, 4, true)
+	if got := d2.Claims(); !reflect.DeepEqual(got, want) {
+		t.Errorf("rebuilt claims\n%+v\nwant\n%+v", got, want)
+	}
+	if _, err := os.Stat(path + ".rebuild"); !os.IsNotExist(err) {
+		t.Errorf("the rebuild marker outlives the rebuild: %v", err)
+	}
+	d3, err := New(Options{NodeName: "node-1", CheckpointPath: path})
+	if err != nil || !reflect.DeepEqual(d3.Claims(), want) {
+		t.Errorf("the start after the rebuild: %v, claims %+v", err, d3.Claims())
+	}
+	if _, err := os.Stat(path + ".rebuild"); !os.IsNotExist(err) {
+		t.Errorf("the marker after the rebuild: %v", err)
 	}
 }

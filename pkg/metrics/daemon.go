@@ -75,6 +75,9 @@ type daemonDescs struct {
 	devLimit, devThreads, devUsed, devClients, devOverCap *prometheus.Desc
 	devAttached, devGuest, devHealthy, devPending         *prometheus.Desc
 	devInfo, devPriority                                  *prometheus.Desc
+
+	claims, claimInfo, claimLimit, claimThreads         *prometheus.Desc
+	claimUsed, claimClients, claimOverCap, claimEscapes *prometheus.Desc
 }
 
 // NewDaemon builds the collector; register it with NewRegistry.
@@ -88,6 +91,9 @@ func NewDaemon(o DaemonOptions) *Daemon {
 	}
 	dev := func(name, help string, extra ...string) *prometheus.Desc {
 		return desc(name, help, append(append([]string(nil), deviceLabels...), extra...)...)
+	}
+	claim := func(name, help string, extra ...string) *prometheus.Desc {
+		return desc(name, help, append(append([]string(nil), claimLabels...), extra...)...)
 	}
 	d := &Daemon{
 		status: o.Status, sources: o.AccountingSources,
@@ -177,6 +183,15 @@ func NewDaemon(o DaemonOptions) *Daemon {
 			devWithoutView: dev("mps_virtual_device_clients_without_view",
 				"Client processes billed to the device that see the whole GPU instead of its view (reported, never terminated); absent when accounting has no sample or containers get no view."),
 			devPriority: dev("mps_virtual_device_client_priority", "The MPS client priority the device's containers get: 0 normal, 1 below normal (a batch device of a GPU with mps_qos)."),
+
+			claims:       desc("mps_daemon_claims", "Kubernetes claims prepared on GPUs shared by claims of any size, each with a device of its own."),
+			claimInfo:    claim("mps_claim_info", "Always 1: the claim's UID and the CDI name of its device.", "claim_uid", "cdi_name"),
+			claimLimit:   claim("mps_claim_memory_limit_bytes", "The claim's size: its device's memory cap."),
+			claimThreads: claim("mps_claim_thread_limit_ratio", "The claim's share of its GPU's threads (MPS active thread percentage / 100)."),
+			claimUsed:    claim("mps_claim_memory_used_bytes", "Memory the claim's clients use, summed; absent when accounting has no sample."),
+			claimClients: claim("mps_claim_clients", "Client processes billed to the claim; absent when accounting has no sample."),
+			claimOverCap: claim("mps_claim_over_cap", "1 when the claim's clients use more than its size; absent when accounting has no sample."),
+			claimEscapes: claim("mps_claim_escaped_clients", "The claim's clients whose environment escapes its size or thread share; absent when accounting has no sample."),
 		},
 	}
 	for _, r := range []string{"ok", "error"} {
@@ -255,6 +270,7 @@ func (d *Daemon) Describe(ch chan<- *prometheus.Desc) {
 		x.configHeld, x.restartPending, x.loopStalled, x.controlLogs, x.newClients, x.polledGPUs,
 		x.gpuInfo, x.gpuMemTotal, x.gpuMemUsed, x.gpuComputeMode, x.gpuControlUp, x.gpuServers, x.gpuClients, x.gpuEnforced, x.gpuHealthy, x.gpuVirtualDevices, x.gpuPriority,
 		x.devLimit, x.devThreads, x.devUsed, x.devClients, x.devOverCap, x.devAttached, x.devGuest, x.devHealthy, x.devPending, x.devInfo, x.devPriority,
+		x.claims, x.claimInfo, x.claimLimit, x.claimThreads, x.claimUsed, x.claimClients, x.claimOverCap, x.claimEscapes,
 	} {
 		ch <- desc
 	}
@@ -345,6 +361,14 @@ func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
 		seen[dev.Name] = true
 		d.collectDevice(gauge, dev, byUUID[dev.GPU], viewOn)
 	}
+	gauge(x.claims, float64(len(s.Claims)))
+	for _, c := range s.Claims {
+		if seen[c.Name] {
+			continue
+		}
+		seen[c.Name] = true
+		d.collectClaim(gauge, c, byUUID[c.GPU])
+	}
 }
 
 type gaugeFunc func(desc *prometheus.Desc, v float64, labels ...string)
@@ -403,6 +427,21 @@ func (d *Daemon) collectDevice(gauge gaugeFunc, dev status.Device, g *status.GPU
 	gauge(x.devPending, boolValue(dev.PendingRemoval), l...)
 	if dev.ID != "" {
 		gauge(x.devInfo, 1, with(dev.ID)...)
+	}
+}
+
+// collectClaim sends a claim's series, beside the virtual devices'.
+func (d *Daemon) collectClaim(gauge gaugeFunc, c status.Claim, g *status.GPU) {
+	x := &d.d
+	l := claimLabelValues(c, g)
+	gauge(x.claimInfo, 1, append(append([]string(nil), l...), c.UID, c.CDIName)...)
+	gauge(x.claimLimit, float64(c.MemoryLimit), l...)
+	gauge(x.claimThreads, float64(c.ThreadPercentage)/100, l...)
+	if c.Measured {
+		gauge(x.claimUsed, float64(c.UsedBytes), l...)
+		gauge(x.claimClients, float64(c.Clients), l...)
+		gauge(x.claimOverCap, boolValue(c.OverCap), l...)
+		gauge(x.claimEscapes, float64(c.Escapes), l...)
 	}
 }
 

@@ -69,6 +69,18 @@ func hostStatus() status.Status {
 				Guest: "guest-9", Healthy: false, PendingRemoval: true,
 			},
 		},
+		Claims: []status.Claim{
+			{
+				Device: status.Device{Name: uuid0 + "::1000", GPU: uuid0, GPUIndex: 0, MemoryLimit: 20 << 30, ThreadPercentage: 30,
+					Measured: true, UsedBytes: 12 << 30, Clients: 2, Healthy: true, CDIName: "yunion.io/mps-claim=" + uuid0 + "::1000"},
+				Claim: "default/trainer", UID: "5a1e0000-0000-4000-8000-000000000001", Escapes: 1,
+			},
+			{
+				Device: status.Device{Name: uuid0 + "::1001", GPU: uuid0, GPUIndex: 0, MemoryLimit: 10 << 30, ThreadPercentage: 100,
+					Healthy: true, CDIName: "yunion.io/mps-claim=" + uuid0 + "::1001"},
+				Claim: "ml/notebook", UID: "5a1e0000-0000-4000-8000-000000000002",
+			},
+		},
 	}
 }
 

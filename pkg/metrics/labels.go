@@ -27,6 +27,8 @@ const (
 	LabelVirtualDevice = "virtual_device"
 	// LabelAddr is Cloudpods' addr, "1a:00.0-0".
 	LabelAddr = "addr"
+	// LabelClaim is a Kubernetes claim's namespace/name.
+	LabelClaim = "claim"
 )
 
 // gpuLabels are the labels of every per-GPU series; device series add
@@ -34,6 +36,9 @@ const (
 var (
 	gpuLabels    = []string{LabelGPU, LabelUUID, LabelDevice, LabelPCIBusID}
 	deviceLabels = append(append([]string(nil), gpuLabels...), LabelVirtualDevice, LabelAddr)
+	// claimLabels are a claim's own device's: its GPU's, its name, its
+	// claim.
+	claimLabels = append(append([]string(nil), gpuLabels...), LabelVirtualDevice, LabelClaim)
 )
 
 // gpuLabelValues are one GPU's values for gpuLabels.
@@ -49,6 +54,16 @@ func deviceLabelValues(d status.Device, g *status.GPU) []string {
 		v = gpuLabelValues(*g)
 	}
 	return append(v, d.Name, d.Addr)
+}
+
+// claimLabelValues are one claim's values for claimLabels; a claim of a
+// GPU the status does not list has only its UUID.
+func claimLabelValues(c status.Claim, g *status.GPU) []string {
+	v := []string{"", c.GPU, "", ""}
+	if g != nil {
+		v = gpuLabelValues(*g)
+	}
+	return append(v, c.Name, c.Claim)
 }
 
 // constLabels is the Hostname label, or none when the host name is unknown.

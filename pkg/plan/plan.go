@@ -18,15 +18,18 @@ import (
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
-// SourceReplicas is GPUPlan.Source when N is host.conf's cuda_mps_replicas.
+// SourceReplicas is GPUPlan.Source when VirtualNumber is host.conf's
+// cuda_mps_replicas.
 const SourceReplicas = "cuda_mps_replicas"
 
 // GPUPlan is what one GPU becomes.
 type GPUPlan struct {
 	GPU gpu.Info
-	N   int
-	// Source says where N came from: "FILE:LINE" of the device YAML entry,
-	// or SourceReplicas.
+	// VirtualNumber is the entry's virtual_number (or cuda_mps_replicas):
+	// how many fixed slices, or, shared by claims, how many claims at once.
+	VirtualNumber int
+	// Source says where VirtualNumber came from: "FILE:LINE" of the device
+	// YAML entry, or SourceReplicas.
 	Source string
 	// QoS is the entry's mps_qos (zero without one); Devices carry its
 	// classes and shares.
@@ -34,7 +37,7 @@ type GPUPlan struct {
 	// Sharing is the entry's sharing: SharingClaims, or "" for fixed
 	// slices. A GPU shared by claims has one device, the whole GPU (its
 	// control daemon's defaults: a claim's client lowers them to its
-	// size), and N is how many claims it takes at once.
+	// size), and VirtualNumber is how many claims it takes at once.
 	Sharing config.Sharing
 	Devices []vdev.Device
 }
@@ -184,14 +187,14 @@ func (p *Plan) VirtualDevices() int {
 }
 
 func newGPUPlan(g gpu.Info, n int, source string, threads config.ThreadPolicy, q vdev.QoS) GPUPlan {
-	return GPUPlan{GPU: g, N: n, Source: source, QoS: q, Devices: vdev.Split(g, n, threads.Percentage(n), q)}
+	return GPUPlan{GPU: g, VirtualNumber: n, Source: source, QoS: q, Devices: vdev.Split(g, n, threads.Percentage(n), q)}
 }
 
 // claimsPlan is a GPU shared by at most n claims of any size: one device,
 // the whole GPU with the thread share of one device, whose caps are its
 // control daemon's defaults.
 func claimsPlan(g gpu.Info, n int, source string, threads config.ThreadPolicy) GPUPlan {
-	return GPUPlan{GPU: g, N: n, Source: source, Sharing: config.SharingClaims, Devices: vdev.Split(g, 1, threads.Percentage(1), vdev.QoS{})}
+	return GPUPlan{GPU: g, VirtualNumber: n, Source: source, Sharing: config.SharingClaims, Devices: vdev.Split(g, 1, threads.Percentage(1), vdev.QoS{})}
 }
 
 // qosOf is an entry's mps_qos in vdev's terms; config checked the slices

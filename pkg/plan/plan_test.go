@@ -88,11 +88,11 @@ type split struct {
 func splits(p *Plan) []split {
 	var out []split
 	for _, g := range p.GPUs {
-		if len(g.Devices) != g.N {
+		if len(g.Devices) != g.VirtualNumber {
 			return nil
 		}
-		d := g.Devices[g.N-1]
-		out = append(out, split{g.GPU.PCI.String(), g.N, g.Source, int(d.MemoryLimit), d.ThreadPercentage})
+		d := g.Devices[g.VirtualNumber-1]
+		out = append(out, split{g.GPU.PCI.String(), g.VirtualNumber, g.Source, int(d.MemoryLimit), d.ThreadPercentage})
 	}
 	return out
 }
@@ -337,13 +337,13 @@ func TestBuildClaims(t *testing.T) {
 		t.Fatalf("plan has %d GPUs, want 2", len(p.GPUs))
 	}
 	c, s := p.GPUs[0], p.GPUs[1]
-	if !c.Sharing.Claims() || c.N != 8 || len(c.Devices) != 1 || c.Devices[0].MemoryLimit != 143771 || c.Devices[0].ThreadPercentage != 60 || c.Devices[0].Index != 0 {
+	if !c.Sharing.Claims() || c.VirtualNumber != 8 || len(c.Devices) != 1 || c.Devices[0].MemoryLimit != 143771 || c.Devices[0].ThreadPercentage != 60 || c.Devices[0].Index != 0 {
 		t.Errorf("the H200 shared by claims: %+v", c)
 	}
 	if d := c.Defaults(); d.ThreadPercentage != 60 {
 		t.Errorf("its control daemon's defaults %+v, want the whole device's 60%%", d)
 	}
-	if s.Sharing.Claims() || s.N != 3 || len(s.Devices) != 3 || s.Devices[2].MemoryLimit != 27186 {
+	if s.Sharing.Claims() || s.VirtualNumber != 3 || len(s.Devices) != 3 || s.Devices[2].MemoryLimit != 27186 {
 		t.Errorf("the H100 in slices: %+v", s)
 	}
 	if p.VirtualDevices() != 4 {

@@ -24,12 +24,12 @@ func (p *Plan) Write(w io.Writer) error {
 		if g.Sharing.Claims() {
 			// N claims at most, each of any size up to the whole GPU.
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%d\t%s\t%s\n", g.GPU.PCI, g.GPU.UUID, g.GPU.Name,
-				g.GPU.MemoryTotal.MiB(), g.N, "claims", p.Threads.Percentage(1), "-", g.Source)
+				g.GPU.MemoryTotal.MiB(), g.VirtualNumber, "claims", p.Threads.Percentage(1), "-", g.Source)
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", g.GPU.PCI, g.GPU.UUID, g.GPU.Name,
-			g.GPU.MemoryTotal.MiB(), g.N, vdev.MemoryLimit(g.GPU.MemoryTotal.MiB(), g.N), p.Threads.Percentage(g.N),
-			g.QoS.Describe(g.N, p.Threads.Percentage(g.N)), g.Source)
+			g.GPU.MemoryTotal.MiB(), g.VirtualNumber, vdev.MemoryLimit(g.GPU.MemoryTotal.MiB(), g.VirtualNumber), p.Threads.Percentage(g.VirtualNumber),
+			g.QoS.Describe(g.VirtualNumber, p.Threads.Percentage(g.VirtualNumber)), g.Source)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing plan: %w", err)

@@ -51,6 +51,10 @@ type Status struct {
 	// Devices are the host's virtual devices as the inventory last held
 	// them, with the memory accounting last measured for each.
 	Devices []Device `json:"devices,omitempty"`
+	// Claims are the own devices of the Kubernetes claims prepared on GPUs
+	// shared by claims of any size, as the backend last answered, with
+	// the memory accounting last measured for each.
+	Claims []Claim `json:"claims,omitempty"`
 }
 
 // GPU is one planned GPU.
@@ -131,6 +135,23 @@ type Device struct {
 	Healthy        bool   `json:"healthy"`
 	PendingRemoval bool   `json:"pending_removal,omitempty"`
 	CDIName        string `json:"cdi_name,omitempty"`
+}
+
+// Claim is a Kubernetes claim's own device on a GPU shared by claims of
+// any size (docs/kubernetes.md): a virtual device whose cap is the
+// claim's size, billed and enforced as a fixed slice is.
+type Claim struct {
+	// Device is the claim's device: its name <GPU UUID>::<1000+slot>, its
+	// GPU, its size (cap_bytes) and thread share, its CDI entry's name,
+	// and what the accounting last measured of its clients.
+	Device
+	// Claim is the claim's namespace/name, UID its UID.
+	Claim string `json:"claim"`
+	UID   string `json:"uid"`
+	// Escapes counts its clients whose environment escapes its size or
+	// thread share (each listed in Accounting.QoSEscapes); 0 when not
+	// measured.
+	Escapes int `json:"escapes"`
 }
 
 // Accounting is the last accounting tick: its policy, how its clients

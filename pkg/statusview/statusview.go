@@ -109,6 +109,11 @@ func Write(w io.Writer, st status.Status, now time.Time) error {
 	p.line("")
 	p.line("Virtual devices")
 	writeDevices(p, st.Devices)
+	if len(st.Claims) > 0 {
+		p.line("")
+		p.line("Kubernetes claims on GPUs shared by claims (each a device of its own, capped at its size)")
+		writeClaims(p, st.Claims)
+	}
 	if st.Accounting != nil && len(st.Accounting.Mismatches) > 0 {
 		p.line("")
 		p.line("MPS clients whose environment disagrees with their identity file (billed by the identity)")
@@ -267,6 +272,33 @@ func writeDevices(p *printer, devs []status.Device) {
 			d.ThreadPercentage, deviceQoS(d), deviceState(d))
 	}
 	p.flush(tw)
+}
+
+func writeClaims(p *printer, claims []status.Claim) {
+	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  CLAIM\tDEVICE\tSIZE MiB\tUSED MiB\tCLIENTS\tTHREADS\tESCAPES\tSTATE")
+	for _, c := range claims {
+		used, clients, escapes := "-", "-", "-"
+		if c.Measured {
+			used, clients, escapes = fmt.Sprint(int(c.UsedBytes.MiB())), fmt.Sprint(c.Clients), fmt.Sprint(c.Escapes)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%d%%\t%s\t%s\n", c.Claim, c.Name, c.MemoryLimit.MiB(), used, clients,
+			c.ThreadPercentage, escapes, claimState(c))
+	}
+	p.flush(tw)
+}
+
+// claimState is prepared, then what stands out: unhealthy (its GPU's MPS
+// is not serving), over its size.
+func claimState(c status.Claim) string {
+	s := []string{"prepared"}
+	if !c.Healthy {
+		s = append(s, "UNHEALTHY")
+	}
+	if c.OverCap {
+		s = append(s, "OVER SIZE")
+	}
+	return strings.Join(s, ", ")
 }
 
 // deviceState is free or attached, then what stands out: unhealthy (not

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +77,30 @@ func busyHost() status.Status {
 	}
 }
 
+// claimsHost is a Kubernetes node whose GPU 0 is shared by claims of any
+// size: its whole-GPU device, and three claims' own devices, one measured
+// over its size with an escaped client, one on its way.
+func claimsHost() status.Status {
+	st := status.Status{
+		Ready: true, HostID: "node-1", HostName: "node-1", LastReconcile: time.Date(2026, 11, 22, 2, 41, 4, 0, time.UTC), ConfigGeneration: 1,
+		VirtualDevices: 1,
+		GPUs: []status.GPU{{UUID: g0, Index: 0, PCI: pci.Address{Bus: 0x1a}, Model: "NVIDIA H200", MemoryTotal: h200Memory.Bytes(),
+			ComputeMode: "Exclusive_Process", ControlDaemonUp: true, VirtualNumber: 8, MemoryLimit: h200Memory, ThreadPercentage: 100, Enforced: true, Healthy: true}},
+		Accounting: &status.Accounting{Policy: "enforce"},
+		Devices:    []status.Device{{Name: g0 + "::0", Addr: "1a:00.0-0", GPU: g0, MemoryLimit: h200Memory.Bytes(), ThreadPercentage: 100, Measured: true, Healthy: true}},
+	}
+	claim := func(slot int, name string, sizeMiB units.MiB, threads int) status.Claim {
+		dev := g0 + "::" + strconv.Itoa(1000+slot)
+		return status.Claim{Claim: name, UID: "5a1e0000-0000-4000-8000-00000000000" + strconv.Itoa(slot), Device: status.Device{Name: dev, GPU: g0,
+			MemoryLimit: sizeMiB.Bytes(), ThreadPercentage: threads, Healthy: true, CDIName: "yunion.io/mps-claim=" + dev}}
+	}
+	a, b, c := claim(0, "default/trainer", 40<<10, 100), claim(1, "ml/notebook", 20<<10, 30), claim(2, "ml/new", 20<<10, 100)
+	a.Measured, a.UsedBytes, a.Clients = true, 30<<30, 3
+	b.Measured, b.UsedBytes, b.Clients, b.OverCap, b.Escapes = true, 21<<30, 2, true, 1
+	st.Claims = []status.Claim{a, b, c}
+	return st
+}
+
 func TestStatusViewGolden(t *testing.T) {
 	tests := []struct {
 		name string
@@ -85,6 +110,7 @@ func TestStatusViewGolden(t *testing.T) {
 		{"starting", status.Status{ConfigGeneration: 1}},
 		{"view-missing", status.Status{ConfigGeneration: 1, View: &status.View{Library: "/usr/lib/yunion-mps/libyunion-mps-view.so", State: status.ViewMissing,
 			Reason: "/usr/lib/yunion-mps/libyunion-mps-view.so does not exist (package yunion-mps-daemon installs it): containers see the whole GPU"}}},
+		{"claims", claimsHost()},
 	}
 	now := time.Date(2026, 11, 22, 2, 41, 16, 0, time.UTC)
 	for _, tt := range tests {

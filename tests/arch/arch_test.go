@@ -148,15 +148,23 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/view":             {"pkg/gpu", "pkg/vdev"},
 		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/identity", "pkg/view"},
 		"pkg/claim":            {"pkg/cdi", "pkg/identity", "pkg/vdev", "pkg/view"},
-		"pkg/agent":            {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/devsync", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity", "pkg/claim", "pkg/view"},
-		"pkg/metrics":          {},
-		"pkg/statusview":       {},
-		"pkg/keystone":         {},
-		"pkg/region":           {"pkg/keystone", "pkg/devsync"},
-		// The Kubernetes DRA driver is an agent.Inventory (its devsync.Result)
-		// and agent.ClaimSizer (pkg/claim's GPUs; each claim's device made
-		// by pkg/cdi as a virtual device's is).
-		"pkg/dra": {"pkg/devsync", "pkg/claim", "pkg/cdi", "pkg/gpu", "pkg/vdev"},
+		// The one edge from the agent to every backend: what a reconcile
+		// offers (the GPUs as the CDI spec makes their entries, where
+		// claims' entries go) and what the backend answers (the sync's
+		// result, claims' own devices).
+		"pkg/backend":    {"pkg/cdi", "pkg/claim", "pkg/devsync"},
+		"pkg/agent":      {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/devsync", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity", "pkg/claim", "pkg/backend", "pkg/view"},
+		"pkg/metrics":    {},
+		"pkg/statusview": {},
+		"pkg/keystone":   {},
+		"pkg/region":     {"pkg/keystone", "pkg/devsync"},
+		// The ledger of prepared claims: plain Go (no Kubernetes), the
+		// offer's rows and GPUs in, each claim's own device made by
+		// pkg/claim and pkg/cdi as a virtual device's is.
+		"pkg/ledger": {"pkg/backend", "pkg/devsync", "pkg/claim", "pkg/cdi", "pkg/gpu", "pkg/vdev"},
+		// The Kubernetes DRA driver is a backend on the edge, the kubelet
+		// plugin over the ledger.
+		"pkg/dra": {"pkg/backend", "pkg/ledger", "pkg/cdi", "pkg/gpu", "pkg/vdev"},
 	}
 	for leaf, deps := range leaves {
 		allowed[leaf] = deps
@@ -221,6 +229,24 @@ func TestClientReportsDeclaredOnlyInClientReport(t *testing.T) {
 	})
 }
 
+// Code that has no reason to know Kubernetes does not import it: the
+// ledger of prepared claims, the edge and the agent are plain Go; only
+// pkg/dra and the Kubernetes build's wiring (cmd/mps-daemon/dra.go) import
+// k8s.io and gRPC.
+func TestOnlyTheKubeletPluginImportsKubernetes(t *testing.T) {
+	for file, imps := range fileImports(t) {
+		dir := filepath.Dir(file)
+		if dir == "pkg/dra" || file == "cmd/mps-daemon/dra.go" || testSupport(dir) {
+			continue
+		}
+		for p := range imps {
+			if strings.HasPrefix(p, "k8s.io/") || strings.HasPrefix(p, "google.golang.org/grpc") || strings.HasPrefix(p, "sigs.k8s.io/") {
+				t.Errorf("%s imports %s: only the kubelet plugin (pkg/dra) and its wiring know Kubernetes", file, p)
+			}
+		}
+	}
+}
+
 // The sync of a host's devices is written once, in pkg/devsync, over a
 // port each backend implements: the agent drives the backends through it
 // and no backend borrows another's code.
@@ -229,7 +255,7 @@ func TestBackendsShareOnlyTheSync(t *testing.T) {
 	for _, dir := range []string{"pkg/agent", "pkg/region", "pkg/inventory/client"} {
 		for _, other := range []string{"pkg/inventory/client", "pkg/region", "pkg/inventory/server", "pkg/inventory/store"} {
 			if dir != other && imps[dir][module+other] {
-				t.Errorf("%s imports %s: a backend is reached through pkg/devsync's port and agent.Inventory, wired in cmd/", dir, other)
+				t.Errorf("%s imports %s: a backend is reached through pkg/devsync's port and the agent's edge (backend.Rows), wired in cmd/", dir, other)
 			}
 		}
 		if dir != "pkg/agent" && !imps[dir][module+"pkg/devsync"] {

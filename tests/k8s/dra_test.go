@@ -70,7 +70,7 @@ func TestClaimPreparedThroughResizeAndKill(t *testing.T) {
 	for uuid, devs := range byGPU {
 		want := map[int]int64{2: 40960 << 20, 4: 20480 << 20}[len(devs)]
 		for _, dv := range devs {
-			if m := memory(dv); m != want || attr(dv, "sharing") != "mps" || attr(dv, "driverVersion") != "580.159.04" || attr(dv, "productName") != "NVIDIA H100 80GB HBM3" {
+			if m := memory(dv); m != want || attr(dv, "sharing") != "slices" || attr(dv, "driverVersion") != "580.159.04" || attr(dv, "productName") != "NVIDIA H100 80GB HBM3" {
 				t.Errorf("GPU %s device %s: memory %d (want %d), attributes %v", uuid, dv.Name, m, want, dv.Attributes)
 			}
 		}

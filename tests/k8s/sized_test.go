@@ -37,6 +37,13 @@ const sizedYAML = `devices:
 // simulated host with sizedYAML (extra: more host.conf lines).
 func newNode(t *testing.T, extra ...string) (*apiServer, *host, *daemon) {
 	t.Helper()
+	return newNodeVia(t, nil, extra...)
+}
+
+// newNodeVia is newNode whose daemon reaches the API server through via
+// (nil: directly), which answers the kubeconfig to give it.
+func newNodeVia(t *testing.T, via func(kubeconfig string) string, extra ...string) (*apiServer, *host, *daemon) {
+	t.Helper()
 	api := startAPIServer(t)
 	ctx := t.Context()
 	if _, err := api.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
@@ -53,7 +60,11 @@ func newNode(t *testing.T, extra ...string) (*apiServer, *host, *daemon) {
 			t.Fatalf("creating %s: %v", b.Name, err)
 		}
 	}
-	h := newHost(t, deployRBAC(t, api), extra...)
+	kc := deployRBAC(t, api)
+	if via != nil {
+		kc = via(kc)
+	}
+	h := newHost(t, kc, extra...)
 	h.writeDevicesText(t, sizedYAML)
 	return api, h, h.start(t)
 }

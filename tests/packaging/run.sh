@@ -26,7 +26,11 @@
 #      switched to the Kubernetes mode (one process, the kubelet plugin's
 #      sockets), removed (the service stopped, back in the Cloudpods mode),
 #      purged. Then reload, upgrade to v2 with edited configuration (kept),
-#      remove, purge.
+#      remove, purge. Then a node in the Kubernetes mode (a root of its
+#      own) with two claims prepared in the v1 plugin's checkpoint and a
+#      client connected to their GPU's MPS server: the Kubernetes package
+#      upgraded to v2 keeps the claims, the claims' CDI entries byte for
+#      byte, the client and its control daemon.
 #   5. .rpm: the same root booted again with a RHEL-like "disable *" preset,
 #      a host.conf the Cloudpods host service wrote before us, and rpm inside:
 #      install (signature checked), enable --now both units, the Kubernetes
@@ -86,9 +90,9 @@ HOST_ARCH=$($GO env GOARCH)
 # v1: `make package` as a release builds it, amd64 and arm64.
 quiet_make "$WORK/make-v1.log" package BIN="$WORK/bin1" DIST="$WORK/v1" PKG_VERSION="$V1"
 # v2: the same source with another version stamped in, so the upgrade is seen
-# to replace the running binary; this host's architecture only.
-# The Kubernetes package is tested at v1 only (no upgrade of it): not built.
-quiet_make "$WORK/make-v2.log" package PKG_ARCHES="$HOST_ARCH" PKG_NAMES="daemon inventory" BIN="$WORK/bin2" VERSION="$V2-test" DIST="$WORK/v2" PKG_VERSION="$V2"
+# to replace the running binary; this host's architecture only (the
+# Kubernetes package's upgrade included).
+quiet_make "$WORK/make-v2.log" package PKG_ARCHES="$HOST_ARCH" BIN="$WORK/bin2" VERSION="$V2-test" DIST="$WORK/v2" PKG_VERSION="$V2"
 (cd "$WORK/v1" && stat -c '   %s bytes  %n' ./*)
 BIN1=$WORK/bin1/linux_$HOST_ARCH
 
@@ -463,6 +467,83 @@ assert_eq "upgraded from Cloudpods' package" "$(in_ct dpkg-query -W -f='${Versio
 upgrade_kept_mps "$client"
 in_ct test -f /lib/systemd/system/yunion-mps-daemon.service
 adopts_after_upgrade "$WORK/deb-root" "$client"
+poweroff
+
+# ------------------------------------------------- the Kubernetes package
+step "deb: yunion-mps-daemon-kubernetes v1 -> v2 on a node with prepared claims (no API server here)"
+new_root "$WORK/k8s-root" gpu-node-k8s
+add_apt_repo "$WORK/k8s-root" "$WORK/repo2"
+boot "$WORK/k8s-root" gpu-node-k8s
+in_ct apt-get update -qq
+in_ct apt-get install -y "yunion-mps-daemon-kubernetes=1:$V1-1" "yunion-mps-daemon=1:$V1-1" "yunion-mps-inventory=1:$V1-1" </dev/null |
+	grep -E '^(Setting up)' | sed 's/^/   | /'
+assert_eq "installed" "$(in_ct dpkg-query -W -f='${Version}\n' yunion-mps-daemon-kubernetes yunion-mps-daemon | sort -u)" "1:$V1-1"
+# The node as docs/kubernetes.md sets it up, its GPU 0 shared by claims of
+# any size; the simulated GPUs through the daemon's options.
+in_ct systemctl mask --now yunion-mps-inventory >/dev/null 2>&1
+in_ct_sh 'sed -i "s/^MPS_DAEMON_OPTS=.*/MPS_DAEMON_OPTS=\"--simulate 8xH100\"/" /etc/default/yunion-mps-daemon'
+printf '%s\n' 'apiVersion: v1' 'kind: Config' 'clusters:' \
+	'- {name: test, cluster: {server: "https://127.0.0.1:6443", insecure-skip-tls-verify: true}}' \
+	'users:' '- {name: mps-daemon, user: {token: not-a-real-token}}' \
+	'contexts:' '- {name: test, context: {cluster: test, user: mps-daemon}}' 'current-context: test' \
+	>"$WORK/k8s-root/etc/yunion/mps-dra.kubeconfig"
+printf '%s\n' 'devices:' '- path: /dev/dri/renderD128' '  type: NVIDIA_MPS' '  virtual_number: 4' '  sharing: claims' \
+	'- path: /dev/dri/renderD129' '  type: NVIDIA_MPS' '  virtual_number: 2' >"$WORK/k8s-root/etc/yunion/host_container_device.yml"
+plan=$(in_ct mps-daemon-kubernetes check-config --simulate 8xH100 2>/dev/null) || fail "check-config: $plan"
+gpu0=$(printf '%s\n' "$plan" | sed -n 's/^.*0000:18:00\.0 *\(GPU-[0-9a-f-]*\) .*$/\1/p' | head -n 1)
+[ -n "$gpu0" ] || fail "check-config names no GPU at 0000:18:00.0: $plan"
+# Two claims the v1 plugin prepared (its checkpoint, as it writes it:
+# tests/gpu/clients/claims_checkpoint.py), read back at its start.
+cp=/var/lib/kubelet/plugins/mps.yunion.io/checkpoint.json
+mkdir -p "$WORK/k8s-root${cp%/*}"
+python3 tests/gpu/clients/claims_checkpoint.py "$WORK/k8s-root$cp" "$gpu0" gpu-node-k8s 4 81559 trainer:40960 notebook:20480
+in_ct systemctl daemon-reload
+in_ct systemctl restart --no-block yunion-mps-daemon
+claims_spec=/var/run/cdi/yunion.io-mps-claim.yaml
+wait_for "v1 wrote the claims' CDI entries from its checkpoint" \
+	"grep -q '$gpu0::1001' $claims_spec && journalctl -u yunion-mps-daemon --no-pager | grep -q msg=reconciled" 120
+pid1=$(in_ct systemctl show -p MainPID --value yunion-mps-daemon)
+# The spec's entries (its header comment names the daemon's version).
+spec1=$(in_ct_sh "grep -v '^#' $claims_spec | sha256sum")
+cp1=$(in_ct sha256sum $cp)
+# A CUDA client of the claim trainer, connected to GPU 0's MPS server (the
+# simulated control's state, under its lock, as a client connecting
+# writes it).
+client=$(in_ct_sh 'setsid sleep infinity </dev/null >/dev/null 2>&1 & echo $!')
+pipe=/proc/$CT_LEADER/root/tmp/nvidia-mps/pipe/$gpu0
+flock "$pipe/sim-control.lock" python3 - "$pipe/sim-control.json" "$client" <<'PY'
+import json, os, sys
+path, pid = sys.argv[1], int(sys.argv[2])
+with open(path) as f:
+    st = json.load(f)
+st["servers"] = (st.get("servers") or []) + [{"pid": st["next_server_pid"], "thread_percentage": st["default_thread_percentage"],
+                      "mem_limit_mib": st["default_mem_limit_mib"], "clients": [{"pid": pid, "context": 1, "command": "sleep", "namespace": "0"}]}]
+st["next_server_pid"] += 1
+with open(path + ".tmp", "w") as f:
+    json.dump(st, f, separators=(",", ":"))
+os.rename(path + ".tmp", path)
+PY
+control=$(in_ct cat "/tmp/nvidia-mps/pipe/$gpu0/nvidia-cuda-mps-control.pid")
+
+in_ct apt-get install -y yunion-mps-daemon-kubernetes </dev/null | grep -E '^(Unpacking|Setting up)' | sed 's/^/   | /'
+assert_eq "upgraded" "$(in_ct dpkg-query -W -f='${Version}\n' yunion-mps-daemon-kubernetes yunion-mps-daemon | sort -u)" "1:$V2-1"
+wait_for "the upgraded daemon running the Kubernetes binary" \
+	'[ "$(systemctl show -p MainPID --value yunion-mps-daemon)" != '"$pid1"' ] && systemctl is-active -q yunion-mps-daemon' 60
+pid2=$(in_ct systemctl show -p MainPID --value yunion-mps-daemon)
+assert_contains "main process" "$(in_ct cat /proc/"$pid2"/cmdline | tr '\0' ' ')" "/usr/bin/mps-daemon-kubernetes --config /etc/yunion/host.conf --simulate 8xH100 kubernetes"
+assert_contains "running binary" "$(in_ct mps-daemon-kubernetes --version)" "$V2-test"
+wait_for "v2 reconciled" "journalctl -u yunion-mps-daemon --no-pager _PID=$pid2 | grep -q msg=reconciled" 120
+assert_eq "the checkpoint (claims kept)" "$(in_ct sha256sum $cp)" "$cp1"
+assert_eq "the claims' CDI spec (entries unchanged)" "$(in_ct_sh "grep -v '^#' $claims_spec | sha256sum")" "$spec1"
+assert_contains "the claims' CDI spec, written by" "$(in_ct head -n 1 $claims_spec)" "$V2-test"
+in_ct kill -0 "$client" || fail "the claim's CUDA client ($client) died in the upgrade"
+assert_contains "MPS state: the client still connected" "$(in_ct cat "/tmp/nvidia-mps/pipe/$gpu0/sim-control.json" | tr -d ' ')" "\"pid\":$client"
+assert_eq "GPU 0's MPS control daemon (not restarted)" "$(in_ct cat "/tmp/nvidia-mps/pipe/$gpu0/nvidia-cuda-mps-control.pid")" "$control"
+status=$(in_ct mps-daemon-kubernetes status)
+printf '%s\n' "$status" | sed -n '/Kubernetes claims/,$p' | sed 's/^/   | /'
+assert_contains "mps-daemon status: the claims" "$status" "gpu-claims/trainer"
+assert_contains "mps-daemon status: the claims" "$status" "gpu-claims/notebook"
+note "ok: claims kept, CDI entries unchanged, the client and its control daemon untouched"
 poweroff
 
 # -------------------------------------------------------------------- .rpm

@@ -208,7 +208,7 @@ func startOnce(ctx context.Context, opts Options) (*Cloud, error) {
 	)
 	var proxies []*http.Server
 	if rec != nil {
-		rec.event("setup")
+		rec.event(replay.EventSetup)
 		// Clients reach the proxies on the ports the catalog names; the
 		// services listen on two more.
 		env = append(env, "CP_KEYSTONE_LISTEN="+strconv.Itoa(ports[4]), "CP_REGION_LISTEN="+strconv.Itoa(ports[5]))
@@ -267,7 +267,7 @@ func startOnce(ctx context.Context, opts Options) (*Cloud, error) {
 	}
 	c.guard, c.rec, c.proxies = g, rec, proxies
 	if rec != nil {
-		rec.event("ready")
+		rec.event(replay.EventReady)
 	}
 	if !opts.NoHost {
 		c.HostName, c.HostMAC, c.HostIP = host.HostName, host.HostMAC, host.HostIP

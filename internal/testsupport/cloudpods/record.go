@@ -16,11 +16,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"yunion.io/x/mps-daemon/internal/testsupport/replay"
 )
 
 // EnvRecord names the file a live control plane's exchanges are appended
-// to (make test-cloudpods sets it): JSON lines as replay.Derive reads them,
-// with a marker {"event": "test: <name>"} where each test begins.
+// to (make test-cloudpods sets it): replay.Line a line, as replay.Derive
+// reads them, with a marker (replay.TestEvent) where each test begins.
 const EnvRecord = "MPS_CLOUDPODS_RECORD"
 
 // recorder writes the exchanges clients have with keystone and the region
@@ -44,8 +46,8 @@ func openRecorder() (*recorder, error) {
 	return &recorder{f: f}, nil
 }
 
-func (r *recorder) write(v any) {
-	b, err := json.Marshal(v)
+func (r *recorder) write(l replay.Line) {
+	b, err := json.Marshal(l)
 	if err != nil {
 		return
 	}
@@ -54,13 +56,13 @@ func (r *recorder) write(v any) {
 	_, _ = r.f.Write(append(b, '\n'))
 }
 
-// event writes a marker.
-func (r *recorder) event(e string) { r.write(map[string]string{"event": e}) }
+// event writes a marker (replay's Event* values).
+func (r *recorder) event(e string) { r.write(replay.Line{Event: e}) }
 
 // mark writes the marker of the test's start, when recording.
 func (c *Cloud) mark(t testing.TB) {
 	if c.rec != nil {
-		c.rec.event("test: " + t.Name())
+		c.rec.event(replay.TestEvent(t.Name()))
 	}
 }
 
@@ -97,6 +99,15 @@ func bodyOf(b []byte) any {
 		return redact(v)
 	}
 	return string(b)
+}
+
+// rawBody is a body (bodyOf's) as JSON.
+func rawBody(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return json.RawMessage("null")
+	}
+	return b
 }
 
 // recordedHeaders are the headers a recording keeps; the secret ones only
@@ -161,11 +172,11 @@ func (r *recorder) proxy(service string, target *url.URL) http.Handler {
 		if req.URL.RawQuery != "" {
 			path += "?" + req.URL.RawQuery
 		}
-		r.write(map[string]any{
-			"seq": seq, "t": float64(time.Now().UnixNano()) / 1e9, "service": service,
-			"method": req.Method, "path": path, "status": rec.status,
-			"request":  map[string]any{"headers": headersOf(req.Header), "body": bodyOf(reqBody)},
-			"response": map[string]any{"headers": headersOf(rec.Header()), "body": redactToken(bodyOf(rec.body.Bytes()))},
+		r.write(replay.Line{
+			Seq: seq, T: float64(time.Now().UnixNano()) / 1e9, Service: service,
+			Method: req.Method, Path: path, Status: rec.status,
+			Request:  replay.Message{Headers: headersOf(req.Header), Body: rawBody(bodyOf(reqBody))},
+			Response: replay.Message{Headers: headersOf(rec.Header()), Body: rawBody(redactToken(bodyOf(rec.body.Bytes())))},
 		})
 	})
 }

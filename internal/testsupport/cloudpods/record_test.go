@@ -60,9 +60,9 @@ func TestRecordedExchangesBecomeCassettes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	rec.event("setup")
-	rec.event("ready")
-	rec.event("test: TestSomething")
+	rec.event(replay.EventSetup)
+	rec.event(replay.EventReady)
+	rec.event(replay.TestEvent("TestSomething"))
 	base := "http://127.0.0.1:" + strconv.Itoa(ports[0])
 	hdr, err := Request(t.Context(), http.MethodPost, base+"/v3/auth/tokens", "", map[string]any{"auth": map[string]any{"password": password}}, nil)
 	if err != nil || hdr.Get("X-Subject-Token") != token {

@@ -9,21 +9,10 @@ import (
 	"strings"
 )
 
-// A recording is what a recording proxy in front of keystone and the
-// region wrote: one JSON object a line, an exchange (service, method, path
-// with query, request and response with headers and bodies, status, t in
-// unix seconds) or a marker ({"event": "..."}). Markers this package
-// reads:
-//
-//   - "setup": a control plane's setup begins (our recorder writes it);
-//   - "ready": the control plane's own setup (by its start script) ends;
-//   - "scenario: ..." begins a scenario, "scenario end..." ends one (the
-//     control plane is set up again after it, up to the next "ready");
-//   - "test: <name>" begins the exchanges of test <name> (our own
-//     recorder writes them, see internal/testsupport/cloudpods).
-//
-// Recordings made without test markers are cut by the line numbers a
-// Split names.
+// A recording (recording.go) is cut into cassettes: by the markers Line
+// documents (EventSetup, EventReady, EventScenario, EventScenarioEnd,
+// EventTest), or, for recordings made without test markers, by the line
+// numbers a Split names.
 
 // Split names the cassette that begins at a line of a recording (1-based),
 // or at the marker "test: <Name>" when Line is 0.
@@ -47,22 +36,9 @@ type Source struct {
 	Names []string
 }
 
-// raw is one line of a recording.
+// raw is one line of a recording and its number.
 type raw struct {
-	Event   string  `json:"event"`
-	Service string  `json:"service"`
-	Method  string  `json:"method"`
-	Path    string  `json:"path"`
-	Status  int     `json:"status"`
-	T       float64 `json:"t"`
-	Request struct {
-		Body    json.RawMessage   `json:"body"`
-		Headers map[string]string `json:"headers"`
-	} `json:"request"`
-	Response struct {
-		Body    json.RawMessage   `json:"body"`
-		Headers map[string]string `json:"headers"`
-	} `json:"response"`
+	Line
 	line int
 }
 
@@ -84,16 +60,16 @@ func Derive(src Source) (map[string]*Cassette, error) {
 	markers := 0
 	for _, r := range lines {
 		switch {
-		case r.Event == "ready":
+		case r.Event == EventReady:
 			setup = false
 			continue
-		case r.Event == "setup":
+		case r.Event == EventSetup:
 			setup, cur, cloud = true, nil, CloudInfo{}
 			continue
-		case strings.HasPrefix(r.Event, "scenario end"):
+		case strings.HasPrefix(r.Event, EventScenarioEnd):
 			setup, cur = true, nil
 			continue
-		case strings.HasPrefix(r.Event, "scenario: "):
+		case strings.HasPrefix(r.Event, EventScenario):
 			setup = false // a scenario on the same control plane
 		case setup:
 			cloud = setupInfo(cloud, r)
@@ -106,14 +82,14 @@ func Derive(src Source) (map[string]*Cassette, error) {
 					parts = append(parts, cur)
 				}
 			}
-		} else if strings.HasPrefix(r.Event, "scenario: ") || strings.HasPrefix(r.Event, "test: ") {
+		} else if strings.HasPrefix(r.Event, EventScenario) || strings.HasPrefix(r.Event, EventTest) {
 			cur = nil
 			name := ""
 			if len(src.Names) > 0 {
 				if markers < len(src.Names) {
 					name = src.Names[markers]
 				}
-			} else if n, ok := strings.CutPrefix(r.Event, "test: "); ok {
+			} else if n, ok := strings.CutPrefix(r.Event, EventTest); ok {
 				name = strings.NewReplacer("/", "_", " ", "_").Replace(n)
 			}
 			markers++
@@ -185,7 +161,7 @@ func readRaw(path string) ([]raw, error) {
 // the start script (curl).
 func dropped(r raw) bool {
 	if r.Event != "" {
-		return strings.HasPrefix(r.Event, "scenario") || strings.HasPrefix(r.Event, "test: ") || r.Event == "setup" || r.Event == "ready"
+		return r.marker()
 	}
 	var text string
 	if r.Status == 502 && json.Unmarshal(r.Response.Body, &text) == nil && strings.HasPrefix(text, "proxy:") {

@@ -33,3 +33,6 @@ func (a *Adapter) MPSProcesses(ctx context.Context, uuid gpu.UUID) ([]gpu.Proces
 
 // Close does nothing.
 func (a *Adapter) Close() error { return nil }
+
+// DriverVersion returns ErrNoCgo.
+func (a *Adapter) DriverVersion() (string, error) { return "", ErrNoCgo }

@@ -1,4 +1,4 @@
-# Writes the DRA driver's checkpoint (pkg/dra/checkpoint.go, version 2)
+# Writes the DRA driver's checkpoint (pkg/ledger/checkpoint.go, version 2)
 # holding prepared claims on one GPU shared by claims of any size, as the
 # driver would have written it after preparing them: the daemon started in
 # its Kubernetes mode reads it back (as after a restart), makes each

@@ -1,4 +1,4 @@
-package dra
+package ledger
 
 import (
 	"encoding/json"
@@ -7,20 +7,19 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
-
-	"k8s.io/apimachinery/pkg/types"
 
 	"yunion.io/x/mps-daemon/pkg/atomicfile"
 	"yunion.io/x/mps-daemon/pkg/claim"
 	"yunion.io/x/mps-daemon/pkg/units"
 )
 
-// Claim is a prepared ResourceClaim: what Unprepare needs (the kubelet
-// sends only namespace, name and UID then) and what must keep being
-// published as it was until then.
+// Claim is a prepared claim (a Kubernetes ResourceClaim): what Unprepare
+// needs (the kubelet sends only namespace, name and UID then) and what
+// must keep being published as it was until then.
 type Claim struct {
-	UID       types.UID  `json:"uid"`
+	UID       string     `json:"uid"`
 	Namespace string     `json:"namespace"`
 	Name      string     `json:"name"`
 	Devices   []Prepared `json:"devices"`
@@ -28,23 +27,24 @@ type Claim struct {
 
 // Prepared is one device of a prepared claim: the device as it was
 // published when the claim was prepared, and the request it serves; on a
-// sized device, the claim's own device (Share).
+// GPU's claims device, the claim's own device (Own).
 type Prepared struct {
 	Request string `json:"request"`
 	Pool    string `json:"pool"`
 	Device  Device `json:"device"`
-	// Share is the claim's device on a sized Device; nil on a fixed slice.
-	Share *Share `json:"share,omitempty"`
+	// Own is the claim's own device on a claims Device; nil on a fixed
+	// slice. (Its JSON name, "share", is the checkpoint's since version 2.)
+	Own *ClaimDevice `json:"share,omitempty"`
 }
 
-// Share is a claim's own device on a GPU shared by claims of any size:
-// <GPU UUID>::<Index> with the claim's caps, its entry in the claims' CDI
-// spec and its identity file.
-type Share struct {
+// ClaimDevice is a claim's own device on a GPU shared by claims of any
+// size: <GPU UUID>::<Index> with the claim's caps, its entry in the
+// claims' CDI spec and its identity file.
+type ClaimDevice struct {
 	// ID is the allocation's share of the device (its result's ShareID):
 	// the second name of its CDI entry, by which a rebuilt checkpoint finds
 	// its index again.
-	ID types.UID `json:"id"`
+	ID string `json:"id"`
 	// Index is claim.IndexBase + its slot on the GPU.
 	Index            int       `json:"index"`
 	MemoryLimit      units.MiB `json:"memoryLimitMiB"`
@@ -58,8 +58,9 @@ type Share struct {
 	ClientPriority int    `json:"clientPriority"`
 }
 
-// checkpointVersion is the layout of the checkpoint file: 2 added shares
-// of sized devices; 1 (fixed slices only) is read as well. A file of a
+// checkpointVersion is the layout of the checkpoint file: 2 added claims'
+// own devices on GPUs shared by claims; 1 (fixed slices only) is read as
+// well. A file of a
 // later version is refused rather than misread.
 const checkpointVersion = 2
 
@@ -69,21 +70,21 @@ const maxCheckpointBytes = 16 << 20
 
 // ErrCorrupt marks a checkpoint file that cannot be the daemon's: not a
 // regular file, too large, truncated, not JSON, or claims that do not hold
-// together. New moves it aside and the driver rebuilds the prepared claims
-// from the API server.
+// together. Open moves it aside and the prepared claims are rebuilt
+// (Rebuild) from the API server's.
 var ErrCorrupt = errors.New("corrupt DRA checkpoint")
 
 type checkpoint struct {
-	Version int                 `json:"version"`
-	Claims  map[types.UID]Claim `json:"claims"`
+	Version int              `json:"version"`
+	Claims  map[string]Claim `json:"claims"`
 }
 
 // loadCheckpoint reads the prepared claims; a missing file is none. What
 // the file holds is checked (check); anything wrong with it is ErrCorrupt.
-func loadCheckpoint(path string) (map[types.UID]Claim, error) {
+func loadCheckpoint(path string) (map[string]Claim, error) {
 	b, err := readRegular(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return map[types.UID]Claim{}, nil
+		return map[string]Claim{}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -99,7 +100,7 @@ func loadCheckpoint(path string) (map[types.UID]Claim, error) {
 		return nil, fmt.Errorf("%w: %s: version %d", ErrCorrupt, path, c.Version)
 	}
 	if c.Claims == nil {
-		c.Claims = map[types.UID]Claim{}
+		c.Claims = map[string]Claim{}
 	}
 	if err := check(c.Claims); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
@@ -123,15 +124,15 @@ func readRegular(path string) ([]byte, error) {
 }
 
 // check refuses claims that cannot have been written by the driver: a
-// claim under another UID, a device without a name, a share without an
-// ID, with an index below claim.IndexBase or without caps, two shares of
-// one index on one GPU.
-func check(claims map[types.UID]Claim) error {
+// claim under another UID, a device without a name, a claim's own device
+// without a share ID, with an index below claim.IndexBase or without caps,
+// two own devices of one index on one GPU.
+func check(claims map[string]Claim) error {
 	type key struct {
 		gpu   string
 		index int
 	}
-	used := map[key]types.UID{}
+	used := map[key]string{}
 	for uid, c := range claims {
 		if uid == "" || c.UID != uid {
 			return fmt.Errorf("claim %q is filed under %q", c.UID, uid)
@@ -143,12 +144,12 @@ func check(claims map[types.UID]Claim) error {
 			if p.Device.Name == "" || p.Device.GPUUUID == "" || p.Pool == "" {
 				return fmt.Errorf("claim %s has a device without a name, GPU or pool", uid)
 			}
-			s := p.Share
+			s := p.Own
 			if s == nil {
 				continue
 			}
 			if _, ok := claim.IsClaim(s.Index); !ok || s.ID == "" || s.MemoryLimit <= 0 || s.ThreadPercentage <= 0 || s.CDIName == "" {
-				return fmt.Errorf("claim %s: share %+v is incomplete", uid, *s)
+				return fmt.Errorf("claim %s: its own device %+v is incomplete", uid, *s)
 			}
 			k := key{p.Device.GPUUUID, s.Index}
 			if other, dup := used[k]; dup {
@@ -156,6 +157,50 @@ func check(claims map[types.UID]Claim) error {
 			}
 			used[k] = uid
 		}
+	}
+	return nil
+}
+
+// rebuildMarker is the file beside the checkpoint that says its claims
+// are to be rebuilt from the API server: written before a corrupt
+// checkpoint is moved aside and removed only once the rebuilt one is
+// written, so a restart in between (the API server still away) rebuilds
+// too instead of starting with no claims.
+func rebuildMarker(path string) string { return path + ".rebuild" }
+
+// markRebuild writes the marker, why in it for whoever looks.
+func markRebuild(path string, why error, now time.Time) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("creating the DRA checkpoint directory: %w", err)
+	}
+	msg := fmt.Sprintf("%s: the prepared claims are rebuilt from the API server: %v\n", now.UTC().Format(time.RFC3339), why)
+	if err := atomicfile.Write(rebuildMarker(path), []byte(msg), 0o600); err != nil {
+		return fmt.Errorf("marking the DRA checkpoint for a rebuild: %w", err)
+	}
+	return nil
+}
+
+// pendingRebuild reads the marker: why the claims are to be rebuilt, nil
+// when they are not. Whatever is at the marker's path (unreadable, not a
+// file), the claims are not known: they are rebuilt.
+func pendingRebuild(path string) error {
+	b, err := atomicfile.Read(rebuildMarker(path), maxCheckpointBytes, false)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%w: a rebuild is pending (%s: %v)", ErrCorrupt, rebuildMarker(path), err)
+	}
+	return fmt.Errorf("%w: a rebuild is pending since %s", ErrCorrupt, strings.TrimSpace(string(b)))
+}
+
+// rebuildDone removes the marker once the rebuilt checkpoint is written.
+func rebuildDone(path string) error {
+	if err := os.Remove(rebuildMarker(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing the DRA checkpoint's rebuild marker: %w", err)
+	}
+	if err := atomicfile.SyncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("removing the DRA checkpoint's rebuild marker: %w", err)
 	}
 	return nil
 }
@@ -172,7 +217,7 @@ func moveAside(path string, now time.Time) (string, error) {
 
 // saveCheckpoint writes the prepared claims through a temporary file and a
 // rename: a crash leaves the old or the new file, never half of one.
-func saveCheckpoint(path string, claims map[types.UID]Claim) error {
+func saveCheckpoint(path string, claims map[string]Claim) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("creating the DRA checkpoint directory: %w", err)
 	}

@@ -15,10 +15,12 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
+	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/cdi"
 	"yunion.io/x/mps-daemon/pkg/claim"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/identity"
+	"yunion.io/x/mps-daemon/pkg/ledger"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
@@ -44,35 +46,34 @@ func newNode(t *testing.T) node {
 
 // gpus are the agent's GPUs: A (80 GiB, minor 0) shared by at most
 // maxClaims claims, B (minor 1) in slices.
-func (n node) gpus(maxClaims int, healthy bool) []claim.GPU {
+func (n node) gpus(maxClaims int, healthy bool) []backend.GPU {
 	a := cdi.FromVirtual(vdev.Device{GPU: gpu.Info{UUID: uuidA, Minor: 0}, MemoryLimit: 81559, ThreadPercentage: 100}, "", n.pipe)
 	b := cdi.FromVirtual(vdev.Device{GPU: gpu.Info{UUID: uuidB, Minor: 1}, MemoryLimit: 40779, ThreadPercentage: 50}, "", filepath.Join(filepath.Dir(n.pipe), uuidB))
-	return []claim.GPU{
-		{Device: a, Claims: true, MaxClaims: maxClaims, Healthy: healthy},
-		{Device: b, MaxClaims: 2, Healthy: true},
+	return []backend.GPU{
+		{Device: a, Claims: true, VirtualNumber: maxClaims, Healthy: healthy},
+		{Device: b, VirtualNumber: 2, Healthy: true},
 	}
 }
 
 // reconcile is what one of the agent's reconciles does to the driver.
 func (n node) reconcile(t *testing.T, d *Driver, maxClaims int, healthy bool) {
 	t.Helper()
-	d.SetGPUs(n.spec, n.gpus(maxClaims, healthy))
 	desired := append(rows(uuidA, "0000:00:06.0", 1, 81559, healthy), rows(uuidB, "0000:00:07.0", 2, 40779, true)...)
-	if _, err := d.SyncDevices(t.Context(), "node-1", desired); err != nil {
+	if _, err := d.Sync(t.Context(), backend.Offer{GPUs: n.gpus(maxClaims, healthy), Rows: desired, Claims: n.spec}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // sharedClaim is a claim allocated memGi GiB (and threads %) of GPU A's
-// sized device, as the allocator records a consumable-capacity share.
+// claims device, as the allocator records a consumable-capacity share.
 func sharedClaim(uid string, memGi, threads int64) *resourceapi.ResourceClaim {
-	c := claimOn(uid, SizedDeviceName(uuidA))
+	c := claimOn(uid, ledger.ClaimsDeviceName(uuidA))
 	r := &c.Status.Allocation.Devices.Results[0]
 	r.ShareID = ptrUID(types.UID("5a1e0000-0000-4000-8000-" + strings.Repeat("0", 12-len(uid)) + uid))
 	r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{
-		CapMemory:  *resource.NewQuantity(memGi<<30, resource.BinarySI),
-		CapThreads: *resource.NewQuantity(threads, resource.DecimalSI),
-		CapClaims:  *resource.NewQuantity(1, resource.DecimalSI),
+		CapMemory:        *resource.NewQuantity(memGi<<30, resource.BinarySI),
+		CapThreads:       *resource.NewQuantity(threads, resource.DecimalSI),
+		CapVirtualNumber: *resource.NewQuantity(1, resource.DecimalSI),
 	}
 	c.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
 		DeviceClassName: "mps.yunion.io", Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
@@ -127,20 +128,20 @@ func prepareOK(t *testing.T, d *Driver, c *resourceapi.ResourceClaim) kubeletplu
 // several allocations, memory in whole MiB up to the GPU's, a thread share
 // of none by default, one of its claims each; its neighbour in slices as
 // ever.
-func TestASizedGPUIsOneDeviceClaimsConsume(t *testing.T) {
+func TestAClaimsGPUIsOneDeviceClaimsConsume(t *testing.T) {
 	n := newNode(t)
 	d, r := newDriver(t, filepath.Join(t.TempDir(), "cp.json"))
 	n.reconcile(t, d, 4, true)
-	want := []string{DeviceName(uuidB, 0), DeviceName(uuidB, 1), SizedDeviceName(uuidA)}
+	want := []string{ledger.DeviceName(uuidB, 0), ledger.DeviceName(uuidB, 1), ledger.ClaimsDeviceName(uuidA)}
 	if got := r.names(t); !slices.Equal(got, want) {
 		t.Fatalf("published %v, want %v", got, want)
 	}
-	dev := r.device(t, SizedDeviceName(uuidA))
-	if dev.AllowMultipleAllocations == nil || !*dev.AllowMultipleAllocations || !*dev.Attributes[AttrSized].BoolValue || dev.Attributes[AttrIndex].IntValue != nil {
-		t.Errorf("sized device %+v", dev)
+	dev := r.device(t, ledger.ClaimsDeviceName(uuidA))
+	if dev.AllowMultipleAllocations == nil || !*dev.AllowMultipleAllocations || !*dev.Attributes[AttrSized].BoolValue || *dev.Attributes[AttrSharing].StringValue != "claims" || dev.Attributes[AttrIndex].IntValue != nil {
+		t.Errorf("claims device %+v", dev)
 	}
-	if b1 := r.device(t, DeviceName(uuidB, 1)); *b1.Attributes[AttrIndex].IntValue != 1 || *b1.Attributes[AttrSized].BoolValue || b1.AllowMultipleAllocations != nil {
-		t.Errorf("a fixed slice is marked sized")
+	if b1 := r.device(t, ledger.DeviceName(uuidB, 1)); *b1.Attributes[AttrIndex].IntValue != 1 || *b1.Attributes[AttrSized].BoolValue || *b1.Attributes[AttrSharing].StringValue != "slices" || b1.AllowMultipleAllocations != nil {
+		t.Errorf("a fixed slice is marked a claims device")
 	}
 	mem := dev.Capacity[CapMemory]
 	if mem.Value.Value() != 81559<<20 || mem.RequestPolicy.Default.Value() != 81559<<20 ||
@@ -151,13 +152,13 @@ func TestASizedGPUIsOneDeviceClaimsConsume(t *testing.T) {
 	if th.Value.Value() != 100 || th.RequestPolicy.Default.Value() != 0 || th.RequestPolicy.ValidRange.Max.Value() != 100 {
 		t.Errorf("threads %+v", th)
 	}
-	cl := dev.Capacity[CapClaims]
+	cl := dev.Capacity[CapVirtualNumber]
 	if cl.Value.Value() != 4 || cl.RequestPolicy.Default.Value() != 1 || len(cl.RequestPolicy.ValidValues) != 1 {
 		t.Errorf("claims %+v", cl)
 	}
 }
 
-// Each claim prepared on the sized device gets its own device: the lowest
+// Each claim prepared on the claims device gets its own device: the lowest
 // free index from claim.IndexBase, its own CDI entry (its name and its
 // share ID's) with the claim's caps and its own identity file, written
 // before the answer; the accounting is handed its device. Unprepared, its
@@ -176,7 +177,7 @@ func TestSharesGetDevicesOfTheirOwn(t *testing.T) {
 		}
 		res := prepareOK(t, d, sharedClaim(uid, sizes[uid], threads))
 		name := string(vdev.NameOf(uuidA, claim.IndexBase+i))
-		if got := res.Devices[0]; !slices.Equal(got.CDIDeviceIDs, []string{claim.DefaultKind + "=" + name}) || got.DeviceName != SizedDeviceName(uuidA) || got.ShareID == nil {
+		if got := res.Devices[0]; !slices.Equal(got.CDIDeviceIDs, []string{claim.DefaultKind + "=" + name}) || got.DeviceName != ledger.ClaimsDeviceName(uuidA) || got.ShareID == nil {
 			t.Errorf("%s answered %+v, want CDI name %s", uid, got, name)
 		}
 	}
@@ -208,15 +209,20 @@ func TestSharesGetDevicesOfTheirOwn(t *testing.T) {
 			t.Errorf("no entry named by %s's share ID %s with the same edits", uid, *share)
 		}
 	}
-	devs := d.ClaimDevices()
-	if len(devs) != 3 || devs[0].MemoryLimit != 40<<10 || devs[1].MemoryLimit != 20<<10 || devs[2].ThreadPercentage != 30 || devs[0].Name() != vdev.NameOf(uuidA, claim.IndexBase) {
+	answer, err := d.Sync(t.Context(), backend.Offer{GPUs: n.gpus(4, true), Rows: append(rows(uuidA, "0000:00:06.0", 1, 81559, true), rows(uuidB, "0000:00:07.0", 2, 40779, true)...), Claims: n.spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := answer.Claims
+	if len(devs) != 3 || devs[0].Device.MemoryLimit != 40<<10 || devs[1].Device.MemoryLimit != 20<<10 || devs[2].Device.ThreadPercentage != 30 ||
+		devs[0].Device.Name() != vdev.NameOf(uuidA, claim.IndexBase) || devs[0].Claim != "default/c-c1" || devs[0].UID != "c1" {
 		t.Errorf("devices for the accounting: %+v", devs)
 	}
 	// Unprepare the second: its entry goes; the next claim takes its index.
 	if _, err := d.UnprepareResourceClaims(t.Context(), []kubeletplugin.NamespacedObject{{UID: "c2"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, still := n.claimSpec(t)[string(vdev.NameOf(uuidA, claim.IndexBase+1))]; still || len(d.ClaimDevices()) != 2 {
+	if _, still := n.claimSpec(t)[string(vdev.NameOf(uuidA, claim.IndexBase+1))]; still || len(d.ledger.Held()) != 2 {
 		t.Errorf("c2's entry or device outlives its unprepare")
 	}
 	res := prepareOK(t, d, sharedClaim("c4", 20, 0))
@@ -306,7 +312,7 @@ func TestBadSharesAreRefused(t *testing.T) {
 			t.Errorf("claim %s: %v, want an error saying %q", uid, e, want)
 		}
 	}
-	if len(d.Claims()) != 0 || len(n.claimSpec(t)) != 0 || len(d.ClaimDevices()) != 0 {
+	if len(d.Claims()) != 0 || len(n.claimSpec(t)) != 0 || len(d.ledger.Held()) != 0 {
 		t.Errorf("refused claims left something behind: %v", d.Claims())
 	}
 	// Two claims fill a GPU that takes two; the third finds no room.

@@ -1,0 +1,303 @@
+// Package ledger is the Kubernetes mode's record of prepared claims, as
+// plain Go: which claims are prepared and with which devices, the slots
+// of claims' own devices on GPUs shared by claims (one assignment, for a
+// prepare and a rebuild alike), the claims' CDI spec, the checkpoint file
+// a restart reads back and, when that is corrupt, the rebuild from the
+// claims the API server lists. It knows no Kubernetes type and no client:
+// pkg/dra, the kubelet plugin, turns the API's objects into its
+// Allocations and its Devices into ResourceSlices.
+//
+// A GPU of fixed slices is published as its slices. A GPU shared by claims
+// of any size (the device YAML's sharing: claims) is published as one
+// claims device that claims consume; each claim prepared on it gets a
+// device of its own (pkg/claim), with its own entry in a CDI spec of
+// claims, made at prepare time and removed at unprepare.
+//
+// A prepared fixed slice is held: the rows handed back to the agent carry
+// the claim as the device's guest, so the agent keeps the device's CDI
+// entry when a resize or a removed GPU takes it out of the plan (as it
+// does for a Cloudpods guest), and the pool keeps publishing it exactly as
+// it was prepared until the claim is unprepared.
+package ledger
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"yunion.io/x/mps-daemon/pkg/backend"
+	"yunion.io/x/mps-daemon/pkg/cdi"
+	"yunion.io/x/mps-daemon/pkg/claim"
+	"yunion.io/x/mps-daemon/pkg/devsync"
+	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/vdev"
+)
+
+// Options configure a Ledger.
+type Options struct {
+	// Pool is the node's pool of devices (the node's name).
+	Pool string
+	// Driver is the DRA driver's name, for messages naming its taint.
+	Driver string
+	// CheckpointPath is the file of prepared claims.
+	CheckpointPath string
+	// ClaimKind is the CDI kind of the claims' spec; claim.DefaultKind
+	// when empty.
+	ClaimKind string
+	Log       *slog.Logger
+}
+
+// Ledger is the prepared claims and the devices they are prepared from;
+// safe for concurrent use.
+type Ledger struct {
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	synced  bool     // a reconcile has handed devices over since the start
+	current []Device // fixed slices and claims devices, as the last reconcile had them
+	claims  map[string]Claim
+	// gpus are the planned GPUs as the agent last described them, and spec
+	// where claims' CDI entries go (nil until it has).
+	gpus  map[gpu.UUID]backend.GPU
+	spec  *claim.Spec
+	specW cdi.Writer
+	// rebuild is why the checkpoint is to be rebuilt from the API server
+	// (it was corrupt, and its rebuild not done yet); nothing is
+	// published or prepared until it is.
+	rebuild error
+}
+
+// Open reads the checkpoint; it starts nothing. A corrupt checkpoint is
+// reported, moved aside (<path>.corrupt-<time>) and left to Rebuild, as is
+// one whose rebuild a previous run began and did not finish (the marker
+// beside it).
+func Open(opts Options) (*Ledger, error) {
+	if opts.Pool == "" {
+		return nil, errors.New("ledger: the pool's name is required")
+	}
+	if opts.CheckpointPath == "" {
+		return nil, errors.New("ledger: checkpoint path is required")
+	}
+	if opts.ClaimKind == "" {
+		opts.ClaimKind = claim.DefaultKind
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	l := &Ledger{opts: opts, log: opts.Log}
+	pending := pendingRebuild(opts.CheckpointPath)
+	claims, err := loadCheckpoint(opts.CheckpointPath)
+	switch {
+	case errors.Is(err, ErrCorrupt):
+		// The marker first: a restart before the rebuild is done rebuilds
+		// too (the file is not where it was any more).
+		if merr := markRebuild(opts.CheckpointPath, err, time.Now()); merr != nil {
+			return nil, fmt.Errorf("%w; %w", err, merr)
+		}
+		aside, merr := moveAside(opts.CheckpointPath, time.Now())
+		if merr != nil {
+			return nil, fmt.Errorf("%w; %w", err, merr)
+		}
+		l.log.Error("the DRA checkpoint is corrupt: moved aside; the prepared claims are rebuilt from the API server before anything is published or prepared",
+			"err", err, "moved_to", aside)
+		l.rebuild, claims = err, map[string]Claim{}
+	case err != nil:
+		return nil, err
+	case pending != nil:
+		l.log.Error("the DRA checkpoint's rebuild is not done yet: the prepared claims are rebuilt from the API server before anything is published or prepared",
+			"why", pending, "marker", rebuildMarker(opts.CheckpointPath))
+		l.rebuild, claims = pending, map[string]Claim{}
+	}
+	l.claims = claims
+	if len(claims) > 0 {
+		l.log.Info("prepared claims read from the checkpoint", "claims", len(claims), "path", opts.CheckpointPath)
+	}
+	return l, nil
+}
+
+// Pool is the name of the node's pool.
+func (l *Ledger) Pool() string { return l.opts.Pool }
+
+// Sync takes one reconcile's offer: its GPUs and where claims' CDI entries
+// go (the claims' spec is written again when what it is made from
+// changed: a start's, from the checkpoint), and its rows, the devices
+// published from now on. A GPU shared by claims is published as its
+// claims device instead of its row's. It answers the rows back, with the
+// claim that holds each fixed slice as its guest, and the held slices the
+// plan does not have any more (pending removal, as they were prepared,
+// named in Held).
+func (l *Ledger) Sync(o backend.Offer) devsync.Result {
+	hostID := l.opts.Pool
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.spec = &o.Claims
+	l.gpus = make(map[gpu.UUID]backend.GPU, len(o.GPUs))
+	for _, g := range o.GPUs {
+		l.gpus[g.Device.GPU.UUID] = g
+	}
+	if l.rebuild == nil { // else the spec is written once the claims are rebuilt
+		if err := l.syncSpecLocked(); err != nil {
+			l.log.Error("the claims' CDI spec not written; the previous one stays", "err", err)
+		}
+	}
+	cur := make([]Device, 0, len(o.Rows))
+	holder := l.holders()
+	var res devsync.Result
+	inPlan := map[string]bool{}
+	for _, r := range o.Rows {
+		dev, ok := deviceOf(r)
+		if !ok {
+			continue
+		}
+		if g, known := l.gpus[gpu.UUID(dev.GPUUUID)]; known && g.Claims {
+			if dev.Index == g.Device.Index {
+				cur = append(cur, dev.claimsDevice(g.VirtualNumber))
+			}
+			r.HostID = hostID
+			res.Devices = append(res.Devices, r)
+			continue
+		}
+		cur = append(cur, dev)
+		inPlan[dev.Name] = true
+		res.Devices = append(res.Devices, dev.row(hostID, holder[dev.Name].UID, false))
+	}
+	for _, name := range slices.Sorted(maps.Keys(holder)) {
+		if h := holder[name]; !inPlan[name] {
+			// Held is what the inventory's sync reports too: kept, out of
+			// the plan, pending removal.
+			res.Held = append(res.Held, name)
+			res.Devices = append(res.Devices, h.Device.row(hostID, h.UID, true))
+		}
+	}
+	res.Unchanged = len(res.Devices)
+	l.current, l.synced = cur, true
+	return res
+}
+
+// holding is a prepared fixed slice and the claim that holds it.
+type holding struct {
+	Prepared
+	UID string
+}
+
+// holders maps each prepared fixed slice's name to its claim. A claims
+// device is held by none: its claims share it.
+func (l *Ledger) holders() map[string]holding {
+	out := map[string]holding{}
+	for uid, c := range l.claims {
+		for _, p := range c.Devices {
+			if p.Own == nil {
+				out[p.Device.Name] = holding{Prepared: p, UID: uid}
+			}
+		}
+	}
+	return out
+}
+
+// State is what the plugin publishes and reports health on.
+type State struct {
+	// Ready: a reconcile has said what there is since the start, and no
+	// rebuild is pending; until then nothing is published.
+	Ready bool
+	// Published is what the pool holds (Published).
+	Published []Device
+	// Planned are the GPUs of the last reconcile, by UUID.
+	Planned map[string]bool
+}
+
+// State is the ledger's state now.
+func (l *Ledger) State() State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := State{Ready: l.synced && l.rebuild == nil, Planned: map[string]bool{}}
+	for _, dev := range l.current {
+		st.Planned[dev.GPUUUID] = true
+	}
+	if st.Ready {
+		st.Published = Published(l.current, l.claims)
+	}
+	return st
+}
+
+// Published is what the pool holds: every prepared fixed slice as it was
+// prepared; every device of the last reconcile that no claim holds; a
+// claims device as the plan has it now, or, out of the plan, as its claims
+// were prepared on it, while any holds a device on it. A device of a GPU
+// the last reconcile saw unhealthy is marked so (and tainted when
+// published); a removed GPU's free devices are withdrawn. Ordered by GPU,
+// fixed slices by index, then the claims device.
+func Published(current []Device, claims map[string]Claim) []Device {
+	healthy := map[string]bool{}
+	now := map[string]Device{}
+	for _, dev := range current {
+		healthy[dev.GPUUUID] = dev.Healthy
+		now[dev.Name] = dev
+	}
+	out := map[string]Device{}
+	for _, c := range claims {
+		for _, p := range c.Devices {
+			dev := p.Device
+			if cur, ok := now[dev.Name]; ok && dev.Claims {
+				dev = cur
+			}
+			if h, known := healthy[dev.GPUUUID]; known {
+				dev.Healthy = h
+			}
+			out[dev.Name] = dev
+		}
+	}
+	for _, dev := range current {
+		if _, held := out[dev.Name]; !held {
+			out[dev.Name] = dev
+		}
+	}
+	devs := slices.Collect(maps.Values(out))
+	slices.SortFunc(devs, func(a, b Device) int {
+		return cmp.Or(cmp.Compare(a.GPUUUID, b.GPUUUID), compareBool(a.Claims, b.Claims), cmp.Compare(a.Index, b.Index))
+	})
+	return devs
+}
+
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+// Claims are the prepared claims, by UID.
+func (l *Ledger) Claims() map[string]Claim {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.claims)
+}
+
+// Held are the own devices of the prepared claims on claims devices,
+// which the agent bills and shows as virtual devices, by name.
+func (l *Ledger) Held() []claim.Held {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []claim.Held
+	for uid, c := range l.claims {
+		for _, p := range c.Devices {
+			if s := p.Own; s != nil {
+				out = append(out, claim.Held{
+					Device: vdev.Device{GPU: gpu.Info{UUID: gpu.UUID(p.Device.GPUUUID), Minor: s.Minor, Index: -1},
+						Index: s.Index, MemoryLimit: s.MemoryLimit, ThreadPercentage: s.ThreadPercentage},
+					Claim: c.Namespace + "/" + c.Name, UID: uid, CDIName: s.CDIName,
+				})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b claim.Held) int { return cmp.Compare(a.Device.Name(), b.Device.Name()) })
+	return out
+}

@@ -1,0 +1,55 @@
+package arch
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// kubernetesModules are what the Kubernetes mode links: client-go, the
+// kubelet plugin library, their API types, and gRPC under them.
+var kubernetesModules = []string{"k8s.io/", "sigs.k8s.io/", "google.golang.org/grpc"}
+
+// depsOf lists the packages the daemon's binary links, built with tags as
+// the Makefile builds it (go list -deps: what the linker is given).
+func depsOf(t *testing.T, tags string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "list", "-deps", "-tags", tags, "./cmd/mps-daemon")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps -tags %s: %v", tags, err)
+	}
+	return strings.Fields(string(out))
+}
+
+// linked are the packages of deps in one of modules.
+func linked(deps, modules []string) []string {
+	var out []string
+	for _, d := range deps {
+		for _, m := range modules {
+			if strings.HasPrefix(d, m) {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+// Issue 40, as tailscale's depaware keeps its binaries' dependencies: the
+// Cloudpods daemon (bin/mps-daemon, make build's tags) links no Kubernetes
+// module and no gRPC, which would make it four times the size and run
+// their package initialisers on every Cloudpods host. The Kubernetes build
+// (make build-kubernetes) does link them: the test sees what it guards.
+func TestTheCloudpodsDaemonLinksNoKubernetes(t *testing.T) {
+	if got := linked(depsOf(t, "netgo,osusergo"), kubernetesModules); len(got) > 0 {
+		t.Errorf("bin/mps-daemon links %d packages of Kubernetes or gRPC (keep them behind the kubernetes tag, in pkg/dra and cmd/mps-daemon/dra.go): %v", len(got), got)
+	}
+	if got := linked(depsOf(t, "netgo,osusergo,kubernetes"), kubernetesModules); len(got) < 10 {
+		t.Errorf("the Kubernetes build links only %v: the list is not what it guards", got)
+	}
+}
