@@ -126,6 +126,7 @@ func OpenPostgres(ctx context.Context, dsn string, log *slog.Logger) (*Store, er
 		_ = db.Close()
 		return nil, fmt.Errorf("migrating %s: %w", where, err)
 	}
+	s.startUpkeep()
 	return s, nil
 }
 
