@@ -233,4 +233,3 @@ func recordPrincipal(w http.ResponseWriter, t store.Token) {
 		rec.tokenID, rec.role, rec.host = t.ID, string(t.Role), t.Host
 	}
 }
-
