@@ -2,11 +2,14 @@ package client
 
 import (
 	"crypto/sha256"
-	"encoding/json"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
 	"slices"
 	"sync"
+	"time"
 
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/devsync"
@@ -78,11 +81,62 @@ func (s *syncMemos) forget(hostID string) {
 }
 
 // digestOf is the digest of a sync's desired rows (as devsync.Desired
-// left them): any field of any row, and their order, changes it.
+// left them): any field of any row, and their order, changes it. The
+// fields are read by reflection, so a field added to the record is in it
+// without a line here; a sync's digest costs a few microseconds (JSON of
+// 8 rows cost 60-75 us, a tenth of a loader's CPU at 3,000 syncs/s).
 func digestOf(want []api.IsolatedDevice) ([sha256.Size]byte, error) {
-	b, err := json.Marshal(want)
-	if err != nil {
-		return [sha256.Size]byte{}, fmt.Errorf("digesting the desired devices: %w", err)
+	b := make([]byte, 0, 256*len(want))
+	var err error
+	for i := range want {
+		if b, err = appendValue(b, reflect.ValueOf(&want[i]).Elem()); err != nil {
+			return [sha256.Size]byte{}, fmt.Errorf("digesting the desired devices: %w", err)
+		}
 	}
 	return sha256.Sum256(b), nil
+}
+
+var timeType = reflect.TypeFor[time.Time]()
+
+// appendValue appends v's value to b, unambiguously: strings and lists
+// with their length, a pointer with whether it is nil.
+func appendValue(b []byte, v reflect.Value) ([]byte, error) {
+	var err error
+	switch v.Kind() {
+	case reflect.String:
+		b = binary.AppendUvarint(b, uint64(v.Len()))
+		b = append(b, v.String()...)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		b = binary.AppendVarint(b, v.Int())
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		b = binary.AppendUvarint(b, v.Uint())
+	case reflect.Float32, reflect.Float64:
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v.Float()))
+	case reflect.Bool:
+		b = append(b, map[bool]byte{false: 0, true: 1}[v.Bool()])
+	case reflect.Pointer:
+		if v.IsNil() {
+			return append(b, 0), nil
+		}
+		return appendValue(append(b, 1), v.Elem())
+	case reflect.Slice:
+		b = binary.AppendUvarint(b, uint64(v.Len()))
+		for i := range v.Len() {
+			if b, err = appendValue(b, v.Index(i)); err != nil {
+				return nil, err
+			}
+		}
+	case reflect.Struct:
+		if v.Type() == timeType {
+			return v.Interface().(time.Time).AppendBinary(b)
+		}
+		for i := range v.NumField() {
+			if b, err = appendValue(b, v.Field(i)); err != nil {
+				return nil, err
+			}
+		}
+	default:
+		return nil, fmt.Errorf("field of kind %s", v.Kind())
+	}
+	return b, nil
 }

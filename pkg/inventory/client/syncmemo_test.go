@@ -292,3 +292,36 @@ func TestSyncWithAnInventoryWithoutVersions(t *testing.T) {
 	s.run(want, devsync.Result{Updated: 1, Unchanged: 1}, list, deviceWrite+first.Devices[0].ID)
 	s.run(want, devsync.Result{Unchanged: 2}, list)
 }
+
+// The digest of the desired rows changes with any field of any row and
+// with their order, and with nothing else.
+func TestDigestOfDesiredRows(t *testing.T) {
+	want := gpuSlices("06", 3)
+	base, err := digestOf(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := digestOf(gpuSlices("06", 3)); again != base {
+		t.Fatal("the same rows digest differently")
+	}
+	changes := map[string]func(d []api.IsolatedDevice){
+		"a limit":           func(d []api.IsolatedDevice) { d[1].MPSMemoryLimit++ },
+		"unhealthy":         func(d []api.IsolatedDevice) { d[2].Unhealthy = true },
+		"the model":         func(d []api.IsolatedDevice) { d[0].Model += " " },
+		"a string's bytes":  func(d []api.IsolatedDevice) { d[0].Model, d[0].Addr = d[0].Model+d[0].Addr[:1], d[0].Addr[1:] },
+		"pcie_info cleared": func(d []api.IsolatedDevice) { d[0].PCIEInfo = nil },
+		"pcie_info's lanes": func(d []api.IsolatedDevice) { p := *d[0].PCIEInfo; p.LaneWidth = 8; d[0].PCIEInfo = &p },
+		"the order":         func(d []api.IsolatedDevice) { d[0], d[1] = d[1], d[0] },
+		"the cdi name":      func(d []api.IsolatedDevice) { d[2].CDIName = "x" },
+	}
+	for name, change := range changes {
+		d := gpuSlices("06", 3)
+		change(d)
+		if got, err := digestOf(d); err != nil || got == base {
+			t.Errorf("%s: digest unchanged (%v)", name, err)
+		}
+	}
+	if fewer, _ := digestOf(want[:2]); fewer == base {
+		t.Error("a row fewer: digest unchanged")
+	}
+}

@@ -99,7 +99,7 @@ func (s *Store) VerifyKeystoneToken(ctx context.Context, presented string) (Keys
 		return KeystoneToken{}, refuse(ErrInvalidToken, "malformed token")
 	}
 	key := tokenCacheKey(presented)
-	if e, ok := s.tokens.get(key, s.now()); ok {
+	if e, ok := s.cachedToken(ctx, key); ok {
 		e.keystone.API = e.api.used(e.usedAt)
 		return e.keystone, nil
 	}

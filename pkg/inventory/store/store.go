@@ -42,6 +42,7 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -69,6 +70,8 @@ type Store struct {
 	// upkeep (tokens_upkeep.go).
 	tokens *tokenCache
 	upkeep *upkeep
+	// revocationsMu: one reading of the revocation log at a time.
+	revocationsMu sync.Mutex
 	// pgHosts are the host ids PostgreSQL's attach sends its pick's
 	// summary for before the host's lock answers (pgattach.go).
 	pgHosts hostIDs

@@ -106,6 +106,22 @@ func (c *tokenCache) get(key tokenKey, now time.Time) (cachedToken, bool) {
 	return *e, true
 }
 
+// stale says whether the cache's last reading of the revocation log began
+// TokenCacheTTL ago or more: then it answers nothing.
+func (c *tokenCache) stale(now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return now.Sub(c.checkedAt) >= TokenCacheTTL
+}
+
+// holds says whether key has an entry still good at now.
+func (c *tokenCache) holds(key tokenKey, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key]
+	return ok && now.Before(e.until)
+}
+
 // begin is called before a verification reads the database; its result
 // goes to put.
 func (c *tokenCache) begin() uint64 {

@@ -223,7 +223,7 @@ func (s *Store) VerifyToken(ctx context.Context, presented string) (Token, error
 		return Token{}, refuse(ErrInvalidToken, "malformed token")
 	}
 	key := tokenCacheKey(presented)
-	if e, ok := s.tokens.get(key, s.now()); ok {
+	if e, ok := s.cachedToken(ctx, key); ok {
 		return e.api.used(e.usedAt), nil
 	}
 	gen := s.tokens.begin()
@@ -254,6 +254,18 @@ func (t Token) used(at time.Time) Token {
 		t.LastUsedAt = at.UTC().Truncate(time.Second)
 	}
 	return t
+}
+
+// cachedToken answers key's entry from the cache; when the cache is stale
+// and holds it, after reading the revocation log (freshenTokens).
+func (s *Store) cachedToken(ctx context.Context, key tokenKey) (cachedToken, bool) {
+	if e, ok := s.tokens.get(key, s.now()); ok {
+		return e, true
+	}
+	if s.freshenTokens(ctx, key) {
+		return s.tokens.get(key, s.now())
+	}
+	return cachedToken{}, false
 }
 
 // secretMatches reports whether a presented secret is the one whose hash

@@ -101,6 +101,32 @@ func (s *Store) runUpkeep(ctx context.Context) {
 // from when it began. The first reading, or one after a long gap, starts
 // from the log's end and forgets every entry.
 func (s *Store) checkRevocations(ctx context.Context) error {
+	s.revocationsMu.Lock()
+	defer s.revocationsMu.Unlock()
+	return s.checkRevocationsLocked(ctx)
+}
+
+// freshenTokens reads the revocation log when the cache's last reading
+// began TokenCacheTTL ago or more (the upkeep late: a machine too busy to
+// run it on time) and the cache holds key: the request that finds it so
+// reads the log for itself and every request waiting meanwhile, instead
+// of each reading its token. It says whether the cache answers again.
+func (s *Store) freshenTokens(ctx context.Context, key tokenKey) bool {
+	if !s.tokens.stale(s.now()) || !s.tokens.holds(key, s.now()) {
+		return false
+	}
+	s.revocationsMu.Lock()
+	defer s.revocationsMu.Unlock()
+	if s.tokens.stale(s.now()) { // not read by another meanwhile
+		if err := s.checkRevocationsLocked(ctx); err != nil {
+			s.log.Debug("reading the token revocation log for a request", "error", err)
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Store) checkRevocationsLocked(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, upkeepTimeout)
 	defer cancel()
 	start := s.now()

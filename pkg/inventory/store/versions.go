@@ -18,10 +18,20 @@ import (
 // it equals nothing.
 
 // hostVersionQuery reads a host named by its id or, failing that, its
-// name, with its devices version: one statement, two index seeks.
-const hostVersionQuery = `SELECT h.id, COALESCE(v.version, 0) FROM hosts h
-	LEFT JOIN isolated_device_versions v ON v.host_id = h.id
-	WHERE h.id = ? OR h.name = ? ORDER BY CASE WHEN h.id = ? THEN 0 ELSE 1 END LIMIT 1`
+// name, with its devices version: one statement, two index seeks and the
+// version's. Its arguments: the id or name, three times.
+//
+// PostgreSQL answers the OR from both indexes (a BitmapOr) and sorts the
+// two rows at most; SQLite did the same with a temporary B-tree, so there
+// it is two seeks, the id's first (UNION ALL in order, LIMIT 1: the name's
+// is read only when no id matched, as pickHostQuery).
+func (s *Store) hostVersionQuery() string {
+	const cols = `SELECT h.id, COALESCE(v.version, 0) FROM hosts h LEFT JOIN isolated_device_versions v ON v.host_id = h.id`
+	if s.d.name == "sqlite" {
+		return cols + ` WHERE h.id = ? UNION ALL ` + cols + ` WHERE h.name = ? AND h.id <> ? LIMIT 1`
+	}
+	return cols + ` WHERE h.id = ? OR h.name = ? ORDER BY CASE WHEN h.id = ? THEN 0 ELSE 1 END LIMIT 1`
+}
 
 // HostVersion is a host's id and the version of its devices.
 type HostVersion struct {
@@ -42,7 +52,7 @@ func (s *Store) DevicesVersion(ctx context.Context, idOrName string) (HostVersio
 
 func (s *Store) hostVersion(ctx context.Context, q querier, idOrName string) (HostVersion, error) {
 	var hv HostVersion
-	err := s.prep(q).QueryRowContext(ctx, s.d.bind(hostVersionQuery), idOrName, idOrName, idOrName).Scan(&hv.HostID, &hv.Version)
+	err := s.prep(q).QueryRowContext(ctx, s.d.bind(s.hostVersionQuery()), idOrName, idOrName, idOrName).Scan(&hv.HostID, &hv.Version)
 	if errors.Is(err, sql.ErrNoRows) {
 		return HostVersion{}, refuse(ErrNotFound, "host %q not found", idOrName)
 	}

@@ -148,6 +148,12 @@ func TestDevicesVersionOfUnknownAndBareHosts(t *testing.T) {
 		if err != nil || byName.HostID != h.ID || byName.Version != versionOf(t, s, h.ID) {
 			t.Errorf("by name: %+v, %v; want host %s at its version", byName, err, h.ID)
 		}
+		// A host whose name is another's id: the id wins, as a path's.
+		if twin := mustHost(t, s, h.ID); twin.ID == h.ID {
+			t.Fatal("two hosts with one id")
+		} else if hv, err := s.DevicesVersion(ctx, h.ID); err != nil || hv.HostID != h.ID {
+			t.Errorf("by an id that is also another host's name: %+v, %v; want host %s", hv, err, h.ID)
+		}
 		if _, err := s.DevicesVersion(ctx, "typo"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("unknown host: err = %v, want ErrNotFound", err)
 		}
