@@ -25,6 +25,9 @@ type syncConfig struct {
 	dbPID              int
 	settleWorkers      int
 	list               bool
+	// sharedToken: every host's daemon uses one admin token, instead of
+	// its host's (what the per-host tokens cost).
+	sharedToken bool
 }
 
 func syncFlags(fs *flag.FlagSet, s *syncConfig) {
@@ -38,6 +41,7 @@ func syncFlags(fs *flag.FlagSet, s *syncConfig) {
 	fs.IntVar(&s.dbPID, "db-pid", 0, "--sync: PostgreSQL's postmaster pid (its postmaster.pid's first line), for the database's CPU time")
 	fs.IntVar(&s.settleWorkers, "settle-workers", 64, "--sync: concurrent first syncs (each daemon's start) before the load")
 	fs.BoolVar(&s.list, "list", false, "--sync: afterwards, one host's list (climc --host) and a walk of the whole list by marker")
+	fs.BoolVar(&s.sharedToken, "shared-token", false, "--sync: every host syncs with one admin token instead of its own host token")
 }
 
 // runSync is the host-sync load on st's database, through the inventories
@@ -64,6 +68,15 @@ func runSync(ctx context.Context, c config, st *store.Store, stdout io.Writer, l
 	}
 	if err := st.Analyze(ctx); err != nil {
 		return err
+	}
+	if s.sharedToken {
+		tok, _, err := st.CreateToken(ctx, store.NewToken{Name: "mps-inventory-bench shared", Role: store.RoleAdmin})
+		if err != nil {
+			return err
+		}
+		for _, h := range hosts {
+			h.token = tok
+		}
 	}
 	urls := splitURLs(c.url)
 	if len(urls) == 0 {
