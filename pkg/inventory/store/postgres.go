@@ -20,12 +20,16 @@ import (
 
 // The pool's limits. Every mps-inventory process has its own pool, so a
 // cluster of N processes holds up to N*pgMaxOpenConns connections: 20 keeps
-// ten processes within PostgreSQL's default max_connections of 100 (with
-// room for operators). Connections are recycled so a failover or a
+// four processes within PostgreSQL's default max_connections of 100 (with
+// room for operators). Every connection opened is kept while it is used
+// (pgMaxIdleConns = pgMaxOpenConns): a connection is a new backend process
+// of PostgreSQL, and with 10 kept idle a burst of host syncs past them
+// opened and closed one per request, PostgreSQL's CPU going to forking
+// backends (issue 41). Connections are recycled so a failover or a
 // pgbouncer restart is followed within minutes.
 const (
 	pgMaxOpenConns    = 20
-	pgMaxIdleConns    = 10
+	pgMaxIdleConns    = pgMaxOpenConns
 	pgConnMaxLifetime = 30 * time.Minute
 	pgConnMaxIdleTime = 5 * time.Minute
 	pgConnectTimeout  = 10 * time.Second
