@@ -69,6 +69,9 @@ func runSync(ctx context.Context, c config, st *store.Store, stdout io.Writer, l
 	if err := st.Analyze(ctx); err != nil {
 		return err
 	}
+	if c.onlyFill {
+		return nil
+	}
 	if s.sharedToken {
 		tok, _, err := st.CreateToken(ctx, store.NewToken{Name: "mps-inventory-bench shared", Role: store.RoleAdmin})
 		if err != nil {
