@@ -33,6 +33,10 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 		}
 		took := time.Since(start)
 		s.requests.Observe(route, r.Method, rec.status, took)
+		ctx := r.Context()
+		if rec.status < 400 && !s.log.Enabled(ctx, slog.LevelDebug) {
+			return // the line would not be written: nothing to build
+		}
 		attrs := []slog.Attr{
 			slog.String("method", r.Method),
 			slog.String("path", r.URL.Path),
@@ -48,7 +52,7 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 		if rec.err != nil {
 			attrs = append(attrs, slog.String("error", rec.err.Error()))
 		}
-		ctx, detail := r.Context(), r.Method+" "+route+" "+strconv.Itoa(rec.status)
+		detail := r.Method + " " + route + " " + strconv.Itoa(rec.status)
 		level := slog.LevelDebug
 		switch {
 		case rec.status >= 500:
