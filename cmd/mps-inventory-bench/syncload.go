@@ -40,11 +40,15 @@ type syncLoad struct {
 
 // syncResult is what the load measured.
 type syncResult struct {
-	target, achieved  float64 // syncs/s
-	syncs, errors     int
-	overruns, writes  int
-	firstErr          error
-	latencies         []time.Duration // sorted
+	target, achieved float64 // syncs/s
+	syncs, errors    int
+	overruns, writes int
+	firstErr         error
+	latencies        []time.Duration // sorted
+	// lag is how late this loader started a sync at worst; unsent the
+	// syncs it had no time left to start.
+	lag               time.Duration
+	unsent            int
 	elapsed           time.Duration
 	cpu               cpuUse
 	loadBefore, after string
@@ -132,8 +136,20 @@ func (l *syncLoad) run(ctx context.Context, cpu *cpuMeter) syncResult {
 		if !due.Before(end) {
 			break
 		}
-		if wait := time.Until(due); wait > time.Millisecond {
+		wait := time.Until(due)
+		if wait > time.Millisecond {
 			time.Sleep(wait)
+		}
+		if late := -wait; late > res.lag {
+			res.lag = late
+		}
+		if !time.Now().Before(end) {
+			// This loader cannot start the syncs as fast as they are due
+			// (a machine too busy): the ones left are not sent, counted as
+			// errors, and the run is not a measurement of the inventory.
+			res.unsent = int((end.Sub(due)) * time.Duration(n) / l.interval)
+			res.errors += res.unsent
+			break
 		}
 		if !cpuTaken && !due.Before(measureFrom) {
 			cpuAt0, cpuTaken = cpu.read(), true
@@ -153,7 +169,9 @@ func (l *syncLoad) run(ctx context.Context, cpu *cpuMeter) syncResult {
 		if round > 0 && r.Float64() < l.change {
 			changeRow(h.desired, round)
 		}
-		desired := slices.Clone(h.desired)
+		// The host's last sync has ended (busy), so the rows are not read
+		// while they change: its sync gets them as they are.
+		desired := h.desired
 		h.busy.Store(true)
 		inFlight.Add(1)
 		c := l.clients[i]
@@ -196,8 +214,13 @@ func (r syncResult) report(w io.Writer, l *syncLoad, rowsPerHost, inventories in
 	fmt.Fprintf(w, "| %.0f | %.0f | %s | %s | %s | %d | %d | %s | %s | %.1f |\n\n", r.target, r.achieved,
 		ms(r.percentile(0.5)), ms(r.percentile(0.99)), ms(max), r.errors, r.writes,
 		r.cpu.dbString(), r.cpu.inventoriesString(), r.cpu.self.Seconds())
+	fmt.Fprintf(w, "This loader started its syncs at most %s late.", r.lag.Round(time.Millisecond))
+	if r.unsent > 0 {
+		fmt.Fprintf(w, " It could not start %d syncs before the end (too busy itself): not a measurement of the inventory.", r.unsent)
+	}
+	fmt.Fprint(w, "\n\n")
 	if r.errors > 0 {
-		fmt.Fprintf(w, "Errors: %d (%d syncs not started: their host's last one still ran), the first: %v\n\n", r.errors, r.overruns, r.firstErr)
+		fmt.Fprintf(w, "Errors: %d (%d syncs not started: their host's last one still ran; %d not sent), the first: %v\n\n", r.errors, r.overruns, r.unsent, r.firstErr)
 	}
 }
 
