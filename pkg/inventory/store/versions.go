@@ -47,8 +47,24 @@ type HostVersion struct {
 func (s *Store) DevicesVersion(ctx context.Context, idOrName string) (HostVersion, error) {
 	ctx, cancel := context.WithTimeout(ctx, txTimeout)
 	defer cancel()
+	// A daemon names its host by its id: two primary-key seeks, a plan
+	// with nothing to choose; a name (or a host without a version) is
+	// looked up as a path's host is.
+	var hv HostVersion
+	err := s.prep(s.db).QueryRowContext(ctx, s.d.bind(hostVersionByIDQuery), idOrName).Scan(&hv.HostID, &hv.Version)
+	switch {
+	case err == nil:
+		return hv, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return HostVersion{}, fmt.Errorf("reading the devices version of host %s: %w", idOrName, err)
+	}
 	return s.hostVersion(ctx, s.db, idOrName)
 }
+
+// hostVersionByIDQuery reads the version of the host whose id is its
+// argument, and that host's id (the host must exist: a version row alone,
+// of a host deleted by hand, is none).
+const hostVersionByIDQuery = `SELECT h.id, v.version FROM isolated_device_versions v JOIN hosts h ON h.id = v.host_id WHERE v.host_id = ?`
 
 func (s *Store) hostVersion(ctx context.Context, q querier, idOrName string) (HostVersion, error) {
 	var hv HostVersion

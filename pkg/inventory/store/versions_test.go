@@ -165,6 +165,27 @@ func TestDevicesVersionOfUnknownAndBareHosts(t *testing.T) {
 		}
 		mustDevice(t, s, slice(h.ID, "06", 0))
 		versionOf(t, s, h.ID) // has one again
+
+		// A host deleted by hand, in a shell whose foreign keys are off
+		// (sqlite3's default), takes its version with it.
+		gone := mustHost(t, s, "gpu-gone")
+		conn, err := s.db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if s.d.name == "sqlite" {
+			if _, err := conn.ExecContext(ctx, `PRAGMA foreign_keys = OFF`); err != nil {
+				t.Fatal(err)
+			}
+			defer conn.ExecContext(ctx, `PRAGMA foreign_keys = ON`) //nolint:errcheck
+		}
+		if _, err := conn.ExecContext(ctx, s.d.bind(`DELETE FROM hosts WHERE id = ?`), gone.ID); err != nil {
+			t.Fatal(err)
+		}
+		if hv, err := s.DevicesVersion(ctx, gone.ID); !errors.Is(err, ErrNotFound) {
+			t.Errorf("a host deleted by hand: %+v, %v; want ErrNotFound", hv, err)
+		}
 	})
 }
 

@@ -38,6 +38,14 @@ BEGIN
     ON CONFLICT (host_id) DO UPDATE SET version = excluded.version;
 END;
 
+-- A host deleted goes with its version, also where foreign keys are off
+-- (sqlite3's shell has them off unless told): a version row without its
+-- host must not answer for it.
+CREATE TRIGGER hosts_device_version_delete AFTER DELETE ON hosts
+BEGIN
+    DELETE FROM isolated_device_versions WHERE host_id = OLD.id;
+END;
+
 CREATE TRIGGER isolated_devices_version_insert AFTER INSERT ON isolated_devices
 BEGIN
     UPDATE isolated_device_version_counter SET n = n + 1;
