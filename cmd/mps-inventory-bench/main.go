@@ -1,11 +1,14 @@
 // Command mps-inventory-bench fills an inventory database with a realistic
 // cluster (hosts of 8 GPUs split in 4 to 48 MPS slices, a fraction attached
 // to pods) and measures the inventory over HTTP with concurrent clients:
-// attaches and detaches per second, and the latency of list pages. It is a
-// tool, not a test: rerun it to reproduce docs/benchmarks.md.
+// attaches and detaches per second, and the latency of list pages; or,
+// with --sync, the hosts' own syncs (client.SyncDevices), open loop, every
+// --interval, through one or several running inventories. It is a tool,
+// not a test: rerun it to reproduce docs/benchmarks.md.
 //
 //	mps-inventory-bench --db /tmp/inv.db --rows 100000
 //	mps-inventory-bench --db 'postgres://user@/bench?host=/tmp/pg' --rows 1000000
+//	mps-inventory-bench --db /tmp/sync.db --sync --hosts 10000 --interval 30s --duration 5m
 //
 // The database must be empty (it is filled) or hold the rows of an earlier
 // run with the same --rows and --seed (they are reused). The server runs in
@@ -19,18 +22,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/pprof"
 	"syscall"
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/inventory/client"
-	"yunion.io/x/mps-daemon/pkg/inventory/server"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 )
 
@@ -45,6 +43,7 @@ type config struct {
 	// only keeps the measurements whose name holds it; cpuProfile is a
 	// file for a CPU profile of the measurements.
 	only, cpuProfile string
+	sync             syncConfig
 }
 
 func main() {
@@ -57,12 +56,13 @@ func main() {
 	fs.IntVar(&c.workers, "workers", 8, "concurrent clients (and fill workers)")
 	fs.DurationVar(&c.warm, "warm", time.Second, "warm-up of each measurement, not counted")
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "length of each measurement")
-	fs.StringVar(&c.url, "url", "", "measure this running mps-inventory (serving --db) instead of one in this process")
+	fs.StringVar(&c.url, "url", "", "measure this running mps-inventory (serving --db) instead of one in this process (--sync: several, comma-separated)")
 	fs.StringVar(&c.token, "token", "", "admin token for --url")
 	fs.BoolVar(&c.explain, "explain", false, "print the database's plans of the list statements")
 	fs.BoolVar(&c.onlyFill, "fill-only", false, "fill (or check) the database and stop")
 	fs.StringVar(&c.only, "only", "", "make only the measurements whose name holds this text (\"attach\", \"list\", \"marker\")")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measurements (go tool pprof) to this file")
+	syncFlags(fs, &c.sync)
 	_ = fs.Parse(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -78,7 +78,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return errors.New("--db is required")
 	case c.rows < 1 || c.workers < 1 || c.duration <= 0:
 		return errors.New("--rows, --workers and --duration must be positive")
-	case (c.url == "") != (c.token == ""):
+	case !c.sync.on && (c.url == "") != (c.token == ""):
 		return errors.New("--url and --token go together")
 	}
 	logf := func(format string, args ...any) {
@@ -89,6 +89,9 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer st.Close()
+	if c.sync.on {
+		return runSync(ctx, c, st, stdout, logf)
+	}
 	hosts := clusterShape(c.rows, c.seed)
 
 	_, have, err := st.ListDevices(ctx, store.DeviceFilter{})
@@ -149,52 +152,4 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	}
 	b.report(stdout, results, fillTime, analyzeTime)
 	return nil
-}
-
-// startCPUProfile starts a CPU profile into path (none when path is
-// empty); the function it returns stops it and closes the file.
-func startCPUProfile(path string) (stop func() error, err error) {
-	if path == "" {
-		return func() error { return nil }, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("creating the CPU profile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("starting the CPU profile: %w", err)
-	}
-	return func() error {
-		pprof.StopCPUProfile()
-		if err := f.Close(); err != nil {
-			return fmt.Errorf("writing the CPU profile: %w", err)
-		}
-		return nil
-	}, nil
-}
-
-// serve starts the API over st on a loopback port, with a new admin token.
-func serve(ctx context.Context, st *store.Store) (url, token string, stop func(), err error) {
-	token, _, err = st.CreateToken(ctx, store.NewToken{Name: "mps-inventory-bench", Role: store.RoleAdmin})
-	if err != nil {
-		return "", "", nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", "", nil, err
-	}
-	srv := &http.Server{Handler: server.New(st, server.Options{}, slog.New(slog.DiscardHandler)), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	stop = func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}
-	return "http://" + ln.Addr().String(), token, stop, nil
-}
-
-// machine describes where the figures come from.
-func machine() string {
-	return fmt.Sprintf("%s/%s, GOMAXPROCS %d, %s", runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.Version())
 }

@@ -118,9 +118,14 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", f.listen, err)
 	}
+	api := server.New(st, server.Options{Region: f.region, PublicURL: f.publicURL, KeystoneTokenTTL: f.keystoneTTL},
+		log.With("component", "api"))
+	summaries, stopSummaries := context.WithCancel(context.WithoutCancel(ctx))
+	summariesDone := make(chan struct{})
+	go func() { defer close(summariesDone); api.Run(summaries) }()
+	defer func() { stopSummaries(); <-summariesDone }() // the last summaries after the last request
 	srv := &http.Server{
-		Handler: server.New(st, server.Options{Region: f.region, PublicURL: f.publicURL, KeystoneTokenTTL: f.keystoneTTL},
-			log.With("component", "api")),
+		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,

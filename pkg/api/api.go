@@ -191,6 +191,7 @@ type IsolatedDeviceList struct {
 	NextMarker      string           `json:"next_marker,omitempty"`
 	MarkerField     string           `json:"marker_field,omitempty"`
 	MarkerOrder     string           `json:"marker_order,omitempty"`
+	HostDevicesVersion
 }
 
 // IsolatedDeviceMarkerList is the answer of GET /isolated_devices with
@@ -202,6 +203,30 @@ type IsolatedDeviceMarkerList struct {
 	NextMarker      string           `json:"next_marker"`
 	MarkerField     string           `json:"marker_field"`
 	MarkerOrder     string           `json:"marker_order"`
+	HostDevicesVersion
+}
+
+// ParamDevicesVersion is the query parameter of GET /isolated_devices
+// that asks a host's devices conditionally: with host (or host_id) and
+// paging_marker= (the first page of a marker walk), a version this
+// inventory answered before (DevicesVersion). While the host's rows are
+// at that version the answer is DevicesUnchanged and no rows; else the
+// page as without it. An inventory that does not know it (an older one, a
+// Cloudpods region) ignores it, as every unknown parameter, and answers
+// the page.
+const ParamDevicesVersion = "devices_version"
+
+// HostDevicesVersion is what mps-inventory answers besides the rows of a
+// marker page of one host's devices (a Cloudpods region answers neither:
+// both are left out when empty). DevicesVersion is the version of the
+// host's rows as the page's snapshot saw them: a decimal number the
+// database gives the host whenever any of its rows is written, by anyone;
+// opaque to clients, which only send it back (ParamDevicesVersion).
+// DevicesUnchanged answers a conditional request whose version is still
+// the host's: the rows are as they were, and none are sent.
+type HostDevicesVersion struct {
+	DevicesVersion   string `json:"devices_version,omitempty"`
+	DevicesUnchanged bool   `json:"devices_unchanged,omitempty"`
 }
 
 // IsolatedDeviceBody wraps one device, in requests and answers.

@@ -6,6 +6,7 @@ package storetest
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -140,4 +141,27 @@ func Guests(t testing.TB, st *store.Store) map[string]string {
 		m[d.Addr] = d.GuestID
 	}
 	return m
+}
+
+// Exec runs query on the database dsn names through a connection of its
+// own, not a Store's: an operator's statement typed in psql or sqlite3,
+// behind the inventory's back.
+func Exec(t testing.TB, dsn, query string, args ...any) {
+	t.Helper()
+	kind, target, err := store.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	driver, source := "pgx", target
+	if kind == "sqlite" {
+		driver, source = "sqlite", "file:"+target+"?_pragma=busy_timeout(10000)"
+	}
+	db, err := sql.Open(driver, source)
+	if err != nil {
+		t.Fatalf("opening %s: %v", store.RedactDSN(dsn), err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(t.Context(), query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
 }

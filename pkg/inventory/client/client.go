@@ -71,6 +71,8 @@ type Client struct {
 	// noBulk: the inventory answered a bulk create as one without it does
 	// (CreateIsolatedDevices); devices are created one by one since.
 	noBulk atomic.Bool
+	// memos are SyncDevices' memory of each host's last sync (syncmemo.go).
+	memos syncMemos
 }
 
 // New returns a client. A malformed URL is reported by the first call.

@@ -35,6 +35,11 @@ type ListOptions struct {
 	Unhealthy, PendingRemoval                  *bool
 	Limit, Offset                              int
 	PagingMarker                               *string
+	// DevicesVersion, with HostID and the first marker page, asks
+	// conditionally (api.ParamDevicesVersion): the answer is
+	// DevicesUnchanged while the host's rows are at that version, an
+	// answer's DevicesVersion of an earlier list.
+	DevicesVersion string
 }
 
 func (o ListOptions) query() url.Values {
@@ -64,6 +69,9 @@ func (o ListOptions) query() url.Values {
 	setPage(q, o.Limit, o.Offset)
 	if o.PagingMarker != nil {
 		q.Set("paging_marker", *o.PagingMarker)
+	}
+	if o.DevicesVersion != "" {
+		q.Set(api.ParamDevicesVersion, o.DevicesVersion)
 	}
 	return q
 }
@@ -158,7 +166,27 @@ func (c *Client) ListIsolatedDevices(ctx context.Context, o ListOptions) (*api.I
 // marker paging (an answer without marker_field), by offset, never listing
 // a device twice.
 func (c *Client) ListAllIsolatedDevices(ctx context.Context, o ListOptions) ([]api.IsolatedDevice, error) {
-	var all []api.IsolatedDevice
+	o.DevicesVersion = ""
+	w, err := c.listAll(ctx, o)
+	return w.devices, err
+}
+
+// walk is what listAll found.
+type walk struct {
+	devices []api.IsolatedDevice
+	// version is the host's devices version its first page answered ("":
+	// none, from an inventory without them or a list of no one host).
+	version string
+	// unchanged: o.DevicesVersion was asked and is still the host's; no
+	// devices were listed.
+	unchanged bool
+}
+
+// listAll is ListAllIsolatedDevices asking its first page conditionally
+// when o.DevicesVersion is set (an inventory that does not know the
+// condition answers the page).
+func (c *Client) listAll(ctx context.Context, o ListOptions) (walk, error) {
+	var w walk
 	seen := map[string]bool{}
 	marker := ""
 	for o.Offset = 0; ; {
@@ -168,27 +196,37 @@ func (c *Client) ListAllIsolatedDevices(ctx context.Context, o ListOptions) ([]a
 		}
 		page, err := c.ListIsolatedDevices(ctx, o)
 		if err != nil {
-			return nil, err
+			return walk{}, err
 		}
+		if marker == "" && o.Offset == 0 {
+			if page.DevicesUnchanged {
+				if o.DevicesVersion == "" || page.DevicesVersion != o.DevicesVersion {
+					return walk{}, fmt.Errorf("the inventory answered version %q unchanged, asked about %q", page.DevicesVersion, o.DevicesVersion)
+				}
+				return walk{version: page.DevicesVersion, unchanged: true}, nil
+			}
+			w.version = page.DevicesVersion
+		}
+		o.DevicesVersion = "" // the first page only
 		for _, d := range page.IsolatedDevices {
 			// Rows deleted meanwhile shift offset pages; never count one twice.
 			if !seen[d.ID] {
 				seen[d.ID] = true
-				all = append(all, d)
+				w.devices = append(w.devices, d)
 			}
 		}
 		switch {
 		case page.MarkerField != "":
 			if page.NextMarker == "" {
-				return all, nil
+				return w, nil
 			}
 			marker = page.NextMarker
 		case len(page.IsolatedDevices) == 0:
-			return all, nil
+			return w, nil
 		default:
 			o.Offset += len(page.IsolatedDevices)
 			if o.Offset >= page.Total {
-				return all, nil
+				return w, nil
 			}
 		}
 	}

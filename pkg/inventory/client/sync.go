@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 
@@ -34,26 +35,57 @@ func syncPatch(d api.IsolatedDevice) api.DevicePatch {
 // SyncDevices makes the host's NVIDIA_MPS rows match desired (devsync.Sync):
 // a row a guest holds is kept, marked pending_removal and reported in
 // Held, not an error. Rows of other dev_types are never touched.
+//
+// A sync whose desired rows are those of the client's last sync of the
+// host asks first whether any of the host's rows changed since that
+// sync listed them (syncmemo.go): while none did, the inventory answers
+// so from the host's version alone, and the last sync's result is
+// answered again, with every row unchanged. Any change, by anyone, makes
+// it a full sync.
 func (c *Client) SyncDevices(ctx context.Context, hostID string, desired []api.IsolatedDevice) (devsync.Result, error) {
 	want, err := devsync.Desired(hostID, desired)
 	if err != nil {
 		return devsync.Result{}, err
 	}
-	return devsync.Sync(ctx, hostRows{c, hostID}, want)
+	digest, err := digestOf(want)
+	if err != nil {
+		return devsync.Result{}, err
+	}
+	p := &hostRows{c: c, hostID: hostID}
+	last, remembered := c.memos.get(hostID)
+	if remembered && last.digest == digest {
+		p.ifVersion = last.version
+	}
+	res, err := devsync.Sync(ctx, p, want)
+	switch {
+	case errors.Is(err, errUnchanged):
+		c.log.Debug("isolated devices unchanged since the last sync", "host_id", hostID, "devices_version", last.version)
+		return last.unchanged(), nil
+	case err != nil:
+		c.memos.forget(hostID)
+		return res, err
+	}
+	c.memos.put(hostID, syncMemo{digest: digest, version: p.version, result: res})
+	return res, nil
 }
 
 // hostRows are a host's NVIDIA_MPS rows in mps-inventory, a devsync.Port.
+// Its first List asks conditionally when ifVersion is set (the version of
+// the host's rows its last sync listed), and answers errUnchanged when
+// they are still at it; version is the one the first List found.
 type hostRows struct {
-	c      *Client
-	hostID string
+	c                  *Client
+	hostID             string
+	ifVersion, version string
+	listed             bool
 }
 
-func (p hostRows) Key(d api.IsolatedDevice) (devsync.Key, string) { return devsync.KeyOf(d), d.ID }
+func (p *hostRows) Key(d api.IsolatedDevice) (devsync.Key, string) { return devsync.KeyOf(d), d.ID }
 
 // Create creates d; a 409 is a concurrent sync that created it since the
 // list (a row of another dev_type with the same key is not found then, and
 // the conflict is returned).
-func (p hostRows) Create(ctx context.Context, d api.IsolatedDevice) ([]api.IsolatedDevice, error) {
+func (p *hostRows) Create(ctx context.Context, d api.IsolatedDevice) ([]api.IsolatedDevice, error) {
 	created, err := p.c.CreateIsolatedDevice(ctx, d)
 	switch {
 	case IsConflict(err):
@@ -69,7 +101,7 @@ func (p hostRows) Create(ctx context.Context, d api.IsolatedDevice) ([]api.Isola
 // (Client.CreateIsolatedDevices; one by one from an inventory without the
 // bulk create, answering those created before an error); a 409 is
 // devsync.ErrExists, as for Create.
-func (p hostRows) CreateAll(ctx context.Context, ds []api.IsolatedDevice) ([][]api.IsolatedDevice, error) {
+func (p *hostRows) CreateAll(ctx context.Context, ds []api.IsolatedDevice) ([][]api.IsolatedDevice, error) {
 	created, err := p.c.CreateIsolatedDevices(ctx, ds)
 	out := make([][]api.IsolatedDevice, len(created))
 	for i, d := range created {
@@ -85,10 +117,10 @@ func (p hostRows) CreateAll(ctx context.Context, ds []api.IsolatedDevice) ([][]a
 	return out, nil
 }
 
-var _ devsync.BatchCreator[api.IsolatedDevice] = hostRows{}
+var _ devsync.BatchCreator[api.IsolatedDevice] = &hostRows{}
 
 // Update sends the sync's patch when applying it would change the row.
-func (p hostRows) Update(ctx context.Context, cur, d api.IsolatedDevice) ([]api.IsolatedDevice, bool, error) {
+func (p *hostRows) Update(ctx context.Context, cur, d api.IsolatedDevice) ([]api.IsolatedDevice, bool, error) {
 	patch, next := syncPatch(d), cur
 	if patch.Apply(&next); reflect.DeepEqual(next, cur) {
 		return []api.IsolatedDevice{cur}, false, nil
@@ -103,7 +135,7 @@ func (p hostRows) Update(ctx context.Context, cur, d api.IsolatedDevice) ([]api.
 
 // Remove deletes d; one a guest holds the inventory keeps, and it is marked
 // pending_removal.
-func (p hostRows) Remove(ctx context.Context, d api.IsolatedDevice) ([]api.IsolatedDevice, error) {
+func (p *hostRows) Remove(ctx context.Context, d api.IsolatedDevice) ([]api.IsolatedDevice, error) {
 	err := p.c.DeleteIsolatedDevice(ctx, d.ID)
 	switch {
 	case err == nil:
@@ -127,13 +159,24 @@ func (p hostRows) Remove(ctx context.Context, d api.IsolatedDevice) ([]api.Isola
 	return []api.IsolatedDevice{d}, devsync.ErrHeld
 }
 
-// List lists every NVIDIA_MPS row of the host.
-func (p hostRows) List(ctx context.Context) ([]api.IsolatedDevice, error) {
-	all, err := p.c.ListAllIsolatedDevices(ctx, ListOptions{HostID: p.hostID, DevType: api.DevTypeNvidiaMPS, Limit: p.c.pageSize})
+// List lists every NVIDIA_MPS row of the host; the first time, it asks
+// conditionally (see hostRows).
+func (p *hostRows) List(ctx context.Context) ([]api.IsolatedDevice, error) {
+	o := ListOptions{HostID: p.hostID, DevType: api.DevTypeNvidiaMPS, Limit: p.c.pageSize}
+	if !p.listed {
+		o.DevicesVersion = p.ifVersion
+	}
+	w, err := p.c.listAll(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("listing isolated devices of host %s: %w", p.hostID, err)
 	}
-	return all, nil
+	if w.unchanged {
+		return nil, errUnchanged
+	}
+	if !p.listed {
+		p.listed, p.version = true, w.version
+	}
+	return w.devices, nil
 }
 
 // putPatch sends patch as the body of PUT /isolated_devices/<id>.

@@ -35,7 +35,7 @@ func newInventory(t *testing.T, st *store.Store, opts server.Options, wrap func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := server.New(st, opts, nil)
+	var h http.Handler = server.New(st, opts, nil)
 	if wrap != nil {
 		h = wrap(h)
 	}

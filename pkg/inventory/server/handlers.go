@@ -103,6 +103,15 @@ func (s *server) listDevices(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	version, err := devicesVersionParam(q.Values, f, byMarker, marker)
+	if err != nil {
+		return err
+	}
+	if version != 0 {
+		if done, err := s.unchanged(w, r, f, version, desc); done || err != nil {
+			return err
+		}
+	}
 	if byMarker {
 		return s.listDevicesByMarker(w, r, f, marker, desc)
 	}
@@ -127,10 +136,8 @@ func (s *server) listDevicesByMarker(w http.ResponseWriter, r *http.Request, f s
 	}
 	out := deviceMarkerListView{
 		IsolatedDevices: viewDevices(page.Devices), Limit: f.Limit, NextMarker: page.NextMarker,
-		MarkerField: "seq", MarkerOrder: "ASC",
-	}
-	if desc {
-		out.MarkerOrder = "DESC"
+		MarkerField: "seq", MarkerOrder: markerOrder(desc),
+		HostDevicesVersion: api.HostDevicesVersion{DevicesVersion: formatVersion(page.HostVersion)},
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

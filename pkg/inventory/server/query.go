@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 )
 
@@ -209,7 +210,7 @@ var deviceQueryParams = []string{
 	"host", "host_id", "dev_type", "model", "addr", "device_path", "vendor_device_id", "vendor",
 	"numa_node", "name", "gpu", "server", "guest_id", "unused", "unhealthy", "pending_removal",
 	"index", "device_minor", "details", "limit", "offset", "order", "order_by",
-	"paging_marker", "paging_order",
+	"paging_marker", "paging_order", api.ParamDevicesVersion,
 }
 
 // deviceFilter reads the list parameters climc and Cloudpods' host agent

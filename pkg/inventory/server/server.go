@@ -35,6 +35,9 @@ type Options struct {
 	// KeystoneTokenTTL is how long a keystone token is good for; 0 means
 	// DefaultKeystoneTokenTTL.
 	KeystoneTokenTTL time.Duration
+	// Now is the clock of the log's summaries (logsummary.go); nil means
+	// time.Now.
+	Now func() time.Time
 }
 
 const (
@@ -59,12 +62,48 @@ type server struct {
 	route    routeOf
 	// methods lists the methods served on a request's path (routes.go).
 	methods methodsOf
-	// clientErrors summarises the client's errors in the log.
-	clientErrors clientErrors
+	// summaries summarise refused credentials, forbidden calls and the
+	// client's other errors in the log (logsummary.go), on the clock now.
+	summaries *summaries
+	now       func() time.Time
 }
 
-// New returns the API's handler over st.
-func New(st *store.Store, opts Options, log *slog.Logger) http.Handler {
+// Server is the API: an http.Handler, whose log summaries Run writes on
+// time.
+type Server struct {
+	s       *server
+	handler http.Handler
+}
+
+// ServeHTTP serves the API.
+func (v *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { v.handler.ServeHTTP(w, r) }
+
+// Run writes the log's summaries of failed requests as their windows end,
+// every summaryTick, until ctx ends; then those pending. Without Run they
+// are written by the next failure of their key after twice their window.
+func (v *Server) Run(ctx context.Context) {
+	t := time.NewTicker(summaryTick)
+	defer t.Stop()
+	v.s.runSummaries(ctx, t.C)
+}
+
+// runSummaries is Run with its ticks (tests send their own); the clock is
+// the server's.
+func (s *server) runSummaries(ctx context.Context, ticks <-chan time.Time) {
+	for {
+		select {
+		case <-ctx.Done():
+			// Everything pending: as if every window had ended.
+			s.summaries.flush(context.WithoutCancel(ctx), s.log, s.now().Add(summaryWindow))
+			return
+		case <-ticks:
+			s.summaries.flush(ctx, s.log, s.now())
+		}
+	}
+}
+
+// New returns the API over st.
+func New(st *store.Store, opts Options, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -72,6 +111,10 @@ func New(st *store.Store, opts Options, log *slog.Logger) http.Handler {
 		st: st, log: log, maxBody: opts.MaxBodyBytes, policy: routePolicy(), requests: metrics.NewHTTP(metrics.InventoryPrefix),
 		region: cmp.Or(opts.Region, DefaultRegion), publicURL: strings.TrimSuffix(opts.PublicURL, "/"),
 		keystoneTTL: cmp.Or(opts.KeystoneTokenTTL, DefaultKeystoneTokenTTL),
+		summaries:   newSummaries(), now: opts.Now,
+	}
+	if s.now == nil {
+		s.now = time.Now
 	}
 	s.metrics = metrics.Handler(metrics.NewRegistry(s.requests))
 	if s.maxBody <= 0 {
@@ -116,7 +159,7 @@ func New(st *store.Store, opts Options, log *slog.Logger) http.Handler {
 	root.Handle("/", s.authenticate(s.requireJSON(apiMux)))
 	s.route = newRouteOf(root, apiMux, known)
 	s.methods = newMethodsOf(known)
-	return s.logRequests(root)
+	return &Server{s: s, handler: s.logRequests(root)}
 }
 
 // handlerFunc is an API handler; an error it returns becomes the JSON error
@@ -156,9 +199,9 @@ type recorder struct {
 	http.ResponseWriter
 	status int
 	err    error
-	// tokenID and role say who called (the token's public id, never the
-	// token); empty before authentication.
-	tokenID, role string
+	// tokenID, role and host say who called (the token's public id, never
+	// the token; a host token's host); empty before authentication.
+	tokenID, role, host string
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -187,54 +230,6 @@ func recordError(w http.ResponseWriter, err error) {
 // recordPrincipal hands the caller's token id and role to the request log.
 func recordPrincipal(w http.ResponseWriter, t store.Token) {
 	if rec, ok := w.(*recorder); ok {
-		rec.tokenID, rec.role = t.ID, string(t.Role)
+		rec.tokenID, rec.role, rec.host = t.ID, string(t.Role), t.Host
 	}
-}
-
-// logRequests counts each request by route and status and writes a line
-// for it: error for the server's errors (5xx), warn for a refused
-// credential (401, 403), debug for the rest. A client's other errors (an
-// attach refused for lack of a free device, a 404) are answers a client
-// expects, not trouble of the server: beside their debug line they go into
-// a summary at info, at most one line a clientErrorWindow (clientErrors),
-// so a storm of them writes a bounded log (issue 34: 577,000 warn lines).
-func (s *server) logRequests(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		done := s.requests.Start()
-		defer done()
-		route := s.route(r) // before serving: handlers may change r
-		rec := &recorder{ResponseWriter: w}
-		next.ServeHTTP(rec, r)
-		if rec.status == 0 {
-			rec.status = http.StatusOK
-		}
-		took := time.Since(start)
-		s.requests.Observe(route, r.Method, rec.status, took)
-		level := slog.LevelDebug
-		switch {
-		case rec.status >= 500:
-			level = slog.LevelError
-		case rec.status == http.StatusUnauthorized || rec.status == http.StatusForbidden:
-			level = slog.LevelWarn
-		case rec.status >= 400:
-			s.clientErrors.add(r.Context(), s.log, route, rec.status, start)
-		}
-		attrs := []slog.Attr{
-			slog.String("method", r.Method),
-			slog.String("path", r.URL.Path),
-			slog.Int("status", rec.status),
-			slog.Duration("duration", took),
-		}
-		if r.URL.RawQuery != "" {
-			attrs = append(attrs, slog.String("query", r.URL.RawQuery))
-		}
-		if rec.tokenID != "" {
-			attrs = append(attrs, slog.String("token_id", rec.tokenID), slog.String("role", rec.role))
-		}
-		if rec.err != nil {
-			attrs = append(attrs, slog.String("error", rec.err.Error()))
-		}
-		s.log.LogAttrs(r.Context(), level, "request", attrs...)
-	})
 }

@@ -90,6 +90,7 @@ type deviceMarkerListView struct {
 	NextMarker      string       `json:"next_marker"`
 	MarkerField     string       `json:"marker_field"`
 	MarkerOrder     string       `json:"marker_order"`
+	api.HostDevicesVersion
 }
 
 // devicesView is what attach and detach answer to a client that sent this

@@ -101,3 +101,72 @@ func benchHosts(b *testing.B, s *store.Store, n, gpus, slices int) []string {
 	}
 	return names
 }
+
+// BenchmarkHostSync is the store's share of a host's sync (issue 41), one
+// caller, on 500 hosts of 8 rows: "version" is what an unchanged sync
+// costs (DevicesVersion), "page" what a full one lists (the host's first
+// marker page, as client.SyncDevices asks it: 1000 rows, one host), and
+// "token" a host token's verification, cached. cpu-us/op is the process's
+// CPU time per call: on a shared machine a steadier figure than ns/op.
+//
+//	go test -run '^$' -bench HostSync -benchtime 20000x ./pkg/inventory/store
+func BenchmarkHostSync(b *testing.B) {
+	for _, be := range []struct {
+		name string
+		dsn  func(testing.TB) string
+	}{
+		{"sqlite", func(tb testing.TB) string { return filepath.Join(tb.TempDir(), "inventory.db") }},
+		{"postgres", pgtest.DSN},
+	} {
+		b.Run(be.name, func(b *testing.B) {
+			s, err := store.Open(b.Context(), be.dsn(b), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			hosts := benchHosts(b, s, 500, 2, 4)
+			ids := make([]string, len(hosts))
+			tokens := make([]string, len(hosts))
+			for i, h := range hosts {
+				hv, err := s.DevicesVersion(b.Context(), h)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ids[i] = hv.HostID
+				if tokens[i], _, err = s.CreateToken(b.Context(), store.NewToken{Role: store.RoleHost, Host: h}); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.VerifyToken(b.Context(), tokens[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := s.Analyze(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			for _, op := range []struct {
+				name string
+				run  func(i int) error
+			}{
+				{"version", func(i int) error { _, err := s.DevicesVersion(b.Context(), ids[i]); return err }},
+				{"page", func(i int) error {
+					p, err := s.ListDevicesByMarker(b.Context(), store.DeviceFilter{HostID: ids[i], DevTypes: []string{api.DevTypeNvidiaMPS}, Limit: 1000}, "", false)
+					if err == nil && len(p.Devices) != 8 {
+						err = fmt.Errorf("%d devices", len(p.Devices))
+					}
+					return err
+				}},
+				{"token", func(i int) error { _, err := s.VerifyToken(b.Context(), tokens[i]); return err }},
+			} {
+				b.Run(op.name, func(b *testing.B) {
+					cpu0 := processCPU(b)
+					for i := 0; b.Loop(); i++ {
+						if err := op.run(i % len(ids)); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/1000/float64(b.N), "cpu-us/op")
+				})
+			}
+		})
+	}
+}

@@ -172,7 +172,7 @@ func TestListQueriesUseIndexes(t *testing.T) {
 				// HostID holds the id, as ListDevices resolves it. Both
 				// orders: newest first is Cloudpods' default.
 				for _, desc := range []bool{false, true} {
-					q, args := tt.f.pageQuery(tt.f.HostID, 20, 0, -1, desc)
+					q, args := tt.f.pageQuery(tt.f.HostID, s.limitClause(20), 0, -1, desc)
 					plan := explain(t, s, q, args...)
 					sorted := strings.Contains(plan, "TEMP B-TREE") || strings.Contains(plan, "Sort")
 					if sorted || !strings.Contains(plan, cmp.Or(tt.page, s.pkIndex())) {
@@ -192,7 +192,7 @@ func TestListQueriesUseIndexes(t *testing.T) {
 			t.Errorf("--gpu total is not taken from the counters:\n%s", plan)
 		}
 		// A marker page seeks to its first row.
-		q, args = DeviceFilter{Models: []string{"m"}}.pageQuery("", 21, 0, 5, false)
+		q, args = DeviceFilter{Models: []string{"m"}}.pageQuery("", s.limitClause(21), 0, 5, false)
 		if plan := explain(t, s, q, args...); !strings.Contains(plan, "rowid>?") && !strings.Contains(plan, "seq >= ") {
 			t.Errorf("marker page does not seek:\n%s", plan)
 		}

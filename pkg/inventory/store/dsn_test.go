@@ -1,10 +1,12 @@
 package store
 
 import (
+	"context"
 	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"yunion.io/x/mps-daemon/internal/testsupport/pgtest"
 )
@@ -138,5 +140,35 @@ func TestPostgresPoolAndSessionDefaults(t *testing.T) {
 	own := openDSN(t, withSettings)
 	if got := show(own, "statement_timeout") + " " + show(own, "application_name"); got != "5s mine" {
 		t.Errorf("the DSN's settings: %q, want \"5s mine\"", got)
+	}
+}
+
+// A statement whose context ends keeps its connection: a short one
+// finishes, a long one gets a cancel request (not a broken connection,
+// which the pool would replace with a new backend, PostgreSQL's fork).
+func TestPostgresCancelKeepsTheConnection(t *testing.T) {
+	s := openDSN(t, pgtest.DSN(t))
+	ctx := t.Context()
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pid := func() int {
+		t.Helper()
+		var p int
+		if err := conn.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&p); err != nil {
+			t.Fatalf("the connection after a cancelled statement: %v", err)
+		}
+		return p
+	}
+	before := pid()
+	long, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	if _, err := conn.ExecContext(long, `SELECT pg_sleep(10)`); err == nil {
+		t.Fatal("a 10 s statement whose context ended after 10 ms succeeded")
+	}
+	if after := pid(); after != before {
+		t.Errorf("backend %d after the cancelled statements, %d before: the connection was replaced", after, before)
 	}
 }

@@ -122,13 +122,14 @@ func (s *Store) ListHosts(ctx context.Context, f HostFilter) ([]api.Host, int, e
 		if f.Limit == 0 || f.Offset >= total {
 			return nil
 		}
-		rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(`SELECT `+hostColumns+` FROM hosts`+where+` ORDER BY name LIMIT ? OFFSET ?`),
-			append(args, f.Limit, f.Offset)...)
+		lim := s.limitClause(f.Limit)
+		rows, err := s.prep(tx).QueryContext(ctx, s.d.bind(`SELECT `+hostColumns+` FROM hosts`+where+` ORDER BY name`+lim.clause+` OFFSET ?`),
+			append(append(args, lim.args...), f.Offset)...)
 		if err != nil {
 			return fmt.Errorf("listing hosts: %w", err)
 		}
 		defer rows.Close()
-		for rows.Next() {
+		for len(hosts) < f.Limit && rows.Next() {
 			h, err := scanHost(rows)
 			if err != nil {
 				return fmt.Errorf("reading host row: %w", err)

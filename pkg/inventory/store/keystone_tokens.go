@@ -99,7 +99,8 @@ func (s *Store) VerifyKeystoneToken(ctx context.Context, presented string) (Keys
 		return KeystoneToken{}, refuse(ErrInvalidToken, "malformed token")
 	}
 	key := tokenCacheKey(presented)
-	if e, ok := s.tokens.get(key, s.now()); ok {
+	if e, ok := s.cachedToken(ctx, key); ok {
+		e.keystone.API = e.api.used(e.usedAt)
 		return e.keystone, nil
 	}
 	gen := s.tokens.begin()
@@ -120,13 +121,17 @@ func (s *Store) VerifyKeystoneToken(ctx context.Context, presented string) (Keys
 	if methods != "" {
 		kt.Methods = strings.Split(methods, ",")
 	}
-	s.touchToken(ctx, &kt.API)
 	// Kept no longer than the token is good for.
-	until := s.now().Add(TokenCacheTTL)
+	now := s.now()
+	until := now.Add(tokenCacheMaxAge)
 	if kt.ExpiresAt.Before(until) {
 		until = kt.ExpiresAt
 	}
-	s.tokens.put(key, cachedToken{api: kt.API, keystone: kt, until: until}, gen, s.now())
+	if !s.tokens.put(key, cachedToken{api: kt.API, keystone: kt, until: until, usedAt: now}, gen, now) {
+		s.touchToken(ctx, &kt.API)
+		return kt, nil
+	}
+	kt.API = kt.API.used(now)
 	return kt, nil
 }
 
@@ -140,7 +145,7 @@ func (s *Store) RevokeKeystoneToken(ctx context.Context, presented string) error
 	ctx, cancel := context.WithTimeout(ctx, txTimeout)
 	defer cancel()
 	_, err = s.db.ExecContext(ctx, s.d.bind(`DELETE FROM keystone_tokens WHERE id = ?`), kt.ID)
-	s.tokens.revoked() // after the DELETE, as in RevokeToken
+	s.tokens.revoke(kt.ID) // after the DELETE, as in RevokeToken
 	if err != nil {
 		return fmt.Errorf("revoking keystone token %s: %w", kt.ID, err)
 	}

@@ -15,17 +15,22 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // The pool's limits. Every mps-inventory process has its own pool, so a
 // cluster of N processes holds up to N*pgMaxOpenConns connections: 20 keeps
-// ten processes within PostgreSQL's default max_connections of 100 (with
-// room for operators). Connections are recycled so a failover or a
+// four processes within PostgreSQL's default max_connections of 100 (with
+// room for operators). Every connection opened is kept while it is used
+// (pgMaxIdleConns = pgMaxOpenConns): a connection is a new backend process
+// of PostgreSQL, and with 10 kept idle a burst of host syncs past them
+// opened and closed one per request, PostgreSQL's CPU going to forking
+// backends (issue 41). Connections are recycled so a failover or a
 // pgbouncer restart is followed within minutes.
 const (
 	pgMaxOpenConns    = 20
-	pgMaxIdleConns    = 10
+	pgMaxIdleConns    = pgMaxOpenConns
 	pgConnMaxLifetime = 30 * time.Minute
 	pgConnMaxIdleTime = 5 * time.Minute
 	pgConnectTimeout  = 10 * time.Second
@@ -111,6 +116,7 @@ func OpenPostgres(ctx context.Context, dsn string, log *slog.Logger) (*Store, er
 			cfg.RuntimeParams[k] = v
 		}
 	}
+	cfg.BuildContextWatcherHandler = cancelLate
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(pgMaxOpenConns)
 	db.SetMaxIdleConns(pgMaxIdleConns)
@@ -126,7 +132,25 @@ func OpenPostgres(ctx context.Context, dsn string, log *slog.Logger) (*Store, er
 		_ = db.Close()
 		return nil, fmt.Errorf("migrating %s: %w", where, err)
 	}
+	s.startUpkeep()
 	return s, nil
+}
+
+// A statement whose context ends (a client that hung up, a request that
+// timed out) is cancelled late: pgx's default sets a deadline on the
+// connection at once, which breaks it, and the pool then opens a new one
+// (PostgreSQL forks a backend); an overloaded inventory whose clients
+// time out then spent more of PostgreSQL's CPU opening connections than
+// answering (issue 41: 81 s of it in 140 s). A statement still running
+// pgCancelAfter later is cancelled with a cancel request, which keeps the
+// connection; the deadline follows pgCancelDeadline later still.
+const (
+	pgCancelAfter    = time.Second
+	pgCancelDeadline = 3 * time.Second
+)
+
+func cancelLate(c *pgconn.PgConn) ctxwatch.Handler {
+	return &pgconn.CancelRequestContextWatcherHandler{Conn: c, CancelRequestDelay: pgCancelAfter, DeadlineDelay: pgCancelDeadline}
 }
 
 // bindDollar turns the `?` placeholders of q into $1, $2, ... in order. A

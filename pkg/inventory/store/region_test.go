@@ -19,6 +19,7 @@ func TestKeystoneTokens(t *testing.T) {
 		s := open()
 		apiTok, created := mustToken(t, s, NewToken{Name: "agent gpu-1", Role: RoleHost, Host: "gpu-1"})
 		now := time.Now()
+		manualUpkeep(t, s)
 		s.now = func() time.Time { return now }
 
 		whole, kt, err := s.CreateKeystoneToken(ctx, created.ID, "system", []string{"password"}, now.Add(time.Hour))

@@ -42,11 +42,18 @@ var sqliteDialect = dialect{
 	columnOf:      func(t reflect.Type) (string, error) { return columnDef(t, "TEXT", "INTEGER") },
 }
 
-// The pool's idle connections: enough for the concurrent readers of a busy
-// inventory (the writers share one, see groupcommit.go), closed after a
-// while unused.
+// The pool: at most sqliteMaxConns connections, all of them kept open
+// while in use (closed after sqliteConnMaxIdleTime unused). Enough for
+// the concurrent readers of a busy inventory on a few cores (the writers
+// share one, see groupcommit.go); a request past them waits for one to be
+// handed back, which costs it less than opening a connection (its pragmas,
+// reading the schema) and closing it after one statement: with 16 kept
+// idle and no bound, a sync storm spent a fifth of the inventory's CPU
+// opening connections (issue 41). A statement that must be prepared while
+// every connection is taken waits a little, then runs unprepared
+// (stmtCache.get).
 const (
-	sqliteMaxIdleConns    = 16
+	sqliteMaxConns        = 32
 	sqliteConnMaxIdleTime = 5 * time.Minute
 )
 
@@ -82,7 +89,8 @@ func OpenSQLite(ctx context.Context, path string, log *slog.Logger) (*Store, err
 	// connection (its pragmas, reading the schema) cost more than the
 	// token lookup it served when 8 clients authenticated at once
 	// (docs/benchmarks.md, issue 22).
-	db.SetMaxIdleConns(sqliteMaxIdleConns)
+	db.SetMaxOpenConns(sqliteMaxConns)
+	db.SetMaxIdleConns(sqliteMaxConns)
 	db.SetConnMaxIdleTime(sqliteConnMaxIdleTime)
 	s := &Store{db: db, d: sqliteDialect, log: log, now: time.Now, writers: make(chan struct{}, 1), stmts: newStmtCache(db), group: newGroupCommit(), tokens: newTokenCache()}
 	if err := s.migrate(ctx); err != nil {
@@ -90,6 +98,7 @@ func OpenSQLite(ctx context.Context, path string, log *slog.Logger) (*Store, err
 		return nil, fmt.Errorf("migrating %s: %w", path, err)
 	}
 	go s.runBatches()
+	s.startUpkeep()
 	return s, nil
 }
 

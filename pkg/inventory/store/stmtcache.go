@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"sync"
+	"time"
 )
 
 // SQLite parses a statement anew on every call database/sql makes without a
@@ -32,20 +33,40 @@ func newStmtCache(db *sql.DB) *stmtCache {
 	return &stmtCache{db: db, stmts: map[string]*sql.Stmt{}}
 }
 
+// prepareWait bounds how long get waits for a connection of the pool to
+// prepare a statement on (see get).
+const prepareWait = 100 * time.Millisecond
+
 // get returns query prepared, or nil when it cannot be (the caller then
-// runs it as it is, and gets the error, if any, from there).
+// runs it as it is, and gets the error, if any, from there). It prepares
+// on a connection of the pool, which may have none to give: on SQLite the
+// pool is bounded (sqliteMaxConns), and a burst of transactions that each
+// hold a connection may all ask for a statement not prepared yet. It
+// therefore waits at most prepareWait, outside the cache's lock, and the
+// statement runs unprepared that time.
 func (c *stmtCache) get(ctx context.Context, query string) *sql.Stmt {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if st, ok := c.stmts[query]; ok {
+	st, ok := c.stmts[query]
+	full := c.stmts == nil || len(c.stmts) >= maxCachedStmts // closed, or full
+	c.mu.Unlock()
+	if ok {
 		return st
 	}
-	if c.stmts == nil || len(c.stmts) >= maxCachedStmts { // closed, or full
+	if full {
 		return nil
 	}
-	st, err := c.db.PrepareContext(ctx, query)
+	pctx, cancel := context.WithTimeout(ctx, prepareWait)
+	defer cancel()
+	st, err := c.db.PrepareContext(pctx, query)
 	if err != nil {
 		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.stmts[query]; ok || c.stmts == nil || len(c.stmts) >= maxCachedStmts {
+		// Prepared by another caller meanwhile, or closed, or full.
+		_ = st.Close()
+		return old
 	}
 	c.stmts[query] = st
 	return st

@@ -42,6 +42,7 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -65,8 +66,12 @@ type Store struct {
 	// group is the queue of the writers that share transactions (SQLite,
 	// groupcommit.go); nil on PostgreSQL.
 	group *groupCommit
-	// tokens are the tokens verified lately (tokencache.go).
+	// tokens are the tokens verified lately (tokencache.go), kept by
+	// upkeep (tokens_upkeep.go).
 	tokens *tokenCache
+	upkeep *upkeep
+	// revocationsMu: one reading of the revocation log at a time.
+	revocationsMu sync.Mutex
 	// pgHosts are the host ids PostgreSQL's attach sends its pick's
 	// summary for before the host's lock answers (pgattach.go).
 	pgHosts hostIDs
@@ -164,6 +169,7 @@ func (s *Store) Dialect() string { return s.d.name }
 
 // Close closes the database.
 func (s *Store) Close() error {
+	s.stopUpkeep()
 	if s.group != nil {
 		s.group.stop()
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,13 +49,28 @@ func TestTokenCacheRevokedHere(t *testing.T) {
 	})
 }
 
+// manualUpkeep stops s's token upkeep, so that the test reads the
+// revocation log and writes the uses itself (checkRevocations,
+// flushTokenUses) at the times of its own clock, which it may then set.
+// The log has been read once when it returns (the first reading, which
+// starts from the log's end).
+func manualUpkeep(t *testing.T, s *Store) {
+	t.Helper()
+	s.stopUpkeep()
+	if err := s.checkRevocations(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A revocation through another process's Store (a second pool on the same
-// database) reaches this one when its entry ends: TokenCacheTTL after the
-// read it came from, by this Store's clock.
+// database) reaches this one by the revocation log: at the first reading
+// after it, and at the latest TokenCacheTTL after it, by this Store's
+// clock, when no reading succeeded since (the cache then stops answering).
 func TestTokenCacheRevokedElsewhere(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, open func() *Store) {
 		here, there := open(), open()
 		ctx := t.Context()
+		manualUpkeep(t, here)
 		clock := time.Now()
 		here.now = func() time.Time { return clock }
 		whole, tok := mustToken(t, here, NewToken{Role: RoleViewer})
@@ -65,6 +81,9 @@ func TestTokenCacheRevokedElsewhere(t *testing.T) {
 		other, otherTok := mustToken(t, here, NewToken{Role: RoleViewer})
 		ks2, _, err := here.CreateKeystoneToken(ctx, otherTok.ID, "system", []string{"token"}, clock.Add(time.Hour))
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := here.checkRevocations(ctx); err != nil {
 			t.Fatal(err)
 		}
 		for _, v := range []string{whole, ks, other, ks2} {
@@ -84,12 +103,12 @@ func TestTokenCacheRevokedElsewhere(t *testing.T) {
 				t.Errorf("%s... verified where it was revoked: %v", v[:5], err)
 			}
 		}
-		// This one within TokenCacheTTL: still taken just before the bound
-		// (what the cache costs), refused from the bound on.
+		// This one, without reading the log since: still taken just before
+		// TokenCacheTTL (what the cache costs), refused from then on.
 		clock = clock.Add(TokenCacheTTL - time.Millisecond)
 		for _, v := range []string{whole, ks, ks2} {
 			if _, err := verifyAny(t, here, v); err != nil {
-				t.Errorf("%s... refused before its entry ended: the cache did not answer (%v)", v[:5], err)
+				t.Errorf("%s... refused before TokenCacheTTL: the cache did not answer (%v)", v[:5], err)
 			}
 		}
 		clock = clock.Add(time.Millisecond)
@@ -101,6 +120,78 @@ func TestTokenCacheRevokedElsewhere(t *testing.T) {
 		if _, err := verifyAny(t, here, other); err != nil {
 			t.Errorf("a token nobody revoked: %v", err)
 		}
+
+		// With the log read, the cache answers again, for as long as the
+		// readings go on, and a revocation applies at the next one.
+		if err := here.checkRevocations(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			clock = clock.Add(TokenCacheTTL / 2)
+			if err := here.checkRevocations(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := here.tokens.get(tokenCacheKey(other), clock); !ok {
+				t.Errorf("reading %d: the cache no longer answers a token nobody revoked", i)
+			}
+		}
+		if err := there.RevokeToken(ctx, otherTok.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := verifyAny(t, here, other); err != nil {
+			t.Errorf("revoked elsewhere and not read yet: the cache did not answer (%v)", err)
+		}
+		clock = clock.Add(time.Millisecond)
+		if err := here.checkRevocations(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := verifyAny(t, here, other); !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("revoked elsewhere, and read from the log: still verified: %v", err)
+		}
+	})
+}
+
+// A token's entry lives as long as nothing revokes it, much longer than
+// TokenCacheTTL: a host that syncs every 30 s finds its token cached, also
+// when the upkeep fell behind.
+func TestTokenCacheOutlivesTheTTL(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, open func() *Store) {
+		s := open()
+		ctx := t.Context()
+		manualUpkeep(t, s)
+		clock := time.Now()
+		s.now = func() time.Time { return clock }
+		whole, tok := mustToken(t, s, NewToken{Role: RoleHost, Host: "gpu-1"})
+		if err := s.checkRevocations(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.VerifyToken(ctx, whole); err != nil {
+			t.Fatal(err)
+		}
+		// Its row goes without the log hearing of it (as no writer can:
+		// the point is only to see who answers).
+		if _, err := s.db.ExecContext(ctx, `DROP TRIGGER api_tokens_revoked`+map[bool]string{true: ` ON api_tokens`}[s.d.name == "postgres"]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.db.ExecContext(ctx, s.d.bind(`DELETE FROM api_tokens WHERE id = ?`), tok.ID); err != nil {
+			t.Fatal(err)
+		}
+		// 30 s later, the upkeep not having run (a machine too busy): the
+		// request reads the revocation log itself, and the cache answers.
+		clock = clock.Add(30 * time.Second)
+		if _, err := s.VerifyToken(ctx, whole); err != nil {
+			t.Errorf("30 s later the cache did not answer: %v", err)
+		}
+		if last, _ := s.tokens.lastCheck(); !last.Equal(clock) {
+			t.Errorf("the request did not read the revocation log (last reading %v)", last)
+		}
+		clock = clock.Add(tokenCacheMaxAge)
+		if err := s.checkRevocations(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.VerifyToken(ctx, whole); !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("after tokenCacheMaxAge the cache still answered: %v", err)
+		}
 	})
 }
 
@@ -111,6 +202,7 @@ func TestTokenCacheKeepsOnlyValid(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, open func() *Store) {
 		s := open()
 		ctx := t.Context()
+		manualUpkeep(t, s)
 		clock := time.Now()
 		s.now = func() time.Time { return clock }
 		whole, tok := mustToken(t, s, NewToken{Role: RoleAdmin})
@@ -140,6 +232,12 @@ func TestTokenCacheKeepsOnlyValid(t *testing.T) {
 			}
 		}
 		clock = clock.Add(TokenCacheTTL / 2)
+		if err := s.checkRevocations(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := s.tokens.get(tokenCacheKey(whole), clock); !ok {
+			t.Error("the API token's entry is gone")
+		}
 		if _, err := s.VerifyKeystoneToken(ctx, ks); !errors.Is(err, ErrInvalidToken) {
 			t.Errorf("expired keystone token verified: %v", err)
 		}
@@ -155,8 +253,9 @@ func TestTokenCacheRevocationDuringRead(t *testing.T) {
 	c := newTokenCache()
 	now := time.Now()
 	key := tokenCacheKey("mpsi_x")
+	c.checked(now, 0, false)
 	gen := c.begin() // the read starts
-	c.revoked()      // a revocation commits and empties the cache
+	c.revoke("x")    // a revocation commits and drops the token's entries
 	c.put(key, cachedToken{until: now.Add(TokenCacheTTL)}, gen, now)
 	if _, ok := c.get(key, now); ok {
 		t.Fatal("a read from before the revocation was cached after it")
@@ -167,12 +266,13 @@ func TestTokenCacheRevocationDuringRead(t *testing.T) {
 	}
 }
 
-// The cache holds at most maxCachedTokens entries; expired ones make room.
+// The cache holds at most maxCachedTokens entries; expired ones make room,
+// found by a sweep at most once per TokenCacheTTL.
 func TestTokenCacheBounded(t *testing.T) {
 	c := newTokenCache()
 	now := time.Now()
 	put := func(i int, until time.Time) {
-		c.put(tokenCacheKey(strings.Repeat("x", i)), cachedToken{until: until}, c.begin(), now)
+		c.put(tokenCacheKey(strconv.Itoa(i)), cachedToken{until: until}, c.begin(), now)
 	}
 	for i := range maxCachedTokens {
 		put(i, now.Add(time.Duration(i%2)*TokenCacheTTL)) // every other one expired
@@ -186,6 +286,11 @@ func TestTokenCacheBounded(t *testing.T) {
 	}
 	if n := len(c.entries); n != maxCachedTokens {
 		t.Errorf("%d entries, want at most %d", n, maxCachedTokens)
+	}
+	now = now.Add(TokenCacheTTL) // every entry expired, a sweep due
+	put(2*maxCachedTokens+1, now.Add(TokenCacheTTL))
+	if n := len(c.entries); n != 1 {
+		t.Errorf("%d entries after a sweep of expired ones, want the new one", n)
 	}
 }
 

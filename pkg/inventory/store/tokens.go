@@ -191,15 +191,15 @@ func (s *Store) ListTokens(ctx context.Context) ([]Token, error) {
 
 // RevokeToken deletes a token (and its keystone tokens); the next request
 // that presents it to this Store is refused, and another process's Store
-// refuses it within TokenCacheTTL (see tokencache.go). An unknown id is
-// ErrNotFound.
+// refuses it within TokenCacheTTL of the DELETE (see tokencache.go). An
+// unknown id is ErrNotFound.
 func (s *Store) RevokeToken(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, txTimeout)
 	defer cancel()
 	res, err := s.db.ExecContext(ctx, s.d.bind(`DELETE FROM api_tokens WHERE id = ?`), id)
 	// After the DELETE: a verification that read the row before it must
 	// not find the token cached after this returns.
-	s.tokens.revoked()
+	s.tokens.revoke(id)
 	if err != nil {
 		return fmt.Errorf("revoking token %s: %w", id, err)
 	}
@@ -215,7 +215,7 @@ func (s *Store) RevokeToken(ctx context.Context, id string) error {
 // malformed, unknown or its secret is wrong. An unknown id and a wrong
 // secret take the same path (one lookup, one hash, one constant-time
 // comparison), so the answer time does not tell which ids exist. A token
-// found valid within TokenCacheTTL is answered from the cache
+// found valid before is answered from the cache while nothing revoked it
 // (tokencache.go).
 func (s *Store) VerifyToken(ctx context.Context, presented string) (Token, error) {
 	id, secret, ok := parseToken(presented)
@@ -223,8 +223,8 @@ func (s *Store) VerifyToken(ctx context.Context, presented string) (Token, error
 		return Token{}, refuse(ErrInvalidToken, "malformed token")
 	}
 	key := tokenCacheKey(presented)
-	if e, ok := s.tokens.get(key, s.now()); ok {
-		return e.api, nil
+	if e, ok := s.cachedToken(ctx, key); ok {
+		return e.api.used(e.usedAt), nil
 	}
 	gen := s.tokens.begin()
 	ctx, cancel := context.WithTimeout(ctx, txTimeout)
@@ -238,9 +238,34 @@ func (s *Store) VerifyToken(ctx context.Context, presented string) (Token, error
 	if !secretMatches(err == nil, secret, stored) {
 		return Token{}, refuse(ErrInvalidToken, "invalid token")
 	}
-	s.touchToken(ctx, &t)
-	s.tokens.put(key, cachedToken{api: t, until: s.now().Add(TokenCacheTTL)}, gen, s.now())
-	return t, nil
+	now := s.now()
+	if !s.tokens.put(key, cachedToken{api: t, until: now.Add(tokenCacheMaxAge), usedAt: now}, gen, now) {
+		// Not cached: its use is not noted for the upkeep to write.
+		s.touchToken(ctx, &t)
+		return t, nil
+	}
+	return t.used(now), nil
+}
+
+// used is t as it is after a use at: LastUsedAt is at when the use is to
+// be recorded (a minute or more after the last one recorded).
+func (t Token) used(at time.Time) Token {
+	if t.LastUsedAt.IsZero() || at.Sub(t.LastUsedAt) >= lastUsedEvery {
+		t.LastUsedAt = at.UTC().Truncate(time.Second)
+	}
+	return t
+}
+
+// cachedToken answers key's entry from the cache; when the cache is stale
+// and holds it, after reading the revocation log (freshenTokens).
+func (s *Store) cachedToken(ctx context.Context, key tokenKey) (cachedToken, bool) {
+	if e, ok := s.tokens.get(key, s.now()); ok {
+		return e, true
+	}
+	if s.freshenTokens(ctx, key) {
+		return s.tokens.get(key, s.now())
+	}
+	return cachedToken{}, false
 }
 
 // secretMatches reports whether a presented secret is the one whose hash
@@ -255,7 +280,8 @@ func secretMatches(found bool, secret, stored string) bool {
 	return found && match
 }
 
-// touchToken records a use of t, at most once per lastUsedEvery. The
+// touchToken records a use of t that the cache did not keep, at most
+// once per lastUsedEvery (the cache's are written by the upkeep). The
 // condition sits in the statement too, so servers sharing a database do not
 // each write it. A failure is logged: it must not fail the request.
 func (s *Store) touchToken(ctx context.Context, t *Token) {

@@ -205,6 +205,7 @@ func TestListAndRevokeTokens(t *testing.T) {
 		base := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
 		var wholes []string
 		var created []Token
+		manualUpkeep(t, s)
 		for i, nt := range []NewToken{{Name: "a", Role: RoleAdmin}, {Name: "b", Role: RoleHost, Host: "gpu-2"}, {Name: "c", Role: RoleViewer}} {
 			s.now = func() time.Time { return base.Add(time.Duration(i) * time.Second) }
 			w, tok := mustToken(t, s, nt)
@@ -246,6 +247,7 @@ func TestTokenLastUsed(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, open func() *Store) {
 		s := open()
 		ctx := t.Context()
+		manualUpkeep(t, s)
 		t0 := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
 		clock := t0
 		s.now = func() time.Time { return clock }
@@ -261,19 +263,34 @@ func TestTokenLastUsed(t *testing.T) {
 		if !lastUsed().IsZero() {
 			t.Fatalf("a new token has last_used_at %v", lastUsed())
 		}
+		// The uses are written by the upkeep (flushTokenUses), whether
+		// the token was read from the database or answered from the cache
+		// (cached: the revocation log read just before).
 		for _, step := range []struct {
-			at   time.Duration
-			want time.Duration
+			at     time.Duration
+			cached bool
+			want   time.Duration
 		}{
-			{5 * time.Second, 5 * time.Second},
-			{40 * time.Second, 5 * time.Second},
-			{64 * time.Second, 5 * time.Second},
-			{66 * time.Second, 66 * time.Second},
+			{5 * time.Second, false, 5 * time.Second},
+			{40 * time.Second, true, 5 * time.Second},
+			{64 * time.Second, false, 5 * time.Second},
+			{66 * time.Second, true, 66 * time.Second},
+			{100 * time.Second, true, 66 * time.Second},
+			{127 * time.Second, false, 127 * time.Second},
 		} {
 			clock = t0.Add(step.at)
+			if step.cached {
+				if err := s.checkRevocations(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := s.tokens.get(tokenCacheKey(whole), clock); !ok {
+					t.Fatalf("+%v: not cached", step.at)
+				}
+			}
 			if _, err := s.VerifyToken(ctx, whole); err != nil {
 				t.Fatal(err)
 			}
+			s.flushTokenUses(ctx)
 			if got := lastUsed(); !got.Equal(t0.Add(step.want)) {
 				t.Errorf("used at +%v: last_used_at = +%v, want +%v", step.at, got.Sub(t0), step.want)
 			}
