@@ -96,7 +96,7 @@ func TestARenamedFieldFailsTheComparison(t *testing.T) {
 // walkCassette sends the cassette's region requests to an inventory on st
 // and compares the answers.
 func walkCassette(t testing.TB, c *replay.Cassette, st *store.Store, wrap func(http.Handler) http.Handler) {
-	h := server.New(st, server.Options{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var h http.Handler = server.New(st, server.Options{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if wrap != nil {
 		h = wrap(h)
 	}
