@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -22,7 +23,22 @@ type flags struct {
 }
 
 func main() {
+	capProcs()
 	os.Exit(run())
+}
+
+// maxProcs is how many OS threads run the daemon's Go code at once unless
+// GOMAXPROCS says otherwise. Its work is a main loop, an accounting loop
+// and an HTTP server; Go's default (every CPU of the host) would start a
+// garbage-collection worker and a heap cache per CPU on a host whose CPUs
+// are the tenants' (docs/operations.md, "What the daemon costs").
+const maxProcs = 2
+
+// capProcs holds the daemon to maxProcs, unless GOMAXPROCS is set.
+func capProcs() {
+	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) > maxProcs {
+		runtime.GOMAXPROCS(maxProcs)
+	}
 }
 
 func run() int {

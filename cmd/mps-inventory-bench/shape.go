@@ -79,8 +79,8 @@ func (h hostShape) devices(i int, attached float64, seed uint64) []api.IsolatedD
 			Addr: fmt.Sprintf("%02x:00.0-%d", 0x1a+g, s), VendorDeviceID: "10de:2330",
 			DevicePath: fmt.Sprintf("GPU-%08x-%04x-0000-0000-000000000000", i, g), NumaNode: g / (gpusPerHost / 2),
 			Index: -1, DeviceMinor: g,
-			MPSMemoryLimit: m.memMiB / h.slices, MPSMemoryTotal: m.memMiB, MPSThreadPercentage: 100 / h.slices,
 		}
+		setSliceCaps(&d, m.memMiB, h.slices)
 		if podLeft == 0 && r.Float64() < start {
 			pod, podLeft = pod+1, 1+r.IntN(4)
 		}
@@ -155,4 +155,11 @@ func fillHost(ctx context.Context, st *store.Store, h hostShape, i int, attached
 		devs = devs[n:]
 	}
 	return nil
+}
+
+// setSliceCaps gives d the MPS caps of one of slices equal slices of a GPU
+// of memMiB, as the agent's rows carry them: the one place the bench
+// spells the record's MPS fields.
+func setSliceCaps(d *api.IsolatedDevice, memMiB, slices int) {
+	d.MPSMemoryLimit, d.MPSMemoryTotal, d.MPSThreadPercentage = memMiB/slices, memMiB, 100/slices
 }

@@ -51,9 +51,9 @@ func desiredRows(i, n int) []api.IsolatedDevice {
 			DevicePath: uuid, NumaNode: g % 2,
 			PCIEInfo: api.PCIEInfoOf(5, 16),
 			Index:    -1, DeviceMinor: -1,
-			MPSMemoryLimit: memMiB / slicesPerGPU, MPSMemoryTotal: memMiB, MPSThreadPercentage: 100 / slicesPerGPU,
 			CDIName: fmt.Sprintf("yunion.io/mps=%s::%d", uuid, s),
 		}
+		setSliceCaps(&out[r], memMiB, slicesPerGPU)
 	}
 	return out
 }

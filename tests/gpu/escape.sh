@@ -56,7 +56,12 @@ gcc -O2 -o "$EC" "$C/escape_client.c" -ldl 2>&1 | block
 until_line() { for _ in $(seq $(($3 * 100))); do grep -q "^$2" "$1" 2>/dev/null && return 0; sleep 0.01; done; return 1; }
 # gone PID SECONDS: until PID is gone
 gone_within() { for _ in $(seq $(($2 * 100))); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.01; done; return 1; }
-stop() { kill -KILL "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
+# descendants PID: every process below PID (a client runs under in_dev's
+# subshell, cdi_run.py and, in section 6, unshare)
+descendants() { local c; for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do echo "$c"; descendants "$c"; done; }
+# stop PID: PID and every process below it killed, so that no client
+# outlives its try and holds memory on a device the next try uses
+stop() { local all; all="$1 $(descendants "$1")"; kill -KILL $all 2>/dev/null; wait "$1" 2>/dev/null; }
 
 say
 say "## 1. The client contract against the real control daemon, NEW CLIENT lines included"
@@ -124,6 +129,11 @@ C0=$(cpu_ticks); sleep 60; C1=$(cpu_ticks)
 IDLE=$(python3 -c "print(round(($C1-$C0)/$(getconf CLK_TCK)/60*100, 3))")
 read -r OWN NV < <(own_rss)
 say "daemon's idle cost with the new detection (control.log followed, no client, nothing polled): CPU $IDLE% of one core over 60 s ($((C1 - C0)) ticks); RSS $(awk '/^VmRSS/ {print $2}' "/proc/$DPID/status") kB, of which NVML's libraries $NV kB and NVML's anonymous memory ${NVANON:-unmeasured} kB, its own $OWN kB"
+say "daemon's resident mappings over 256 kB, by path (kB resident, kB anonymous), and the Go runtime's figures:"
+awk '/^[0-9a-f]+-[0-9a-f]+ / {p = $6; if (p == "") p = "[anon]"} /^Rss:/ {r[p] += $2} /^Anonymous:/ {a[p] += $2}
+	END {for (k in r) if (r[k] >= 256) printf "%8d %8d %s\n", r[k], a[k], k}' "/proc/$DPID/smaps" | sort -rn | block
+python3 -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "http://$DAEMON_ADDR/metrics" 2>/dev/null |
+	grep -E '^go_(memstats_(heap_(inuse|idle|released|sys)|stack_inuse|sys)_bytes|goroutines|threads|sched_gomaxprocs_threads|gc_gogc_percent) ' | block
 check "the daemon's idle CPU is at most 0.1% of one core" "$(python3 -c "import sys; sys.exit(0 if $IDLE <= 0.1 else 1)"; echo $?)" "($IDLE%)"
 check "the daemon's own resident memory (less NVML's) is at most 20 MiB" "$([ -n "$NVANON" ] && [ "$OWN" -le 20480 ]; echo $?)" "($OWN kB)"
 
@@ -261,6 +271,7 @@ say "daemon's CPU while the GPU has clients (devices 0-2's tenants, polled every
 say
 say "## 6. A client in its own PID namespace with its own /proc, as a container runtime starts it"
 NSCMD=(unshare --pid --fork --mount-proc)
+say "device 3 before: $(python3 -c 'import json,sys,urllib.request; d=[x for x in json.load(urllib.request.urlopen(sys.argv[1], timeout=5))["devices"] if x["name"].endswith("::3")][0]; print("%d MiB in use by %d clients" % (d.get("used_bytes", 0) >> 20, d.get("clients", 0)))' "http://$DAEMON_ADDR/status" 2>&1)"
 in_dev 3 -- "${NSCMD[@]}" "$EC" -b 1024 alloc $((CAP * 15 / 10)) >"$W/ns0.out" 2>&1
 GOT=$(awk '$1=="alloc"||$1=="refused" {print $2}' "$W/ns0.out")
 check "served and capped in its own PID namespace (asked 1.5 x the cap)" "$([ -n "$GOT" ] && [ "$GOT" -le "$CAP" ] && [ "$GOT" -gt $((CAP - 1024)) ]; echo $?)" "($(tr '\n' ' ' <"$W/ns0.out"))"
@@ -269,8 +280,11 @@ N1=$!
 until_line "$W/ns1.out" alloc 30
 in_dev 3 -- "${NSCMD[@]}" "$EC" -b 1024 alloc $((CAP * 6 / 10)) 30 >"$W/ns2.out" 2>&1 &
 N2=$!
-for _ in $(seq 300); do H2=$(awk '{print $1}' "/proc/$N2/task/$N2/children" 2>/dev/null); [ -n "$H2" ] && break; sleep 0.01; done
-H1=$(awk '{print $1}' "/proc/$N1/task/$N1/children" 2>/dev/null)
+# ns_client PID: the host PID of the process below PID that is PID 1 of
+# its own PID namespace (unshare's child: the client)
+ns_client() { local p; for p in $(descendants "$1"); do awk '/^NSpid:/ && NF == 3 && $3 == 1 {f = 1} END {exit !f}' "/proc/$p/status" 2>/dev/null && { echo "$p"; return 0; }; done; return 1; }
+for _ in $(seq 500); do H2=$(ns_client "$N2") && break; sleep 0.01; done
+H1=$(ns_client "$N1")
 say "the two processes: PID 1 in their namespaces, $H1 and $H2 on the host ($(awk '/^NSpid/' "/proc/$H2/status" 2>/dev/null))"
 gone_within "$N2" 15; R2=$?
 check "the second, pushing $UUID::3 past its cap, was terminated" $R2 "($(tr '\n' ' ' <"$W/ns2.out"))"
