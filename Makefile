@@ -23,6 +23,11 @@ all: build
 # internal linker writes the versions they chose; no crt1.o of the build
 # host's glibc is linked in. netgo/osusergo keep the resolver and user lookups
 # in Go. tests/packaging/run.sh checks every shipped binary with objdump -T.
+# nethttpomithttp2 leaves net/http's HTTP/2 out of mps-daemon (not of its
+# Kubernetes build, whose API client speaks it): everything the daemon
+# talks to (mps-inventory, Cloudpods' keystone and region, its scrapers)
+# speaks HTTP/1.1, and the daemon's resident memory is mostly its own
+# binary's pages (docs/operations.md, "What the daemon costs").
 ARCH       ?= $(shell $(GO) env GOARCH)
 CC_amd64   ?= x86_64-linux-gnu-gcc
 CC_arm64   ?= aarch64-linux-gnu-gcc
@@ -38,7 +43,7 @@ DAEMON_ENV = CGO_ENABLED=1 GOARCH=$(ARCH) CC=$(CC_$(ARCH)) \
 build:
 	@[ -n "$(CC_$(ARCH))" ] || { echo "make build: no C compiler known for ARCH=$(ARCH) (CC_$(ARCH))" >&2; exit 1; }
 	packaging/glibc/stubs.sh $(GLIBC_STUBS) $(CC_$(ARCH)) $(GLIBC_FLOOR)
-	$(DAEMON_ENV) $(GO) build -trimpath -buildmode=pie -tags netgo,osusergo \
+	$(DAEMON_ENV) $(GO) build -trimpath -buildmode=pie -tags netgo,osusergo,nethttpomithttp2 \
 		-ldflags '$(LDFLAGS) -linkmode=internal' -o $(BIN)/mps-daemon ./cmd/mps-daemon
 	CGO_ENABLED=0 GOARCH=$(ARCH) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/mps-inventory ./cmd/mps-inventory
 	CGO_ENABLED=0 GOARCH=$(ARCH) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/mpsctl ./cmd/mpsctl

@@ -151,9 +151,10 @@ say "## 3. Under enforce, a process past its claim's size is terminated; the oth
 # The third claim's process drops its pinned memory limit: MPS then gives
 # it the control daemon's default, the whole GPU, and it takes its claim's
 # size and 2 GiB more. Only the accounting, which bills it to the claim by
-# its identity file, holds it to the claim: as a limit escape (its
-# environment, seen at start) or for its claim's sum over the size,
-# whichever tick sees it first.
+# its identity file, holds it to the claim: as a limit escape, its
+# environment checked as it connects to MPS (issue 39: SIGKILL before it
+# allocates), or, were that missed, for its claim's sum over the size on a
+# later pass.
 OVER=$(( SIZES[2] + 2048 ))
 in_claim 0 python3 "$C/hold.py" 40 $(( SIZES[0] / 2 )) >"$W/keep-0.log" 2>&1 &
 K0=$!
@@ -167,8 +168,8 @@ until_ok 120 grep -qE 'started|died' "$W/over.log"
 say "the escaping process: $(head -1 "$W/over.log") (asked for $OVER MiB of ${NAMES[2]}'s ${SIZES[2]} MiB)"
 wait $PO; RO_RC=$?
 check "the process past ${NAMES[2]}'s size was terminated" "$([ $RO_RC != 0 ]; echo $?)" "(exit $RO_RC: $(tail -1 "$W/over.log"))"
-grep -E "component=accounting.*(terminat|over)" "$W/daemon.log" | sed 's/^time=[^ ]* //' | cut -c1-400 | block
-grep -qE "accounting: terminating.*$UUID::1002" "$W/daemon.log"
+grep -E "component=accounting.*(terminat|signalled|over)" "$W/daemon.log" | sed 's/^time=[^ ]* //' | cut -c1-400 | block
+grep -qE "accounting: (terminating|signalled) .*device=$UUID::1002 " "$W/daemon.log"
 check "...by the accounting, as ${NAMES[2]}'s ($UUID::1002)" $?
 wait $K0; R0=$?; wait $K1; R1=$?
 check "${NAMES[0]}'s process ran on to the end" "$([ $R0 = 0 ] && grep -q finished "$W/keep-0.log"; echo $?)" "($(tail -1 "$W/keep-0.log"))"
