@@ -162,6 +162,10 @@ try() {
 	: >"$W/e.out"
 	in_dev 3 "$@" >"$W/e.out" 2>&1 &
 	local e=$!
+	# The escaper says its pid as its main starts (milliseconds after the
+	# container's mounts); one that has not within 5 s is recorded as such
+	# and its output kept (harm-noStart.log), not waited for.
+	until_line "$W/e.out" pid 5 || { TRIES_NO_START=$((TRIES_NO_START + 1)); { echo "== $label: no pid after 5 s; its processes:"; ps -o pid,stat,wchan:20,args --forest -g "$(ps -o sid= -p $$ | tr -d ' ')" | grep -A3 -F "$e" | head -12; cat "$W/e.out"; S=$(ctl get_server_list | head -1); echo "MPS server $S, its clients: $(ctl get_client_list "$S" | wc -l)"; } >>"$W/harm-noStart.log"; stop $e; }
 	for _ in $(seq 1000); do grep -qE '^(alloc|refused|fail)' "$W/e.out" && break; kill -0 $e 2>/dev/null || break; sleep 0.005; done
 	local r; r=$(n_cmd "a $NEED")
 	n_cmd f >/dev/null
@@ -169,8 +173,9 @@ try() {
 	wait $e; local rc=$?
 	local stage; stage=$(awk '$1 ~ /^(start|init|ctx|alloc|refused|fail)$/ {s=$1} END {print s}' "$W/e.out")
 	local pid; pid=$(awk '$1=="pid" {print $2; exit}' "$W/e.out")
-	printf '%s\t%s\t%s\t%s\t%s\n' "$label" "$pid" "$rc" "$stage" "${r%% *}" >>"$W/harm.tsv"
+	printf '%s\t%s\t%s\t%s\t%s\n' "$label" "$pid" "$rc" "${stage:-none}" "${r%% *}" >>"$W/harm.tsv"
 }
+TRIES_NO_START=0
 FORMS=("x" "0=0" "0=1M,0=999999M" "0=${CAP}M,1=1M" "1=${CAP}M" "GPU-00000000-0000-0000-0000-000000000000=${CAP}M")
 for f in "${FORMS[@]}"; do
 	for _ in $(seq 20); do try "$f" CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="$f" -- "$EC" -b 1024 alloc "$BIG" 2; done
@@ -178,6 +183,10 @@ done
 # The control: an escape no environment shows reaches the neighbour (the
 # window section 5 measures), so the test can see harm.
 for _ in $(seq 3); do try "control: setenv x before cuInit" -- "$EC" -b 1024 -e CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=x alloc "$BIG" 2; done
+if [ "$TRIES_NO_START" -gt 0 ]; then
+	say "$TRIES_NO_START escapers had not started within 5 s (their processes and output, the first ones):"
+	head -40 "$W/harm-noStart.log" | block
+fi
 python3 - "$W/harm.tsv" "$W/daemon.log" <<'PY' | tee -a "$REPORT"
 import collections, re, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
@@ -208,6 +217,10 @@ say "## 5. Escapes no environment shows: from crossing the cap to the terminatio
 # mem_try LABEL: the last escaper's crossing, the daemon's first step, its end
 mem_try() {
 	local label=$1 e=$2 out=$3
+	if ! until_line "$out" pid 5; then
+		{ echo "== $label: no pid after 5 s"; cat "$out"; } >>"$W/mem-noStart.log"
+		stop "$e"; return
+	fi
 	until_line "$out" cross 30 || { stop "$e"; return; }
 	local cross; cross=$(awk '$1=="cross" {print $2}' "$out")
 	gone_within "$e" 15; local gone; gone=$(date +%s.%N)
@@ -230,6 +243,7 @@ for _ in $(seq 10); do
 	mem_try "a second process of the device, 60% + 60%" $! "$W/m.out"
 	stop $M1
 done
+[ -s "$W/mem-noStart.log" ] && { say "escapers that had not started within 5 s:"; head -20 "$W/mem-noStart.log" | block; }
 python3 - "$W/mem.tsv" "$W/daemon.log" "$W/mem.checks" <<'PY' | tee -a "$REPORT"
 import collections, datetime, re, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]

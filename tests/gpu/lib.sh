@@ -41,6 +41,8 @@ set_vn() { # set_vn N: rewrite the device YAML atomically, as an editor saves
 # $W quit, the logs in one archive (the device tool brings back at most 8
 # files).
 cleanup() {
+	# The logs first: a run cut short by its time limit keeps them.
+	(cd "$W" && tar czf "$OUT/logs.tgz" *.log) 2>/dev/null
 	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
 	sleep 1
 	for d in "$W"/pipe/*/ "$W/pipe1"; do [ -S "$d/control" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$d timeout 10 nvidia-cuda-mps-control; done
