@@ -87,12 +87,17 @@ say "limits read back from the control daemon ($PIPE):"
 for c in "get_default_device_pinned_mem_limit 0" get_default_active_thread_percentage; do echo "$c -> $(ctl "$c")"; done | block
 # The daemon's own cost on a real host (issue 22's bar, as issue 39 made it:
 # its own RSS, less NVML's libraries, <= 20 MiB):
-# resident memory once ready, and its CPU over 20 idle seconds (utime +
-# stime from /proc, clock ticks), a measurement recorded, not a timed check.
+# its CPU over 60 idle seconds from 5 s after ready (utime + stime from
+# /proc, clock ticks; a measurement recorded, not a timed check) and its
+# resident memory at their end, as tests/gpu/escape.sh measures both: an
+# idle daemon's, not the first seconds' (25 s after ready, before the
+# start's garbage was collected, its own memory was 21,720 kB on an H100
+# where a minute later the escape suite measured 19,036 kB).
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$DPID/stat"; }
-C0=$(cpu_ticks); sleep 20; C1=$(cpu_ticks)
+sleep 5
+C0=$(cpu_ticks); sleep 60; C1=$(cpu_ticks)
 RSS=$(awk '/^VmRSS/ {print $2}' "/proc/$DPID/status")
-say "daemon's own cost, idle with 4 devices: RSS $((RSS / 1024)) MiB ($RSS kB), CPU $(python3 -c "print(round(($C1-$C0)/$(getconf CLK_TCK)/20*100, 3))")% of one core over 20 s"
+say "daemon's own cost, idle with 4 devices: RSS $((RSS / 1024)) MiB ($RSS kB), CPU $(python3 -c "print(round(($C1-$C0)/$(getconf CLK_TCK)/60*100, 3))")% of one core over 60 s"
 # What the RSS is made of (issue 22): RssAnon is the daemon's heaps (Go's,
 # and NVML's own malloc), RssFile the pages of mapped files (the binary,
 # libc, libnvidia-ml.so), RssShmem shared memory; then the mappings by path
@@ -468,13 +473,15 @@ PQL=$!
 until_ok 60 grep -q started "$W/qos-batch.log"
 in_device "$UUID::2" env -u CUDA_MPS_ACTIVE_THREAD_PERCENTAGE CUDA_MPS_CLIENT_PRIORITY=0 python3 "$C/hold.py" 20 >"$W/qos-escape.log" 2>&1 &
 PQE=$!
-escape_listed() { python3 -c 'import json,sys,urllib.request; a=json.load(urllib.request.urlopen(sys.argv[1], timeout=5)).get("accounting") or {}; print(json.dumps(a.get("qos_escapes"), indent=1)); sys.exit(0 if any(e["pid"] == int(sys.argv[2]) for e in a.get("qos_escapes") or []) else 1)' "http://$DAEMON_ADDR/status" "$PQE" >"$W/status14.json" 2>/dev/null; }
+# Listed while it runs (qos_escapes) or, killed as it connected (issue 39),
+# among the terminations, as a QoS escape.
+escape_listed() { python3 -c 'import json,sys,urllib.request; a=json.load(urllib.request.urlopen(sys.argv[1], timeout=5)).get("accounting") or {}; pid=int(sys.argv[2]); mine=[e for e in a.get("qos_escapes") or [] if e["pid"] == pid]+[t for t in a.get("terminations") or [] if t["pid"] == pid and t["cause"] == "qos_escape"]; print(json.dumps(mine, indent=1)); sys.exit(0 if mine else 1)' "http://$DAEMON_ADDR/status" "$PQE" >"$W/status14.json" 2>/dev/null; }
 until_ok 15 escape_listed; LISTED14=$?
 wait $PQE; RQE=$?
 say "batch client without its share and at priority 0 (PID $PQE): exit $RQE, $(tail -1 "$W/qos-escape.log")"
-check "it was listed as a QoS escape in /status" $LISTED14
+check "it was listed as a QoS escape in /status (an escape, or a termination for one)" $LISTED14
 check "it was terminated" "$([ $RQE != 0 ]; echo $?)"
-grep -q "terminating client escaping its device's QoS.*device=$UUID::2.*pid=$PQE " "$W/daemon2.log"; check "the daemon's log says why" $?
+grep -qE "(terminating|signalled) client escaping its device's QoS.*device=$UUID::2.*pid=$PQE " "$W/daemon2.log"; check "the daemon's log says why" $?
 wait $PQB; RQB=$?; wait $PQL; RQL=$?
 check "the batch client with its device's environment ran on" "$([ $RQB = 0 ]; echo $?)" "($(tail -1 "$W/qos-batch.log"))"
 check "the latency device's client without any QoS variable ran on" "$([ $RQL = 0 ]; echo $?)" "($(tail -1 "$W/qos-latency.log"))"
