@@ -123,7 +123,7 @@ func (s *Store) VerifyKeystoneToken(ctx context.Context, presented string) (Keys
 	}
 	// Kept no longer than the token is good for.
 	now := s.now()
-	until := now.Add(tokenCacheMaxAge)
+	until := now.Add(entryLifetime(key))
 	if kt.ExpiresAt.Before(until) {
 		until = kt.ExpiresAt
 	}

@@ -44,9 +44,20 @@ import (
 // TokenCacheTTL ago. A revocation through this process applies at once.
 const TokenCacheTTL = time.Second
 
-// tokenCacheMaxAge is how long an entry of an API token lives, revoked or
-// not: the log is what ends an entry early, this is a backstop.
+// tokenCacheMaxAge is the longest an entry of an API token lives, revoked
+// or not: the log is what ends an entry early, this is a backstop.
 const tokenCacheMaxAge = 10 * time.Minute
+
+// entryLifetime is how long key's entry lives: between half of
+// tokenCacheMaxAge and all of it, by the key's first byte. A fleet's tokens
+// are cached together (every host's first sync after an inventory starts)
+// and would otherwise all go back to the database within the same minute
+// ten minutes later (docs/benchmarks.md, "100,000 hosts' syncs"); spread
+// by their keys, which differ at random, their reads again are spread over
+// five minutes, and drift apart from then on.
+func entryLifetime(key tokenKey) time.Duration {
+	return tokenCacheMaxAge/2 + time.Duration(key[0])*(tokenCacheMaxAge/2)/256
+}
 
 // maxCachedTokens bounds the cache: the live tokens of a cluster of
 // 100,000 hosts (one each) and their keystone sessions, about 300 bytes an

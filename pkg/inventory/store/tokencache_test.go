@@ -303,3 +303,47 @@ func verifyAny(t *testing.T, s *Store, token string) (Token, error) {
 	}
 	return s.VerifyToken(t.Context(), token)
 }
+
+// A fleet's tokens cached at once do not all go back to the database at
+// once: their entries end between half of tokenCacheMaxAge and all of it,
+// spread by their keys, so an inventory serving 100,000 hosts does not
+// read every token again within the same minute.
+func TestTokenCacheEntriesEndSpread(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, open func() *Store) {
+		s := open()
+		ctx := t.Context()
+		manualUpkeep(t, s)
+		start := time.Now()
+		s.now = func() time.Time { return start }
+		if err := s.checkRevocations(ctx); err != nil {
+			t.Fatal(err)
+		}
+		const hosts = 64
+		keys := make([]tokenKey, hosts)
+		for i := range hosts {
+			whole, _ := mustToken(t, s, NewToken{Role: RoleHost, Host: "gpu-" + strconv.Itoa(i)})
+			if _, err := s.VerifyToken(ctx, whole); err != nil {
+				t.Fatal(err)
+			}
+			keys[i] = tokenCacheKey(whole)
+		}
+		held := func(after time.Duration) int {
+			n := 0
+			for _, k := range keys {
+				if s.tokens.holds(k, start.Add(after)) {
+					n++
+				}
+			}
+			return n
+		}
+		if n := held(tokenCacheMaxAge/2 - time.Second); n != hosts {
+			t.Errorf("%d of %d entries held just before half of tokenCacheMaxAge, want all", n, hosts)
+		}
+		if n := held(tokenCacheMaxAge * 3 / 4); n == 0 || n == hosts {
+			t.Errorf("%d of %d entries held at three quarters of tokenCacheMaxAge: they end together", n, hosts)
+		}
+		if n := held(tokenCacheMaxAge); n != 0 {
+			t.Errorf("%d entries outlive tokenCacheMaxAge", n)
+		}
+	})
+}

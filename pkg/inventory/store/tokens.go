@@ -239,7 +239,7 @@ func (s *Store) VerifyToken(ctx context.Context, presented string) (Token, error
 		return Token{}, refuse(ErrInvalidToken, "invalid token")
 	}
 	now := s.now()
-	if !s.tokens.put(key, cachedToken{api: t, until: now.Add(tokenCacheMaxAge), usedAt: now}, gen, now) {
+	if !s.tokens.put(key, cachedToken{api: t, until: now.Add(entryLifetime(key)), usedAt: now}, gen, now) {
 		// Not cached: its use is not noted for the upkeep to write.
 		s.touchToken(ctx, &t)
 		return t, nil
