@@ -1,45 +1,26 @@
 package k8s
 
 import (
-	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"yunion.io/x/mps-daemon/internal/testsupport/viewkit"
 )
 
-var (
-	viewKitOnce sync.Once
-	viewKit     viewkit.Kit
-	viewKitErr  error
-)
+// viewKits builds the view's test kit (internal/testsupport/viewkit) once
+// per test binary.
+var viewKits viewkit.Once
 
-// buildViewKit builds the view's test kit (internal/testsupport/viewkit)
-// once per test binary, beside the daemon it built; a machine without make
-// or cc skips the test, or fails it under MPS_REQUIRE_PODMAN=1.
+// buildViewKit is the kit, built beside the binaries the tests built.
 func buildViewKit(t *testing.T) viewkit.Kit {
 	t.Helper()
-	viewKitOnce.Do(func() {
-		repo, err := filepath.Abs(filepath.Join("..", ".."))
-		if err != nil {
-			viewKitErr = err
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		viewKit, viewKitErr = viewkit.Build(ctx, repo, filepath.Join(filepath.Dir(daemonBin), "viewkit"))
-	})
-	if viewKitErr != nil {
-		if os.Getenv("MPS_REQUIRE_PODMAN") == "1" {
-			t.Fatal(viewKitErr)
-		}
-		t.Skip(viewKitErr)
+	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return viewKit
+	return viewKits.Get(t, repo, filepath.Join(filepath.Dir(daemonBin), "viewkit"))
 }
 
 // glibcImage imports viewkit's image, whose programs are the host's.
