@@ -87,23 +87,8 @@ echo quit | CUDA_MPS_PIPE_DIRECTORY=$P0 timeout 10 nvidia-cuda-mps-control >/dev
 
 say
 say "## 3. The daemon on the GPU, virtual_number 4, the default host.conf"
-"$B/mps-inventory" --listen 127.0.0.1:0 --db "$W/inventory.db" --address-file "$W/inv.addr" --admin-token-file "$W/admin.token" 2>"$W/inventory.log" &
-PIDS+=($!)
-for _ in $(seq 100); do [ -s "$W/inv.addr" ] && [ -s "$W/admin.token" ] && break; sleep 0.1; done
-URL=http://$(cat "$W/inv.addr"); TOKEN=$(cat "$W/admin.token")
-cat >"$W/host.conf" <<CONF
-enable_cuda_mps: true
-container_device_config_file: $W/devices.yml
-cuda_mps_pipe_directory: $W/pipe
-cuda_mps_log_directory: $W/log
-mps_inventory_url: $URL
-mps_inventory_token_file: $W/admin.token
-mps_listen_address: $DAEMON_ADDR
-mps_state_directory: $W/state
-mps_cdi_directory: $W/cdi
-mps_set_exclusive_compute_mode: false
-mps_host_name: gpu-escape
-CONF
+start_inventory
+host_conf "$W/pipe" "$W/log" gpu-escape >"$W/host.conf"
 set_vn 4
 start_daemon "$W/daemon.log"
 wait_ready; check "daemon ready" $?

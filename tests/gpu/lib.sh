@@ -32,6 +32,32 @@ start_daemon() { # start_daemon LOGFILE
 	"$B/mps-daemon" --config "$W/host.conf" --log-level debug 2>"$1" &
 	DPID=$!; PIDS+=($DPID)
 }
+# start_inventory: mps-inventory on loopback over $W/inventory.db, its
+# admin token in $W/admin.token; sets URL and TOKEN
+start_inventory() {
+	"$B/mps-inventory" --listen 127.0.0.1:0 --db "$W/inventory.db" --address-file "$W/inv.addr" --admin-token-file "$W/admin.token" 2>"$W/inventory.log" &
+	PIDS+=($!)
+	until_ok 20 test -s "$W/inv.addr" && until_ok 20 test -s "$W/admin.token"
+	URL=http://$(cat "$W/inv.addr"); TOKEN=$(cat "$W/admin.token")
+}
+# host_conf PIPE_ROOT LOG_ROOT HOST_NAME: the host.conf keys every suite's
+# daemon starts from (its files under $W, start_inventory's inventory, the
+# card's compute mode never changed); a suite appends its own
+host_conf() {
+	cat <<CONF
+enable_cuda_mps: true
+container_device_config_file: $W/devices.yml
+cuda_mps_pipe_directory: $1
+cuda_mps_log_directory: $2
+mps_inventory_url: $URL
+mps_inventory_token_file: $W/admin.token
+mps_listen_address: $DAEMON_ADDR
+mps_state_directory: $W/state
+mps_cdi_directory: $W/cdi
+mps_set_exclusive_compute_mode: false
+mps_host_name: $3
+CONF
+}
 set_vn() { # set_vn N: rewrite the device YAML atomically, as an editor saves
 	printf 'devices:\n- path: /dev/nvidia0\n  type: NVIDIA_MPS\n  virtual_number: %s\n' "$1" >"$W/devices.yml.new"
 	mv "$W/devices.yml.new" "$W/devices.yml"

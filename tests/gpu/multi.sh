@@ -46,29 +46,18 @@ MPS_CONTRACT_REAL=1 MPS_CONTROL_BINARY=$(command -v nvidia-cuda-mps-control) MPS
 	MPS_CONTRACT_CLIENT="$CL" "$B/mps.test" -test.run 'Contract' -test.v -test.count=1 2>&1 | grep -E '^(--- |    --- |PASS|FAIL|ok)' | block
 check "the simulated control and client answer as the real ones (TestContractReal, TestClientContractReal)" "${PIPESTATUS[0]}"
 
-"$B/mps-inventory" --listen 127.0.0.1:0 --db "$W/inventory.db" --address-file "$W/inv.addr" --admin-token-file "$W/admin.token" 2>"$W/inventory.log" &
-PIDS+=($!)
-for _ in $(seq 100); do [ -s "$W/inv.addr" ] && [ -s "$W/admin.token" ] && break; sleep 0.1; done
-URL=http://$(cat "$W/inv.addr"); TOKEN=$(cat "$W/admin.token")
+start_inventory
 write_conf() { # write_conf PIPE_ROOT LOG_ROOT [extra lines]
-	cat >"$W/host.conf" <<CONF
-enable_cuda_mps: true
-container_device_config_file: $W/devices.yml
-cuda_mps_pipe_directory: $1
-cuda_mps_log_directory: $2
-mps_inventory_url: $URL
-mps_inventory_token_file: $W/admin.token
-mps_listen_address: $DAEMON_ADDR
-mps_state_directory: $W/state
-mps_cdi_directory: $W/cdi
+	{
+		host_conf "$1" "$2" gpu-multi
+		cat <<CONF
 mps_thread_percentage: even
-mps_set_exclusive_compute_mode: false
 mps_accounting: enforce
-mps_host_name: gpu-multi
 mps_sync_interval: 2s
 mps_health_interval: 1s
 ${3:-}
 CONF
+	} >"$W/host.conf"
 }
 # set_devices: every GPU named another way (its node, UUID, PCI address),
 # GPU i split into NV[i]; written atomically, as an editor saves.

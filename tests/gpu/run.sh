@@ -43,26 +43,15 @@ check "the adapter reads the GPU as nvidia-smi does" "${PIPESTATUS[0]}"
 
 say
 say "## 2. The daemon on the real GPU, virtual_number 4, compute mode untouched"
-"$B/mps-inventory" --listen 127.0.0.1:0 --db "$W/inventory.db" --address-file "$W/inv.addr" --admin-token-file "$W/admin.token" 2>"$W/inventory.log" &
-PIDS+=($!)
-for _ in $(seq 100); do [ -s "$W/inv.addr" ] && [ -s "$W/admin.token" ] && break; sleep 0.1; done
-URL=http://$(cat "$W/inv.addr"); TOKEN=$(cat "$W/admin.token")
-cat >"$W/host.conf" <<CONF
-enable_cuda_mps: true
-container_device_config_file: $W/devices.yml
-cuda_mps_pipe_directory: $W/pipe
-cuda_mps_log_directory: $W/log
-mps_inventory_url: $URL
-mps_inventory_token_file: $W/admin.token
-mps_listen_address: $DAEMON_ADDR
-mps_state_directory: $W/state
-mps_cdi_directory: $W/cdi
+start_inventory
+{
+	host_conf "$W/pipe" "$W/log" gpu-suite
+	cat <<CONF
 mps_thread_percentage: even
-mps_set_exclusive_compute_mode: false
-mps_host_name: gpu-suite
 mps_sync_interval: 2s
 mps_health_interval: 1s
 CONF
+} >"$W/host.conf"
 set_vn 4
 say "check-config with the GPU named as /dev/nvidia0:"
 "$B/mps-daemon" --config "$W/host.conf" check-config 2>&1 | block

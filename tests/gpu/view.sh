@@ -90,30 +90,19 @@ NG=${#UU[@]}
 CM_BEFORE=$(nvidia-smi --query-gpu=compute_mode --format=csv,noheader | tr '\n' ' ')
 say "GPUs: $NG, each split in 4"
 
-"$B/mps-inventory" --listen 127.0.0.1:0 --db "$W/inventory.db" --address-file "$W/inv.addr" --admin-token-file "$W/admin.token" 2>"$W/inventory.log" &
-PIDS+=($!)
-until_ok 20 test -s "$W/inv.addr" && until_ok 20 test -s "$W/admin.token"
-URL=http://$(cat "$W/inv.addr"); TOKEN=$(cat "$W/admin.token")
+start_inventory
 write_conf() { # write_conf PIPE_ROOT LOG_ROOT [extra lines]
-	cat >"$W/host.conf" <<CONF
-enable_cuda_mps: true
-container_device_config_file: $W/devices.yml
-cuda_mps_pipe_directory: $1
-cuda_mps_log_directory: $2
-mps_inventory_url: $URL
-mps_inventory_token_file: $W/admin.token
-mps_listen_address: $DAEMON_ADDR
-mps_state_directory: $W/state
-mps_cdi_directory: $W/cdi
+	{
+		host_conf "$1" "$2" gpu-view
+		cat <<CONF
 mps_thread_percentage: even
-mps_set_exclusive_compute_mode: false
 mps_accounting: report
-mps_host_name: gpu-view
 mps_sync_interval: 2s
 mps_health_interval: 1s
 mps_view_library: $LIB
 ${3:-}
 CONF
+	} >"$W/host.conf"
 }
 { echo "devices:"; for i in "${!UU[@]}"; do printf -- '- path: "%s"\n  type: NVIDIA_MPS\n  virtual_number: 4\n' "${BB[i]}"; done; } >"$W/devices.yml"
 SPEC=$W/cdi/yunion.io-mps-gpu.yaml
