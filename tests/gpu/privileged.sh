@@ -127,7 +127,8 @@ say "pod: set_device_pinned_mem_limit $SRV 0 200G -> ${A:-(nothing)}"
 back_mem() { [ "$(ctl get_device_pinned_mem_limit "$SRV" 0)" = "$OWN_MEM" ]; }
 for _ in $(seq 500); do back_mem && break; sleep 0.02; done; T1=$(ms)
 back_mem; check "the pinned memory limit is put back" $? "($(ctl get_device_pinned_mem_limit "$SRV" 0) after $((T1 - T0)) ms)"
-until_ok 10 test "$(foreign server)" -ge 2
+counted() { [ "$(foreign server)" -ge 2 ]; }
+until_ok 10 counted
 check "/status counts the pod's commands (daemon: quit, set_default_* x3; server: 2)" "$([ "$(foreign daemon)" = 4 ] && [ "$(foreign server)" = 2 ]; echo $?)" "(daemon $(foreign daemon), server $(foreign server))"
 python3 -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "http://$DAEMON_ADDR/metrics" | grep -E '^mps_(daemon_foreign_control_commands_total|gpu_privileged_socket_reachable)' | block
 N=$(grep -c 'MPS control command not sent by this daemon' "$W/daemon.log")
@@ -140,7 +141,8 @@ wait $LONG; RL=$?
 check "the long client ran to its end through sections 3 and 4 (no client died)" "$([ $RL = 0 ] && grep -q finished "$W/long-client.log"; echo $?)" "($(tail -1 "$W/long-client.log"))"
 CPID=$(cat "$ROOT/nvidia-cuda-mps-control.pid")
 kill -9 "$CPID"
-until_ok 30 test "$(cat "$ROOT/nvidia-cuda-mps-control.pid" 2>/dev/null)" != "$CPID" -a -S "$PRIV/control_privileged"
+restarted() { local p; p=$(cat "$ROOT/nvidia-cuda-mps-control.pid" 2>/dev/null); [ -n "$p" ] && [ "$p" != "$CPID" ]; }
+until_ok 30 restarted
 wait_ready
 NEWPID=$(cat "$ROOT/nvidia-cuda-mps-control.pid" 2>/dev/null)
 check "the daemon started the control daemon again (pid $CPID -> $NEWPID)" "$([ -n "$NEWPID" ] && [ "$NEWPID" != "$CPID" ]; echo $?)"
