@@ -53,7 +53,10 @@ func TestPodCannotQuitOrReconfigureMPS(t *testing.T) {
 		t.Fatalf("private directory %s: %v, %v; want 0700, outside the pipe root", private, fi, err)
 	}
 	sim := mpssim.New(nil)
-	controlPID := func() string { b, _ := os.ReadFile(filepath.Join(pipe, "nvidia-cuda-mps-control.pid")); return string(b) }
+	controlPID := func() string {
+		b, _ := os.ReadFile(filepath.Join(pipe, "nvidia-cuda-mps-control.pid"))
+		return string(b)
+	}
 	before := controlPID()
 
 	out := runPod(t, pipe, private, st.GPUs[0].UUID)
