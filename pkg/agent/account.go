@@ -36,6 +36,9 @@ type acctInputs struct {
 	// logs are the control daemons' control.log files, each with the GPUs
 	// its daemon serves (one in the per-GPU layout, all in the single).
 	logs map[string][]gpu.UUID
+	// own are the limits each GPU's control daemon holds on its servers,
+	// put back where another program changed them (foreign.go).
+	own map[gpu.UUID]ownLimits
 	// claims are the Kubernetes claims' own devices as the backend last
 	// answered (a.claims); nil without.
 	claims []vdev.Device
@@ -49,11 +52,12 @@ type acctInputs struct {
 // works from. It runs in the main loop.
 func (a *Agent) accountInputs() acctInputs {
 	in := acctInputs{policy: a.config().Host.Accounting, defaults: map[gpu.UUID]vdev.ServerDefaults{},
-		terms: map[gpu.UUID]accounting.Terminator{}, logs: map[string][]gpu.UUID{}, identityRequired: !a.config().single()}
+		terms: map[gpu.UUID]accounting.Terminator{}, logs: map[string][]gpu.UUID{}, own: map[gpu.UUID]ownLimits{}, identityRequired: !a.config().single()}
 	for uuid := range a.planned {
 		if gs := a.gpus[uuid]; gs != nil && gs.enforced {
 			in.uuids = append(in.uuids, uuid)
 			in.terms[uuid] = gs.ctl
+			in.own[uuid] = ownLimits{ctl: gs.ctl, want: gs.limits}
 			in.defaults[uuid] = serverDefaultsHeld(gs)
 			log := mps.ControlLog(gs.env)
 			in.logs[log] = append(in.logs[log], uuid)

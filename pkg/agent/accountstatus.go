@@ -203,7 +203,13 @@ func (a *Agent) noteClientLogs(logs map[string][]gpu.UUID, states map[string]mps
 	for _, path := range slices.Sorted(maps.Keys(logs)) {
 		s := states[path]
 		l := status.ClientLog{Path: path, Following: s.Following, Error: s.Error, Clients: s.Clients, Malformed: s.Malformed,
-			LongLines: s.LongLines, Restarts: s.Restarts, Trouble: s.Trouble}
+			LongLines: s.LongLines, Restarts: s.Restarts, Trouble: s.Trouble, LastForeign: s.LastForeign}
+		for k, n := range s.Foreign {
+			if l.ForeignCommands == nil {
+				l.ForeignCommands = map[string]uint64{}
+			}
+			l.ForeignCommands[string(k)] = n
+		}
 		for _, g := range logs[path] {
 			l.GPUs = append(l.GPUs, g.String())
 		}

@@ -77,10 +77,12 @@ func (a *Agent) publishAccounting(tick bool) {
 	}
 }
 
-// logBatch is what one control.log's follower read.
+// logBatch is what one control.log's follower read: clients connecting,
+// and commands another program sent (foreign.go).
 type logBatch struct {
-	path  string
-	lines []mps.NewClient
+	path    string
+	lines   []mps.NewClient
+	foreign []mps.Command
 }
 
 // runAccounting is the accounting loop; it returns when ctx ends, its
@@ -88,7 +90,7 @@ type logBatch struct {
 func (a *Agent) runAccounting(ctx context.Context) {
 	batches := make(chan logBatch, 64)
 	changed := make(chan struct{}, 1) // a log started or stopped being followed
-	logs := &clientLogs{log: a.log, out: batches, changed: changed, running: map[string]*followedLog{}}
+	logs := &clientLogs{log: a.log, guard: a.guard, out: batches, changed: changed, running: map[string]*followedLog{}}
 	defer logs.stop()
 	every := a.opts.ClientPollInterval
 	if every <= 0 {
@@ -139,9 +141,12 @@ func (a *Agent) runAccounting(ctx context.Context) {
 			clear(lastPoll)
 			a.acctStep(ctx, "accounting: clients connecting", func(ctx context.Context) {
 				for more := true; more; {
-					a.checkConnected(ctx, *in, b.path, b.lines)
-					for _, g := range in.logs[b.path] {
-						active[g] = true // polled from now on, its memory watched
+					a.undoForeign(ctx, *in, b.path, b.foreign)
+					if len(b.lines) > 0 {
+						a.checkConnected(ctx, *in, b.path, b.lines)
+						for _, g := range in.logs[b.path] {
+							active[g] = true // polled from now on, its memory watched
+						}
 					}
 					select {
 					case b = <-batches:
@@ -244,6 +249,7 @@ func (a *Agent) acctStep(ctx context.Context, name string, f func(context.Contex
 // accounting loop alone.
 type clientLogs struct {
 	log     *slog.Logger
+	guard   *mps.Guard
 	out     chan<- logBatch
 	changed chan struct{}
 	running map[string]*followedLog
@@ -272,6 +278,7 @@ func (c *clientLogs) set(ctx context.Context, want map[string][]gpu.UUID) {
 		}
 		fctx, cancel := context.WithCancel(ctx)
 		f := &followedLog{cl: mps.NewClientLog(path, c.log.With("component", "accounting")), cancel: cancel}
+		f.cl.Watch(c.guard)
 		f.cl.OnChange(func() {
 			select {
 			case c.changed <- struct{}{}:
@@ -280,9 +287,9 @@ func (c *clientLogs) set(ctx context.Context, want map[string][]gpu.UUID) {
 		})
 		c.running[path] = f
 		c.wg.Go(func() {
-			f.cl.Run(fctx, func(ctx context.Context, lines []mps.NewClient) error {
+			f.cl.Follow(fctx, func(ctx context.Context, l mps.Lines) error {
 				select {
-				case c.out <- logBatch{path: path, lines: lines}:
+				case c.out <- logBatch{path: path, lines: l.Clients, foreign: l.Foreign}:
 					return nil
 				case <-ctx.Done():
 					return ctx.Err()

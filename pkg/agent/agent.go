@@ -115,6 +115,10 @@ type Agent struct {
 	// at the last sync (Kubernetes), billed as virtual devices.
 	claims []claim.Held
 	acct   *accounting.Accountant
+	// guard stands between the agent and its control daemons: the
+	// privileged sockets out of the pipe directories, the commands sent
+	// remembered (mps.Guard; foreign.go).
+	guard *mps.Guard
 	// al reaches the accounting loop, which alone uses acct while Run
 	// runs (acctloop.go).
 	al        *acctLoop
@@ -193,6 +197,7 @@ func New(opts Options) (*Agent, error) {
 		gpus:       map[gpu.UUID]*gpuState{},
 		acct:       accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: identityStore(opts.Config).Table, Killer: opts.Killer, Log: opts.Log}),
 		views:      view.NewWriter(viewStore(opts.Config), hc.ProcRoot),
+		guard:      mps.NewGuard(opts.Log.With("component", "mps")),
 		al:         newAcctLoop(),
 		cfg:        opts.Config,
 		generation: 1,

@@ -24,7 +24,10 @@ func (h *harness) setCommands(t *testing.T, i int) int {
 // drift sets GPU i's defaults by hand, as an operator could.
 func (h *harness) drift(t *testing.T, i int, l mps.Limits) {
 	t.Helper()
-	c := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(i), VisibleDevices: twoGPUs()[i].UUID.String()}, 5*time.Second, nil)
+	// Root on the host sets defaults through the private directory, the
+	// only one that holds the control daemon's privileged socket.
+	private := filepath.Join(mps.PrivilegedRoot(filepath.Join(h.dir, "pipe")), twoGPUs()[i].UUID.String())
+	c := mps.NewController(h.runner, mps.Env{PipeDir: private, VisibleDevices: twoGPUs()[i].UUID.String()}, 5*time.Second, nil)
 	if err := c.SetDefaults(context.Background(), l); err != nil {
 		t.Fatal(err)
 	}

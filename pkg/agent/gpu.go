@@ -200,6 +200,7 @@ func (a *Agent) current(cfg *Config, gp plan.GPUPlan, gs *gpuState, want mps.Lim
 func observed(planned, last status.GPU) status.GPU {
 	planned.ControlDaemonUp, planned.Servers = last.ControlDaemonUp, last.Servers
 	planned.Enforced, planned.Healthy, planned.Reason, planned.Error = last.Enforced, last.Healthy, last.Reason, last.Error
+	planned.PrivilegedSocketReachable, planned.PrivilegedSocketReason = last.PrivilegedSocketReachable, last.PrivilegedSocketReason
 	return planned
 }
 
@@ -239,6 +240,8 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan, wa
 		return fail("MPS control daemon: %v", err)
 	}
 	st.ControlDaemonUp = true
+	priv := a.guard.Privileged(gs.env)
+	st.PrivilegedSocketReachable, st.PrivilegedSocketReason = priv.Reachable, priv.Reason
 	if err := a.bindDevice(cfg, gs, g.UUID, log); err != nil {
 		// The single daemon cannot take this GPU's caps until it is idle
 		// and restarted (layout.go): unhealthy, healing by itself.
@@ -331,7 +334,7 @@ func (a *Agent) gpu(cfg *Config, uuid gpu.UUID) *gpuState {
 		return gs
 	}
 	env := a.envFor(cfg, uuid)
-	ctl := mps.NewController(a.opts.Runner, env, cfg.Host.ControlTimeout, a.log.With("gpu", uuid, "component", "mps"))
+	ctl := mps.NewController(a.guard.Runner(a.opts.Runner), env, cfg.Host.ControlTimeout, a.log.With("gpu", uuid, "component", "mps"))
 	gs := &gpuState{env: env, base: ctl, ctl: ctl, healthy: true}
 	a.gpus[uuid] = gs
 	return gs

@@ -157,7 +157,7 @@ func (a *Agent) retiring(cfg *Config, uuid gpu.UUID, log *slog.Logger) (*gpuStat
 	hc.PipeLayout = config.LayoutPerGPU
 	perGPU.Host = &hc
 	env := perGPU.pipeLog(uuid)
-	ctl := mps.NewController(a.opts.Runner, env, cfg.Host.ControlTimeout, log.With("component", "mps"))
+	ctl := mps.NewController(a.guard.Runner(a.opts.Runner), env, cfg.Host.ControlTimeout, log.With("component", "mps"))
 	gs := &gpuState{env: env, base: ctl, ctl: ctl, healthy: true}
 	a.gpus[uuid] = gs
 	return gs, false

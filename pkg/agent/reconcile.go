@@ -204,15 +204,19 @@ func (a *Agent) statusLine() string {
 }
 
 // pipeLog gives a GPU its own pipe and log directory under the roots, or,
-// in the single layout, the roots themselves (layout.go).
+// in the single layout, the roots themselves (layout.go); its control
+// daemon's private directory is the same place under the pipe root's
+// sibling (mps.PrivilegedRoot).
 func (c *Config) pipeLog(uuid gpu.UUID) mps.Env {
+	private := mps.PrivilegedRoot(c.Host.CudaMPSPipeDirectory)
 	if c.single() {
-		return mps.Env{PipeDir: c.Host.CudaMPSPipeDirectory, LogDir: c.Host.CudaMPSLogDirectory, Single: true, MultiUser: c.Host.MultiUserServer}
+		return mps.Env{PipeDir: c.Host.CudaMPSPipeDirectory, LogDir: c.Host.CudaMPSLogDirectory, Single: true, MultiUser: c.Host.MultiUserServer, PrivilegedDir: private}
 	}
 	return mps.Env{
 		PipeDir:        filepath.Join(c.Host.CudaMPSPipeDirectory, uuid.String()),
 		LogDir:         filepath.Join(c.Host.CudaMPSLogDirectory, uuid.String()),
 		VisibleDevices: uuid.String(),
 		MultiUser:      c.Host.MultiUserServer,
+		PrivilegedDir:  filepath.Join(private, uuid.String()),
 	}
 }

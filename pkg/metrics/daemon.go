@@ -66,11 +66,11 @@ type daemonDescs struct {
 	acctClients, acctMismatches, acctQoSEscapes                 *prometheus.Desc
 	view, acctWithoutView, devWithoutView                       *prometheus.Desc
 	configHeld, restartPending, loopStalled                     *prometheus.Desc
-	controlLogs, newClients, polledGPUs                         *prometheus.Desc
+	controlLogs, newClients, polledGPUs, foreignCommands        *prometheus.Desc
 
 	gpuInfo, gpuMemTotal, gpuMemUsed, gpuComputeMode, gpuControlUp *prometheus.Desc
 	gpuServers, gpuClients, gpuEnforced, gpuHealthy                *prometheus.Desc
-	gpuVirtualDevices, gpuPriority                                 *prometheus.Desc
+	gpuVirtualDevices, gpuPriority, gpuPrivilegedReachable         *prometheus.Desc
 
 	devLimit, devThreads, devUsed, devClients, devOverCap *prometheus.Desc
 	devAttached, devGuest, devHealthy, devPending         *prometheus.Desc
@@ -157,6 +157,8 @@ func NewDaemon(o DaemonOptions) *Daemon {
 			newClients: desc("mps_daemon_new_clients_total",
 				"MPS clients seen connecting, by outcome: checked, exited (gone before they could be checked), pid_reused (their PID named a process started after they connected).", "outcome"),
 			polledGPUs: desc("mps_daemon_polled_gpus", "GPUs whose MPS clients are polled now: those with clients, and those whose control.log cannot be followed."),
+			foreignCommands: desc("mps_daemon_foreign_control_commands_total",
+				"Commands changing something that another program sent an MPS control daemon (read in control.log), by kind: daemon (its defaults and quit: refused while its privileged socket is out of the pipe directory), server (a running server's limits, put back; its clients or its shutdown).", "kind"),
 
 			gpuInfo:           gpu("mps_gpu_info", "Always 1: the GPU's model as NVML names it.", LabelModelName),
 			gpuMemTotal:       gpu("mps_gpu_memory_total_bytes", "The GPU's memory as NVML reports it."),
@@ -169,6 +171,8 @@ func NewDaemon(o DaemonOptions) *Daemon {
 			gpuHealthy:        gpu("mps_gpu_healthy", "1 when the caps are enforced and no MPS server is in FAULT: the GPU's devices may be handed out."),
 			gpuVirtualDevices: gpu("mps_gpu_virtual_devices", "How many virtual devices the GPU is split into (virtual_number)."),
 			gpuPriority:       gpu("mps_gpu_default_client_priority", "The MPS control daemon's default client priority: 1 (below normal) when the GPU has batch devices (mps_qos), else 0."),
+			gpuPrivilegedReachable: gpu("mps_gpu_privileged_socket_reachable",
+				"1 when the GPU's MPS control daemon's privileged socket is in its pipe directory (it could not be moved out): whoever reaches the directory can quit the daemon or change its defaults."),
 
 			devLimit:    dev("mps_virtual_device_memory_limit_bytes", "The device's memory cap (MPS pinned device memory limit)."),
 			devThreads:  dev("mps_virtual_device_thread_limit_ratio", "The device's share of the GPU's threads (MPS active thread percentage / 100)."),
@@ -267,8 +271,9 @@ func (d *Daemon) Describe(ch chan<- *prometheus.Desc) {
 	for _, desc := range []*prometheus.Desc{
 		x.info, x.ready, x.inventory, x.generation, x.reloadOK, x.lastReconcile, x.gpus, x.devices, x.retiring, x.accounting,
 		x.acctClients, x.acctMismatches, x.acctQoSEscapes, x.view, x.acctWithoutView, x.devWithoutView,
-		x.configHeld, x.restartPending, x.loopStalled, x.controlLogs, x.newClients, x.polledGPUs,
+		x.configHeld, x.restartPending, x.loopStalled, x.controlLogs, x.newClients, x.polledGPUs, x.foreignCommands,
 		x.gpuInfo, x.gpuMemTotal, x.gpuMemUsed, x.gpuComputeMode, x.gpuControlUp, x.gpuServers, x.gpuClients, x.gpuEnforced, x.gpuHealthy, x.gpuVirtualDevices, x.gpuPriority,
+		x.gpuPrivilegedReachable,
 		x.devLimit, x.devThreads, x.devUsed, x.devClients, x.devOverCap, x.devAttached, x.devGuest, x.devHealthy, x.devPending, x.devInfo, x.devPriority,
 		x.claims, x.claimInfo, x.claimLimit, x.claimThreads, x.claimUsed, x.claimClients, x.claimOverCap, x.claimEscapes,
 	} {
@@ -333,6 +338,15 @@ func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
 				n       uint64
 			}{{"checked", nc.Checked}, {"exited", nc.Exited}, {"pid_reused", nc.Reused}} {
 				ch <- prometheus.MustNewConstMetric(x.newClients, prometheus.CounterValue, float64(o.n), o.outcome)
+			}
+			foreign := map[string]uint64{}
+			for _, l := range nc.Logs {
+				for k, n := range l.ForeignCommands {
+					foreign[k] += n
+				}
+			}
+			for _, k := range foreignKinds {
+				ch <- prometheus.MustNewConstMetric(x.foreignCommands, prometheus.CounterValue, float64(foreign[k]), k)
 			}
 		}
 	}
@@ -400,6 +414,7 @@ func (d *Daemon) collectGPU(gauge gaugeFunc, g status.GPU) {
 	gauge(x.gpuClients, float64(clients), l...)
 	gauge(x.gpuEnforced, boolValue(g.Enforced), l...)
 	gauge(x.gpuHealthy, boolValue(g.Healthy), l...)
+	gauge(x.gpuPrivilegedReachable, boolValue(g.PrivilegedSocketReachable), l...)
 	gauge(x.gpuVirtualDevices, float64(g.VirtualNumber), l...)
 	gauge(x.gpuPriority, float64(g.ClientPriority), l...)
 }

@@ -35,7 +35,8 @@ func hostStatus() status.Status {
 		VirtualDevices: 3, Retiring: []string{"GPU-retiring"}, ConfigHeld: &status.Held{}, RestartPending: []string{"mps_listen_address", "mps_host_name"},
 		Accounting: &status.Accounting{Policy: "enforce", Clients: map[string]int{"identity": 2, "unknown": 1},
 			Mismatches: []clientreport.Mismatch{{PID: 1}}, QoSEscapes: []clientreport.Escape{{PID: 2}}, WithoutView: []clientreport.WithoutView{{PID: 3}},
-			NewClients: &status.NewClients{Logs: []status.ClientLog{{Path: "/tmp/nvidia-mps/log/" + uuid0 + "/control.log", Following: true},
+			NewClients: &status.NewClients{Logs: []status.ClientLog{{Path: "/tmp/nvidia-mps/log/" + uuid0 + "/control.log", Following: true,
+				ForeignCommands: map[string]uint64{"daemon": 2, "server": 1}},
 				{Path: "/tmp/nvidia-mps/log/" + uuid1 + "/control.log", Error: "cannot watch"}},
 				PollIntervalSeconds: 0.1, PolledGPUs: []string{uuid1}, Checked: 7, Exited: 2, Reused: 1}},
 		View: &status.View{Library: "/usr/lib/yunion-mps/libyunion-mps-view.so", State: status.ViewOn, Devices: 3},
@@ -50,7 +51,7 @@ func hostStatus() status.Status {
 				Index: 1, UUID: uuid1, Model: "NVIDIA H100 80GB HBM3", PCI: pci.Address{Bus: 0xdb},
 				MemoryTotal: h100, ComputeMode: "Exclusive_Process",
 				ControlDaemonUp: true, Servers: []status.Server{{Status: "FAULT", Clients: 1}}, VirtualNumber: 1,
-				Enforced: true, Healthy: false,
+				Enforced: true, Healthy: false, PrivilegedSocketReachable: true,
 			},
 		},
 		Devices: []status.Device{

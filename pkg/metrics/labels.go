@@ -109,6 +109,11 @@ var viewStates = []string{status.ViewOn, status.ViewOff, status.ViewMissing, sta
 // accountingPolicies are host.conf's mps_accounting values.
 var accountingPolicies = []string{"off", "report", "enforce"}
 
+// foreignKinds are the kinds of commands another program sent a control
+// daemon (pkg/mps's CommandKinds, which this package does not import);
+// each has a series while control.log is followed.
+var foreignKinds = []string{"daemon", "server"}
+
 func boolValue(b bool) float64 {
 	if b {
 		return 1

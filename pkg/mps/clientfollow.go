@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,6 +65,18 @@ type ClientLogState struct {
 	// its start; Trouble is the last trouble met.
 	Clients, Malformed, LongLines, Restarts uint64
 	Trouble                                 string
+	// Foreign counts, by kind, the commands changing something that this
+	// process did not send (while watched: Watch); LastForeign is the
+	// last of them, with its time.
+	Foreign     map[CommandKind]uint64
+	LastForeign string
+}
+
+// Lines is what one read of control.log found: the clients that connected
+// and, while watched, the commands others sent.
+type Lines struct {
+	Clients []NewClient
+	Foreign []Command
 }
 
 // ClientLog follows one control daemon's control.log. Its State may be
@@ -78,7 +91,17 @@ type ClientLog struct {
 	warned map[string]bool // the kinds of trouble logged at warn once
 	// changed is called when Following or Error changes (OnChange).
 	changed func()
+	// guard knows the commands this process sent (Watch); nil: commands
+	// are not read. foreignWarn limits the warnings of a flood.
+	guard       *Guard
+	foreignWarn warnBudget
 }
+
+// Watch has the commands of control.log read too: those changing
+// something that g says this process did not send are logged (a warning
+// each, up to foreignWarnings a minute), counted in State and handed on
+// (Lines.Foreign). Set it before Run.
+func (c *ClientLog) Watch(g *Guard) { c.guard = g }
 
 // OnChange has f called, from Run's goroutine, each time the log starts
 // or stops being followed; set it before Run.
@@ -97,13 +120,25 @@ func NewClientLog(path string, log *slog.Logger) *ClientLog {
 func (c *ClientLog) State() ClientLogState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.st
+	st := c.st
+	st.Foreign = maps.Clone(c.st.Foreign)
+	return st
 }
 
 // Run follows the file until ctx ends, handing each batch of NEW CLIENT
 // lines read to send, in order. send may block (the file keeps what is not
 // read yet, so nothing is lost); an error from it ends Run.
 func (c *ClientLog) Run(ctx context.Context, send func(context.Context, []NewClient) error) {
+	c.Follow(ctx, func(ctx context.Context, l Lines) error {
+		if len(l.Clients) == 0 {
+			return nil
+		}
+		return send(ctx, l.Clients)
+	})
+}
+
+// Follow is Run handing on the foreign commands too (Watch).
+func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines) error) {
 	dir := filepath.Dir(c.path)
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -134,7 +169,7 @@ func (c *ClientLog) Run(ctx context.Context, send func(context.Context, []NewCli
 			}
 		}
 		if watched && wake {
-			if batch := r.read(ctx, check); len(batch) > 0 {
+			if batch := r.read(ctx, check); len(batch.Clients)+len(batch.Foreign) > 0 {
 				if err := send(ctx, batch); err != nil {
 					return
 				}
@@ -262,8 +297,8 @@ func (r *logReader) close() {
 // truncated or replaced too, and follows (the lines written past the
 // offset read of a file truncated and written again between two reads
 // are read as they come, the rest of it not).
-func (r *logReader) read(ctx context.Context, check bool) []NewClient {
-	var out []NewClient
+func (r *logReader) read(ctx context.Context, check bool) Lines {
+	var out Lines
 	initial := r.initial
 	r.initial = false
 	for range 3 { // reading, then a switch to a new file at most twice
@@ -322,7 +357,7 @@ func (r *logReader) open(initial bool) bool {
 }
 
 // drain reads the open file to its end, in chunks.
-func (r *logReader) drain(ctx context.Context, out []NewClient) []NewClient {
+func (r *logReader) drain(ctx context.Context, out Lines) Lines {
 	if r.buf == nil {
 		r.buf = make([]byte, logChunk)
 	}
@@ -343,7 +378,7 @@ func (r *logReader) drain(ctx context.Context, out []NewClient) []NewClient {
 }
 
 // lines cuts data into lines, keeping the unfinished last one.
-func (r *logReader) lines(data []byte, out []NewClient) []NewClient {
+func (r *logReader) lines(data []byte, out Lines) Lines {
 	c := r.c
 	for len(data) > 0 {
 		i := indexNL(data)
@@ -379,12 +414,64 @@ func (r *logReader) lines(data []byte, out []NewClient) []NewClient {
 			c.mu.Lock()
 			c.st.Clients++
 			c.mu.Unlock()
-			out = append(out, nc)
+			out.Clients = append(out.Clients, nc)
 		case !errors.Is(err, ErrNotNewClient):
 			c.trouble("malformed", "control.log: "+err.Error(), &c.st.Malformed)
+		case c.guard != nil:
+			if cmd, ok := c.foreign(line); ok {
+				out.Foreign = append(out.Foreign, cmd)
+			}
 		}
 	}
 	return out
+}
+
+// foreign reads a command line of control.log: a command changing
+// something that this process did not send is logged and counted.
+func (c *ClientLog) foreign(line []byte) (Command, bool) {
+	cmd, err := ParseCommand(line, c.loc)
+	if err != nil || cmd.Kind == "" || c.guard.Own(c.path, cmd.Line, cmd.At) {
+		return cmd, false
+	}
+	c.mu.Lock()
+	if c.st.Foreign == nil {
+		c.st.Foreign = map[CommandKind]uint64{}
+	}
+	c.st.Foreign[cmd.Kind]++
+	c.st.LastForeign = cmd.At.Format(controlTimeLayout) + " " + cmd.Line
+	level, note := c.foreignWarn.take(time.Now())
+	c.mu.Unlock()
+	args := []any{"command", cmd.Line, "kind", string(cmd.Kind), "at", cmd.At}
+	if note != "" {
+		args = append(args, "note", note)
+	}
+	c.log.Log(context.Background(), level, "MPS control command not sent by this daemon", args...)
+	return cmd, true
+}
+
+// foreignWarnings is how many foreign commands a minute are logged at
+// warn, per control.log; the rest of a flood at debug (all counted).
+const foreignWarnings = 20
+
+// warnBudget gives the warnings of one minute.
+type warnBudget struct {
+	since time.Time
+	n     int
+}
+
+// take is the level of the next message and a note for the last warning.
+func (b *warnBudget) take(now time.Time) (slog.Level, string) {
+	if now.Sub(b.since) >= time.Minute {
+		b.since, b.n = now, 0
+	}
+	b.n++
+	switch {
+	case b.n < foreignWarnings:
+		return slog.LevelWarn, ""
+	case b.n == foreignWarnings:
+		return slog.LevelWarn, fmt.Sprintf("%d this minute: the next ones this minute are logged at debug (all are counted in /status)", foreignWarnings)
+	}
+	return slog.LevelDebug, ""
 }
 
 func (r *logReader) keepTail(b []byte) {

@@ -21,9 +21,26 @@ import (
 // runContract is what the agent relies on from a control, run the same way
 // against the simulator (CI) and the real nvidia-cuda-mps-control (a GPU
 // host): passing on both is what makes the simulator a fair stand-in.
+//
+// The controller goes through a Guard, as the daemon's do: env carries a
+// private directory, the control daemon's privileged socket is moved there
+// as it starts, and the commands sent through the pipe directory (as a pod
+// holding the pipe root sends them) are refused or answered as the real
+// control did (docs/gpu-runs/probe-privileged-2026-11-29.txt).
 func runContract(t *testing.T, r mps.Runner, env mps.Env) {
 	ctx := t.Context()
-	c := mps.NewController(r, env, 10*time.Second, slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	g := mps.NewGuard(log)
+	c := mps.NewController(g.Runner(r), env, 10*time.Second, log)
+	// pod runs a command as a process given the pipe directory only.
+	pod := func(t *testing.T, command string) (string, error) {
+		t.Helper()
+		out, err := r.Run(ctx, mps.Env{PipeDir: env.PipeDir}, command)
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(out.Stdout), nil
+	}
 	t.Cleanup(func() {
 		// Never leave a daemon behind, even when an assertion failed.
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -55,6 +72,13 @@ func runContract(t *testing.T, r mps.Runner, env mps.Env) {
 			t.Fatalf("Running = %v, %v after Ensure", up, err)
 		}
 	})
+	step("privileged socket out of the pipe directory", func(t *testing.T) {
+		checkMoved(t, env)
+		if st := g.Privileged(env); !st.Moved || st.Reachable {
+			t.Fatalf("Privileged = %+v", st)
+		}
+		t.Logf("the socket was in the pipe directory at most %s after the start", g.Privileged(env).Window)
+	})
 	step("adopt", func(t *testing.T) {
 		adopted, err := c.Ensure(ctx)
 		if err != nil || !adopted {
@@ -80,6 +104,25 @@ func runContract(t *testing.T, r mps.Runner, env mps.Env) {
 		}
 		if out, err := c.Command(ctx, "get_default_active_thread_percentage"); err != nil || out != "25.0\n" {
 			t.Fatalf("get_default_active_thread_percentage = %q, %v; want 25.0", out, err)
+		}
+	})
+	step("privileged commands refused through the pipe directory", func(t *testing.T) {
+		if out, err := pod(t, "quit"); err != nil || out != mps.MsgQuitRefused {
+			t.Fatalf("quit through the pipe directory = %q, %v; want %q", out, err, mps.MsgQuitRefused)
+		}
+		for _, cmd := range []string{"set_default_active_thread_percentage 37", "set_default_device_pinned_mem_limit 0 3G"} {
+			if out, err := pod(t, cmd); err != nil || !strings.HasPrefix(out, "Insufficient privileges for UID ") {
+				t.Fatalf("%s through the pipe directory = %q, %v; want the refusal", cmd, out, err)
+			}
+		}
+		if up, err := c.Running(ctx); err != nil || !up {
+			t.Fatalf("Running after the refused quit = %v, %v", up, err)
+		}
+		if got, err := c.Defaults(ctx); err != nil || got != (mps.Limits{MemoryLimit: 35 * 1024, ThreadPercentage: 25}) {
+			t.Fatalf("Defaults = %+v, %v; want the daemon's own left in place", got, err)
+		}
+		if out, err := pod(t, "get_default_active_thread_percentage"); err != nil || out != "25.0" {
+			t.Fatalf("a question through the pipe directory = %q, %v", out, err)
 		}
 	})
 	step("out-of-range percentage refused", func(t *testing.T) {
@@ -139,6 +182,36 @@ func runContract(t *testing.T, r mps.Runner, env mps.Env) {
 			t.Fatalf("Running after Quit = %v, %v", up, err)
 		}
 	})
+	// Another program starts a control daemon where the placeholder and
+	// the dead moved socket are (a daemon started by hand, or after kill
+	// -9): it starts, and its new socket is moved at the next command.
+	step("started again beside the placeholder", func(t *testing.T) {
+		if err := r.Start(ctx, mps.Env{PipeDir: env.PipeDir, LogDir: env.LogDir, VisibleDevices: env.VisibleDevices, MultiUser: env.MultiUser}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, err := pod(t, "get_server_list"); err == nil {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("the control daemon started beside the placeholder never answered: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if adopted, err := c.Ensure(ctx); err != nil || !adopted {
+			t.Fatalf("Ensure = %v, %v; want it adopted", adopted, err)
+		}
+		checkMoved(t, env)
+		if out, err := pod(t, "quit"); err != nil || out != mps.MsgQuitRefused {
+			t.Fatalf("quit through the pipe directory = %q, %v; want %q", out, err, mps.MsgQuitRefused)
+		}
+		if err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: 4096, ThreadPercentage: 50}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Quit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func TestContractSim(t *testing.T) {
@@ -147,6 +220,7 @@ func TestContractSim(t *testing.T) {
 		PipeDir:        filepath.Join(dir, "p"),
 		LogDir:         filepath.Join(dir, "l"),
 		VisibleDevices: "GPU-0757c6d5-b93a-6cd1-29ca-e10c633c5de6",
+		PrivilegedDir:  mps.PrivilegedRoot(filepath.Join(dir, "p")),
 	})
 }
 
@@ -168,6 +242,7 @@ func TestContractReal(t *testing.T) {
 		PipeDir:        filepath.Join(dir, "p"),
 		LogDir:         filepath.Join(dir, "l"),
 		VisibleDevices: gpu,
+		PrivilegedDir:  mps.PrivilegedRoot(filepath.Join(dir, "p")),
 	})
 }
 
@@ -197,9 +272,14 @@ const noLimit = units.MiB(1 << 20)
 // CUDA_VISIBLE_DEVICES picks among the server's GPUs, and a client's own
 // CUDA_MPS_PINNED_DEVICE_MEM_LIMIT lowers the limit or, naming what it
 // does not see, lifts it (docs/gpu-runs/mps-probe-limits.txt).
+//
+// The control daemon's privileged socket is out of the pipe directory
+// (a Guard, as in the daemon): clients connecting there are served.
 func runClientContract(t *testing.T, r mps.Runner, env mps.Env, gpu, other string, connect func(t *testing.T, environ []string) clientSaw) {
 	ctx := t.Context()
-	c := mps.NewController(r, env, 10*time.Second, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+	env.PrivilegedDir = mps.PrivilegedRoot(env.PipeDir)
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	c := mps.NewController(mps.NewGuard(log).Runner(r), env, 10*time.Second, log)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
@@ -214,6 +294,7 @@ func runClientContract(t *testing.T, r mps.Runner, env mps.Env, gpu, other strin
 	if err := c.SetDefaults(ctx, mps.Limits{MemoryLimit: limit, ThreadPercentage: 100}); err != nil {
 		t.Fatal(err)
 	}
+	checkMoved(t, env)
 	const none = -1
 	for _, k := range []struct {
 		name   string

@@ -12,3 +12,11 @@ func (c *Controller) Command(ctx context.Context, line string) (string, error) {
 
 // RecordedMode is the server mode a daemon in pipeDir was started with.
 var RecordedMode = recordedMode
+
+// SetRename replaces how the Guard moves a socket (EXDEV and other
+// failures without a second file system).
+func (g *Guard) SetRename(f func(old, new string) error) { g.rename = f }
+
+// SetLive replaces how the Guard tells whether a socket answers (the
+// simulated daemon's never do).
+func (g *Guard) SetLive(f func(path string) bool) { g.live = f }

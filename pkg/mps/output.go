@@ -26,6 +26,11 @@ var (
 	ErrInvalidCommand = errors.New("invalid MPS control command format")
 	// ErrPIDRequired: `A server PID is required`.
 	ErrPIDRequired = errors.New("MPS control command needs a server PID")
+	// ErrNotPrivileged: a command the control daemon takes only through
+	// its privileged socket (quit, set_default_*) sent through `control`:
+	// `Not enough privilege to execute quit command`, `Insufficient
+	// privileges for UID 0. ...` (privileged.go).
+	ErrNotPrivileged = errors.New("MPS control command refused: not sent through the privileged socket")
 )
 
 // What the control client prints for its failures (docs/gpu-runs/
@@ -36,6 +41,11 @@ const (
 	MsgUnknownCommand = "Unknown command \""
 	MsgInvalidCommand = "Invalid command format."
 	MsgPIDRequired    = "A server PID is required"
+	// MsgQuitRefused and MsgSettingsRefused are the refusals of quit and
+	// set_default_* sent through `control`, as the probed control prints
+	// them (UID 0; the typo is the control's).
+	MsgQuitRefused     = "Not enough privilege to execute quit command"
+	MsgSettingsRefused = "Insufficient privileges for UID %d. Control deamon settings can only be modified by the user who started it or by the root user."
 )
 
 // checkOutput classifies one answer of the control client. A nil result means
@@ -62,6 +72,8 @@ func checkOutput(command string, o Output) error {
 		sentinel = ErrPIDRequired
 	case first == MsgInvalidPriority:
 		sentinel = ErrInvalidPriority
+	case first == MsgQuitRefused, strings.HasPrefix(first, "Insufficient privileges for UID "):
+		sentinel = ErrNotPrivileged
 	case isServerNotFound(first):
 		sentinel = ErrServerNotFound
 	default:

@@ -37,6 +37,11 @@ type Env struct {
 	// for clients of every UID, instead of one per UID, which makes a second
 	// UID wait until every client of the first has exited (mps-facts.md).
 	MultiUser bool
+	// PrivilegedDir is the daemon's private directory (0700, this
+	// daemon's), outside the pipe root: the Guard moves the control
+	// daemon's control_privileged there and sends every command through
+	// it (privileged.go). Empty: the socket stays in PipeDir.
+	PrivilegedDir string
 }
 
 // startArgs are the control binary's arguments to daemonize for env.

@@ -88,6 +88,13 @@ type GPU struct {
 	Reason string `json:"reason,omitempty"`
 	// Error is a failure to get MPS going (retried with backoff).
 	Error string `json:"error,omitempty"`
+	// PrivilegedSocketReachable: the control daemon's privileged socket
+	// (control_privileged) is in its pipe directory, where whoever reaches
+	// the directory (a Cloudpods pod mounts the pipe root) can quit the
+	// daemon or change its defaults; PrivilegedSocketReason says why it
+	// was not moved out (docs/containers.md).
+	PrivilegedSocketReachable bool   `json:"privileged_socket_reachable"`
+	PrivilegedSocketReason    string `json:"privileged_socket_reason,omitempty"`
 }
 
 // Server is one MPS server of a GPU, as last seen.
@@ -217,6 +224,12 @@ type ClientLog struct {
 	LongLines uint64 `json:"long_lines,omitempty"`
 	Restarts  uint64 `json:"restarts,omitempty"`
 	Trouble   string `json:"trouble,omitempty"`
+	// ForeignCommands counts, by kind (daemon: the control daemon's
+	// settings and quit; server: a running server's limits and clients),
+	// the commands changing something that this daemon did not send;
+	// LastForeign is the last of them, with its time.
+	ForeignCommands map[string]uint64 `json:"foreign_commands,omitempty"`
+	LastForeign     string            `json:"last_foreign_command,omitempty"`
 }
 
 // Termination is a client the accounting began to terminate: its first

@@ -166,6 +166,19 @@ func newClientsLine(nc *status.NewClients) string {
 	if len(broken) > 0 {
 		line += " (NOT followed, polled instead: " + strings.Join(broken, "; ") + ")"
 	}
+	var foreign uint64
+	var last []string
+	for _, l := range nc.Logs {
+		for _, n := range l.ForeignCommands {
+			foreign += n
+		}
+		if l.LastForeign != "" {
+			last = append(last, l.LastForeign)
+		}
+	}
+	if foreign > 0 {
+		line += fmt.Sprintf("; %s sent by other programs (last: %s)", plural(int(foreign), "MPS control command"), strings.Join(last, "; "))
+	}
 	return line
 }
 
@@ -244,6 +257,9 @@ func writeGPUs(p *printer, gpus []status.GPU) {
 		case !g.Healthy:
 			health = "UNHEALTHY"
 			notes = append(notes, fmt.Sprintf("  GPU %d: %s", g.Index, orNone(g.Reason)))
+		}
+		if g.PrivilegedSocketReachable {
+			notes = append(notes, fmt.Sprintf("  GPU %d: MPS privileged socket REACHABLE from the pipe directory: %s", g.Index, firstLine(g.PrivilegedSocketReason)))
 		}
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d MiB\t%d%%\t%s\t%d / %d MiB\t%s\t%s\t%s\t%s\n",
 			g.Index, g.PCI, g.Model, g.VirtualNumber, g.MemoryLimit, g.ThreadPercentage, qosColumn(g),

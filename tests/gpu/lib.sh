@@ -26,7 +26,21 @@ gone() { [ -z "$(field "$1" id)" ]; }      # gone ADDR
 is() { [ "$(field "$1" "$2")" = "$3" ]; }  # is ADDR KEY VALUE
 # until SECONDS CMD...: poll CMD every 0.2s until it succeeds
 until_ok() { local n=$(( $1 * 5 )); shift; for _ in $(seq "$n"); do "$@" && return 0; sleep 0.2; done; return 1; }
-ctl() { echo "$*" | CUDA_MPS_PIPE_DIRECTORY=$PIPE timeout 10 nvidia-cuda-mps-control 2>&1; }
+# priv_dir DIR: where the daemon moved the control_privileged of the
+# control daemon in pipe directory DIR (mps.PrivilegedRoot: <root>.privileged
+# for the single layout's root, <root>.privileged/<uuid> for a GPU's
+# directory), or DIR itself while no private directory holds it. Root on
+# the host sends the daemon's own kind of commands (quit, set_default_*)
+# there: through DIR they are refused (issue 45).
+priv_dir() {
+	local d=${1%/} p
+	for p in "$d.privileged" "$(dirname "$d").privileged/$(basename "$d")"; do
+		[ -S "$p/control_privileged" ] && { echo "$p"; return; }
+	done
+	echo "$d"
+}
+# ctl CMD: one command to the GPU's control daemon as root on the host
+ctl() { echo "$*" | CUDA_MPS_PIPE_DIRECTORY=$(priv_dir "$PIPE") timeout 10 nvidia-cuda-mps-control 2>&1; }
 client_env() { echo "CUDA_MPS_PIPE_DIRECTORY=$PIPE CUDA_MPS_LOG_DIRECTORY=$W/log/$UUID CUDA_VISIBLE_DEVICES=$UUID"; }
 start_daemon() { # start_daemon LOGFILE
 	"$B/mps-daemon" --config "$W/host.conf" --log-level debug 2>"$1" &
@@ -71,7 +85,7 @@ cleanup() {
 	(cd "$W" && tar czf "$OUT/logs.tgz" *.log) 2>/dev/null
 	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
 	sleep 1
-	for d in "$W"/pipe/*/ "$W/pipe1"; do [ -S "$d/control" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$d timeout 10 nvidia-cuda-mps-control; done
+	for d in "$W"/pipe/*/ "$W/pipe1" "$W/pipe"; do [ -S "$d/control" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$(priv_dir "$d") timeout 10 nvidia-cuda-mps-control; done
 	(cd "$W" && tar czf "$OUT/logs.tgz" *.log) 2>/dev/null
 }
 trap cleanup EXIT

@@ -71,7 +71,7 @@ set_devices() {
 	} >"$W/devices.yml.new"
 	mv "$W/devices.yml.new" "$W/devices.yml"
 }
-ctlp() { local p=$1; shift; echo "$*" | CUDA_MPS_PIPE_DIRECTORY=$p timeout 10 nvidia-cuda-mps-control 2>&1; }
+ctlp() { local p=$1; shift; echo "$*" | CUDA_MPS_PIPE_DIRECTORY=$(priv_dir "$p") timeout 10 nvidia-cuda-mps-control 2>&1; }
 # in_dev DEVICE [VAR=VALUE...] -- CMD...: CMD as a container given DEVICE.
 in_dev() { python3 "$C/cdi_run.py" "$SPEC" "$@"; }
 capof() { field "${AD[$1]}-0" mps_memory_limit; }         # capof GPU

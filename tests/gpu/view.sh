@@ -63,7 +63,7 @@ stop() { kill -TERM "$1" 2>/dev/null; for _ in $(seq 150); do kill -0 "$1" 2>/de
 # finish PID SECONDS: wait for a client at most SECONDS; its exit status (124 when killed).
 finish() { for _ in $(seq $(( $2 * 5 ))); do kill -0 "$1" 2>/dev/null || { wait "$1"; return; }; sleep 0.2; done
 	kill -KILL "$1" 2>/dev/null; wait "$1" 2>/dev/null; return 124; }
-ctlp() { local p=$1; shift; echo "$*" | CUDA_MPS_PIPE_DIRECTORY=$p timeout 10 nvidia-cuda-mps-control 2>&1; }
+ctlp() { local p=$1; shift; echo "$*" | CUDA_MPS_PIPE_DIRECTORY=$(priv_dir "$p") timeout 10 nvidia-cuda-mps-control 2>&1; }
 # in_dev DEVICE [VAR=VALUE...] [--without=PATH] -- CMD...: CMD as a
 # container given DEVICE of $SPEC. It execs, so that $! of `in_dev ... &`
 # is the client's own PID.

@@ -3,6 +3,7 @@ package mpssim
 import (
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,11 +17,30 @@ import (
 // whether the state changed (a setter given the value held changes nothing,
 // and the state is not written again); the real control always exits 0
 // here. quit sets *st to nil.
-func simCommand(st **simState, line string) (stdout string, dirty bool) {
+//
+// privileged says whether the client reached the daemon's privileged
+// socket. Without it the daemon's own settings and quit are refused, as
+// measured on an H200 with control_privileged moved out of the pipe
+// directory (docs/gpu-runs/probe-privileged-2026-11-29.txt): quit and
+// set_default_* answer their refusals (exit 0, nothing changed);
+// questions, and the commands on a server (set_active_thread_percentage,
+// terminate_client, shutdown_server measured; set_device_pinned_mem_limit
+// not measured, modelled alike), are answered as through the privileged
+// socket. set_default_client_priority's refusal is not measured either:
+// modelled as the other set_default_*'s.
+func simCommand(st **simState, line string, privileged bool) (stdout string, dirty bool) {
 	d := *st
 	f := strings.Fields(line)
 	if len(f) == 0 {
 		return "", false
+	}
+	if !privileged {
+		switch f[0] {
+		case "quit":
+			return mps.MsgQuitRefused + "\n", false
+		case "set_default_active_thread_percentage", "set_default_device_pinned_mem_limit", "set_default_client_priority":
+			return fmt.Sprintf(mps.MsgSettingsRefused, os.Geteuid()) + "\n", false
+		}
 	}
 	args := f[1:]
 	arg := func(i int) string { // a missing argument reads as "" (atoi: 0)

@@ -5,6 +5,7 @@
 package mpssim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/units"
@@ -158,10 +161,29 @@ func (s *Runner) Start(ctx context.Context, env mps.Env) error {
 			// The real `-d` prints this and exits 1 (mps-probe3.txt).
 			return false, fmt.Errorf("simulated MPS control in %s: An instance of this daemon is already running", env.PipeDir)
 		}
-		for _, f := range []string{"control", "control_privileged", "control_lock", "log"} {
-			if err := os.WriteFile(filepath.Join(env.PipeDir, f), nil, 0o666); err != nil {
+		// The sockets as the real daemon leaves them (mps-probe.txt,
+		// probe-privileged): made anew, whatever was there (a socket left
+		// by a daemon killed, a placeholder), control srw-rw-rw- and
+		// control_privileged srwxr-xr-x. Nothing listens: the simulated
+		// daemon answers through Run.
+		for _, f := range []struct {
+			name string
+			mode uint32
+		}{{"control", unix.S_IFSOCK | 0o666}, {mps.PrivilegedSocket, unix.S_IFSOCK | 0o755}, {"control_lock", unix.S_IFREG | 0o666}, {"log", unix.S_IFREG | 0o666}} {
+			path := filepath.Join(env.PipeDir, f.name)
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return false, fmt.Errorf("simulated MPS control: %w", err)
 			}
+			if err := unix.Mknod(path, f.mode, 0); err != nil {
+				return false, fmt.Errorf("simulated MPS control: making %s: %w", path, err)
+			}
+			if err := os.Chmod(path, fs.FileMode(f.mode&0o777)); err != nil {
+				return false, fmt.Errorf("simulated MPS control: %w", err)
+			}
+		}
+		var priv unix.Stat_t
+		if err := unix.Lstat(filepath.Join(env.PipeDir, mps.PrivilegedSocket), &priv); err != nil {
+			return false, fmt.Errorf("simulated MPS control: %w", err)
 		}
 		if err := os.WriteFile(filepath.Join(env.PipeDir, pidFile), []byte(strconv.Itoa(pid)), 0o666); err != nil {
 			return false, fmt.Errorf("simulated MPS control: %w", err)
@@ -182,6 +204,8 @@ func (s *Runner) Start(ctx context.Context, env mps.Env) error {
 			DefaultThreadPercentage: 100,
 			DefaultMemoryLimits:     map[int]units.MiB{},
 			NextServerPID:           s.firstServerPID,
+			PrivilegedDev:           uint64(priv.Dev),
+			PrivilegedIno:           priv.Ino,
 		}
 		s.log.Debug("simulated MPS control daemon started", "pipe_directory", env.PipeDir)
 		return true, nil
@@ -197,18 +221,27 @@ func (s *Runner) Run(ctx context.Context, env mps.Env, command string) (mps.Outp
 		return mps.Output{}, fmt.Errorf("mps control %q: %w", command, err)
 	}
 	var out mps.Output
-	err := s.withState(ctx, env.PipeDir, func(st **simState) (bool, error) {
+	// A client in a directory of links (a daemon's private directory,
+	// mps.Guard) reaches the daemon its `control` link points to.
+	pipeDir := daemonDir(env.PipeDir)
+	err := s.withState(ctx, pipeDir, func(st **simState) (bool, error) {
 		if *st == nil {
 			out = mps.Output{Stderr: mps.MsgNoDaemon + "\n", ExitCode: 1}
 			return false, nil
 		}
 		pid := (*st).PID
-		s.controlLog(env, pid, "Cmd:"+command)
+		// The daemon logs to its own log directory, whatever the
+		// client's environment says.
+		logTo := mps.Env{LogDir: cmp.Or((*st).LogDir, env.LogDir)}
+		s.controlLog(logTo, pid, "Cmd:"+command)
 		var dirty bool
-		out.Stdout, dirty = simCommand(st, command)
+		out.Stdout, dirty = simCommand(st, command, privileged(*st, env.PipeDir))
+		if refused := strings.TrimSpace(out.Stdout); strings.HasPrefix(refused, mps.MsgQuitRefused) || strings.HasPrefix(refused, "Insufficient privileges") {
+			s.controlLog(logTo, pid, refused) // the real daemon logs its refusals
+		}
 		if *st == nil {
-			s.quitFiles(env.PipeDir)
-			s.controlLog(env, pid, "Exit with status 0")
+			s.quitFiles(pipeDir)
+			s.controlLog(logTo, pid, "Exit with status 0")
 			s.log.Debug("simulated MPS control daemon quit", "pipe_directory", env.PipeDir)
 		}
 		return dirty, nil
@@ -453,4 +486,36 @@ func procInfo(pid int) (comm, namespace string) {
 		}
 	}
 	return comm, namespace
+}
+
+// daemonDir is the pipe directory of the control daemon a client in dir
+// reaches: dir, or, for a directory of links to a pipe directory's files
+// (mps.Guard's private directory), the directory its `control` links into.
+func daemonDir(dir string) string {
+	target, err := os.Readlink(filepath.Join(dir, "control"))
+	if err != nil {
+		return dir
+	}
+	if !filepath.IsAbs(target) {
+		target = filepath.Join(dir, target)
+	}
+	return filepath.Dir(target)
+}
+
+// privileged reports whether a control client in dir reaches d's
+// privileged socket, as the real client connects to control_privileged
+// when it can (probe-privileged): dir's control_privileged is the socket
+// d made, links followed (connect follows them), and the caller may
+// connect to it (srwxr-xr-x: root, or its owner). A placeholder, a mask
+// or another socket of that name is not.
+func privileged(d *simState, dir string) bool {
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, mps.PrivilegedSocket), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return false
+	}
+	if d.PrivilegedIno != 0 && (uint64(st.Dev) != d.PrivilegedDev || st.Ino != d.PrivilegedIno) {
+		return false
+	}
+	euid := os.Geteuid()
+	return euid == 0 || int(st.Uid) == euid
 }

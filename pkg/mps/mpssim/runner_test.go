@@ -360,3 +360,84 @@ func startSim(t *testing.T) (*Runner, mps.Env) {
 	}
 	return s, env
 }
+
+// The simulated daemon's privileged socket, as measured on an H200
+// (docs/gpu-runs/probe-privileged-2026-11-29.txt): its sockets are sockets
+// of the real modes; through a directory that does not hold the socket the
+// daemon made (moved away, a placeholder or another socket of its name
+// instead) quit and set_default_* are refused with the real texts and
+// change nothing, while questions and a server's commands are answered;
+// through a directory holding it with links to the rest, everything works.
+func TestSimPrivilegedSocket(t *testing.T) {
+	s, env := startSim(t)
+	for f, want := range map[string]os.FileMode{"control": os.ModeSocket | 0o666, mps.PrivilegedSocket: os.ModeSocket | 0o755} {
+		if fi, err := os.Lstat(filepath.Join(env.PipeDir, f)); err != nil || fi.Mode() != want {
+			t.Errorf("%s: %v, %v; want %v", f, fi.Mode(), err, want)
+		}
+	}
+	srv, err := s.AddClient(env.PipeDir, 700)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(dir, cmd string) string {
+		t.Helper()
+		out, err := s.Run(t.Context(), mps.Env{PipeDir: dir}, cmd)
+		if err != nil || out.ExitCode != 0 {
+			t.Fatalf("%s through %s: %+v %v", cmd, dir, out, err)
+		}
+		return strings.TrimSpace(out.Stdout)
+	}
+	refused := fmt.Sprintf(mps.MsgSettingsRefused, os.Geteuid())
+	// Moved into a private directory of links: the pipe directory is
+	// refused, the private one privileged.
+	priv := filepath.Join(filepath.Dir(env.PipeDir), "priv")
+	if err := os.Mkdir(priv, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(env.PipeDir, mps.PrivilegedSocket), filepath.Join(priv, mps.PrivilegedSocket)); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"control", "control_lock", pidFile, "log"} {
+		if err := os.Symlink(filepath.Join(env.PipeDir, f), filepath.Join(priv, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(dir string) {
+		t.Helper()
+		for cmd, want := range map[string]string{
+			"quit": mps.MsgQuitRefused,
+			"set_default_active_thread_percentage 37":                   refused,
+			"set_default_device_pinned_mem_limit 0 3G":                  refused,
+			"set_default_client_priority 1":                             refused,
+			"get_default_active_thread_percentage":                      "100.0",
+			"get_server_list":                                           strconv.Itoa(srv),
+			"set_active_thread_percentage " + strconv.Itoa(srv) + " 12": "12.0",
+		} {
+			if got := run(dir, cmd); got != want {
+				t.Errorf("%s through %s: %q, want %q", cmd, dir, got, want)
+			}
+		}
+	}
+	check(env.PipeDir)
+	// A socket of the name that is not the daemon's: no privilege either.
+	if err := syscall.Mknod(filepath.Join(env.PipeDir, mps.PrivilegedSocket), syscall.S_IFSOCK|0o755, 0); err != nil {
+		t.Fatal(err)
+	}
+	check(env.PipeDir)
+	log, _ := os.ReadFile(filepath.Join(env.LogDir, "control.log"))
+	if !strings.Contains(string(log), "] Cmd:quit\n") || !strings.Contains(string(log), "] "+mps.MsgQuitRefused+"\n") {
+		t.Errorf("control.log lacks the refused quit and its refusal:\n%s", log)
+	}
+	if got := run(priv, "set_default_active_thread_percentage 40"); got != "40.0" {
+		t.Errorf("set_default_active_thread_percentage through the private directory: %q", got)
+	}
+	if got := run(env.PipeDir, "get_default_active_thread_percentage"); got != "40.0" {
+		t.Errorf("the default set through the private directory reads %q in the pipe directory", got)
+	}
+	if got := run(priv, "quit"); got != "" {
+		t.Errorf("quit through the private directory: %q", got)
+	}
+	if out, _ := s.Run(t.Context(), env, "get_server_list"); out.ExitCode != 1 {
+		t.Errorf("the daemon still answers after quit: %+v", out)
+	}
+}

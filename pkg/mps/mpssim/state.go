@@ -36,6 +36,12 @@ type simState struct {
 	DefaultClientPriority   int               `json:"default_client_priority,omitempty"`
 	NextServerPID           int               `json:"next_server_pid"`
 	Servers                 []simServer       `json:"servers"`
+	// PrivilegedDev and PrivilegedIno name the control_privileged socket
+	// the daemon made: a client reaching that socket, wherever it was
+	// moved, is privileged (privileged); 0 in a state of an older
+	// simulator: any socket of that name is.
+	PrivilegedDev uint64 `json:"privileged_dev,omitempty"`
+	PrivilegedIno uint64 `json:"privileged_ino,omitempty"`
 }
 
 type simServer struct {
