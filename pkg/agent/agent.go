@@ -191,7 +191,7 @@ func New(opts Options) (*Agent, error) {
 		state:      &stateDir{path: hc.StateDirectory},
 		notify:     opts.Notifier,
 		gpus:       map[gpu.UUID]*gpuState{},
-		acct:       accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: identityStore(opts.Config).Table, Killer: opts.Killer, Log: opts.Log}),
+		acct:       accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: identityStore(opts.Config).Table, Pods: podFinder(hc), Killer: opts.Killer, Log: opts.Log}),
 		views:      view.NewWriter(viewStore(opts.Config), hc.ProcRoot),
 		al:         newAcctLoop(),
 		cfg:        opts.Config,
