@@ -146,7 +146,10 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/identity":         {"pkg/gpu", "pkg/vdev"},
 		// Which Cloudpods pod a process is in, from its cgroup and
 		// containerd's bundle (issue 45): files only, nothing of ours.
-		"pkg/pod":        {},
+		"pkg/pod": {},
+		// The NRI plugin: a Cloudpods pod's containers given their
+		// slice's CDI edits (issue 45), as pkg/cdi builds them.
+		"pkg/nri":        {"pkg/cdi", "pkg/gpu"},
 		"pkg/accounting": {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/identity", "pkg/pod"},
 		"pkg/view":       {"pkg/gpu", "pkg/vdev"},
 		"pkg/cdi":        {"pkg/gpu", "pkg/vdev", "pkg/identity", "pkg/view"},
@@ -156,7 +159,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		// claims' entries go) and what the backend answers (the sync's
 		// result, claims' own devices).
 		"pkg/backend":    {"pkg/cdi", "pkg/claim", "pkg/devsync"},
-		"pkg/agent":      {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/devsync", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity", "pkg/claim", "pkg/backend", "pkg/view", "pkg/pod"},
+		"pkg/agent":      {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/devsync", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity", "pkg/claim", "pkg/backend", "pkg/view", "pkg/pod", "pkg/nri"},
 		"pkg/metrics":    {},
 		"pkg/statusview": {},
 		"pkg/keystone":   {},
