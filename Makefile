@@ -169,17 +169,21 @@ demo: build tenant
 
 # What tests/gpu/run.sh needs on the GPU machine (which has no Go): the
 # binaries, the view's library (tests/gpu/view.sh) and the MPS contract
-# test, built here for x86-64; and, xz-compressed in .gpu-bundle/containerd
-# (tests/gpu/cloudpods-pod.sh unpacks them), containerd, its shim, ctr,
-# crictl, Debian's runc (it needs only libseccomp.so.2 there) and
-# Debian's static busybox (the pods' image).
+# test, built here for x86-64. .gpu-bundle/pods is what
+# tests/gpu/cloudpods-pod.sh needs alone, xz-compressed to fit a call's
+# 64 MiB (about 45 MB; carry it instead of the whole bundle): the daemon,
+# the inventory, mpsctl, containerd, its shim, ctr, crictl, Debian's runc
+# (it needs only libseccomp.so.2 there), Debian's static busybox (the
+# pods' image), and the view's library.
 gpu-bundle: build build-kubernetes tenant containerd
-	rm -rf .gpu-bundle && mkdir -p .gpu-bundle/containerd
+	rm -rf .gpu-bundle && mkdir -p .gpu-bundle/pods
 	cp $(BIN)/mps-daemon $(BIN)/mps-daemon-kubernetes $(BIN)/mps-inventory $(BIN)/mpsctl $(BIN)/libyunion-mps-view.so .gpu-bundle/
 	CGO_ENABLED=0 $(GO) test -c -o .gpu-bundle/mps.test ./pkg/mps
 	CGO_ENABLED=1 $(GO) test -c -o .gpu-bundle/nvml.test ./pkg/gpu/nvml
-	for f in $(CONTAINERD_BIN)/containerd $(CONTAINERD_BIN)/containerd-shim-runc-v2 $(CONTAINERD_BIN)/ctr $(CONTAINERD_BIN)/crictl \
-		$$(command -v runc) /bin/busybox; do xz -9 -T2 -c $$f > .gpu-bundle/containerd/$$(basename $$f).xz || exit 1; done
+	cp $(BIN)/libyunion-mps-view.so .gpu-bundle/pods/
+	for f in $(BIN)/mps-daemon $(BIN)/mps-inventory $(BIN)/mpsctl \
+		$(CONTAINERD_BIN)/containerd $(CONTAINERD_BIN)/containerd-shim-runc-v2 $(CONTAINERD_BIN)/ctr $(CONTAINERD_BIN)/crictl \
+		$$(command -v runc) /bin/busybox; do xz -9 -T2 -c $$f > .gpu-bundle/pods/$$(basename $$f).xz || exit 1; done
 
 # .deb and .rpm of yunion-mps-daemon, yunion-mps-inventory and
 # yunion-mps-daemon-kubernetes (PKG_NAMES: their nfpm configs'

@@ -10,7 +10,8 @@
 # nodes given as the nvidia runtime gives them to Cloudpods' pods; the
 # pods keep the host's network (no CNI here).
 #   make gpu-bundle                              (here)
-#   device run: bash tests/gpu/cloudpods-pod.sh  with carry [".gpu-bundle"], timeout 420 s
+#   device run: bash tests/gpu/cloudpods-pod.sh  with carry [".gpu-bundle/pods"], timeout 420 s
+#   (.gpu-bundle/pods: everything it needs, xz-compressed, about 45 MB)
 # Checks: a pod's two processes at 0.7 x its server's slice (one
 # terminated, one runs on); a pod's process whose environment lifts its MPS
 # limit killed as it connects, a neighbour pod allocating its own slice
@@ -23,7 +24,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/cloudpods-pod-out}; mkdir -p "$OUT"
 HERE=$(cd "$(dirname "$0")" && pwd)
-B=$(cd "$HERE/../../.gpu-bundle" && pwd)
+PODS=$(cd "$HERE/../../.gpu-bundle/pods" && pwd)
 C=$HERE/clients
 REPORT=$OUT/cloudpods-pod.md
 W=$(mktemp -d /tmp/cp.XXXX); chmod 755 "$W"
@@ -51,11 +52,14 @@ SC=0b9a2f5e-0000-4000-8000-00000000000c
 SD=0b9a2f5e-0000-4000-8000-00000000000d
 mkdir -p "$BIN" "$PIPE" "$W/log" "$CTR/logs"
 
-# What the bundle carries, unpacked (python3's lzma: xz may be missing).
-for f in "$B"/containerd/*.xz; do
+# What the bundle carries, unpacked (python3's lzma: xz may be missing);
+# lib.sh runs the daemon, the inventory and mpsctl from $B.
+for f in "$PODS"/*.xz; do
 	python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$f" "$BIN/$(basename "$f" .xz)"
 	chmod 755 "$BIN/$(basename "$f" .xz)"
 done
+cp "$PODS/libyunion-mps-view.so" "$BIN/"
+B=$BIN
 say "containerd $("$BIN/containerd" --version | awk '{print $3}'), $("$BIN/runc" --version | head -1), crictl $("$BIN/crictl" --version | awk '{print $3}'), kernel $(uname -r), cgroup $(stat -fc %T /sys/fs/cgroup)"
 
 # containerd: its own root, state, socket and runc root; CRI on, cgroupfs,
