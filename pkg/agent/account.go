@@ -168,7 +168,7 @@ func (a *Agent) accountSampled(ctx context.Context, in acctInputs, only []gpu.UU
 	a.noteUsage(r, sampled)
 	a.notePods(r, sampled, in.pods)
 	a.met.observeAccounting(r)
-	a.writeViewUsage(r)
+	a.writeViewUsage(in.withPodViews(r))
 }
 
 // checkConnected checks clients as they connected (the lines of the

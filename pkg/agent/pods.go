@@ -11,6 +11,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/pod"
 	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/units"
+	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
 // Cloudpods' own pods (issue 45): the wiring of pkg/pod into the
@@ -29,11 +30,14 @@ func podFinder(hc *config.HostConf) accounting.PodFinder {
 	return f
 }
 
-// podHolding is what one server holds of one GPU.
+// podHolding is what one server holds of one GPU: first is its slice of
+// the lowest index, whose CDI edits (and view) the NRI plugin gives its
+// pod's containers.
 type podHolding struct {
 	gpu    gpu.UUID
 	slices int
 	cap    units.Bytes
+	first  vdev.Name
 }
 
 // podHoldings are, by pod name, the slices of the GPUs of uuids each
@@ -52,10 +56,39 @@ func (a *Agent) podHoldings(uuids []gpu.UUID) map[string]podHolding {
 		}
 		name := accounting.PodName(g, l.Guest)
 		h := out[name]
+		if h.slices == 0 || l.Device.Index < firstIndex(h.first) {
+			h.first = l.Device.Name()
+		}
 		h.gpu, h.slices, h.cap = g, h.slices+1, h.cap+l.Device.MemoryLimit.Bytes()
 		out[name] = h
 	}
 	return out
+}
+
+func firstIndex(n vdev.Name) int {
+	_, i, _ := vdev.ParseName(n.String())
+	return i
+}
+
+// withPodViews is r as the views are written from it: each pod's use on
+// its first slice's view too, the view the NRI plugin gives its
+// containers (a pod's clients are billed to the pod, not to the slice).
+func (in acctInputs) withPodViews(r accounting.Report) accounting.Report {
+	if len(in.pods) == 0 || r.Usage.PerDevice == nil {
+		return r
+	}
+	per := maps.Clone(r.Usage.PerDevice)
+	for name, h := range in.pods {
+		p, ok := per[name]
+		if !ok || p.UsedBytes == 0 {
+			continue
+		}
+		d := per[h.first.String()]
+		d.UsedBytes += p.UsedBytes
+		per[h.first.String()] = d
+	}
+	r.Usage.PerDevice = per
+	return r
 }
 
 // addPods puts the pods' caps beside the devices'.

@@ -290,7 +290,7 @@ echo "PRELOAD $(cat /etc/ld.so.preload 2>&1)"
 echo "VIEW $(cat /run/yunion-mps/view/$NVIDIA_VISIBLE_DEVICES/memory 2>&1 | tr '\n' ' ')"
 echo DONE; sleep 3600`
 	podA := h.ctrd.runPod(serverA, "gpu-pod-a", string(h.gpu), h.pipe)
-	podA.container("main", []string{"sh", "-c", script})
+	ctrA := podA.container("main", []string{"sh", "-c", script})
 	podC := h.ctrd.runPod(serverC, "gpu-pod-c", string(h.gpu), h.pipe)
 	podC.container("main", []string{"sh", "-c", script})
 	var outA, outC string
@@ -319,4 +319,15 @@ echo DONE; sleep 3600`
 	if !strings.Contains(h.daemon.Output(), "given its slice's edits") {
 		t.Errorf("the daemon does not log the edits")
 	}
+
+	// What the pod's clients use shows in the view its containers were
+	// given (they are billed to the pod, the view is the slice's).
+	client := pidOf(t, ctrA, "sleep 3600")
+	h.connect(t, client)
+	h.setMemory(t, map[int]uint64{client: 4096})
+	viewFile := filepath.Join(h.dir, "state", "view", string(h.gpu)+".1", "memory")
+	eventually(t, "the pod's use in its slice's view", func() (bool, string) {
+		b, _ := os.ReadFile(viewFile)
+		return strings.Contains(string(b), fmt.Sprintf("used_bytes %d", 4096<<20)), string(b)
+	})
 }
