@@ -191,7 +191,7 @@ has_term() { [ "$(status_py "sum(1 for t in (st.get('accounting') or {}).get('te
 until_ok 60 has_term "$SA" memory_cap 1; check "a process of pod A terminated when the pod passed its server's slice" $?
 status_py "[p for p in st.get('pods') or [] if p['server'] == '$SA']" | block
 sleep 2
-ALIVE=$(pgrep -f "$C/hold.py 40 $P70" | wc -l)
+ALIVE=$(pgrep -f "^python3 $C/hold.py 40 $P70" | wc -l)
 check "the other process of pod A runs on" "$([ "$ALIVE" = 1 ]; echo $?)" "($ALIVE of 2 running)"
 grep -E "Cloudpods pod over|terminating Cloudpods pod" "$W/daemon.log" | head -3 | block
 
@@ -219,13 +219,14 @@ write_conf true
 start_daemon "$W/daemon-nri.log"
 wait_ready && until_ok 30 grep -q "NRI plugin registered" "$W/daemon-nri.log"; check "the NRI plugin registered with containerd" $?
 PD=$(runpod "$SD" pod-d)
-container "$PD" "$SD" pod-d view -- sh -c 'echo "ENV $CUDA_MPS_PINNED_DEVICE_MEM_LIMIT|$CUDA_VISIBLE_DEVICES|$YUNION_MPS_VIRTUAL_DEVICE"; echo "IDENTITY $(cat /run/yunion-mps/devices/$NVIDIA_VISIBLE_DEVICES)"; echo "PRIVILEGED $(stat -c %t:%T $CUDA_MPS_PIPE_DIRECTORY/control_privileged 2>&1)"; python3 -c "import torch; f, t = torch.cuda.mem_get_info(); print(\"TORCH\", t >> 20, f >> 20)"; echo "QUIT $(echo quit | nvidia-cuda-mps-control 2>&1 | head -1)"; echo DONE' >/dev/null
+container "$PD" "$SD" pod-d view -- sh -c 'echo "ENV $CUDA_MPS_PINNED_DEVICE_MEM_LIMIT|$CUDA_VISIBLE_DEVICES|$YUNION_MPS_VIRTUAL_DEVICE"; echo "IDENTITY $(cat /run/yunion-mps/devices/$NVIDIA_VISIBLE_DEVICES)"; echo "PRIVILEGED $(stat -c %t:%T $CUDA_MPS_PIPE_DIRECTORY/control_privileged 2>&1)"; python3 -c "import torch; f, t = torch.cuda.mem_get_info(); print(\"TORCH\", t >> 20, f >> 20)"; echo "QUIT $(echo quit | timeout 10 nvidia-cuda-mps-control 2>&1 | head -1)"; echo DONE' >/dev/null
 until_ok 90 grep -q DONE "$CTR/logs/pod-d/view.log"
 V=$(logof pod-d view); echo "$V" | block
 echo "$V" | grep -q "^ENV 0=${CAP}M|$UUID|$UUID::3"; check "the slice's environment (its cap, its GPU, its name) over Cloudpods'" $?
 echo "$V" | grep -q "^IDENTITY $UUID::3"; check "the slice's identity file" $?
 echo "$V" | grep -q "^PRIVILEGED 1:3"; check "the privileged socket masked (/dev/null)" $?
 TT=$(echo "$V" | awk '$1 == "TORCH" {print $2}')
+sleep 2
 check "PyTorch in the pod sees the slice as its GPU (the view)" "$([ -n "$TT" ] && [ "$TT" -le "$CAP" ] && [ "$TT" -ge $((CAP - 1024)) ]; echo $?)" "(total $TT MiB, slice $CAP MiB)"
 check "quit from the pod refused: the control daemon serves on" "$(ctl get_server_list >/dev/null; echo $?)" "($(echo "$V" | grep ^QUIT | cut -c1-100))"
 
@@ -233,7 +234,7 @@ say
 say "## 4. quit from a pod without NRI (Cloudpods' mounts alone): refused only with the privileged socket out of the pipe root (pkg/mps, issue 45)"
 ls -la "$PIPE" | block
 # exec into pod A's container, made before the plugin: Cloudpods' mounts.
-Q=$(crictl exec "$CA" sh -c 'echo quit | nvidia-cuda-mps-control 2>&1 | head -1')
+Q=$(crictl exec "$CA" sh -c 'echo quit | timeout 10 nvidia-cuda-mps-control 2>&1 | head -1')
 say "quit exec'd into pod A printed: $(echo "$Q" | cut -c1-120)"
 sleep 2
 check "quit from a Cloudpods pod without NRI refused: the control daemon serves on" "$(ctl get_server_list >/dev/null; echo $?)"
