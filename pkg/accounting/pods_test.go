@@ -31,7 +31,7 @@ type podRig struct {
 	term   *fakeTerminator
 }
 
-func newPodRig(t *testing.T) *podRig {
+func newPodRig(t testing.TB) *podRig {
 	r := &podRig{proc: newFakeProc(t), clock: &fakeClock{t: time.Unix(1_800_000_000, 0)}, logs: &bytes.Buffer{}}
 	r.state = filepath.Join(filepath.Dir(r.proc.root), "containerd")
 	r.killer = &fakeKiller{proc: r.proc, ignoreTERM: map[int]bool{}}
@@ -45,7 +45,7 @@ func newPodRig(t *testing.T) *podRig {
 
 // container makes containerd's bundle of container ctr of the pod of
 // server (named name), as CRI writes it.
-func (r *podRig) container(t *testing.T, ctr, server, name string) {
+func (r *podRig) container(t testing.TB, ctr, server, name string) {
 	dir := filepath.Join(r.state, "io.containerd.runtime.v2.task", "k8s.io", ctr)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
