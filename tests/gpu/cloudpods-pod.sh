@@ -60,7 +60,7 @@ for f in "$PODS"/*.xz; do
 done
 cp "$PODS/libyunion-mps-view.so" "$BIN/"
 B=$BIN
-say "containerd $("$BIN/containerd" --version | awk '{print $3}'), $("$BIN/runc" --version | head -1), crictl $("$BIN/crictl" --version | awk '{print $3}'), kernel $(uname -r), cgroup $(stat -fc %T /sys/fs/cgroup)"
+say "containerd $("$BIN/containerd" --version | awk '{print $3}'), $("$BIN/runc" --version | head -1), crictl (cri-tools v1.34.0), kernel $(uname -r), cgroup $(stat -fc %T /sys/fs/cgroup)"
 
 # containerd: its own root, state, socket and runc root; CRI on, cgroupfs,
 # CDI off, as Cloudpods deploys it; NRI on with its socket here (a
@@ -123,6 +123,7 @@ pods_cleanup() {
 	umount -R -l "$CTR" 2>/dev/null
 }
 trap pods_cleanup EXIT
+trap 'exit 143' TERM INT   # a call cut short still cleans up
 
 # The daemon: single layout at $PIPE, 4 slices, enforce; NRI as $1.
 start_inventory
