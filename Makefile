@@ -109,9 +109,32 @@ SLOW_PKGS := ./tests/e2e ./pkg/inventory/server ./pkg/inventory/store ./pkg/agen
 # (docs/testing.md, item 10). A debugger wants `go test -c` without it.
 # MPS_CLOUDPODS_DIR emptied: make test replays Cloudpods' recorded
 # exchanges and never starts a control plane (make test-cloudpods does).
-unit:
+# MPS_CONTAINERD_BIN: tests/e2e's Cloudpods pods run on the containerd
+# `make containerd` builds (they skip where it or root is missing, unless
+# MPS_REQUIRE_CONTAINERD=1, which CI sets).
+unit: containerd
 	@echo "unit: Cloudpods is replayed from tests/cloudpods/recordings; its live tests skip (make test-cloudpods runs them)"
-	MPS_CLOUDPODS_DIR= $(GO) test -race -count=1 -timeout 30m -ldflags=-w $(SLOW_PKGS) ./...
+	MPS_CLOUDPODS_DIR= MPS_CONTAINERD_BIN=$(CONTAINERD_BIN) $(GO) test -race -count=1 -timeout 30m -ldflags=-w $(SLOW_PKGS) ./...
+
+# Cloudpods' own pods (issue 45, docs/cloudpods.md): a real containerd 2.x,
+# its runc shim, ctr and crictl, built by Go from the module proxy at these
+# pinned versions (go install; nothing of their source is in this
+# repository), static and stripped, for tests/e2e and the GPU bundle.
+# Cached under $(BUILD) by version: a cold build is about 2 minutes here.
+CONTAINERD_VERSION := v2.2.9
+CRI_TOOLS_VERSION := v1.34.0
+CONTAINERD_BIN = $(CURDIR)/$(BUILD)/containerd-$(CONTAINERD_VERSION)-crictl-$(CRI_TOOLS_VERSION)
+.PHONY: containerd print-containerd-bin
+containerd: $(CONTAINERD_BIN)/crictl
+$(CONTAINERD_BIN)/crictl:
+	mkdir -p $(CONTAINERD_BIN)
+	CGO_ENABLED=0 GOBIN=$(CONTAINERD_BIN) $(GO) install -trimpath -ldflags '-s -w' -tags 'no_btrfs no_devmapper no_zfs' \
+		github.com/containerd/containerd/v2/cmd/containerd@$(CONTAINERD_VERSION) \
+		github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$(CONTAINERD_VERSION) \
+		github.com/containerd/containerd/v2/cmd/ctr@$(CONTAINERD_VERSION)
+	CGO_ENABLED=0 GOBIN=$(CONTAINERD_BIN) $(GO) install -trimpath -ldflags '-s -w' sigs.k8s.io/cri-tools/cmd/crictl@$(CRI_TOOLS_VERSION)
+print-containerd-bin:
+	@echo $(CONTAINERD_BIN)
 
 # scripts/flake-hunt.sh runs the packages in make unit's order.
 print-slow-pkgs:
@@ -146,12 +169,21 @@ demo: build tenant
 
 # What tests/gpu/run.sh needs on the GPU machine (which has no Go): the
 # binaries, the view's library (tests/gpu/view.sh) and the MPS contract
-# test, built here for x86-64.
-gpu-bundle: build build-kubernetes tenant
-	rm -rf .gpu-bundle && mkdir -p .gpu-bundle
+# test, built here for x86-64. .gpu-bundle/pods is what
+# tests/gpu/cloudpods-pod.sh needs alone, xz-compressed to fit a call's
+# 64 MiB (about 45 MB; carry it instead of the whole bundle): the daemon,
+# the inventory, mpsctl, containerd, its shim, ctr, crictl, Debian's runc
+# (it needs only libseccomp.so.2 there), Debian's static busybox (the
+# pods' image), and the view's library.
+gpu-bundle: build build-kubernetes tenant containerd
+	rm -rf .gpu-bundle && mkdir -p .gpu-bundle/pods
 	cp $(BIN)/mps-daemon $(BIN)/mps-daemon-kubernetes $(BIN)/mps-inventory $(BIN)/mpsctl $(BIN)/libyunion-mps-view.so .gpu-bundle/
 	CGO_ENABLED=0 $(GO) test -c -o .gpu-bundle/mps.test ./pkg/mps
 	CGO_ENABLED=1 $(GO) test -c -o .gpu-bundle/nvml.test ./pkg/gpu/nvml
+	cp $(BIN)/libyunion-mps-view.so .gpu-bundle/pods/
+	for f in $(BIN)/mps-daemon $(BIN)/mps-inventory $(BIN)/mpsctl \
+		$(CONTAINERD_BIN)/containerd $(CONTAINERD_BIN)/containerd-shim-runc-v2 $(CONTAINERD_BIN)/ctr $(CONTAINERD_BIN)/crictl \
+		$$(command -v runc) /bin/busybox; do xz -9 -T2 -c $$f > .gpu-bundle/pods/$$(basename $$f).xz || exit 1; done
 
 # .deb and .rpm of yunion-mps-daemon, yunion-mps-inventory and
 # yunion-mps-daemon-kubernetes (PKG_NAMES: their nfpm configs'

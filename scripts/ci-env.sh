@@ -106,3 +106,9 @@ ci_promtool || return 1
 ci_cloudpods
 # The podman tests fail instead of skipping when they cannot run.
 export MPS_REQUIRE_PODMAN=1
+# So do the tests of Cloudpods' pods on a real containerd (tests/e2e,
+# issue 45): `make containerd` builds it (make test does), and a package
+# run alone finds it where make puts it.
+export MPS_REQUIRE_CONTAINERD=1
+MPS_CONTAINERD_BIN=${MPS_CONTAINERD_BIN:-$(make -s --no-print-directory print-containerd-bin)}
+export MPS_CONTAINERD_BIN

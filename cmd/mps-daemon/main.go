@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"yunion.io/x/mps-daemon/pkg/agent"
+	"yunion.io/x/mps-daemon/pkg/nri"
 	"yunion.io/x/mps-daemon/pkg/version"
 )
 
@@ -109,10 +110,14 @@ func runAgent(ctx context.Context, f flags, l *loaded, mode agent.Mode, devices 
 	defer signal.Stop(hup)
 	reload := make(chan struct{}, 1)
 	go forward(ctx, hup, reload)
+	var plugin *nri.Plugin
+	if cfg.Host.NRI && mode == agent.ModeCloudpods {
+		plugin = nri.New(cfg.Host.NRISocket, log)
+	}
 	a, err := agent.New(agent.Options{
 		Config: cfg, ConfigPath: f.config, Mode: mode, Backend: h.backend, Runner: h.runner, Devices: devices, Changed: changed,
 		SysfsRoot: h.sysfsRoot, DevRoot: h.devRoot, Simulated: f.simulate != "",
-		Notifier: agent.Systemd{}, Watchdog: watchdog, Reload: reload, WatchFiles: true, Log: log,
+		Notifier: agent.Systemd{}, Watchdog: watchdog, Reload: reload, WatchFiles: true, NRI: plugin, Log: log,
 	})
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/pod"
 	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
@@ -26,6 +27,8 @@ type Client struct {
 	// WithoutView: its memory map shows no view library, when the
 	// containers get the view (Accountant.SetViewLibrary; view.go).
 	WithoutView bool
+	// Pod is the Cloudpods pod it is in (Source SourcePod; pods.go).
+	Pod pod.Pod
 }
 
 // DeviceUsage is the memory the clients of one virtual device use together.
@@ -122,8 +125,8 @@ func Account(procs map[gpu.UUID][]gpu.Process, caps map[string]uint64, lookup Lo
 // with no client yet.
 func (u *Usage) devicesOf(caps map[string]uint64, gpus func(gpu.UUID) bool) {
 	for name := range caps {
-		uuid, _, err := vdev.ParseName(name)
-		if err != nil {
+		uuid, ok := gpuOf(name)
+		if !ok {
 			continue
 		}
 		if gpus(uuid) {
@@ -137,12 +140,15 @@ func (u *Usage) devicesOf(caps map[string]uint64, gpus func(gpu.UUID) bool) {
 func (u *Usage) bill(uuid gpu.UUID, p gpu.Process, id Identity, err error) (billed bool) {
 	unknown := UnknownProcess{Unknown: clientreport.Unknown{PID: p.PID, GPU: uuid, UsedBytes: units.Bytes(p.UsedMemoryBytes),
 		Device: id.Device, Source: id.Source, Environment: id.Environment}, StartTicks: id.StartTicks}
+	if errors.Is(err, ErrNoPodSlice) {
+		unknown.Server = id.Pod.Server
+	}
 	switch {
 	case err != nil:
 		unknown.Reason = join(reason(err), id.Detail)
 		unknown.Hidden = errors.Is(err, ErrNoIdentity)
 	default:
-		devGPU, _, _ := vdev.ParseName(id.Device)
+		devGPU, _ := gpuOf(id.Device)
 		d, ok := u.PerDevice[id.Device]
 		switch {
 		case devGPU != uuid:
@@ -151,7 +157,7 @@ func (u *Usage) bill(uuid gpu.UUID, p gpu.Process, id Identity, err error) (bill
 			unknown.Reason = fmt.Sprintf("names %s, which this host does not have", id.Device)
 		default:
 			d.UsedBytes += p.UsedMemoryBytes
-			c := Client{PID: p.PID, UsedBytes: p.UsedMemoryBytes, StartTicks: id.StartTicks, Source: id.Source, Env: id.QoSEnv}
+			c := Client{PID: p.PID, UsedBytes: p.UsedMemoryBytes, StartTicks: id.StartTicks, Source: id.Source, Env: id.QoSEnv, Pod: id.Pod}
 			d.Clients = append(d.Clients, c)
 			u.PerDevice[id.Device] = d
 			if id.Mismatch() {

@@ -18,9 +18,10 @@ import (
 
 // Options wires an Accountant.
 type Options struct {
-	// ProcRoot and Identities make its Mapper (see Mapper).
+	// ProcRoot, Identities and Pods make its Mapper (see Mapper).
 	ProcRoot   string
 	Identities func() (identity.Table, error)
+	Pods       PodFinder
 	// Grace, Killer and Now go to its Enforcer (see EnforcerOptions).
 	Grace  time.Duration
 	Killer Killer
@@ -129,7 +130,7 @@ func New(o Options) *Accountant {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "accounting")
-	m := &Mapper{ProcRoot: o.ProcRoot, Identities: o.Identities}
+	m := &Mapper{ProcRoot: o.ProcRoot, Identities: o.Identities, Pods: o.Pods}
 	// NewEnforcer fails only without Procs, which is set here.
 	enf, _ := NewEnforcer(EnforcerOptions{Grace: o.Grace, Killer: o.Killer, Procs: m, Now: o.Now, Log: log})
 	a := &Accountant{mapper: m, enf: enf, log: log, over: map[string]bool{}, reported: reportKeys{},
@@ -216,7 +217,7 @@ func (a *Accountant) pass(ctx context.Context, detected string, p config.Account
 		return r
 	}
 	at := a.now()
-	r.Usage = Account(procs, caps, a.lookupFor(ctx, detected))
+	r.Usage = Account(procs, caps, a.lookupFor(ctx, detected, caps))
 	a.hiddenOptional(&r.Usage)
 	r.Usage.Escapes = Escapes(r.Usage, caps, qos, a.serverMemory)
 	a.checkViews(&r.Usage)
@@ -245,14 +246,14 @@ func (a *Accountant) pass(ctx context.Context, detected string, p config.Account
 // more, docs/benchmarks.md), and re-reads the identity files only for a
 // client it does not know. What a process is billed to cannot change while
 // it lives; what it shows of itself can, and the tick sees that.
-func (a *Accountant) lookupFor(ctx context.Context, detected string) LookupFunc {
+func (a *Accountant) lookupFor(ctx context.Context, detected string, caps map[string]uint64) LookupFunc {
 	refreshed := false
 	fresh := func(pid int, g gpu.UUID) (Identity, error) {
 		if !refreshed {
 			a.refresh(ctx)
 			refreshed = true
 		}
-		id, err := a.mapper.Lookup(pid, g)
+		id, err := a.lookup(pid, g, caps)
 		a.known[pid] = knownClient{gpu: g, id: id, err: err}
 		return id, err
 	}
@@ -268,6 +269,16 @@ func (a *Accountant) lookupFor(ctx context.Context, detected string) LookupFunc 
 		}
 		return fresh(pid, g)
 	}
+}
+
+// lookup is the Mapper's lookup of pid on GPU g, a client in a Cloudpods
+// pod billed to its server's pod there among caps (pods.go).
+func (a *Accountant) lookup(pid int, g gpu.UUID, caps map[string]uint64) (Identity, error) {
+	id, err := a.mapper.Lookup(pid, g)
+	if err == nil && id.Source == SourcePod {
+		id.Device, err = podDevice(g, id.Pod, caps)
+	}
+	return id, err
 }
 
 // Terminating says how many clients are being terminated: a pass must run
@@ -348,7 +359,11 @@ func (a *Accountant) logChanges(ctx context.Context, r Report, sampled map[gpu.U
 	for _, o := range r.Decision.Over {
 		over[o.Device] = true
 		if !a.over[o.Device] {
-			a.log.WarnContext(ctx, "virtual device over its memory cap", "device", o.Device, "gpu", o.GPU,
+			msg := "virtual device over its memory cap"
+			if _, _, pod := ParsePodName(o.Device); pod {
+				msg = "Cloudpods pod over its server's memory cap on the GPU"
+			}
+			a.log.WarnContext(ctx, msg, "device", o.Device, "gpu", o.GPU,
 				"used_mib", o.UsedBytes>>20, "cap_mib", o.CapBytes>>20, "pids", o.PIDs, "policy", string(r.Policy))
 		}
 	}
@@ -400,8 +415,11 @@ func escapeKey(e Escape) reportKey {
 }
 
 func (a *Accountant) logEscape(ctx context.Context, e Escape, p config.AccountingPolicy) {
-	a.log.WarnContext(ctx, "MPS client's environment escapes its device's QoS or memory limit; terminated under enforce", "gpu", e.GPU,
-		"pid", e.PID, "device", e.Device, "source", e.Source, "used_mib", uint64(e.UsedBytes)>>20, "reason", e.Reason, "policy", string(p))
+	attrs := []any{"gpu", e.GPU, "pid", e.PID, "device", e.Device, "source", e.Source, "used_mib", uint64(e.UsedBytes) >> 20, "reason", e.Reason, "policy", string(p)}
+	if e.Server != "" {
+		attrs = append(attrs, "server", e.Server)
+	}
+	a.log.WarnContext(ctx, "MPS client's environment escapes its device's QoS or memory limit; terminated under enforce", attrs...)
 }
 
 func unknownKey(u UnknownProcess) reportKey {
@@ -414,8 +432,11 @@ func (a *Accountant) logUnknown(ctx context.Context, u UnknownProcess, p config.
 			"pid", u.PID, "used_mib", uint64(u.UsedBytes)>>20, "environment", u.Environment, "reason", u.Reason, "policy", string(p))
 		return
 	}
-	a.log.WarnContext(ctx, "MPS client billed to no virtual device (reported, never terminated)", "gpu", u.GPU,
-		"pid", u.PID, "used_mib", uint64(u.UsedBytes)>>20, "device", u.Device, "source", u.Source, "environment", u.Environment, "reason", u.Reason)
+	attrs := []any{"gpu", u.GPU, "pid", u.PID, "used_mib", uint64(u.UsedBytes) >> 20, "device", u.Device, "source", u.Source, "environment", u.Environment, "reason", u.Reason}
+	if u.Server != "" {
+		attrs = append(attrs, "server", u.Server)
+	}
+	a.log.WarnContext(ctx, "MPS client billed to no virtual device (reported, never terminated)", attrs...)
 }
 
 // refresh re-reads the identity files and the host's mount namespace; a

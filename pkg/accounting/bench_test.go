@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/pod"
 )
 
 // BenchmarkMapperLookup is what one MPS client costs each accounting tick
@@ -91,6 +93,52 @@ func BenchmarkPass(b *testing.B) {
 				}
 				if len(r.Usage.Unknown) != 0 {
 					b.Fatalf("unknown %+v", r.Usage.Unknown)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMapperLookupPod is what a client in a Cloudpods pod costs a
+// tick: its cgroup read, its container's server from the Finder's cache
+// ("cached"), or from containerd's bundle, a config.json of 20 KB, read and
+// parsed ("bundle": the first lookup of a container); and what the pod
+// finder adds to a CDI container's lookup (its cgroup, not a pod's).
+//
+//	go test -run '^$' -bench MapperLookupPod ./pkg/accounting
+func BenchmarkMapperLookupPod(b *testing.B) {
+	r := newPodRig(b)
+	r.container(b, "c1", "server-1", "pod-one")
+	// A bundle as large as a real one: its environment and mounts.
+	path := r.state + "/io.containerd.runtime.v2.task/k8s.io/c1/config.json"
+	spec, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pad := `,"process":{"env":["` + strings.Repeat("X", 20<<10) + `"]}}`
+	if err := os.WriteFile(path, append(spec[:len(spec)-1], pad...), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	r.process(10, 100, "c1", "")
+	a0 := gpuA + "::0"
+	r.proc.give("cdi", a0)
+	r.proc.addContainer(20, 1, 200, "cdi", a0)
+	caps := map[string]uint64{a0: 20 * gib, PodName(gpuA, "server-1"): 20 * gib}
+	r.acct.mapper.Refresh()
+	for _, bc := range []struct {
+		name  string
+		pid   int
+		fresh bool
+		want  string
+	}{{"pod-cached", 10, false, PodName(gpuA, "server-1")}, {"pod-bundle", 10, true, PodName(gpuA, "server-1")}, {"cdi-container", 20, false, a0}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if bc.fresh {
+					r.acct.mapper.Pods = pod.NewFinder(pod.Options{CgroupParent: pod.DefaultCgroupParent, StateDir: r.state})
+				}
+				id, err := r.acct.lookup(bc.pid, gpuA, caps)
+				if err != nil || id.Device != bc.want {
+					b.Fatalf("lookup(%d) = %+v, %v", bc.pid, id, err)
 				}
 			}
 		})

@@ -122,7 +122,7 @@ func (a *Accountant) Connected(ctx context.Context, p config.AccountingPolicy, c
 			r.Skipped = append(r.Skipped, Skipped{PID: c.PID, Reason: SkipReused})
 			continue
 		}
-		id, err := a.lookupAny(c.PID, c.GPUs, &u)
+		id, err := a.lookupAny(c.PID, c.GPUs, caps, &u)
 		if errors.Is(err, ErrExited) {
 			r.Skipped = append(r.Skipped, Skipped{PID: c.PID, Reason: SkipExited})
 			continue
@@ -173,11 +173,11 @@ func (a *Accountant) Connected(ctx context.Context, p config.AccountingPolicy, c
 // its environment) names, else as unknown on the first GPU. In the
 // per-GPU layout gpus is one GPU; in the single layout the client's line
 // does not say which GPU it uses, and its device does.
-func (a *Accountant) lookupAny(pid int, gpus []gpu.UUID, u *Usage) (Identity, error) {
+func (a *Accountant) lookupAny(pid int, gpus []gpu.UUID, caps map[string]uint64, u *Usage) (Identity, error) {
 	var firstID Identity
 	var firstErr error
 	for i, g := range gpus {
-		id, err := a.mapper.Lookup(pid, g)
+		id, err := a.lookup(pid, g, caps)
 		if errors.Is(err, ErrExited) {
 			return id, err
 		}

@@ -42,6 +42,9 @@ type Action struct {
 	PID    int
 	Device string
 	GPU    gpu.UUID
+	// Server is the Cloudpods server of a pod's client (Device is then
+	// the pod's name, PodName); "" for a virtual device's.
+	Server string
 	// Cause is CauseMemory, CauseQoS, CauseLimit or CauseNoDevice (then
 	// Device is "").
 	Cause string
@@ -202,7 +205,7 @@ func Decide(u Usage, caps map[string]uint64, p config.AccountingPolicy, h Histor
 				break
 			}
 			d.Actions = append(d.Actions, Action{
-				PID: c.PID, Device: name, GPU: du.GPU, Cause: CauseMemory,
+				PID: c.PID, Device: name, GPU: du.GPU, Server: c.Pod.Server, Cause: CauseMemory,
 				UsedBytes: c.UsedBytes, DeviceUsedBytes: du.UsedBytes, CapBytes: capBytes,
 				StartTicks: c.StartTicks, Reason: c.reason(used, capBytes),
 			})

@@ -319,6 +319,12 @@ func (e *Enforcer) finish(ctx context.Context, p *pendingKill, step string, err 
 
 // what names the client an action is about, for its log lines.
 func (a Action) what() string {
+	if a.Server != "" {
+		if a.Cause == CauseMemory {
+			return "Cloudpods pod's client over its server's cap on the GPU"
+		}
+		return "Cloudpods pod's client escaping its memory limit"
+	}
 	switch a.Cause {
 	case CauseQoS:
 		return "client escaping its device's QoS"
@@ -357,6 +363,9 @@ func (e *Enforcer) logStep(ctx context.Context, level slog.Level, msg string, a 
 	attrs := []any{"device", a.Device, "gpu", a.GPU, "pid", a.PID, "cause", a.Cause,
 		"used_mib", a.UsedBytes >> 20, "device_used_mib", a.DeviceUsedBytes >> 20, "cap_mib", a.CapBytes >> 20,
 		"reason", a.Reason, "step", step}
+	if a.Server != "" {
+		attrs = append(attrs, "server", a.Server)
+	}
 	if !first.IsZero() {
 		attrs = append(attrs, "detected", a.Detected)
 		if least, most, ok := a.Escape.Lasted(first); ok {

@@ -17,6 +17,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/identity"
+	"yunion.io/x/mps-daemon/pkg/pod"
 )
 
 // ErrExited: the process is gone (no /proc entry) or a zombie.
@@ -69,7 +70,7 @@ const (
 
 // Sources lists every source a count of clients is kept for.
 func Sources() []string {
-	return []string{SourceIdentity, SourceAncestor, SourceCgroup, SourceEnviron, SourceUnknown}
+	return []string{SourceIdentity, SourceAncestor, SourceCgroup, SourceEnviron, SourcePod, SourceUnknown}
 }
 
 // Limits on what is read from /proc: a process controls the size of its
@@ -105,13 +106,17 @@ type Identity struct {
 	Detail string
 	// QoSEnv is what its environment says of its QoS (qos.go).
 	QoSEnv clientreport.QoSEnv
+	// Pod is the Cloudpods pod it is in (Source SourcePod): the Mapper
+	// leaves Device to the Accountant, which knows what its server holds
+	// (pods.go).
+	Pod pod.Pod
 }
 
 // Mismatch reports whether a process billed by its identity file shows
 // another device (or none) in its environment, or had its identity hidden
 // from its own view.
 func (id Identity) Mismatch() bool {
-	return id.Device != "" && id.Source != SourceEnviron && (id.Environment != id.Device || id.Source == SourceAncestor || id.Source == SourceCgroup)
+	return id.Device != "" && id.Source != SourceEnviron && id.Source != SourcePod && (id.Environment != id.Device || id.Source == SourceAncestor || id.Source == SourceCgroup)
 }
 
 // Mapper maps PIDs (in the PID namespace of ProcRoot) to virtual devices.
@@ -126,6 +131,9 @@ type Mapper struct {
 	// Identities lists the host's identity files (identity.Store.Table).
 	// Nil: there are none, and only host processes can be billed.
 	Identities func() (identity.Table, error)
+	// Pods finds the Cloudpods pod of a process's cgroup (pkg/pod); nil:
+	// none is looked for.
+	Pods PodFinder
 
 	table  identity.Table
 	hostNS string
@@ -248,12 +256,29 @@ func (m *Mapper) Lookup(pid int, gpuUUID gpu.UUID) (Identity, error) {
 	case !errors.Is(envErr, ErrNoDevice):
 		id.Environment = envDisplay("invalid: " + envErr.Error())
 	}
+	if m.Pods != nil {
+		cg, err := p.cgroup()
+		if err != nil {
+			return id, err
+		}
+		pd, err := m.Pods.Find(cg)
+		switch {
+		case err == nil:
+			id.Source, id.Pod = SourcePod, pd
+			return id, p.stillThere()
+		case !errors.Is(err, pod.ErrNotPod):
+			// In a pod's cgroup, its server not known: what follows may
+			// still bill it (an identity file NRI mounted); if not, it
+			// says why.
+			id.Detail = err.Error()
+		}
+	}
 	name, decoy, err := identity.Find(p.fd(), gpuUUID, m.table)
 	if err != nil && !errors.Is(err, identity.ErrNotFound) {
 		return id, p.gone(fmt.Errorf("PID %d: %w", pid, err))
 	}
 	if decoy != "" {
-		id.Detail = "decoy at " + decoy
+		id.Detail = join(id.Detail, "decoy at "+decoy)
 	}
 	if err == nil {
 		id.Device, id.Source = name, SourceIdentity

@@ -147,7 +147,13 @@ func Escapes(u Usage, caps map[string]uint64, qos map[string]DeviceQoS, servers 
 		q, batch := qos[name]
 		d := u.PerDevice[name]
 		l := DeviceLimit{GPU: d.GPU, Cap: units.Bytes(caps[name]).MiB()}
-		l.Server, l.ServerKnown = servers[d.GPU]
+		if _, _, pod := ParsePodName(name); !pod {
+			// A pod's client sees every GPU of the single layout's daemon,
+			// each at its own ordinal, whose limit is that GPU's own slice
+			// cap (agent/layout.go): within its pod's cap whatever its
+			// server holds. Only a list MPS cannot take escapes it.
+			l.Server, l.ServerKnown = servers[d.GPU]
+		}
 		for _, c := range d.Clients {
 			var why []string
 			limit := CheckMemoryLimit(c.Env, l)
@@ -161,7 +167,7 @@ func Escapes(u Usage, caps map[string]uint64, qos map[string]DeviceQoS, servers 
 			}
 			if len(why) > 0 {
 				out = append(out, Escape{Escape: clientreport.Escape{PID: c.PID, GPU: d.GPU, UsedBytes: units.Bytes(c.UsedBytes),
-					Device: name, Source: c.Source, Environment: c.Env, Reason: strings.Join(why, "; ")}, StartTicks: c.StartTicks, Limit: limit != ""})
+					Device: name, Source: c.Source, Environment: c.Env, Server: c.Pod.Server, Reason: strings.Join(why, "; ")}, StartTicks: c.StartTicks, Limit: limit != ""})
 			}
 		}
 	}
@@ -190,7 +196,7 @@ func DecideEscapes(escapes []Escape, u Usage, caps map[string]uint64, p config.A
 		if e.Limit {
 			cause, what = CauseLimit, "escapes its device's memory limit: "
 		}
-		out = append(out, Action{PID: e.PID, Device: e.Device, GPU: e.GPU, UsedBytes: uint64(e.UsedBytes),
+		out = append(out, Action{PID: e.PID, Device: e.Device, GPU: e.GPU, Server: e.Server, UsedBytes: uint64(e.UsedBytes),
 			DeviceUsedBytes: u.PerDevice[e.Device].UsedBytes, CapBytes: caps[e.Device], StartTicks: e.StartTicks,
 			Cause: cause, Reason: what + e.Reason})
 	}

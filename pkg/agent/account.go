@@ -46,6 +46,8 @@ type acctInputs struct {
 	// the view ("" otherwise): a client without it in its memory map sees
 	// the whole GPU, and is reported.
 	viewLibrary string
+	// pods are what each server holds of the GPUs, by pod name (pods.go).
+	pods map[string]podHolding
 }
 
 // accountInputs is the snapshot of the reconcile's state the accounting
@@ -77,6 +79,7 @@ func (a *Agent) accountInputs() acctInputs {
 	if a.viewOpts.On() {
 		in.viewLibrary = view.LibraryFile
 	}
+	in.pods = a.podHoldings(in.uuids)
 	return in
 }
 
@@ -104,7 +107,9 @@ func (in acctInputs) scope() (map[string]uint64, map[string]accounting.DeviceQoS
 			maps.Copy(qos, claimQoS(d, in.defaults[d.GPU.UUID]))
 		}
 	}
-	return accounting.Caps(devs), qos
+	caps := accounting.Caps(devs)
+	in.addPods(caps)
+	return caps, qos
 }
 
 // account runs one accounting pass over every GPU with enforced caps, in
@@ -124,6 +129,7 @@ func (a *Agent) accountWith(ctx context.Context, in acctInputs, only []gpu.UUID)
 	if in.policy == config.AccountingOff {
 		a.acct.Tick(ctx, in.policy, nil, nil, nil, nil)
 		a.noteUsage(accounting.Report{Policy: in.policy}, nil)
+		a.notePods(accounting.Report{Policy: in.policy}, nil, nil)
 		a.writeViewUsage(accounting.Report{Policy: in.policy})
 		return nil
 	}
@@ -164,8 +170,9 @@ func (a *Agent) accountSampled(ctx context.Context, in acctInputs, only []gpu.UU
 		}
 	}
 	a.noteUsage(r, sampled)
+	a.notePods(r, sampled, in.pods)
 	a.met.observeAccounting(r)
-	a.writeViewUsage(r)
+	a.writeViewUsage(in.withPodViews(r))
 }
 
 // checkConnected checks clients as they connected (the lines of the

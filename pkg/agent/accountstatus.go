@@ -185,7 +185,7 @@ func (a *Agent) noteSteps(st *status.Accounting, steps []accounting.Step) {
 		if !s.First {
 			continue
 		}
-		t := status.Termination{PID: s.PID, GPU: s.GPU.String(), Device: s.Device, Cause: s.Cause, Step: s.Step, Detected: s.Detected, At: s.At}
+		t := status.Termination{PID: s.PID, GPU: s.GPU.String(), Device: s.Device, Server: s.Server, Cause: s.Cause, Step: s.Step, Detected: s.Detected, At: s.At}
 		if least, most, ok := s.Escape.Lasted(s.At); ok {
 			t.EscapeFrom, t.EscapeSeconds, t.EscapeSecondsAtMost = s.Escape.From, least.Seconds(), most.Seconds()
 		}

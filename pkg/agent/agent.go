@@ -23,6 +23,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/claim"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/nri"
 	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 	"yunion.io/x/mps-daemon/pkg/view"
@@ -91,7 +92,10 @@ type Options struct {
 	// ClientPollInterval is how often the accounting polls the GPUs that
 	// have MPS clients (acctloop.go); 0 is DefaultClientPollInterval.
 	ClientPollInterval time.Duration
-	Log                *slog.Logger
+	// NRI is the NRI plugin that gives Cloudpods pods their slice's edits
+	// (host.conf mps_nri, pkg/nri); nil: none. Run runs it (nri.go).
+	NRI *nri.Plugin
+	Log *slog.Logger
 }
 
 // Agent is the running daemon.
@@ -195,7 +199,7 @@ func New(opts Options) (*Agent, error) {
 		state:      &stateDir{path: hc.StateDirectory},
 		notify:     opts.Notifier,
 		gpus:       map[gpu.UUID]*gpuState{},
-		acct:       accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: identityStore(opts.Config).Table, Killer: opts.Killer, Log: opts.Log}),
+		acct:       accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: identityStore(opts.Config).Table, Pods: podFinder(hc), Killer: opts.Killer, Log: opts.Log}),
 		views:      view.NewWriter(viewStore(opts.Config), hc.ProcRoot),
 		guard:      mps.NewGuard(opts.Log.With("component", "mps")),
 		al:         newAcctLoop(),
@@ -254,6 +258,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	acctCtx, stopAccounting := context.WithCancel(ctx)
 	acctDone := make(chan struct{})
 	go func() { defer close(acctDone); a.runAccounting(acctCtx) }()
+	stopNRI := a.runNRI(ctx)
+	defer stopNRI()
 	defer func() {
 		stopAccounting()
 		select {
@@ -281,6 +287,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		var err error
 		a.step(ctx, "reconcile", func(ctx context.Context) { err = a.reconcile(ctx, full) })
 		a.publishAccounting(false)
+		a.publishNRI()
 		if err != nil && ctx.Err() == nil {
 			failures++
 			wait = backoff(failures, wait)

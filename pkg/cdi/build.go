@@ -69,6 +69,24 @@ func Build(o Options, devs []Device) (*specs.Spec, error) {
 	return s, nil
 }
 
+// Edits are the edits of d's entry, as Build makes them, for whoever
+// hands them to a container without a CDI runtime (the NRI plugin,
+// pkg/nri): the same inputs are refused, nothing is written.
+func Edits(o Options, d Device) (specs.ContainerEdits, error) {
+	o = o.withDefaults()
+	if err := o.validate(); err != nil {
+		return specs.ContainerEdits{}, err
+	}
+	if err := validateDevices(o, []Device{d}); err != nil {
+		return specs.ContainerEdits{}, err
+	}
+	nodes, err := findNodes(o.DevRoot, minorsOf([]Device{d}))
+	if err != nil {
+		return specs.ContainerEdits{}, err
+	}
+	return containerEdits(o, d, nodes), nil
+}
+
 // build assembles the spec from validated inputs; devices sorted by GPU and
 // slice so the same inputs give the same bytes whatever their order.
 func build(o Options, devs []Device, nodes nodeSet) *specs.Spec {

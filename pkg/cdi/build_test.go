@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"tags.cncf.io/container-device-interface/pkg/parser"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/units"
@@ -194,5 +196,31 @@ func TestFromVirtual(t *testing.T) {
 	qs := vdev.Split(g, 8, 50, vdev.QoS{LatencySlices: []int{0}, ReservePercent: 8})
 	if l, b := FromVirtual(qs[0], "", "/p"), FromVirtual(qs[5], "", "/p"); l.ThreadPercentage != 12 || l.ClientPriority != 0 || b.ThreadPercentage != 13 || b.ClientPriority != 1 {
 		t.Errorf("latency %+v, batch %+v: want 12%% at priority 0 and 13%% at priority 1", l, b)
+	}
+}
+
+// Edits are a device's entry's edits, as Build writes them, and refuse
+// what Build refuses.
+func TestEdits(t *testing.T) {
+	o := Options{DevRoot: t.TempDir()}
+	devs := hostDevices()
+	s, err := Build(o, devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs {
+		e, err := Edits(o, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(s.Devices, func(sd specs.Device) bool { return sd.Name == d.Name().String() })
+		if i < 0 || !reflect.DeepEqual(e, s.Devices[i].ContainerEdits) {
+			t.Errorf("%s: Edits %+v, the spec's entry %+v", d.Name(), e, s.Devices[i].ContainerEdits)
+		}
+	}
+	bad := devs[0]
+	bad.PipeDir = "relative"
+	if _, err := Edits(o, bad); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a relative pipe directory: %v, want ErrInvalid", err)
 	}
 }

@@ -34,7 +34,10 @@ type Unknown struct {
 	// Environment is the device its environment names, if any: not
 	// believed for a process in a container.
 	Environment string `json:"environment,omitempty"`
-	Reason      string `json:"reason"`
+	// Server is the Cloudpods server whose pod it is in (pkg/pod), when
+	// that server holds no slice of its GPU.
+	Server string `json:"server,omitempty"`
+	Reason string `json:"reason"`
 }
 
 // Mismatch is an MPS client billed by its identity file whose environment
@@ -65,7 +68,10 @@ type Escape struct {
 	Device      string `json:"device"`
 	Source      string `json:"source"`
 	Environment QoSEnv `json:"environment"`
-	Reason      string `json:"reason"`
+	// Server is the Cloudpods server whose pod it is in, when it is
+	// billed to a pod (Device is then the pod's name).
+	Server string `json:"server,omitempty"`
+	Reason string `json:"reason"`
 }
 
 // WithoutView is an MPS client billed to a device that does not have the

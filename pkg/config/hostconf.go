@@ -101,6 +101,22 @@ type HostConf struct {
 	RegionCreateHost  bool   // mps_region_create_host: create a missing host record
 	RegionInsecureTLS bool   // mps_region_insecure_tls: skip TLS verification
 
+	// Cloudpods' own pods (issue 45, docs/cloudpods.md "Cloudpods' own
+	// pods"): PodCgroupParent is the cgroup its host agent makes pods'
+	// containers under (mps_pod_cgroup_parent; "" looks for no pod),
+	// ContainerdStateDirectory containerd's state directory, whose bundles
+	// say each container's server (mps_containerd_state_directory),
+	// ServersPath Cloudpods' host agent's own record of its servers
+	// (servers_path, its key), read where containerd's is not.
+	PodCgroupParent          string
+	ContainerdStateDirectory string
+	ServersPath              string
+	// NRI: the daemon's NRI plugin gives a pod's containers the edits of
+	// a CDI entry of a slice their server holds (mps_nri, best effort),
+	// through containerd's NRI socket (mps_nri_socket).
+	NRI       bool
+	NRISocket string
+
 	// Unknown lists the keys this daemon does not read, in file order. Most
 	// belong to the Cloudpods host service; callers log them at debug level
 	// so a misspelt key of ours can still be found.
@@ -113,32 +129,36 @@ type HostConf struct {
 // DefaultHostConf is the configuration of an empty host.conf.
 func DefaultHostConf() *HostConf {
 	return &HostConf{
-		CudaMPSPipeDirectory:    "/tmp/nvidia-mps/pipe",
-		CudaMPSLogDirectory:     "/tmp/nvidia-mps/log",
-		CudaMPSReplicas:         10,
-		InventoryURL:            "http://127.0.0.1:9330",
-		InventoryTokenFile:      DefaultInventoryTokenFile,
-		InventoryTimeout:        10 * time.Second,
-		ListenAddress:           "127.0.0.1:9331",
-		StateDirectory:          "/var/lib/yunion-mps",
-		SetExclusiveComputeMode: true,
-		ControlBinary:           "nvidia-cuda-mps-control",
-		ControlTimeout:          10 * time.Second,
-		SyncInterval:            30 * time.Second,
-		HealthInterval:          10 * time.Second,
-		MultiUserServer:         true,
-		CDIDirectory:            "/var/run/cdi",
-		CDIShmPath:              "/dev/shm",
-		ViewLibrary:             DefaultViewLibrary,
-		Accounting:              AccountingEnforce,
-		ProcRoot:                "/proc",
-		Threads:                 AutoThreads,
-		SysfsRoot:               "/sys",
-		DevRoot:                 "/dev",
-		ReloadHoldTime:          30 * time.Second,
-		InventoryBackend:        BackendAuto,
-		PipeLayout:              LayoutAuto,
-		RegionDeviceModel:       DeviceModelAuto,
+		CudaMPSPipeDirectory:     "/tmp/nvidia-mps/pipe",
+		CudaMPSLogDirectory:      "/tmp/nvidia-mps/log",
+		CudaMPSReplicas:          10,
+		InventoryURL:             "http://127.0.0.1:9330",
+		InventoryTokenFile:       DefaultInventoryTokenFile,
+		InventoryTimeout:         10 * time.Second,
+		ListenAddress:            "127.0.0.1:9331",
+		StateDirectory:           "/var/lib/yunion-mps",
+		SetExclusiveComputeMode:  true,
+		ControlBinary:            "nvidia-cuda-mps-control",
+		ControlTimeout:           10 * time.Second,
+		SyncInterval:             30 * time.Second,
+		HealthInterval:           10 * time.Second,
+		MultiUserServer:          true,
+		CDIDirectory:             "/var/run/cdi",
+		CDIShmPath:               "/dev/shm",
+		ViewLibrary:              DefaultViewLibrary,
+		Accounting:               AccountingEnforce,
+		ProcRoot:                 "/proc",
+		Threads:                  AutoThreads,
+		SysfsRoot:                "/sys",
+		DevRoot:                  "/dev",
+		ReloadHoldTime:           30 * time.Second,
+		InventoryBackend:         BackendAuto,
+		PipeLayout:               LayoutAuto,
+		RegionDeviceModel:        DeviceModelAuto,
+		PodCgroupParent:          "/cloudpods",
+		ContainerdStateDirectory: "/run/containerd",
+		ServersPath:              "/opt/cloud/workspace/servers",
+		NRISocket:                "/var/run/nri/nri.sock",
 	}
 }
 

@@ -76,7 +76,7 @@ func TestLoadHostConfCloudpodsFile(t *testing.T) {
 	want.ControlTimeout = 90 * time.Second
 	want.SyncInterval = 45 * time.Second
 	want.HostName = "gpu-node-07"
-	want.Unknown = []string{"port", "address", "master_address", "zone", "servers_path", "images_path",
+	want.Unknown = []string{"port", "address", "master_address", "zone", "images_path",
 		"local_image_path", "networks", "hostname", "report_interval", "enable_remote_executor"}
 	sameConf(t, hc, want)
 	if got := hc.Line("cuda_mps_replicas"); got != 20 {
@@ -111,6 +111,12 @@ func TestParseHostConfValues(t *testing.T) {
 		{"host name the region takes beyond ASCII", "mps_host_name: GPU 节点 1", func(h *HostConf) { h.HostName = "GPU 节点 1" }},
 		{"view library elsewhere", "mps_view_library: /opt/mps//libyunion-mps-view.so", func(h *HostConf) { h.ViewLibrary = "/opt/mps/libyunion-mps-view.so" }},
 		{"view off", `mps_view_library: ""`, func(h *HostConf) { h.ViewLibrary = "" }},
+		{"pods off", `mps_pod_cgroup_parent: ""`, func(h *HostConf) { h.PodCgroupParent = "" }},
+		{"pods elsewhere", "mps_pod_cgroup_parent: /pods/\nmps_containerd_state_directory: /run/k3s/containerd\nservers_path: /data/servers",
+			func(h *HostConf) {
+				h.PodCgroupParent, h.ContainerdStateDirectory, h.ServersPath = "/pods", "/run/k3s/containerd", "/data/servers"
+			}},
+		{"NRI", "mps_nri: true\nmps_nri_socket: /run/nri/nri.sock", func(h *HostConf) { h.NRI, h.NRISocket = true, "/run/nri/nri.sock" }},
 		{"view off, key = value", "mps_view_library = \"\"\nenable_cuda_mps = true\n", func(h *HostConf) { h.ViewLibrary = ""; h.EnableCudaMPS = true }},
 		{"alias", "x: &n 6\ncuda_mps_replicas: *n", func(h *HostConf) { h.CudaMPSReplicas = 6; h.Unknown = []string{"x"} }},
 	} {
@@ -168,6 +174,8 @@ func TestParseHostConfErrors(t *testing.T) {
 		{"accounting policy", "mps_accounting: kill", []string{`host.conf:1: mps_accounting: "kill": want off, report or enforce`}},
 		{"relative cdi directory", "mps_cdi_directory: cdi", []string{`host.conf:1: mps_cdi_directory: want an absolute path, got "cdi"`}},
 		{"relative view library", "mps_view_library: libyunion-mps-view.so", []string{`host.conf:1: mps_view_library: want an absolute path, got "libyunion-mps-view.so"`}},
+		{"relative cgroup parent", "mps_pod_cgroup_parent: cloudpods", []string{`host.conf:1: mps_pod_cgroup_parent: want an absolute path, got "cloudpods"`}},
+		{"NRI not a bool", "mps_nri: sometimes", []string{`host.conf:1: mps_nri: want true or false, got "sometimes"`}},
 		{"view library a list", "mps_view_library: [a]", []string{`host.conf:1: mps_view_library: want a single value, got a list`}},
 		{"empty binary", `mps_control_binary: ""`, []string{`host.conf:1: mps_control_binary: must not be empty`}},
 		{"top level list", "- enable_cuda_mps\n", []string{`host.conf:1: want key: value lines at the top level, got a list`}},

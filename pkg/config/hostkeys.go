@@ -100,6 +100,13 @@ var hostKeys = []hostKey{
 	key("mps_thread_percentage", func(h *HostConf) *ThreadPolicy { return &h.Threads }, threadPolicy, reload),
 	key("mps_reload_hold_time", func(h *HostConf) *time.Duration { return &h.ReloadHoldTime }, duration("mps_reload_hold_time"), reload),
 	key("mps_view_library", func(h *HostConf) *string { return &h.ViewLibrary }, optionalPath, reload),
+	// Cloudpods' own pods (issue 45): read by the accounting and the NRI
+	// plugin, both wired at start.
+	key("mps_pod_cgroup_parent", func(h *HostConf) *string { return &h.PodCgroupParent }, optionalPath, restart),
+	key("mps_containerd_state_directory", func(h *HostConf) *string { return &h.ContainerdStateDirectory }, absPath, restart),
+	key("servers_path", func(h *HostConf) *string { return &h.ServersPath }, absPath, restart),
+	key("mps_nri", func(h *HostConf) *bool { return &h.NRI }, boolValue, restart),
+	key("mps_nri_socket", func(h *HostConf) *string { return &h.NRISocket }, absPath, restart),
 }
 
 // hostKeyByName is hostKeys by name.

@@ -78,6 +78,8 @@ type daemonDescs struct {
 
 	claims, claimInfo, claimLimit, claimThreads         *prometheus.Desc
 	claimUsed, claimClients, claimOverCap, claimEscapes *prometheus.Desc
+
+	pods, podLimit, podUsed, podClients, podOverCap *prometheus.Desc
 }
 
 // NewDaemon builds the collector; register it with NewRegistry.
@@ -95,6 +97,7 @@ func NewDaemon(o DaemonOptions) *Daemon {
 	claim := func(name, help string, extra ...string) *prometheus.Desc {
 		return desc(name, help, append(append([]string(nil), claimLabels...), extra...)...)
 	}
+	pod := func(name, help string) *prometheus.Desc { return desc(name, help, podLabels...) }
 	d := &Daemon{
 		status: o.Status, sources: o.AccountingSources,
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -196,6 +199,11 @@ func NewDaemon(o DaemonOptions) *Daemon {
 			claimClients: claim("mps_claim_clients", "Client processes billed to the claim; absent when accounting has no sample."),
 			claimOverCap: claim("mps_claim_over_cap", "1 when the claim's clients use more than its size; absent when accounting has no sample."),
 			claimEscapes: claim("mps_claim_escaped_clients", "The claim's clients whose environment escapes its size or thread share; absent when accounting has no sample."),
+			pods:         desc("mps_daemon_pods", "Cloudpods pods with MPS clients: one per server and GPU."),
+			podLimit:     pod("mps_pod_memory_limit_bytes", "The caps of the slices the pod's server holds on the GPU, summed."),
+			podUsed:      pod("mps_pod_memory_used_bytes", "Memory the pod's clients on the GPU use, summed."),
+			podClients:   pod("mps_pod_clients", "The pod's client processes on the GPU."),
+			podOverCap:   pod("mps_pod_over_cap", "1 when the pod's clients use more than its server's slices on the GPU."),
 		},
 	}
 	for _, r := range []string{"ok", "error"} {
@@ -276,6 +284,7 @@ func (d *Daemon) Describe(ch chan<- *prometheus.Desc) {
 		x.gpuPrivilegedReachable,
 		x.devLimit, x.devThreads, x.devUsed, x.devClients, x.devOverCap, x.devAttached, x.devGuest, x.devHealthy, x.devPending, x.devInfo, x.devPriority,
 		x.claims, x.claimInfo, x.claimLimit, x.claimThreads, x.claimUsed, x.claimClients, x.claimOverCap, x.claimEscapes,
+		x.pods, x.podLimit, x.podUsed, x.podClients, x.podOverCap,
 	} {
 		ch <- desc
 	}
@@ -382,6 +391,18 @@ func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
 		}
 		seen[c.Name] = true
 		d.collectClaim(gauge, c, byUUID[c.GPU])
+	}
+	gauge(x.pods, float64(len(s.Pods)))
+	for _, p := range s.Pods {
+		if seen[p.Name] {
+			continue
+		}
+		seen[p.Name] = true
+		l := podLabelValues(p, byUUID[p.GPU])
+		gauge(x.podLimit, float64(p.MemoryLimit), l...)
+		gauge(x.podUsed, float64(p.UsedBytes), l...)
+		gauge(x.podClients, float64(p.Clients), l...)
+		gauge(x.podOverCap, boolValue(p.OverCap), l...)
 	}
 }
 

@@ -70,6 +70,8 @@ func hostStatus() status.Status {
 				Guest: "guest-9", Healthy: false, PendingRemoval: true,
 			},
 		},
+		Pods: []status.Pod{{Name: uuid0 + "::pod/6a2d3e86-33c5-4b4f-8bbf-7a1e2c3d4e5f", Server: "6a2d3e86-33c5-4b4f-8bbf-7a1e2c3d4e5f",
+			ServerName: "gpu-pod-1", GPU: uuid0, Slices: 1, MemoryLimit: (h100.MiB() / 2).Bytes(), UsedBytes: 50000 << 20, Clients: 2, OverCap: true}},
 		Claims: []status.Claim{
 			{
 				Device: status.Device{Name: uuid0 + "::1000", GPU: uuid0, GPUIndex: 0, MemoryLimit: 20 << 30, ThreadPercentage: 30,

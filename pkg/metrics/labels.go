@@ -29,6 +29,10 @@ const (
 	LabelAddr = "addr"
 	// LabelClaim is a Kubernetes claim's namespace/name.
 	LabelClaim = "claim"
+	// LabelPod is a Cloudpods pod's name in the accounting,
+	// <GPU UUID>::pod/<server>; LabelServer its server's id.
+	LabelPod    = "pod"
+	LabelServer = "server"
 )
 
 // gpuLabels are the labels of every per-GPU series; device series add
@@ -39,7 +43,19 @@ var (
 	// claimLabels are a claim's own device's: its GPU's, its name, its
 	// claim.
 	claimLabels = append(append([]string(nil), gpuLabels...), LabelVirtualDevice, LabelClaim)
+	// podLabels are a Cloudpods pod's: its GPU's, its name, its server.
+	podLabels = append(append([]string(nil), gpuLabels...), LabelPod, LabelServer)
 )
+
+// podLabelValues are one pod's values for podLabels; a pod of a GPU the
+// status does not list has only its UUID.
+func podLabelValues(p status.Pod, g *status.GPU) []string {
+	v := []string{"", p.GPU, "", ""}
+	if g != nil {
+		v = gpuLabelValues(*g)
+	}
+	return append(v, p.Name, p.Server)
+}
 
 // gpuLabelValues are one GPU's values for gpuLabels.
 func gpuLabelValues(g status.GPU) []string {

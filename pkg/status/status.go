@@ -55,6 +55,34 @@ type Status struct {
 	// shared by claims of any size, as the backend last answered, with
 	// the memory accounting last measured for each.
 	Claims []Claim `json:"claims,omitempty"`
+	// Pods are Cloudpods' own pods that have MPS clients, one per server
+	// and GPU, with what the accounting last measured of them.
+	Pods []Pod `json:"pods,omitempty"`
+}
+
+// Pod is a Cloudpods server's pod on one GPU (issue 45,
+// docs/cloudpods.md): the processes of the server's containers, found by
+// their cgroup, billed together against the slices the server holds on
+// the GPU, as a virtual device's are against its cap.
+type Pod struct {
+	// Name is the pod's name in the accounting and in terminations
+	// (<GPU UUID>::pod/<the server as the rows name it>).
+	Name string `json:"name"`
+	// Server is the server's id (its CRI sandbox's uid), ServerName its
+	// name.
+	Server     string `json:"server"`
+	ServerName string `json:"server_name,omitempty"`
+	GPU        string `json:"gpu"`
+	GPUIndex   int    `json:"gpu_index"`
+	// Slices are the slices of the GPU the server holds; MemoryLimit the
+	// sum of their caps.
+	Slices      int         `json:"slices"`
+	MemoryLimit units.Bytes `json:"cap_bytes"`
+	UsedBytes   units.Bytes `json:"used_bytes"`
+	Clients     int         `json:"clients"`
+	OverCap     bool        `json:"over_cap,omitempty"`
+	// LastStep is the last enforcement step taken on one of its clients.
+	LastStep string `json:"last_step,omitempty"`
 }
 
 // GPU is one planned GPU.
@@ -238,6 +266,9 @@ type Termination struct {
 	PID    int    `json:"pid"`
 	GPU    string `json:"gpu"`
 	Device string `json:"device,omitempty"`
+	// Server is the Cloudpods server of a pod's client (Device is then
+	// the pod's name).
+	Server string `json:"server,omitempty"`
 	Cause  string `json:"cause"`
 	// Step is the first step (terminate_client, sigkill, sigterm);
 	// Detected the pass that found it (connect, poll, tick).

@@ -114,6 +114,11 @@ func Write(w io.Writer, st status.Status, now time.Time) error {
 		p.line("Kubernetes claims on GPUs shared by claims (each a device of its own, capped at its size)")
 		writeClaims(p, st.Claims)
 	}
+	if len(st.Pods) > 0 {
+		p.line("")
+		p.line("Cloudpods pods (each server's processes on a GPU, capped at the slices it holds there)")
+		writePods(p, st.Pods)
+	}
 	if st.Accounting != nil && len(st.Accounting.Mismatches) > 0 {
 		p.line("")
 		p.line("MPS clients whose environment disagrees with their identity file (billed by the identity)")
@@ -184,7 +189,7 @@ func newClientsLine(nc *status.NewClients) string {
 
 func writeTerminations(p *printer, ts []status.Termination, now time.Time) {
 	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  WHEN\tPID\tDEVICE\tCAUSE\tFOUND BY\tFIRST STEP\tESCAPE LASTED")
+	fmt.Fprintln(tw, "  WHEN\tPID\tDEVICE\tSERVER\tCAUSE\tFOUND BY\tFIRST STEP\tESCAPE LASTED")
 	for _, t := range ts {
 		lasted := fmt.Sprintf("%.3fs from %s", t.EscapeSeconds, t.EscapeFrom)
 		if t.EscapeFrom == "" {
@@ -193,7 +198,8 @@ func writeTerminations(p *printer, ts []status.Termination, now time.Time) {
 		if t.EscapeSecondsAtMost > 0 {
 			lasted += fmt.Sprintf(" (at most %.3fs)", t.EscapeSecondsAtMost)
 		}
-		fmt.Fprintf(tw, "  %s ago\t%d\t%s\t%s\t%s\t%s\t%s\n", now.Sub(t.At).Round(time.Second), t.PID, orDash(t.Device), t.Cause, t.Detected, t.Step, lasted)
+		fmt.Fprintf(tw, "  %s ago\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", now.Sub(t.At).Round(time.Second), t.PID, orDash(t.Device), orDash(t.Server),
+			t.Cause, t.Detected, t.Step, lasted)
 	}
 	p.flush(tw)
 }
@@ -286,6 +292,23 @@ func writeDevices(p *printer, devs []status.Device) {
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\t%d%%\t%s\t%s\n", d.Addr, d.Name, d.MemoryLimit.MiB(), used, clients, orDash(d.Guest),
 			d.ThreadPercentage, deviceQoS(d), deviceState(d))
+	}
+	p.flush(tw)
+}
+
+func writePods(p *printer, pods []status.Pod) {
+	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SERVER\tNAME\tGPU\tSLICES\tCAP MiB\tUSED MiB\tCLIENTS\tSTATE")
+	for _, d := range pods {
+		state := "within its cap"
+		if d.OverCap {
+			state = "OVER CAP"
+		}
+		if d.LastStep != "" {
+			state += ", last step " + d.LastStep
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", d.Server, orDash(d.ServerName), d.GPUIndex, d.Slices,
+			d.MemoryLimit.MiB(), d.UsedBytes.MiB(), d.Clients, state)
 	}
 	p.flush(tw)
 }

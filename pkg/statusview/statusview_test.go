@@ -63,7 +63,15 @@ func busyHost() status.Status {
 				{PID: 95, GPU: g0, Device: g0 + "::2", Cause: "limit_escape", Step: "sigkill", Detected: "connect", At: time.Date(2026, 11, 22, 2, 40, 0, 0, time.UTC),
 					EscapeFrom: "client_start", EscapeSeconds: 0.004},
 				{PID: 96, GPU: g0, Device: g0 + "::2", Cause: "memory_cap", Step: "terminate_client", Detected: "poll", At: time.Date(2026, 11, 22, 2, 41, 0, 0, time.UTC),
-					EscapeFrom: "cap_crossed", EscapeSeconds: 0.012, EscapeSecondsAtMost: 0.112}}},
+					EscapeFrom: "cap_crossed", EscapeSeconds: 0.012, EscapeSecondsAtMost: 0.112},
+				{PID: 97, GPU: g0, Device: g0 + "::pod/6a2d3e86-33c5-4b4f-8bbf-7a1e2c3d4e5f", Server: "6a2d3e86-33c5-4b4f-8bbf-7a1e2c3d4e5f", Cause: "memory_cap",
+					Step: "terminate_client", Detected: "poll", At: time.Date(2026, 11, 22, 2, 41, 10, 0, time.UTC), EscapeFrom: "cap_crossed", EscapeSeconds: 0.05}}},
+		Pods: []status.Pod{
+			{Name: g0 + "::pod/6a2d3e86-33c5-4b4f-8bbf-7a1e2c3d4e5f", Server: "6a2d3e86-33c5-4b4f-8bbf-7a1e2c3d4e5f", ServerName: "pod-a", GPU: g0,
+				Slices: 1, MemoryLimit: (h200Memory / 4).Bytes(), UsedBytes: 30000 << 20, Clients: 2, LastStep: "terminate_client"},
+			{Name: g0 + "::pod/pod-b", Server: "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0", ServerName: "pod-b", GPU: g0,
+				Slices: 2, MemoryLimit: (h200Memory / 2).Bytes(), UsedBytes: 80000 << 20, Clients: 3, OverCap: true},
+		},
 		CDI:  &status.CDI{Path: "/etc/cdi/yunion.io-mps-gpu.yaml", Devices: 6},
 		View: &status.View{Library: "/usr/lib/yunion-mps/libyunion-mps-view.so", State: status.ViewOn, Devices: 6},
 		Devices: []status.Device{

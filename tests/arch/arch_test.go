@@ -144,16 +144,22 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/inventory/client": {"pkg/devsync"},
 		"pkg/mpsctl":           {"pkg/config", "pkg/inventory/client"},
 		"pkg/identity":         {"pkg/gpu", "pkg/vdev"},
-		"pkg/accounting":       {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/identity"},
-		"pkg/view":             {"pkg/gpu", "pkg/vdev"},
-		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/identity", "pkg/view"},
-		"pkg/claim":            {"pkg/cdi", "pkg/identity", "pkg/vdev", "pkg/view"},
+		// Which Cloudpods pod a process is in, from its cgroup and
+		// containerd's bundle (issue 45): files only, nothing of ours.
+		"pkg/pod": {},
+		// The NRI plugin: a Cloudpods pod's containers given their
+		// slice's CDI edits (issue 45), as pkg/cdi builds them.
+		"pkg/nri":        {"pkg/cdi", "pkg/gpu"},
+		"pkg/accounting": {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/identity", "pkg/pod"},
+		"pkg/view":       {"pkg/gpu", "pkg/vdev"},
+		"pkg/cdi":        {"pkg/gpu", "pkg/vdev", "pkg/identity", "pkg/view"},
+		"pkg/claim":      {"pkg/cdi", "pkg/identity", "pkg/vdev", "pkg/view"},
 		// The one edge from the agent to every backend: what a reconcile
 		// offers (the GPUs as the CDI spec makes their entries, where
 		// claims' entries go) and what the backend answers (the sync's
 		// result, claims' own devices).
 		"pkg/backend":    {"pkg/cdi", "pkg/claim", "pkg/devsync"},
-		"pkg/agent":      {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/devsync", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity", "pkg/claim", "pkg/backend", "pkg/view"},
+		"pkg/agent":      {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/devsync", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity", "pkg/claim", "pkg/backend", "pkg/view", "pkg/pod", "pkg/nri"},
 		"pkg/metrics":    {},
 		"pkg/statusview": {},
 		"pkg/keystone":   {},

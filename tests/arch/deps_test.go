@@ -12,6 +12,17 @@ import (
 // kubelet plugin library, their API types, and gRPC under them.
 var kubernetesModules = []string{"k8s.io/", "sigs.k8s.io/", "google.golang.org/grpc"}
 
+// ttrpcGRPC are the packages of gRPC that containerd's ttrpc, which NRI's
+// plugin stub talks over (pkg/nri, issue 45), uses for its error codes:
+// codes, status and what they import, none of gRPC's transport, client or
+// server (measured: bin/mps-daemon grew 0.68 MB with the plugin, amd64,
+// 2026-11-29).
+var ttrpcGRPC = map[string]bool{
+	"google.golang.org/grpc/codes": true, "google.golang.org/grpc/status": true, "google.golang.org/grpc/internal/status": true,
+	"google.golang.org/grpc/grpclog": true, "google.golang.org/grpc/grpclog/internal": true, "google.golang.org/grpc/connectivity": true,
+	"google.golang.org/grpc/serviceconfig": true, "google.golang.org/grpc/internal": true,
+}
+
 // depsOf lists the packages the daemon's binary links, built with tags as
 // the Makefile builds it (go list -deps: what the linker is given).
 func depsOf(t *testing.T, tags string) []string {
@@ -46,7 +57,13 @@ func linked(deps, modules []string) []string {
 // their package initialisers on every Cloudpods host. The Kubernetes build
 // (make build-kubernetes) does link them: the test sees what it guards.
 func TestTheCloudpodsDaemonLinksNoKubernetes(t *testing.T) {
-	if got := linked(depsOf(t, "netgo,osusergo"), kubernetesModules); len(got) > 0 {
+	var got []string
+	for _, p := range linked(depsOf(t, "netgo,osusergo"), kubernetesModules) {
+		if !ttrpcGRPC[p] {
+			got = append(got, p)
+		}
+	}
+	if len(got) > 0 {
 		t.Errorf("bin/mps-daemon links %d packages of Kubernetes or gRPC (keep them behind the kubernetes tag, in pkg/dra and cmd/mps-daemon/dra.go): %v", len(got), got)
 	}
 	if got := linked(depsOf(t, "netgo,osusergo,kubernetes"), kubernetesModules); len(got) < 10 {
