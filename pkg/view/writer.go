@@ -66,8 +66,10 @@ func NewWriter(store Store, procRoot string) *Writer {
 func (w *Writer) Store() Store { return w.store }
 
 // Sync makes the view of each of devs (the directory, and its file saying
-// the device's cap and the last used_bytes known for it, 0 for a new one)
-// and the preload list, checking those that exist, and removes the
+// the device's cap and the last used_bytes known for it: for a device this
+// Writer has no view of yet, what its file says while the file's total is
+// the cap, as after a restart of the daemon, whose accounting may take a
+// pass or more to measure the device again; else 0) and the preload list, checking those that exist, and removes the
 // directory of every other device owns says is the caller's, unless a
 // container holds it (a mount of it in some process's mount namespace).
 // A cap of 0, one too large or a bad name is an error for that device,
@@ -93,7 +95,12 @@ func (w *Writer) Sync(owns func(vdev.Name) bool, devs []Device) (Pruned, error) 
 			errs = append(errs, fmt.Errorf("view of %s: %w", d.Name, err))
 			continue
 		}
-		m := Memory{Total: total, Used: w.views[d.Name].Used}
+		m := Memory{Total: total}
+		if prev, known := w.views[d.Name]; known {
+			m.Used = prev.Used
+		} else {
+			m.Used = w.usedOnFile(d.Name, total)
+		}
 		if err := w.ensure(d.Name, m, true); err != nil {
 			errs = append(errs, err)
 		}
@@ -138,6 +145,28 @@ func (w *Writer) Views() map[vdev.Name]Memory {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return maps.Clone(w.views)
+}
+
+// usedOnFile is the used_bytes of name's view file when the file is a
+// valid view of this total: a view a previous daemon wrote, still right
+// until the accounting measures the device again (a container sizing
+// itself from free must never be told the device is empty meanwhile).
+// 0 for anything else: no file, another total (another device by that
+// name), a file no library would read.
+func (w *Writer) usedOnFile(name vdev.Name, total units.Bytes) units.Bytes {
+	dir, err := w.store.Path(name)
+	if err != nil {
+		return 0
+	}
+	b, err := atomicfile.Read(filepath.Join(dir, MemoryFile), MaxFileBytes, false)
+	if err != nil {
+		return 0
+	}
+	m, err := Parse(b)
+	if err != nil || m.Total != total {
+		return 0
+	}
+	return m.Used
 }
 
 // ensureDir makes the Store's directory, or finds it: a directory (not a
