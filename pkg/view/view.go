@@ -15,7 +15,6 @@
 package view
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -108,24 +107,37 @@ func Content(m Memory) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// Parse reads a view file as the library does: `key value` lines, keys in
-// any order, unknown keys ignored, at most MaxFileBytes; a total of 0 or
-// missing, a value that is not a decimal number, a key given twice or a
-// line without a newline is an error.
+// Parse reads a view file exactly as the library does (tenant/viewfile.c;
+// both are tested against one table of cases, tenant/test/viewfiles.txt):
+// at most MaxFileBytes, ending with a newline, no NUL byte; lines of a key
+// and a value separated by spaces or tabs, blank lines ignored, keys in
+// any order, unknown keys ignored; total_bytes (required, not 0) and
+// used_bytes (0 when absent) decimal numbers of 64 bits, each at most
+// once. Anything else is an error naming the line: the library would give
+// the real answers.
 func Parse(b []byte) (Memory, error) {
-	if len(b) > MaxFileBytes {
+	switch {
+	case len(b) > MaxFileBytes:
 		return Memory{}, fmt.Errorf("view file of %d bytes, more than %d", len(b), MaxFileBytes)
-	}
-	if len(b) > 0 && b[len(b)-1] != '\n' {
+	case len(b) == 0:
+		return Memory{}, errors.New("view file: empty")
+	case b[len(b)-1] != '\n':
 		return Memory{}, errors.New("view file: the last line has no newline")
 	}
 	var m Memory
 	seen := map[string]bool{}
-	for line := range bytes.Lines(b) {
-		key, value, ok := strings.Cut(strings.TrimSuffix(string(line), "\n"), " ")
-		if !ok {
-			return Memory{}, fmt.Errorf("view file: %q is not a key and a value", line)
+	for i, line := range strings.Split(string(b[:len(b)-1]), "\n") {
+		if line == "" {
+			continue
 		}
+		if strings.IndexByte(line, 0) >= 0 {
+			return Memory{}, fmt.Errorf("view file, line %d: a NUL byte", i+1)
+		}
+		k := strings.IndexAny(line, " \t")
+		if k <= 0 {
+			return Memory{}, fmt.Errorf("view file, line %d: %q is not a key and a value", i+1, line)
+		}
+		key, value := line[:k], strings.Trim(line[k:], " \t")
 		var dst *units.Bytes
 		switch key {
 		case keyTotal:
@@ -136,12 +148,12 @@ func Parse(b []byte) (Memory, error) {
 			continue
 		}
 		if seen[key] {
-			return Memory{}, fmt.Errorf("view file: %s given twice", key)
+			return Memory{}, fmt.Errorf("view file, line %d: %s given twice", i+1, key)
 		}
 		seen[key] = true
 		n, err := strconv.ParseUint(value, 10, 64)
-		if err != nil || strconv.FormatUint(n, 10) != value {
-			return Memory{}, fmt.Errorf("view file: %s %q is not a decimal number", key, value)
+		if err != nil {
+			return Memory{}, fmt.Errorf("view file, line %d: %s %q is not a decimal number of 64 bits", i+1, key, value)
 		}
 		*dst = units.Bytes(n)
 	}

@@ -213,6 +213,23 @@ echo "== the library's file"
 for a in amd64 arm64; do check_elf "$a"; done
 for a in amd64 arm64; do check_reproducible "$a"; done
 
+echo "== the view file's format: the table of cases the daemon's reader is tested against too"
+# tenant/test/viewfiles.txt, through the library's own parser (viewfile.c
+# linked into tenant/test/viewfiles.c); pkg/view's TestViewFileCases reads
+# the same table.
+viewfiles() { # viewfiles ARCH
+	local cc=CC_$1 line
+	cc=${!cc}
+	$cc -O2 -Wall -I"$repo/tenant" -o "$W/viewfiles-$1" "$here/viewfiles.c" "$repo/tenant/viewfile.c" "$repo/tenant/lib.c"
+	while IFS= read -r line; do
+		case $line in
+		"ok "*) pass "$1: view file: ${line#ok }" ;;
+		*) fail "$1: view file: ${line#FAIL }" ;;
+		esac
+	done < <(run_arch "$1" "$W/viewfiles-$1" "$here/viewfiles.txt" 2>&1 || echo "FAIL viewfiles exited $?")
+}
+viewfiles amd64
+
 echo "== build the stand-ins and test programs"
 build_tests amd64
 arm64_run=
@@ -475,6 +492,7 @@ if [ -n "$arm64_run" ]; then
 	same "$A: RTLD_NEXT with the library preloaded" "main-next=a a-next=b a-vnext=b default=a" \
 		"$(LD_PRELOAD=$out/$A/libyunion-mps-view.so run_arch $A "$W/$A/nexttest" 2>&1)"
 	same "$A: a probe for the driver before it is loaded is not fooled" "$PROBE_WITH" "$(vt $A probe)"
+	viewfiles arm64
 	view 0 21378367488 1073741824
 	got=$(vt $A threads 16)
 	same "$A: 16 threads at once" "threads err=0 free=20304625664 total=21378367488 totalmem=21378367488 nvml.total=21378367488 nvml.free=20304625664
