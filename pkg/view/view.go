@@ -37,6 +37,10 @@ const (
 	// ContainerLibrary is where the library is mounted in a container
 	// (read-only, without noexec: a library must be mapped executable).
 	ContainerLibrary = "/run/yunion-mps/lib/" + LibraryFile
+	// ContainerPlatforms is where the Store's platform directory
+	// (PlatformsDir) is mounted in a container, read-only: the preload
+	// list names the library through it (platform.go says why).
+	ContainerPlatforms = "/run/yunion-mps/lib/p"
 	// ContainerPreload is the container's preload list, a read-only bind
 	// mount of the host's PreloadFile: every dynamically linked glibc
 	// process loads what it names, whatever its environment.
@@ -48,6 +52,9 @@ const (
 	MemoryFile = "memory"
 	// PreloadFile is the preload list's name in the Store's directory.
 	PreloadFile = "ld.so.preload"
+	// PlatformsDir is the platform directory's name in the Store's
+	// directory.
+	PlatformsDir = "platforms"
 	// MaxFileBytes is the most the library reads of a view file.
 	MaxFileBytes = 4096
 )
@@ -56,9 +63,12 @@ const (
 // its view: the directory of that one device, read-only.
 func ContainerDir(gpuUUID gpu.UUID) string { return path.Join(ContainerRoot, string(gpuUUID)) }
 
-// PreloadContent is the preload list: the library's container path and a
-// newline.
-func PreloadContent() []byte { return []byte(ContainerLibrary + "\n") }
+// PreloadContent is the preload list: the library's name through the
+// platform directory, which glibc's loader expands for the process's
+// platform ($PLATFORM), and a newline.
+func PreloadContent() []byte {
+	return []byte(ContainerPlatforms + "/$PLATFORM/" + LibraryFile + "\n")
+}
 
 // Memory is what a device's view file says.
 type Memory struct {
@@ -180,6 +190,10 @@ func (s Store) Path(name vdev.Name) (string, error) {
 // PreloadPath is the host file mounted over a container's
 // /etc/ld.so.preload.
 func (s Store) PreloadPath() string { return filepath.Join(s.Dir, PreloadFile) }
+
+// PlatformsPath is the host directory mounted at a container's
+// ContainerPlatforms.
+func (s Store) PlatformsPath() string { return filepath.Join(s.Dir, PlatformsDir) }
 
 // dirName is a device's directory name; a name unfit for one (a GPU UUID
 // with a slash, "." or "..") is an error wrapping vdev.ErrBadName.

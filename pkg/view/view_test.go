@@ -132,7 +132,7 @@ func TestPaths(t *testing.T) {
 	if got := ContainerDir(gpuA); got != "/run/yunion-mps/view/"+string(gpuA) {
 		t.Errorf("ContainerDir = %q", got)
 	}
-	if string(PreloadContent()) != "/run/yunion-mps/lib/libyunion-mps-view.so\n" {
+	if string(PreloadContent()) != "/run/yunion-mps/lib/p/$PLATFORM/libyunion-mps-view.so\n" {
 		t.Errorf("PreloadContent = %q", PreloadContent())
 	}
 	for _, bad := range []vdev.Name{"", "GPU-x", "a/b::1", "..::1", ".::0", "GPU-x::-1", "GPU-x::01"} {

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"syscall"
@@ -46,20 +47,24 @@ type Device struct {
 type Writer struct {
 	store    Store
 	procRoot string
+	// native is the machine of the host's library (runtime.GOARCH's).
+	native machine
 
 	mu sync.Mutex
 	// views are the devices whose directory and file this Writer made or
 	// checked, with what the file says.
 	views map[vdev.Name]Memory
-	// preload: the preload list was checked.
-	preload bool
+	// preload, platforms: the preload list and the platform directory
+	// were checked.
+	preload, platforms bool
 }
 
 // NewWriter is a Writer of store's views; procRoot is where procfs is
 // mounted (host.conf mps_proc_root), read to find the directories
 // containers still hold.
 func NewWriter(store Store, procRoot string) *Writer {
-	return &Writer{store: store, procRoot: procRoot, views: map[vdev.Name]Memory{}}
+	native, _ := nativeMachine(runtime.GOARCH) // another GOARCH: every platform a stub
+	return &Writer{store: store, procRoot: procRoot, native: native, views: map[vdev.Name]Memory{}}
 }
 
 // Store is where the Writer keeps its views.
@@ -85,6 +90,9 @@ func (w *Writer) Sync(owns func(vdev.Name) bool, devs []Device) (Pruned, error) 
 	}
 	var errs []error
 	if err := w.ensurePreload(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := w.ensurePlatforms(); err != nil {
 		errs = append(errs, err)
 	}
 	want := make(map[vdev.Name]bool, len(devs))
@@ -217,6 +225,62 @@ func (w *Writer) ensurePreload() error {
 		return fmt.Errorf("preload list: %w", err)
 	}
 	w.preload = true
+	return nil
+}
+
+// ensurePlatforms makes the platform directory (platform.go): for each
+// platform of the host's library a link to "..", where a container has
+// the library; for every other, a directory holding the stub of its
+// machine as LibraryFile. Checked once; an entry of the wrong kind (a
+// state directory moved between architectures) is replaced.
+func (w *Writer) ensurePlatforms() error {
+	if w.platforms {
+		return nil
+	}
+	dir := w.store.PlatformsPath()
+	if err := os.Mkdir(dir, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("platform directory: %w", err)
+	}
+	if err := ownDir(dir, "platform directory"); err != nil {
+		return err
+	}
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(platformMachines)) {
+		m, entry := platformMachines[name], filepath.Join(dir, name)
+		fi, err := os.Lstat(entry)
+		if m == w.native {
+			if err == nil && fi.Mode().Type() == fs.ModeSymlink {
+				if to, _ := os.Readlink(entry); to == ".." {
+					continue
+				}
+			}
+			if err := os.RemoveAll(entry); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if err := os.Symlink("..", entry); err != nil {
+				errs = append(errs, fmt.Errorf("platform %s: %w", name, err))
+			}
+			continue
+		}
+		if err == nil && !fi.IsDir() {
+			if err := os.RemoveAll(entry); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		if err := os.Mkdir(entry, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+			errs = append(errs, fmt.Errorf("platform %s: %w", name, err))
+			continue
+		}
+		if err := replaceIfDiffers(filepath.Join(entry, LibraryFile), stub(m), false); err != nil {
+			errs = append(errs, fmt.Errorf("platform %s's stub: %w", name, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("platform directory: %w", err)
+	}
+	w.platforms = true
 	return nil
 }
 

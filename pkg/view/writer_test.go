@@ -89,7 +89,7 @@ func TestSyncWritesEachDeviceItsCapAndTheUsedItLastHeard(t *testing.T) {
 			t.Errorf("%s: %v, %v; want mode %v", p, fi.Mode(), err, want)
 		}
 	}
-	if b, _ := os.ReadFile(w.Store().PreloadPath()); string(b) != "/run/yunion-mps/lib/libyunion-mps-view.so\n" {
+	if b, _ := os.ReadFile(w.Store().PreloadPath()); string(b) != "/run/yunion-mps/lib/p/$PLATFORM/libyunion-mps-view.so\n" {
 		t.Errorf("preload list %q", b)
 	}
 

@@ -427,7 +427,15 @@ minroot() {
 	cp "$ld" "$r$ldp"
 	for p in "$@"; do cp "$p" "$r/bin/"; done
 	cp "$out/$a/libyunion-mps-view.so" "$r/run/yunion-mps/lib/"
-	echo /run/yunion-mps/lib/libyunion-mps-view.so >"$r/etc/ld.so.preload"
+	# As the daemon's spec gives a container the library (pkg/view,
+	# platform.go): the preload list names it through $PLATFORM and the
+	# platform directory, where the host's own platforms link to "..".
+	mkdir -p "$r/run/yunion-mps/lib/p"
+	case $a in
+	amd64) for p in x86_64 haswell xeon_phi; do ln -s .. "$r/run/yunion-mps/lib/p/$p"; done ;;
+	arm64) ln -s .. "$r/run/yunion-mps/lib/p/aarch64" ;;
+	esac
+	echo '/run/yunion-mps/lib/p/$PLATFORM/libyunion-mps-view.so' >"$r/etc/ld.so.preload"
 	printf 'total_bytes 21378367488\nused_bytes 1073741824\n' >"$r/run/yunion-mps/view/${G[0]}/memory"
 	cp /run/yunion-mps-fake/gpus "$r/run/yunion-mps-fake/"
 	if [ "${NEW:-}" = 1 ]; then cp "$W/$a/min/"* "$r/opt/t/"; fi
@@ -445,7 +453,7 @@ nolibdl() {
 	local l=$1 r=$2 a=$3 got rc
 	same "$l: the root has no libdl.so.2" "" "$(find "$r" -path "$r/proc" -prune -o -name 'libdl*' -print)"
 	got=$(inroot "$r" "$a" /bin/echo started 2>&1) && rc=0 || rc=$?
-	same "$l: a process starts with the view mounted (/bin/echo: output, status, nothing on stderr)" "0 started" "$rc $got"
+	same "$l: a process starts with the view mounted, named through \$PLATFORM (/bin/echo: output, status, nothing on stderr)" "0 started" "$rc $got"
 	if [ -e "$r/proc/self/maps" ]; then
 		got=$(inroot "$r" "$a" /bin/cat /proc/self/maps 2>&1 | grep -c '/run/yunion-mps/lib/libyunion-mps-view.so$')
 		[ "$got" -gt 0 ] && got=loaded
