@@ -277,10 +277,14 @@ say "device 3 before: $(python3 -c 'import json,sys,urllib.request; d=[x for x i
 # (35,942 MiB: 34 GiB got), and the check took that for not being served.
 # Its answer is its "alloc" or "refused" line; it is waited for (at most
 # 120 s), not its exit.
+L6=$(wc -l <"$W/daemon.log")
 in_dev 3 -- "${NSCMD[@]}" timeout 120 "$EC" -b 64 alloc $((CAP * 15 / 10)) >"$W/ns0.out" 2>&1
 GOT=$(awk '$1=="alloc"||$1=="refused" {print $2}' "$W/ns0.out")
 check "served and capped in its own PID namespace (asked 1.5 x the cap; got at most the cap, at least the cap less 1 GiB)" \
 	"$([ -n "$GOT" ] && [ "$GOT" -le "$CAP" ] && [ "$GOT" -gt $((CAP - 1024)) ]; echo $?)" "(got ${GOT:-nothing} of cap $CAP MiB: $(tr '\n' ' ' <"$W/ns0.out"))"
+# What the daemon did with it, if it did anything (a client is never
+# terminated for reaching its cap).
+tail -n +"$((L6 + 1))" "$W/daemon.log" | grep -E "accounting.*device=$UUID::3" | tail -3 | sed 's/^time=[^ ]* //' | cut -c1-400 | block
 in_dev 3 -- "${NSCMD[@]}" "$EC" -b 1024 alloc $((CAP * 6 / 10)) 60 >"$W/ns1.out" 2>&1 &
 N1=$!
 until_line "$W/ns1.out" alloc 30
