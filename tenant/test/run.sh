@@ -120,6 +120,26 @@ check_reproducible() { # the same bytes from a copy of the source elsewhere
 	else fail "$1: reproducible (same bytes built from another checkout path)"; fi
 }
 
+# The library's files call downwards only (view.h says the order): what
+# each object leaves undefined, if another of ours defines it, must be in
+# a file below it. No circle.
+check_layers() {
+	local d=$W/layers f g up got=""
+	mkdir -p "$d"
+	for f in lib viewfile real answer hook; do
+		$CC_amd64 -std=gnu11 -O2 -fPIC -fvisibility=hidden -c -o "$d/$f.o" "$repo/tenant/$f.c" ||
+			{ fail "the C files call downwards only: $f.c does not compile"; return; }
+	done
+	# up F: the files above F, whose symbols F must not use.
+	up() { case $1 in lib) echo viewfile real answer hook ;; viewfile) echo real answer hook ;; real) echo answer hook ;; answer) echo hook ;; esac; }
+	for f in lib viewfile real answer; do
+		for g in $(up $f); do
+			got+=$(comm -12 <(nm -u "$d/$f.o" | awk '{ print $2 }' | sort) <(nm --defined-only "$d/$g.o" | awk '{ print $3 }' | sort) | sed "s/^/$f.c uses $g.c's /")
+		done
+	done
+	same "the C files call downwards only (hook, answer, real and viewfile, lib): no circle" "" "$got"
+}
+
 # ---------------------------------------------------------------- the GPUs
 # Three GPUs of the stand-ins: two H100s (81,559 MiB), one with another
 # tenant's load (real free below the slice's), and an H200 with no view.
@@ -212,6 +232,7 @@ ways() {
 echo "== the library's file"
 for a in amd64 arm64; do check_elf "$a"; done
 for a in amd64 arm64; do check_reproducible "$a"; done
+check_layers
 
 echo "== the view file's format: the table of cases the daemon's reader is tested against too"
 # tenant/test/viewfiles.txt, through the library's own parser (viewfile.c
