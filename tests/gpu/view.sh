@@ -81,6 +81,10 @@ nvidia-smi --query-gpu=index,uuid,name,pci.bus_id,memory.total,compute_mode,driv
 for f in mps-daemon mps-daemon-kubernetes mps-inventory mpsctl libyunion-mps-view.so; do
 	[ -e "$B/$f" ] || { say "- FAIL: $B/$f is missing (make gpu-bundle builds it)"; exit 1; }
 done
+# The loader's $PLATFORM here: the preload list names the library through
+# it (pkg/view/platform.go); a name the platform directory lacks would
+# leave every client without the view.
+say "the loader's \$PLATFORM here: $(LD_DEBUG=libs LD_LIBRARY_PATH='/nonexistent/$PLATFORM' /bin/true 2>&1 | sed -n 's|.*search path=/nonexistent/\([^/:]*\).*|\1|p' | head -1)"
 say "library: $LIB, needs at most $(objdump -T "$LIB" 2>/dev/null | grep -F '*UND*' | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1) (objdump -T, *UND*); $(ldd --version | head -1); $(python3 -c 'import torch; print("torch", torch.__version__)' 2>&1)"
 if [ ! -e /etc/ld.so.preload ]; then
 	: >/etc/ld.so.preload && MADE_PRELOAD=1
