@@ -8,6 +8,11 @@
  * Each is defined under a hidden name and exported under the API's name
  * (an alias), so that ours() and ours_for_cuda() give our own function
  * even in a program that defines one of these names itself.
+ *
+ * Each answers only once the process has the real library loaded; before
+ * that (a program that took our export for the driver's, through a weak
+ * reference or dlsym(RTLD_DEFAULT), hook.c) it loads nothing and says the
+ * driver is not initialised, which is the truth.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -26,10 +31,18 @@ typedef nvmlReturn_t (*nvml_meminfo_fn)(nvmlDevice_t, nvmlMemory_t *);
 typedef nvmlReturn_t (*nvml_meminfo_v2_fn)(nvmlDevice_t, nvmlMemory_v2_t *);
 typedef nvmlReturn_t (*nvml_getuuid_fn)(nvmlDevice_t, char *, unsigned int);
 
-/* Returned when the real library or function cannot be had at all (only
- * when a program calls one of our exports without the real library). */
+/* Returned when a program calls one of our exports without the real
+ * library loaded, or when the real library lacks the function. */
 #define CUDA_ERROR_NOT_FOUND 500
 #define NVML_ERROR_FUNCTION_NOT_FOUND 13
+
+/* missing: what an export answers when its real function f is not there. */
+static int missing(enum fn_id f)
+{
+	if (fn_lib(f) == LIB_CUDA)
+		return real_loaded(LIB_CUDA) ? CUDA_ERROR_NOT_FOUND : CUDA_ERROR_NOT_INITIALIZED;
+	return real_loaded(LIB_NVML) ? NVML_ERROR_FUNCTION_NOT_FOUND : NVML_ERROR_UNINITIALIZED;
+}
 
 static unsigned int sat32(uint64_t x)
 {
@@ -39,12 +52,12 @@ static unsigned int sat32(uint64_t x)
 /* cu_view: the view of CUDA device dev, 1 if it has one. */
 static int cu_view(CUdevice dev, struct view *v)
 {
-	cu_getuuid_fn getuuid = real_fn(R_CU_GETUUID_V2, 0);
+	cu_getuuid_fn getuuid = real_fn(R_CU_GETUUID_V2);
 	CUuuid u;
 	char s[48];
 
 	if (!getuuid)
-		getuuid = real_fn(R_CU_GETUUID, 0);
+		getuuid = real_fn(R_CU_GETUUID);
 	if (!getuuid || getuuid(&u, dev) != CUDA_SUCCESS)
 		return 0;
 	view_uuid_cuda(&u, s);
@@ -59,7 +72,7 @@ static int cu_view(CUdevice dev, struct view *v)
 /* cu_view_current: the view of the current context's device. */
 static int cu_view_current(struct view *v)
 {
-	cu_ctxgetdevice_fn getdev = real_fn(R_CU_CTXGETDEVICE, 0);
+	cu_ctxgetdevice_fn getdev = real_fn(R_CU_CTXGETDEVICE);
 	CUdevice dev;
 
 	if (!getdev || getdev(&dev) != CUDA_SUCCESS) {
@@ -71,7 +84,7 @@ static int cu_view_current(struct view *v)
 
 static int nvml_view(nvmlDevice_t dev, struct view *v)
 {
-	nvml_getuuid_fn getuuid = real_fn(R_NVML_GETUUID, 0);
+	nvml_getuuid_fn getuuid = real_fn(R_NVML_GETUUID);
 	char s[96];
 
 	if (!getuuid || getuuid(dev, s, sizeof s) != NVML_SUCCESS)
@@ -87,13 +100,13 @@ static int nvml_view(nvmlDevice_t dev, struct view *v)
 
 HIDDEN CUresult view_cuMemGetInfo_v2(size_t *free, size_t *total)
 {
-	cu_meminfo_v2_fn real = real_fn(R_CU_MEMGETINFO_V2, 1);
+	cu_meminfo_v2_fn real = real_fn(R_CU_MEMGETINFO_V2);
 	struct view v;
 	CUresult rc;
 	int e;
 
 	if (!real)
-		return CUDA_ERROR_NOT_FOUND;
+		return missing(R_CU_MEMGETINFO_V2);
 	TRACE("cuMemGetInfo_v2", "", 0);
 	rc = real(free, total);
 	e = errno;
@@ -109,13 +122,13 @@ HIDDEN CUresult view_cuMemGetInfo_v2(size_t *free, size_t *total)
 
 HIDDEN CUresult view_cuMemGetInfo(unsigned int *free, unsigned int *total)
 {
-	cu_meminfo_fn real = real_fn(R_CU_MEMGETINFO, 1);
+	cu_meminfo_fn real = real_fn(R_CU_MEMGETINFO);
 	struct view v;
 	CUresult rc;
 	int e;
 
 	if (!real)
-		return CUDA_ERROR_NOT_FOUND;
+		return missing(R_CU_MEMGETINFO);
 	TRACE("cuMemGetInfo", "", 0);
 	rc = real(free, total);
 	e = errno;
@@ -131,13 +144,13 @@ HIDDEN CUresult view_cuMemGetInfo(unsigned int *free, unsigned int *total)
 
 HIDDEN CUresult view_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
-	cu_totalmem_v2_fn real = real_fn(R_CU_TOTALMEM_V2, 1);
+	cu_totalmem_v2_fn real = real_fn(R_CU_TOTALMEM_V2);
 	struct view v;
 	CUresult rc;
 	int e;
 
 	if (!real)
-		return CUDA_ERROR_NOT_FOUND;
+		return missing(R_CU_TOTALMEM_V2);
 	TRACE("cuDeviceTotalMem_v2", "", 0);
 	rc = real(bytes, dev);
 	e = errno;
@@ -149,13 +162,13 @@ HIDDEN CUresult view_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 
 HIDDEN CUresult view_cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
 {
-	cu_totalmem_fn real = real_fn(R_CU_TOTALMEM, 1);
+	cu_totalmem_fn real = real_fn(R_CU_TOTALMEM);
 	struct view v;
 	CUresult rc;
 	int e;
 
 	if (!real)
-		return CUDA_ERROR_NOT_FOUND;
+		return missing(R_CU_TOTALMEM);
 	TRACE("cuDeviceTotalMem", "", 0);
 	rc = real(bytes, dev);
 	e = errno;
@@ -167,13 +180,13 @@ HIDDEN CUresult view_cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
 
 HIDDEN nvmlReturn_t view_nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *m)
 {
-	nvml_meminfo_fn real = real_fn(R_NVML_MEMINFO, 1);
+	nvml_meminfo_fn real = real_fn(R_NVML_MEMINFO);
 	struct view v;
 	nvmlReturn_t rc;
 	int e;
 
 	if (!real)
-		return NVML_ERROR_FUNCTION_NOT_FOUND;
+		return missing(R_NVML_MEMINFO);
 	TRACE("nvmlDeviceGetMemoryInfo", "", 0);
 	rc = real(dev, m);
 	e = errno;
@@ -188,13 +201,13 @@ HIDDEN nvmlReturn_t view_nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t 
 
 HIDDEN nvmlReturn_t view_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *m)
 {
-	nvml_meminfo_v2_fn real = real_fn(R_NVML_MEMINFO_V2, 1);
+	nvml_meminfo_v2_fn real = real_fn(R_NVML_MEMINFO_V2);
 	struct view v;
 	nvmlReturn_t rc;
 	int e;
 
 	if (!real)
-		return NVML_ERROR_FUNCTION_NOT_FOUND;
+		return missing(R_NVML_MEMINFO_V2);
 	TRACE("nvmlDeviceGetMemoryInfo_v2", "", 0);
 	rc = real(dev, m);
 	e = errno;
@@ -239,7 +252,7 @@ static void *proc_map(const char *sym, void *p, int ver)
 		return o;
 	}
 	f = proc_by_name(sym, ver);
-	if (f != R_COUNT && real_fn(f, 0)) {
+	if (f != R_COUNT && real_fn(f)) {
 		TRACE("cuGetProcAddress: ours by name", sym, ver);
 		return ours(f);
 	}
@@ -249,12 +262,12 @@ static void *proc_map(const char *sym, void *p, int ver)
 HIDDEN CUresult view_cuGetProcAddress_v2(const char *sym, void **pfn, int ver,
 					 cuuint64_t flags, int *status)
 {
-	cu_gpa_v2_fn real = real_fn(R_CU_GETPROCADDRESS_V2, 1);
+	cu_gpa_v2_fn real = real_fn(R_CU_GETPROCADDRESS_V2);
 	CUresult rc;
 	int e;
 
 	if (!real)
-		return CUDA_ERROR_NOT_FOUND;
+		return missing(R_CU_GETPROCADDRESS_V2);
 	rc = real(sym, pfn, ver, flags, status);
 	e = errno;
 	if (rc == CUDA_SUCCESS && sym && pfn && *pfn)
@@ -265,12 +278,12 @@ HIDDEN CUresult view_cuGetProcAddress_v2(const char *sym, void **pfn, int ver,
 
 HIDDEN CUresult view_cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags)
 {
-	cu_gpa_fn real = real_fn(R_CU_GETPROCADDRESS, 1);
+	cu_gpa_fn real = real_fn(R_CU_GETPROCADDRESS);
 	CUresult rc;
 	int e;
 
 	if (!real)
-		return CUDA_ERROR_NOT_FOUND;
+		return missing(R_CU_GETPROCADDRESS);
 	rc = real(sym, pfn, ver, flags);
 	e = errno;
 	if (rc == CUDA_SUCCESS && sym && pfn && *pfn)
@@ -281,43 +294,26 @@ HIDDEN CUresult view_cuGetProcAddress(const char *sym, void **pfn, int ver, cuui
 
 /* ---- the exports ---- */
 
-#define ALIAS(name) EXPORT __typeof__(view_##name) name __attribute__((alias("view_" #name)))
-ALIAS(cuMemGetInfo);
-ALIAS(cuMemGetInfo_v2);
-ALIAS(cuDeviceTotalMem);
-ALIAS(cuDeviceTotalMem_v2);
-ALIAS(cuGetProcAddress);
-ALIAS(cuGetProcAddress_v2);
-ALIAS(nvmlDeviceGetMemoryInfo);
-ALIAS(nvmlDeviceGetMemoryInfo_v2);
+#define VIEW_ALIAS(id, name, lib) \
+	EXPORT __typeof__(view_##name) name __attribute__((alias("view_" #name)));
+VIEW_HOOKED(VIEW_ALIAS)
+
+#define VIEW_OURS(id, name, lib) [R_##id] = (void *)view_##name,
+static void *const ours_by_id[R_HOOKED] = { VIEW_HOOKED(VIEW_OURS) };
 
 void *ours(enum fn_id f)
 {
-	switch (f) {
-	case R_CU_MEMGETINFO: return (void *)view_cuMemGetInfo;
-	case R_CU_MEMGETINFO_V2: return (void *)view_cuMemGetInfo_v2;
-	case R_CU_TOTALMEM: return (void *)view_cuDeviceTotalMem;
-	case R_CU_TOTALMEM_V2: return (void *)view_cuDeviceTotalMem_v2;
-	case R_CU_GETPROCADDRESS: return (void *)view_cuGetProcAddress;
-	case R_CU_GETPROCADDRESS_V2: return (void *)view_cuGetProcAddress_v2;
-	case R_NVML_MEMINFO: return (void *)view_nvmlDeviceGetMemoryInfo;
-	case R_NVML_MEMINFO_V2: return (void *)view_nvmlDeviceGetMemoryInfo_v2;
-	default: return NULL;
-	}
+	return (int)f < R_HOOKED ? ours_by_id[f] : NULL;
 }
 
 void *ours_for_cuda(const void *p)
 {
-	static const enum fn_id hooked[] = {
-		R_CU_MEMGETINFO_V2, R_CU_TOTALMEM_V2, R_CU_GETPROCADDRESS_V2,
-		R_CU_MEMGETINFO, R_CU_TOTALMEM, R_CU_GETPROCADDRESS,
-	};
-	size_t i;
+	int i;
 
 	if (!p)
 		return NULL;
-	for (i = 0; i < sizeof hooked / sizeof hooked[0]; i++)
-		if (real_fn(hooked[i], 0) == p)
-			return ours(hooked[i]);
+	for (i = 0; i < R_HOOKED; i++)
+		if (fn_lib((enum fn_id)i) == LIB_CUDA && real_fn((enum fn_id)i) == p)
+			return ours_by_id[i];
 	return NULL;
 }

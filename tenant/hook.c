@@ -1,9 +1,12 @@
 /*
  * dlsym and dlvsym: how software that does not link the CUDA driver or
  * NVML (pynvml's ctypes, nvidia-smi, XLA, the CUDA runtime looking for
- * cuGetProcAddress) reaches their functions. Only a lookup of one of our
- * names on a real handle is answered here: if glibc's dlsym finds there
- * the real library's function of that name, the caller gets ours instead.
+ * cuGetProcAddress) reaches their functions. Only lookups of our names
+ * are answered here: on a real handle, if glibc's dlsym finds there the
+ * real library's function of that name, the caller gets ours instead; in
+ * the global scope (RTLD_DEFAULT) before the real library is loaded, the
+ * caller gets what it would get without us (usually nothing), so a probe
+ * for the driver is not fooled by our exports.
  *
  * Everything else must reach glibc exactly as if we were not here: for
  * RTLD_NEXT and RTLD_DEFAULT glibc resolves relative to the object that
@@ -20,22 +23,45 @@
 
 HIDDEN void *view_dlsym_answer(void *handle, const char *name);
 HIDDEN void *view_dlvsym_answer(void *handle, const char *name, const char *version);
+HIDDEN void *view_dlsym_absent(void *handle, const char *name);
+HIDDEN void *view_dlvsym_absent(void *handle, const char *name, const char *version);
 
-static int ours_to_answer(void *handle, const char *name)
+enum route { GLIBC, ANSWER, ABSENT };
+
+/* route: where a lookup of name on handle goes. GLIBC: everything but our
+ * names, and RTLD_NEXT (glibc gives a caller after us the next definition,
+ * never ours; one before us, ours). ANSWER: one of our names on a handle.
+ * ABSENT: one of our names in the global scope (RTLD_DEFAULT), which finds
+ * ours first, while the real library is not loaded: a program asking "is
+ * the driver here?" must hear no. */
+static enum route route(void *handle, const char *name)
 {
-	return handle != RTLD_DEFAULT && handle != RTLD_NEXT && real_index(name) >= 0;
+	int f, e, loaded;
+
+	if (handle == RTLD_NEXT || (f = real_index(name)) < 0)
+		return GLIBC;
+	if (handle != RTLD_DEFAULT)
+		return ANSWER;
+	e = errno;
+	loaded = real_loaded(fn_lib((enum fn_id)f));
+	errno = e;
+	return loaded ? GLIBC : ABSENT;
 }
 
 /* view_dlsym_route: where dlsym(handle, name) goes: glibc's dlsym, or
- * view_dlsym_answer; NULL (dlsym returns NULL) only if glibc's dlsym
- * could not be found. */
+ * view_dlsym_answer or _absent; NULL (dlsym returns NULL) only if glibc's
+ * dlsym could not be found. */
 HIDDEN void *view_dlsym_route(void *handle, const char *name)
 {
 	dlsym_fn real = real_dlsym();
 
-	if (real && ours_to_answer(handle, name))
-		return (void *)view_dlsym_answer;
-	return (void *)real;
+	if (!real)
+		return NULL;
+	switch (route(handle, name)) {
+	case ANSWER: return (void *)view_dlsym_answer;
+	case ABSENT: return (void *)view_dlsym_absent;
+	default: return (void *)real;
+	}
 }
 
 HIDDEN void *view_dlvsym_route(void *handle, const char *name, const char *version)
@@ -43,9 +69,13 @@ HIDDEN void *view_dlvsym_route(void *handle, const char *name, const char *versi
 	dlvsym_fn real = real_dlvsym();
 
 	(void)version;
-	if (real && ours_to_answer(handle, name))
-		return (void *)view_dlvsym_answer;
-	return (void *)real;
+	if (!real)
+		return NULL;
+	switch (route(handle, name)) {
+	case ANSWER: return (void *)view_dlvsym_answer;
+	case ABSENT: return (void *)view_dlvsym_absent;
+	default: return (void *)real;
+	}
 }
 
 /* swap: ours for p when p is the real function of that name. */
@@ -57,7 +87,7 @@ static void *swap(const char *name, void *p)
 		return p;
 	e = errno;
 	f = real_index(name);
-	if (f >= 0 && real_fn((enum fn_id)f, 0) == p) {
+	if (f >= 0 && real_fn((enum fn_id)f) == p) {
 		TRACE("dlsym: ours", name, 0);
 		p = ours((enum fn_id)f);
 	} else
@@ -74,4 +104,43 @@ void *view_dlsym_answer(void *handle, const char *name)
 void *view_dlvsym_answer(void *handle, const char *name, const char *version)
 {
 	return swap(name, real_dlvsym()(handle, name, version));
+}
+
+/* HERE(p): p passes through here, so the call that made it is never a
+ * tail call: glibc must see this library as the caller of the lookups
+ * below (RTLD_NEXT: the objects after ours), not the program that called
+ * the trampoline. */
+#define HERE(p) __asm__ volatile("" : "+r"(p))
+
+/* view_dlsym_absent: the global scope's definition as if we were not in
+ * it: another object's before ours (the program's own, say), else the
+ * next one after ours; NULL, with glibc's "undefined symbol" pending for
+ * dlerror(), when there is none, as without us. */
+void *view_dlsym_absent(void *handle, const char *name)
+{
+	void *p = real_dlsym()(RTLD_DEFAULT, name);
+	int f = real_index(name);
+
+	(void)handle;
+	HERE(p);
+	if (p && p == ours((enum fn_id)f)) {
+		p = real_dlsym()(RTLD_NEXT, name);
+		HERE(p);
+	}
+	TRACE("dlsym: no real library yet", name, p != NULL);
+	return p;
+}
+
+void *view_dlvsym_absent(void *handle, const char *name, const char *version)
+{
+	void *p = real_dlvsym()(RTLD_DEFAULT, name, version);
+	int f = real_index(name);
+
+	(void)handle;
+	HERE(p);
+	if (p && p == ours((enum fn_id)f)) {
+		p = real_dlvsym()(RTLD_NEXT, name, version);
+		HERE(p);
+	}
+	return p;
 }

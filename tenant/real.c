@@ -1,18 +1,25 @@
 /*
- * The real functions: glibc's dlsym and dlvsym, and the CUDA driver's and
- * NVML's functions the library calls or stands in for.
+ * The real functions: glibc's dlsym, dlvsym, dlopen and dlerror, and the
+ * CUDA driver's and NVML's functions the library calls or stands in for.
  *
  * dlsym and dlvsym are exported by this library, so any reference to them
- * from here would bind to our own. glibc's are found instead the way the
- * dynamic linker finds symbols: in the dynamic symbol table of the object
- * whose soname is libc.so.6 (glibc 2.34 and later) or libdl.so.2 (before),
- * through its GNU or SysV hash table. Every version of the name is the same
- * function, so any one found will do.
+ * from here would bind to our own; and a reference to dlopen would make the
+ * library need libdl.so.2 (where it is before glibc 2.34), which an image
+ * of a later glibc may not have: every process of such an image would then
+ * fail to start. So glibc's four are found the way the dynamic linker finds
+ * symbols: in the dynamic symbol table of the loaded object whose soname is
+ * libc.so.6 (glibc 2.34 and later) or libdl.so.2 (before), through its GNU
+ * or SysV hash table. Every version of each name is the same function, so
+ * any one found will do. Before 2.34, a process that has not loaded
+ * libdl.so.2 has none of them: it has no dlsym to call either, nor the real
+ * libcuda or NVML (both need libdl.so.2 there), so nothing is lost.
  *
  * The CUDA and NVML functions come from the real libraries through glibc's
  * dlsym on their handle, which searches that library's own scope: never
- * our exports. A library once found is kept loaded (RTLD_NODELETE), so a
- * pointer kept here never outlives its code.
+ * our exports. A library is only ever found already loaded (RTLD_NOLOAD):
+ * nothing here loads libcuda or NVML into a process that had not. Once
+ * found it is kept loaded (RTLD_NODELETE), so a pointer kept here never
+ * outlives its code.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -115,8 +122,12 @@ static void *elf_lookup(const struct elf_syms *e, const char *name)
 	return NULL;
 }
 
+/* glibc's functions this file needs, by name. */
+enum dl { DL_SYM, DL_VSYM, DL_OPEN, DL_ERROR, DL_COUNT };
+static const char *const dl_names[DL_COUNT] = { "dlsym", "dlvsym", "dlopen", "dlerror" };
+
 struct found {
-	void *dlsym, *dlvsym;
+	void *fn[DL_COUNT];
 };
 
 /* glibc_file: the path the loader opened is one of glibc's two files that
@@ -140,6 +151,7 @@ static int find_glibc_dl(struct dl_phdr_info *info, size_t size, void *data)
 	const ElfW(Dyn) *d = NULL;
 	struct elf_syms e = { .base = info->dlpi_addr };
 	const char *soname = NULL;
+	void *fn[DL_COUNT];
 	ElfW(Addr) soname_off = 0;
 	int i, has_soname = 0;
 
@@ -165,98 +177,96 @@ static int find_glibc_dl(struct dl_phdr_info *info, size_t size, void *data)
 	soname = e.str + soname_off;
 	if (!str_eq(soname, "libc.so.6") && !str_eq(soname, "libdl.so.2"))
 		return 0;
-	f->dlsym = elf_lookup(&e, "dlsym");
-	f->dlvsym = elf_lookup(&e, "dlvsym");
-	return f->dlsym && f->dlvsym; /* 1 stops the walk */
+	for (i = 0; i < DL_COUNT; i++)
+		if (!(fn[i] = elf_lookup(&e, dl_names[i])))
+			return 0; /* glibc 2.34's libdl.so.2 has none */
+	for (i = 0; i < DL_COUNT; i++)
+		f->fn[i] = fn[i];
+	return 1; /* stops the walk */
 }
 
-static dlsym_fn the_dlsym;
-static dlvsym_fn the_dlvsym;
+/* glibc's four, all or none (dl_fn[DL_SYM] is written last). */
+static void *dl_fn[DL_COUNT];
 
-static void find_dl(void)
+static void *dl(enum dl which)
 {
-	struct found f = { 0, 0 };
-	int e = errno;
-
-	dl_iterate_phdr(find_glibc_dl, &f);
-	errno = e;
-	if (f.dlsym && f.dlvsym) {
-		__atomic_store_n(&the_dlvsym, (dlvsym_fn)f.dlvsym, __ATOMIC_RELEASE);
-		__atomic_store_n(&the_dlsym, (dlsym_fn)f.dlsym, __ATOMIC_RELEASE);
-	}
-}
-
-dlsym_fn real_dlsym(void)
-{
-	dlsym_fn p = __atomic_load_n(&the_dlsym, __ATOMIC_ACQUIRE);
+	void *p = __atomic_load_n(&dl_fn[DL_SYM], __ATOMIC_ACQUIRE);
+	struct found f = { { 0 } };
+	int e, i;
 
 	if (!p) {
-		find_dl();
-		p = __atomic_load_n(&the_dlsym, __ATOMIC_ACQUIRE);
+		e = errno;
+		dl_iterate_phdr(find_glibc_dl, &f);
+		errno = e;
+		if (!f.fn[DL_SYM])
+			return NULL;
+		for (i = DL_COUNT - 1; i >= 0; i--)
+			__atomic_store_n(&dl_fn[i], f.fn[i], __ATOMIC_RELEASE);
 	}
-	return p;
+	return __atomic_load_n(&dl_fn[which], __ATOMIC_ACQUIRE);
 }
 
-dlvsym_fn real_dlvsym(void)
-{
-	dlvsym_fn p = __atomic_load_n(&the_dlvsym, __ATOMIC_ACQUIRE);
-
-	if (!p) {
-		find_dl();
-		p = __atomic_load_n(&the_dlvsym, __ATOMIC_ACQUIRE);
-	}
-	return p;
-}
+dlsym_fn real_dlsym(void) { return (dlsym_fn)dl(DL_SYM); }
+dlvsym_fn real_dlvsym(void) { return (dlvsym_fn)dl(DL_VSYM); }
 
 /* ---- the CUDA driver and NVML ---- */
 
-enum lib { LIB_CUDA, LIB_NVML, LIB_COUNT };
 static const char *const lib_names[LIB_COUNT] = { "libcuda.so.1", "libnvidia-ml.so.1" };
 
+#define VIEW_FN(id, name, lib) [R_##id] = { #name, LIB_##lib },
 static const struct {
 	const char *name;
 	enum lib lib;
-} fns[R_COUNT] = {
-	[R_CU_MEMGETINFO] = { "cuMemGetInfo", LIB_CUDA },
-	[R_CU_MEMGETINFO_V2] = { "cuMemGetInfo_v2", LIB_CUDA },
-	[R_CU_TOTALMEM] = { "cuDeviceTotalMem", LIB_CUDA },
-	[R_CU_TOTALMEM_V2] = { "cuDeviceTotalMem_v2", LIB_CUDA },
-	[R_CU_GETPROCADDRESS] = { "cuGetProcAddress", LIB_CUDA },
-	[R_CU_GETPROCADDRESS_V2] = { "cuGetProcAddress_v2", LIB_CUDA },
-	[R_CU_CTXGETDEVICE] = { "cuCtxGetDevice", LIB_CUDA },
-	[R_CU_GETUUID_V2] = { "cuDeviceGetUuid_v2", LIB_CUDA },
-	[R_CU_GETUUID] = { "cuDeviceGetUuid", LIB_CUDA },
-	[R_NVML_MEMINFO] = { "nvmlDeviceGetMemoryInfo", LIB_NVML },
-	[R_NVML_MEMINFO_V2] = { "nvmlDeviceGetMemoryInfo_v2", LIB_NVML },
-	[R_NVML_GETUUID] = { "nvmlDeviceGetUUID", LIB_NVML },
-};
+} fns[R_COUNT] = { VIEW_HOOKED(VIEW_FN) VIEW_CALLED(VIEW_FN) };
+
+const char *fn_name(enum fn_id f) { return fns[f].name; }
+enum lib fn_lib(enum fn_id f) { return fns[f].lib; }
 
 static void *lib_handle[LIB_COUNT];
 /* Each real function: NULL not looked up yet, MISSING looked up and absent. */
 static void *real_ptr[R_COUNT];
 #define MISSING ((void *)1)
 
-/* handle: the real library, the one loaded already if it is, else (when
- * load) loaded now: the caller is calling into it, and without us it would
- * have been loaded. */
-static void *handle(enum lib l, int load)
+/* handle: the real library if it is loaded, else NULL (looked for again
+ * next time: it may be loaded later). */
+static void *handle(enum lib l)
 {
 	void *h = __atomic_load_n(&lib_handle[l], __ATOMIC_ACQUIRE);
+	void *(*open)(const char *, int);
+	char *(*error)(void);
+	int e;
 
 	if (h)
 		return h;
-	h = dlopen(lib_names[l], RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
-	if (!h && load)
-		h = dlopen(lib_names[l], RTLD_LAZY | RTLD_NODELETE);
-	if (!h) {
-		dlerror(); /* ours, not the caller's: leave none pending */
+	open = (void *(*)(const char *, int))dl(DL_OPEN);
+	error = (char *(*)(void))dl(DL_ERROR);
+	if (!open || !error)
 		return NULL;
-	}
-	__atomic_store_n(&lib_handle[l], h, __ATOMIC_RELEASE);
+	e = errno;
+	h = open(lib_names[l], RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+	if (!h)
+		error(); /* ours, not the caller's: leave none pending */
+	errno = e;
+	if (h)
+		__atomic_store_n(&lib_handle[l], h, __ATOMIC_RELEASE);
 	return h;
 }
 
-void *real_fn(enum fn_id f, int load)
+int real_loaded(enum lib l)
+{
+	return handle(l) != NULL;
+}
+
+/* mine: p is in this library (its ELF header to its end): the real
+ * library's scope never holds our exports, but a symbol of ours must
+ * never be taken for the real one. */
+extern const char __ehdr_start[] HIDDEN, _end[] HIDDEN;
+static int mine(const void *p)
+{
+	return (const char *)p >= __ehdr_start && (const char *)p < _end;
+}
+
+void *real_fn(enum fn_id f)
 {
 	void *p = __atomic_load_n(&real_ptr[f], __ATOMIC_ACQUIRE), *h;
 	dlsym_fn sym;
@@ -265,19 +275,14 @@ void *real_fn(enum fn_id f, int load)
 	if (p)
 		return p == MISSING ? NULL : p;
 	sym = real_dlsym();
-	if (!sym)
+	h = handle(fns[f].lib);
+	if (!sym || !h)
 		return NULL;
 	e = errno;
-	h = handle(fns[f].lib, load);
-	if (!h) { /* not loaded and cannot be: maybe later */
-		errno = e;
-		return NULL;
-	}
 	p = sym(h, fns[f].name);
 	if (!p)
-		dlerror();
-	/* The real library's scope never holds our exports; be sure. */
-	if (p && p == ours(f))
+		((char *(*)(void))dl(DL_ERROR))();
+	if (p && mine(p))
 		p = NULL;
 	errno = e;
 	__atomic_store_n(&real_ptr[f], p ? p : MISSING, __ATOMIC_RELEASE);
@@ -286,20 +291,15 @@ void *real_fn(enum fn_id f, int load)
 
 int real_index(const char *name)
 {
-	static const enum fn_id hooked[] = {
-		R_CU_MEMGETINFO, R_CU_MEMGETINFO_V2, R_CU_TOTALMEM, R_CU_TOTALMEM_V2,
-		R_CU_GETPROCADDRESS, R_CU_GETPROCADDRESS_V2,
-		R_NVML_MEMINFO, R_NVML_MEMINFO_V2,
-	};
-	size_t i;
+	int i;
 
 	/* Cheap refusal first: dlsym is called for every symbol of every
 	 * plugin a process loads. */
 	if (!name || !((name[0] == 'c' && name[1] == 'u') ||
 		       (name[0] == 'n' && name[1] == 'v')))
 		return -1;
-	for (i = 0; i < sizeof hooked / sizeof hooked[0]; i++)
-		if (str_eq(name, fns[hooked[i]].name))
-			return (int)hooked[i];
+	for (i = 0; i < R_HOOKED; i++)
+		if (str_eq(name, fns[i].name))
+			return i;
 	return -1;
 }

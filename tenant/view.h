@@ -9,6 +9,10 @@
  * an atomic load, computed again by a thread that finds it empty (every
  * value is the same whoever computes it); errno is as the real function
  * left it; any failure gives the real answer.
+ *
+ * The files call downwards only, never back: hook.c (with trampoline.S)
+ * calls answer.c and real.c; answer.c calls real.c and viewfile.c; real.c
+ * and viewfile.c call lib.c.
  */
 #ifndef VIEW_H
 #define VIEW_H
@@ -64,36 +68,56 @@ HIDDEN uint64_t view_free(const struct view *v, uint64_t real_free);
  * (at least 41 bytes). */
 HIDDEN void view_uuid_cuda(const CUuuid *u, char *out);
 
+/* ---- the functions: one declaration ---- */
+
+/* VIEW_HOOKED(X): the functions the library stands in for (exported under
+ * these names; answer.c), one X(ID, NAME, LIBRARY) each; VIEW_CALLED(X):
+ * the real libraries' other functions it calls. Every list of them in the
+ * C (the enum, the names, the exports, ours(), the lookups) is made from
+ * these two. */
+#define VIEW_HOOKED(X)                                                   \
+	X(CU_MEMGETINFO, cuMemGetInfo, CUDA) /* v1: unsigned int */          \
+	X(CU_MEMGETINFO_V2, cuMemGetInfo_v2, CUDA)                           \
+	X(CU_TOTALMEM, cuDeviceTotalMem, CUDA) /* v1: unsigned int */        \
+	X(CU_TOTALMEM_V2, cuDeviceTotalMem_v2, CUDA)                         \
+	X(CU_GETPROCADDRESS, cuGetProcAddress, CUDA) /* CUDA 11.3: 4 args */ \
+	X(CU_GETPROCADDRESS_V2, cuGetProcAddress_v2, CUDA) /* CUDA 12: 5 */  \
+	X(NVML_MEMINFO, nvmlDeviceGetMemoryInfo, NVML)                       \
+	X(NVML_MEMINFO_V2, nvmlDeviceGetMemoryInfo_v2, NVML)
+#define VIEW_CALLED(X)                           \
+	X(CU_CTXGETDEVICE, cuCtxGetDevice, CUDA)     \
+	X(CU_GETUUID_V2, cuDeviceGetUuid_v2, CUDA)   \
+	X(CU_GETUUID, cuDeviceGetUuid, CUDA)         \
+	X(NVML_GETUUID, nvmlDeviceGetUUID, NVML)
+
+#define VIEW_ENUM(id, name, lib) R_##id,
+#define VIEW_ONE(id, name, lib) +1
+/* fn_id: every real function the library calls; the hooked ones first. */
+enum fn_id { VIEW_HOOKED(VIEW_ENUM) VIEW_CALLED(VIEW_ENUM) R_COUNT };
+enum { R_HOOKED = 0 VIEW_HOOKED(VIEW_ONE) };
+
+/* The real libraries. */
+enum lib { LIB_CUDA, LIB_NVML, LIB_COUNT };
+
 /* ---- real.c: the real functions ---- */
 
-/* Index of every real function the library calls. */
-enum fn_id {
-	R_CU_MEMGETINFO,      /* cuMemGetInfo (v1: unsigned int) */
-	R_CU_MEMGETINFO_V2,   /* cuMemGetInfo_v2 */
-	R_CU_TOTALMEM,        /* cuDeviceTotalMem (v1: unsigned int) */
-	R_CU_TOTALMEM_V2,     /* cuDeviceTotalMem_v2 */
-	R_CU_GETPROCADDRESS,  /* cuGetProcAddress (CUDA 11.3: 4 arguments) */
-	R_CU_GETPROCADDRESS_V2, /* cuGetProcAddress_v2 (CUDA 12: 5 arguments) */
-	R_CU_CTXGETDEVICE,    /* cuCtxGetDevice */
-	R_CU_GETUUID_V2,      /* cuDeviceGetUuid_v2 */
-	R_CU_GETUUID,         /* cuDeviceGetUuid */
-	R_NVML_MEMINFO,       /* nvmlDeviceGetMemoryInfo */
-	R_NVML_MEMINFO_V2,    /* nvmlDeviceGetMemoryInfo_v2 */
-	R_NVML_GETUUID,       /* nvmlDeviceGetUUID */
-	R_COUNT
-};
-
+/* fn_name, fn_lib: a real function's name and library. */
+HIDDEN const char *fn_name(enum fn_id f);
+HIDDEN enum lib fn_lib(enum fn_id f);
+/* real_loaded: the real library is loaded in this process (then kept
+ * loaded: RTLD_NODELETE). Never loads it. */
+HIDDEN int real_loaded(enum lib l);
 /* real_fn: the real library's function, resolved once and kept; NULL when
- * there is none. The library is the one already loaded, else (load != 0)
- * loaded now. */
-HIDDEN void *real_fn(enum fn_id f, int load);
-/* real_index: the real function our export of this name stands for (only
- * our exported names), or -1. */
+ * the library is not loaded (nothing of ours ever loads it) or has no such
+ * function. */
+HIDDEN void *real_fn(enum fn_id f);
+/* real_index: the hooked function of this name (0 .. R_HOOKED-1), or -1. */
 HIDDEN int real_index(const char *name);
 /* real_dlsym / real_dlvsym: glibc's own, found in libc.so.6 (glibc 2.34
  * and later) or libdl.so.2 (before) by reading its dynamic symbol table,
- * since our exports hide both names from the dynamic linker. NULL if not
- * found. */
+ * since our exports hide both names from the dynamic linker; so are
+ * dlopen and dlerror (the library needs nothing of libdl.so.2, which an
+ * image of glibc 2.34 or later may lack). NULL if not found. */
 typedef void *(*dlsym_fn)(void *, const char *);
 typedef void *(*dlvsym_fn)(void *, const char *, const char *);
 HIDDEN dlsym_fn real_dlsym(void);
@@ -101,7 +125,7 @@ HIDDEN dlvsym_fn real_dlvsym(void);
 
 /* ---- answer.c: our versions of the functions ---- */
 
-/* ours: our function for the real function f (only the hooked ones). */
+/* ours: our function for the hooked function f. */
 HIDDEN void *ours(enum fn_id f);
 /* ours_for_cuda: our function standing for p when p is one of the real
  * CUDA driver's functions we stand in for, else NULL. */

@@ -55,7 +55,7 @@ func (a *Agent) syncViews(cfg *Config, devs []cdi.Device) cdi.View {
 			st.State, st.Reason = status.ViewFailed, err.Error()
 			break
 		}
-		opts = cdi.View{Library: lib, Preload: a.views.Store().PreloadPath()}
+		opts = cdi.View{Library: lib, Platforms: a.views.Store().PlatformsPath(), Preload: a.views.Store().PreloadPath()}
 	}
 	st.Devices = len(a.views.Views())
 	a.viewOpts = opts

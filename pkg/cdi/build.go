@@ -180,13 +180,23 @@ func containerEdits(o Options, d Device, nodes nodeSet) specs.ContainerEdits {
 // dynamically linked glibc process of the container preloads the library
 // (the preload list over the image's own /etc/ld.so.preload, whatever the
 // process's environment), which reads the device's view file from its
-// directory. A container given devices of several GPUs gets the library
-// and the list once (CDI replaces a mount at the same container path) and
+// directory; the list names it through the platform directory, where a
+// process of another platform finds a stub instead. A container given
+// devices of several GPUs gets the library, the platform directory and
+// the list once (CDI replaces a mount at the same container path) and
 // each GPU's directory.
 func viewMounts(v View, d Device) []*specs.Mount {
 	return []*specs.Mount{{
 		HostPath:      v.Library,
 		ContainerPath: view.ContainerLibrary,
+		Type:          "bind",
+		Options:       slices.Clone(libraryMountOptions),
+	}, {
+		// Links and stubs, whose one segment is not executable; but a
+		// 32-bit program without PT_GNU_STACK runs with READ_IMPLIES_EXEC,
+		// which maps it executable: no noexec, as for the library.
+		HostPath:      v.Platforms,
+		ContainerPath: view.ContainerPlatforms,
 		Type:          "bind",
 		Options:       slices.Clone(libraryMountOptions),
 	}, {

@@ -76,13 +76,17 @@ type Options struct {
 
 // View is where the host keeps what gives a container the view of its
 // device (pkg/view, docs/containers.md): the library, mounted read-only
-// at view.ContainerLibrary, and the preload list naming it, mounted
-// read-only over /etc/ld.so.preload; each device's own view directory is
-// Device.ViewDir.
+// at view.ContainerLibrary; the platform directory the preload list names
+// it through, mounted read-only at view.ContainerPlatforms; and the
+// preload list, mounted read-only over /etc/ld.so.preload. Each device's
+// own view directory is Device.ViewDir.
 type View struct {
 	// Library is the host's libyunion-mps-view.so (host.conf
 	// mps_view_library); the caller has found it there.
 	Library string
+	// Platforms is the host's platform directory
+	// (view.Store.PlatformsPath).
+	Platforms string
 	// Preload is the host's preload list (view.Store.PreloadPath).
 	Preload string
 }

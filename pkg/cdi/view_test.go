@@ -18,11 +18,14 @@ import (
 
 // The host's view as the daemon's defaults put it.
 const (
-	viewLibrary = "/usr/lib/yunion-mps/libyunion-mps-view.so"
-	viewPreload = "/var/lib/yunion-mps/view/ld.so.preload"
+	viewLibrary   = "/usr/lib/yunion-mps/libyunion-mps-view.so"
+	viewPreload   = "/var/lib/yunion-mps/view/ld.so.preload"
+	viewPlatforms = "/var/lib/yunion-mps/view/platforms"
 )
 
-func viewOn(o *Options) { o.View = View{Library: viewLibrary, Preload: viewPreload} }
+func viewOn(o *Options) {
+	o.View = View{Library: viewLibrary, Platforms: viewPlatforms, Preload: viewPreload}
+}
 
 // viewDir is where the daemon's default state directory keeps a device's
 // view (view.Store); Build never reads it.
@@ -100,6 +103,7 @@ func TestInjectView(t *testing.T) {
 	ro := []string{"ro", "nosuid", "nodev", "noexec", "bind"}
 	library := oci.Mount{Destination: "/run/yunion-mps/lib/libyunion-mps-view.so", Source: viewLibrary, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "bind"}}
 	preload := oci.Mount{Destination: "/etc/ld.so.preload", Source: viewPreload, Type: "bind", Options: ro}
+	platforms := oci.Mount{Destination: "/run/yunion-mps/lib/p", Source: viewPlatforms, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "bind"}}
 	dirOf := func(d Device) oci.Mount {
 		return oci.Mount{Destination: "/run/yunion-mps/view/" + d.GPU.UUID.String(), Source: d.ViewDir, Type: "bind", Options: ro}
 	}
@@ -118,13 +122,13 @@ func TestInjectView(t *testing.T) {
 			if _, err := c.InjectDevices(s, QualifiedName(DefaultKind, name)); err != nil {
 				t.Fatal(err)
 			}
-			for _, m := range []oci.Mount{library, preload, dirOf(d)} {
+			for _, m := range []oci.Mount{library, platforms, preload, dirOf(d)} {
 				if has(s.Mounts, m) != 1 {
 					t.Errorf("%s: mounts %+v; want %+v once", name, s.Mounts, m)
 				}
 			}
-			if len(s.Mounts) != 7 {
-				t.Errorf("%s: %d mounts, want the 4 without the view and 3 for it", name, len(s.Mounts))
+			if len(s.Mounts) != 8 {
+				t.Errorf("%s: %d mounts, want the 4 without the view and 4 for it", name, len(s.Mounts))
 			}
 		}
 	}
@@ -133,7 +137,7 @@ func TestInjectView(t *testing.T) {
 	if _, err := c.InjectDevices(s, QualifiedName(DefaultKind, devs[0].Name().String()), QualifiedName(DefaultKind, devs[1].Name().String())); err != nil {
 		t.Fatal(err)
 	}
-	if has(s.Mounts, library) != 1 || has(s.Mounts, preload) != 1 || has(s.Mounts, dirOf(devs[0])) != 1 || has(s.Mounts, dirOf(devs[1])) != 1 {
+	if has(s.Mounts, library) != 1 || has(s.Mounts, platforms) != 1 || has(s.Mounts, preload) != 1 || has(s.Mounts, dirOf(devs[0])) != 1 || has(s.Mounts, dirOf(devs[1])) != 1 {
 		t.Errorf("two GPUs' devices: mounts %+v", s.Mounts)
 	}
 	if i := slices.IndexFunc(s.Mounts, func(m oci.Mount) bool { return m.Destination == library.Destination }); i < 0 || slices.Contains(s.Mounts[i].Options, "noexec") {

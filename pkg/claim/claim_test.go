@@ -114,7 +114,7 @@ func TestSyncViews(t *testing.T) {
 	store := view.Store{Dir: filepath.Join(dir, "view")}
 	w := view.NewWriter(store, t.TempDir())
 	s := Spec{CDI: cdi.Options{Dir: filepath.Join(dir, "cdi"), DevRoot: filepath.Join(dir, "dev"),
-		View: cdi.View{Library: lib, Preload: store.PreloadPath()}},
+		View: cdi.View{Library: lib, Platforms: store.PlatformsPath(), Preload: store.PreloadPath()}},
 		Identity: identity.Store{Dir: filepath.Join(dir, "id")}, View: w}
 	// A fixed slice's view, the agent's: never the claims' Sync's to remove.
 	slice := vdev.NameOf(uuid, 3)

@@ -15,7 +15,6 @@
 package view
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -38,6 +37,10 @@ const (
 	// ContainerLibrary is where the library is mounted in a container
 	// (read-only, without noexec: a library must be mapped executable).
 	ContainerLibrary = "/run/yunion-mps/lib/" + LibraryFile
+	// ContainerPlatforms is where the Store's platform directory
+	// (PlatformsDir) is mounted in a container, read-only: the preload
+	// list names the library through it (platform.go says why).
+	ContainerPlatforms = "/run/yunion-mps/lib/p"
 	// ContainerPreload is the container's preload list, a read-only bind
 	// mount of the host's PreloadFile: every dynamically linked glibc
 	// process loads what it names, whatever its environment.
@@ -49,6 +52,9 @@ const (
 	MemoryFile = "memory"
 	// PreloadFile is the preload list's name in the Store's directory.
 	PreloadFile = "ld.so.preload"
+	// PlatformsDir is the platform directory's name in the Store's
+	// directory.
+	PlatformsDir = "platforms"
 	// MaxFileBytes is the most the library reads of a view file.
 	MaxFileBytes = 4096
 )
@@ -57,9 +63,12 @@ const (
 // its view: the directory of that one device, read-only.
 func ContainerDir(gpuUUID gpu.UUID) string { return path.Join(ContainerRoot, string(gpuUUID)) }
 
-// PreloadContent is the preload list: the library's container path and a
-// newline.
-func PreloadContent() []byte { return []byte(ContainerLibrary + "\n") }
+// PreloadContent is the preload list: the library's name through the
+// platform directory, which glibc's loader expands for the process's
+// platform ($PLATFORM), and a newline.
+func PreloadContent() []byte {
+	return []byte(ContainerPlatforms + "/$PLATFORM/" + LibraryFile + "\n")
+}
 
 // Memory is what a device's view file says.
 type Memory struct {
@@ -108,24 +117,37 @@ func Content(m Memory) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// Parse reads a view file as the library does: `key value` lines, keys in
-// any order, unknown keys ignored, at most MaxFileBytes; a total of 0 or
-// missing, a value that is not a decimal number, a key given twice or a
-// line without a newline is an error.
+// Parse reads a view file exactly as the library does (tenant/viewfile.c;
+// both are tested against one table of cases, tenant/test/viewfiles.txt):
+// at most MaxFileBytes, ending with a newline, no NUL byte; lines of a key
+// and a value separated by spaces or tabs, blank lines ignored, keys in
+// any order, unknown keys ignored; total_bytes (required, not 0) and
+// used_bytes (0 when absent) decimal numbers of 64 bits, each at most
+// once. Anything else is an error naming the line: the library would give
+// the real answers.
 func Parse(b []byte) (Memory, error) {
-	if len(b) > MaxFileBytes {
+	switch {
+	case len(b) > MaxFileBytes:
 		return Memory{}, fmt.Errorf("view file of %d bytes, more than %d", len(b), MaxFileBytes)
-	}
-	if len(b) > 0 && b[len(b)-1] != '\n' {
+	case len(b) == 0:
+		return Memory{}, errors.New("view file: empty")
+	case b[len(b)-1] != '\n':
 		return Memory{}, errors.New("view file: the last line has no newline")
 	}
 	var m Memory
 	seen := map[string]bool{}
-	for line := range bytes.Lines(b) {
-		key, value, ok := strings.Cut(strings.TrimSuffix(string(line), "\n"), " ")
-		if !ok {
-			return Memory{}, fmt.Errorf("view file: %q is not a key and a value", line)
+	for i, line := range strings.Split(string(b[:len(b)-1]), "\n") {
+		if line == "" {
+			continue
 		}
+		if strings.IndexByte(line, 0) >= 0 {
+			return Memory{}, fmt.Errorf("view file, line %d: a NUL byte", i+1)
+		}
+		k := strings.IndexAny(line, " \t")
+		if k <= 0 {
+			return Memory{}, fmt.Errorf("view file, line %d: %q is not a key and a value", i+1, line)
+		}
+		key, value := line[:k], strings.Trim(line[k:], " \t")
 		var dst *units.Bytes
 		switch key {
 		case keyTotal:
@@ -136,12 +158,12 @@ func Parse(b []byte) (Memory, error) {
 			continue
 		}
 		if seen[key] {
-			return Memory{}, fmt.Errorf("view file: %s given twice", key)
+			return Memory{}, fmt.Errorf("view file, line %d: %s given twice", i+1, key)
 		}
 		seen[key] = true
 		n, err := strconv.ParseUint(value, 10, 64)
-		if err != nil || strconv.FormatUint(n, 10) != value {
-			return Memory{}, fmt.Errorf("view file: %s %q is not a decimal number", key, value)
+		if err != nil {
+			return Memory{}, fmt.Errorf("view file, line %d: %s %q is not a decimal number of 64 bits", i+1, key, value)
 		}
 		*dst = units.Bytes(n)
 	}
@@ -168,6 +190,10 @@ func (s Store) Path(name vdev.Name) (string, error) {
 // PreloadPath is the host file mounted over a container's
 // /etc/ld.so.preload.
 func (s Store) PreloadPath() string { return filepath.Join(s.Dir, PreloadFile) }
+
+// PlatformsPath is the host directory mounted at a container's
+// ContainerPlatforms.
+func (s Store) PlatformsPath() string { return filepath.Join(s.Dir, PlatformsDir) }
 
 // dirName is a device's directory name; a name unfit for one (a GPU UUID
 // with a slash, "." or "..") is an error wrapping vdev.ErrBadName.

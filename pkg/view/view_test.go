@@ -2,7 +2,10 @@ package view
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -45,38 +48,76 @@ func TestACapOfZeroOrOverflowIsNoView(t *testing.T) {
 	}
 }
 
-func TestParse(t *testing.T) {
-	for _, tc := range []struct {
-		name, in string
-		want     Memory
-		err      string
-	}{
-		{"keys in any order", "used_bytes 2\ntotal_bytes 10\n", Memory{Total: 10, Used: 2}, ""},
-		{"unknown keys ignored", "version 2\ntotal_bytes 10\nnote a b c\n", Memory{Total: 10}, ""},
-		{"no total", "used_bytes 2\n", Memory{}, "no total_bytes"},
-		{"total 0", "total_bytes 0\n", Memory{}, "no total_bytes"},
-		{"negative", "total_bytes -1\n", Memory{}, "not a decimal"},
-		{"leading zero", "total_bytes 010\n", Memory{}, "not a decimal"},
-		{"plus sign", "total_bytes +10\n", Memory{}, "not a decimal"},
-		{"overflow", "total_bytes 18446744073709551616\n", Memory{}, "not a decimal"},
-		{"twice", "total_bytes 1\ntotal_bytes 2\n", Memory{}, "twice"},
-		{"no newline", "total_bytes 1", Memory{}, "no newline"},
-		{"no value", "total_bytes\n", Memory{}, "not a key and a value"},
-		{"too large", "total_bytes 1\n" + strings.Repeat("x y\n", MaxFileBytes), Memory{}, "more than 4096"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := Parse([]byte(tc.in))
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("got %+v, %v; want an error with %q", got, err, tc.err)
-				}
-				return
+// TestViewFileCases: view.Parse against the table of cases the library's
+// parser is tested against too (tenant/test/viewfiles.txt), so that the
+// daemon reads a view file as the library does.
+func TestViewFileCases(t *testing.T) {
+	cases, err := readCases("../../tenant/test/viewfiles.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) < 30 {
+		t.Fatalf("%d cases read; the table has more", len(cases))
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := Parse(c.in)
+			got := "invalid"
+			if err == nil {
+				got = fmt.Sprintf("%d %d", m.Total, m.Used)
 			}
-			if err != nil || got != tc.want {
-				t.Errorf("got %+v, %v; want %+v", got, err, tc.want)
+			if got != c.want {
+				t.Errorf("Parse(%q) = %s (%v), want %s", c.in, got, err, c.want)
+			}
+			if err != nil && !strings.HasPrefix(err.Error(), "view file") {
+				t.Errorf("error %q does not say what it is about", err)
 			}
 		})
 	}
+}
+
+type viewFileCase struct {
+	name, want string
+	in         []byte
+}
+
+// readCases reads the table (its head says the format).
+func readCases(path string) ([]viewFileCase, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []viewFileCase
+	var cur *viewFileCase
+	for i, line := range strings.Split(string(b), "\n") {
+		where := fmt.Sprintf("%s:%d", path, i+1)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "case "):
+			out = append(out, viewFileCase{name: line[len("case "):], in: []byte{}})
+			cur = &out[len(out)-1]
+		case cur == nil:
+			return nil, fmt.Errorf("%s: %q before the first case", where, line)
+		case strings.HasPrefix(line, "in "):
+			q, times := line[len("in "):], 1
+			if k := strings.LastIndex(q, `" *`); k >= 0 {
+				if times, err = strconv.Atoi(q[k+3:]); err != nil {
+					return nil, fmt.Errorf("%s: %v", where, err)
+				}
+				q = q[:k+1]
+			}
+			s, err := strconv.Unquote(q)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %q: %v", where, q, err)
+			}
+			cur.in = append(cur.in, strings.Repeat(s, times)...)
+		case strings.HasPrefix(line, "want "):
+			cur.want = line[len("want "):]
+		default:
+			return nil, fmt.Errorf("%s: not a case, in or want line: %q", where, line)
+		}
+	}
+	return out, nil
 }
 
 func TestPaths(t *testing.T) {
@@ -91,7 +132,7 @@ func TestPaths(t *testing.T) {
 	if got := ContainerDir(gpuA); got != "/run/yunion-mps/view/"+string(gpuA) {
 		t.Errorf("ContainerDir = %q", got)
 	}
-	if string(PreloadContent()) != "/run/yunion-mps/lib/libyunion-mps-view.so\n" {
+	if string(PreloadContent()) != "/run/yunion-mps/lib/p/$PLATFORM/libyunion-mps-view.so\n" {
 		t.Errorf("PreloadContent = %q", PreloadContent())
 	}
 	for _, bad := range []vdev.Name{"", "GPU-x", "a/b::1", "..::1", ".::0", "GPU-x::-1", "GPU-x::01"} {

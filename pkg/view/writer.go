@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"syscall"
@@ -46,28 +47,34 @@ type Device struct {
 type Writer struct {
 	store    Store
 	procRoot string
+	// native is the machine of the host's library (runtime.GOARCH's).
+	native machine
 
 	mu sync.Mutex
 	// views are the devices whose directory and file this Writer made or
 	// checked, with what the file says.
 	views map[vdev.Name]Memory
-	// preload: the preload list was checked.
-	preload bool
+	// preload, platforms: the preload list and the platform directory
+	// were checked.
+	preload, platforms bool
 }
 
 // NewWriter is a Writer of store's views; procRoot is where procfs is
 // mounted (host.conf mps_proc_root), read to find the directories
 // containers still hold.
 func NewWriter(store Store, procRoot string) *Writer {
-	return &Writer{store: store, procRoot: procRoot, views: map[vdev.Name]Memory{}}
+	native, _ := nativeMachine(runtime.GOARCH) // another GOARCH: every platform a stub
+	return &Writer{store: store, procRoot: procRoot, native: native, views: map[vdev.Name]Memory{}}
 }
 
 // Store is where the Writer keeps its views.
 func (w *Writer) Store() Store { return w.store }
 
 // Sync makes the view of each of devs (the directory, and its file saying
-// the device's cap and the last used_bytes known for it, 0 for a new one)
-// and the preload list, checking those that exist, and removes the
+// the device's cap and the last used_bytes known for it: for a device this
+// Writer has no view of yet, what its file says while the file's total is
+// the cap, as after a restart of the daemon, whose accounting may take a
+// pass or more to measure the device again; else 0) and the preload list, checking those that exist, and removes the
 // directory of every other device owns says is the caller's, unless a
 // container holds it (a mount of it in some process's mount namespace).
 // A cap of 0, one too large or a bad name is an error for that device,
@@ -85,6 +92,9 @@ func (w *Writer) Sync(owns func(vdev.Name) bool, devs []Device) (Pruned, error) 
 	if err := w.ensurePreload(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := w.ensurePlatforms(); err != nil {
+		errs = append(errs, err)
+	}
 	want := make(map[vdev.Name]bool, len(devs))
 	for _, d := range devs {
 		want[d.Name] = true
@@ -93,7 +103,12 @@ func (w *Writer) Sync(owns func(vdev.Name) bool, devs []Device) (Pruned, error) 
 			errs = append(errs, fmt.Errorf("view of %s: %w", d.Name, err))
 			continue
 		}
-		m := Memory{Total: total, Used: w.views[d.Name].Used}
+		m := Memory{Total: total}
+		if prev, known := w.views[d.Name]; known {
+			m.Used = prev.Used
+		} else {
+			m.Used = w.usedOnFile(d.Name, total)
+		}
 		if err := w.ensure(d.Name, m, true); err != nil {
 			errs = append(errs, err)
 		}
@@ -138,6 +153,28 @@ func (w *Writer) Views() map[vdev.Name]Memory {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return maps.Clone(w.views)
+}
+
+// usedOnFile is the used_bytes of name's view file when the file is a
+// valid view of this total: a view a previous daemon wrote, still right
+// until the accounting measures the device again (a container sizing
+// itself from free must never be told the device is empty meanwhile).
+// 0 for anything else: no file, another total (another device by that
+// name), a file no library would read.
+func (w *Writer) usedOnFile(name vdev.Name, total units.Bytes) units.Bytes {
+	dir, err := w.store.Path(name)
+	if err != nil {
+		return 0
+	}
+	b, err := atomicfile.Read(filepath.Join(dir, MemoryFile), MaxFileBytes, false)
+	if err != nil {
+		return 0
+	}
+	m, err := Parse(b)
+	if err != nil || m.Total != total {
+		return 0
+	}
+	return m.Used
 }
 
 // ensureDir makes the Store's directory, or finds it: a directory (not a
@@ -188,6 +225,62 @@ func (w *Writer) ensurePreload() error {
 		return fmt.Errorf("preload list: %w", err)
 	}
 	w.preload = true
+	return nil
+}
+
+// ensurePlatforms makes the platform directory (platform.go): for each
+// platform of the host's library a link to "..", where a container has
+// the library; for every other, a directory holding the stub of its
+// machine as LibraryFile. Checked once; an entry of the wrong kind (a
+// state directory moved between architectures) is replaced.
+func (w *Writer) ensurePlatforms() error {
+	if w.platforms {
+		return nil
+	}
+	dir := w.store.PlatformsPath()
+	if err := os.Mkdir(dir, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("platform directory: %w", err)
+	}
+	if err := ownDir(dir, "platform directory"); err != nil {
+		return err
+	}
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(platformMachines)) {
+		m, entry := platformMachines[name], filepath.Join(dir, name)
+		fi, err := os.Lstat(entry)
+		if m == w.native {
+			if err == nil && fi.Mode().Type() == fs.ModeSymlink {
+				if to, _ := os.Readlink(entry); to == ".." {
+					continue
+				}
+			}
+			if err := os.RemoveAll(entry); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if err := os.Symlink("..", entry); err != nil {
+				errs = append(errs, fmt.Errorf("platform %s: %w", name, err))
+			}
+			continue
+		}
+		if err == nil && !fi.IsDir() {
+			if err := os.RemoveAll(entry); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		if err := os.Mkdir(entry, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+			errs = append(errs, fmt.Errorf("platform %s: %w", name, err))
+			continue
+		}
+		if err := replaceIfDiffers(filepath.Join(entry, LibraryFile), stub(m), false); err != nil {
+			errs = append(errs, fmt.Errorf("platform %s's stub: %w", name, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("platform directory: %w", err)
+	}
+	w.platforms = true
 	return nil
 }
 

@@ -89,7 +89,7 @@ func TestSyncWritesEachDeviceItsCapAndTheUsedItLastHeard(t *testing.T) {
 			t.Errorf("%s: %v, %v; want mode %v", p, fi.Mode(), err, want)
 		}
 	}
-	if b, _ := os.ReadFile(w.Store().PreloadPath()); string(b) != "/run/yunion-mps/lib/libyunion-mps-view.so\n" {
+	if b, _ := os.ReadFile(w.Store().PreloadPath()); string(b) != "/run/yunion-mps/lib/p/$PLATFORM/libyunion-mps-view.so\n" {
 		t.Errorf("preload list %q", b)
 	}
 
@@ -166,6 +166,58 @@ func TestBadCapsReachNoContainer(t *testing.T) {
 	}
 	if m, _ := read(t, w, good); m.Total != 1024<<20 {
 		t.Errorf("a bad cap changed the view to %+v", m)
+	}
+}
+
+// A restarted daemon's new Writer keeps the used_bytes its predecessor
+// wrote while the cap is the same, so a container asking between the
+// restart and the next accounting pass is never told the device is empty;
+// a device whose cap changed, or whose file is not a view, starts at 0.
+func TestANewWriterKeepsTheUsedOnFile(t *testing.T) {
+	store := Store{Dir: filepath.Join(t.TempDir(), "state", "view")}
+	procRoot := t.TempDir()
+	a0, a1, a2, a3 := vdev.NameOf(gpuA, 0), vdev.NameOf(gpuA, 1), vdev.NameOf(gpuA, 2), vdev.NameOf(gpuA, 3)
+	devs := []Device{{a0, 20480}, {a1, 20480}, {a2, 20480}, {a3, 20480}}
+	first := NewWriter(store, procRoot)
+	if err := syncViews(t, first, ownSlices, devs); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.SetUsed(map[vdev.Name]units.Bytes{a0: 5 << 30, a1: 3 << 30, a2: 1 << 30, a3: 2 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	// a2's file no library would read; a3's cap changes over the restart.
+	dir2, _ := store.Path(a2)
+	if err := os.Chmod(filepath.Join(dir2, MemoryFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir2, MemoryFile), []byte("total_bytes 21474836480\nused_bytes x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	devs[3].Cap = 10240
+
+	restarted := NewWriter(store, procRoot)
+	if err := syncViews(t, restarted, ownSlices, devs); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[vdev.Name]Memory{
+		a0: {Total: 20480 << 20, Used: 5 << 30},
+		a1: {Total: 20480 << 20, Used: 3 << 30},
+		a2: {Total: 20480 << 20},
+		a3: {Total: 10240 << 20},
+	} {
+		if m, _ := read(t, restarted, name); m != want {
+			t.Errorf("%s after the restart: %+v, want %+v", name, m, want)
+		}
+		if got := restarted.Views()[name]; got != want {
+			t.Errorf("%s: the Writer believes %+v, want %+v", name, got, want)
+		}
+	}
+	// The next measurement replaces the figure, 0 included.
+	if err := restarted.SetUsed(map[vdev.Name]units.Bytes{a0: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := read(t, restarted, a0); m.Used != 0 {
+		t.Errorf("after the accounting measured nothing used: %+v", m)
 	}
 }
 

@@ -61,6 +61,15 @@ build_tests() { # build_tests ARCH
 	$cc -O2 -Wall -fPIC -shared -o "$d/libnextb.so" "$here/nextb.c" -Wl,--version-script="$here/next.map"
 	$cc -O2 -Wall -o "$d/nexttest" "$here/nexttest.c" -L"$d" -Wl,--no-as-needed -lnexta -lnextb -ldl -Wl,-rpath,'$ORIGIN'
 	$cc -O2 -Wall -fPIC -shared -o "$d/libown.so" "$here/own.c" -ldl
+	# For a root of only libc and the loader (glibc 2.34 and later): the
+	# stand-ins and viewtest needing libc.so.6 alone (--as-needed: their
+	# libdl and libpthread are libc's there); and the control of that test,
+	# a library that needs libdl.so.2 as ours did.
+	mkdir -p "$d/min"
+	$cc -O2 -Wall -fPIC -shared -fno-ipa-icf -o "$d/min/libcuda.so.1" -Wl,-soname,libcuda.so.1 "$here/fakecuda.c" -Wl,--as-needed -lpthread
+	$cc -O2 -Wall -fPIC -shared -o "$d/min/libnvidia-ml.so.1" -Wl,-soname,libnvidia-ml.so.1 "$here/fakenvml.c" -Wl,--as-needed -lpthread
+	$cc -O2 -Wall -o "$d/min/viewtest" "$here/viewtest.c" -Wl,--as-needed -ldl -lpthread -Wl,-rpath,/opt/t
+	$cc -O2 -fPIC -shared -o "$d/libneedsdl.so" -x c /dev/null -Wl,--no-as-needed -l:libdl.so.2
 	# A dlsym hook done wrong (glibc's called from a frame of its own): the
 	# control that shows the RTLD_NEXT case can fail.
 	$cc -O0 -fno-optimize-sibling-calls -Wall -fPIC -shared -o "$d/libbadhook.so" "$here/own.c" -ldl
@@ -77,8 +86,8 @@ check_elf() { # check_elf ARCH
 		[ "$(printf '%s\n%s\n' "${v#GLIBC_}" "$FLOOR" | sort -V | tail -1)" = "$FLOOR" ] || echo "$v"; done)
 	same "$1: needs no glibc symbol version above GLIBC_$FLOOR (objdump -T)" "" "$bad"
 	got=$(objdump -T "$lib" | grep -F '*UND*' | awk '{ print $NF }' | sort | tr '\n' ' ')
-	same "$1: uses only dl_iterate_phdr, dlopen, dlerror, errno and syscall of libc" \
-		"__errno_location dl_iterate_phdr dlerror dlopen syscall " "$got"
+	same "$1: uses only dl_iterate_phdr, errno and syscall of libc" \
+		"__errno_location dl_iterate_phdr syscall " "$got"
 	local base=GLIBC_2.2.5
 	[ "$1" = arm64 ] && base=GLIBC_2.17
 	want=$(printf '%s\n' cuDeviceTotalMem cuDeviceTotalMem_v2 cuGetProcAddress cuGetProcAddress_v2 \
@@ -90,7 +99,7 @@ check_elf() { # check_elf ARCH
 	got=$(readelf -dW "$lib" | grep -E 'RPATH|RUNPATH|TEXTREL' || true)
 	same "$1: no rpath, runpath or text relocations" "" "$got"
 	got=$(readelf -dW "$lib" | grep -E '\(SONAME\)|\(FLAGS\)|\(NEEDED\)' | awk '{ print $2, $NF }')
-	same "$1: soname, needs libc and libdl only, bound now" "$(printf '%s\n' '(NEEDED) [libdl.so.2]' '(NEEDED) [libc.so.6]' '(SONAME) [libyunion-mps-view.so]' '(FLAGS) BIND_NOW')" "$got"
+	same "$1: soname, needs libc.so.6 alone (no libdl.so.2: readelf -d), bound now" "$(printf '%s\n' '(NEEDED) [libc.so.6]' '(SONAME) [libyunion-mps-view.so]' '(FLAGS) BIND_NOW')" "$got"
 	got=$(readelf -lW "$lib" | awk '$1 == "GNU_RELRO" { r = 1 } $1 == "GNU_STACK" { s = $7 } END { print r, s }')
 	same "$1: RELRO, stack not executable" "1 RW" "$got"
 	got=$(readelf -SW "$lib" | grep -cE '\.debug_|\.symtab|\.comment' || true)
@@ -109,6 +118,26 @@ check_reproducible() { # the same bytes from a copy of the source elsewhere
 	if cmp -s "$W/copy-$1/lib.so" "$out/$1/libyunion-mps-view.so"; then
 		pass "$1: reproducible (same bytes built from another checkout path)"
 	else fail "$1: reproducible (same bytes built from another checkout path)"; fi
+}
+
+# The library's files call downwards only (view.h says the order): what
+# each object leaves undefined, if another of ours defines it, must be in
+# a file below it. No circle.
+check_layers() {
+	local d=$W/layers f g up got=""
+	mkdir -p "$d"
+	for f in lib viewfile real answer hook; do
+		$CC_amd64 -std=gnu11 -O2 -fPIC -fvisibility=hidden -c -o "$d/$f.o" "$repo/tenant/$f.c" ||
+			{ fail "the C files call downwards only: $f.c does not compile"; return; }
+	done
+	# up F: the files above F, whose symbols F must not use.
+	up() { case $1 in lib) echo viewfile real answer hook ;; viewfile) echo real answer hook ;; real) echo answer hook ;; answer) echo hook ;; esac; }
+	for f in lib viewfile real answer; do
+		for g in $(up $f); do
+			got+=$(comm -12 <(nm -u "$d/$f.o" | awk '{ print $2 }' | sort) <(nm --defined-only "$d/$g.o" | awk '{ print $3 }' | sort) | sed "s/^/$f.c uses $g.c's /")
+		done
+	done
+	same "the C files call downwards only (hook, answer, real and viewfile, lib): no circle" "" "$got"
 }
 
 # ---------------------------------------------------------------- the GPUs
@@ -203,6 +232,24 @@ ways() {
 echo "== the library's file"
 for a in amd64 arm64; do check_elf "$a"; done
 for a in amd64 arm64; do check_reproducible "$a"; done
+check_layers
+
+echo "== the view file's format: the table of cases the daemon's reader is tested against too"
+# tenant/test/viewfiles.txt, through the library's own parser (viewfile.c
+# linked into tenant/test/viewfiles.c); pkg/view's TestViewFileCases reads
+# the same table.
+viewfiles() { # viewfiles ARCH
+	local cc=CC_$1 line
+	cc=${!cc}
+	$cc -O2 -Wall -I"$repo/tenant" -o "$W/viewfiles-$1" "$here/viewfiles.c" "$repo/tenant/viewfile.c" "$repo/tenant/lib.c"
+	while IFS= read -r line; do
+		case $line in
+		"ok "*) pass "$1: view file: ${line#ok }" ;;
+		*) fail "$1: view file: ${line#FAIL }" ;;
+		esac
+	done < <(run_arch "$1" "$W/viewfiles-$1" "$here/viewfiles.txt" 2>&1 || echo "FAIL viewfiles exited $?")
+}
+viewfiles amd64
 
 echo "== build the stand-ins and test programs"
 build_tests amd64
@@ -328,6 +375,17 @@ for e in "LD_PRELOAD=$out/$A/libyunion-mps-view.so"; do
 	unaffected "$A: preloaded" "$e" ls -l /usr/lib
 done
 
+echo "== a probe for the driver before it is loaded is not fooled"
+# viewtest probe: dlsym(RTLD_DEFAULT) of our names, and a weak reference,
+# before and after the process loads libcuda.so.1 and libnvidia-ml.so.1.
+PROBE_WITHOUT="probe before cuda=null dlerror=1 nvml=null weak=null weak.rc=-1 loaded=0
+probe after cuda=set nvml=set weak.rc=-1"
+PROBE_WITH="probe before cuda=null dlerror=1 nvml=null weak=set weak.rc=3 loaded=0
+probe after cuda=set nvml=set weak.rc=201"
+same "$A: no library: the probe's premise" "$PROBE_WITHOUT" "$("$W/$A/viewtest" probe 2>&1)"
+same "$A: before the driver is loaded dlsym(RTLD_DEFAULT) finds none of our names; our export, called through a weak reference, says not initialised (3) and loads nothing; after, the real function answers (201: no context)" \
+	"$PROBE_WITH" "$(vt $A probe)"
+
 echo "== through /etc/ld.so.preload, as a container has it"
 # An overlay on /etc in a namespace of its own: the preload file holds the
 # library's path in a container, as the CDI spec mounts it there.
@@ -354,6 +412,101 @@ same "$A: /etc/ld.so.preload: a shell that never touches CUDA" "$r1 $o1" "$r2 $o
 o2=$(preload_ns env -i python3 -c 'print("hi")' 2>&1) && r2=0 || r2=$?
 same "$A: /etc/ld.so.preload: python3" "0 hi" "$r2 $o2"
 
+# ---------------------------------------------------------------- an image without libdl.so.2
+# A root of nothing but the loader, libc.so.6, the library at its container
+# path, /etc/ld.so.preload naming it, a GPU's view file and a few programs:
+# what a minimal or distroless image has once the view is mounted (no
+# libdl.so.2: nothing lists it after glibc 2.34). Every process must start
+# and load the library; the control, a library that needs libdl.so.2, makes
+# every process fail there.
+
+# in_root ROOT PATH: PATH inside ROOT with its symbolic links followed
+# inside ROOT (a root's links are absolute to itself).
+in_root() {
+	local r=$1 p=$2 l n=0
+	while [ -L "$r$p" ] && [ $n -lt 20 ]; do
+		l=$(readlink "$r$p")
+		case $l in /*) p=$l ;; *) p=$(dirname "$p")/$l ;; esac
+		n=$((n + 1))
+	done
+	echo "$r$p"
+}
+# minroot DIR ARCH LIBC LOADER PROGRAM...: the root in DIR; LIBC and LOADER
+# the files to copy, each PROGRAM copied to /bin (and the test programs of
+# ARCH's min build to /opt/t when glibc is 2.34 or later: NEW=1).
+minroot() {
+	local r=$1 a=$2 libc=$3 ld=$4 t ldp p
+	shift 4
+	case $a in
+	amd64) t=x86_64-linux-gnu ldp=/lib64/ld-linux-x86-64.so.2 ;;
+	arm64) t=aarch64-linux-gnu ldp=/lib/ld-linux-aarch64.so.1 ;;
+	esac
+	rm -rf "$r"
+	mkdir -p "$r/lib/$t" "$r$(dirname $ldp)" "$r/bin" "$r/etc" "$r/proc" "$r/opt/t" \
+		"$r/run/yunion-mps/lib" "$r/run/yunion-mps/view/${G[0]}" "$r/run/yunion-mps-fake"
+	cp "$libc" "$r/lib/$t/libc.so.6"
+	cp "$ld" "$r$ldp"
+	for p in "$@"; do cp "$p" "$r/bin/"; done
+	cp "$out/$a/libyunion-mps-view.so" "$r/run/yunion-mps/lib/"
+	# As the daemon's spec gives a container the library (pkg/view,
+	# platform.go): the preload list names it through $PLATFORM and the
+	# platform directory, where the host's own platforms link to "..".
+	mkdir -p "$r/run/yunion-mps/lib/p"
+	case $a in
+	amd64) for p in x86_64 haswell xeon_phi; do ln -s .. "$r/run/yunion-mps/lib/p/$p"; done ;;
+	arm64) ln -s .. "$r/run/yunion-mps/lib/p/aarch64" ;;
+	esac
+	echo '/run/yunion-mps/lib/p/$PLATFORM/libyunion-mps-view.so' >"$r/etc/ld.so.preload"
+	printf 'total_bytes 21378367488\nused_bytes 1073741824\n' >"$r/run/yunion-mps/view/${G[0]}/memory"
+	cp /run/yunion-mps-fake/gpus "$r/run/yunion-mps-fake/"
+	if [ "${NEW:-}" = 1 ]; then cp "$W/$a/min/"* "$r/opt/t/"; fi
+	if [ "$a" = arm64 ]; then cp "$(command -v qemu-aarch64-static)" "$r/qemu"; fi
+	mount -t proc proc "$r/proc" 2>/dev/null || true
+}
+# inroot ROOT ARCH CMD...: CMD in ROOT (chroot; arm64 under qemu-user).
+inroot() {
+	local r=$1 a=$2
+	shift 2
+	if [ "$a" = amd64 ]; then chroot "$r" "$@"; else chroot "$r" /qemu "$@"; fi
+}
+# nolibdl LABEL ROOT ARCH: the cases in a root minroot made.
+nolibdl() {
+	local l=$1 r=$2 a=$3 got rc
+	same "$l: the root has no libdl.so.2" "" "$(find "$r" -path "$r/proc" -prune -o -name 'libdl*' -print)"
+	got=$(inroot "$r" "$a" /bin/echo started 2>&1) && rc=0 || rc=$?
+	same "$l: a process starts with the view mounted, named through \$PLATFORM (/bin/echo: output, status, nothing on stderr)" "0 started" "$rc $got"
+	if [ -e "$r/proc/self/maps" ]; then
+		got=$(inroot "$r" "$a" /bin/cat /proc/self/maps 2>&1 | grep -c '/run/yunion-mps/lib/libyunion-mps-view.so$')
+		[ "$got" -gt 0 ] && got=loaded
+		same "$l: ...and has the library loaded (/proc/self/maps of cat)" "loaded" "$got"
+	fi
+	if [ -x "$r/opt/t/viewtest" ]; then
+		local -a VT=(21378367488 "" "") VU=(1073741824 "" "")
+		same "$l: CUDA and NVML through dlopen + dlsym answer with the view" "$(expect_all dlsym)" "$(inroot "$r" "$a" /opt/t/viewtest dlsym 2>&1)"
+	fi
+	cp "$W/$a/libneedsdl.so" "$r/run/yunion-mps/lib/libyunion-mps-view.so"
+	got=$(inroot "$r" "$a" /bin/echo started 2>&1) && rc=0 || rc=$?
+	case "$rc $got" in
+	"127 "*libdl.so.2*) pass "$l: control: a library that needs libdl.so.2 stops every process there (status 127)" ;;
+	*) fail "$l: control: a library that needs libdl.so.2 stops every process there (status 127)" "got: $rc $got" ;;
+	esac
+	umount "$r/proc" 2>/dev/null || true
+}
+echo "== an image without libdl.so.2: $(ldd --version | sed -n 1p), amd64"
+NEW=1 minroot "$W/min-amd64" amd64 "$(readlink -f /lib/x86_64-linux-gnu/libc.so.6)" "$(readlink -f /lib64/ld-linux-x86-64.so.2)" \
+	"$(readlink -f /bin/echo)" "$(readlink -f /bin/cat)"
+nolibdl "amd64, this glibc" "$W/min-amd64" amd64
+
+if [ -n "$arm64_run" ]; then
+	echo "== an image without libdl.so.2: the cross glibc, arm64 under qemu-user"
+	# Its echo and cat: tiny.c (no arm64 coreutils here).
+	A64=/usr/aarch64-linux-gnu/lib
+	NEW=1 minroot "$W/min-arm64" arm64 "$(readlink -f $A64/libc.so.6)" "$(readlink -f $A64/ld-linux-aarch64.so.1)"
+	$CC_arm64 -O2 -Wall -o "$W/min-arm64/bin/echo" "$here/tiny.c"
+	cp "$W/min-arm64/bin/echo" "$W/min-arm64/bin/cat"
+	nolibdl "arm64, the cross glibc $(dpkg-query -W -f '${Version}' libc6-arm64-cross 2>/dev/null)" "$W/min-arm64" arm64
+fi
+
 if [ -n "$arm64_run" ]; then
 	echo "== arm64 under qemu-user"
 	A=arm64
@@ -367,6 +520,8 @@ if [ -n "$arm64_run" ]; then
 	bad 0; ln -s /dev/zero "/run/yunion-mps/view/${G[0]}/memory"; badcase "a symlink to /dev/zero"
 	same "$A: RTLD_NEXT with the library preloaded" "main-next=a a-next=b a-vnext=b default=a" \
 		"$(LD_PRELOAD=$out/$A/libyunion-mps-view.so run_arch $A "$W/$A/nexttest" 2>&1)"
+	same "$A: a probe for the driver before it is loaded is not fooled" "$PROBE_WITH" "$(vt $A probe)"
+	viewfiles arm64
 	view 0 21378367488 1073741824
 	got=$(vt $A threads 16)
 	same "$A: 16 threads at once" "threads err=0 free=20304625664 total=21378367488 totalmem=21378367488 nvml.total=21378367488 nvml.free=20304625664
@@ -408,6 +563,7 @@ if [ -n "${VIEWTEST_OLD_GLIBC_ROOT:-}" ]; then
 	same "old glibc: dlopen + dlsym" "$(expect_all dlsym)" "$(old /run/t/viewtest dlsym)"
 	same "old glibc: cuGetProcAddress as the CUDA runtime" "$(expect_procaddr)" "$(old /run/t/viewtest procaddr)"
 	same "old glibc: RTLD_NEXT" "main-next=a a-next=b a-vnext=b default=a" "$(old /run/t/nexttest)"
+	same "old glibc: a probe for the driver before it is loaded is not fooled" "$PROBE_WITH" "$(old /run/t/viewtest probe)"
 	same "old glibc: an LD_PRELOAD dlsym wrapper before ours" "$(expect_all dlsym)" \
 		"$(chroot "$O" env LD_PRELOAD="/run/t/libown.so /run/yunion-mps/lib/libyunion-mps-view.so" /run/t/viewtest dlsym 2>&1)"
 	got=$(old /run/t/viewtest threads 32)
@@ -415,8 +571,26 @@ if [ -n "${VIEWTEST_OLD_GLIBC_ROOT:-}" ]; then
 threads distinct=1" "$got"
 	echo /run/yunion-mps/lib/libyunion-mps-view.so >"$O/etc/ld.so.preload"
 	same "old glibc: /etc/ld.so.preload, env -i" "$(expect_all dlsym)" "$(chroot "$O" env -i /run/t/viewtest dlsym 2>&1)"
+	echo "== an image without libdl.so.2: $(chroot "$O" ldd --version | sed -n 1p), amd64"
+	minroot "$W/min-old-amd64" amd64 "$(in_root "$O" /lib/x86_64-linux-gnu/libc.so.6)" \
+		"$(in_root "$O" /lib64/ld-linux-x86-64.so.2)" "$(in_root "$O" /bin/echo)" "$(in_root "$O" /bin/cat)"
+	nolibdl "amd64, old glibc" "$W/min-old-amd64" amd64
 else
 	echo "SKIP an older glibc (dlsym in libdl.so.2): VIEWTEST_OLD_GLIBC_ROOT names no root"
+fi
+
+# The same image of an older arm64 glibc: VIEWTEST_OLD_GLIBC_ROOT_ARM64
+# names an arm64 root of such a distribution (.ci/run: the Debian 11 one
+# that tests/packaging caches); only its loader, libc, echo and cat are
+# used, under qemu-user.
+if [ -n "$arm64_run" ] && [ -n "${VIEWTEST_OLD_GLIBC_ROOT_ARM64:-}" ]; then
+	O64=$VIEWTEST_OLD_GLIBC_ROOT_ARM64
+	echo "== an image without libdl.so.2: arm64 glibc $(basename "$(in_root "$O64" /lib/aarch64-linux-gnu/libc.so.6)") of $O64, under qemu-user"
+	minroot "$W/min-old-arm64" arm64 "$(in_root "$O64" /lib/aarch64-linux-gnu/libc.so.6)" \
+		"$(in_root "$O64" /lib/ld-linux-aarch64.so.1)" "$(in_root "$O64" /bin/echo)" "$(in_root "$O64" /bin/cat)"
+	nolibdl "arm64, old glibc" "$W/min-old-arm64" arm64
+else
+	echo "SKIP an older arm64 glibc without libdl.so.2: VIEWTEST_OLD_GLIBC_ROOT_ARM64 names no root (or no qemu-user)"
 fi
 
 echo "== $npass passed, $nfail failed"

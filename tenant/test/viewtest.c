@@ -21,6 +21,18 @@
  *                          prints the distinct answers
  * viewtest resize NEW DST  the dlsym answers, rename(NEW, DST), again
  * viewtest maps            which of our libraries the process has mapped
+ * viewtest probe           what a program asking "is the driver here?"
+ *                          learns before it loads libcuda.so.1 and
+ *                          libnvidia-ml.so.1 (dlsym(RTLD_DEFAULT) of
+ *                          cuMemGetInfo_v2 and nvmlDeviceGetMemoryInfo, a
+ *                          weak reference to cuMemGetInfo_v2 called), and
+ *                          then after (dlopen RTLD_GLOBAL):
+ *                          probe before cuda=<null|set> dlerror=<0|1>
+ *                            nvml=<null|set> weak=<null|set> weak.rc=<rc>
+ *                            loaded=<0|1>
+ *                          probe after cuda=... nvml=... weak.rc=<rc>
+ *                          (loaded: libcuda.so.1 is in the process; rc -1:
+ *                          not called)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -348,6 +360,41 @@ static void maps(void)
 	printf("maps view=%d own=%d\n", view, own);
 }
 
+/* A weak reference, as a program that calls the driver only where it
+ * finds one: NULL in a process without libcuda.so.1 and without us. */
+CUresult cuMemGetInfo_v2(size_t *, size_t *) __attribute__((weak));
+
+static const char *set(const void *p) { return p ? "set" : "null"; }
+
+static void probe(void)
+{
+	void *c = dlsym(RTLD_DEFAULT, "cuMemGetInfo_v2");
+	int err = dlerror() != NULL;
+	void *n = dlsym(RTLD_DEFAULT, "nvmlDeviceGetMemoryInfo");
+	size_t f = 0, t = 0;
+	int rc = cuMemGetInfo_v2 ? cuMemGetInfo_v2(&f, &t) : -1;
+	int loaded = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) != NULL;
+	CUresult (*init)(unsigned int);
+
+	dlerror();
+	printf("probe before cuda=%s dlerror=%d nvml=%s weak=%s weak.rc=%d loaded=%d\n", set(c), err, set(n),
+	       set((void *)cuMemGetInfo_v2), rc, loaded);
+	if (!dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL) || !dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_GLOBAL)) {
+		fail("dlopen");
+		return;
+	}
+	c = dlsym(RTLD_DEFAULT, "cuMemGetInfo_v2");
+	n = dlsym(RTLD_DEFAULT, "nvmlDeviceGetMemoryInfo");
+	init = (CUresult(*)(unsigned int))dlsym(RTLD_DEFAULT, "cuInit");
+	if (!init || init(0)) {
+		fail("cuInit");
+		return;
+	}
+	/* Initialised, no context: the real function says so (201). */
+	rc = cuMemGetInfo_v2 ? cuMemGetInfo_v2(&f, &t) : -1;
+	printf("probe after cuda=%s nvml=%s weak.rc=%d\n", set(c), set(n), rc);
+}
+
 #ifdef LINKED
 CUresult cuInit(unsigned int);
 CUresult cuDeviceGetCount(int *);
@@ -402,8 +449,10 @@ int main(int argc, char **argv)
 		by_dlsym();
 	} else if (!strcmp(mode, "maps"))
 		maps();
+	else if (!strcmp(mode, "probe"))
+		probe();
 	else {
-		fprintf(stderr, "usage: viewtest linked|dlsym|procaddr|dlvsym|threads N|resize NEW DST|maps\n");
+		fprintf(stderr, "usage: viewtest linked|dlsym|procaddr|dlvsym|threads N|resize NEW DST|maps|probe\n");
 		return 2;
 	}
 	return failed;

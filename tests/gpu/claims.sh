@@ -169,7 +169,8 @@ say "the escaping process: $(head -1 "$W/over.log") (asked for $OVER MiB of ${NA
 wait $PO; RO_RC=$?
 check "the process past ${NAMES[2]}'s size was terminated" "$([ $RO_RC != 0 ]; echo $?)" "(exit $RO_RC: $(tail -1 "$W/over.log"))"
 grep -E "component=accounting.*(terminat|signalled|over)" "$W/daemon.log" | sed 's/^time=[^ ]* //' | cut -c1-400 | block
-grep -qE "accounting: (terminating|signalled) .*device=$UUID::1002 " "$W/daemon.log"
+# The daemon's line, waited for: it may come just after the process is gone.
+until_ok 10 grep -qE "accounting: (terminating|signalled) .*device=$UUID::1002 " "$W/daemon.log"
 check "...by the accounting, as ${NAMES[2]}'s ($UUID::1002)" $?
 wait $K0; R0=$?; wait $K1; R1=$?
 check "${NAMES[0]}'s process ran on to the end" "$([ $R0 = 0 ] && grep -q finished "$W/keep-0.log"; echo $?)" "($(tail -1 "$W/keep-0.log"))"

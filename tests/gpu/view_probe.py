@@ -10,6 +10,13 @@ tests/gpu/view-probe.sh). One mode a process; prints "key value" lines.
             small PyTorch steps (batch 8 through six 2048x2048 fp16 layers,
             synchronized each step), SECONDS each round, a round when
             DIR/go.ROLE.N appears; steps/s of each round into DIR/ROLE.N
+            (tests/gpu/view-probe.sh)
+  serve ROLE DIR
+            the blocks tests/gpu/abba.py asks for, one at a time: reads
+            "g N" (N small PyTorch steps as bench's) or "c N" (a CPU-bound
+            Python loop of N iterations, no CUDA) from the FIFO
+            DIR/cmd.ROLE, answers each with its seconds on DIR/res.ROLE;
+            "q" ends it
 """
 import os
 import sys
@@ -189,6 +196,44 @@ def bench_mode(role, d, rounds, seconds):
         os.rename(os.path.join(d, f"{role}.{r}.tmp"), os.path.join(d, f"{role}.{r}"))
 
 
+def serve_mode(role, d):
+    import torch
+    torch.manual_seed(0)
+    ws = [torch.randn(2048, 2048, dtype=torch.float16, device="cuda") / 45 for _ in range(6)]
+    x0 = torch.randn(8, 2048, dtype=torch.float16, device="cuda")
+
+    def step():
+        x = x0
+        for w in ws:
+            x = torch.relu(x @ w)
+        torch.cuda.synchronize()
+
+    def cpu(n):
+        s = 0
+        for i in range(n):
+            s += i * i
+        return s
+
+    for _ in range(200):
+        step()
+    cpu(100000)
+    open(os.path.join(d, f"ready.{role}"), "w").close()
+    with open(os.path.join(d, f"cmd.{role}")) as cmd, open(os.path.join(d, f"res.{role}"), "w") as res:
+        for line in cmd:
+            kind, n = (line.split() + ["0"])[:2]
+            n = int(n)
+            if kind == "q":
+                break
+            t0 = time.perf_counter()
+            if kind == "g":
+                for _ in range(n):
+                    step()
+            else:
+                cpu(n)
+            res.write(f"{time.perf_counter() - t0:.9f}\n")
+            res.flush()
+
+
 mode = sys.argv[1]
 if mode == "torch":
     torch_mode()
@@ -200,5 +245,7 @@ elif mode == "nvml":
     nvml_mode()
 elif mode == "bench":
     bench_mode(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
+elif mode == "serve":
+    serve_mode(sys.argv[2], sys.argv[3])
 else:
     sys.exit(f"unknown mode {mode}")
