@@ -15,6 +15,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 	"yunion.io/x/mps-daemon/pkg/status"
+	"yunion.io/x/mps-daemon/pkg/view"
 )
 
 // Issue 45: Cloudpods' own pods, made through CRI by a real containerd
@@ -287,6 +288,7 @@ echo "IDENTITY $(cat /run/yunion-mps/devices/$NVIDIA_VISIBLE_DEVICES 2>&1)"
 echo "PRIVILEGED $(stat -c '%F %t:%T' $CUDA_MPS_PIPE_DIRECTORY/control_privileged 2>&1)"
 echo "PIPE_RW $(touch $CUDA_MPS_PIPE_DIRECTORY/x 2>/dev/null && echo yes || echo no)"
 echo "PRELOAD $(cat /etc/ld.so.preload 2>&1)"
+echo "LIBRARY $(test -s /run/yunion-mps/lib/p/$(uname -m)/libyunion-mps-view.so && echo present || echo missing)"
 echo "VIEW $(cat /run/yunion-mps/view/$NVIDIA_VISIBLE_DEVICES/memory 2>&1 | tr '\n' ' ')"
 echo DONE; sleep 3600`
 	podA := h.ctrd.runPod(serverA, "gpu-pod-a", string(h.gpu), h.pipe)
@@ -304,7 +306,8 @@ echo DONE; sleep 3600`
 		"IDENTITY " + slice,
 		"PRIVILEGED character special file 1:3",
 		"PIPE_RW no",
-		"PRELOAD /run/yunion-mps/lib/libyunion-mps-view.so",
+		"PRELOAD " + strings.TrimSpace(string(view.PreloadContent())),
+		"LIBRARY present", // the name the preload list makes of $PLATFORM here
 		"VIEW total_bytes " + fmt.Sprint(20480<<20),
 	} {
 		if !strings.Contains(outA, w) {
