@@ -90,7 +90,13 @@ type View struct {
 // On says whether containers get the view.
 func (v View) On() bool { return v.Library != "" }
 
-func (o Options) withDefaults() Options {
+// settled is Options with the defaults filled in. Options.settle is the
+// one place the defaults are applied: each exported entry (Build, Write,
+// Remove, SpecPath, Sync, Writer.Sync) settles its options once, and what
+// it calls takes them settled, so no path fills them twice.
+type settled struct{ Options }
+
+func (o Options) settle() settled {
 	if o.Dir == "" {
 		o.Dir = DefaultDir
 	}
@@ -103,7 +109,7 @@ func (o Options) withDefaults() Options {
 	if o.DevRoot == "" {
 		o.DevRoot = DefaultDevRoot
 	}
-	return o
+	return settled{o}
 }
 
 // Device is one virtual device as a container gets it: the planned device
