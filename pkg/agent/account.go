@@ -70,7 +70,7 @@ func (a *Agent) accountInputs() acctInputs {
 	for _, h := range a.claims {
 		in.claims = append(in.claims, h.Device)
 	}
-	if a.viewOpts.On() {
+	if a.viewGiven.On() {
 		in.viewLibrary = view.LibraryFile
 	}
 	return in
@@ -229,7 +229,7 @@ func (a *Agent) setDevices(order []vdev.Name) {
 		d := status.Device{
 			Name: name.String(), ID: l.ID, Addr: dev.Addr(), GPU: dev.GPU.UUID.String(), GPUIndex: gi,
 			MemoryLimit: dev.MemoryLimit.Bytes(), ThreadPercentage: dev.ThreadPercentage,
-			Guest: l.Guest, Healthy: l.Healthy, PendingRemoval: l.PendingRemoval, CDIName: l.CDIName,
+			Guest: l.Holder, Healthy: l.Healthy, PendingRemoval: l.PendingRemoval, CDIName: l.CDIName,
 		}
 		if l.ClassKnown {
 			d.QoSClass, d.ClientPriority = string(dev.Class), dev.Class.ClientPriority()

@@ -113,7 +113,7 @@ type Agent struct {
 	listed map[vdev.Name]listed
 	// claims are the own devices of the claims the backend had prepared
 	// at the last sync (Kubernetes), billed as virtual devices.
-	claims []claim.Held
+	claims []claim.Device
 	acct   *accounting.Accountant
 	// al reaches the accounting loop, which alone uses acct while Run
 	// runs (acctloop.go).
@@ -141,12 +141,12 @@ type Agent struct {
 	// (startIdentities).
 	identitiesMade bool
 	// views keeps the devices' views (pkg/view; view.go), shared with the
-	// claims' spec. Loop-owned: viewOpts, what the last CDI write gave
+	// claims' entries. Loop-owned: viewGiven, what the last CDI write gave
 	// containers; viewNoted, the state last logged; viewUsedErr, the last
 	// failure to write the use into the views; viewPruneErr, the last
 	// failure to remove views of gone devices.
 	views        *view.Writer
-	viewOpts     cdi.View
+	viewGiven    cdi.View
 	viewNoted    string
 	viewUsedErr  string
 	viewPruneErr string

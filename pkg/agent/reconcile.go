@@ -8,10 +8,7 @@ import (
 	"runtime/debug"
 	"time"
 
-	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/backend"
-	"yunion.io/x/mps-daemon/pkg/claim"
-	"yunion.io/x/mps-daemon/pkg/devsync"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/metrics"
 	"yunion.io/x/mps-daemon/pkg/mps"
@@ -61,20 +58,22 @@ func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 	statuses, gpuErrs := a.prepareGPUs(ctx, cfg, p, full)
 	identitiesMade()
 
+	// Whether containers get the view, once for the devices and the claims.
+	view := a.chooseView(cfg)
 	// The CDI spec before the inventory: a device must be startable by its
 	// <GPU UUID>::<i> name before anyone can be given it.
-	a.writeCDI(cfg, p, statuses)
-	res, desired, hostName, err := a.syncInventory(ctx, cfg, p, statuses)
+	a.writeCDI(cfg, p, statuses, view)
+	res, desired, hostName, err := a.syncInventory(ctx, cfg, p, statuses, view)
 	if err != nil {
 		a.setGPUs(statuses, 0, false)
 		return a.fail(err)
 	}
-	if res.Created > 0 || len(res.Held) > 0 {
+	if res.Created > 0 || res.HeldOutOfPlan > 0 {
 		// The spec once more: the devices just created have their ids, and
 		// a device held out of the plan keeps its entry even when it was
 		// attached (or its DRA claim prepared) after the previous sync, which
 		// the first write went by.
-		a.writeCDI(cfg, p, statuses)
+		a.writeCDI(cfg, p, statuses, view)
 	}
 	retiring := a.retire(ctx, cfg, planned)
 	a.setGPUs(statuses, desired, true)
@@ -86,7 +85,7 @@ func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 	a.mu.Unlock()
 	a.log.Info("reconciled",
 		"simulated", a.opts.Simulated, "host", hostName, "gpus", len(p.GPUs), "virtual_devices", desired,
-		"created", res.Created, "updated", res.Updated, "deleted", res.Deleted, "held", len(res.Held),
+		"created", res.Created, "updated", res.Updated, "deleted", res.Deleted, "held", res.HeldOutOfPlan,
 		"duration", time.Since(start).Round(time.Millisecond).String())
 	if len(gpuErrs) > 0 {
 		return a.fail(errors.Join(gpuErrs...))
@@ -95,21 +94,20 @@ func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 	return nil
 }
 
-// syncInventory is the inventory stage: the backend handed the plan's
-// GPUs and devices (marked unhealthy where their GPU is), and what it then
-// holds kept in a.listed, a.claims and the status. It returns the sync's
-// result, how many devices the plan has and the host's name.
-func (a *Agent) syncInventory(ctx context.Context, cfg *Config, p *plan.Plan, statuses []status.GPU) (res devsync.Result, desired int, host string, err error) {
+// syncInventory is the inventory stage: the backend offered the plan's
+// GPUs and devices (unhealthy where their GPU is) and where claims' entries
+// go (with the view v), and what it then holds kept in a.listed, a.claims
+// and the status. It returns the backend's answer, how many devices the
+// plan has and the host's name.
+func (a *Agent) syncInventory(ctx context.Context, cfg *Config, p *plan.Plan, statuses []status.GPU, v viewChoice) (res backend.Answer, desired int, host string, err error) {
 	host, err = HostName(cfg.Host)
 	if err != nil {
 		return res, 0, host, withKind(metrics.ErrorInventory, err)
 	}
-	offer := backend.Offer{Host: host, Rows: []api.IsolatedDevice{}, GPUs: a.offerGPUs(cfg, p, statuses),
-		Claims: claim.Spec{CDI: a.cdiOptions(cfg), Identity: identityStore(cfg), View: a.views, Log: a.log}}
+	offer := backend.Offer{Host: host, GPUs: a.offerGPUs(cfg, p, statuses), ClaimSpec: a.entriesSpec(cfg, v.View)}
 	byName := map[vdev.Name]vdev.Device{}
-	for i, gp := range p.GPUs {
+	for _, gp := range p.GPUs {
 		for _, d := range gp.Devices {
-			offer.Rows = append(offer.Rows, rowOf(d, statuses[i].Healthy))
 			byName[d.Name()] = d
 		}
 	}
@@ -121,13 +119,13 @@ func (a *Agent) syncInventory(ctx context.Context, cfg *Config, p *plan.Plan, st
 		a.mu.Unlock()
 	}
 	if err != nil {
-		return answer.Result, 0, host, withKind(metrics.ErrorInventory, err)
+		return answer, 0, host, withKind(metrics.ErrorInventory, err)
 	}
 	listed, order := a.byName(answer.Devices, byName)
-	a.listed, a.claims = listed, answer.Claims
+	a.listed, a.claims = listed, answer.ClaimDevices
 	a.setDevices(order)
 	a.setClaims(statuses)
-	return answer.Result, len(offer.Rows), host, nil
+	return answer, len(byName), host, nil
 }
 
 // plan builds the plan of cfg against the GPUs present.

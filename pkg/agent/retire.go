@@ -22,7 +22,7 @@ import (
 func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[gpu.UUID]bool) []gpu.UUID {
 	heldPerGPU := map[gpu.UUID]int{}
 	for _, l := range a.listed {
-		if l.Guest != "" {
+		if l.Holder != "" {
 			heldPerGPU[l.Device.GPU.UUID]++
 		}
 	}

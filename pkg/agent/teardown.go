@@ -48,7 +48,7 @@ func (a *Agent) Teardown(ctx context.Context, force bool, out io.Writer) error {
 	} else if res, err := devices.Sync(ctx, backend.Offer{Host: host}); err != nil {
 		errs = append(errs, fmt.Errorf("removing devices from the inventory: %w", err))
 	} else {
-		fmt.Fprintf(out, "inventory: %d devices removed, %d held by guests kept (pending removal)\n", res.Deleted, len(res.Held))
+		fmt.Fprintf(out, "inventory: %d devices removed, %d held by guests kept (pending removal)\n", res.Deleted, res.HeldOutOfPlan)
 	}
 	for i, uuid := range uuids {
 		if err := daemons[i].ctl.Quit(ctx); err != nil {

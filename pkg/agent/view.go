@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/cdi"
-	"yunion.io/x/mps-daemon/pkg/claim"
+	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
@@ -18,49 +17,34 @@ import (
 
 // viewStore holds the devices' views (<state directory>/view), beside
 // their identity files.
-func viewStore(cfg *Config) view.Store {
-	return view.Store{Dir: filepath.Join(cfg.Host.StateDirectory, "view")}
+func viewStore(cfg *Config) view.Store { return entries.ViewStore(cfg.Host.StateDirectory) }
+
+// viewChoice is whether containers get the view this reconcile: decided
+// once (chooseView), for the agent's devices and the claims' alike.
+type viewChoice struct {
+	// View is the view the entries give: on when mps_view_library is set
+	// and the library is there.
+	cdi.View
+	// state is what the status says of it before the entries are written
+	// (on, off, missing).
+	state status.View
 }
 
-// syncViews makes the view of each device the spec names (its directory,
-// its file saying its cap) when mps_view_library is set and the library is
-// there, sets each device's ViewDir, and returns the view the spec gives
-// their containers; the zero cdi.View when they get none (off, the library
-// missing, the views not written: the devices are served all the same, and
-// their containers see the whole GPU). The views of devices gone from the
-// spec go once no container holds them (the claims' are the driver's). It
-// records the state in the status, logged when it changes.
-func (a *Agent) syncViews(cfg *Config, devs []cdi.Device) cdi.View {
+// chooseView decides whether containers get the view: mps_view_library set
+// and the library there. Without it (off, the library missing) the devices
+// are served all the same, and their containers see the whole GPU.
+func (a *Agent) chooseView(cfg *Config) viewChoice {
 	lib := cfg.Host.ViewLibrary
-	st := status.View{Library: lib, State: status.ViewOn}
-	var opts cdi.View
+	c := viewChoice{state: status.View{Library: lib, State: status.ViewOn}}
 	switch why := libraryProblem(lib); {
 	case lib == "":
-		st.State = status.ViewOff
+		c.state.State = status.ViewOff
 	case why != "":
-		st.State, st.Reason = status.ViewMissing, why
+		c.state.State, c.state.Reason = status.ViewMissing, why
 	default:
-		vs := make([]view.Device, len(devs))
-		for i, d := range devs {
-			vs[i] = view.Device{Name: d.Name(), Cap: d.MemoryLimit}
-		}
-		pruned, err := a.views.Sync(func(n vdev.Name) bool { return !claim.IsClaimName(n) }, vs)
-		a.notePruned(pruned)
-		for i := range devs {
-			if err == nil {
-				devs[i].ViewDir, err = a.views.Store().Path(devs[i].Name())
-			}
-		}
-		if err != nil {
-			st.State, st.Reason = status.ViewFailed, err.Error()
-			break
-		}
-		opts = cdi.View{Library: lib, Preload: a.views.Store().PreloadPath()}
+		c.View = a.entriesSpec(cfg, cdi.View{}).ViewOf(lib)
 	}
-	st.Devices = len(a.views.Views())
-	a.viewOpts = opts
-	a.noteView(st)
-	return opts
+	return c
 }
 
 // notePruned logs what became of the views of devices that are gone:
@@ -111,9 +95,18 @@ func viewPlan(lib string) string {
 	return lib + ": containers see their device's cap as the GPU's memory"
 }
 
-// noteView puts the view's state in the status and logs it when it
-// changes: a host without the library says so once, not every reconcile.
-func (a *Agent) noteView(st status.View) {
+// noteView records what the entries gave containers of the view c chose
+// (a.viewGiven: what the accounting checks clients for), puts its state in
+// the status (failed when the views could not be written: the devices are
+// served without it) and logs it when it changes: a host without the
+// library says so once, not every reconcile.
+func (a *Agent) noteView(c viewChoice, res entries.Result) {
+	st := c.state
+	if res.ViewErr != nil {
+		st.State, st.Reason = status.ViewFailed, res.ViewErr.Error()
+	}
+	st.Devices = len(a.views.Views())
+	a.viewGiven = res.View
 	a.mu.Lock()
 	a.status.View = &st
 	a.mu.Unlock()

@@ -144,3 +144,7 @@ func FromVirtual(v vdev.Device, id, pipeDir string) Device {
 
 // QualifiedName is what a runtime is given: "yunion.io/mps-gpu=GPU-…::3".
 func QualifiedName(kind, name string) string { return kind + "=" + name }
+
+// DeviceName is the name a runtime is given for virtual device n in the
+// host's spec (DefaultKind): what the backends record and publish.
+func DeviceName(n vdev.Name) string { return QualifiedName(DefaultKind, n.String()) }
