@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
+	"yunion.io/x/mps-daemon/pkg/acctloop"
 	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/cdi"
 	"yunion.io/x/mps-daemon/pkg/claim"
@@ -89,7 +90,7 @@ type Options struct {
 	// their directories, so editors that replace the file are seen).
 	WatchFiles bool
 	// ClientPollInterval is how often the accounting polls the GPUs that
-	// have MPS clients (acctloop.go); 0 is DefaultClientPollInterval.
+	// have MPS clients (pkg/acctloop); 0 is acctloop.DefaultPollInterval.
 	ClientPollInterval time.Duration
 	Log                *slog.Logger
 }
@@ -114,10 +115,10 @@ type Agent struct {
 	// claims are the own devices of the claims the backend had prepared
 	// at the last sync (Kubernetes), billed as virtual devices.
 	claims []claim.Device
-	acct   *accounting.Accountant
-	// al reaches the accounting loop, which alone uses acct while Run
-	// runs (acctloop.go).
-	al        *acctLoop
+	// acct is the accounting's station (pkg/acctloop): its loop runs beside
+	// Run's, with a heartbeat of its own (acctBeat) the watchdog reads.
+	acct      *acctloop.Loop
+	acctBeat  heartbeat
 	readySent bool
 	// onReload follows a new configuration (the file watcher re-aims).
 	onReload func(*Config)
@@ -141,23 +142,18 @@ type Agent struct {
 	// (startIdentities).
 	identitiesMade bool
 	// views keeps the devices' views (pkg/view; view.go), shared with the
-	// claims' entries. Loop-owned: viewGiven, what the last CDI write gave
-	// containers; viewNoted, the state last logged; viewUsedErr, the last
-	// failure to write the use into the views; viewPruneErr, the last
-	// failure to remove views of gone devices.
+	// claims' entries and the accounting. Loop-owned: viewGiven, what the
+	// last CDI write gave containers; viewNoted, the state last logged;
+	// viewPruneErr, the last failure to remove views of gone devices.
 	views        *view.Writer
 	viewGiven    cdi.View
 	viewNoted    string
-	viewUsedErr  string
 	viewPruneErr string
 
-	mu         sync.Mutex // guards cfg, generation, status and clientSources, read by HTTP handlers
+	mu         sync.Mutex // guards cfg, generation and status, read by HTTP handlers
 	cfg        *Config
 	generation int
 	status     status.Status
-	// clientSources are the last accounting pass's clients by how they
-	// were billed, by GPU (accountstatus.go).
-	clientSources map[gpu.UUID]map[string]int
 }
 
 // New checks the options and builds an Agent; it starts nothing.
@@ -191,9 +187,7 @@ func New(opts Options) (*Agent, error) {
 		state:      &stateDir{path: hc.StateDirectory},
 		notify:     opts.Notifier,
 		gpus:       map[gpu.UUID]*gpuState{},
-		acct:       accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: identityStore(opts.Config).Table, Killer: opts.Killer, Log: opts.Log}),
 		views:      view.NewWriter(viewStore(opts.Config), hc.ProcRoot),
-		al:         newAcctLoop(),
 		cfg:        opts.Config,
 		generation: 1,
 	}
@@ -202,6 +196,7 @@ func New(opts Options) (*Agent, error) {
 	a.status.ConfigGeneration = 1
 	hostname, _ := HostName(hc) // unreadable: no Hostname label; the reconcile reports the error
 	a.met = newTelemetry(hostname, a.Status)
+	a.acct = a.newAccounting(accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: identityStore(opts.Config).Table, Killer: opts.Killer, Log: opts.Log}))
 	return a, nil
 }
 
@@ -243,12 +238,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	wdCtx, stopWatchdog := context.WithCancel(ctx)
 	defer stopWatchdog()
 	go a.watchdog(wdCtx)
-	// The accounting loop (acctloop.go) stops with Run; a pass stuck in a
+	// The accounting loop (pkg/acctloop) stops with Run; a pass stuck in a
 	// call that ignores its context (NVML in the kernel) is not waited for
 	// longer than acctStopWait.
 	acctCtx, stopAccounting := context.WithCancel(ctx)
 	acctDone := make(chan struct{})
-	go func() { defer close(acctDone); a.runAccounting(acctCtx) }()
+	go func() { defer close(acctDone); a.acct.Run(acctCtx) }()
 	defer func() {
 		stopAccounting()
 		select {
@@ -275,7 +270,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		wait := a.config().Host.SyncInterval
 		var err error
 		a.step(ctx, "reconcile", func(ctx context.Context) { err = a.reconcile(ctx, full) })
-		a.publishAccounting(false)
+		a.acct.Publish(a.accountInputs(), false)
 		if err != nil && ctx.Err() == nil {
 			failures++
 			wait = backoff(failures, wait)
@@ -323,7 +318,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			if changed {
 				reconcile(false)
 			}
-			a.publishAccounting(true)
+			a.acct.Publish(a.accountInputs(), true)
 		case <-next.C:
 			reconcile(true)
 		}
@@ -395,8 +390,9 @@ func (a *Agent) Status() status.Status {
 	s.Claims = append([]status.Claim(nil), a.status.Claims...)
 	s.RestartPending = append([]string(nil), a.status.RestartPending...)
 	s.Loop = a.beat.status()
-	if al := a.al.beat.status(); al.Stalled && !s.Loop.Stalled {
-		s.Loop = al // the accounting loop's stall (acctloop.go)
+	if al := a.acctBeat.status(); al.Stalled && !s.Loop.Stalled {
+		s.Loop = al // the accounting loop's stall
 	}
+	a.acct.Status(&s)
 	return s
 }

@@ -3,13 +3,11 @@ package agent
 import (
 	"cmp"
 
-	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/cdi"
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/plan"
 	"yunion.io/x/mps-daemon/pkg/status"
-	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
 // offerGPUs are the plan's GPUs as the backend is offered them: each with
@@ -33,17 +31,4 @@ func (a *Agent) offerGPUs(cfg *Config, p *plan.Plan, statuses []status.GPU) []ba
 		gpus = append(gpus, g)
 	}
 	return gpus
-}
-
-// claimQoS is what a claim's device with a thread share below its GPU's
-// default (the claim asked for threadPercentage) must keep to: MPS holds
-// its clients to that share only while they keep the variable, as it does
-// a batch device's, so a client that drops or raises it is an escape,
-// reported and, under enforce, terminated (accounting.CheckQoS). A claim
-// with the GPU's share has nothing to escape.
-func claimQoS(d vdev.Device, server vdev.ServerDefaults) map[string]accounting.DeviceQoS {
-	if d.ThreadPercentage >= server.ThreadPercentage {
-		return nil
-	}
-	return map[string]accounting.DeviceQoS{d.Name().String(): {ThreadPercentage: d.ThreadPercentage, ClientPriority: d.Class.ClientPriority(), Server: server}}
 }

@@ -162,8 +162,8 @@ func TestContainerLiarIsBilledAndTerminatedByItsIdentity(t *testing.T) {
 	h.withFakeProc(t, killer)
 	var logs bytes.Buffer
 	h.agent.log = slog.New(slog.NewTextHandler(&logs, nil))
-	h.agent.acct = accounting.New(accounting.Options{ProcRoot: h.cfg.Host.ProcRoot, Identities: identityStore(h.cfg).Table, Killer: killer,
-		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	h.agent.acct = h.agent.newAccounting(accounting.New(accounting.Options{ProcRoot: h.cfg.Host.ProcRoot, Identities: identityStore(h.cfg).Table, Killer: killer,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))}))
 	ctx := context.Background()
 	if err := h.agent.Reconcile(ctx); err != nil {
 		t.Fatal(err)

@@ -123,8 +123,12 @@ func (a *Agent) syncInventory(ctx context.Context, cfg *Config, p *plan.Plan, st
 	}
 	listed, order := a.byName(answer.Devices, byName)
 	a.listed, a.claims = listed, answer.ClaimDevices
+	a.mu.Lock()
+	prevDevs, prevClaims := a.status.Devices, a.status.Claims
+	a.mu.Unlock()
 	a.setDevices(order)
 	a.setClaims(statuses)
+	a.keepFigures(prevDevs, prevClaims)
 	return answer, len(byName), host, nil
 }
 

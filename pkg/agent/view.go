@@ -6,12 +6,9 @@ import (
 	"io/fs"
 	"os"
 
-	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/cdi"
 	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/status"
-	"yunion.io/x/mps-daemon/pkg/units"
-	"yunion.io/x/mps-daemon/pkg/vdev"
 	"yunion.io/x/mps-daemon/pkg/view"
 )
 
@@ -126,30 +123,4 @@ func (a *Agent) noteView(c viewChoice, res entries.Result) {
 	default:
 		log.Error("views not written: devices are served without the view until they are; caps hold as ever", "err", st.Reason)
 	}
-}
-
-// writeViewUsage puts each device's use, as this accounting pass measured
-// it, in its view (a file replaced only where the figure changed); with
-// accounting off, 0. A device not measured keeps its last figure.
-func (a *Agent) writeViewUsage(r accounting.Report) {
-	if a.config().Host.ViewLibrary == "" {
-		return
-	}
-	used := map[vdev.Name]units.Bytes{}
-	if r.Usage.PerDevice == nil {
-		for n := range a.views.Views() {
-			used[n] = 0
-		}
-	}
-	for name, d := range r.Usage.PerDevice {
-		used[vdev.Name(name)] = units.Bytes(d.UsedBytes)
-	}
-	msg := ""
-	if err := a.views.SetUsed(used); err != nil {
-		msg = err.Error()
-		if msg != a.viewUsedErr {
-			a.log.Warn("writing the devices' use into their views", "err", err)
-		}
-	}
-	a.viewUsedErr = msg
 }

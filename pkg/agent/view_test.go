@@ -214,7 +214,7 @@ func TestTheViewWaitsForItsLibrary(t *testing.T) {
 		t.Errorf("off: view %+v; the spec differs from the one without the view", st.View)
 	}
 	// A view's use is not written while it is off.
-	h.agent.writeViewUsage(accountingReportOf(map[string]units.Bytes{twoGPUs()[0].UUID.String() + "::0": 7}))
+	h.agent.acct.WriteViewUsage(h.agent.accountInputs(), accountingReportOf(map[string]units.Bytes{twoGPUs()[0].UUID.String() + "::0": 7}))
 	if m, _ := h.viewOf(t, twoGPUs()[0].UUID.String()+"::0"); m.Used != 0 {
 		t.Errorf("off, the view was written: %+v", m)
 	}

@@ -158,7 +158,11 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		// device, claims' own devices). Rows and their sync (pkg/devsync)
 		// stay inside the rows backend (rows.go).
 		"pkg/backend":    {"pkg/cdi", "pkg/claim", "pkg/config", "pkg/devsync", "pkg/entries", "pkg/gpu", "pkg/vdev"},
-		"pkg/agent":      {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity", "pkg/claim", "pkg/backend", "pkg/entries", "pkg/view"},
+		// The accounting's station: pkg/accounting's passes in a loop of
+		// their own, the control logs followed (pkg/mps), the use written
+		// into the views, its part of /status.
+		"pkg/acctloop":   {"pkg/accounting", "pkg/claim", "pkg/config", "pkg/gpu", "pkg/mps", "pkg/vdev", "pkg/view"},
+		"pkg/agent":      {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/accounting", "pkg/acctloop", "pkg/cdi", "pkg/metrics", "pkg/identity", "pkg/claim", "pkg/backend", "pkg/entries", "pkg/view"},
 		"pkg/metrics":    {},
 		"pkg/statusview": {},
 		"pkg/keystone":   {},
@@ -206,9 +210,10 @@ func TestDependenciesPointOneWay(t *testing.T) {
 // their own types, and share with /status only the leaves (what the
 // accounting reports of a client is pkg/clientreport's, which /status
 // carries as it is). pkg/status is imported only where /status is set
-// (pkg/agent) or read (pkg/metrics, pkg/statusview), and by cmd/.
+// (pkg/agent, and pkg/acctloop, the accounting's station, which fills its
+// part), or read (pkg/metrics, pkg/statusview), and by cmd/.
 func TestOnlyTheStatusEdgeImportsStatus(t *testing.T) {
-	edge := map[string]bool{"pkg/agent": true, "pkg/metrics": true, "pkg/statusview": true}
+	edge := map[string]bool{"pkg/agent": true, "pkg/acctloop": true, "pkg/metrics": true, "pkg/statusview": true}
 	for dir, imps := range imports(t) {
 		if imps[module+"pkg/status"] && !edge[dir] && !strings.HasPrefix(dir, "cmd/") && !testSupport(dir) {
 			t.Errorf("%s imports pkg/status: only the status edge (%v, cmd/) may; working types of its own, or a leaf shared with /status", dir, slices.Sorted(maps.Keys(edge)))
@@ -371,7 +376,7 @@ func TestAddingARecordFieldTouchesThreeFiles(t *testing.T) {
 // metrics' labels.
 func TestGPUUUIDsAreTyped(t *testing.T) {
 	asString := regexp.MustCompile(`\b(uuid|gpuUUID|UUID|GPU|uuids|gpus)\s+(\[\])?string\b`)
-	dirs := []string{"pkg/gpu", "pkg/vdev", "pkg/plan", "pkg/identity", "pkg/view", "pkg/accounting", "pkg/clientreport", "pkg/cdi", "pkg/claim", "pkg/entries", "pkg/backend", "pkg/agent"}
+	dirs := []string{"pkg/gpu", "pkg/vdev", "pkg/plan", "pkg/identity", "pkg/view", "pkg/accounting", "pkg/clientreport", "pkg/cdi", "pkg/claim", "pkg/entries", "pkg/backend", "pkg/acctloop", "pkg/agent"}
 	eachSource(t, dirs, func(rel, src string) {
 		for i, line := range strings.Split(src, "\n") {
 			if m := asString.FindString(line); m != "" && !strings.HasPrefix(strings.TrimSpace(line), "//") && !strings.Contains(line, "type UUID string") {
