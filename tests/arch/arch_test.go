@@ -157,7 +157,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		// entries go) and what the backend answers (its holdings per
 		// device, claims' own devices). Rows and their sync (pkg/devsync)
 		// stay inside the rows backend (rows.go).
-		"pkg/backend":    {"pkg/cdi", "pkg/claim", "pkg/config", "pkg/devsync", "pkg/entries", "pkg/gpu", "pkg/vdev"},
+		"pkg/backend": {"pkg/cdi", "pkg/claim", "pkg/config", "pkg/devsync", "pkg/entries", "pkg/gpu", "pkg/vdev"},
 		// The accounting's station: pkg/accounting's passes in a loop of
 		// their own, the control logs followed (pkg/mps), the use written
 		// into the views, its part of /status.
