@@ -40,7 +40,6 @@ import (
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/status"
-	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 	"yunion.io/x/mps-daemon/pkg/view"
 )
@@ -81,19 +80,18 @@ type Options struct {
 type Inputs struct {
 	Policy config.AccountingPolicy
 	// GPUs are the GPUs with enforced caps, sorted; Devices their planned
-	// devices; Defaults what each GPU's control daemon holds (QoS).
-	GPUs     []gpu.UUID
-	Devices  []vdev.Device
-	Defaults map[gpu.UUID]vdev.ServerDefaults
+	// devices; Limits what each GPU's control daemon holds, as the agent
+	// set and read them back.
+	GPUs    []gpu.UUID
+	Devices []vdev.Device
+	Limits  map[gpu.UUID]mps.Limits
 	// Terms are the GPUs' MPS controls, by UUID.
 	Terms map[gpu.UUID]accounting.Terminator
-	// ServerMemory is, for each GPU, the pinned memory limit a container
-	// of ours is held to without a limit of its own.
-	ServerMemory map[gpu.UUID]units.MiB
-	// IdentityRequired: only the per-GPU layout's pipe directories reach
-	// containers through the CDI edits alone, which always carry the
-	// identity file.
-	IdentityRequired bool
+	// Single: one control daemon serves every GPU (the single pipe
+	// layout), whose pipe directory reaches containers by other ways than
+	// the CDI edits; in the per-GPU layout only the edits, which always
+	// carry the identity file, do.
+	Single bool
 	// Logs are the control daemons' control.log files, each with the GPUs
 	// its daemon serves (one in the per-GPU layout, all in the single).
 	Logs map[string][]gpu.UUID

@@ -56,8 +56,8 @@ func (l *Loop) sample(ctx context.Context, gpus []gpu.UUID) map[gpu.UUID][]gpu.P
 
 // passSampled is pass's pass over what was sampled.
 func (l *Loop) passSampled(ctx context.Context, in Inputs, only []gpu.UUID, procs map[gpu.UUID][]gpu.Process) {
-	l.acct.SetIdentityRequired(in.IdentityRequired)
-	l.acct.SetServerMemoryLimits(in.ServerMemory)
+	l.acct.SetIdentityRequired(!in.Single)
+	l.acct.SetServerMemoryLimits(in.serverMemory())
 	l.acct.SetViewLibrary(in.viewLibrary())
 	caps, qos := in.scope()
 	var r accounting.Report
@@ -88,8 +88,8 @@ func (l *Loop) checkConnected(ctx context.Context, in Inputs, path string, lines
 	for i, line := range lines {
 		ncs[i] = accounting.NewClient{PID: line.PID, GPUs: gpus, At: line.At}
 	}
-	l.acct.SetIdentityRequired(in.IdentityRequired)
-	l.acct.SetServerMemoryLimits(in.ServerMemory)
+	l.acct.SetIdentityRequired(!in.Single)
+	l.acct.SetServerMemoryLimits(in.serverMemory())
 	caps, qos := in.scope()
 	r := l.acct.Connected(ctx, in.Policy, ncs, caps, qos, in.Terms)
 	l.noteConnected(r)
@@ -109,6 +109,32 @@ func (l *Loop) observe(r accounting.Report) {
 			l.opts.Metrics.ObserveEscape(s.Cause, s.Detected, least)
 		}
 	}
+}
+
+// serverMemory is, for each GPU, the pinned memory limit a container of
+// ours is held to without a limit of its own: its control daemon's default
+// for the container's ordinal 0, which is its GPU's own in the per-GPU
+// layout and, in the single layout, ordinal 0's, the largest of the
+// daemon's (plan.SharedMemoryLimits).
+func (in Inputs) serverMemory() map[gpu.UUID]units.MiB {
+	out := map[gpu.UUID]units.MiB{}
+	var largest units.MiB
+	for _, u := range in.GPUs {
+		out[u] = in.Limits[u].MemoryLimit
+		largest = max(largest, out[u])
+	}
+	if in.Single {
+		for _, u := range in.GPUs {
+			out[u] = largest
+		}
+	}
+	return out
+}
+
+// defaults are the defaults GPU uuid's control daemon holds (QoS).
+func (in Inputs) defaults(uuid gpu.UUID) vdev.ServerDefaults {
+	l := in.Limits[uuid]
+	return vdev.ServerDefaults{ThreadPercentage: int(l.ThreadPercentage), ClientPriority: l.ClientPriority}
 }
 
 // viewLibrary is the view's library file name while containers get the
@@ -137,12 +163,12 @@ func (in Inputs) scope() (map[string]uint64, map[string]accounting.DeviceQoS) {
 		byGPU[d.GPU.UUID] = append(byGPU[d.GPU.UUID], d)
 	}
 	for _, uuid := range in.GPUs {
-		maps.Copy(qos, accounting.BatchQoS(byGPU[uuid], in.Defaults[uuid]))
+		maps.Copy(qos, accounting.BatchQoS(byGPU[uuid], in.defaults(uuid)))
 	}
 	for _, d := range in.Claims {
 		if enforced[d.GPU.UUID] {
 			devs = append(devs, d)
-			maps.Copy(qos, claimQoS(d, in.Defaults[d.GPU.UUID]))
+			maps.Copy(qos, claimQoS(d, in.defaults(d.GPU.UUID)))
 		}
 	}
 	return accounting.Caps(devs), qos

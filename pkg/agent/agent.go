@@ -7,6 +7,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,13 +21,10 @@ import (
 	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/acctloop"
 	"yunion.io/x/mps-daemon/pkg/backend"
-	"yunion.io/x/mps-daemon/pkg/cdi"
-	"yunion.io/x/mps-daemon/pkg/claim"
+	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/status"
-	"yunion.io/x/mps-daemon/pkg/vdev"
-	"yunion.io/x/mps-daemon/pkg/view"
 )
 
 // DeviceBackend is where the host's virtual devices go, the one edge from
@@ -95,30 +93,25 @@ type Options struct {
 	Log                *slog.Logger
 }
 
-// Agent is the running daemon.
+// Agent is the running daemon: its loops (Run) and the row of stations a
+// reconcile goes down (reconcile.go), each owning its state and its part
+// of /status.
 type Agent struct {
 	opts   Options
 	log    *slog.Logger
-	state  *stateDir
 	met    *telemetry
 	notify Notifier
+	// The stations: MPS per GPU (gpu.go), the devices' entries and the
+	// view (cdi.go, view.go), the backend's sync (inventory.go), the
+	// accounting (pkg/acctloop, whose loop runs beside Run's with a
+	// heartbeat of its own, acctBeat, that the watchdog reads).
+	mps      *mpsStation
+	entries  *entriesStation
+	devices  *devicesStation
+	acct     *acctloop.Loop
+	acctBeat heartbeat
 	// loop-owned: only the Run loop (or a test calling Reconcile) touches
 	// these, never concurrently.
-	hostID  string
-	gpus    map[gpu.UUID]*gpuState     // by UUID: every GPU the agent runs MPS for
-	planned map[gpu.UUID][]vdev.Device // by GPU UUID
-	layout  singleLayout               // the single pipe layout's device list and threads
-	present map[gpu.UUID]gpu.Info      // the GPUs NVML lists, by UUID
-	// listed are the host's devices as the last sync left them in the
-	// inventory (inventory.go): their ids, guests and held devices.
-	listed map[vdev.Name]listed
-	// claims are the own devices of the claims the backend had prepared
-	// at the last sync (Kubernetes), billed as virtual devices.
-	claims []claim.Device
-	// acct is the accounting's station (pkg/acctloop): its loop runs beside
-	// Run's, with a heartbeat of its own (acctBeat) the watchdog reads.
-	acct      *acctloop.Loop
-	acctBeat  heartbeat
 	readySent bool
 	// onReload follows a new configuration (the file watcher re-aims).
 	onReload func(*Config)
@@ -130,30 +123,13 @@ type Agent struct {
 	// rootOverride are Options' SysfsRoot and DevRoot as given (the
 	// simulated host's), before host.conf's fill them: a reload validates
 	// the files against the roots the next start would use.
-	rootOverride struct{ sysfs, dev string }
-	// classes (loop-owned): the QoS class each device's CDI spec entry
-	// last carried, for a device that leaves the plan while held.
-	classes map[vdev.Name]vdev.Class
-	// spec (loop-owned) writes the CDI spec, encoding it again only when
-	// what it is built from changed (cdi.Writer).
-	spec cdi.Writer
-	// identitiesMade (loop-owned): a reconcile of this process has made
-	// every planned device's identity file ahead of the spec
-	// (startIdentities).
-	identitiesMade bool
-	// views keeps the devices' views (pkg/view; view.go), shared with the
-	// claims' entries and the accounting. Loop-owned: viewGiven, what the
-	// last CDI write gave containers; viewNoted, the state last logged;
-	// viewPruneErr, the last failure to remove views of gone devices.
-	views        *view.Writer
-	viewGiven    cdi.View
-	viewNoted    string
-	viewPruneErr string
+	rootOverride struct{ sys, dev string }
 
 	mu         sync.Mutex // guards cfg, generation and status, read by HTTP handlers
 	cfg        *Config
 	generation int
-	status     status.Status
+	// status is the agent's own part of /status (the stations fill theirs).
+	status status.Status
 }
 
 // New checks the options and builds an Agent; it starts nothing.
@@ -174,29 +150,17 @@ func New(opts Options) (*Agent, error) {
 		opts.Mode = ModeCloudpods
 	}
 	hc := opts.Config.Host
-	override := struct{ sysfs, dev string }{opts.SysfsRoot, opts.DevRoot}
-	if opts.SysfsRoot == "" {
-		opts.SysfsRoot = hc.SysfsRoot
-	}
-	if opts.DevRoot == "" {
-		opts.DevRoot = hc.DevRoot
-	}
-	a := &Agent{
-		opts:       opts,
-		log:        opts.Log.With("component", "agent"),
-		state:      &stateDir{path: hc.StateDirectory},
-		notify:     opts.Notifier,
-		gpus:       map[gpu.UUID]*gpuState{},
-		views:      view.NewWriter(viewStore(opts.Config), hc.ProcRoot),
-		cfg:        opts.Config,
-		generation: 1,
-	}
-	a.rootOverride = override
-	a.status.Simulated = opts.Simulated
-	a.status.ConfigGeneration = 1
+	override := struct{ sys, dev string }{opts.SysfsRoot, opts.DevRoot}
+	opts.SysfsRoot, opts.DevRoot = cmp.Or(opts.SysfsRoot, hc.SysfsRoot), cmp.Or(opts.DevRoot, hc.DevRoot)
+	a := &Agent{opts: opts, log: opts.Log.With("component", "agent"), notify: opts.Notifier, rootOverride: override, cfg: opts.Config, generation: 1}
+	a.status.Simulated, a.status.ConfigGeneration = opts.Simulated, 1
 	hostname, _ := HostName(hc) // unreadable: no Hostname label; the reconcile reports the error
 	a.met = newTelemetry(hostname, a.Status)
-	a.acct = a.newAccounting(accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: identityStore(opts.Config).Table, Killer: opts.Killer, Log: opts.Log}))
+	host := entries.ForHost(hc.StateDirectory, hc.ProcRoot)
+	a.mps = &mpsStation{opts: &a.opts, log: a.log, met: a.met, state: &stateDir{path: hc.StateDirectory}, gpus: map[gpu.UUID]*gpuState{}}
+	a.entries = &entriesStation{opts: &a.opts, log: a.log, host: host}
+	a.devices = &devicesStation{opts: &a.opts, log: a.log}
+	a.acct = a.newAccounting(accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: host.Identity.Table, Killer: opts.Killer, Log: opts.Log}))
 	return a, nil
 }
 
@@ -314,7 +278,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			reload("held change settled")
 		case <-health.C:
 			var changed bool
-			a.step(ctx, "health probe", func(ctx context.Context) { changed = a.probe(ctx) })
+			a.step(ctx, "health probe", func(ctx context.Context) { changed = a.mps.probe(ctx) })
 			if changed {
 				reconcile(false)
 			}
@@ -379,20 +343,19 @@ func backoff(failures int, max time.Duration) time.Duration {
 	return d + time.Duration(rand.Int64N(int64(d)/5+1))
 }
 
-// Status is a copy of what the agent last did.
+// Status is a copy of what the agent last did: its own part, then each
+// station's.
 func (a *Agent) Status() status.Status {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	s := a.status
-	s.GPUs = append([]status.GPU(nil), a.status.GPUs...)
-	s.Retiring = append([]string(nil), a.status.Retiring...)
-	s.Devices = append([]status.Device(nil), a.status.Devices...)
-	s.Claims = append([]status.Claim(nil), a.status.Claims...)
 	s.RestartPending = append([]string(nil), a.status.RestartPending...)
+	a.mu.Unlock()
+	for _, fill := range a.stations() {
+		fill(&s)
+	}
 	s.Loop = a.beat.status()
 	if al := a.acctBeat.status(); al.Stalled && !s.Loop.Stalled {
 		s.Loop = al // the accounting loop's stall
 	}
-	a.acct.Status(&s)
 	return s
 }

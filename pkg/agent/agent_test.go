@@ -163,6 +163,19 @@ func newHarness(t testing.TB, hostConf, devices string) *harness {
 	return h
 }
 
+// logTo makes h's agent anew, its options as they are, logging to w: the
+// agent and every station of its row.
+func (h *harness) logTo(t testing.TB, w io.Writer) {
+	t.Helper()
+	o := h.agent.opts
+	o.Log = slog.New(slog.NewTextHandler(w, nil))
+	a, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.agent = a
+}
+
 // fixture is testdata/<name> with $DIR and $INVENTORY set to the
 // harness's, then extra.
 func (h *harness) fixture(t testing.TB, name, extra string) []byte {
@@ -326,7 +339,7 @@ func TestAGPUWhoseMPSFailsIsMarkedUnhealthyAndTheOthersAreOffered(t *testing.T) 
 	}
 	// The daemon can start again: the devices come back by themselves.
 	h.agent.opts.Runner = h.runner
-	h.agent.gpus = map[gpu.UUID]*gpuState{}
+	h.agent.mps.gpus = map[gpu.UUID]*gpuState{}
 	if err := h.agent.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/claim"
+	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/units"
@@ -91,7 +92,7 @@ func TestClaimsOfAnySizeAreToldAndAccounted(t *testing.T) {
 	if bd := b.Devices[1]; bd.GPU.UUID != g1 || b.Sharing.Claims() || b.VirtualNumber != 2 || bd.MemoryLimit != h200Memory/2 || bd.Index != 1 {
 		t.Errorf("GPU 1 as offered: %+v", b)
 	}
-	if spec.CDI.Dir != h.cfg.Host.CDIDirectory || spec.Identity != identityStore(h.cfg) {
+	if spec.CDI.Dir != h.cfg.Host.CDIDirectory || spec.Identity != entries.IdentityStore(h.cfg.Host.StateDirectory) {
 		t.Errorf("where claims' entries go: %+v", spec)
 	}
 	if offer.Host != "node-1" {

@@ -15,6 +15,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/devsync"
+	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
@@ -171,7 +172,7 @@ func TestAccountingLoopStallIsSeen(t *testing.T) {
 	stuck := stuckBackend{fakeBackend: h.backend, release: make(chan struct{})}
 	h.agent.opts.Backend = stuck
 	// The accounting's station lists the clients through the stuck NVML.
-	h.agent.acct = h.agent.newAccounting(accounting.New(accounting.Options{ProcRoot: h.cfg.Host.ProcRoot, Identities: identityStore(h.cfg).Table}))
+	h.agent.acct = h.agent.newAccounting(accounting.New(accounting.Options{ProcRoot: h.cfg.Host.ProcRoot, Identities: entries.IdentityStore(h.cfg.Host.StateDirectory).Table}))
 	h.agent.opts.StallAfter = 300 * time.Millisecond
 	h.agent.opts.Watchdog = 20 * time.Millisecond
 	h.agent.cfg.Host.ListenAddress = ""

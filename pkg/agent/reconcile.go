@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/backend"
+	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/metrics"
 	"yunion.io/x/mps-daemon/pkg/mps"
@@ -17,19 +18,82 @@ import (
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
-// Reconcile brings MPS and the inventory in line with the configuration
-// once, checking every GPU: plan; MPS per GPU (compute mode, control daemon,
-// default limits and the limits of running servers, read back); the CDI
-// spec; only then the inventory; then what left the plan. A GPU whose MPS
-// fails keeps its devices in the inventory marked unhealthy, so nothing is
-// handed out on it and nothing held is lost. A configuration or GPU error
-// changes nothing.
+// Reconcile brings MPS and the backend in line with the configuration
+// once, checking every GPU: plan; MPS per GPU (compute mode, control
+// daemon, default limits and the limits of running servers, read back);
+// the CDI spec; only then the backend; then what left the plan. A GPU
+// whose MPS fails keeps its devices in the backend marked unhealthy, so
+// nothing is handed out on it and nothing held is lost. A configuration or
+// GPU error changes nothing.
 func (a *Agent) Reconcile(ctx context.Context) error { return a.reconcile(ctx, true) }
 
 // reconcileChanged is Reconcile after an edit or a health change: only the
 // GPUs whose target changed, or that are not known healthy, are prepared
-// (gpu.go); the CDI spec and the inventory follow the whole plan as always.
+// (gpu.go); the CDI spec and the backend follow the whole plan as always.
 func (a *Agent) reconcileChanged(ctx context.Context) error { return a.reconcile(ctx, false) }
+
+// row is a reconcile's stages, in order: each is a station's part, handed
+// the round as the stages before it left it. Adding a station is a file
+// and a line here (and its status in stations).
+func (a *Agent) row() []stage {
+	return []stage{
+		a.entries.ahead,   // a start's identity files, made while MPS is prepared
+		a.mps.prepare,     // MPS per GPU: control daemon, limits set and read back
+		a.entries.write,   // the view chosen; identity files, views, CDI entries: startable before anyone is given them
+		a.devices.sync,    // the backend, the one edge: the plan offered, its holdings answered
+		a.keepFigures,     // the accounting keeps the figures of the devices that remain
+		a.entries.rewrite, // again once the sync created devices or keeps one out of the plan
+		a.mps.retire,      // GPUs out of the plan, once nothing uses them
+	}
+}
+
+// stations fill /status, each its part (the agent's own is the loop's, the
+// configuration's and the last reconcile's).
+func (a *Agent) stations() []func(*status.Status) {
+	return []func(*status.Status){a.mps.status, a.entries.status, a.devices.status, a.acct.Status}
+}
+
+// stage is one station's part of a reconcile; an error ends the reconcile
+// there, failed.
+type stage func(ctx context.Context, r *round) error
+
+// round is one reconcile on its way down the row: the plan, and what each
+// stage made for the stages after it.
+type round struct {
+	cfg  *Config
+	plan *plan.Plan
+	// full: every GPU is checked (else only those whose target changed or
+	// that are not known healthy).
+	full bool
+	// present are the GPUs NVML lists, by UUID; planned the plan's
+	// devices by GPU.
+	present map[gpu.UUID]gpu.Info
+	planned map[gpu.UUID][]vdev.Device
+	// identities waits for a start's identity files (entries.ahead).
+	identities func()
+	// gpus are the planned GPUs' status, in the plan's order, and errs
+	// their failures, which fail the reconcile once the row is done;
+	// priorities each control daemon's default client priority (mps).
+	gpus       []status.GPU
+	errs       []error
+	priorities map[gpu.UUID]int
+	// view is whether containers get the view, chosen once (entries.write)
+	// for the devices and the claims, whose entries go to claimSpec;
+	// classes are the QoS classes the entries last carried.
+	view       viewChoice
+	viewChosen bool
+	claimSpec  entries.Spec
+	classes    map[vdev.Name]vdev.Class
+	// listed are the backend's holdings as the last sync left them, and
+	// answer this round's (devices.sync); host the host's name, desired
+	// how many devices the plan has; remaining the devices and claims
+	// listed before and after the sync.
+	listed    map[vdev.Name]listed
+	answer    backend.Answer
+	host      string
+	desired   int
+	remaining map[string]bool
+}
 
 func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 	start := time.Now()
@@ -39,110 +103,33 @@ func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 	if err != nil {
 		return a.fail(withKind(metrics.ErrorConfig, fmt.Errorf("invalid configuration, nothing changed: %w", err)))
 	}
-	a.layout = layoutOf(cfg, p)
-	a.present = map[gpu.UUID]gpu.Info{}
+	r := &round{cfg: cfg, plan: p, full: full, present: map[gpu.UUID]gpu.Info{}, planned: map[gpu.UUID][]vdev.Device{}, listed: a.devices.listed}
 	for _, g := range gpus {
-		a.present[g.UUID] = g
+		r.present[g.UUID] = g
 	}
-	planned := map[gpu.UUID]bool{}
-	a.planned = map[gpu.UUID][]vdev.Device{}
 	for _, gp := range p.GPUs {
-		planned[gp.GPU.UUID] = true
-		a.planned[gp.GPU.UUID] = gp.Devices
+		r.planned[gp.GPU.UUID] = gp.Devices
 	}
-
-	// MPS first: it must work even while the inventory is away. A start's
-	// identity files are made meanwhile (startIdentities); its host is
-	// registered meanwhile by the backend (backend.NewRows).
-	identitiesMade := a.startIdentities(cfg, p)
-	statuses, gpuErrs := a.prepareGPUs(ctx, cfg, p, full)
-	identitiesMade()
-
-	// Whether containers get the view, once for the devices and the claims.
-	view := a.chooseView(cfg)
-	// The CDI spec before the inventory: a device must be startable by its
-	// <GPU UUID>::<i> name before anyone can be given it.
-	a.writeCDI(cfg, p, statuses, view)
-	res, desired, hostName, err := a.syncInventory(ctx, cfg, p, statuses, view)
-	if err != nil {
-		a.setGPUs(statuses, 0, false)
-		return a.fail(err)
+	for _, s := range a.row() {
+		if err := s(ctx, r); err != nil {
+			return a.fail(err)
+		}
 	}
-	if res.Created > 0 || res.HeldOutOfPlan > 0 {
-		// The spec once more: the devices just created have their ids, and
-		// a device held out of the plan keeps its entry even when it was
-		// attached (or its DRA claim prepared) after the previous sync, which
-		// the first write went by.
-		a.writeCDI(cfg, p, statuses, view)
-	}
-	retiring := a.retire(ctx, cfg, planned)
-	a.setGPUs(statuses, desired, true)
-	a.mu.Lock()
-	a.status.Retiring = nil
-	for _, uuid := range retiring {
-		a.status.Retiring = append(a.status.Retiring, uuid.String())
-	}
-	a.mu.Unlock()
+	res := r.answer
 	a.log.Info("reconciled",
-		"simulated", a.opts.Simulated, "host", hostName, "gpus", len(p.GPUs), "virtual_devices", desired,
+		"simulated", a.opts.Simulated, "host", r.host, "gpus", len(p.GPUs), "virtual_devices", r.desired,
 		"created", res.Created, "updated", res.Updated, "deleted", res.Deleted, "held", res.HeldOutOfPlan,
 		"duration", time.Since(start).Round(time.Millisecond).String())
-	if len(gpuErrs) > 0 {
-		return a.fail(errors.Join(gpuErrs...))
+	if len(r.errs) > 0 {
+		return a.fail(errors.Join(r.errs...))
 	}
 	a.succeed()
 	return nil
 }
 
-// syncInventory is the inventory stage: the backend offered the plan's
-// GPUs and devices (unhealthy where their GPU is) and where claims' entries
-// go (with the view v), and what it then holds kept in a.listed, a.claims
-// and the status. It returns the backend's answer, how many devices the
-// plan has and the host's name.
-func (a *Agent) syncInventory(ctx context.Context, cfg *Config, p *plan.Plan, statuses []status.GPU, v viewChoice) (res backend.Answer, desired int, host string, err error) {
-	host, err = HostName(cfg.Host)
-	if err != nil {
-		return res, 0, host, withKind(metrics.ErrorInventory, err)
-	}
-	offer := backend.Offer{Host: host, GPUs: a.offerGPUs(cfg, p, statuses), ClaimSpec: a.entriesSpec(cfg, v.View)}
-	byName := map[vdev.Name]vdev.Device{}
-	for _, gp := range p.GPUs {
-		for _, d := range gp.Devices {
-			byName[d.Name()] = d
-		}
-	}
-	answer, err := a.opts.Devices.Sync(ctx, offer)
-	if answer.HostID != "" && answer.HostID != a.hostID {
-		a.hostID = answer.HostID
-		a.mu.Lock()
-		a.status.HostID, a.status.HostName = answer.HostID, host
-		a.mu.Unlock()
-	}
-	if err != nil {
-		return answer, 0, host, withKind(metrics.ErrorInventory, err)
-	}
-	listed, order := a.byName(answer.Devices, byName)
-	a.listed, a.claims = listed, answer.ClaimDevices
-	a.mu.Lock()
-	prevDevs, prevClaims := a.status.Devices, a.status.Claims
-	a.mu.Unlock()
-	a.setDevices(order)
-	a.setClaims(statuses)
-	a.keepFigures(prevDevs, prevClaims)
-	return answer, len(byName), host, nil
-}
-
 // plan builds the plan of cfg against the GPUs present.
 func (a *Agent) plan(ctx context.Context, cfg *Config) (*plan.Plan, []gpu.Info, error) {
 	return buildPlan(ctx, a.opts.Backend, cfg, a.opts.SysfsRoot, a.opts.DevRoot)
-}
-
-func (a *Agent) setGPUs(gpus []status.GPU, devices int, inventoryOK bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.status.GPUs = gpus
-	a.status.VirtualDevices = devices
-	a.status.InventoryReachable = inventoryOK
 }
 
 func (a *Agent) fail(err error) error {

@@ -9,15 +9,14 @@ import (
 	"yunion.io/x/mps-daemon/pkg/cdi"
 	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/status"
-	"yunion.io/x/mps-daemon/pkg/view"
 )
 
-// viewStore holds the devices' views (<state directory>/view), beside
-// their identity files.
-func viewStore(cfg *Config) view.Store { return entries.ViewStore(cfg.Host.StateDirectory) }
+// The view (pkg/view, docs/containers.md): whether containers are told
+// their device's cap as the GPU's memory. The entries station chooses it
+// once a reconcile, for its devices and the claims' alike, and says in
+// /status what became of it.
 
-// viewChoice is whether containers get the view this reconcile: decided
-// once (chooseView), for the agent's devices and the claims' alike.
+// viewChoice is whether containers get the view this reconcile.
 type viewChoice struct {
 	// View is the view the entries give: on when mps_view_library is set
 	// and the library is there.
@@ -30,7 +29,7 @@ type viewChoice struct {
 // chooseView decides whether containers get the view: mps_view_library set
 // and the library there. Without it (off, the library missing) the devices
 // are served all the same, and their containers see the whole GPU.
-func (a *Agent) chooseView(cfg *Config) viewChoice {
+func (e *entriesStation) chooseView(cfg *Config) viewChoice {
 	lib := cfg.Host.ViewLibrary
 	c := viewChoice{state: status.View{Library: lib, State: status.ViewOn}}
 	switch why := libraryProblem(lib); {
@@ -39,26 +38,27 @@ func (a *Agent) chooseView(cfg *Config) viewChoice {
 	case why != "":
 		c.state.State, c.state.Reason = status.ViewMissing, why
 	default:
-		c.View = a.entriesSpec(cfg, cdi.View{}).ViewOf(lib)
+		c.View = e.host.ViewOf(lib)
 	}
 	return c
 }
 
-// notePruned logs what became of the views of devices that are gone:
-// each removal, and a failure to tell whether they are held (logged when
-// it changes: the views stay until it can be told).
-func (a *Agent) notePruned(p view.Pruned) {
+// notePruned logs what became of the views of devices that are gone
+// (res.Pruned): each removal, and a failure to tell whether they are held
+// (logged when it changes: the views stay until it can be told).
+func (e *entriesStation) notePruned(res entries.Result) {
+	p := res.Pruned
 	if p.Removed > 0 {
-		a.log.Info("views of devices that are gone removed", "removed", p.Removed, "held", p.Held)
+		e.log.Info("views of devices that are gone removed", "removed", p.Removed, "held", p.Held)
 	}
 	msg := ""
 	if p.Err != nil {
 		msg = p.Err.Error()
-		if msg != a.viewPruneErr {
-			a.log.Warn("views of devices that are gone kept", "err", p.Err)
+		if msg != e.viewPruneErr {
+			e.log.Warn("views of devices that are gone kept", "err", p.Err)
 		}
 	}
-	a.viewPruneErr = msg
+	e.viewPruneErr = msg
 }
 
 // libraryProblem says why the view's library cannot be mounted, "" when it
@@ -80,7 +80,7 @@ func libraryProblem(path string) string {
 }
 
 // viewPlan is what check-config says of the view: a missing library is
-// not an error (the daemon serves the devices without the view), but the
+// not an error (the daemon serves the devices without it), but the
 // operator is told.
 func viewPlan(lib string) string {
 	switch why := libraryProblem(lib); {
@@ -93,26 +93,26 @@ func viewPlan(lib string) string {
 }
 
 // noteView records what the entries gave containers of the view c chose
-// (a.viewGiven: what the accounting checks clients for), puts its state in
+// (viewGiven: what the accounting checks clients for), puts its state in
 // the status (failed when the views could not be written: the devices are
 // served without it) and logs it when it changes: a host without the
 // library says so once, not every reconcile.
-func (a *Agent) noteView(c viewChoice, res entries.Result) {
+func (e *entriesStation) noteView(c viewChoice, res entries.Result) {
 	st := c.state
 	if res.ViewErr != nil {
 		st.State, st.Reason = status.ViewFailed, res.ViewErr.Error()
 	}
-	st.Devices = len(a.views.Views())
-	a.viewGiven = res.View
-	a.mu.Lock()
-	a.status.View = &st
-	a.mu.Unlock()
+	st.Devices = len(e.host.Views.Views())
+	e.viewGiven = res.View
+	e.mu.Lock()
+	e.view = &st
+	e.mu.Unlock()
 	key := st.State + "\x00" + st.Reason
-	if key == a.viewNoted {
+	if key == e.viewNoted {
 		return
 	}
-	a.viewNoted = key
-	log := a.log.With("library", st.Library)
+	e.viewNoted = key
+	log := e.log.With("library", st.Library)
 	switch st.State {
 	case status.ViewOn:
 		log.Info("containers get their device's view: CUDA and NVML answer with the device's cap")

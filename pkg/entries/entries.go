@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 
 	"yunion.io/x/mps-daemon/pkg/cdi"
+	"yunion.io/x/mps-daemon/pkg/claim"
 	"yunion.io/x/mps-daemon/pkg/identity"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 	"yunion.io/x/mps-daemon/pkg/view"
@@ -51,7 +52,19 @@ type Result struct {
 	Pruned view.Pruned
 }
 
-// Sync makes the set's spec (w remembers its last one: cdi.Writer) hold
+// SyncDevices is Sync of the agent's devices (fixed slices, GPUs shared by
+// claims whole): the views of every name but a claim's are theirs.
+func (s Spec) SyncDevices(w *cdi.Writer, devs []cdi.Device) (Result, error) {
+	return s.sync(w, func(n vdev.Name) bool { return !claim.IsClaimName(n) }, devs)
+}
+
+// SyncClaims is Sync of the claims' own devices (pkg/claim): the views of
+// claims' names are theirs.
+func (s Spec) SyncClaims(w *cdi.Writer, devs []cdi.Device) (Result, error) {
+	return s.sync(w, claim.IsClaimName, devs)
+}
+
+// sync makes the set's spec (w remembers its last one: cdi.Writer) hold
 // exactly devs: each device's identity file made first, then, with the
 // view on, its view (the device's cap as its GPU's memory), each
 // device's IdentityFile and ViewDir set in devs; the views owns says are
@@ -59,7 +72,7 @@ type Result struct {
 // With no device the spec file is removed (CDI has no valid spec without
 // one). On an error the spec file is left as it was; an error writing it
 // comes with what became of the views.
-func (s Spec) Sync(w *cdi.Writer, owns func(vdev.Name) bool, devs []cdi.Device) (Result, error) {
+func (s Spec) sync(w *cdi.Writer, owns func(vdev.Name) bool, devs []cdi.Device) (Result, error) {
 	names := make([]vdev.Name, len(devs))
 	for i := range devs {
 		names[i] = devs[i].Name()
@@ -104,6 +117,13 @@ func (s Spec) views(owns func(vdev.Name) bool, devs []cdi.Device) (view.Pruned, 
 		}
 	}
 	return pruned, nil
+}
+
+// ForHost is where the host's entries go: its identity files and views
+// under the state directory (procRoot is where the views' writer looks for
+// the mount namespaces that hold them); the CDI options are the caller's.
+func ForHost(stateDir, procRoot string) Spec {
+	return Spec{Identity: IdentityStore(stateDir), Views: view.NewWriter(ViewStore(stateDir), procRoot)}
 }
 
 // IdentityStore holds the files that name each virtual device inside its

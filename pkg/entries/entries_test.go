@@ -24,10 +24,10 @@ func base(pipe string) cdi.Device {
 	return cdi.FromVirtual(vdev.Device{GPU: gpu.Info{UUID: uuid, Minor: 3}, MemoryLimit: 81559, ThreadPercentage: 60}, "", pipe)
 }
 
-// sync is the claims' Sync of devs: their spec, their views.
-func (s Spec) sync(w *cdi.Writer, devs []cdi.Device) (path string, changed bool, err error) {
+// claims is the claims' Sync of devs: their spec, their views.
+func (s Spec) claims(w *cdi.Writer, devs []cdi.Device) (path string, changed bool, err error) {
 	s.CDI.Kind = claim.DefaultKind
-	res, err := s.Sync(w, claim.IsClaimName, devs)
+	res, err := s.SyncClaims(w, devs)
 	return res.Path, res.Changed, err
 }
 
@@ -46,7 +46,7 @@ func TestClaimsEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	var w cdi.Writer
-	path, changed, err := s.sync(&w, []cdi.Device{d})
+	path, changed, err := s.claims(&w, []cdi.Device{d})
 	if err != nil || !changed || filepath.Base(path) != "yunion.io-mps-claim.yaml" {
 		t.Fatalf("Sync: %s %v %v", path, changed, err)
 	}
@@ -64,10 +64,10 @@ func TestClaimsEntries(t *testing.T) {
 	if got, err := os.ReadFile(idf); err != nil || string(got) != name+"\n" {
 		t.Errorf("identity file %s: %q %v", idf, got, err)
 	}
-	if _, changed, err := s.sync(&w, []cdi.Device{d}); err != nil || changed {
+	if _, changed, err := s.claims(&w, []cdi.Device{d}); err != nil || changed {
 		t.Errorf("the same claims again: changed %v, %v", changed, err)
 	}
-	if _, changed, err := s.sync(&w, nil); err != nil || !changed {
+	if _, changed, err := s.claims(&w, nil); err != nil || !changed {
 		t.Errorf("no claims: changed %v, %v", changed, err)
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
@@ -101,7 +101,7 @@ func TestClaimsViews(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cw cdi.Writer
-	path, _, err := s.sync(&cw, []cdi.Device{small, large})
+	path, _, err := s.claims(&cw, []cdi.Device{small, large})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestClaimsViews(t *testing.T) {
 		t.Errorf("the spec lacks the library or the preload list:\n%s", spec)
 	}
 	// The large claim released.
-	if _, _, err := s.sync(&cw, []cdi.Device{small}); err != nil {
+	if _, _, err := s.claims(&cw, []cdi.Device{small}); err != nil {
 		t.Fatal(err)
 	}
 	views := w.Views()
@@ -141,7 +141,7 @@ func TestClaimsViews(t *testing.T) {
 	if err := os.WriteFile(store.Dir, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	path, _, err = s.sync(&cw, []cdi.Device{small})
+	path, _, err = s.claims(&cw, []cdi.Device{small})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"yunion.io/x/mps-daemon/pkg/cdi"
-	"yunion.io/x/mps-daemon/pkg/claim"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
@@ -35,7 +34,7 @@ func (l *Ledger) syncSpecLocked() error {
 	slices.SortFunc(devs, func(a, b cdi.Device) int { return cmp.Compare(a.Name(), b.Name()) })
 	spec := *l.spec
 	spec.CDI.Kind = l.opts.ClaimKind
-	res, err := spec.Sync(&l.specW, claim.IsClaimName, devs)
+	res, err := spec.SyncClaims(&l.specW, devs)
 	if res.Pruned.Err != nil {
 		l.log.Warn("views of claims no longer prepared kept", "err", res.Pruned.Err)
 	}

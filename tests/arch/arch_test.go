@@ -149,8 +149,9 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/cdi":              {"pkg/gpu", "pkg/vdev", "pkg/identity", "pkg/view"},
 		"pkg/claim":            {"pkg/cdi", "pkg/vdev"},
 		// The one entries step, for the agent's devices and the claims'
-		// alike: identity file, view, then the CDI entry mounting both.
-		"pkg/entries": {"pkg/cdi", "pkg/identity", "pkg/vdev", "pkg/view"},
+		// alike: identity file, view, then the CDI entry mounting both;
+		// which views are the claims' is pkg/claim's.
+		"pkg/entries": {"pkg/cdi", "pkg/claim", "pkg/identity", "pkg/vdev", "pkg/view"},
 		// The one edge from the agent to every backend: what a reconcile
 		// offers (the plan per GPU: its sharing, as config names it, and
 		// its devices as the CDI spec makes their entries; where claims'
@@ -162,7 +163,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		// their own, the control logs followed (pkg/mps), the use written
 		// into the views, its part of /status.
 		"pkg/acctloop":   {"pkg/accounting", "pkg/claim", "pkg/config", "pkg/gpu", "pkg/mps", "pkg/vdev", "pkg/view"},
-		"pkg/agent":      {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/accounting", "pkg/acctloop", "pkg/cdi", "pkg/metrics", "pkg/identity", "pkg/claim", "pkg/backend", "pkg/entries", "pkg/view"},
+		"pkg/agent":      {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/accounting", "pkg/acctloop", "pkg/cdi", "pkg/metrics", "pkg/backend", "pkg/entries"},
 		"pkg/metrics":    {},
 		"pkg/statusview": {},
 		"pkg/keystone":   {},
