@@ -21,6 +21,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/acctloop"
 	"yunion.io/x/mps-daemon/pkg/backend"
+	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
@@ -188,16 +189,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopHTTP()
 
 	var edits <-chan struct{}
-	var w *watcher
+	var w *config.Watcher
 	if a.opts.WatchFiles && a.opts.ConfigPath != "" {
-		w, err = newWatcher(a.log, a.watchedFiles(a.config()))
+		w, err = config.NewWatcher(a.log, a.watchedFiles(a.config()))
 		if err != nil {
 			return err
 		}
-		go w.run(ctx)
-		edits = w.events
-		defer w.close()
-		a.onReload = func(cfg *Config) { w.set(a.watchedFiles(cfg)) }
+		go w.Run(ctx)
+		edits = w.Events()
+		defer w.Close()
+		a.onReload = func(cfg *Config) { w.Set(a.watchedFiles(cfg)) }
 	}
 	wdCtx, stopWatchdog := context.WithCancel(ctx)
 	defer stopWatchdog()
@@ -264,7 +265,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case err := <-srvErr:
 			return fmt.Errorf("health and metrics server: %w", err)
 		case <-a.opts.Reload:
-			if w != nil && w.saving() {
+			if w != nil && w.Saving() {
 				// The watcher reloads once the save in progress is over.
 				a.log.Info("SIGHUP during an in-place save: reloading once the file is quiet")
 				continue
