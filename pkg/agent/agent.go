@@ -158,7 +158,7 @@ func New(opts Options) (*Agent, error) {
 	hostname, _ := HostName(hc) // unreadable: no Hostname label; the reconcile reports the error
 	a.met = newTelemetry(hostname, a.Status)
 	host := entries.ForHost(hc.StateDirectory, hc.ProcRoot)
-	a.mps = &mpsStation{opts: &a.opts, log: a.log, met: a.met, state: &stateDir{path: hc.StateDirectory}, gpus: map[gpu.UUID]*gpuState{}}
+	a.mps = &mpsStation{opts: &a.opts, log: a.log, met: a.met, modes: gpu.NewModes(hc.StateDirectory), gpus: map[gpu.UUID]*gpuState{}}
 	a.entries = &entriesStation{opts: &a.opts, log: a.log, host: host}
 	a.devices = &devicesStation{opts: &a.opts, log: a.log}
 	a.acct = a.newAccounting(accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: host.Identity.Table, Killer: opts.Killer, Log: opts.Log}))

@@ -283,7 +283,7 @@ func TestComputeModeIsSetOnceAndTheOriginalRemembered(t *testing.T) {
 	if len(h.backend.setModes) != 2 {
 		t.Fatalf("compute mode set %v; want each GPU once", h.backend.setModes)
 	}
-	modes, err := (&stateDir{path: h.cfg.Host.StateDirectory}).previousModes()
+	modes, err := gpu.NewModes(h.cfg.Host.StateDirectory).Previous()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,8 +299,8 @@ func TestComputeModeLeftAloneWhenConfigured(t *testing.T) {
 	if err := h.agent.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(h.cfg.Host.StateDirectory, computeModeFile)); !os.IsNotExist(err) {
-		t.Errorf("nothing to remember, but %s exists", computeModeFile)
+	if _, err := os.Stat(filepath.Join(h.cfg.Host.StateDirectory, gpu.ModeFile)); !os.IsNotExist(err) {
+		t.Errorf("nothing to remember, but %s exists", gpu.ModeFile)
 	}
 }
 

@@ -19,14 +19,14 @@ import (
 // mpsStation is the agent's MPS: one control daemon per GPU (or one for
 // all, the single layout: layout.go), each prepared with its limits read
 // back (here), watched (health.go), retired once out of the plan and
-// unused (retire.go), the compute modes it changed remembered (state.go).
+// unused (retire.go), the compute modes it changed remembered (gpu.Modes).
 // Its part of /status is the GPUs and the retiring ones. Loop-owned but
 // for that part.
 type mpsStation struct {
 	opts  *Options // the agent's: its runner and GPU backend
 	log   *slog.Logger
 	met   *telemetry
-	state *stateDir
+	modes *gpu.Modes
 	gpus  map[gpu.UUID]*gpuState // every GPU the agent runs MPS for
 	// layout is the single pipe layout's device list and threads; planned
 	// the last plan's devices by GPU.
@@ -207,7 +207,7 @@ func (m *mpsStation) rememberModes(cfg *Config, p *plan.Plan, todo []int) {
 	if len(modes) < 2 {
 		return
 	}
-	if err := m.state.rememberModes(modes); err != nil {
+	if err := m.modes.RememberAll(modes); err != nil {
 		m.log.Debug("compute modes not remembered together; each GPU remembers its own", "err", err)
 	}
 }
@@ -272,7 +272,7 @@ func (m *mpsStation) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPla
 	}
 
 	if hc.SetExclusiveComputeMode && g.ComputeMode != gpu.ComputeModeExclusiveProcess {
-		if err := m.state.rememberMode(g.UUID, g.ComputeMode); err != nil {
+		if err := m.modes.Remember(g.UUID, g.ComputeMode); err != nil {
 			return fail("remembering the compute mode: %v", err)
 		}
 		if err := m.opts.Backend.SetComputeMode(ctx, g.UUID, gpu.ComputeModeExclusiveProcess); err != nil {

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"cmp"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -27,7 +26,7 @@ import (
 // other ordinal its own GPU's (plan.SharedMemoryLimits). The list puts the
 // GPU of the largest cap first (then PCI order), so that ordinal 0's limit
 // is that GPU's own cap too, and a client that sees every GPU (Cloudpods'
-// pods) is held to each GPU's own cap (sharedOrder). The one thread
+// pods) is held to each GPU's own cap (plan.SharedOrder). The one thread
 // percentage every device shares is likewise the largest the policy gives
 // any GPU (Cloudpods' own daemon: 100/minN).
 
@@ -53,7 +52,7 @@ func layoutOf(cfg *Config, p *plan.Plan) singleLayout {
 	}
 	var l singleLayout
 	// The edge: the control's environment is strings (pkg/mps).
-	order := sharedOrder(p)
+	order := p.SharedOrder()
 	env := make([]string, len(order))
 	for i, u := range order {
 		env[i] = u.String()
@@ -62,26 +61,6 @@ func layoutOf(cfg *Config, p *plan.Plan) singleLayout {
 	l.defaults = p.SharedDefaults()
 	l.plan = p
 	return l
-}
-
-// sharedOrder is the single daemon's device list for p: the planned GPUs
-// by their cap, largest first, then in PCI order (p.GPUs' order).
-func sharedOrder(p *plan.Plan) []gpu.UUID {
-	gps := slices.Clone(p.GPUs)
-	slices.SortStableFunc(gps, func(a, b plan.GPUPlan) int { return cmp.Compare(capOf(b), capOf(a)) })
-	out := make([]gpu.UUID, len(gps))
-	for i, gp := range gps {
-		out[i] = gp.GPU.UUID
-	}
-	return out
-}
-
-// capOf is the memory cap of gp's devices (all alike), 0 with none.
-func capOf(gp plan.GPUPlan) units.MiB {
-	if len(gp.Devices) == 0 {
-		return 0
-	}
-	return gp.Devices[0].MemoryLimit
 }
 
 // sharedMemoryLimit is the limit the single daemon must hold on the

@@ -88,7 +88,7 @@ func (m *mpsStation) retireUnplanned(ctx context.Context, r *round) []gpu.UUID {
 // taken back into the configuration is set again and its mode recorded
 // again. GPUs that are not present are left for later.
 func (m *mpsStation) restoreModes(ctx context.Context, cfg *Config, planned map[gpu.UUID]bool, present map[gpu.UUID]gpu.Info, retiring []gpu.UUID) {
-	modes, err := m.state.previousModes()
+	modes, err := m.modes.Previous()
 	if err != nil {
 		m.log.Warn("reading the recorded compute modes", "err", err)
 		return
@@ -121,7 +121,7 @@ func (m *mpsStation) restoreMode(ctx context.Context, uuid gpu.UUID, name string
 	if err != nil {
 		return false, fmt.Errorf("restoring compute mode of %s: %w", uuid, err)
 	}
-	if err := m.state.forgetMode(uuid); err != nil {
+	if err := m.modes.Forget(uuid); err != nil {
 		return true, fmt.Errorf("forgetting the restored compute mode of %s: %w", uuid, err)
 	}
 	return true, nil

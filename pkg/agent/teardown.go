@@ -57,7 +57,7 @@ func (a *Agent) Teardown(ctx context.Context, force bool, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "%s: MPS control daemon stopped\n", uuid)
 	}
-	modes, err := a.mps.state.previousModes()
+	modes, err := a.mps.modes.Previous()
 	if err != nil {
 		errs = append(errs, err)
 	}
