@@ -1,9 +1,12 @@
 // Package agent is the host daemon: it turns the configuration and the GPUs
-// NVML reports into MPS control daemons with enforced caps, and those into
-// virtual devices in the inventory; it follows configuration edits, watches
-// MPS health and keeps the inventory in step. Everything it touches comes in
-// through Options, so tests run it against simulated GPUs and MPS and a real
-// inventory.
+// NVML reports into a plan, and the plan into MPS control daemons with
+// enforced caps, the devices' entries (identity files, views, the CDI
+// spec) and their records in the backend (the inventory, a Cloudpods
+// region, Kubernetes); it follows configuration edits, watches MPS health
+// and keeps the backend in step. A reconcile is the plan handed down a row
+// of stations, each owning its state and its part of /status
+// (reconcile.go). Everything it touches comes in through Options, so tests
+// run it against simulated GPUs and MPS and a real inventory.
 package agent
 
 import (
@@ -29,12 +32,13 @@ import (
 )
 
 // DeviceBackend is where the host's virtual devices go, the one edge from
-// the agent to a backend: once per reconcile the agent hands it what the
-// plan has (backend.Offer: the GPUs, each with how it is shared and its
-// limits, and the devices as rows) and takes back what it holds
-// (backend.Answer). mps-inventory and a Cloudpods region are
-// backend.Rows over their clients, Kubernetes is pkg/dra; each turns the
-// offer into its own records.
+// the agent to a backend: once per reconcile the agent hands it the plan
+// (backend.Offer: the GPUs, each with how it is shared, its limits and its
+// devices as the CDI spec makes their entries) and takes back what it
+// holds (backend.Answer: per device its holder and whether it waits to be
+// removed, the claims' own devices). mps-inventory and a Cloudpods region
+// are backend.Rows over their clients, Kubernetes is pkg/dra; each turns
+// the offer into its own records.
 type DeviceBackend interface {
 	Sync(ctx context.Context, o backend.Offer) (backend.Answer, error)
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // Compatibility spellings. A GPU shared by claims of any size (the device
-// YAML's sharing: claims) was first called "sized", and three spellings of
+// YAML's sharing: claims) was first called "sized", and four spellings of
 // that name stay because something outside this process holds them; each
 // may go only when nothing written before its change is left:
 //   - the device attribute "sized" (dra.AttrSized): the DeviceClasses of
@@ -27,6 +27,9 @@ import (
 //     allocated before an upgrade name the device by it, and a renamed
 //     device would leave them naming one that is not published. It may go
 //     only on a node drained of such claims (a new driver name, say).
+//   - the DeviceClass sized.mps.yunion.io (deploy/kubernetes): claims and
+//     workloads name it. It may go when a class of the new name has been
+//     shipped beside it for a release, and no claim names the old one.
 // Everything else says claims: backend.GPU.Sharing, config.SharingClaims,
 // the attribute dra.AttrSharing, the capacity "claims".
 
