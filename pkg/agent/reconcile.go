@@ -95,6 +95,19 @@ type round struct {
 	remaining map[string]bool
 }
 
+// newRound is a round of plan p, made of cfg against the GPUs present;
+// listed are the backend's holdings as the last sync left them.
+func newRound(cfg *Config, p *plan.Plan, present []gpu.Info, full bool, listed map[vdev.Name]listed) *round {
+	r := &round{cfg: cfg, plan: p, full: full, present: map[gpu.UUID]gpu.Info{}, planned: map[gpu.UUID][]vdev.Device{}, listed: listed}
+	for _, g := range present {
+		r.present[g.UUID] = g
+	}
+	for _, gp := range p.GPUs {
+		r.planned[gp.GPU.UUID] = gp.Devices
+	}
+	return r
+}
+
 func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 	start := time.Now()
 	defer func() { a.met.observe(time.Since(start), err) }()
@@ -103,13 +116,7 @@ func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 	if err != nil {
 		return a.fail(withKind(metrics.ErrorConfig, fmt.Errorf("invalid configuration, nothing changed: %w", err)))
 	}
-	r := &round{cfg: cfg, plan: p, full: full, present: map[gpu.UUID]gpu.Info{}, planned: map[gpu.UUID][]vdev.Device{}, listed: a.devices.listed}
-	for _, g := range gpus {
-		r.present[g.UUID] = g
-	}
-	for _, gp := range p.GPUs {
-		r.planned[gp.GPU.UUID] = gp.Devices
-	}
+	r := newRound(cfg, p, gpus, full, a.devices.listed)
 	for _, s := range a.row() {
 		if err := s(ctx, r); err != nil {
 			return a.fail(err)
