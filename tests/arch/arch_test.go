@@ -162,7 +162,12 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		// The accounting's station: pkg/accounting's passes in a loop of
 		// their own, the control logs followed (pkg/mps), the use written
 		// into the views, its part of /status.
-		"pkg/acctloop":   {"pkg/accounting", "pkg/claim", "pkg/config", "pkg/gpu", "pkg/mps", "pkg/vdev", "pkg/view"},
+		"pkg/acctloop": {"pkg/accounting", "pkg/claim", "pkg/config", "pkg/gpu", "pkg/mps", "pkg/vdev", "pkg/view"},
+		// The agent, a row of stations: the plan (and its config and GPUs),
+		// MPS, the entries, the edge, the accounting's station (and the
+		// Accountant it wires), its metrics. No row, no sync of rows, no
+		// view or identity file of its own: those are the stations'
+		// packages'.
 		"pkg/agent":      {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/accounting", "pkg/acctloop", "pkg/cdi", "pkg/metrics", "pkg/backend", "pkg/entries"},
 		"pkg/metrics":    {},
 		"pkg/statusview": {},
