@@ -1,12 +1,16 @@
 // Package agent is the host daemon: it turns the configuration and the GPUs
-// NVML reports into MPS control daemons with enforced caps, and those into
-// virtual devices in the inventory; it follows configuration edits, watches
-// MPS health and keeps the inventory in step. Everything it touches comes in
-// through Options, so tests run it against simulated GPUs and MPS and a real
-// inventory.
+// NVML reports into a plan, and the plan into MPS control daemons with
+// enforced caps, the devices' entries (identity files, views, the CDI
+// spec) and their records in the backend (the inventory, a Cloudpods
+// region, Kubernetes); it follows configuration edits, watches MPS health
+// and keeps the backend in step. A reconcile is the plan handed down a row
+// of stations, each owning its state and its part of /status
+// (reconcile.go). Everything it touches comes in through Options, so tests
+// run it against simulated GPUs and MPS and a real inventory.
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,24 +22,24 @@ import (
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
+	"yunion.io/x/mps-daemon/pkg/acctloop"
 	"yunion.io/x/mps-daemon/pkg/backend"
-	"yunion.io/x/mps-daemon/pkg/cdi"
-	"yunion.io/x/mps-daemon/pkg/claim"
+	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/nri"
 	"yunion.io/x/mps-daemon/pkg/status"
-	"yunion.io/x/mps-daemon/pkg/vdev"
-	"yunion.io/x/mps-daemon/pkg/view"
 )
 
 // DeviceBackend is where the host's virtual devices go, the one edge from
-// the agent to a backend: once per reconcile the agent hands it what the
-// plan has (backend.Offer: the GPUs, each with how it is shared and its
-// limits, and the devices as rows) and takes back what it holds
-// (backend.Answer). mps-inventory and a Cloudpods region are
-// backend.Rows over their clients, Kubernetes is pkg/dra; each turns the
-// offer into its own records.
+// the agent to a backend: once per reconcile the agent hands it the plan
+// (backend.Offer: the GPUs, each with how it is shared, its limits and its
+// devices as the CDI spec makes their entries) and takes back what it
+// holds (backend.Answer: per device its holder and whether it waits to be
+// removed, the claims' own devices). mps-inventory and a Cloudpods region
+// are backend.Rows over their clients, Kubernetes is pkg/dra; each turns
+// the offer into its own records.
 type DeviceBackend interface {
 	Sync(ctx context.Context, o backend.Offer) (backend.Answer, error)
 }
@@ -90,7 +94,7 @@ type Options struct {
 	// their directories, so editors that replace the file are seen).
 	WatchFiles bool
 	// ClientPollInterval is how often the accounting polls the GPUs that
-	// have MPS clients (acctloop.go); 0 is DefaultClientPollInterval.
+	// have MPS clients (pkg/acctloop); 0 is acctloop.DefaultPollInterval.
 	ClientPollInterval time.Duration
 	// NRI is the NRI plugin that gives Cloudpods pods their slice's edits
 	// (host.conf mps_nri, pkg/nri); nil: none. Run runs it (nri.go).
@@ -98,34 +102,27 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// Agent is the running daemon.
+// Agent is the running daemon: its loops (Run) and the row of stations a
+// reconcile goes down (reconcile.go), each owning its state and its part
+// of /status.
 type Agent struct {
 	opts   Options
 	log    *slog.Logger
-	state  *stateDir
 	met    *telemetry
 	notify Notifier
+	// The stations: MPS per GPU (gpu.go), the devices' entries and the
+	// view (cdi.go, view.go), the backend's sync (inventory.go), the NRI
+	// plugin's devices (nri.go), the accounting (pkg/acctloop, whose loop
+	// runs beside Run's with a heartbeat of its own, acctBeat, that the
+	// watchdog reads).
+	mps      *mpsStation
+	entries  *entriesStation
+	devices  *devicesStation
+	nri      *nriStation
+	acct     *acctloop.Loop
+	acctBeat heartbeat
 	// loop-owned: only the Run loop (or a test calling Reconcile) touches
 	// these, never concurrently.
-	hostID  string
-	gpus    map[gpu.UUID]*gpuState     // by UUID: every GPU the agent runs MPS for
-	planned map[gpu.UUID][]vdev.Device // by GPU UUID
-	layout  singleLayout               // the single pipe layout's device list and threads
-	present map[gpu.UUID]gpu.Info      // the GPUs NVML lists, by UUID
-	// listed are the host's devices as the last sync left them in the
-	// inventory (inventory.go): their ids, guests and held devices.
-	listed map[vdev.Name]listed
-	// claims are the own devices of the claims the backend had prepared
-	// at the last sync (Kubernetes), billed as virtual devices.
-	claims []claim.Held
-	acct   *accounting.Accountant
-	// guard stands between the agent and its control daemons: the
-	// privileged sockets out of the pipe directories, the commands sent
-	// remembered (mps.Guard; foreign.go).
-	guard *mps.Guard
-	// al reaches the accounting loop, which alone uses acct while Run
-	// runs (acctloop.go).
-	al        *acctLoop
 	readySent bool
 	// onReload follows a new configuration (the file watcher re-aims).
 	onReload func(*Config)
@@ -137,35 +134,13 @@ type Agent struct {
 	// rootOverride are Options' SysfsRoot and DevRoot as given (the
 	// simulated host's), before host.conf's fill them: a reload validates
 	// the files against the roots the next start would use.
-	rootOverride struct{ sysfs, dev string }
-	// classes (loop-owned): the QoS class each device's CDI spec entry
-	// last carried, for a device that leaves the plan while held.
-	classes map[vdev.Name]vdev.Class
-	// spec (loop-owned) writes the CDI spec, encoding it again only when
-	// what it is built from changed (cdi.Writer).
-	spec cdi.Writer
-	// identitiesMade (loop-owned): a reconcile of this process has made
-	// every planned device's identity file ahead of the spec
-	// (startIdentities).
-	identitiesMade bool
-	// views keeps the devices' views (pkg/view; view.go), shared with the
-	// claims' spec. Loop-owned: viewOpts, what the last CDI write gave
-	// containers; viewNoted, the state last logged; viewUsedErr, the last
-	// failure to write the use into the views; viewPruneErr, the last
-	// failure to remove views of gone devices.
-	views        *view.Writer
-	viewOpts     cdi.View
-	viewNoted    string
-	viewUsedErr  string
-	viewPruneErr string
+	rootOverride struct{ sys, dev string }
 
-	mu         sync.Mutex // guards cfg, generation, status and clientSources, read by HTTP handlers
+	mu         sync.Mutex // guards cfg, generation and status, read by HTTP handlers
 	cfg        *Config
 	generation int
-	status     status.Status
-	// clientSources are the last accounting pass's clients by how they
-	// were billed, by GPU (accountstatus.go).
-	clientSources map[gpu.UUID]map[string]int
+	// status is the agent's own part of /status (the stations fill theirs).
+	status status.Status
 }
 
 // New checks the options and builds an Agent; it starts nothing.
@@ -186,31 +161,20 @@ func New(opts Options) (*Agent, error) {
 		opts.Mode = ModeCloudpods
 	}
 	hc := opts.Config.Host
-	override := struct{ sysfs, dev string }{opts.SysfsRoot, opts.DevRoot}
-	if opts.SysfsRoot == "" {
-		opts.SysfsRoot = hc.SysfsRoot
-	}
-	if opts.DevRoot == "" {
-		opts.DevRoot = hc.DevRoot
-	}
-	a := &Agent{
-		opts:       opts,
-		log:        opts.Log.With("component", "agent"),
-		state:      &stateDir{path: hc.StateDirectory},
-		notify:     opts.Notifier,
-		gpus:       map[gpu.UUID]*gpuState{},
-		acct:       accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: identityStore(opts.Config).Table, Pods: podFinder(hc), Killer: opts.Killer, Log: opts.Log}),
-		views:      view.NewWriter(viewStore(opts.Config), hc.ProcRoot),
-		guard:      mps.NewGuard(opts.Log.With("component", "mps")),
-		al:         newAcctLoop(),
-		cfg:        opts.Config,
-		generation: 1,
-	}
-	a.rootOverride = override
-	a.status.Simulated = opts.Simulated
-	a.status.ConfigGeneration = 1
+	override := struct{ sys, dev string }{opts.SysfsRoot, opts.DevRoot}
+	opts.SysfsRoot, opts.DevRoot = cmp.Or(opts.SysfsRoot, hc.SysfsRoot), cmp.Or(opts.DevRoot, hc.DevRoot)
+	a := &Agent{opts: opts, log: opts.Log.With("component", "agent"), notify: opts.Notifier, rootOverride: override, cfg: opts.Config, generation: 1}
+	a.status.Simulated, a.status.ConfigGeneration = opts.Simulated, 1
 	hostname, _ := HostName(hc) // unreadable: no Hostname label; the reconcile reports the error
 	a.met = newTelemetry(hostname, a.Status)
+	host := entries.ForHost(hc.StateDirectory, hc.ProcRoot)
+	a.mps = &mpsStation{opts: &a.opts, log: a.log, met: a.met, modes: gpu.NewModes(hc.StateDirectory), guard: mps.NewGuard(opts.Log.With("component", "mps")),
+		gpus: map[gpu.UUID]*gpuState{}}
+	a.entries = &entriesStation{opts: &a.opts, log: a.log, host: host}
+	a.devices = &devicesStation{opts: &a.opts, log: a.log}
+	a.nri = &nriStation{plugin: opts.NRI, entries: a.entries}
+	a.acct = a.newAccounting(accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: host.Identity.Table, Pods: acctloop.PodFinder(hc),
+		Killer: opts.Killer, Log: opts.Log}))
 	return a, nil
 }
 
@@ -238,27 +202,27 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopHTTP()
 
 	var edits <-chan struct{}
-	var w *watcher
+	var w *config.Watcher
 	if a.opts.WatchFiles && a.opts.ConfigPath != "" {
-		w, err = newWatcher(a.log, a.watchedFiles(a.config()))
+		w, err = config.NewWatcher(a.log, a.watchedFiles(a.config()))
 		if err != nil {
 			return err
 		}
-		go w.run(ctx)
-		edits = w.events
-		defer w.close()
-		a.onReload = func(cfg *Config) { w.set(a.watchedFiles(cfg)) }
+		go w.Run(ctx)
+		edits = w.Events()
+		defer w.Close()
+		a.onReload = func(cfg *Config) { w.Set(a.watchedFiles(cfg)) }
 	}
 	wdCtx, stopWatchdog := context.WithCancel(ctx)
 	defer stopWatchdog()
 	go a.watchdog(wdCtx)
-	// The accounting loop (acctloop.go) stops with Run; a pass stuck in a
+	// The accounting loop (pkg/acctloop) stops with Run; a pass stuck in a
 	// call that ignores its context (NVML in the kernel) is not waited for
 	// longer than acctStopWait.
 	acctCtx, stopAccounting := context.WithCancel(ctx)
 	acctDone := make(chan struct{})
-	go func() { defer close(acctDone); a.runAccounting(acctCtx) }()
-	stopNRI := a.runNRI(ctx)
+	go func() { defer close(acctDone); a.acct.Run(acctCtx) }()
+	stopNRI := a.nri.run(ctx)
 	defer stopNRI()
 	defer func() {
 		stopAccounting()
@@ -286,8 +250,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		wait := a.config().Host.SyncInterval
 		var err error
 		a.step(ctx, "reconcile", func(ctx context.Context) { err = a.reconcile(ctx, full) })
-		a.publishAccounting(false)
-		a.publishNRI()
+		a.acct.Publish(a.accountInputs(), false)
 		if err != nil && ctx.Err() == nil {
 			failures++
 			wait = backoff(failures, wait)
@@ -317,7 +280,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case err := <-srvErr:
 			return fmt.Errorf("health and metrics server: %w", err)
 		case <-a.opts.Reload:
-			if w != nil && w.saving() {
+			if w != nil && w.Saving() {
 				// The watcher reloads once the save in progress is over.
 				a.log.Info("SIGHUP during an in-place save: reloading once the file is quiet")
 				continue
@@ -331,11 +294,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			reload("held change settled")
 		case <-health.C:
 			var changed bool
-			a.step(ctx, "health probe", func(ctx context.Context) { changed = a.probe(ctx) })
+			a.step(ctx, "health probe", func(ctx context.Context) { changed = a.mps.probe(ctx) })
 			if changed {
 				reconcile(false)
 			}
-			a.publishAccounting(true)
+			a.acct.Publish(a.accountInputs(), true)
 		case <-next.C:
 			reconcile(true)
 		}
@@ -396,19 +359,19 @@ func backoff(failures int, max time.Duration) time.Duration {
 	return d + time.Duration(rand.Int64N(int64(d)/5+1))
 }
 
-// Status is a copy of what the agent last did.
+// Status is a copy of what the agent last did: its own part, then each
+// station's.
 func (a *Agent) Status() status.Status {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	s := a.status
-	s.GPUs = append([]status.GPU(nil), a.status.GPUs...)
-	s.Retiring = append([]string(nil), a.status.Retiring...)
-	s.Devices = append([]status.Device(nil), a.status.Devices...)
-	s.Claims = append([]status.Claim(nil), a.status.Claims...)
 	s.RestartPending = append([]string(nil), a.status.RestartPending...)
+	a.mu.Unlock()
+	for _, fill := range a.stations() {
+		fill(&s)
+	}
 	s.Loop = a.beat.status()
-	if al := a.al.beat.status(); al.Stalled && !s.Loop.Stalled {
-		s.Loop = al // the accounting loop's stall (acctloop.go)
+	if al := a.acctBeat.status(); al.Stalled && !s.Loop.Stalled {
+		s.Loop = al // the accounting loop's stall
 	}
 	return s
 }

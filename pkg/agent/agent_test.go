@@ -163,6 +163,19 @@ func newHarness(t testing.TB, hostConf, devices string) *harness {
 	return h
 }
 
+// logTo makes h's agent anew, its options as they are, logging to w: the
+// agent and every station of its row.
+func (h *harness) logTo(t testing.TB, w io.Writer) {
+	t.Helper()
+	o := h.agent.opts
+	o.Log = slog.New(slog.NewTextHandler(w, nil))
+	a, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.agent = a
+}
+
 // fixture is testdata/<name> with $DIR and $INVENTORY set to the
 // harness's, then extra.
 func (h *harness) fixture(t testing.TB, name, extra string) []byte {
@@ -270,7 +283,7 @@ func TestComputeModeIsSetOnceAndTheOriginalRemembered(t *testing.T) {
 	if len(h.backend.setModes) != 2 {
 		t.Fatalf("compute mode set %v; want each GPU once", h.backend.setModes)
 	}
-	modes, err := (&stateDir{path: h.cfg.Host.StateDirectory}).previousModes()
+	modes, err := gpu.NewModes(h.cfg.Host.StateDirectory).Previous()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,8 +299,8 @@ func TestComputeModeLeftAloneWhenConfigured(t *testing.T) {
 	if err := h.agent.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(h.cfg.Host.StateDirectory, computeModeFile)); !os.IsNotExist(err) {
-		t.Errorf("nothing to remember, but %s exists", computeModeFile)
+	if _, err := os.Stat(filepath.Join(h.cfg.Host.StateDirectory, gpu.ModeFile)); !os.IsNotExist(err) {
+		t.Errorf("nothing to remember, but %s exists", gpu.ModeFile)
 	}
 }
 
@@ -326,7 +339,7 @@ func TestAGPUWhoseMPSFailsIsMarkedUnhealthyAndTheOthersAreOffered(t *testing.T) 
 	}
 	// The daemon can start again: the devices come back by themselves.
 	h.agent.opts.Runner = h.runner
-	h.agent.gpus = map[gpu.UUID]*gpuState{}
+	h.agent.mps.gpus = map[gpu.UUID]*gpuState{}
 	if err := h.agent.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/claim"
+	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/units"
@@ -24,7 +25,7 @@ type claimsBackend struct {
 	rows   *backend.Rows
 	mu     sync.Mutex
 	offers []backend.Offer
-	claims []claim.Held
+	claims []claim.Device
 }
 
 func (s *claimsBackend) Sync(ctx context.Context, o backend.Offer) (backend.Answer, error) {
@@ -33,7 +34,7 @@ func (s *claimsBackend) Sync(ctx context.Context, o backend.Offer) (backend.Answ
 	held := s.claims
 	s.mu.Unlock()
 	a, err := s.rows.Sync(ctx, o)
-	a.Claims = held
+	a.ClaimDevices = held
 	return a, err
 }
 
@@ -77,22 +78,25 @@ func TestClaimsOfAnySizeAreToldAndAccounted(t *testing.T) {
 	}
 	g0, g1 := twoGPUs()[0].UUID, twoGPUs()[1].UUID
 	offer := inv.lastOffer()
-	gpus, spec := offer.GPUs, offer.Claims
+	gpus, spec := offer.GPUs, offer.ClaimSpec
 	if len(gpus) != 2 {
 		t.Fatalf("the backend was offered %d GPUs, want 2", len(gpus))
 	}
 	a, b := gpus[0], gpus[1]
-	if a.Device.GPU.UUID != g0 || !a.Claims || a.VirtualNumber != 4 || !a.Healthy || a.Device.MemoryLimit != h200Memory || a.Device.ThreadPercentage != 100 || a.Device.PipeDir != h.pipeDir(0) {
+	if len(a.Devices) != 1 || len(b.Devices) != 2 {
+		t.Fatalf("offered %d and %d devices, want 1 (GPU 0 whole) and 2 (GPU 1 in two)", len(a.Devices), len(b.Devices))
+	}
+	if ad := a.Devices[0]; ad.GPU.UUID != g0 || !a.Sharing.Claims() || a.VirtualNumber != 4 || !a.Healthy || ad.MemoryLimit != h200Memory || ad.ThreadPercentage != 100 || ad.PipeDir != h.pipeDir(0) {
 		t.Errorf("GPU 0 as offered: %+v", a)
 	}
-	if b.Device.GPU.UUID != g1 || b.Claims || b.VirtualNumber != 2 || b.Device.MemoryLimit != h200Memory/2 {
+	if bd := b.Devices[1]; bd.GPU.UUID != g1 || b.Sharing.Claims() || b.VirtualNumber != 2 || bd.MemoryLimit != h200Memory/2 || bd.Index != 1 {
 		t.Errorf("GPU 1 as offered: %+v", b)
 	}
-	if spec.CDI.Dir != h.cfg.Host.CDIDirectory || spec.Identity != identityStore(h.cfg) {
+	if spec.CDI.Dir != h.cfg.Host.CDIDirectory || spec.Identity != entries.IdentityStore(h.cfg.Host.StateDirectory) {
 		t.Errorf("where claims' entries go: %+v", spec)
 	}
-	if len(offer.Rows) != 3 || offer.Host != "node-1" {
-		t.Errorf("offered host %q and %d rows, want node-1 and 3 (GPU 0 whole, GPU 1 in two)", offer.Host, len(offer.Rows))
+	if offer.Host != "node-1" {
+		t.Errorf("offered host %q, want node-1", offer.Host)
 	}
 	def, err := mps.NewController(h.runner, mps.Env{PipeDir: h.pipeDir(0)}, 5e9, nil).Defaults(ctx)
 	if err != nil || def.MemoryLimit < h200Memory-1024 || def.ThreadPercentage != 100 {
@@ -101,7 +105,7 @@ func TestClaimsOfAnySizeAreToldAndAccounted(t *testing.T) {
 
 	const gib = 1 << 30
 	inv.mu.Lock()
-	inv.claims = []claim.Held{
+	inv.claims = []claim.Device{
 		{Device: vdev.Device{GPU: gpu.Info{UUID: g0}, Index: claim.IndexBase, MemoryLimit: 20 << 10, ThreadPercentage: 100}, Claim: "default/c0", UID: "u0"},
 		{Device: vdev.Device{GPU: gpu.Info{UUID: g0}, Index: claim.IndexBase + 1, MemoryLimit: 10 << 10, ThreadPercentage: 100}, Claim: "default/c1", UID: "u1"},
 		{Device: vdev.Device{GPU: gpu.Info{UUID: g0}, Index: claim.IndexBase + 2, MemoryLimit: 10 << 10, ThreadPercentage: 30}, Claim: "default/c2", UID: "u2"},

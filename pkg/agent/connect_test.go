@@ -285,7 +285,7 @@ func TestClaimClientsEscapingAreKilledAsTheyConnect(t *testing.T) {
 	}
 	g0 := twoGPUs()[0].UUID
 	inv.mu.Lock()
-	inv.claims = []claim.Held{
+	inv.claims = []claim.Device{
 		{Device: vdev.Device{GPU: gpu.Info{UUID: g0}, Index: claimIndex(0), MemoryLimit: 20 << 10, ThreadPercentage: 100}, Claim: "default/c0", UID: "u0"},
 		{Device: vdev.Device{GPU: gpu.Info{UUID: g0}, Index: claimIndex(1), MemoryLimit: 10 << 10, ThreadPercentage: 30}, Claim: "default/c1", UID: "u1"},
 	}

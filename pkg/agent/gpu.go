@@ -13,7 +13,60 @@ import (
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/plan"
 	"yunion.io/x/mps-daemon/pkg/status"
+	"yunion.io/x/mps-daemon/pkg/vdev"
 )
+
+// mpsStation is the agent's MPS: one control daemon per GPU (or one for
+// all, the single layout: layout.go), each prepared with its limits read
+// back (here), watched (health.go), retired once out of the plan and
+// unused (retire.go), the compute modes it changed remembered (gpu.Modes).
+// Its part of /status is the GPUs and the retiring ones. Loop-owned but
+// for that part.
+type mpsStation struct {
+	opts  *Options // the agent's: its runner and GPU backend
+	log   *slog.Logger
+	met   *telemetry
+	modes *gpu.Modes
+	// guard stands between the station and its control daemons: the
+	// privileged sockets out of the pipe directories, the commands sent
+	// remembered (mps.Guard; pkg/acctloop's foreign.go reads them).
+	guard *mps.Guard
+	gpus  map[gpu.UUID]*gpuState // every GPU the agent runs MPS for
+	// layout is the single pipe layout's device list and threads; planned
+	// the last plan's devices by GPU.
+	layout  singleLayout
+	planned map[gpu.UUID][]vdev.Device
+
+	mu       sync.Mutex
+	statuses []status.GPU
+	retired  []string // the GPUs retiring
+}
+
+// prepare is the MPS stage: each planned GPU prepared, or taken as it was
+// (prepareGPUs); the GPUs' status and failures handed on in r.
+func (m *mpsStation) prepare(ctx context.Context, r *round) error {
+	m.layout = layoutOf(r.cfg, r.plan)
+	m.planned = r.planned
+	r.gpus, r.errs = m.prepareGPUs(ctx, r.cfg, r.plan, r.full)
+	r.priorities = map[gpu.UUID]int{}
+	for uuid, gs := range m.gpus {
+		if gs.limits != (mps.Limits{}) {
+			r.priorities[uuid] = gs.limits.ClientPriority
+		}
+	}
+	m.mu.Lock()
+	m.statuses = r.gpus
+	m.mu.Unlock()
+	return nil
+}
+
+// status fills the station's part of /status.
+func (m *mpsStation) status(st *status.Status) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st.GPUs = append([]status.GPU(nil), m.statuses...)
+	st.Retiring = append([]string(nil), m.retired...)
+}
 
 // The MPS stage of a reconcile. A GPU is prepared
 // (prepareGPU: compute mode, control daemon, limits set and read back) when
@@ -89,7 +142,7 @@ func targetOf(env mps.Env, cfg *Config, gp plan.GPUPlan, want mps.Limits) gpuTar
 // prepared at once, one goroutine each: a start (or a full reconcile) then
 // waits for the slowest GPU, not for the sum of them. In the single layout
 // they share one daemon and are prepared one after the other.
-func (a *Agent) prepareGPUs(ctx context.Context, cfg *Config, p *plan.Plan, full bool) ([]status.GPU, []error) {
+func (m *mpsStation) prepareGPUs(ctx context.Context, cfg *Config, p *plan.Plan, full bool) ([]status.GPU, []error) {
 	statuses := make([]status.GPU, len(p.GPUs))
 	kinds := make([]metrics.ErrorKind, len(p.GPUs))
 	states := make([]*gpuState, len(p.GPUs))
@@ -97,25 +150,25 @@ func (a *Agent) prepareGPUs(ctx context.Context, cfg *Config, p *plan.Plan, full
 	var todo []int // the GPUs to prepare
 	for i, gp := range p.GPUs {
 		uuid := gp.GPU.UUID
-		gs := a.gpu(cfg, uuid)
-		if cfg.single() && gs.env.VisibleDevices != a.layout.visible {
-			delete(a.gpus, uuid) // the planned GPUs changed: a controller for the new list
-			gs = a.gpu(cfg, uuid)
+		gs := m.gpu(cfg, uuid)
+		if cfg.single() && gs.env.VisibleDevices != m.layout.visible {
+			delete(m.gpus, uuid) // the planned GPUs changed: a controller for the new list
+			gs = m.gpu(cfg, uuid)
 		}
 		states[i] = gs
-		wants[i] = a.limitsOf(cfg, gp)
+		wants[i] = m.limitsOf(cfg, gp)
 		st := plannedStatus(gp, wants[i])
 		st.PipeDirectory = gs.env.PipeDir
-		if !full && a.current(cfg, gp, gs, wants[i]) {
+		if !full && m.current(cfg, gp, gs, wants[i]) {
 			statuses[i] = observed(st, gs.last)
 			continue
 		}
 		statuses[i] = st
 		todo = append(todo, i)
 	}
-	a.rememberModes(cfg, p, todo)
+	m.rememberModes(cfg, p, todo)
 	prepare := func(i int) {
-		statuses[i], kinds[i] = a.prepareGPU(ctx, cfg, p.GPUs[i], wants[i], statuses[i])
+		statuses[i], kinds[i] = m.prepareGPU(ctx, cfg, p.GPUs[i], wants[i], statuses[i])
 	}
 	if cfg.single() || len(todo) < 2 {
 		for _, i := range todo {
@@ -145,7 +198,7 @@ func (a *Agent) prepareGPUs(ctx context.Context, cfg *Config, p *plan.Plan, full
 // preparation then finds its GPU's mode recorded and writes nothing, where
 // the GPUs of a start otherwise waited for one another's syncs of the file.
 // On a failure each preparation remembers its own, and reports it.
-func (a *Agent) rememberModes(cfg *Config, p *plan.Plan, todo []int) {
+func (m *mpsStation) rememberModes(cfg *Config, p *plan.Plan, todo []int) {
 	if !cfg.Host.SetExclusiveComputeMode {
 		return
 	}
@@ -158,8 +211,8 @@ func (a *Agent) rememberModes(cfg *Config, p *plan.Plan, todo []int) {
 	if len(modes) < 2 {
 		return
 	}
-	if err := a.state.rememberModes(modes); err != nil {
-		a.log.Debug("compute modes not remembered together; each GPU remembers its own", "err", err)
+	if err := m.modes.RememberAll(modes); err != nil {
+		m.log.Debug("compute modes not remembered together; each GPU remembers its own", "err", err)
 	}
 }
 
@@ -167,14 +220,14 @@ func (a *Agent) rememberModes(cfg *Config, p *plan.Plan, todo []int) {
 // plan's cap (in the single layout, what the shared daemon holds on the
 // GPU's ordinal: sharedMemoryLimit), and its daemon's thread percentage
 // and client priority.
-func (a *Agent) limitsOf(cfg *Config, gp plan.GPUPlan) mps.Limits {
-	defaults := a.serverDefaults(cfg, gp)
+func (m *mpsStation) limitsOf(cfg *Config, gp plan.GPUPlan) mps.Limits {
+	defaults := m.serverDefaults(cfg, gp)
 	l := mps.Limits{ClientPriority: defaults.ClientPriority}
 	if len(gp.Devices) > 0 {
 		l.MemoryLimit, l.ThreadPercentage = gp.Devices[0].MemoryLimit, float64(defaults.ThreadPercentage)
 	}
 	if cfg.single() {
-		l.MemoryLimit = a.sharedMemoryLimit(cfg, gp.GPU.UUID, l.MemoryLimit)
+		l.MemoryLimit = m.sharedMemoryLimit(cfg, gp.GPU.UUID, l.MemoryLimit)
 	}
 	return l
 }
@@ -191,7 +244,7 @@ func plannedStatus(gp plan.GPUPlan, want mps.Limits) status.GPU {
 
 // current reports whether gs already holds what gp needs, as its last
 // preparation left it healthy and nothing seen since says otherwise.
-func (a *Agent) current(cfg *Config, gp plan.GPUPlan, gs *gpuState, want mps.Limits) bool {
+func (m *mpsStation) current(cfg *Config, gp plan.GPUPlan, gs *gpuState, want mps.Limits) bool {
 	exclusiveLost := cfg.Host.SetExclusiveComputeMode && gp.GPU.ComputeMode != gpu.ComputeModeExclusiveProcess
 	return !gs.dirty && gs.healthy && gs.enforced && !exclusiveLost && gs.applied == targetOf(gs.env, cfg, gp, want)
 }
@@ -211,23 +264,23 @@ func observed(planned, last status.GPU) status.GPU {
 // servers, in that order, all read back: want (limitsOf). st comes with
 // what the plan says of the GPU (plannedStatus) and leaves with what MPS
 // showed.
-func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan, want mps.Limits, st status.GPU) (_ status.GPU, errKind metrics.ErrorKind) {
+func (m *mpsStation) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan, want mps.Limits, st status.GPU) (_ status.GPU, errKind metrics.ErrorKind) {
 	hc := cfg.Host
 	g := gp.GPU
-	log := a.log.With("gpu", g.UUID, "pci", g.PCI.String())
-	gs := a.gpu(cfg, g.UUID)
+	log := m.log.With("gpu", g.UUID, "pci", g.PCI.String())
+	gs := m.gpu(cfg, g.UUID)
 	gs.applied = gpuTarget{} // until this preparation succeeds
 	fail := func(format string, args ...any) (status.GPU, metrics.ErrorKind) {
 		st.Error = fmt.Sprintf(format, args...)
-		a.setHealth(gs, log, false, st.Error)
+		m.setHealth(gs, log, false, st.Error)
 		return st, errKind
 	}
 
 	if hc.SetExclusiveComputeMode && g.ComputeMode != gpu.ComputeModeExclusiveProcess {
-		if err := a.state.rememberMode(g.UUID, g.ComputeMode); err != nil {
+		if err := m.modes.Remember(g.UUID, g.ComputeMode); err != nil {
 			return fail("remembering the compute mode: %v", err)
 		}
-		if err := a.opts.Backend.SetComputeMode(ctx, g.UUID, gpu.ComputeModeExclusiveProcess); err != nil {
+		if err := m.opts.Backend.SetComputeMode(ctx, g.UUID, gpu.ComputeModeExclusiveProcess); err != nil {
 			errKind = metrics.ErrorGPU // NVML refused; other failures here are MPS's
 			return fail("setting compute mode Exclusive_Process (set mps_set_exclusive_compute_mode: false to leave it): %v", err)
 		}
@@ -240,25 +293,25 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan, wa
 		return fail("MPS control daemon: %v", err)
 	}
 	st.ControlDaemonUp = true
-	priv := a.guard.Privileged(gs.env)
+	priv := m.guard.Privileged(gs.env)
 	st.PrivilegedSocketReachable, st.PrivilegedSocketReason = priv.Reachable, priv.Reason
-	if err := a.bindDevice(cfg, gs, g.UUID, log); err != nil {
+	if err := m.bindDevice(cfg, gs, g.UUID, log); err != nil {
 		// The single daemon cannot take this GPU's caps until it is idle
 		// and restarted (layout.go): unhealthy, healing by itself.
 		st.Reason = err.Error()
-		a.setHealth(gs, log, false, st.Reason)
+		m.setHealth(gs, log, false, st.Reason)
 		return st, errKind
 	}
 	if cfg.single() {
 		// The shared daemon's limit of this GPU's ordinal depends on the
 		// list the daemon runs with, which EnsureServers may just have
 		// changed (started or restarted it).
-		want = a.limitsOf(cfg, gp)
+		want = m.limitsOf(cfg, gp)
 		st.MemoryLimit = want.MemoryLimit
 	}
 	if !adopted {
 		if gs.limits != (mps.Limits{}) {
-			a.met.daemon.ObserveControlDaemonRestart()
+			m.met.daemon.ObserveControlDaemonRestart()
 			log.Warn("MPS control daemon was gone and is started again; its clients were lost with it", "pipe_directory", gs.env.PipeDir)
 		} else {
 			log.Info("started MPS control daemon", "pipe_directory", gs.env.PipeDir, "log_directory", gs.env.LogDir)
@@ -318,30 +371,30 @@ func (a *Agent) prepareGPU(ctx context.Context, cfg *Config, gp plan.GPUPlan, wa
 		st.Servers = append(st.Servers, status.Server{PID: pid, Status: string(state), Clients: len(clients)})
 		if state != mps.ServerActive && len(clients) > 0 {
 			st.Reason = fmt.Sprintf("MPS server %d is %s (clients %v); it recovers once they exit", pid, state, clients)
-			a.setHealth(gs, log, false, st.Reason)
+			m.setHealth(gs, log, false, st.Reason)
 			return st, errKind
 		}
 	}
 	st.Healthy = true
-	a.setHealth(gs, log, true, "")
+	m.setHealth(gs, log, true, "")
 	gs.applied, gs.last = targetOf(gs.env, cfg, gp, want), st
 	return st, errKind
 }
 
 // gpu returns the state of one GPU, creating its controller on first sight.
-func (a *Agent) gpu(cfg *Config, uuid gpu.UUID) *gpuState {
-	if gs, ok := a.gpus[uuid]; ok {
+func (m *mpsStation) gpu(cfg *Config, uuid gpu.UUID) *gpuState {
+	if gs, ok := m.gpus[uuid]; ok {
 		return gs
 	}
-	env := a.envFor(cfg, uuid)
-	ctl := mps.NewController(a.guard.Runner(a.opts.Runner), env, cfg.Host.ControlTimeout, a.log.With("gpu", uuid, "component", "mps"))
+	env := m.envFor(cfg, uuid)
+	ctl := mps.NewController(m.guard.Runner(m.opts.Runner), env, cfg.Host.ControlTimeout, m.log.With("gpu", uuid, "component", "mps"))
 	gs := &gpuState{env: env, base: ctl, ctl: ctl, healthy: true}
-	a.gpus[uuid] = gs
+	m.gpus[uuid] = gs
 	return gs
 }
 
 // setHealth records a GPU's verdict and logs the transitions.
-func (a *Agent) setHealth(gs *gpuState, log *slog.Logger, healthy bool, reason string) {
+func (m *mpsStation) setHealth(gs *gpuState, log *slog.Logger, healthy bool, reason string) {
 	if healthy != gs.healthy {
 		if healthy {
 			log.Info("GPU healthy again: its devices are handed out again")

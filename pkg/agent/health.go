@@ -18,21 +18,21 @@ import (
 //
 // A control daemon is asked once per probe: in the single layout every GPU
 // shares the one in the pipe root, and its verdict is each GPU's.
-func (a *Agent) probe(ctx context.Context) (changed bool) {
+func (m *mpsStation) probe(ctx context.Context) (changed bool) {
 	type verdict struct {
 		healthy bool
 		reason  string
 	}
 	seen := map[string]verdict{} // by pipe directory
-	for uuid, gs := range a.gpus {
+	for uuid, gs := range m.gpus {
 		v, ok := seen[gs.env.PipeDir]
 		if !ok {
-			v.healthy, v.reason = a.observe(ctx, gs)
+			v.healthy, v.reason = m.observe(ctx, gs)
 			seen[gs.env.PipeDir] = v
 		}
 		healthy, reason := v.healthy, v.reason
 		if healthy != gs.healthy {
-			a.log.Info("GPU health changed", "gpu", uuid, "healthy", healthy, "reason", reason)
+			m.log.Info("GPU health changed", "gpu", uuid, "healthy", healthy, "reason", reason)
 			gs.dirty = true
 			changed = true
 		}
@@ -43,7 +43,7 @@ func (a *Agent) probe(ctx context.Context) (changed bool) {
 // observe is the health of one GPU as its control daemon reports it now.
 // The server list is the daemon's sign of life too (Running asks the same
 // question), so a healthy idle GPU costs one control command a probe.
-func (a *Agent) observe(ctx context.Context, gs *gpuState) (bool, string) {
+func (m *mpsStation) observe(ctx context.Context, gs *gpuState) (bool, string) {
 	servers, err := gs.ctl.Servers(ctx)
 	switch {
 	case errors.Is(err, mps.ErrNoDaemon):

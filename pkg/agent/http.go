@@ -30,18 +30,6 @@ func newTelemetry(hostname string, st func() status.Status) *telemetry {
 	return &telemetry{reg: metrics.NewRegistry(d), daemon: d}
 }
 
-// observeAccounting counts the enforcement steps of one accounting pass,
-// and how long each escape had lasted at its first, so an operator can
-// alert on them; usage per device is read from the status.
-func (m *telemetry) observeAccounting(r accounting.Report) {
-	for _, s := range r.Steps {
-		m.daemon.ObserveEnforcementStep(s.Step, s.Cause)
-		if least, _, ok := s.Escape.Lasted(s.At); ok && s.First {
-			m.daemon.ObserveEscape(s.Cause, s.Detected, least)
-		}
-	}
-}
-
 // observe counts one reconcile under the kind of what failed it.
 func (m *telemetry) observe(d time.Duration, err error) {
 	m.daemon.ObserveReconcile(d, errorKind(err))

@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
+	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/identity"
 	"yunion.io/x/mps-daemon/pkg/mps"
@@ -95,7 +96,7 @@ func TestSpecMountsEachDevicesIdentityFile(t *testing.T) {
 // written (a runtime would mount it), and the status says why.
 func TestSpecNotWrittenWhenAnIdentityFileCannotBe(t *testing.T) {
 	h := newHarness(t, "", fourAndTwo)
-	store := identityStore(h.cfg)
+	store := entries.IdentityStore(h.cfg.Host.StateDirectory)
 	if err := store.Ensure(nil); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func (h *harness) newContainer(t *testing.T, id, device string) container {
 	if device == "" {
 		return c
 	}
-	src, err := identityStore(h.cfg).Path(vdev.Name(device))
+	src, err := entries.IdentityStore(h.cfg.Host.StateDirectory).Path(vdev.Name(device))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,8 +163,8 @@ func TestContainerLiarIsBilledAndTerminatedByItsIdentity(t *testing.T) {
 	h.withFakeProc(t, killer)
 	var logs bytes.Buffer
 	h.agent.log = slog.New(slog.NewTextHandler(&logs, nil))
-	h.agent.acct = accounting.New(accounting.Options{ProcRoot: h.cfg.Host.ProcRoot, Identities: identityStore(h.cfg).Table, Killer: killer,
-		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	h.agent.acct = h.agent.newAccounting(accounting.New(accounting.Options{ProcRoot: h.cfg.Host.ProcRoot, Identities: entries.IdentityStore(h.cfg.Host.StateDirectory).Table, Killer: killer,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))}))
 	ctx := context.Background()
 	if err := h.agent.Reconcile(ctx); err != nil {
 		t.Fatal(err)
@@ -248,7 +249,7 @@ func TestAStartMakesEveryPlannedIdentityFile(t *testing.T) {
 	if err := h.agent.Reconcile(context.Background()); err == nil {
 		t.Fatal("want GPU 1's MPS failure")
 	}
-	store := identityStore(h.cfg)
+	store := entries.IdentityStore(h.cfg.Host.StateDirectory)
 	spec, err := os.ReadFile(filepath.Join(h.dir, "cdi", "yunion.io-mps-gpu.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -268,7 +269,7 @@ func TestAStartMakesEveryPlannedIdentityFile(t *testing.T) {
 			}
 		}
 	}
-	if !h.agent.identitiesMade {
+	if !h.agent.entries.identitiesMade {
 		t.Error("the files were made ahead, but the agent does not know it")
 	}
 }

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"cmp"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -27,7 +26,7 @@ import (
 // other ordinal its own GPU's (plan.SharedMemoryLimits). The list puts the
 // GPU of the largest cap first (then PCI order), so that ordinal 0's limit
 // is that GPU's own cap too, and a client that sees every GPU (Cloudpods'
-// pods) is held to each GPU's own cap (sharedOrder). The one thread
+// pods) is held to each GPU's own cap (plan.SharedOrder). The one thread
 // percentage every device shares is likewise the largest the policy gives
 // any GPU (Cloudpods' own daemon: 100/minN).
 
@@ -53,7 +52,7 @@ func layoutOf(cfg *Config, p *plan.Plan) singleLayout {
 	}
 	var l singleLayout
 	// The edge: the control's environment is strings (pkg/mps).
-	order := sharedOrder(p)
+	order := p.SharedOrder()
 	env := make([]string, len(order))
 	for i, u := range order {
 		env[i] = u.String()
@@ -64,45 +63,25 @@ func layoutOf(cfg *Config, p *plan.Plan) singleLayout {
 	return l
 }
 
-// sharedOrder is the single daemon's device list for p: the planned GPUs
-// by their cap, largest first, then in PCI order (p.GPUs' order).
-func sharedOrder(p *plan.Plan) []gpu.UUID {
-	gps := slices.Clone(p.GPUs)
-	slices.SortStableFunc(gps, func(a, b plan.GPUPlan) int { return cmp.Compare(capOf(b), capOf(a)) })
-	out := make([]gpu.UUID, len(gps))
-	for i, gp := range gps {
-		out[i] = gp.GPU.UUID
-	}
-	return out
-}
-
-// capOf is the memory cap of gp's devices (all alike), 0 with none.
-func capOf(gp plan.GPUPlan) units.MiB {
-	if len(gp.Devices) == 0 {
-		return 0
-	}
-	return gp.Devices[0].MemoryLimit
-}
-
 // sharedMemoryLimit is the limit the single daemon must hold on the
 // ordinal of the GPU uuid, whose own cap is own: plan.SharedMemoryLimits
 // over the device list the running daemon was started with (a busy daemon
 // may still serve an older one: bindDevice), or the planned one. A GPU it
 // does not serve keeps its own cap: bindDevice reports it unhealthy.
-func (a *Agent) sharedMemoryLimit(cfg *Config, uuid gpu.UUID, own units.MiB) units.MiB {
-	visible, known := mps.RecordedDevices(a.envFor(cfg, uuid).PipeDir)
+func (m *mpsStation) sharedMemoryLimit(cfg *Config, uuid gpu.UUID, own units.MiB) units.MiB {
+	visible, known := mps.RecordedDevices(m.envFor(cfg, uuid).PipeDir)
 	if !known {
-		visible = a.layout.visible
+		visible = m.layout.visible
 	}
 	var order []gpu.UUID
 	for _, u := range strings.Split(visible, ",") {
 		order = append(order, gpu.UUID(u))
 	}
 	i := slices.Index(order, uuid)
-	if i < 0 || a.layout.plan == nil {
+	if i < 0 || m.layout.plan == nil {
 		return own
 	}
-	return a.layout.plan.SharedMemoryLimits(order)[i]
+	return m.layout.plan.SharedMemoryLimits(order)[i]
 }
 
 // bindDevice points a GPU's controller at its device ordinal in the single
@@ -113,7 +92,7 @@ func (a *Agent) sharedMemoryLimit(cfg *Config, uuid gpu.UUID, own units.MiB) uni
 // Cloudpods' own mps-daemon) cannot have caps set on the right GPU. Either
 // way the error is a reason to report the GPU unhealthy (its devices are not
 // offered) until the daemon is idle and restarted; it is not a failure.
-func (a *Agent) bindDevice(cfg *Config, gs *gpuState, uuid gpu.UUID, log *slog.Logger) error {
+func (m *mpsStation) bindDevice(cfg *Config, gs *gpuState, uuid gpu.UUID, log *slog.Logger) error {
 	if !cfg.single() {
 		return nil
 	}
@@ -125,18 +104,18 @@ func (a *Agent) bindDevice(cfg *Config, gs *gpuState, uuid gpu.UUID, log *slog.L
 	if !ok {
 		return fmt.Errorf("the MPS control daemon in %s serves %s, not this GPU: it is restarted with the configured GPUs once no client is connected", gs.env.PipeDir, running)
 	}
-	if running != a.layout.visible {
-		log.Warn("the single MPS control daemon still serves an older set of GPUs", "running", running, "configured", a.layout.visible)
+	if running != m.layout.visible {
+		log.Warn("the single MPS control daemon still serves an older set of GPUs", "running", running, "configured", m.layout.visible)
 	}
 	gs.ctl = gs.base.ForDevice(i)
 	return nil
 }
 
 // envFor is the MPS environment of a GPU in the layout in force.
-func (a *Agent) envFor(cfg *Config, uuid gpu.UUID) mps.Env {
+func (m *mpsStation) envFor(cfg *Config, uuid gpu.UUID) mps.Env {
 	env := cfg.pipeLog(uuid)
 	if cfg.single() {
-		env.VisibleDevices = a.layout.visible
+		env.VisibleDevices = m.layout.visible
 	}
 	return env
 }
@@ -145,21 +124,21 @@ func (a *Agent) envFor(cfg *Config, uuid gpu.UUID) mps.Env {
 // daemon is the single layout's shared one. A per-GPU directory
 // <root>/<uuid> found in the single layout is a daemon of the per-GPU
 // layout left from before a switch: it is retired like any per-GPU daemon.
-func (a *Agent) retiring(cfg *Config, uuid gpu.UUID, log *slog.Logger) (*gpuState, bool) {
-	if gs, ok := a.gpus[uuid]; ok {
+func (m *mpsStation) retiring(cfg *Config, uuid gpu.UUID, log *slog.Logger) (*gpuState, bool) {
+	if gs, ok := m.gpus[uuid]; ok {
 		return gs, gs.env.Single
 	}
 	if !cfg.single() {
-		return a.gpu(cfg, uuid), false
+		return m.gpu(cfg, uuid), false
 	}
 	perGPU := *cfg
 	hc := *cfg.Host
 	hc.PipeLayout = config.LayoutPerGPU
 	perGPU.Host = &hc
 	env := perGPU.pipeLog(uuid)
-	ctl := mps.NewController(a.guard.Runner(a.opts.Runner), env, cfg.Host.ControlTimeout, log.With("component", "mps"))
+	ctl := mps.NewController(m.guard.Runner(m.opts.Runner), env, cfg.Host.ControlTimeout, log.With("component", "mps"))
 	gs := &gpuState{env: env, base: ctl, ctl: ctl, healthy: true}
-	a.gpus[uuid] = gs
+	m.gpus[uuid] = gs
 	return gs, false
 }
 

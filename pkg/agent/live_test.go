@@ -181,7 +181,7 @@ func TestDeadControlDaemonIsRestartedWithItsLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.runner.Kill(h.pipeDir(1)) // kill -9
-	if !h.agent.probe(ctx) {
+	if !h.agent.mps.probe(ctx) {
 		t.Fatal("the probe should notice a dead control daemon")
 	}
 	// What the loop runs after a probe that saw a change.
@@ -192,7 +192,7 @@ func TestDeadControlDaemonIsRestartedWithItsLimits(t *testing.T) {
 	if err != nil || lim.ThreadPercentage != 50 || mps.DisplayMemLimit(lim.MemoryLimit) != mps.DisplayMemLimit(h200Memory/2) {
 		t.Fatalf("restarted daemon holds %+v (%v), want the GPU's caps", lim, err)
 	}
-	if h.agent.probe(ctx) {
+	if h.agent.mps.probe(ctx) {
 		t.Error("nothing changed since the repair; the probe should say so")
 	}
 }
@@ -212,7 +212,7 @@ func TestFaultMarksDevicesUnhealthyUntilTheClientsAreGone(t *testing.T) {
 	if err := h.runner.Fault(h.pipeDir(0), 502); err != nil {
 		t.Fatal(err)
 	}
-	if !h.agent.probe(ctx) {
+	if !h.agent.mps.probe(ctx) {
 		t.Fatal("the probe should notice a server in FAULT")
 	}
 	if err := h.agent.reconcileChanged(ctx); err != nil {
@@ -233,7 +233,7 @@ func TestFaultMarksDevicesUnhealthyUntilTheClientsAreGone(t *testing.T) {
 	if err := h.runner.RemoveClient(h.pipeDir(0), 502); err != nil {
 		t.Fatal(err)
 	}
-	if !h.agent.probe(ctx) {
+	if !h.agent.mps.probe(ctx) {
 		t.Fatal("the probe should notice the recovery")
 	}
 	if err := h.agent.reconcileChanged(ctx); err != nil {

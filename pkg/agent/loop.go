@@ -24,6 +24,9 @@ import (
 // counts as stalled: a step that honours its context returns well within it.
 const stallGrace = 30 * time.Second
 
+// acctStopWait bounds how long Run waits for the accounting loop to end.
+const acctStopWait = 5 * time.Second
+
 // stepBudget is the deadline of one step of the loop: room for a reconcile's
 // worth of calls at their timeouts (an inventory request is tried 4 times),
 // at least a minute.
@@ -124,8 +127,8 @@ func (a *Agent) watchdog(ctx context.Context) {
 			a.log.Info("main loop running again")
 			a.sendNotify("STATUS=" + a.statusLine())
 		}
-		// The accounting loop (acctloop.go) is watched the same way.
-		astep, abusy, astalled, achanged := a.al.beat.check(limit)
+		// The accounting loop (pkg/acctloop) is watched the same way.
+		astep, abusy, astalled, achanged := a.acctBeat.check(limit)
 		switch {
 		case astalled && achanged:
 			a.met.daemon.ObserveLoopStall()

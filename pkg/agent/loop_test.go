@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/devsync"
+	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 )
 
@@ -162,13 +164,15 @@ func (b stuckBackend) MPSProcesses(ctx context.Context, uuid gpu.UUID) ([]gpu.Pr
 	return b.fakeBackend.MPSProcesses(ctx, uuid)
 }
 
-// The accounting loop runs beside the main loop (acctloop.go): a pass
+// The accounting loop runs beside the main loop (pkg/acctloop): a pass
 // stuck in NVML never holds the main loop up, and is a stall the watchdog
 // reports as it reports the main loop's.
 func TestAccountingLoopStallIsSeen(t *testing.T) {
 	h := newHarness(t, "", fourAndTwo)
 	stuck := stuckBackend{fakeBackend: h.backend, release: make(chan struct{})}
 	h.agent.opts.Backend = stuck
+	// The accounting's station lists the clients through the stuck NVML.
+	h.agent.acct = h.agent.newAccounting(accounting.New(accounting.Options{ProcRoot: h.cfg.Host.ProcRoot, Identities: entries.IdentityStore(h.cfg.Host.StateDirectory).Table}))
 	h.agent.opts.StallAfter = 300 * time.Millisecond
 	h.agent.opts.Watchdog = 20 * time.Millisecond
 	h.agent.cfg.Host.ListenAddress = ""

@@ -2,65 +2,58 @@ package agent
 
 import (
 	"context"
-	"slices"
 	"sync"
 
 	"yunion.io/x/mps-daemon/pkg/cdi"
-	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/nri"
 )
 
-// The NRI plugin's wiring (issue 45, pkg/nri): run beside the loop, and
-// handed after each reconcile what each server holds, as CDI devices.
+// nriStation hands the NRI plugin (issue 45, pkg/nri), which gives a
+// Cloudpods pod's containers their slice's edits, what each holder holds
+// on the planned GPUs, as the host's CDI spec gives it: after each sync,
+// so a slice attached since shows at once. The plugin runs beside the
+// agent's loop (run); without one (host.conf mps_nri off) the station does
+// nothing. It has no part of /status: the plugin logs what it makes of a
+// container.
+type nriStation struct {
+	plugin *nri.Plugin
+	// entries is where the host's entries go, the view as its last write
+	// gave it.
+	entries *entriesStation
+}
 
-// runNRI runs the plugin until ctx ends; the returned func waits for it.
-func (a *Agent) runNRI(ctx context.Context) (wait func()) {
-	if a.opts.NRI == nil {
+// run runs the plugin until ctx ends; the returned func waits for it.
+func (n *nriStation) run(ctx context.Context) (wait func()) {
+	if n.plugin == nil {
 		return func() {}
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { a.opts.NRI.Run(ctx) })
+	wg.Go(func() { n.plugin.Run(ctx) })
 	return wg.Wait
 }
 
-// publishNRI hands the plugin the slices each holder of the last rows
-// holds on the planned GPUs, as the host's CDI spec gives them: in the
-// main loop, which owns the plan and the rows.
-func (a *Agent) publishNRI() {
-	if a.opts.NRI == nil {
-		return
+// publish is the station's stage: the devices each holder of the
+// backend's holdings (r.listed) keeps on the planned GPUs, each with its
+// identity file and, while containers get the view, its view.
+func (n *nriStation) publish(_ context.Context, r *round) error {
+	if n.plugin == nil {
+		return nil
 	}
-	cfg := a.config()
-	d := nri.Devices{CDI: a.cdiOptions(cfg), Held: map[gpu.UUID]map[string][]cdi.Device{}}
-	if cfg.single() {
-		d.PipeRoot = cfg.Host.CudaMPSPipeDirectory
+	spec := n.entries.specOf(r.cfg, n.entries.viewGiven)
+	d := nri.Devices{CDI: spec.CDI}
+	if r.cfg.single() {
+		d.PipeRoot = r.cfg.Host.CudaMPSPipeDirectory
 	}
-	ids := identityStore(cfg)
-	for name, l := range a.listed {
-		g := l.Device.GPU.UUID
-		if _, planned := a.planned[g]; !planned || l.Guest == "" {
+	for _, l := range r.listed {
+		if _, planned := r.planned[l.Device.GPU.UUID]; !planned || l.Holder == "" {
 			continue
 		}
-		dev := cdi.FromVirtual(l.Device, l.ID, cfg.pipeLog(g).PipeDir)
-		dev.ClientPriority = a.heldDevicePriority(l)
-		var err error
-		if dev.IdentityFile, err = ids.Path(name); err != nil {
-			continue
-		}
-		if a.viewOpts.On() {
-			if dev.ViewDir, err = a.views.Store().Path(name); err != nil {
-				continue
-			}
-		}
-		if d.Held[g] == nil {
-			d.Held[g] = map[string][]cdi.Device{}
-		}
-		d.Held[g][l.Guest] = append(d.Held[g][l.Guest], dev)
-	}
-	for _, byHolder := range d.Held {
-		for h := range byHolder {
-			slices.SortFunc(byHolder[h], func(x, y cdi.Device) int { return x.Index - y.Index })
+		dev := cdi.FromVirtual(l.Device, l.ID, r.cfg.pipeLog(l.Device.GPU.UUID).PipeDir)
+		dev.ClientPriority = heldDevicePriority(l, r.priorities)
+		if dev, err := spec.Entry(dev); err == nil {
+			d.Add(l.Holder, dev)
 		}
 	}
-	a.opts.NRI.Set(d)
+	n.plugin.Set(d)
+	return nil
 }

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -84,7 +83,7 @@ func TestEditOfOneGPUTouchesThatGPUOnly(t *testing.T) {
 	h := newHarness(t, "", eightGPUs([8]int{4, 4, 4, 4, 4, 4, 4, 4}))
 	sim, runner := h.onSimulatedHost(t, "8xH100")
 	var logs syncBuffer
-	h.agent.log = slog.New(slog.NewTextHandler(&logs, nil))
+	h.logTo(t, &logs)
 	ctx := context.Background()
 	if err := h.agent.Reconcile(ctx); err != nil {
 		t.Fatal(err)
@@ -166,7 +165,7 @@ func TestSingleLayoutProbesItsDaemonOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	runner.take()
-	if h.agent.probe(ctx) {
+	if h.agent.mps.probe(ctx) {
 		t.Error("a probe of healthy GPUs reported a change")
 	}
 	perGPU := newHarness(t, "", eightGPUs([8]int{4, 4, 4, 4, 4, 4, 4, 4}))
@@ -175,7 +174,7 @@ func TestSingleLayoutProbesItsDaemonOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	perGPURunner.take()
-	perGPU.agent.probe(ctx)
+	perGPU.agent.mps.probe(ctx)
 	single, each := runner.take(), perGPURunner.take()
 	if len(single) != 1 || len(each) != 8 {
 		t.Fatalf("daemons asked: single layout %v, per-GPU layout %v", single, each)

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/plan"
 	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/vdev"
@@ -20,25 +19,11 @@ import (
 
 // serverDefaults are the defaults gp's control daemon must hold: the GPU's
 // own, or in the single layout the one daemon's for all its GPUs.
-func (a *Agent) serverDefaults(cfg *Config, gp plan.GPUPlan) vdev.ServerDefaults {
+func (m *mpsStation) serverDefaults(cfg *Config, gp plan.GPUPlan) vdev.ServerDefaults {
 	if cfg.single() {
-		return a.layout.defaults
+		return m.layout.defaults
 	}
 	return gp.Defaults()
-}
-
-// heldDevicePriority is the client priority of a device a guest holds past
-// its plan: its class's, or, not known (the daemon restarted since), the
-// default of its GPU's control daemon, which is what the device's clients
-// get without the variable anyway.
-func (a *Agent) heldDevicePriority(l listed) int {
-	if l.ClassKnown {
-		return l.Device.Class.ClientPriority()
-	}
-	if gs := a.gpus[l.Device.GPU.UUID]; gs != nil && gs.limits != (mps.Limits{}) {
-		return gs.limits.ClientPriority
-	}
-	return vdev.PriorityNormal
 }
 
 // gpuQoS is what a GPU's status says of its QoS; nil without mps_qos.
@@ -56,10 +41,4 @@ func gpuQoS(gp plan.GPUPlan) *status.QoS {
 		}
 	}
 	return q
-}
-
-// serverDefaultsHeld are the defaults the GPU's control daemon holds, as
-// the agent set and read them back.
-func serverDefaultsHeld(gs *gpuState) vdev.ServerDefaults {
-	return vdev.ServerDefaults{ThreadPercentage: int(gs.limits.ThreadPercentage), ClientPriority: gs.limits.ClientPriority}
 }

@@ -8,10 +8,8 @@ import (
 	"runtime/debug"
 	"time"
 
-	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/backend"
-	"yunion.io/x/mps-daemon/pkg/claim"
-	"yunion.io/x/mps-daemon/pkg/devsync"
+	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/metrics"
 	"yunion.io/x/mps-daemon/pkg/mps"
@@ -20,19 +18,96 @@ import (
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
-// Reconcile brings MPS and the inventory in line with the configuration
-// once, checking every GPU: plan; MPS per GPU (compute mode, control daemon,
-// default limits and the limits of running servers, read back); the CDI
-// spec; only then the inventory; then what left the plan. A GPU whose MPS
-// fails keeps its devices in the inventory marked unhealthy, so nothing is
-// handed out on it and nothing held is lost. A configuration or GPU error
-// changes nothing.
+// Reconcile brings MPS and the backend in line with the configuration
+// once, checking every GPU: plan; MPS per GPU (compute mode, control
+// daemon, default limits and the limits of running servers, read back);
+// the CDI spec; only then the backend; then what left the plan. A GPU
+// whose MPS fails keeps its devices in the backend marked unhealthy, so
+// nothing is handed out on it and nothing held is lost. A configuration or
+// GPU error changes nothing.
 func (a *Agent) Reconcile(ctx context.Context) error { return a.reconcile(ctx, true) }
 
 // reconcileChanged is Reconcile after an edit or a health change: only the
 // GPUs whose target changed, or that are not known healthy, are prepared
-// (gpu.go); the CDI spec and the inventory follow the whole plan as always.
+// (gpu.go); the CDI spec and the backend follow the whole plan as always.
 func (a *Agent) reconcileChanged(ctx context.Context) error { return a.reconcile(ctx, false) }
+
+// row is a reconcile's stages, in order: each is a station's part, handed
+// the round as the stages before it left it. Adding a station is a file
+// and a line here (and its status in stations).
+func (a *Agent) row() []stage {
+	return []stage{
+		a.entries.ahead,   // a start's identity files, made while MPS is prepared
+		a.mps.prepare,     // MPS per GPU: control daemon, limits set and read back
+		a.entries.write,   // the view chosen; identity files, views, CDI entries: startable before anyone is given them
+		a.devices.sync,    // the backend, the one edge: the plan offered, its holdings answered
+		a.keepFigures,     // the accounting keeps the figures of the devices that remain
+		a.entries.rewrite, // again once the sync created devices or keeps one out of the plan
+		a.nri.publish,     // the NRI plugin's devices: what each holder holds, as the entries give it
+		a.mps.retire,      // GPUs out of the plan, once nothing uses them
+	}
+}
+
+// stations fill /status, each its part (the agent's own is the loop's, the
+// configuration's and the last reconcile's).
+func (a *Agent) stations() []func(*status.Status) {
+	return []func(*status.Status){a.mps.status, a.entries.status, a.devices.status, a.acct.Status}
+}
+
+// stage is one station's part of a reconcile; an error ends the reconcile
+// there, failed.
+type stage func(ctx context.Context, r *round) error
+
+// round is one reconcile on its way down the row: the plan, and what each
+// stage made for the stages after it.
+type round struct {
+	cfg  *Config
+	plan *plan.Plan
+	// full: every GPU is checked (else only those whose target changed or
+	// that are not known healthy).
+	full bool
+	// present are the GPUs NVML lists, by UUID; planned the plan's
+	// devices by GPU.
+	present map[gpu.UUID]gpu.Info
+	planned map[gpu.UUID][]vdev.Device
+	// identities waits for a start's identity files (entries.ahead).
+	identities func()
+	// gpus are the planned GPUs' status, in the plan's order, and errs
+	// their failures, which fail the reconcile once the row is done;
+	// priorities each control daemon's default client priority (mps).
+	gpus       []status.GPU
+	errs       []error
+	priorities map[gpu.UUID]int
+	// view is whether containers get the view, chosen once (entries.write)
+	// for the devices and the claims, whose entries go to claimSpec;
+	// classes are the QoS classes the entries last carried.
+	view       viewChoice
+	viewChosen bool
+	claimSpec  entries.Spec
+	classes    map[vdev.Name]vdev.Class
+	// listed are the backend's holdings as the last sync left them, and
+	// answer this round's (devices.sync); host the host's name, desired
+	// how many devices the plan has; remaining the devices and claims
+	// listed before and after the sync.
+	listed    map[vdev.Name]listed
+	answer    backend.Answer
+	host      string
+	desired   int
+	remaining map[string]bool
+}
+
+// newRound is a round of plan p, made of cfg against the GPUs present;
+// listed are the backend's holdings as the last sync left them.
+func newRound(cfg *Config, p *plan.Plan, present []gpu.Info, full bool, listed map[vdev.Name]listed) *round {
+	r := &round{cfg: cfg, plan: p, full: full, present: map[gpu.UUID]gpu.Info{}, planned: map[gpu.UUID][]vdev.Device{}, listed: listed}
+	for _, g := range present {
+		r.present[g.UUID] = g
+	}
+	for _, gp := range p.GPUs {
+		r.planned[gp.GPU.UUID] = gp.Devices
+	}
+	return r
+}
 
 func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 	start := time.Now()
@@ -42,105 +117,27 @@ func (a *Agent) reconcile(ctx context.Context, full bool) (err error) {
 	if err != nil {
 		return a.fail(withKind(metrics.ErrorConfig, fmt.Errorf("invalid configuration, nothing changed: %w", err)))
 	}
-	a.layout = layoutOf(cfg, p)
-	a.present = map[gpu.UUID]gpu.Info{}
-	for _, g := range gpus {
-		a.present[g.UUID] = g
+	r := newRound(cfg, p, gpus, full, a.devices.listed)
+	for _, s := range a.row() {
+		if err := s(ctx, r); err != nil {
+			return a.fail(err)
+		}
 	}
-	planned := map[gpu.UUID]bool{}
-	a.planned = map[gpu.UUID][]vdev.Device{}
-	for _, gp := range p.GPUs {
-		planned[gp.GPU.UUID] = true
-		a.planned[gp.GPU.UUID] = gp.Devices
-	}
-
-	// MPS first: it must work even while the inventory is away. A start's
-	// identity files are made meanwhile (startIdentities); its host is
-	// registered meanwhile by the backend (backend.NewRows).
-	identitiesMade := a.startIdentities(cfg, p)
-	statuses, gpuErrs := a.prepareGPUs(ctx, cfg, p, full)
-	identitiesMade()
-
-	// The CDI spec before the inventory: a device must be startable by its
-	// <GPU UUID>::<i> name before anyone can be given it.
-	a.writeCDI(cfg, p, statuses)
-	res, desired, hostName, err := a.syncInventory(ctx, cfg, p, statuses)
-	if err != nil {
-		a.setGPUs(statuses, 0, false)
-		return a.fail(err)
-	}
-	if res.Created > 0 || len(res.Held) > 0 {
-		// The spec once more: the devices just created have their ids, and
-		// a device held out of the plan keeps its entry even when it was
-		// attached (or its DRA claim prepared) after the previous sync, which
-		// the first write went by.
-		a.writeCDI(cfg, p, statuses)
-	}
-	retiring := a.retire(ctx, cfg, planned)
-	a.setGPUs(statuses, desired, true)
-	a.mu.Lock()
-	a.status.Retiring = nil
-	for _, uuid := range retiring {
-		a.status.Retiring = append(a.status.Retiring, uuid.String())
-	}
-	a.mu.Unlock()
+	res := r.answer
 	a.log.Info("reconciled",
-		"simulated", a.opts.Simulated, "host", hostName, "gpus", len(p.GPUs), "virtual_devices", desired,
-		"created", res.Created, "updated", res.Updated, "deleted", res.Deleted, "held", len(res.Held),
+		"simulated", a.opts.Simulated, "host", r.host, "gpus", len(p.GPUs), "virtual_devices", r.desired,
+		"created", res.Created, "updated", res.Updated, "deleted", res.Deleted, "held", res.HeldOutOfPlan,
 		"duration", time.Since(start).Round(time.Millisecond).String())
-	if len(gpuErrs) > 0 {
-		return a.fail(errors.Join(gpuErrs...))
+	if len(r.errs) > 0 {
+		return a.fail(errors.Join(r.errs...))
 	}
 	a.succeed()
 	return nil
 }
 
-// syncInventory is the inventory stage: the backend handed the plan's
-// GPUs and devices (marked unhealthy where their GPU is), and what it then
-// holds kept in a.listed, a.claims and the status. It returns the sync's
-// result, how many devices the plan has and the host's name.
-func (a *Agent) syncInventory(ctx context.Context, cfg *Config, p *plan.Plan, statuses []status.GPU) (res devsync.Result, desired int, host string, err error) {
-	host, err = HostName(cfg.Host)
-	if err != nil {
-		return res, 0, host, withKind(metrics.ErrorInventory, err)
-	}
-	offer := backend.Offer{Host: host, Rows: []api.IsolatedDevice{}, GPUs: a.offerGPUs(cfg, p, statuses),
-		Claims: claim.Spec{CDI: a.cdiOptions(cfg), Identity: identityStore(cfg), View: a.views, Log: a.log}}
-	byName := map[vdev.Name]vdev.Device{}
-	for i, gp := range p.GPUs {
-		for _, d := range gp.Devices {
-			offer.Rows = append(offer.Rows, rowOf(d, statuses[i].Healthy))
-			byName[d.Name()] = d
-		}
-	}
-	answer, err := a.opts.Devices.Sync(ctx, offer)
-	if answer.HostID != "" && answer.HostID != a.hostID {
-		a.hostID = answer.HostID
-		a.mu.Lock()
-		a.status.HostID, a.status.HostName = answer.HostID, host
-		a.mu.Unlock()
-	}
-	if err != nil {
-		return answer.Result, 0, host, withKind(metrics.ErrorInventory, err)
-	}
-	listed, order := a.byName(answer.Devices, byName)
-	a.listed, a.claims = listed, answer.Claims
-	a.setDevices(order)
-	a.setClaims(statuses)
-	return answer.Result, len(offer.Rows), host, nil
-}
-
 // plan builds the plan of cfg against the GPUs present.
 func (a *Agent) plan(ctx context.Context, cfg *Config) (*plan.Plan, []gpu.Info, error) {
 	return buildPlan(ctx, a.opts.Backend, cfg, a.opts.SysfsRoot, a.opts.DevRoot)
-}
-
-func (a *Agent) setGPUs(gpus []status.GPU, devices int, inventoryOK bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.status.GPUs = gpus
-	a.status.VirtualDevices = devices
-	a.status.InventoryReachable = inventoryOK
 }
 
 func (a *Agent) fail(err error) error {

@@ -33,7 +33,7 @@ func (a *Agent) reload(ctx context.Context, trigger string) bool {
 	if err == nil {
 		// The files as the next start would read them, restart-only keys
 		// included: a reload that arms a failing restart is refused.
-		_, _, err = Validate(ctx, cfg, a.opts.Mode, a.opts.Backend, a.rootOverride.sysfs, a.rootOverride.dev)
+		_, _, err = Validate(ctx, cfg, a.opts.Mode, a.opts.Backend, a.rootOverride.sys, a.rootOverride.dev)
 	}
 	var risk string
 	if err == nil {

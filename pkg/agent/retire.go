@@ -18,20 +18,36 @@ import (
 // pending removal (the sync does that), and the GPU is listed as retiring.
 // Daemons found in the pipe root that this process never started (a GPU
 // removed while the daemon was down) are retired the same way.
-// What guests hold is a.listed, the inventory's devices after the sync.
-func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[gpu.UUID]bool) []gpu.UUID {
+// What holders keep is r.listed, the backend's devices after the sync.
+// The retiring GPUs are the station's part of /status.
+func (m *mpsStation) retire(ctx context.Context, r *round) error {
+	retiring := m.retireUnplanned(ctx, r)
+	m.mu.Lock()
+	m.retired = nil
+	for _, uuid := range retiring {
+		m.retired = append(m.retired, uuid.String())
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *mpsStation) retireUnplanned(ctx context.Context, r *round) []gpu.UUID {
+	cfg, planned := r.cfg, map[gpu.UUID]bool{}
+	for uuid := range r.planned {
+		planned[uuid] = true
+	}
 	heldPerGPU := map[gpu.UUID]int{}
-	for _, l := range a.listed {
-		if l.Guest != "" {
+	for _, l := range r.listed {
+		if l.Holder != "" {
 			heldPerGPU[l.Device.GPU.UUID]++
 		}
 	}
 	var retiring []gpu.UUID
-	for _, uuid := range a.unplanned(cfg, planned) {
-		log := a.log.With("gpu", uuid)
-		gs, shared := a.retiring(cfg, uuid, log)
+	for _, uuid := range m.unplanned(cfg, planned) {
+		log := m.log.With("gpu", uuid)
+		gs, shared := m.retiring(cfg, uuid, log)
 		if shared && len(planned) > 0 {
-			delete(a.gpus, uuid) // the single daemon serves the planned GPUs on
+			delete(m.gpus, uuid) // the single daemon serves the planned GPUs on
 			continue
 		}
 		up, err := gs.ctl.Running(ctx)
@@ -41,11 +57,11 @@ func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[gpu.UUID]bo
 			continue
 		}
 		if !up {
-			delete(a.gpus, uuid)
+			delete(m.gpus, uuid)
 			continue
 		}
 		held := heldPerGPU[uuid]
-		clients := a.connectedClients(ctx, gs)
+		clients := m.connectedClients(ctx, gs)
 		if held > 0 || clients > 0 {
 			log.Info("GPU left the configuration; its MPS daemon stays while it is in use", "held_devices", held, "clients", clients)
 			retiring = append(retiring, uuid)
@@ -57,10 +73,10 @@ func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[gpu.UUID]bo
 			continue
 		}
 		log.Info("GPU left the configuration and nothing uses it: MPS control daemon stopped")
-		delete(a.gpus, uuid)
+		delete(m.gpus, uuid)
 	}
 	slices.Sort(retiring)
-	a.restoreModes(ctx, cfg, planned, retiring)
+	m.restoreModes(ctx, cfg, planned, r.present, retiring)
 	return retiring
 }
 
@@ -71,20 +87,20 @@ func (a *Agent) retire(ctx context.Context, cfg *Config, planned map[gpu.UUID]bo
 // longer the daemon's to set (mps_set_exclusive_compute_mode: false). A GPU
 // taken back into the configuration is set again and its mode recorded
 // again. GPUs that are not present are left for later.
-func (a *Agent) restoreModes(ctx context.Context, cfg *Config, planned map[gpu.UUID]bool, retiring []gpu.UUID) {
-	modes, err := a.state.previousModes()
+func (m *mpsStation) restoreModes(ctx context.Context, cfg *Config, planned map[gpu.UUID]bool, present map[gpu.UUID]gpu.Info, retiring []gpu.UUID) {
+	modes, err := m.modes.Previous()
 	if err != nil {
-		a.log.Warn("reading the recorded compute modes", "err", err)
+		m.log.Warn("reading the recorded compute modes", "err", err)
 		return
 	}
 	for uuid, name := range modes {
-		_, present := a.present[uuid]
+		_, isPresent := present[uuid]
 		inUse := planned[uuid] && cfg.Host.SetExclusiveComputeMode
-		if !present || inUse || slices.Contains(retiring, uuid) {
+		if !isPresent || inUse || slices.Contains(retiring, uuid) {
 			continue
 		}
-		log := a.log.With("gpu", uuid)
-		restored, err := a.restoreMode(ctx, uuid, name)
+		log := m.log.With("gpu", uuid)
+		restored, err := m.restoreMode(ctx, uuid, name)
 		if err != nil {
 			log.Warn("restoring the compute mode the GPU had", "mode", name, "err", err)
 		}
@@ -97,15 +113,15 @@ func (a *Agent) restoreModes(ctx context.Context, cfg *Config, planned map[gpu.U
 // restoreMode sets GPU uuid back to the recorded compute mode name and
 // forgets the record; restored says whether the GPU has its mode back (the
 // error may then be about forgetting it).
-func (a *Agent) restoreMode(ctx context.Context, uuid gpu.UUID, name string) (restored bool, err error) {
+func (m *mpsStation) restoreMode(ctx context.Context, uuid gpu.UUID, name string) (restored bool, err error) {
 	mode, err := gpu.ParseComputeMode(name)
 	if err == nil {
-		err = a.opts.Backend.SetComputeMode(ctx, uuid, mode)
+		err = m.opts.Backend.SetComputeMode(ctx, uuid, mode)
 	}
 	if err != nil {
 		return false, fmt.Errorf("restoring compute mode of %s: %w", uuid, err)
 	}
-	if err := a.state.forgetMode(uuid); err != nil {
+	if err := m.modes.Forget(uuid); err != nil {
 		return true, fmt.Errorf("forgetting the restored compute mode of %s: %w", uuid, err)
 	}
 	return true, nil
@@ -113,9 +129,9 @@ func (a *Agent) restoreMode(ctx context.Context, uuid gpu.UUID, name string) (re
 
 // unplanned lists GPUs with a known or findable control daemon outside the
 // plan: the agent's own, and GPU-* directories in the pipe root.
-func (a *Agent) unplanned(cfg *Config, planned map[gpu.UUID]bool) []gpu.UUID {
+func (m *mpsStation) unplanned(cfg *Config, planned map[gpu.UUID]bool) []gpu.UUID {
 	seen := map[gpu.UUID]bool{}
-	for uuid := range a.gpus {
+	for uuid := range m.gpus {
 		if !planned[uuid] {
 			seen[uuid] = true
 		}
@@ -139,7 +155,7 @@ func (a *Agent) unplanned(cfg *Config, planned map[gpu.UUID]bool) []gpu.UUID {
 
 // connectedClients counts the clients of a GPU's servers; an answer that
 // cannot be read counts as one, so a daemon is never stopped on a guess.
-func (a *Agent) connectedClients(ctx context.Context, gs *gpuState) int {
+func (m *mpsStation) connectedClients(ctx context.Context, gs *gpuState) int {
 	servers, err := gs.ctl.Servers(ctx)
 	if err != nil {
 		return 1

@@ -51,7 +51,7 @@ func TestRetiredGPUGetsItsComputeModeBack(t *testing.T) {
 	if mode(1) != gpu.ComputeModeProhibited || mode(0) != gpu.ComputeModeExclusiveProcess {
 		t.Errorf("after retiring GPU 1: modes %s, %s; want Exclusive_Process, Prohibited", mode(0), mode(1))
 	}
-	modes, err := h.agent.state.previousModes()
+	modes, err := h.agent.mps.modes.Previous()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestRetiredGPUGetsItsComputeModeBack(t *testing.T) {
 	if mode(1) != gpu.ComputeModeExclusiveProcess {
 		t.Errorf("GPU 1 taken back is in %s, want Exclusive_Process", mode(1))
 	}
-	if modes, _ := h.agent.state.previousModes(); modes[twoGPUs()[1].UUID] != "Prohibited" {
+	if modes, _ := h.agent.mps.modes.Previous(); modes[twoGPUs()[1].UUID] != "Prohibited" {
 		t.Errorf("the mode to restore is not recorded again: %v", modes)
 	}
 }

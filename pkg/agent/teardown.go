@@ -20,21 +20,21 @@ import (
 // options, as a new agent that has not run.
 func (a *Agent) Teardown(ctx context.Context, force bool, out io.Writer) error {
 	cfg, devices := a.config(), a.opts.Devices
-	uuids := a.unplanned(cfg, map[gpu.UUID]bool{})
+	uuids := a.mps.unplanned(cfg, map[gpu.UUID]bool{})
 	daemons := make([]*gpuState, len(uuids), len(uuids)+1)
 	for i, uuid := range uuids {
 		// In the single layout a <root>/<uuid> is a per-GPU daemon left
 		// from before the switch: stopped in its own directory.
-		daemons[i], _ = a.retiring(cfg, uuid, a.log)
+		daemons[i], _ = a.mps.retiring(cfg, uuid, a.log)
 	}
 	if cfg.single() {
 		uuids = append(uuids, singleDaemon) // the one daemon in the pipe root
-		daemons = append(daemons, a.gpu(cfg, singleDaemon))
+		daemons = append(daemons, a.mps.gpu(cfg, singleDaemon))
 	}
 	var busy []error
 	for i, uuid := range uuids {
 		gs := daemons[i]
-		if n := a.connectedClients(ctx, gs); n > 0 && !force {
+		if n := a.mps.connectedClients(ctx, gs); n > 0 && !force {
 			busy = append(busy, fmt.Errorf("GPU %s: %d MPS clients connected (stop them, or use --force, which kills them)", uuid, n))
 		}
 	}
@@ -48,7 +48,7 @@ func (a *Agent) Teardown(ctx context.Context, force bool, out io.Writer) error {
 	} else if res, err := devices.Sync(ctx, backend.Offer{Host: host}); err != nil {
 		errs = append(errs, fmt.Errorf("removing devices from the inventory: %w", err))
 	} else {
-		fmt.Fprintf(out, "inventory: %d devices removed, %d held by guests kept (pending removal)\n", res.Deleted, len(res.Held))
+		fmt.Fprintf(out, "inventory: %d devices removed, %d held by guests kept (pending removal)\n", res.Deleted, res.HeldOutOfPlan)
 	}
 	for i, uuid := range uuids {
 		if err := daemons[i].ctl.Quit(ctx); err != nil {
@@ -57,12 +57,12 @@ func (a *Agent) Teardown(ctx context.Context, force bool, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "%s: MPS control daemon stopped\n", uuid)
 	}
-	modes, err := a.state.previousModes()
+	modes, err := a.mps.modes.Previous()
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for uuid, name := range modes {
-		restored, err := a.restoreMode(ctx, uuid, name)
+		restored, err := a.mps.restoreMode(ctx, uuid, name)
 		if err != nil {
 			errs = append(errs, err)
 		}

@@ -58,12 +58,12 @@ func TestServerGoneWhileReadIsNoFault(t *testing.T) {
 				return srv
 			}
 			r := &goneRunner{Runner: h.runner, question: question}
-			for _, gs := range h.agent.gpus {
+			for _, gs := range h.agent.mps.gpus {
 				gs.ctl = mps.NewController(r, gs.env, h.cfg.Host.ControlTimeout, h.agent.log)
 			}
 			srv := idle()
 			asked := question != "get_active_thread_percentage" // the probe asks no limits
-			if healthy, reason := h.agent.observe(ctx, h.agent.gpus[gpu.UUID(h.agent.Status().GPUs[0].UUID)]); !healthy || r.done != asked {
+			if healthy, reason := h.agent.mps.observe(ctx, h.agent.mps.gpus[gpu.UUID(h.agent.Status().GPUs[0].UUID)]); !healthy || r.done != asked {
 				t.Fatalf("health probe (asked %s of server %d: %v): healthy %v (%s) for a server that went away", question, srv, r.done, healthy, reason)
 			}
 			srv = idle()

@@ -5,79 +5,60 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 
-	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/cdi"
-	"yunion.io/x/mps-daemon/pkg/claim"
+	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/status"
-	"yunion.io/x/mps-daemon/pkg/units"
-	"yunion.io/x/mps-daemon/pkg/vdev"
-	"yunion.io/x/mps-daemon/pkg/view"
 )
 
-// viewStore holds the devices' views (<state directory>/view), beside
-// their identity files.
-func viewStore(cfg *Config) view.Store {
-	return view.Store{Dir: filepath.Join(cfg.Host.StateDirectory, "view")}
+// The view (pkg/view, docs/containers.md): whether containers are told
+// their device's cap as the GPU's memory. The entries station chooses it
+// once a reconcile, for its devices and the claims' alike, and says in
+// /status what became of it.
+
+// viewChoice is whether containers get the view this reconcile.
+type viewChoice struct {
+	// View is the view the entries give: on when mps_view_library is set
+	// and the library is there.
+	cdi.View
+	// state is what the status says of it before the entries are written
+	// (on, off, missing).
+	state status.View
 }
 
-// syncViews makes the view of each device the spec names (its directory,
-// its file saying its cap) when mps_view_library is set and the library is
-// there, sets each device's ViewDir, and returns the view the spec gives
-// their containers; the zero cdi.View when they get none (off, the library
-// missing, the views not written: the devices are served all the same, and
-// their containers see the whole GPU). The views of devices gone from the
-// spec go once no container holds them (the claims' are the driver's). It
-// records the state in the status, logged when it changes.
-func (a *Agent) syncViews(cfg *Config, devs []cdi.Device) cdi.View {
+// chooseView decides whether containers get the view: mps_view_library set
+// and the library there. Without it (off, the library missing) the devices
+// are served all the same, and their containers see the whole GPU.
+func (e *entriesStation) chooseView(cfg *Config) viewChoice {
 	lib := cfg.Host.ViewLibrary
-	st := status.View{Library: lib, State: status.ViewOn}
-	var opts cdi.View
+	c := viewChoice{state: status.View{Library: lib, State: status.ViewOn}}
 	switch why := libraryProblem(lib); {
 	case lib == "":
-		st.State = status.ViewOff
+		c.state.State = status.ViewOff
 	case why != "":
-		st.State, st.Reason = status.ViewMissing, why
+		c.state.State, c.state.Reason = status.ViewMissing, why
 	default:
-		vs := make([]view.Device, len(devs))
-		for i, d := range devs {
-			vs[i] = view.Device{Name: d.Name(), Cap: d.MemoryLimit}
-		}
-		pruned, err := a.views.Sync(func(n vdev.Name) bool { return !claim.IsClaimName(n) }, vs)
-		a.notePruned(pruned)
-		for i := range devs {
-			if err == nil {
-				devs[i].ViewDir, err = a.views.Store().Path(devs[i].Name())
-			}
-		}
-		if err != nil {
-			st.State, st.Reason = status.ViewFailed, err.Error()
-			break
-		}
-		opts = cdi.View{Library: lib, Platforms: a.views.Store().PlatformsPath(), Preload: a.views.Store().PreloadPath()}
+		c.View = e.host.ViewOf(lib)
 	}
-	st.Devices = len(a.views.Views())
-	a.viewOpts = opts
-	a.noteView(st)
-	return opts
+	return c
 }
 
-// notePruned logs what became of the views of devices that are gone:
-// each removal, and a failure to tell whether they are held (logged when
-// it changes: the views stay until it can be told).
-func (a *Agent) notePruned(p view.Pruned) {
+// notePruned logs what became of the views of devices that are gone
+// (res.Pruned): each removal, and a failure to tell whether they are held
+// (logged when it changes: the views stay until it can be told).
+func (e *entriesStation) notePruned(res entries.Result) {
+	p := res.Pruned
 	if p.Removed > 0 {
-		a.log.Info("views of devices that are gone removed", "removed", p.Removed, "held", p.Held)
+		e.log.Info("views of devices that are gone removed", "removed", p.Removed, "held", p.Held)
 	}
 	msg := ""
 	if p.Err != nil {
 		msg = p.Err.Error()
-		if msg != a.viewPruneErr {
-			a.log.Warn("views of devices that are gone kept", "err", p.Err)
+		if msg != e.viewPruneErr {
+			e.log.Warn("views of devices that are gone kept", "err", p.Err)
 		}
 	}
-	a.viewPruneErr = msg
+	e.viewPruneErr = msg
 }
 
 // libraryProblem says why the view's library cannot be mounted, "" when it
@@ -99,7 +80,7 @@ func libraryProblem(path string) string {
 }
 
 // viewPlan is what check-config says of the view: a missing library is
-// not an error (the daemon serves the devices without the view), but the
+// not an error (the daemon serves the devices without it), but the
 // operator is told.
 func viewPlan(lib string) string {
 	switch why := libraryProblem(lib); {
@@ -111,18 +92,27 @@ func viewPlan(lib string) string {
 	return lib + ": containers see their device's cap as the GPU's memory"
 }
 
-// noteView puts the view's state in the status and logs it when it
-// changes: a host without the library says so once, not every reconcile.
-func (a *Agent) noteView(st status.View) {
-	a.mu.Lock()
-	a.status.View = &st
-	a.mu.Unlock()
+// noteView records what the entries gave containers of the view c chose
+// (viewGiven: what the accounting checks clients for), puts its state in
+// the status (failed when the views could not be written: the devices are
+// served without it) and logs it when it changes: a host without the
+// library says so once, not every reconcile.
+func (e *entriesStation) noteView(c viewChoice, res entries.Result) {
+	st := c.state
+	if res.ViewErr != nil {
+		st.State, st.Reason = status.ViewFailed, res.ViewErr.Error()
+	}
+	st.Devices = len(e.host.Views.Views())
+	e.viewGiven = res.View
+	e.mu.Lock()
+	e.view = &st
+	e.mu.Unlock()
 	key := st.State + "\x00" + st.Reason
-	if key == a.viewNoted {
+	if key == e.viewNoted {
 		return
 	}
-	a.viewNoted = key
-	log := a.log.With("library", st.Library)
+	e.viewNoted = key
+	log := e.log.With("library", st.Library)
 	switch st.State {
 	case status.ViewOn:
 		log.Info("containers get their device's view: CUDA and NVML answer with the device's cap")
@@ -133,30 +123,4 @@ func (a *Agent) noteView(st status.View) {
 	default:
 		log.Error("views not written: devices are served without the view until they are; caps hold as ever", "err", st.Reason)
 	}
-}
-
-// writeViewUsage puts each device's use, as this accounting pass measured
-// it, in its view (a file replaced only where the figure changed); with
-// accounting off, 0. A device not measured keeps its last figure.
-func (a *Agent) writeViewUsage(r accounting.Report) {
-	if a.config().Host.ViewLibrary == "" {
-		return
-	}
-	used := map[vdev.Name]units.Bytes{}
-	if r.Usage.PerDevice == nil {
-		for n := range a.views.Views() {
-			used[n] = 0
-		}
-	}
-	for name, d := range r.Usage.PerDevice {
-		used[vdev.Name(name)] = units.Bytes(d.UsedBytes)
-	}
-	msg := ""
-	if err := a.views.SetUsed(used); err != nil {
-		msg = err.Error()
-		if msg != a.viewUsedErr {
-			a.log.Warn("writing the devices' use into their views", "err", err)
-		}
-	}
-	a.viewUsedErr = msg
 }

@@ -3,7 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
+	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/units"
@@ -35,7 +35,7 @@ func (h *harness) installLibrary(t *testing.T) {
 // ok false when it has none.
 func (h *harness) viewOf(t *testing.T, name string) (view.Memory, bool) {
 	t.Helper()
-	dir, err := viewStore(h.cfg).Path(vdev.Name(name))
+	dir, err := entries.ViewStore(h.cfg.Host.StateDirectory).Path(vdev.Name(name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestEachDeviceHasItsViewThroughResizesAndAccounting(t *testing.T) {
 		if !ok || m != (view.Memory{Total: (h200Memory / 4).Bytes()}) {
 			t.Errorf("%s's view: %+v %v; want its cap, nothing used", name, m, ok)
 		}
-		dir, _ := viewStore(h.cfg).Path(vdev.Name(name))
+		dir, _ := entries.ViewStore(h.cfg.Host.StateDirectory).Path(vdev.Name(name))
 		if !strings.Contains(spec, "hostPath: "+dir+"\n") {
 			t.Errorf("the spec does not mount %s", dir)
 		}
@@ -179,7 +179,7 @@ func TestEachDeviceHasItsViewThroughResizesAndAccounting(t *testing.T) {
 func TestTheViewWaitsForItsLibrary(t *testing.T) {
 	h := newHarness(t, "", fourAndTwo)
 	var logs bytes.Buffer
-	h.agent.log = slog.New(slog.NewTextHandler(&logs, nil))
+	h.logTo(t, &logs)
 	ctx := context.Background()
 	for range 2 {
 		if err := h.agent.Reconcile(ctx); err != nil {
@@ -214,7 +214,7 @@ func TestTheViewWaitsForItsLibrary(t *testing.T) {
 		t.Errorf("off: view %+v; the spec differs from the one without the view", st.View)
 	}
 	// A view's use is not written while it is off.
-	h.agent.writeViewUsage(accountingReportOf(map[string]units.Bytes{twoGPUs()[0].UUID.String() + "::0": 7}))
+	h.agent.acct.WriteViewUsage(h.agent.accountInputs(), accountingReportOf(map[string]units.Bytes{twoGPUs()[0].UUID.String() + "::0": 7}))
 	if m, _ := h.viewOf(t, twoGPUs()[0].UUID.String()+"::0"); m.Used != 0 {
 		t.Errorf("off, the view was written: %+v", m)
 	}

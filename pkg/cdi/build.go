@@ -47,8 +47,8 @@ const privilegedSocket = "control_privileged"
 // o.DevRoot and writes nothing. Any input a container could not use, or that
 // would hand out the wrong GPU or caps, is an error wrapping ErrInvalid; an
 // empty list is ErrNoDevices. No error ever comes with a spec.
-func Build(o Options, devs []Device) (*specs.Spec, error) {
-	o = o.withDefaults()
+func Build(opts Options, devs []Device) (*specs.Spec, error) {
+	o := opts.settle()
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
@@ -72,8 +72,8 @@ func Build(o Options, devs []Device) (*specs.Spec, error) {
 // Edits are the edits of d's entry, as Build makes them, for whoever
 // hands them to a container without a CDI runtime (the NRI plugin,
 // pkg/nri): the same inputs are refused, nothing is written.
-func Edits(o Options, d Device) (specs.ContainerEdits, error) {
-	o = o.withDefaults()
+func Edits(opts Options, d Device) (specs.ContainerEdits, error) {
+	o := opts.settle()
 	if err := o.validate(); err != nil {
 		return specs.ContainerEdits{}, err
 	}
@@ -89,7 +89,7 @@ func Edits(o Options, d Device) (specs.ContainerEdits, error) {
 
 // build assembles the spec from validated inputs; devices sorted by GPU and
 // slice so the same inputs give the same bytes whatever their order.
-func build(o Options, devs []Device, nodes nodeSet) *specs.Spec {
+func build(o settled, devs []Device, nodes nodeSet) *specs.Spec {
 	sorted := slices.Clone(devs)
 	slices.SortFunc(sorted, func(a, b Device) int {
 		return cmp.Or(cmp.Compare(a.GPU.UUID, b.GPU.UUID), cmp.Compare(a.Index, b.Index))
@@ -118,7 +118,7 @@ func build(o Options, devs []Device, nodes nodeSet) *specs.Spec {
 
 // containerEdits is what a container given d gets; docs/containers.md lists
 // the same, and why.
-func containerEdits(o Options, d Device, nodes nodeSet) specs.ContainerEdits {
+func containerEdits(o settled, d Device, nodes nodeSet) specs.ContainerEdits {
 	e := specs.ContainerEdits{
 		Env: []string{
 			EnvVisibleDevices + "=" + d.GPU.UUID.String(),

@@ -94,7 +94,13 @@ type View struct {
 // On says whether containers get the view.
 func (v View) On() bool { return v.Library != "" }
 
-func (o Options) withDefaults() Options {
+// settled is Options with the defaults filled in. Options.settle is the
+// one place the defaults are applied: each exported entry (Build, Edits,
+// Write, Remove, SpecPath, Sync, Writer.Sync) settles its options once,
+// and what it calls takes them settled, so no path fills them twice.
+type settled struct{ Options }
+
+func (o Options) settle() settled {
 	if o.Dir == "" {
 		o.Dir = DefaultDir
 	}
@@ -107,7 +113,7 @@ func (o Options) withDefaults() Options {
 	if o.DevRoot == "" {
 		o.DevRoot = DefaultDevRoot
 	}
-	return o
+	return settled{o}
 }
 
 // Device is one virtual device as a container gets it: the planned device
@@ -142,3 +148,7 @@ func FromVirtual(v vdev.Device, id, pipeDir string) Device {
 
 // QualifiedName is what a runtime is given: "yunion.io/mps-gpu=GPU-…::3".
 func QualifiedName(kind, name string) string { return kind + "=" + name }
+
+// DeviceName is the name a runtime is given for virtual device n in the
+// host's spec (DefaultKind): what the backends record and publish.
+func DeviceName(n vdev.Name) string { return QualifiedName(DefaultKind, n.String()) }

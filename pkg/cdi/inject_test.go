@@ -188,7 +188,7 @@ func TestInjectDeviceNodes(t *testing.T) {
 // the container path, as nvidia-ctk's specs do.
 func TestInjectHostDevRoot(t *testing.T) {
 	d := hostDevices()[1]
-	s := build(Options{Kind: DefaultKind, ShmPath: DefaultShmPath, DevRoot: "/dev"}.withDefaults(), []Device{d},
+	s := build(Options{Kind: DefaultKind, ShmPath: DefaultShmPath, DevRoot: "/dev"}.settle(), []Device{d},
 		nodeSet{"nvidia0": true, "nvidiactl": true})
 	nodes := s.Devices[0].ContainerEdits.DeviceNodes
 	if len(nodes) != 2 || nodes[0].Path != "/dev/nvidia0" || nodes[0].HostPath != "" || nodes[1].Path != "/dev/nvidiactl" {

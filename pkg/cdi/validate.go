@@ -91,7 +91,7 @@ func validGPUUUID(s gpu.UUID) error {
 
 // validateDevices refuses inputs a container could not use or that would
 // hand out the wrong GPU or caps. Every problem is reported, joined.
-func validateDevices(o Options, devs []Device) error {
+func validateDevices(o settled, devs []Device) error {
 	var errs []error
 	names := map[string]int{}
 	type gpuFacts struct {

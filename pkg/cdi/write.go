@@ -34,8 +34,8 @@ func header() string {
 // wrapping ErrInvalid and leaves the old file as it was. Bytes equal to the
 // file's are not written at all, so runtimes watching the directory see no
 // event when nothing changed.
-func Write(o Options, s *specs.Spec) (path string, changed bool, err error) {
-	o = o.withDefaults()
+func Write(opts Options, s *specs.Spec) (path string, changed bool, err error) {
+	o := opts.settle()
 	if err := o.validate(); err != nil {
 		return "", false, err
 	}
@@ -45,7 +45,7 @@ func Write(o Options, s *specs.Spec) (path string, changed bool, err error) {
 	if s.Kind != o.Kind {
 		return "", false, invalidf("spec of kind %q, but this host's kind is %q", s.Kind, o.Kind)
 	}
-	path, err = SpecPath(o)
+	path, err = specPath(o)
 	if err != nil {
 		return "", false, err
 	}
@@ -63,7 +63,7 @@ func Write(o Options, s *specs.Spec) (path string, changed bool, err error) {
 // writeData puts the encoded spec data at path (Write's file), unless the
 // file holds those bytes already; load has the CDI library load the
 // written temporary file before it replaces the old one.
-func writeData(o Options, path string, data []byte, load bool) (changed bool, err error) {
+func writeData(o settled, path string, data []byte, load bool) (changed bool, err error) {
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return false, fmt.Errorf("creating CDI directory: %w", err)
 	}
@@ -86,11 +86,16 @@ func writeData(o Options, path string, data []byte, load bool) (changed bool, er
 // Remove deletes the spec file (when there are no virtual devices: CDI has
 // no valid spec without one). It reports whether there was a file.
 func Remove(o Options) (removed bool, err error) {
-	o = o.withDefaults()
-	path, err := SpecPath(o)
+	s := o.settle()
+	path, err := specPath(s)
 	if err != nil {
 		return false, err
 	}
+	return remove(s, path)
+}
+
+// remove is Remove of the file at path, o's spec.
+func remove(o settled, path string) (removed bool, err error) {
 	if err := removeStaleTemps(path); err != nil {
 		return false, err
 	}
@@ -113,8 +118,9 @@ func Sync(o Options, devs []Device) (path string, changed bool, err error) {
 }
 
 // SpecPath is the file Write writes: CDI's "vendor-class.yaml" in o.Dir.
-func SpecPath(o Options) (string, error) {
-	o = o.withDefaults()
+func SpecPath(o Options) (string, error) { return specPath(o.settle()) }
+
+func specPath(o settled) (string, error) {
 	vendor, class, err := splitKind(o.Kind)
 	if err != nil {
 		return "", err

@@ -21,7 +21,7 @@ import (
 // The zero Writer is ready. It is not safe for concurrent use: the agent
 // keeps one in its loop.
 type Writer struct {
-	opts  Options
+	opts  settled
 	devs  []Device // as the spec was built from them: keyOf
 	nodes nodeSet
 	data  []byte // nil: nothing remembered
@@ -34,20 +34,21 @@ type Writer struct {
 }
 
 // Sync makes the spec file match devs, as the package's Sync does.
-func (w *Writer) Sync(o Options, devs []Device) (path string, changed bool, err error) {
+func (w *Writer) Sync(opts Options, devs []Device) (path string, changed bool, err error) {
+	o := opts.settle()
 	if len(devs) == 0 {
 		w.data = nil
-		if path, err = SpecPath(o); err != nil {
+		if path, err = specPath(o); err != nil {
 			return "", false, err
 		}
-		changed, err = Remove(o)
+		changed, err = remove(o, path)
 		return path, changed, err
 	}
 	data, err := w.encoded(o, devs)
 	if err != nil {
 		return "", false, err
 	}
-	path, err = SpecPath(o)
+	path, err = specPath(o)
 	if err != nil {
 		return "", false, err
 	}
@@ -55,7 +56,7 @@ func (w *Writer) Sync(o Options, devs []Device) (path string, changed bool, err 
 	// validated devices and validateSpec ran the loader's checks on it
 	// (only Write, given any spec, loads the file). Loading 32 devices'
 	// spec back cost a start as much as encoding it.
-	changed, err = writeData(o.withDefaults(), path, data, false)
+	changed, err = writeData(o, path, data, false)
 	if err != nil {
 		return "", false, err
 	}
@@ -65,8 +66,7 @@ func (w *Writer) Sync(o Options, devs []Device) (path string, changed bool, err 
 // encoded is the file's bytes for devs: the remembered ones when the
 // inputs are the same, else Build's spec (with its checks, in its order)
 // encoded, and remembered. Nothing is remembered of a failure.
-func (w *Writer) encoded(o Options, devs []Device) ([]byte, error) {
-	o = o.withDefaults()
+func (w *Writer) encoded(o settled, devs []Device) ([]byte, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}

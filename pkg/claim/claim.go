@@ -1,9 +1,11 @@
 // Package claim is what the host agent and the Kubernetes mode (pkg/dra,
 // pkg/ledger) share about GPUs that claims of any size share (the device
-// YAML's `sharing: claims`, docs/kubernetes.md): where claims' CDI entries,
-// identity files and views go (Spec), the virtual device a claim gets
-// (Device), and a prepared claim's device as the agent bills and shows it
-// (Held).
+// YAML's `sharing: claims`, docs/kubernetes.md): the virtual device a claim
+// gets (NewDevice, at IndexBase and above), and a prepared claim's device
+// as the backend answers it and the agent bills and shows it (Device).
+// Their entries (identity file, view, CDI entry in a spec of their own,
+// DefaultKind) are written by the one step every device's are
+// (pkg/entries).
 //
 // A claim's device is a virtual device like a fixed slice: named
 // <GPU UUID>::<index>, with its own identity file (pkg/identity) and its
@@ -39,12 +41,12 @@ const IndexBase = 1000
 // and go with prepare and unprepare, the slices with the plan.
 const DefaultKind = "yunion.io/mps-claim"
 
-// Device is the device of a claim in slot of the GPU whose device is base,
+// NewDevice is the device of a claim in slot of the GPU whose device is base,
 // capped at memory and threads (0: base's share, the GPU's default). It
 // refuses a slot below 0, a memory of 0 or more than base's, and a thread
 // share outside 1 to base's: a client cannot raise its caps above its
 // control daemon's defaults, so a device promising more would be a lie.
-func Device(base cdi.Device, slot int, memory units.MiB, threads int) (cdi.Device, error) {
+func NewDevice(base cdi.Device, slot int, memory units.MiB, threads int) (cdi.Device, error) {
 	switch {
 	case slot < 0:
 		return cdi.Device{}, fmt.Errorf("claim slot %d: want 0 or more", slot)
@@ -74,12 +76,23 @@ func IsClaim(index int) (slot int, ok bool) {
 	return index - IndexBase, true
 }
 
-// Held is a claim's own device as the backend that prepared it holds it:
-// a virtual device (<GPU UUID>::<IndexBase+slot>, the claim's caps) that
-// the agent bills and shows as it does a fixed slice, and the claim it is
-// for.
-type Held struct {
-	Device vdev.Device
+// IsClaimName reports whether a device name is a claim's (index
+// IndexBase and above): the views the claims' entries own.
+func IsClaimName(n vdev.Name) bool {
+	_, i, err := vdev.ParseName(string(n))
+	if err != nil {
+		return false
+	}
+	_, ok := IsClaim(i)
+	return ok
+}
+
+// Device is a claim's own device as the backend that prepared it answers
+// it (backend.Answer.ClaimDevices): a virtual device (<GPU UUID>::
+// <IndexBase+slot>, the claim's caps) that the agent bills and shows as it
+// does a fixed slice, and the claim it is for.
+type Device struct {
+	vdev.Device
 	// Claim is the claim's namespace/name; UID its UID.
 	Claim, UID string
 	// CDIName is the qualified name of its entry in the claims' CDI spec.

@@ -1,17 +1,13 @@
 package claim
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/cdi"
 	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/identity"
 	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
-	"yunion.io/x/mps-daemon/pkg/view"
 )
 
 const uuid = gpu.UUID("GPU-81df1fb7-5946-da34-7f70-c730b0456642")
@@ -24,7 +20,7 @@ func base(pipe string) cdi.Device {
 // its slot; what a client could not be given is refused.
 func TestDevice(t *testing.T) {
 	b := base("/run/pipe")
-	d, err := Device(b, 2, 20480, 0)
+	d, err := NewDevice(b, 2, 20480, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +33,7 @@ func TestDevice(t *testing.T) {
 	if _, ok := IsClaim(47); ok {
 		t.Error("a fixed slice's index taken for a claim's")
 	}
-	if d, err := Device(b, 0, 81559, 25); err != nil || d.ThreadPercentage != 25 {
+	if d, err := NewDevice(b, 0, 81559, 25); err != nil || d.ThreadPercentage != 25 {
 		t.Errorf("the whole GPU at 25%%: %+v %v", d, err)
 	}
 	for _, tc := range []struct {
@@ -52,130 +48,10 @@ func TestDevice(t *testing.T) {
 		{0, 61, 1024, "offers 1 to 60%"},
 		{0, -1, 1024, "offers 1 to 60%"},
 	} {
-		if _, err := Device(b, tc.slot, unitsMiB(tc.mem), tc.threads); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Device(slot %d, %d MiB, %d%%): %v, want %q", tc.slot, tc.mem, tc.threads, err, tc.want)
+		if _, err := NewDevice(b, tc.slot, unitsMiB(tc.mem), tc.threads); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewDevice(slot %d, %d MiB, %d%%): %v, want %q", tc.slot, tc.mem, tc.threads, err, tc.want)
 		}
-	}
-}
-
-// Sync makes each claim's identity file before the spec names it, writes
-// the claims' spec under its own kind, and removes it when no claim is
-// left.
-func TestSync(t *testing.T) {
-	dir, err := os.MkdirTemp("", "claim")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	s := Spec{CDI: cdi.Options{Dir: filepath.Join(dir, "cdi"), DevRoot: filepath.Join(dir, "dev")}, Identity: identity.Store{Dir: filepath.Join(dir, "id")}}
-	d, err := Device(base(filepath.Join(dir, "pipe")), 0, 1024, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var w cdi.Writer
-	path, changed, err := s.Sync(&w, DefaultKind, []cdi.Device{d})
-	if err != nil || !changed || filepath.Base(path) != "yunion.io-mps-claim.yaml" {
-		t.Fatalf("Sync: %s %v %v", path, changed, err)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := vdev.NameOf(uuid, IndexBase).String()
-	for _, want := range []string{"kind: " + DefaultKind, "name: " + name, cdi.EnvMemoryLimit + "=0=1024M", cdi.EnvThreadPercentage + "=60"} {
-		if !strings.Contains(string(b), want) {
-			t.Errorf("the spec lacks %q:\n%s", want, b)
-		}
-	}
-	idf, _ := s.Identity.Path(vdev.Name(name))
-	if got, err := os.ReadFile(idf); err != nil || string(got) != name+"\n" {
-		t.Errorf("identity file %s: %q %v", idf, got, err)
-	}
-	if _, changed, err := s.Sync(&w, DefaultKind, []cdi.Device{d}); err != nil || changed {
-		t.Errorf("the same claims again: changed %v, %v", changed, err)
-	}
-	if _, changed, err := s.Sync(&w, DefaultKind, nil); err != nil || !changed {
-		t.Errorf("no claims: changed %v, %v", changed, err)
-	}
-	if _, err := os.Stat(path); !os.IsNotExist(err) {
-		t.Errorf("the spec outlives the last claim: %v", err)
 	}
 }
 
 func unitsMiB(v int) units.MiB { return units.MiB(v) }
-
-// With the view on, each claim's entry mounts its view, which says the
-// claim's size; a claim released loses its view with its entry, and a
-// view that cannot be made leaves the entries without the view rather
-// than without the claims.
-func TestSyncViews(t *testing.T) {
-	dir := t.TempDir()
-	lib := filepath.Join(dir, "libyunion-mps-view.so")
-	store := view.Store{Dir: filepath.Join(dir, "view")}
-	w := view.NewWriter(store, t.TempDir())
-	s := Spec{CDI: cdi.Options{Dir: filepath.Join(dir, "cdi"), DevRoot: filepath.Join(dir, "dev"),
-		View: cdi.View{Library: lib, Platforms: store.PlatformsPath(), Preload: store.PreloadPath()}},
-		Identity: identity.Store{Dir: filepath.Join(dir, "id")}, View: w}
-	// A fixed slice's view, the agent's: never the claims' Sync's to remove.
-	slice := vdev.NameOf(uuid, 3)
-	if _, err := w.Sync(func(n vdev.Name) bool { return !IsClaimName(n) }, []view.Device{{Name: slice, Cap: 20480}}); err != nil {
-		t.Fatal(err)
-	}
-	small, err := Device(base(filepath.Join(dir, "pipe")), 0, 1024, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	large, err := Device(base(filepath.Join(dir, "pipe")), 1, 70000, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cw cdi.Writer
-	path, _, err := s.Sync(&cw, DefaultKind, []cdi.Device{small, large})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, _ := os.ReadFile(path)
-	for _, d := range []cdi.Device{small, large} {
-		vd, _ := store.Path(d.Name())
-		b, err := os.ReadFile(filepath.Join(vd, view.MemoryFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m, err := view.Parse(b); err != nil || m.Total != d.MemoryLimit.Bytes() {
-			t.Errorf("%s's view says %+v, %v; want its size, %d MiB", d.Name(), m, err, d.MemoryLimit)
-		}
-		if !strings.Contains(string(spec), "hostPath: "+vd+"\n") {
-			t.Errorf("the spec does not mount %s", vd)
-		}
-	}
-	if !strings.Contains(string(spec), "containerPath: /etc/ld.so.preload") || !strings.Contains(string(spec), "hostPath: "+lib) {
-		t.Errorf("the spec lacks the library or the preload list:\n%s", spec)
-	}
-	// The large claim released.
-	if _, _, err := s.Sync(&cw, DefaultKind, []cdi.Device{small}); err != nil {
-		t.Fatal(err)
-	}
-	views := w.Views()
-	if _, ok := views[large.Name()]; ok {
-		t.Error("a released claim keeps its view")
-	}
-	if _, ok := views[slice]; !ok {
-		t.Error("the claims' Sync removed a fixed slice's view")
-	}
-	// The views' directory unusable: the claims keep their entries,
-	// without the view.
-	if err := os.RemoveAll(store.Dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(store.Dir, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	path, _, err = s.Sync(&cw, DefaultKind, []cdi.Device{small})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, _ = os.ReadFile(path)
-	if !strings.Contains(string(spec), "name: "+small.Name().String()) || strings.Contains(string(spec), "ld.so.preload") {
-		t.Errorf("without its views the claims' spec is\n%s", spec)
-	}
-}

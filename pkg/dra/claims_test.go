@@ -18,7 +18,8 @@ import (
 	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/cdi"
 	"yunion.io/x/mps-daemon/pkg/claim"
-	"yunion.io/x/mps-daemon/pkg/gpu"
+	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/identity"
 	"yunion.io/x/mps-daemon/pkg/ledger"
 	"yunion.io/x/mps-daemon/pkg/vdev"
@@ -27,7 +28,7 @@ import (
 // node is a host's directories for claims: CDI specs, identity files, a
 // pipe directory short enough for MPS sockets.
 type node struct {
-	spec claim.Spec
+	spec entries.Spec
 	pipe string
 }
 
@@ -39,7 +40,7 @@ func newNode(t *testing.T) node {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return node{
-		spec: claim.Spec{CDI: cdi.Options{Dir: filepath.Join(dir, "cdi"), DevRoot: filepath.Join(dir, "dev")}, Identity: identity.Store{Dir: filepath.Join(dir, "identity")}},
+		spec: entries.Spec{CDI: cdi.Options{Dir: filepath.Join(dir, "cdi"), DevRoot: filepath.Join(dir, "dev")}, Identity: identity.Store{Dir: filepath.Join(dir, "identity")}},
 		pipe: filepath.Join(dir, "pipe", uuidA),
 	}
 }
@@ -47,19 +48,25 @@ func newNode(t *testing.T) node {
 // gpus are the agent's GPUs: A (80 GiB, minor 0) shared by at most
 // maxClaims claims, B (minor 1) in slices.
 func (n node) gpus(maxClaims int, healthy bool) []backend.GPU {
-	a := cdi.FromVirtual(vdev.Device{GPU: gpu.Info{UUID: uuidA, Minor: 0}, MemoryLimit: 81559, ThreadPercentage: 100}, "", n.pipe)
-	b := cdi.FromVirtual(vdev.Device{GPU: gpu.Info{UUID: uuidB, Minor: 1}, MemoryLimit: 40779, ThreadPercentage: 50}, "", filepath.Join(filepath.Dir(n.pipe), uuidB))
-	return []backend.GPU{
-		{Device: a, Claims: true, VirtualNumber: maxClaims, Healthy: healthy},
-		{Device: b, VirtualNumber: 2, Healthy: true},
+	a := slicesOf(uuidA, 0x06, 0, 1, 81559, healthy)
+	a.Sharing, a.VirtualNumber = config.SharingClaims, maxClaims
+	a.Devices[0].PipeDir = n.pipe
+	b := slicesOf(uuidB, 0x07, 1, 2, 40779, true)
+	for i := range b.Devices {
+		b.Devices[i].PipeDir = filepath.Join(filepath.Dir(n.pipe), uuidB)
 	}
+	return []backend.GPU{a, b}
+}
+
+// offer is the agent's offer of n.gpus.
+func (n node) offer(maxClaims int, healthy bool) backend.Offer {
+	return backend.Offer{GPUs: n.gpus(maxClaims, healthy), ClaimSpec: n.spec}
 }
 
 // reconcile is what one of the agent's reconciles does to the driver.
 func (n node) reconcile(t *testing.T, d *Driver, maxClaims int, healthy bool) {
 	t.Helper()
-	desired := append(rows(uuidA, "0000:00:06.0", 1, 81559, healthy), rows(uuidB, "0000:00:07.0", 2, 40779, true)...)
-	if _, err := d.Sync(t.Context(), backend.Offer{GPUs: n.gpus(maxClaims, healthy), Rows: desired, Claims: n.spec}); err != nil {
+	if _, err := d.Sync(t.Context(), n.offer(maxClaims, healthy)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -209,11 +216,11 @@ func TestSharesGetDevicesOfTheirOwn(t *testing.T) {
 			t.Errorf("no entry named by %s's share ID %s with the same edits", uid, *share)
 		}
 	}
-	answer, err := d.Sync(t.Context(), backend.Offer{GPUs: n.gpus(4, true), Rows: append(rows(uuidA, "0000:00:06.0", 1, 81559, true), rows(uuidB, "0000:00:07.0", 2, 40779, true)...), Claims: n.spec})
+	answer, err := d.Sync(t.Context(), n.offer(4, true))
 	if err != nil {
 		t.Fatal(err)
 	}
-	devs := answer.Claims
+	devs := answer.ClaimDevices
 	if len(devs) != 3 || devs[0].Device.MemoryLimit != 40<<10 || devs[1].Device.MemoryLimit != 20<<10 || devs[2].Device.ThreadPercentage != 30 ||
 		devs[0].Device.Name() != vdev.NameOf(uuidA, claim.IndexBase) || devs[0].Claim != "default/c-c1" || devs[0].UID != "c1" {
 		t.Errorf("devices for the accounting: %+v", devs)
@@ -222,7 +229,7 @@ func TestSharesGetDevicesOfTheirOwn(t *testing.T) {
 	if _, err := d.UnprepareResourceClaims(t.Context(), []kubeletplugin.NamespacedObject{{UID: "c2"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, still := n.claimSpec(t)[string(vdev.NameOf(uuidA, claim.IndexBase+1))]; still || len(d.ledger.Held()) != 2 {
+	if _, still := n.claimSpec(t)[string(vdev.NameOf(uuidA, claim.IndexBase+1))]; still || len(d.ledger.ClaimDevices()) != 2 {
 		t.Errorf("c2's entry or device outlives its unprepare")
 	}
 	res := prepareOK(t, d, sharedClaim("c4", 20, 0))
@@ -268,7 +275,7 @@ func TestAShareEntryIsAVirtualDevicesEntry(t *testing.T) {
 	name := vdev.NameOf(uuidA, claim.IndexBase)
 	got := n.claimSpec(t)[string(name)]
 
-	base := n.gpus(4, true)[0].Device
+	base := n.gpus(4, true)[0].Devices[0]
 	want := base
 	want.Index, want.MemoryLimit, want.ThreadPercentage = claim.IndexBase, 40<<10, 25
 	p, err := n.spec.Identity.Path(name)
@@ -312,7 +319,7 @@ func TestBadSharesAreRefused(t *testing.T) {
 			t.Errorf("claim %s: %v, want an error saying %q", uid, e, want)
 		}
 	}
-	if len(d.Claims()) != 0 || len(n.claimSpec(t)) != 0 || len(d.ledger.Held()) != 0 {
+	if len(d.Claims()) != 0 || len(n.claimSpec(t)) != 0 || len(d.ledger.ClaimDevices()) != 0 {
 		t.Errorf("refused claims left something behind: %v", d.Claims())
 	}
 	// Two claims fill a GPU that takes two; the third finds no room.

@@ -6,6 +6,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"yunion.io/x/mps-daemon/pkg/cdi"
+	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/ledger"
 	"yunion.io/x/mps-daemon/pkg/units"
@@ -21,11 +22,12 @@ const (
 	AttrIndex         = "index"
 	AttrDriverVersion = "driverVersion"
 	// AttrSharing is how the device's GPU is shared, the device YAML's
-	// sharing: SharingSlices or SharingClaims.
+	// sharing (config.Sharing): "slices" or "claims".
 	AttrSharing = "sharing"
 	// AttrSized is true on a GPU's claims device (sharing "claims"), false
-	// on a fixed slice: the attribute the DeviceClasses of
-	// deploy/kubernetes select by, kept for the classes clusters have.
+	// on a fixed slice: a compatibility spelling (pkg/ledger's device.go
+	// lists them, and when each may go), which the DeviceClasses of
+	// deploy/kubernetes select by.
 	AttrSized = "sized"
 	// AttrPCIAddress is the GPU's PCI address as the inventory writes it
 	// ("1a:00.0"): what a rebuilt checkpoint reads a held device back with.
@@ -40,29 +42,23 @@ const (
 	TaintUnhealthy = ledger.TaintUnhealthy
 )
 
-// The values of AttrSharing: the device YAML's sharing.
-const (
-	SharingSlices = "slices"
-	SharingClaims = "claims"
-)
-
 // sliceDevice is d as the ResourceSlice publishes it; taint marks a device
 // of a GPU whose MPS is not serving (driver is the taint key's domain).
 func sliceDevice(d ledger.Device, driver, driverVersion string, taint bool) resourceapi.Device {
-	sharing := SharingSlices
-	if d.Claims {
-		sharing = SharingClaims
+	sharing := config.SharingSlices
+	if d.ClaimsDevice {
+		sharing = config.SharingClaims
 	}
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		AttrUUID:        {StringValue: ptr.To(d.GPUUUID)},
 		AttrProductName: {StringValue: ptr.To(d.ProductName)},
-		AttrSharing:     {StringValue: ptr.To(sharing)},
-		AttrSized:       {BoolValue: ptr.To(d.Claims)},
+		AttrSharing:     {StringValue: ptr.To(string(sharing))},
+		AttrSized:       {BoolValue: ptr.To(d.ClaimsDevice)},
 	}
 	if d.GPUAddr != "" {
 		attrs[AttrPCIAddress] = resourceapi.DeviceAttribute{StringValue: ptr.To(d.GPUAddr)}
 	}
-	if !d.Claims {
+	if !d.ClaimsDevice {
 		attrs[AttrIndex] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(d.Index))}
 	}
 	if driverVersion != "" {
@@ -78,7 +74,7 @@ func sliceDevice(d ledger.Device, driver, driverVersion string, taint bool) reso
 			CapThreads: {Value: threads},
 		},
 	}
-	if d.Claims {
+	if d.ClaimsDevice {
 		out.AllowMultipleAllocations = ptr.To(true)
 		out.Capacity = claimsCapacity(memory, threads, d.VirtualNumber)
 	}
@@ -116,9 +112,10 @@ func claimsCapacity(memory, threads resource.Quantity, virtualNumber int) map[re
 	}
 }
 
-// deviceFromSlice reads a published device back (sliceDevice's inverse;
-// a previous run's device is read by its sized attribute, which every
-// version publishes).
+// deviceFromSlice reads a published device back: sliceDevice's inverse,
+// the other half of the one translation between the ledger's devices and
+// ResourceSlices (a previous run's claims device is read by its sized
+// attribute, which every version publishes).
 func deviceFromSlice(dv resourceapi.Device) (ledger.Device, bool) {
 	str := func(n resourceapi.QualifiedName) string {
 		if v := dv.Attributes[n].StringValue; v != nil {
@@ -134,7 +131,7 @@ func deviceFromSlice(dv resourceapi.Device) (ledger.Device, bool) {
 	dev.MemoryLimit, dev.ThreadPercentage = units.MiB(mem.Value()>>20), int(threads.Value())
 	if v := dv.Attributes[AttrSized].BoolValue; v != nil && *v {
 		n := dv.Capacity[CapVirtualNumber].Value
-		dev.Claims, dev.VirtualNumber = true, int(n.Value())
+		dev.ClaimsDevice, dev.VirtualNumber = true, int(n.Value())
 		return dev, true
 	}
 	v := dv.Attributes[AttrIndex].IntValue
@@ -142,6 +139,6 @@ func deviceFromSlice(dv resourceapi.Device) (ledger.Device, bool) {
 		return ledger.Device{}, false
 	}
 	dev.Index = int(*v)
-	dev.CDIName = cdi.QualifiedName(cdi.DefaultKind, vdev.NameOf(gpu.UUID(dev.GPUUUID), dev.Index).String())
+	dev.CDIName = cdi.DeviceName(vdev.NameOf(gpu.UUID(dev.GPUUUID), dev.Index))
 	return dev, true
 }

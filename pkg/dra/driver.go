@@ -107,22 +107,22 @@ func (d *Driver) Pool() string { return d.opts.NodeName }
 
 // Sync is the agent's edge: o's devices become the node's pool (published
 // anew when it changed), a GPU shared by claims as its claims device. The
-// answer holds the offered rows, with the claim that holds each fixed
-// slice as its guest, and the held slices the plan does not have any more
-// (pending removal, as they were prepared, named in Held); and the own
-// devices of the prepared claims, which the agent bills. While a rebuild
-// of the checkpoint is pending it is tried first, and its failure fails
-// the sync: a node never reports ready with claims it has lost.
+// answer holds the offered devices, each fixed slice with the claim that
+// holds it, then the held slices the plan does not have any more (pending
+// removal, as they were prepared); and the own devices of the prepared
+// claims, which the agent bills. While a rebuild of the checkpoint is
+// pending it is tried first, and its failure fails the sync: a node never
+// reports ready with claims it has lost.
 func (d *Driver) Sync(ctx context.Context, o backend.Offer) (backend.Answer, error) {
-	res := d.ledger.Sync(o)
+	answer := d.ledger.Sync(o)
 	d.mu.Lock()
 	d.checked = time.Now()
 	d.mu.Unlock()
 	if err := d.rebuild(ctx); err != nil {
-		return backend.Answer{HostID: d.Pool(), Result: res}, err
+		return answer, err
 	}
 	published := d.publish(false)
-	answer := backend.Answer{HostID: d.Pool(), Result: res, Claims: d.ledger.Held()}
+	answer.ClaimDevices = d.ledger.ClaimDevices()
 	return answer, d.awaitPublished(ctx, published)
 }
 

@@ -17,9 +17,14 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
-	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/backend"
+	"yunion.io/x/mps-daemon/pkg/cdi"
+	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/ledger"
+	"yunion.io/x/mps-daemon/pkg/pci"
+	"yunion.io/x/mps-daemon/pkg/units"
+	"yunion.io/x/mps-daemon/pkg/vdev"
 )
 
 const (
@@ -108,21 +113,20 @@ func capacity(d resourceapi.Device, name resourceapi.QualifiedName) int64 {
 	return q.Value()
 }
 
-// rows are the agent's rows of n devices of memMiB each on GPU uuid.
-func rows(uuid, addr string, n, memMiB int, healthy bool) []api.IsolatedDevice {
-	var out []api.IsolatedDevice
+// slicesOf is GPU uuid (PCI device dev, minor minor) in n fixed slices of
+// memMiB each, as the agent offers it.
+func slicesOf(uuid string, dev uint8, minor, n int, memMiB units.MiB, healthy bool) backend.GPU {
+	g := gpu.Info{UUID: gpu.UUID(uuid), Minor: minor, Name: "NVIDIA H100 80GB HBM3", PCI: pci.Address{Device: dev}}
+	out := backend.GPU{Sharing: config.SharingSlices, VirtualNumber: n, Healthy: healthy}
 	for i := range n {
-		out = append(out, api.IsolatedDevice{
-			DevType: api.DevTypeNvidiaMPS, Model: "NVIDIA H100 80GB HBM3", Addr: api.SliceAddr(addr, i),
-			DevicePath: uuid, MPSMemoryLimit: memMiB, MPSThreadPercentage: 100 / n, Unhealthy: !healthy,
-			CDIName: "yunion.io/mps-gpu=" + uuid + "::" + string(rune('0'+i)),
-		})
+		d := vdev.Device{GPU: g, Index: i, MemoryLimit: memMiB, ThreadPercentage: 100 / n}
+		out.Devices = append(out.Devices, cdi.FromVirtual(d, "", "/run/yunion-mps/"+uuid))
 	}
 	return out
 }
 
-// offerOf is a reconcile's offer of rows alone (GPUs of fixed slices).
-func offerOf(rows []api.IsolatedDevice) backend.Offer { return backend.Offer{Rows: rows} }
+// offerOf is a reconcile's offer of GPUs (of fixed slices).
+func offerOf(gpus ...backend.GPU) backend.Offer { return backend.Offer{GPUs: gpus} }
 
 func newDriver(t *testing.T, path string) (*Driver, *recorder) {
 	t.Helper()
@@ -166,7 +170,7 @@ func TestNothingIsPublishedBeforeTheFirstReconcile(t *testing.T) {
 
 func TestSlicesCarryAttributesAndCapacity(t *testing.T) {
 	d, r := newDriver(t, filepath.Join(t.TempDir(), "cp.json"))
-	if _, err := d.Sync(t.Context(), offerOf(rows(uuidA, "0000:00:06.0", 2, 40779, true))); err != nil {
+	if _, err := d.Sync(t.Context(), offerOf(slicesOf(uuidA, 0x06, 0, 2, 40779, true))); err != nil {
 		t.Fatal(err)
 	}
 	dev := r.device(t, ledger.DeviceName(uuidA, 1))
@@ -197,8 +201,8 @@ func TestSlicesCarryAttributesAndCapacity(t *testing.T) {
 // devices are withdrawn.
 func TestUnhealthyGPUsDevicesAreTainted(t *testing.T) {
 	d, r := newDriver(t, filepath.Join(t.TempDir(), "cp.json"))
-	desired := append(rows(uuidA, "0000:00:06.0", 2, 40779, true), rows(uuidB, "0000:00:07.0", 2, 40779, true)...)
-	if _, err := d.Sync(t.Context(), offerOf(desired)); err != nil {
+	desired := offerOf(slicesOf(uuidA, 0x06, 0, 2, 40779, true), slicesOf(uuidB, 0x07, 1, 2, 40779, true))
+	if _, err := d.Sync(t.Context(), desired); err != nil {
 		t.Fatal(err)
 	}
 	reports := watchHealth(t, d)
@@ -208,8 +212,8 @@ func TestUnhealthyGPUsDevicesAreTainted(t *testing.T) {
 	if _, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{claimOn("u1", ledger.DeviceName(uuidB, 0))}); err != nil {
 		t.Fatal(err)
 	}
-	sick := append(rows(uuidA, "0000:00:06.0", 2, 40779, true), rows(uuidB, "0000:00:07.0", 2, 40779, false)...)
-	if _, err := d.Sync(t.Context(), offerOf(sick)); err != nil {
+	sick := offerOf(slicesOf(uuidA, 0x06, 0, 2, 40779, true), slicesOf(uuidB, 0x07, 1, 2, 40779, false))
+	if _, err := d.Sync(t.Context(), sick); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{ledger.DeviceName(uuidB, 0), ledger.DeviceName(uuidB, 1), ledger.DeviceName(uuidA, 0), ledger.DeviceName(uuidA, 1)}
@@ -236,7 +240,7 @@ func TestUnhealthyGPUsDevicesAreTainted(t *testing.T) {
 	if err != nil || res["u2"].Err == nil || !containsStr(res["u2"].Err.Error(), "is not serving") {
 		t.Errorf("prepare on an unhealthy GPU: %v %v", err, res["u2"].Err)
 	}
-	if _, err := d.Sync(t.Context(), offerOf(desired)); err != nil {
+	if _, err := d.Sync(t.Context(), desired); err != nil {
 		t.Fatal(err)
 	}
 	if taints := r.device(t, ledger.DeviceName(uuidB, 1)).Taints; len(taints) != 0 {
@@ -244,7 +248,7 @@ func TestUnhealthyGPUsDevicesAreTainted(t *testing.T) {
 	}
 	waitHealth(t, reports, ledger.DeviceName(uuidB, 0), kubeletplugin.HealthStatusHealthy)
 	// GPU B removed: its free device is withdrawn, the held one stays.
-	if _, err := d.Sync(t.Context(), offerOf(rows(uuidA, "0000:00:06.0", 2, 40779, true))); err != nil {
+	if _, err := d.Sync(t.Context(), offerOf(slicesOf(uuidA, 0x06, 0, 2, 40779, true))); err != nil {
 		t.Fatal(err)
 	}
 	want = []string{ledger.DeviceName(uuidB, 0), ledger.DeviceName(uuidA, 0), ledger.DeviceName(uuidA, 1)}
@@ -262,7 +266,7 @@ func TestUnhealthyGPUsDevicesAreTainted(t *testing.T) {
 func TestPreparedDeviceIsKeptAsItWasThroughAResize(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cp.json")
 	d, r := newDriver(t, path)
-	if _, err := d.Sync(t.Context(), offerOf(rows(uuidA, "0000:00:06.0", 4, 20389, true))); err != nil {
+	if _, err := d.Sync(t.Context(), offerOf(slicesOf(uuidA, 0x06, 0, 4, 20389, true))); err != nil {
 		t.Fatal(err)
 	}
 	held := ledger.DeviceName(uuidA, 3)
@@ -274,7 +278,7 @@ func TestPreparedDeviceIsKeptAsItWasThroughAResize(t *testing.T) {
 		t.Errorf("CDI names %v", got)
 	}
 	// Resize 4 -> 2: devices 0 and 1 grow, 2 goes, 3 is held.
-	sync, err := d.Sync(t.Context(), offerOf(rows(uuidA, "0000:00:06.0", 2, 40779, true)))
+	sync, err := d.Sync(t.Context(), offerOf(slicesOf(uuidA, 0x06, 0, 2, 40779, true)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,19 +294,19 @@ func TestPreparedDeviceIsKeptAsItWasThroughAResize(t *testing.T) {
 	}
 	// The agent is told the held device is the claim's, pending removal, so
 	// it keeps its CDI entry.
-	var heldRow *api.IsolatedDevice
+	var heldDev *backend.Holding
 	for i := range sync.Devices {
-		if sync.Devices[i].Addr == "0000:00:06.0-3" {
-			heldRow = &sync.Devices[i]
+		if sync.Devices[i].Name == vdev.NameOf(uuidA, 3) {
+			heldDev = &sync.Devices[i]
 		}
 	}
-	if heldRow == nil || heldRow.GuestID != "u1" || !heldRow.PendingRemoval || heldRow.MPSMemoryLimit != 20389 || heldRow.ID != "" {
-		t.Fatalf("held row to the agent: %+v", heldRow)
+	if heldDev == nil || heldDev.Holder != "u1" || !heldDev.PendingRemoval || heldDev.MemoryLimit != 20389 || heldDev.ID != "" {
+		t.Fatalf("held device to the agent: %+v", heldDev)
 	}
 
 	// A restart reads the claim back and publishes the same devices.
 	d2, r2 := newDriver(t, path)
-	if _, err := d2.Sync(t.Context(), offerOf(rows(uuidA, "0000:00:06.0", 2, 40779, true))); err != nil {
+	if _, err := d2.Sync(t.Context(), offerOf(slicesOf(uuidA, 0x06, 0, 2, 40779, true))); err != nil {
 		t.Fatal(err)
 	}
 	if got := r2.names(t); !slices.Equal(got, want) {
@@ -329,7 +333,7 @@ func TestPreparedDeviceIsKeptAsItWasThroughAResize(t *testing.T) {
 
 func TestPrepareRefusesWhatIsNotOffered(t *testing.T) {
 	d, _ := newDriver(t, filepath.Join(t.TempDir(), "cp.json"))
-	if _, err := d.Sync(t.Context(), offerOf(rows(uuidA, "0000:00:06.0", 2, 40779, true))); err != nil {
+	if _, err := d.Sync(t.Context(), offerOf(slicesOf(uuidA, 0x06, 0, 2, 40779, true))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{claimOn("u1", ledger.DeviceName(uuidA, 0))}); err != nil {
@@ -358,7 +362,7 @@ func TestPrepareRefusesWhatIsNotOffered(t *testing.T) {
 func TestAFailedPublicationIsReported(t *testing.T) {
 	d, r := newDriver(t, filepath.Join(t.TempDir(), "cp.json"))
 	r.err = errors.New("API server away")
-	if _, err := d.Sync(t.Context(), offerOf(rows(uuidA, "0000:00:06.0", 2, 40779, true))); err == nil {
+	if _, err := d.Sync(t.Context(), offerOf(slicesOf(uuidA, 0x06, 0, 2, 40779, true))); err == nil {
 		t.Fatal("a failed publication was not reported to the agent")
 	}
 }

@@ -15,7 +15,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/ledger"
 )
 
@@ -97,7 +96,7 @@ func TestAPublishedDeviceReadsBack(t *testing.T) {
 	sick := fixed
 	sick.Healthy = false
 	claims := ledger.Device{Name: ledger.ClaimsDeviceName(uuidB), GPUUUID: uuidB, GPUAddr: "0000:00:07.0", ProductName: "NVIDIA H100 80GB HBM3",
-		MemoryLimit: 81559, ThreadPercentage: 100, Healthy: true, Claims: true, VirtualNumber: 4}
+		MemoryLimit: 81559, ThreadPercentage: 100, Healthy: true, ClaimsDevice: true, VirtualNumber: 4}
 	for _, dev := range []ledger.Device{fixed, sick, claims} {
 		got, ok := deviceFromSlice(sliceDevice(dev, DefaultDriverName, "580.159.04", !dev.Healthy))
 		if !ok || !reflect.DeepEqual(got, dev) {
@@ -153,8 +152,7 @@ func TestAPendingRebuildSurvivesRestarts(t *testing.T) {
 		}
 		r := &recorder{}
 		t.Cleanup(d.setPublisher(t.Context(), r, away()))
-		desired := append(rows(uuidA, "0000:00:06.0", 1, 81559, true), rows(uuidB, "0000:00:07.0", 2, 40779, true)...)
-		if _, err := d.Sync(t.Context(), backend.Offer{GPUs: n.gpus(4, true), Rows: desired, Claims: n.spec}); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		if _, err := d.Sync(t.Context(), n.offer(4, true)); err == nil || !strings.Contains(err.Error(), "connection refused") {
 			t.Fatalf("start %d: a sync with claims still to rebuild: %v, want the API server's error", restart, err)
 		}
 		if res, err := d.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{share}); err != nil || res["c2"].Err == nil || !strings.Contains(res["c2"].Err.Error(), "being rebuilt") {

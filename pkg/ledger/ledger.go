@@ -13,8 +13,8 @@
 // device of its own (pkg/claim), with its own entry in a CDI spec of
 // claims, made at prepare time and removed at unprepare.
 //
-// A prepared fixed slice is held: the rows handed back to the agent carry
-// the claim as the device's guest, so the agent keeps the device's CDI
+// A prepared fixed slice is held: the holdings answered to the agent name
+// the claim as the device's holder, so the agent keeps the device's CDI
 // entry when a resize or a removed GPU takes it out of the plan (as it
 // does for a Cloudpods guest), and the pool keeps publishing it exactly as
 // it was prepared until the claim is unprepared.
@@ -33,7 +33,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/cdi"
 	"yunion.io/x/mps-daemon/pkg/claim"
-	"yunion.io/x/mps-daemon/pkg/devsync"
+	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
@@ -62,10 +62,10 @@ type Ledger struct {
 	synced  bool     // a reconcile has handed devices over since the start
 	current []Device // fixed slices and claims devices, as the last reconcile had them
 	claims  map[string]Claim
-	// gpus are the planned GPUs as the agent last described them, and spec
-	// where claims' CDI entries go (nil until it has).
+	// gpus are the planned GPUs as the agent last offered them, and spec
+	// where claims' entries go (nil until it has).
 	gpus  map[gpu.UUID]backend.GPU
-	spec  *claim.Spec
+	spec  *entries.Spec
 	specW cdi.Writer
 	// rebuild is why the checkpoint is to be rebuilt from the API server
 	// (it was corrupt, and its rebuild not done yet); nothing is
@@ -124,60 +124,57 @@ func Open(opts Options) (*Ledger, error) {
 // Pool is the name of the node's pool.
 func (l *Ledger) Pool() string { return l.opts.Pool }
 
-// Sync takes one reconcile's offer: its GPUs and where claims' CDI entries
-// go (the claims' spec is written again when what it is made from
-// changed: a start's, from the checkpoint), and its rows, the devices
-// published from now on. A GPU shared by claims is published as its
-// claims device instead of its row's. It answers the rows back, with the
-// claim that holds each fixed slice as its guest, and the held slices the
-// plan does not have any more (pending removal, as they were prepared,
-// named in Held).
-func (l *Ledger) Sync(o backend.Offer) devsync.Result {
-	hostID := l.opts.Pool
+// Sync takes one reconcile's offer: its GPUs, the devices published from
+// now on (a GPU shared by claims as its claims device), and where claims'
+// entries go (the claims' spec is written again when what it is made from
+// changed: a start's, from the checkpoint). It answers what the pool
+// holds: the offered devices, each fixed slice with the claim that holds
+// it, then the held slices the plan does not have any more (pending
+// removal, as they were prepared).
+func (l *Ledger) Sync(o backend.Offer) backend.Answer {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.spec = &o.Claims
+	l.spec = &o.ClaimSpec
 	l.gpus = make(map[gpu.UUID]backend.GPU, len(o.GPUs))
 	for _, g := range o.GPUs {
-		l.gpus[g.Device.GPU.UUID] = g
+		if len(g.Devices) > 0 {
+			l.gpus[g.Devices[0].GPU.UUID] = g
+		}
 	}
 	if l.rebuild == nil { // else the spec is written once the claims are rebuilt
 		if err := l.syncSpecLocked(); err != nil {
 			l.log.Error("the claims' CDI spec not written; the previous one stays", "err", err)
 		}
 	}
-	cur := make([]Device, 0, len(o.Rows))
+	var cur []Device
 	holder := l.holders()
-	var res devsync.Result
+	answer := backend.Answer{HostID: l.opts.Pool}
 	inPlan := map[string]bool{}
-	for _, r := range o.Rows {
-		dev, ok := deviceOf(r)
-		if !ok {
-			continue
-		}
-		if g, known := l.gpus[gpu.UUID(dev.GPUUUID)]; known && g.Claims {
-			if dev.Index == g.Device.Index {
-				cur = append(cur, dev.claimsDevice(g.VirtualNumber))
+	for _, g := range o.GPUs {
+		for i, d := range g.Devices {
+			dev := deviceOf(d, g.Healthy)
+			if g.Sharing.Claims() {
+				if i == 0 {
+					cur = append(cur, dev.claimsDevice(g.VirtualNumber))
+				}
+				answer.Devices = append(answer.Devices, dev.holding("", false))
+				continue
 			}
-			r.HostID = hostID
-			res.Devices = append(res.Devices, r)
-			continue
+			cur = append(cur, dev)
+			inPlan[dev.Name] = true
+			answer.Devices = append(answer.Devices, dev.holding(holder[dev.Name].UID, false))
 		}
-		cur = append(cur, dev)
-		inPlan[dev.Name] = true
-		res.Devices = append(res.Devices, dev.row(hostID, holder[dev.Name].UID, false))
 	}
 	for _, name := range slices.Sorted(maps.Keys(holder)) {
 		if h := holder[name]; !inPlan[name] {
-			// Held is what the inventory's sync reports too: kept, out of
-			// the plan, pending removal.
-			res.Held = append(res.Held, name)
-			res.Devices = append(res.Devices, h.Device.row(hostID, h.UID, true))
+			// Kept out of the plan, pending removal: what the inventory's
+			// sync does with a device a guest holds.
+			answer.HeldOutOfPlan++
+			answer.Devices = append(answer.Devices, h.Device.holding(h.UID, true))
 		}
 	}
-	res.Unchanged = len(res.Devices)
 	l.current, l.synced = cur, true
-	return res
+	return answer
 }
 
 // holding is a prepared fixed slice and the claim that holds it.
@@ -243,7 +240,7 @@ func Published(current []Device, claims map[string]Claim) []Device {
 	for _, c := range claims {
 		for _, p := range c.Devices {
 			dev := p.Device
-			if cur, ok := now[dev.Name]; ok && dev.Claims {
+			if cur, ok := now[dev.Name]; ok && dev.ClaimsDevice {
 				dev = cur
 			}
 			if h, known := healthy[dev.GPUUUID]; known {
@@ -259,7 +256,7 @@ func Published(current []Device, claims map[string]Claim) []Device {
 	}
 	devs := slices.Collect(maps.Values(out))
 	slices.SortFunc(devs, func(a, b Device) int {
-		return cmp.Or(cmp.Compare(a.GPUUUID, b.GPUUUID), compareBool(a.Claims, b.Claims), cmp.Compare(a.Index, b.Index))
+		return cmp.Or(cmp.Compare(a.GPUUUID, b.GPUUUID), compareBool(a.ClaimsDevice, b.ClaimsDevice), cmp.Compare(a.Index, b.Index))
 	})
 	return devs
 }
@@ -281,16 +278,16 @@ func (l *Ledger) Claims() map[string]Claim {
 	return maps.Clone(l.claims)
 }
 
-// Held are the own devices of the prepared claims on claims devices,
-// which the agent bills and shows as virtual devices, by name.
-func (l *Ledger) Held() []claim.Held {
+// ClaimDevices are the own devices of the prepared claims on claims
+// devices, which the agent bills and shows as virtual devices, by name.
+func (l *Ledger) ClaimDevices() []claim.Device {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []claim.Held
+	var out []claim.Device
 	for uid, c := range l.claims {
 		for _, p := range c.Devices {
 			if s := p.Own; s != nil {
-				out = append(out, claim.Held{
+				out = append(out, claim.Device{
 					Device: vdev.Device{GPU: gpu.Info{UUID: gpu.UUID(p.Device.GPUUUID), Minor: s.Minor, Index: -1},
 						Index: s.Index, MemoryLimit: s.MemoryLimit, ThreadPercentage: s.ThreadPercentage},
 					Claim: c.Namespace + "/" + c.Name, UID: uid, CDIName: s.CDIName,
@@ -298,6 +295,6 @@ func (l *Ledger) Held() []claim.Held {
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b claim.Held) int { return cmp.Compare(a.Device.Name(), b.Device.Name()) })
+	slices.SortFunc(out, func(a, b claim.Device) int { return cmp.Compare(a.Name(), b.Name()) })
 	return out
 }

@@ -8,12 +8,14 @@ import (
 	"syscall"
 	"testing"
 
-	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/backend"
 	"yunion.io/x/mps-daemon/pkg/cdi"
 	"yunion.io/x/mps-daemon/pkg/claim"
+	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/identity"
+	"yunion.io/x/mps-daemon/pkg/pci"
 	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
 )
@@ -29,7 +31,7 @@ const (
 // node is a host's directories: CDI specs, identity files, a pipe
 // directory short enough for MPS sockets, the checkpoint.
 type node struct {
-	spec       claim.Spec
+	spec       entries.Spec
 	pipe, path string
 }
 
@@ -41,7 +43,7 @@ func newNode(t *testing.T) node {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return node{
-		spec: claim.Spec{CDI: cdi.Options{Dir: filepath.Join(dir, "cdi"), DevRoot: filepath.Join(dir, "dev")}, Identity: identity.Store{Dir: filepath.Join(dir, "identity")}},
+		spec: entries.Spec{CDI: cdi.Options{Dir: filepath.Join(dir, "cdi"), DevRoot: filepath.Join(dir, "dev")}, Identity: identity.Store{Dir: filepath.Join(dir, "identity")}},
 		pipe: filepath.Join(dir, "pipe"), path: filepath.Join(dir, "plugin", "cp.json"),
 	}
 }
@@ -58,23 +60,22 @@ func (n node) open(t *testing.T) *Ledger {
 // offer is a reconcile's: GPU A whole, shared by at most claims claims;
 // GPU B in two slices of 40779 MiB.
 func (n node) offer(claims int) backend.Offer {
-	a := cdi.FromVirtual(vdev.Device{GPU: gpu.Info{UUID: uuidA, Minor: 0}, MemoryLimit: 81559, ThreadPercentage: 100}, "", filepath.Join(n.pipe, uuidA))
-	b := cdi.FromVirtual(vdev.Device{GPU: gpu.Info{UUID: uuidB, Minor: 1}, MemoryLimit: 40779, ThreadPercentage: 50}, "", filepath.Join(n.pipe, uuidB))
 	return backend.Offer{
-		GPUs:   []backend.GPU{{Device: a, Claims: true, VirtualNumber: claims, Healthy: true}, {Device: b, VirtualNumber: 2, Healthy: true}},
-		Rows:   append(rows(uuidA, "0000:00:06.0", 1, 81559), rows(uuidB, "0000:00:07.0", 2, 40779)...),
-		Claims: n.spec,
+		GPUs: []backend.GPU{
+			{Sharing: config.SharingClaims, VirtualNumber: claims, Healthy: true, Devices: n.devices(uuidA, 0x06, 0, 1, 81559)},
+			{VirtualNumber: 2, Healthy: true, Devices: n.devices(uuidB, 0x07, 1, 2, 40779)},
+		},
+		ClaimSpec: n.spec,
 	}
 }
 
-func rows(uuid, addr string, n, memMiB int) []api.IsolatedDevice {
-	var out []api.IsolatedDevice
-	for i := range n {
-		out = append(out, api.IsolatedDevice{
-			DevType: api.DevTypeNvidiaMPS, Model: "NVIDIA H100 80GB HBM3", Addr: api.SliceAddr(addr, i),
-			DevicePath: uuid, MPSMemoryLimit: memMiB, MPSThreadPercentage: 100 / n,
-			CDIName: cdi.QualifiedName(cdi.DefaultKind, string(vdev.NameOf(gpu.UUID(uuid), i))),
-		})
+// devices are the GPU's n devices of memMiB each, as the agent offers
+// them.
+func (n node) devices(uuid string, dev uint8, minor, count int, memMiB units.MiB) []cdi.Device {
+	g := gpu.Info{UUID: gpu.UUID(uuid), Minor: minor, Name: "NVIDIA H100 80GB HBM3", PCI: pci.Address{Device: dev}}
+	var out []cdi.Device
+	for i := range count {
+		out = append(out, cdi.FromVirtual(vdev.Device{GPU: g, Index: i, MemoryLimit: memMiB, ThreadPercentage: 100 / count}, "", filepath.Join(n.pipe, uuid)))
 	}
 	return out
 }
@@ -170,26 +171,25 @@ func TestOneSlotAssignmentForPrepareAndRebuild(t *testing.T) {
 	}
 }
 
-// A prepared fixed slice is held: the answer's row carries the claim as
-// its guest; out of the plan it stays, pending removal, as prepared, and
-// is still published until unprepared.
+// A prepared fixed slice is held: the answer names the claim as its
+// holder; out of the plan it stays, pending removal, as prepared, and is
+// still published until unprepared.
 func TestAHeldSliceOutOfThePlanStaysAsPrepared(t *testing.T) {
 	n := newNode(t)
 	l := n.open(t)
 	l.Sync(n.offer(4))
 	prepareOK(t, l, fixed("u1", 1))
 	o := n.offer(4)
-	o.Rows = rows(uuidA, "0000:00:06.0", 1, 81559) // GPU B gone from the plan
-	o.GPUs = o.GPUs[:1]
+	o.GPUs = o.GPUs[:1] // GPU B gone from the plan
 	res := l.Sync(o)
-	var held *api.IsolatedDevice
+	var held *backend.Holding
 	for i := range res.Devices {
-		if res.Devices[i].Addr == api.SliceAddr("0000:00:07.0", 1) {
+		if res.Devices[i].Name == vdev.NameOf(uuidB, 1) {
 			held = &res.Devices[i]
 		}
 	}
-	if held == nil || held.GuestID != "u1" || !held.PendingRemoval || held.MPSMemoryLimit != 40779 || len(res.Held) != 1 {
-		t.Fatalf("the held slice in the answer: %+v (held %v)", held, res.Held)
+	if held == nil || held.Holder != "u1" || !held.PendingRemoval || held.MemoryLimit != 40779 || res.HeldOutOfPlan != 1 {
+		t.Fatalf("the held slice in the answer: %+v (held out of the plan %d)", held, res.HeldOutOfPlan)
 	}
 	names := func() []string {
 		var out []string

@@ -161,7 +161,7 @@ func (l *Ledger) prepare(c Allocation) (Claim, error) {
 			return Claim{}, fmt.Errorf("claim %s: device %s: MPS of GPU %s is not serving (see the daemon's /status); its devices are tainted %s/%s", c.name(), r.Device, dev.GPUUUID, l.opts.Driver, TaintUnhealthy)
 		}
 		p := Prepared{Request: r.Request, Pool: r.Pool, Device: dev}
-		if dev.Claims {
+		if dev.ClaimsDevice {
 			if claimsGPU[dev.GPUUUID] {
 				return Claim{}, fmt.Errorf("claim %s: two shares of GPU %s: a container sees one device of each GPU; ask for their sum in one request", c.name(), dev.GPUUUID)
 			}
@@ -207,7 +207,7 @@ func (l *Ledger) own(r Result, dev Device, claims map[string]Claim, partial *Cla
 			return ClaimDevice{}, err
 		}
 	}
-	cd, err := claim.Device(g.Device, slot, r.Memory, r.Threads)
+	cd, err := claim.NewDevice(g.Devices[0], slot, r.Memory, r.Threads)
 	if err != nil {
 		return ClaimDevice{}, err
 	}

@@ -71,7 +71,7 @@ func (l *Ledger) Rebuild(claims []Allocation, published map[string]Device) error
 				continue
 			}
 			p := Prepared{Request: r.Request, Pool: r.Pool, Device: dev}
-			if dev.Claims {
+			if dev.ClaimsDevice {
 				slot, known := -1, false
 				if i, ok := indexes[r.ShareID]; ok && r.ShareID != "" {
 					if s, ok := claim.IsClaim(i); ok && !usedSlots(rebuilt, &out, dev.GPUUUID)[s] {
@@ -107,7 +107,7 @@ func (l *Ledger) Rebuild(claims []Allocation, published map[string]Device) error
 	}
 	// A share that found no index is left out; so is a claim left empty.
 	for uid, c := range rebuilt {
-		c.Devices = slices.DeleteFunc(c.Devices, func(p Prepared) bool { return p.Device.Claims && p.Own == nil })
+		c.Devices = slices.DeleteFunc(c.Devices, func(p Prepared) bool { return p.Device.ClaimsDevice && p.Own == nil })
 		if len(c.Devices) == 0 {
 			delete(rebuilt, uid)
 			continue

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 
 	"yunion.io/x/mps-daemon/pkg/cdi"
@@ -10,10 +11,14 @@ import (
 )
 
 // syncSpecLocked makes the claims' CDI spec hold every prepared claim's
-// own device's entry (pkg/claim), each made as a virtual device's is
-// (pkg/cdi) from its GPU as the agent last described it, with the claim's
-// caps: the second name of each is its share ID. Nothing is written before
-// the agent has said where (Sync).
+// own device's entry (pkg/claim), each made as a virtual device's is, by
+// the one entries step (pkg/entries: identity file, view, CDI entry), from
+// its GPU as the agent last offered it, with the claim's caps: the second
+// name of each is its share ID. The views of claims no longer prepared go
+// once no container holds them; views that cannot be made leave the
+// entries without the view (their containers see the whole GPU, the caps
+// hold as ever), said in the log. Nothing is written before the agent has
+// said where (Sync).
 func (l *Ledger) syncSpecLocked() error {
 	if l.spec == nil {
 		return nil
@@ -27,24 +32,34 @@ func (l *Ledger) syncSpecLocked() error {
 		}
 	}
 	slices.SortFunc(devs, func(a, b cdi.Device) int { return cmp.Compare(a.Name(), b.Name()) })
-	path, changed, err := l.spec.Sync(&l.specW, l.opts.ClaimKind, devs)
-	if err != nil {
-		return err
+	spec := *l.spec
+	spec.CDI.Kind = l.opts.ClaimKind
+	res, err := spec.SyncClaims(&l.specW, devs)
+	if res.Pruned.Err != nil {
+		l.log.Warn("views of claims no longer prepared kept", "err", res.Pruned.Err)
 	}
-	if changed {
-		l.log.Info("the claims' CDI spec written", "path", path, "claims", len(devs))
+	if res.ViewErr != nil {
+		l.log.Error("claims' views not written; their containers see the whole GPU (caps hold as ever)", "err", res.ViewErr)
+	}
+	if err != nil {
+		return fmt.Errorf("the claims' entries: %w", err)
+	}
+	if res.Changed {
+		l.log.Info("the claims' CDI spec written", "path", res.Path, "claims", len(devs))
 	}
 	return nil
 }
 
 // ownDevice is own device s on GPU uuid as its CDI entry is made: the GPU
-// and its pipe directory as the agent last described them, or, for a GPU
-// it no longer describes, as s recorded them when it was prepared; the
-// caps and priority the claim's.
+// and its pipe directory as the agent last offered them, or, for a GPU
+// it no longer offers, as s recorded them when it was prepared; the caps
+// and priority the claim's.
 func (l *Ledger) ownDevice(uuid string, s ClaimDevice) cdi.Device {
 	base, known := l.gpus[gpu.UUID(uuid)]
-	dev := base.Device
-	if !known {
+	var dev cdi.Device
+	if known {
+		dev = base.Devices[0]
+	} else {
 		dev = cdi.Device{Device: vdev.Device{GPU: gpu.Info{UUID: gpu.UUID(uuid), Minor: s.Minor, Index: -1}},
 			PipeDir: s.PipeDir, ClientPriority: s.ClientPriority}
 	}

@@ -72,6 +72,18 @@ type Devices struct {
 	Held map[gpu.UUID]map[string][]cdi.Device
 }
 
+// Add puts dev, a slice holder keeps, among d's slices of its GPU.
+func (d *Devices) Add(holder string, dev cdi.Device) {
+	g := dev.GPU.UUID
+	if d.Held == nil {
+		d.Held = map[gpu.UUID]map[string][]cdi.Device{}
+	}
+	if d.Held[g] == nil {
+		d.Held[g] = map[string][]cdi.Device{}
+	}
+	d.Held[g][holder] = append(d.Held[g][holder], dev)
+}
+
 // Pod is what the plugin reads of a container's sandbox.
 type Pod struct {
 	UID, Name string

@@ -75,7 +75,7 @@ func (p *Plan) SharedMemoryLimits(order []gpu.UUID) []units.MiB {
 	caps := map[gpu.UUID]units.MiB{}
 	for _, g := range p.GPUs {
 		if len(g.Devices) > 0 {
-			caps[g.GPU.UUID] = g.Devices[0].MemoryLimit
+			caps[g.GPU.UUID] = g.Cap()
 		}
 	}
 	out := make([]units.MiB, len(order))
@@ -84,6 +84,28 @@ func (p *Plan) SharedMemoryLimits(order []gpu.UUID) []units.MiB {
 		out[0] = max(out[0], caps[u])
 	}
 	return out
+}
+
+// SharedOrder is the device list of one control daemon serving the
+// planned GPUs (the single pipe layout): by their cap, largest first, then
+// in PCI order (GPUs' order), so that ordinal 0's limit (the largest cap,
+// SharedMemoryLimits) is its GPU's own cap too.
+func (p *Plan) SharedOrder() []gpu.UUID {
+	gps := slices.Clone(p.GPUs)
+	slices.SortStableFunc(gps, func(a, b GPUPlan) int { return cmp.Compare(b.Cap(), a.Cap()) })
+	out := make([]gpu.UUID, len(gps))
+	for i, gp := range gps {
+		out[i] = gp.GPU.UUID
+	}
+	return out
+}
+
+// Cap is the memory cap of the GPU's devices (all alike), 0 with none.
+func (g GPUPlan) Cap() units.MiB {
+	if len(g.Devices) == 0 {
+		return 0
+	}
+	return g.Devices[0].MemoryLimit
 }
 
 // Plan is the whole host's sharing plan.

@@ -321,6 +321,15 @@ func TestSharedMemoryLimits(t *testing.T) {
 			t.Errorf("SharedMemoryLimits(%v) = %v, want %v", c.order, got, c.want)
 		}
 	}
+	// The single daemon's own list puts the largest cap first: ordinal 0's
+	// limit is its GPU's own cap.
+	order := p.SharedOrder()
+	if !slices.Equal(order, []gpu.UUID{uuidH100, uuidH200}) {
+		t.Errorf("SharedOrder() = %v, want the H100 (the larger cap) first", order)
+	}
+	if got := p.SharedMemoryLimits(order); !slices.Equal(got, []units.MiB{h100, h200}) {
+		t.Errorf("SharedMemoryLimits(SharedOrder()) = %v: ordinal 0 is not its own GPU's cap", got)
+	}
 }
 
 // A GPU shared by claims (sharing: claims) is one device of the whole GPU,

@@ -153,24 +153,43 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"pkg/accounting": {"pkg/config", "pkg/gpu", "pkg/vdev", "pkg/identity", "pkg/pod"},
 		"pkg/view":       {"pkg/gpu", "pkg/vdev"},
 		"pkg/cdi":        {"pkg/gpu", "pkg/vdev", "pkg/identity", "pkg/view"},
-		"pkg/claim":      {"pkg/cdi", "pkg/identity", "pkg/vdev", "pkg/view"},
+		"pkg/claim":      {"pkg/cdi", "pkg/vdev"},
+		// The one entries step, for the agent's devices and the claims'
+		// alike: identity file, view, then the CDI entry mounting both;
+		// which views are the claims' is pkg/claim's.
+		"pkg/entries": {"pkg/cdi", "pkg/claim", "pkg/identity", "pkg/vdev", "pkg/view"},
 		// The one edge from the agent to every backend: what a reconcile
-		// offers (the GPUs as the CDI spec makes their entries, where
-		// claims' entries go) and what the backend answers (the sync's
-		// result, claims' own devices).
-		"pkg/backend":    {"pkg/cdi", "pkg/claim", "pkg/devsync"},
-		"pkg/agent":      {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/devsync", "pkg/accounting", "pkg/cdi", "pkg/metrics", "pkg/identity", "pkg/claim", "pkg/backend", "pkg/view", "pkg/pod", "pkg/nri"},
+		// offers (the plan per GPU: its sharing, as config names it, and
+		// its devices as the CDI spec makes their entries; where claims'
+		// entries go) and what the backend answers (its holdings per
+		// device, claims' own devices). Rows and their sync (pkg/devsync)
+		// stay inside the rows backend (rows.go).
+		"pkg/backend": {"pkg/cdi", "pkg/claim", "pkg/config", "pkg/devsync", "pkg/entries", "pkg/gpu", "pkg/vdev"},
+		// The accounting's station: pkg/accounting's passes in a loop of
+		// their own, the control logs followed (pkg/mps: clients as they
+		// connect, commands another program sent, put back), the use
+		// written into the views, Cloudpods' pods found (pkg/pod) and
+		// billed to what their servers hold, its part of /status.
+		"pkg/acctloop": {"pkg/accounting", "pkg/claim", "pkg/config", "pkg/gpu", "pkg/mps", "pkg/pod", "pkg/vdev", "pkg/view"},
+		// The agent, a row of stations: the plan (and its config and GPUs),
+		// MPS, the entries, the edge, the accounting's station (and the
+		// Accountant it wires), the NRI plugin it hands the held slices'
+		// entries (pkg/nri), its metrics. No row, no sync of rows, no view
+		// or identity file of its own: those are the stations' packages'.
+		"pkg/agent":      {"pkg/config", "pkg/gpu", "pkg/plan", "pkg/vdev", "pkg/mps", "pkg/accounting", "pkg/acctloop", "pkg/cdi", "pkg/metrics", "pkg/backend", "pkg/entries", "pkg/nri"},
 		"pkg/metrics":    {},
 		"pkg/statusview": {},
 		"pkg/keystone":   {},
 		"pkg/region":     {"pkg/keystone", "pkg/devsync"},
-		// The ledger of prepared claims: plain Go (no Kubernetes), the
-		// offer's rows and GPUs in, each claim's own device made by
-		// pkg/claim and pkg/cdi as a virtual device's is.
-		"pkg/ledger": {"pkg/backend", "pkg/devsync", "pkg/claim", "pkg/cdi", "pkg/gpu", "pkg/vdev"},
+		// The ledger of prepared claims: plain Go (no Kubernetes, no rows),
+		// the offer's GPUs in and holdings out, each claim's own device
+		// made by pkg/claim and its entries written by pkg/entries as a
+		// virtual device's are.
+		"pkg/ledger": {"pkg/backend", "pkg/claim", "pkg/cdi", "pkg/entries", "pkg/gpu", "pkg/vdev"},
 		// The Kubernetes DRA driver is a backend on the edge, the kubelet
-		// plugin over the ledger.
-		"pkg/dra": {"pkg/backend", "pkg/ledger", "pkg/cdi", "pkg/gpu", "pkg/vdev"},
+		// plugin over the ledger; its sharing attribute's values are
+		// config's.
+		"pkg/dra": {"pkg/backend", "pkg/ledger", "pkg/cdi", "pkg/config", "pkg/gpu", "pkg/vdev"},
 	}
 	for leaf, deps := range leaves {
 		allowed[leaf] = deps
@@ -205,9 +224,10 @@ func TestDependenciesPointOneWay(t *testing.T) {
 // their own types, and share with /status only the leaves (what the
 // accounting reports of a client is pkg/clientreport's, which /status
 // carries as it is). pkg/status is imported only where /status is set
-// (pkg/agent) or read (pkg/metrics, pkg/statusview), and by cmd/.
+// (pkg/agent, and pkg/acctloop, the accounting's station, which fills its
+// part), or read (pkg/metrics, pkg/statusview), and by cmd/.
 func TestOnlyTheStatusEdgeImportsStatus(t *testing.T) {
-	edge := map[string]bool{"pkg/agent": true, "pkg/metrics": true, "pkg/statusview": true}
+	edge := map[string]bool{"pkg/agent": true, "pkg/acctloop": true, "pkg/metrics": true, "pkg/statusview": true}
 	for dir, imps := range imports(t) {
 		if imps[module+"pkg/status"] && !edge[dir] && !strings.HasPrefix(dir, "cmd/") && !testSupport(dir) {
 			t.Errorf("%s imports pkg/status: only the status edge (%v, cmd/) may; working types of its own, or a leaf shared with /status", dir, slices.Sorted(maps.Keys(edge)))
@@ -254,8 +274,9 @@ func TestOnlyTheKubeletPluginImportsKubernetes(t *testing.T) {
 }
 
 // The sync of a host's devices is written once, in pkg/devsync, over a
-// port each backend implements: the agent drives the backends through it
-// and no backend borrows another's code.
+// port each backend implements: the agent drives the backends through the
+// edge (pkg/backend: the rows backend alone turns the plan into rows) and
+// no backend borrows another's code.
 func TestBackendsShareOnlyTheSync(t *testing.T) {
 	imps := imports(t)
 	for _, dir := range []string{"pkg/agent", "pkg/region", "pkg/inventory/client"} {
@@ -266,6 +287,16 @@ func TestBackendsShareOnlyTheSync(t *testing.T) {
 		}
 		if dir != "pkg/agent" && !imps[dir][module+"pkg/devsync"] {
 			t.Errorf("%s does not import pkg/devsync: its sync must be devsync.Sync over its port", dir)
+		}
+	}
+	// Rows, and the rows' sync, stay behind the rows backend: the agent,
+	// the ledger of claims and the kubelet plugin speak the plan and the
+	// holdings.
+	for _, dir := range []string{"pkg/agent", "pkg/ledger", "pkg/dra"} {
+		for _, rows := range []string{"pkg/api", "pkg/devsync"} {
+			if imps[dir][module+rows] {
+				t.Errorf("%s imports %s: rows and their sync are the rows backend's (pkg/backend/rows.go); the edge speaks the plan and the holdings", dir, rows)
+			}
 		}
 	}
 }
@@ -337,10 +368,10 @@ func eachSource(t *testing.T, dirs []string, f func(rel, src string)) {
 // PUTs, mpsctl's JSON and a region: a field the daemon reports, as
 // Cloudpods' mps_memory_total, is spelled outside tests only in the record
 // and its patch (pkg/api/api.go), where the daemon sets it
-// (pkg/agent/inventory.go), in the store's check of its value
+// (the rows backend, pkg/backend/rows.go), in the store's check of its value
 // (validateDevice), and in the benchmark loader's rows.
 func TestAddingARecordFieldTouchesThreeFiles(t *testing.T) {
-	allowed := map[string]bool{"pkg/api/api.go": true, "pkg/agent/inventory.go": true,
+	allowed := map[string]bool{"pkg/api/api.go": true, "pkg/backend/rows.go": true,
 		"pkg/inventory/store/devices.go": true, "cmd/mps-inventory-bench/shape.go": true}
 	eachSource(t, []string{"pkg", "cmd"}, func(rel, src string) {
 		if (strings.Contains(src, "MPSMemoryTotal") || strings.Contains(src, "mps_memory_total")) && !allowed[rel] {
@@ -359,7 +390,7 @@ func TestAddingARecordFieldTouchesThreeFiles(t *testing.T) {
 // metrics' labels.
 func TestGPUUUIDsAreTyped(t *testing.T) {
 	asString := regexp.MustCompile(`\b(uuid|gpuUUID|UUID|GPU|uuids|gpus)\s+(\[\])?string\b`)
-	dirs := []string{"pkg/gpu", "pkg/vdev", "pkg/plan", "pkg/identity", "pkg/view", "pkg/accounting", "pkg/clientreport", "pkg/cdi", "pkg/claim", "pkg/agent"}
+	dirs := []string{"pkg/gpu", "pkg/vdev", "pkg/plan", "pkg/identity", "pkg/view", "pkg/accounting", "pkg/clientreport", "pkg/cdi", "pkg/claim", "pkg/entries", "pkg/backend", "pkg/acctloop", "pkg/agent"}
 	eachSource(t, dirs, func(rel, src string) {
 		for i, line := range strings.Split(src, "\n") {
 			if m := asString.FindString(line); m != "" && !strings.HasPrefix(strings.TrimSpace(line), "//") && !strings.Contains(line, "type UUID string") {

@@ -158,7 +158,7 @@ func TestLocalDefaultAdminToken(t *testing.T) {
 	}
 
 	// A restart keeps the file and makes no new token.
-	if err := inv.stop(t); err != nil {
+	if err := inv.Stop(t); err != nil {
 		t.Fatalf("inventory exit: %v", err)
 	}
 	inv, url = startInventoryWith(t, "127.0.0.1:0", f)
@@ -195,7 +195,7 @@ func TestLocalDefaultAdminToken(t *testing.T) {
 
 	// The token is no longer valid (as after deleting the database): the
 	// next start writes a new one, and says so.
-	if err := inv.stop(t); err != nil {
+	if err := inv.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	inv, url = startInventoryWith(t, "127.0.0.1:0", f)
@@ -248,7 +248,7 @@ func TestDaemonWithHostToken(t *testing.T) {
 	eventually(t, "a refused reconcile", func() (bool, string) {
 		return strings.Contains(d.Output(), "token for host other-host may not register host e2e-host"), d.Output()
 	})
-	if err := d.stop(t); err != nil {
+	if err := d.Stop(t); err != nil {
 		t.Fatalf("daemon exit: %v", err)
 	}
 	if n := listAll(t, url).Total; n != 0 {

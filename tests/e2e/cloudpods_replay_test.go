@@ -85,7 +85,7 @@ func TestDaemonJoinsTheRecordedRegion(t *testing.T) {
 		st := h.status(t)
 		return st.Ready && len(st.Devices) == 3, fmt.Sprintf("%+v", st)
 	})
-	if err := d.stop(t); err != nil {
+	if err := d.Stop(t); err != nil {
 		t.Fatalf("daemon exited with %v", err)
 	}
 }
@@ -102,7 +102,7 @@ func TestDaemonWaitsForTheRecordedHostRecord(t *testing.T) {
 		st := h.status(t)
 		return strings.Contains(st.LastError, "no host record") && strings.Contains(st.LastError, mac), st.LastError
 	})
-	if d.exited() {
+	if d.Exited() {
 		t.Fatalf("the daemon exited:\n%s", d.Output())
 	}
 }
@@ -117,7 +117,7 @@ func TestDaemonWithAWrongPasswordAgainstTheRecordedKeystone(t *testing.T) {
 		st := h.status(t)
 		return strings.Contains(st.LastError, "keystone refused the credentials"), st.LastError
 	})
-	if d.exited() || strings.Contains(d.Output(), wrong) || strings.Contains(d.Output(), c.Password) {
+	if d.Exited() || strings.Contains(d.Output(), wrong) || strings.Contains(d.Output(), c.Password) {
 		t.Fatalf("the daemon exited or logged a password:\n%s", d.Output())
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -280,13 +279,12 @@ func TestCloudpodsRegion(t *testing.T) {
 	})
 
 	// Restart and kill -9: the same rows, no new ones.
-	if err := d.stop(t); err != nil {
+	if err := d.Stop(t); err != nil {
 		t.Fatalf("daemon exited with %v", err)
 	}
 	d = h.start(t)
 	eventually(t, "ready after restart", func() (bool, string) { st := h.status(t); return st.Ready, st.LastError })
-	_ = d.cmd.Process.Signal(syscall.SIGKILL)
-	<-d.done
+	d.Kill(t)
 	d = h.start(t)
 	eventually(t, "ready after kill -9", func() (bool, string) { st := h.status(t); return st.Ready, st.LastError })
 	devs = c.HostDevices(t, hostID)
@@ -355,9 +353,9 @@ func TestCloudpodsRegion(t *testing.T) {
 	failed := strings.Count(d.Output(), "reconcile failed")
 	eventuallyWithin(t, 2*time.Minute, fmt.Sprintf("%d failed reconciles during the outage", outageRetries), func() (bool, string) {
 		n := strings.Count(d.Output(), "reconcile failed") - failed
-		return n >= outageRetries || d.exited(), fmt.Sprintf("%d failed reconciles", n)
+		return n >= outageRetries || d.Exited(), fmt.Sprintf("%d failed reconciles", n)
 	})
-	if d.exited() {
+	if d.Exited() {
 		t.Fatalf("daemon exited during the outage:\n%s", d.Output())
 	}
 	st = h.status(t)

@@ -113,7 +113,7 @@ func TestConfigFilesThatAreNotRegularFiles(t *testing.T) {
 			}
 		})
 	}
-	if h.daemon.exited() {
+	if h.daemon.Exited() {
 		t.Fatalf("the daemon exited:\n%s", h.daemon.Output())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"yunion.io/x/mps-daemon/internal/testsupport/cloudpods"
+	tspodman "yunion.io/x/mps-daemon/internal/testsupport/podman"
 	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/gpu/nvmlsim"
@@ -63,7 +64,7 @@ wait
 // /metrics show the figures enforcement used and each disagreement. A
 // container given no device that forged the file is terminated (issue 23).
 func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
-	busybox := requirePodman(t)
+	busybox := tspodman.Require(t)
 	_, url := startInventory(t, "127.0.0.1:0")
 	daemonAddr := freePort(t)
 	e := newEnv(t, url, daemonAddr)
@@ -76,7 +77,7 @@ func TestPodmanContainersAreBilledByTheirIdentity(t *testing.T) {
 	dev := func(i int) string { return fmt.Sprintf("%s::%d", g0.UUID, i) }
 	const capMiB = 20480
 	pm := newPodman(t, filepath.Join(e.dir, "cdi"))
-	image := pm.image(busybox)
+	image := pm.Image(busybox)
 
 	a := pm.start("tenant-a", "--device", "yunion.io/mps-gpu="+dev(0), "-e", "OTHER="+dev(1), image, "sh", "-c", tenantScript)
 	b := pm.start("tenant-b", "--device", "yunion.io/mps-gpu="+dev(1), image, "sh", "-c", `sleep 1010 & echo "PID_other $!"; echo READY; wait`)

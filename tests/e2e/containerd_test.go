@@ -16,6 +16,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	tspodman "yunion.io/x/mps-daemon/internal/testsupport/podman"
+	"yunion.io/x/mps-daemon/internal/testsupport/process"
 )
 
 // containerd is a real containerd 2.x (built from the Go module proxy by
@@ -57,7 +60,7 @@ func requireContainerd(t *testing.T) (bin, busybox string) {
 		missing = append(missing, "Debian's runc")
 	}
 	busybox = "/bin/busybox"
-	if err := isStatic(busybox); err != nil {
+	if err := tspodman.IsStatic(busybox); err != nil {
 		missing = append(missing, "a static busybox: "+err.Error())
 	}
 	if len(missing) == 0 {
@@ -135,15 +138,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c.proc = &proc{cmd: exec.Command(filepath.Join(bin, "containerd"), "--config", cfg), done: make(chan struct{})}
-	c.proc.cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
-	c.proc.cmd.Stdout, c.proc.cmd.Stderr = c.proc, c.proc
-	if err := c.proc.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { c.proc.err = c.proc.cmd.Wait(); close(c.proc.done) }()
+	// Stopped (SIGTERM, killed after 20 s without failing the test) once
+	// removePods, registered after it and so run before it, is done, and
+	// before cleanup, registered before it, removes its files.
+	c.proc = &proc{process.Start(t, process.Options{Env: []string{"PATH=" + bin + ":" + os.Getenv("PATH")}, Lenient: true},
+		filepath.Join(bin, "containerd"), "--config", cfg)}
+	t.Cleanup(c.removePods)
 	eventually(t, "containerd's CRI answering", func() (bool, string) {
-		if c.proc.exited() {
+		if c.proc.Exited() {
 			t.Fatalf("containerd exited:\n%s", c.proc.Output())
 		}
 		_, err := c.try("info")
@@ -152,27 +154,22 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 	return c
 }
 
-// cleanup removes every pod, stops containerd and removes its files
-// (the native snapshotter's copies included).
-func (c *containerd) cleanup() {
-	if c.proc != nil && !c.proc.exited() {
-		if out, err := c.try("pods", "-q"); err == nil {
-			for _, id := range strings.Fields(out) {
-				_, _ = c.try("stopp", id)
-				_, _ = c.try("rmp", "-f", id)
-			}
-		}
-		_ = c.proc.cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-c.proc.done:
-		case <-time.After(20 * time.Second):
-			_ = c.proc.cmd.Process.Kill()
-			<-c.proc.done
-		}
-		if c.t.Failed() {
-			c.t.Logf("containerd printed:\n%s", c.proc.Output())
+// removePods removes every pod while containerd still answers.
+func (c *containerd) removePods() {
+	if c.proc.Exited() {
+		return
+	}
+	if out, err := c.try("pods", "-q"); err == nil {
+		for _, id := range strings.Fields(out) {
+			_, _ = c.try("stopp", id)
+			_, _ = c.try("rmp", "-f", id)
 		}
 	}
+}
+
+// cleanup removes containerd's files (the native snapshotter's copies
+// included), containerd stopped.
+func (c *containerd) cleanup() {
 	_ = exec.Command("umount", "-R", "-l", c.dir).Run()
 	_ = os.RemoveAll(c.dir)
 }
@@ -221,11 +218,12 @@ func (c *containerd) importImage(busybox string) {
 }
 
 // writeOCIArchive writes an OCI image archive of one uncompressed layer,
-// writeRootfs's busybox, named name, whose command sleeps (the sandbox's
+// the busybox root file system podman's images are made of
+// (tspodman.WriteRootfs), named name, whose command sleeps (the sandbox's
 // own process).
 func writeOCIArchive(path, busybox, name string) error {
 	layerPath := path + ".layer"
-	if err := writeRootfs(layerPath, busybox); err != nil {
+	if err := tspodman.WriteRootfs(layerPath, busybox); err != nil {
 		return err
 	}
 	defer os.Remove(layerPath)

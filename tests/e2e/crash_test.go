@@ -70,11 +70,11 @@ func TestAnsweredAttachSurvivesKill(t *testing.T) {
 		})
 	}
 	<-killAt
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	<-p.done
+	<-p.Done()
 
 	_, c = startInventory()
 	list, err := c.ListIsolatedDevices(t.Context(), client.ListOptions{HostID: h.ID, Limit: 1000})

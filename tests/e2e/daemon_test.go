@@ -165,7 +165,7 @@ func TestDaemonRegistersDevicesRestartsAndResizes(t *testing.T) {
 	}
 
 	// A restart adopts the MPS control daemons and creates no duplicates.
-	if err := d.stop(t); err != nil {
+	if err := d.Stop(t); err != nil {
 		t.Fatalf("daemon exit on SIGTERM: %v\n%s", err, d.Output())
 	}
 	if !strings.Contains(d.Output(), "started MPS control daemon") {
@@ -187,7 +187,7 @@ func TestDaemonRegistersDevicesRestartsAndResizes(t *testing.T) {
 	}
 
 	// virtual_number 3 -> 2 on 3a: one device fewer, caps of the others updated.
-	if err := d2.stop(t); err != nil {
+	if err := d2.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	e.writeDevices(t, 2)
@@ -257,7 +257,7 @@ func TestDaemonWaitsForTheInventoryAndBecomesReady(t *testing.T) {
 	if n := listAll(t, url).Total; n != 10 {
 		t.Errorf("%d devices registered after the outage, want 10", n)
 	}
-	if d.exited() {
+	if d.Exited() {
 		t.Fatalf("the daemon exited during the outage:\n%s", d.Output())
 	}
 }

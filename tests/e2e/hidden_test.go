@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	tspodman "yunion.io/x/mps-daemon/internal/testsupport/podman"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/gpu/nvmlsim"
 	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
@@ -29,7 +30,7 @@ import (
 //   - a process of the host that names no device and uses more than any
 //     cap is reported and never touched.
 func TestPodmanHiddenViewIsTerminated(t *testing.T) {
-	busybox := requirePodman(t)
+	busybox := tspodman.Require(t)
 	_, url := startInventory(t, "127.0.0.1:0")
 	daemonAddr := freePort(t)
 	e := newEnv(t, url, daemonAddr)
@@ -39,7 +40,7 @@ func TestPodmanHiddenViewIsTerminated(t *testing.T) {
 	g0 := st.GPUs[0]
 	dev := func(i int) string { return fmt.Sprintf("%s::%d", g0.UUID, i) }
 	pm := newPodman(t, filepath.Join(e.dir, "cdi"))
-	image := pm.image(busybox)
+	image := pm.Image(busybox)
 
 	hide := `mount -t tmpfs none /run/yunion-mps && if test -e /run/yunion-mps/devices/$NVIDIA_VISIBLE_DEVICES; then echo VIEW visible; else echo VIEW hidden; fi`
 	hider := pm.start("hider", "--device", "yunion.io/mps-gpu="+dev(2), image,

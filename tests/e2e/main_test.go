@@ -11,10 +11,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"yunion.io/x/mps-daemon/internal/testsupport/process"
 )
 
 // binDir holds the binaries under test; set in TestMain.
@@ -35,15 +35,17 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	for _, b := range []struct{ name, cgo string }{{"mps-daemon", "1"}, {"mps-inventory", "0"}, {"mpsctl", "0"}} {
+	for _, b := range []struct {
+		name string
+		cgo  bool
+	}{{"mps-daemon", true}, {"mps-inventory", false}, {"mpsctl", false}} {
 		// The tags and the stripping (-s -w) `make build` ships the
 		// binaries with; with those tags the compiles are make nocgo's
 		// (cgo on or off alike), not one more set, and a stripped link
 		// takes a third less CPU.
-		cmd := exec.Command("go", "build", "-tags", "netgo,osusergo", "-ldflags=-s -w", "-o", filepath.Join(dir, b.name), "yunion.io/x/mps-daemon/cmd/"+b.name)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo, "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", b.name, err, out)
+		bin := process.Binary{Package: "yunion.io/x/mps-daemon/cmd/" + b.name, Tags: "netgo,osusergo", LDFlags: "-s -w", CGO: b.cgo}
+		if err := process.Build(bin, filepath.Join(dir, b.name)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 	}
@@ -51,27 +53,10 @@ func runMain(m *testing.M) int {
 	return m.Run()
 }
 
-// proc is a binary running in the background with its output kept.
-type proc struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-	err  error
-}
-
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-// Output is everything the process printed so far.
-func (p *proc) Output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
+// proc is a binary running in the background with its output kept
+// (internal/testsupport/process): stopping cleanly on SIGTERM is part of
+// the contract.
+type proc struct{ *process.Proc }
 
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
@@ -81,50 +66,7 @@ func start(t *testing.T, name string, args ...string) *proc {
 // startEnv starts a binary with extra environment variables.
 func startEnv(t *testing.T, env []string, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(filepath.Join(binDir, name), args...), done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.stop(t)
-		if t.Failed() {
-			t.Logf("%s output:\n%s", name, p.Output())
-		}
-	})
-	return p
-}
-
-// stop sends SIGTERM and waits; a process that does not stop within 20s is
-// killed and the test fails: stopping cleanly is part of the contract.
-func (p *proc) stop(t *testing.T) error {
-	t.Helper()
-	select {
-	case <-p.done:
-		return p.err
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return p.err
-	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		t.Errorf("%s did not stop on SIGTERM", p.cmd.Path)
-		return p.err
-	}
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	return &proc{process.Start(t, process.Options{Env: env}, filepath.Join(binDir, name), args...)}
 }
 
 // run runs a binary to completion and returns stdout, stderr and the exit code.
@@ -148,8 +90,6 @@ func run(t *testing.T, env []string, name string, args ...string) (string, strin
 	return stdout.String(), stderr.String(), code
 }
 
-// eventually polls cond until it holds or the deadline passes. The deadline
-// is generous: it bounds a hang, it does not measure speed.
 // logs waits until the process has written a line containing want: its
 // output comes through a pipe, so a line written before a state the test
 // saw over HTTP or in a file can still be on its way.
@@ -160,23 +100,15 @@ func (p *proc) logs(t *testing.T, want string) {
 	})
 }
 
+// eventually polls cond until it holds or the deadline passes. The deadline
+// is generous: it bounds a hang, it does not measure speed.
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	eventuallyWithin(t, 60*time.Second, what, cond)
+	process.Eventually(t, 60*time.Second, what, cond)
 }
 
 // eventuallyWithin is eventually with a bound of its own.
 func eventuallyWithin(t *testing.T, bound time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(bound)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: not reached; last: %s", what, last)
+	process.Eventually(t, bound, what, cond)
 }

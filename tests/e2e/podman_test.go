@@ -1,13 +1,10 @@
 package e2e
 
 import (
-	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
-	"debug/elf"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -17,151 +14,20 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	tspodman "yunion.io/x/mps-daemon/internal/testsupport/podman"
 )
 
-// podman runs Debian's Podman against a throwaway store of its own (vfs
-// storage in a temporary directory, cgroupfs, no events), so nothing of the
-// machine's images, containers or settings is used or changed. Podman reads
-// CDI specs only from /etc/cdi and /var/run/cdi (4.3.1 has no setting for
-// it), so every podman command runs in a private mount namespace where the
-// daemon's CDI directory is bind-mounted over /var/run/cdi: the spec it
-// consumes is the daemon's file, byte for byte, and no other process on the
-// machine sees it.
+// podman is the shared podman of the suites (internal/testsupport/podman),
+// with the containers this suite runs in the background.
 type podman struct {
-	t      *testing.T
-	global []string
-	cdiDir string
-}
-
-// requirePodman skips the test where Podman cannot run containers here (not
-// root, a tool missing), or fails it when MPS_REQUIRE_PODMAN=1 (.ci/run
-// installs podman, runc and busybox-static).
-func requirePodman(t *testing.T) (busybox string) {
-	t.Helper()
-	var missing []string
-	if os.Geteuid() != 0 {
-		missing = append(missing, "root")
-	}
-	for _, tool := range []string{"podman", "runc", "unshare", "mount"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			missing = append(missing, tool)
-		}
-	}
-	busybox = "/bin/busybox"
-	if err := isStatic(busybox); err != nil {
-		missing = append(missing, "a static busybox (Debian's busybox-static): "+err.Error())
-	}
-	if len(missing) == 0 {
-		return busybox
-	}
-	msg := "podman tests need " + strings.Join(missing, ", ")
-	if os.Getenv("MPS_REQUIRE_PODMAN") == "1" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
-
-func isStatic(path string) error {
-	f, err := elf.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return fmt.Errorf("%s is dynamically linked", path)
-		}
-	}
-	return nil
+	*tspodman.Podman
+	t *testing.T
 }
 
 func newPodman(t *testing.T, cdiDir string) *podman {
 	t.Helper()
-	store, err := os.MkdirTemp("", "mps-podman")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(store) })
-	for _, d := range []string{"root", "runroot", "tmp"} {
-		if err := os.Mkdir(filepath.Join(store, d), 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The mount point: CDI's directory for generated specs. Created empty
-	// when the machine has none (as a CDI runtime's host has); never written.
-	if err := os.MkdirAll("/var/run/cdi", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return &podman{t: t, cdiDir: cdiDir, global: []string{
-		"--root", filepath.Join(store, "root"), "--runroot", filepath.Join(store, "runroot"),
-		"--tmpdir", filepath.Join(store, "tmp"), "--storage-driver", "vfs",
-		"--cgroup-manager", "cgroupfs", "--events-backend", "none",
-	}}
-}
-
-// command is podman with args in the private mount namespace.
-func (p *podman) command(ctx context.Context, args ...string) *exec.Cmd {
-	full := append([]string{"--mount", "--propagation", "private", "sh", "-c",
-		`mount --bind "$1" /var/run/cdi && shift && exec podman "$@"`, "sh", p.cdiDir}, p.global...)
-	return exec.CommandContext(ctx, "unshare", append(full, args...)...)
-}
-
-func (p *podman) run(args ...string) string {
-	p.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := p.command(ctx, args...).CombinedOutput()
-	if err != nil {
-		p.t.Fatalf("podman %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-// image imports a one-layer image of the static busybox, no registry.
-func (p *podman) image(busybox string) string {
-	p.t.Helper()
-	tarball := filepath.Join(p.t.TempDir(), "rootfs.tar")
-	if err := writeRootfs(tarball, busybox); err != nil {
-		p.t.Fatal(err)
-	}
-	name := fmt.Sprintf("localhost/mps-e2e-busybox:%d", time.Now().UnixNano())
-	p.run("import", tarball, name)
-	return name
-}
-
-// writeRootfs writes a root file system holding busybox and its applets.
-func writeRootfs(path, busybox string) error {
-	bb, err := os.ReadFile(busybox)
-	if err != nil {
-		return err
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := tar.NewWriter(f)
-	for _, d := range []string{"bin", "dev", "proc", "sys", "run", "tmp", "etc"} {
-		if err := w.WriteHeader(&tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
-			return err
-		}
-	}
-	if err := w.WriteHeader(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bb))}); err != nil {
-		return err
-	}
-	if _, err := w.Write(bb); err != nil {
-		return err
-	}
-	for _, a := range []string{"sh", "cat", "cp", "cut", "echo", "env", "grep", "kill", "ls", "mkdir", "mount", "umount",
-		"sleep", "stat", "touch", "chroot", "unshare", "wait", "test", "true"} {
-		if err := w.WriteHeader(&tar.Header{Name: "bin/" + a, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777}); err != nil {
-			return err
-		}
-	}
-	if err := w.Close(); err != nil {
-		return err
-	}
-	return f.Close()
+	return &podman{Podman: tspodman.New(t, cdiDir), t: t}
 }
 
 // container is a `podman run` in the foreground whose output lines are
@@ -199,7 +65,7 @@ func (p *podman) exec(in *container, name string, args ...string) *container {
 // in c; the container is removed when the test ends.
 func (p *podman) launch(c *container, name string, args []string) {
 	p.t.Helper()
-	c.cmd = p.command(context.Background(), args...)
+	c.cmd = p.Command(context.Background(), args...)
 	out, err := c.cmd.StdoutPipe()
 	if err != nil {
 		p.t.Fatal(err)
@@ -227,7 +93,7 @@ func (p *podman) launch(c *container, name string, args []string) {
 		if id := c.id(); id != "" {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			_ = p.command(ctx, "rm", "-f", "-t", "0", id).Run()
+			_ = p.Command(ctx, "rm", "-f", "-t", "0", id).Run()
 		}
 		select {
 		case <-c.done:

@@ -38,7 +38,7 @@ func TestTwoInventoriesShareOnePostgresDatabase(t *testing.T) {
 			addr, err := os.ReadFile(in.addrFile)
 			// The output reaches this test through a pipe, so the
 			// serving line may trail the address file.
-			if err != nil || len(addr) == 0 || in.p.exited() || !strings.Contains(in.p.Output(), "msg=serving") {
+			if err != nil || len(addr) == 0 || in.p.Exited() || !strings.Contains(in.p.Output(), "msg=serving") {
 				return false, in.p.Output()
 			}
 			in.url = "http://" + string(addr)
@@ -92,7 +92,7 @@ func TestTwoInventoriesShareOnePostgresDatabase(t *testing.T) {
 		t.Errorf("the other inventory lists %+v, want the host gpu-1", hosts)
 	}
 	for i, in := range invs {
-		if err := in.p.stop(t); err != nil {
+		if err := in.p.Stop(t); err != nil {
 			t.Errorf("inventory %d exit: %v\n%s", i, err, in.p.Output())
 		}
 	}

@@ -128,7 +128,7 @@ func TestDaemonSyncsAcrossInventoriesAndRestarts(t *testing.T) {
 		put(urlB, strings.TrimSpace(string(tokenB)), `{"isolated_device":{"mps_memory_limit":5}}`)
 	}, func(rows map[string]api.IsolatedDevice) bool { return rows["3a:00.0-2"].MPSMemoryLimit == 27306 }}})
 
-	if err := a.stop(t); err != nil {
+	if err := a.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	n := unchangedSyncs(d)

@@ -96,7 +96,7 @@ func TestSystemdNotifyReloadAndWatchdog(t *testing.T) {
 
 	// systemctl reload: SIGHUP, framed by RELOADING=1 and READY=1.
 	readies := ns.count("READY=1")
-	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := d.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "RELOADING=1 then READY=1", func() (bool, string) {
@@ -109,7 +109,7 @@ func TestSystemdNotifyReloadAndWatchdog(t *testing.T) {
 		n := listAll(t, url).Total
 		return n == 13, time.Now().String()
 	})
-	if d.exited() {
+	if d.Exited() {
 		t.Fatalf("daemon exited:\n%s", d.Output())
 	}
 }

@@ -69,7 +69,7 @@ func TestViewUsedBytesSurviveARestart(t *testing.T) {
 	eventually(t, "the view file says 5 GiB used", says(5*gib))
 
 	// The restart, with the GPU's clients unlistable from then on.
-	if err := d.stop(t); err != nil {
+	if err := d.Stop(t); err != nil {
 		t.Fatalf("daemon exit on SIGTERM: %v\n%s", err, d.Output())
 	}
 	if ok, why := says(5 * gib)(); !ok {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	tspodman "yunion.io/x/mps-daemon/internal/testsupport/podman"
 	"yunion.io/x/mps-daemon/internal/testsupport/viewkit"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/gpu/nvmlsim"
@@ -28,7 +29,7 @@ import (
 // resize changes what a new process sees; with mps_view_library empty the
 // spec has no preload list and containers see the whole GPU.
 func TestPodmanContainersSeeTheirSliceAsTheirGPU(t *testing.T) {
-	requirePodman(t)
+	tspodman.Require(t)
 	kit := buildViewKit(t)
 	_, url := startInventory(t, "127.0.0.1:0")
 	daemonAddr := freePort(t)
@@ -56,12 +57,12 @@ func TestPodmanContainersSeeTheirSliceAsTheirGPU(t *testing.T) {
 	}
 	plenty := gpus(realTotal - gib)
 	pm := newPodman(t, filepath.Join(e.dir, "cdi"))
-	image := pm.glibcImage()
+	image := pm.Import("glibc", viewkit.WriteGlibcRootfs)
 	runIn := func(name, gpusFile string, extra []string, cmd ...string) string {
 		args := append([]string{"run", "--rm", "--network", "none", "--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
 			"--device", "yunion.io/mps-gpu=" + name}, kit.Mounts(gpusFile)...)
 		args = append(append(args, extra...), image)
-		return pm.run(append(args, cmd...)...)
+		return pm.Run(append(args, cmd...)...)
 	}
 	// check says GPU 0's answers in out are total and free, by each of
 	// ways (cuda and nvml; cuGetProcAddress's cuda only).
@@ -130,7 +131,7 @@ func TestPodmanContainersSeeTheirSliceAsTheirGPU(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(viewDir, view.MemoryFile)); err != nil || !strings.Contains(string(b), fmt.Sprintf("used_bytes %d\n", 3*gib)) {
 		t.Errorf("the device's view file: %q %v", b, err)
 	}
-	out = pm.run("exec", c.id(), "/opt/t/viewtest", "dlsym")
+	out = pm.Run("exec", c.id(), "/opt/t/viewtest", "dlsym")
 	check("a device using 3 GiB", out, capBytes, capBytes-3*gib, "dlsym")
 	out, _, rc := run(t, nil, "mps-daemon", "status", "--config", e.hostConf)
 	if rc != 0 || !strings.Contains(out, "1 client without the view") || !strings.Contains(out, fmt.Sprintf("%d  ", static)) {
@@ -156,7 +157,7 @@ func TestPodmanContainersSeeTheirSliceAsTheirGPU(t *testing.T) {
 		b, _ := os.ReadFile(filepath.Join(viewDir, view.MemoryFile))
 		return strings.Contains(string(b), fmt.Sprintf("total_bytes %d\n", newCap)), string(b)
 	})
-	out = pm.run("exec", c.id(), "/opt/t/viewtest", "dlsym")
+	out = pm.Run("exec", c.id(), "/opt/t/viewtest", "dlsym")
 	check("after the resize", out, newCap, newCap-3*gib, "dlsym")
 
 	// The view off: the spec has no preload list, a container sees the

@@ -20,6 +20,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"sigs.k8s.io/yaml"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	tspodman "yunion.io/x/mps-daemon/internal/testsupport/podman"
 )
 
 const (
@@ -51,7 +53,7 @@ func devicesYAML(n0, n1 int) string {
 // free devices and not the prepared one; kill -9 and a restart that keeps
 // the claim and publishes the same devices; unprepare, twice.
 func TestClaimPreparedThroughResizeAndKill(t *testing.T) {
-	busybox := requirePodman(t)
+	busybox := tspodman.Require(t)
 	api := startAPIServer(t)
 	ctx := t.Context()
 	if _, err := api.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
@@ -100,8 +102,8 @@ func TestClaimPreparedThroughResizeAndKill(t *testing.T) {
 	}
 
 	// The runtime's part: Podman starts a container with that CDI name.
-	pm := newPodman(t, h.cdiDir)
-	out := pm.run("run", "--rm", "--network", "none", "--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--device", cdiNames[0], pm.image(busybox), "sh", "-c",
+	pm := tspodman.New(t, h.cdiDir)
+	out := pm.Run("run", "--rm", "--network", "none", "--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--device", cdiNames[0], pm.Image(busybox), "sh", "-c",
 		`echo "DEV $YUNION_MPS_VIRTUAL_DEVICE"; echo "ID $(cat /run/yunion-mps/devices/$NVIDIA_VISIBLE_DEVICES)"; echo "MEM $CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"`)
 	vdev := strings.TrimPrefix(wantCDI, cdiKind+"=")
 	for _, want := range []string{"DEV " + vdev, "ID " + vdev, "MEM 0=40960M"} {
@@ -140,7 +142,7 @@ func TestClaimPreparedThroughResizeAndKill(t *testing.T) {
 
 	// kill -9; the slices are deleted meanwhile (as when a node's slices
 	// are cleaned up), so what comes back is what the restart publishes.
-	d.kill(t)
+	d.Kill(t)
 	if err := api.client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.driver=" + driverName}); err != nil {
 		t.Fatalf("deleting the slices: %v", err)
 	}
@@ -366,8 +368,8 @@ func waitPool(t *testing.T, api *apiServer, what string, cond func(poolView) boo
 	t.Helper()
 	var last poolView
 	eventually(t, what, func() (bool, string) {
-		if d != nil && d.exited() {
-			t.Fatalf("mps-daemon exited:\n%s", d.output())
+		if d != nil && d.Exited() {
+			t.Fatalf("mps-daemon exited:\n%s", d.Output())
 		}
 		list, err := api.client.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{FieldSelector: "spec.driver=" + driverName})
 		if err != nil {

@@ -179,7 +179,7 @@ func TestACorruptCheckpointIsRebuiltFromTheAPIServer(t *testing.T) {
 	}
 	entries := h.claimEntries(t)
 
-	d.kill(t)
+	d.Kill(t)
 	cp := filepath.Join(h.pluginDir, "checkpoint.json")
 	b, err := os.ReadFile(cp)
 	if err != nil {
@@ -190,7 +190,7 @@ func TestACorruptCheckpointIsRebuiltFromTheAPIServer(t *testing.T) {
 	}
 	d = h.start(t)
 	eventually(t, "the restarted plugin's sockets", func() (bool, string) {
-		return strings.Contains(d.output(), "kubelet plugin started"), "not yet"
+		return strings.Contains(d.Output(), "kubelet plugin started"), "not yet"
 	})
 	k = register(t, h.registrarDir, driverName)
 	for _, c := range []*resourceapi.ResourceClaim{claims[0], claims[2]} {
@@ -205,7 +205,7 @@ func TestACorruptCheckpointIsRebuiltFromTheAPIServer(t *testing.T) {
 	if aside, _ := filepath.Glob(cp + ".corrupt-*"); len(aside) != 1 {
 		t.Errorf("the corrupt checkpoint is not kept: %v", aside)
 	}
-	if !strings.Contains(d.output(), "the DRA checkpoint is corrupt") {
+	if !strings.Contains(d.Output(), "the DRA checkpoint is corrupt") {
 		t.Error("the corrupt checkpoint is not reported")
 	}
 	if got := h.claimEntries(t); !equalKeys(got, entries) {

@@ -1,15 +1,13 @@
 package k8s
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"yunion.io/x/mps-daemon/internal/testsupport/process"
 )
 
 // daemonBin is mps-daemon, built from the main module in TestMain.
@@ -27,10 +25,9 @@ func runMain(m *testing.M) int {
 	daemonBin = filepath.Join(dir, "mps-daemon")
 	// Built by the daemon's own module (its go.mod) with the Kubernetes
 	// mode, as make build-kubernetes builds it.
-	cmd := exec.Command("go", "build", "-C", filepath.Join("..", ".."), "-tags", "kubernetes", "-o", daemonBin, "./cmd/mps-daemon")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building mps-daemon: %v\n%s", err, out)
+	bin := process.Binary{Dir: filepath.Join("..", ".."), Package: "./cmd/mps-daemon", Tags: "kubernetes", CGO: true}
+	if err := process.Build(bin, daemonBin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()
@@ -90,84 +87,22 @@ func (h *host) writeDevicesText(t *testing.T, text string) {
 	}
 }
 
-// daemon is `mps-daemon kubernetes` on the simulated host.
-type daemon struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-}
+// daemon is `mps-daemon kubernetes` on the simulated host
+// (internal/testsupport/process).
+type daemon struct{ *process.Proc }
 
-func (d *daemon) Write(b []byte) (int, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.out.Write(b)
-}
-
-func (d *daemon) output() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.out.String()
-}
-
+// start starts the daemon; when the test ends it is stopped (30 s on
+// SIGTERM, then SIGKILL, which fails nothing here).
 func (h *host) start(t *testing.T) *daemon {
 	t.Helper()
-	d := &daemon{done: make(chan struct{})}
-	d.cmd = exec.Command(daemonBin, "--config", h.hostConf, "--simulate", "8xH100", "kubernetes",
-		"--node-name", nodeName, "--kubeconfig", h.kubeconfig, "--plugin-dir", h.pluginDir, "--registrar-dir", h.registrarDir)
-	d.cmd.Stdout, d.cmd.Stderr = d, d
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = d.cmd.Wait(); close(d.done) }()
-	t.Cleanup(func() {
-		if !d.exited() {
-			_ = d.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-d.done:
-			case <-time.After(30 * time.Second):
-				_ = d.cmd.Process.Kill()
-				<-d.done
-			}
-		}
-		if t.Failed() {
-			t.Logf("mps-daemon printed:\n%s", d.output())
-		}
-	})
-	return d
-}
-
-func (d *daemon) exited() bool {
-	select {
-	case <-d.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// kill is kill -9, waited for.
-func (d *daemon) kill(t *testing.T) {
-	t.Helper()
-	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-d.done
+	return &daemon{process.Start(t, process.Options{Grace: 30 * time.Second, Lenient: true}, daemonBin,
+		"--config", h.hostConf, "--simulate", "8xH100", "kubernetes",
+		"--node-name", nodeName, "--kubeconfig", h.kubeconfig, "--plugin-dir", h.pluginDir, "--registrar-dir", h.registrarDir)}
 }
 
 // eventually polls cond until it holds, for at most two minutes (the
 // machine is shared: the API server and the daemon are slow to start).
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: not reached; last: %s", what, last)
+	process.Eventually(t, 2*time.Minute, what, cond)
 }

@@ -47,10 +47,10 @@ func TestClaimsFromACheckpointWithoutAnAPIServer(t *testing.T) {
 	}
 	d := h.start(t)
 	eventually(t, "the daemon reconciled and wrote the claims' entries", func() (bool, string) {
-		if d.exited() {
-			t.Fatalf("mps-daemon exited:\n%s", d.output())
+		if d.Exited() {
+			t.Fatalf("mps-daemon exited:\n%s", d.Output())
 		}
-		return len(h.claimEntries(t)) == 6 && regexp.MustCompile(`msg=reconciled`).MatchString(d.output()), fmt.Sprint(len(h.claimEntries(t)))
+		return len(h.claimEntries(t)) == 6 && regexp.MustCompile(`msg=reconciled`).MatchString(d.Output()), fmt.Sprint(len(h.claimEntries(t)))
 	})
 	entries := h.claimEntries(t)
 	for i, mib := range []int{40960, 20480, 20480} {

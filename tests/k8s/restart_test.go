@@ -45,7 +45,7 @@ func TestAPendingRebuildSurvivesRestarts(t *testing.T) {
 		answers[c.Name] = names
 	}
 
-	d.kill(t)
+	d.Kill(t)
 	cp := filepath.Join(h.pluginDir, "checkpoint.json")
 	b, err := os.ReadFile(cp)
 	if err != nil {
@@ -60,12 +60,12 @@ func TestAPendingRebuildSurvivesRestarts(t *testing.T) {
 		addr := d.listenAddress(t)
 		eventually(t, fmt.Sprintf("start %d: a reconcile failed for the rebuild", restart), func() (bool, string) {
 			st, err := statusOf(addr)
-			return err == nil && strings.Contains(st.LastError, "rebuilding the DRA checkpoint"), d.output()
+			return err == nil && strings.Contains(st.LastError, "rebuilding the DRA checkpoint"), d.Output()
 		})
 		if st, _ := statusOf(addr); st.Ready {
 			t.Errorf("start %d: ready with the claims still to rebuild", restart)
 		}
-		if !strings.Contains(d.output(), says) {
+		if !strings.Contains(d.Output(), says) {
 			t.Errorf("start %d does not say %q", restart, says)
 		}
 		// (The kubelet's prepare reads the claim from the API server before
@@ -73,7 +73,7 @@ func TestAPendingRebuildSurvivesRestarts(t *testing.T) {
 		if _, err := os.Stat(cp + ".rebuild"); err != nil {
 			t.Errorf("start %d: the rebuild marker: %v", restart, err)
 		}
-		d.kill(t)
+		d.Kill(t)
 	}
 
 	p.setUp(true)

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	tspodman "yunion.io/x/mps-daemon/internal/testsupport/podman"
 	"yunion.io/x/mps-daemon/internal/testsupport/viewkit"
 )
 
@@ -109,7 +110,7 @@ func mustCreate(t *testing.T, api *apiServer, c *resourceapi.ResourceClaim) *res
 // (the claim validation of deploy/kubernetes) or the allocator; the fixed
 // slices' class never hands out the sized device.
 func TestClaimsOfAnySizeShareOneGPU(t *testing.T) {
-	busybox := requirePodman(t)
+	busybox := tspodman.Require(t)
 	kit := buildViewKit(t)
 	api, h, d := newNode(t, "mps_view_library: "+kit.Library)
 	pool := waitPool(t, api, "GPU 0's sized device and GPU 1's two slices", func(p poolView) bool { return len(p) == 3 }, d)
@@ -140,9 +141,9 @@ func TestClaimsOfAnySizeShareOneGPU(t *testing.T) {
 	}
 
 	k := register(t, h.registrarDir, driverName)
-	pm := newPodman(t, h.cdiDir)
-	image := pm.image(busybox)
-	glibc := pm.glibcImage()
+	pm := tspodman.New(t, h.cdiDir)
+	image := pm.Image(busybox)
+	glibc := pm.Import("glibc", viewkit.WriteGlibcRootfs)
 	// The stand-ins' GPU 0: the whole 80 GiB, all but 1 GiB free.
 	gpus := filepath.Join(t.TempDir(), "gpus")
 	if err := viewkit.GPUs(gpus, viewkit.GPU{UUID: gpu0, Total: 80 << 30, Free: 79 << 30}); err != nil {
@@ -152,7 +153,7 @@ func TestClaimsOfAnySizeShareOneGPU(t *testing.T) {
 	// memory, all of it free, each way.
 	seesSize := func(name string, size uint64) {
 		t.Helper()
-		out := pm.run(append(append([]string{"run", "--rm", "--network", "none", "--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
+		out := pm.Run(append(append([]string{"run", "--rm", "--network", "none", "--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
 			"--device", name}, kit.Mounts(gpus)...), glibc, "sh", "-c", "/opt/t/viewtest dlsym; /opt/t/viewtest procaddr; LD_LIBRARY_PATH=/opt/t python3 /opt/t/ctypes_check.py")...)
 		as, errs := viewkit.Parse(out)
 		problems, ways := viewkit.Check(as, viewkit.Want{UUID: gpu0, Total: size, Free: size, View: true})
@@ -166,7 +167,7 @@ func TestClaimsOfAnySizeShareOneGPU(t *testing.T) {
 		if perr != "" || !slices.Equal(names, []string{want}) {
 			t.Fatalf("prepare %s: %v %q, want [%s]", c.Name, names, perr, want)
 		}
-		out := pm.run("run", "--rm", "--network", "none", "--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--device", names[0], image, "sh", "-c",
+		out := pm.Run("run", "--rm", "--network", "none", "--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--device", names[0], image, "sh", "-c",
 			`echo "DEV $YUNION_MPS_VIRTUAL_DEVICE"; echo "ID $(cat /run/yunion-mps/devices/$NVIDIA_VISIBLE_DEVICES)"; echo "MEM $CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"; echo "SM $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"`)
 		vdev := strings.TrimPrefix(want, claimKind+"=")
 		mib := map[int]int{0: 40960, 1: 20480, 2: 20480}[i]

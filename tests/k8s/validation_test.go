@@ -39,7 +39,7 @@ func TestBothModesRefuseWhatCheckConfigRefuses(t *testing.T) {
 	addr := d.listenAddress(t)
 	eventually(t, "the Kubernetes mode ready with its API server away", func() (bool, string) {
 		st, err := statusOf(addr)
-		return err == nil && st.Ready, d.output()
+		return err == nil && st.Ready, d.Output()
 	})
 
 	for _, c := range badconfig.Cases {
@@ -65,7 +65,7 @@ func TestBothModesRefuseWhatCheckConfigRefuses(t *testing.T) {
 				}
 				k := h.start(t)
 				eventually(t, "the Kubernetes mode started on it", func() (bool, string) {
-					return strings.Contains(k.output(), "msg=reconciled"), k.output()
+					return strings.Contains(k.Output(), "msg=reconciled"), k.Output()
 				})
 			} else {
 				if code, got := h.run(t, append(sim, h.kubernetesArgs()...)...); code != 1 || got != msg {
@@ -189,10 +189,10 @@ func (d *daemon) listenAddress(t *testing.T) string {
 	t.Helper()
 	var addr string
 	eventually(t, "the daemon serving /status", func() (bool, string) {
-		if m := listening.FindStringSubmatch(d.output()); m != nil {
+		if m := listening.FindStringSubmatch(d.Output()); m != nil {
 			addr = m[1]
 		}
-		return addr != "", d.output()
+		return addr != "", d.Output()
 	})
 	return addr
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Cassette is the exchanges of one test with keystone and the region, in
@@ -82,6 +83,61 @@ func (e Exchange) write() bool {
 func (e Exchange) login() bool {
 	return e.Service == "keystone" && e.Method == "POST" && pathOnly(e.Path) == "/v3/auth/tokens"
 }
+
+// loginRequest is what a keystone login sends (its body): a password login's
+// user and the project it scopes to, or a token login's token.
+type loginRequest struct {
+	Auth struct {
+		Identity struct {
+			Password struct {
+				User struct {
+					Name     string `json:"name"`
+					Password string `json:"password"`
+					Domain   struct {
+						Name string `json:"name"`
+					} `json:"domain"`
+				} `json:"user"`
+			} `json:"password"`
+			Token struct {
+				ID string `json:"id"`
+			} `json:"token"`
+		} `json:"identity"`
+		Scope struct {
+			Project struct {
+				Name string `json:"name"`
+			} `json:"project"`
+		} `json:"scope"`
+	} `json:"auth"`
+}
+
+// parseLogin reads a login's body; ok is false for one that is not JSON.
+func parseLogin(body []byte) (l loginRequest, ok bool) {
+	return l, json.Unmarshal(body, &l) == nil
+}
+
+// writeFrom is the index of the first write at or after exchange i, or
+// len(Exchanges) when none is left.
+func (c *Cassette) writeFrom(i int) int {
+	for i < len(c.Exchanges) && !c.Exchanges[i].write() {
+		i++
+	}
+	return i
+}
+
+// writeBefore is the index of the last write before exchange i, -1 when
+// there is none.
+func (c *Cassette) writeBefore(i int) int {
+	i--
+	for i >= 0 && !c.Exchanges[i].write() {
+		i--
+	}
+	return i
+}
+
+// daemonAgent reports whether a request's User-Agent is the daemon's
+// (keystone.UserAgent): how the recordings and the replay tell its
+// requests from Cloudpods' own clients'.
+func daemonAgent(userAgent string) bool { return strings.Contains(userAgent, "yunion-mps-daemon") }
 
 // Load reads a cassette.
 func Load(path string) (*Cassette, error) {

@@ -173,7 +173,7 @@ func dropped(r raw) bool {
 func client(r raw) string {
 	ua := r.Request.Headers["user-agent"]
 	switch {
-	case strings.Contains(ua, "yunion-mps-daemon"):
+	case daemonAgent(ua):
 		return "daemon"
 	case strings.HasPrefix(ua, "yunioncloud-go"):
 		return "cloudpods"
@@ -205,26 +205,7 @@ func setupInfo(c CloudInfo, r raw) CloudInfo {
 		c.ZoneID = strings.TrimSuffix(strings.TrimPrefix(pathOnly(r.Path), "/zones/"), "/hosts")
 	}
 	if r.Service == "keystone" && (&Exchange{Service: "keystone", Method: r.Method, Path: r.Path}).login() && c.User == "" {
-		var l struct {
-			Auth struct {
-				Identity struct {
-					Password struct {
-						User struct {
-							Name   string `json:"name"`
-							Domain struct {
-								Name string `json:"name"`
-							} `json:"domain"`
-						} `json:"user"`
-					} `json:"password"`
-				} `json:"identity"`
-				Scope struct {
-					Project struct {
-						Name string `json:"name"`
-					} `json:"project"`
-				} `json:"scope"`
-			} `json:"auth"`
-		}
-		if json.Unmarshal(r.Request.Body, &l) == nil {
+		if l, ok := parseLogin(r.Request.Body); ok {
 			u := l.Auth.Identity.Password.User
 			c.User, c.Domain, c.Project = u.Name, u.Domain.Name, l.Auth.Scope.Project.Name
 		}

@@ -108,10 +108,7 @@ func (s *Server) Apply(t testing.TB, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for range n {
-		i := s.done
-		for i < len(s.c.Exchanges) && !s.c.Exchanges[i].write() {
-			i++
-		}
+		i := s.c.writeFrom(s.done)
 		if i == len(s.c.Exchanges) || s.c.Exchanges[i].Client != "cloudpods" {
 			t.Fatalf("replay: no recorded write of Cloudpods' own clients to apply at #%d", i)
 		}
@@ -211,10 +208,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 // nextWrite matches a write with the next recorded one and moves the state
 // past it; -1 (and the test failed) when it is not that write.
 func (s *Server) nextWrite(w http.ResponseWriter, service, method, path string, body []byte) int {
-	i := s.done
-	for i < len(s.c.Exchanges) && !s.c.Exchanges[i].write() {
-		i++
-	}
+	i := s.c.writeFrom(s.done)
 	if i == len(s.c.Exchanges) {
 		s.fail(w, "%s %s %s: a write after the last one recorded", service, method, path)
 		return -1
@@ -235,10 +229,7 @@ func (s *Server) nextWrite(w http.ResponseWriter, service, method, path string, 
 
 // read answers a read with a recorded one at this state.
 func (s *Server) read(w http.ResponseWriter, service, method, path string, body []byte, refused bool, who string) int {
-	end := s.done
-	for end < len(s.c.Exchanges) && !s.c.Exchanges[end].write() {
-		end++
-	}
+	end := s.c.writeFrom(s.done)
 	var match []int
 	var near []string
 	candidates := func(from, to int) {
@@ -260,10 +251,7 @@ func (s *Server) read(w http.ResponseWriter, service, method, path string, body 
 	// scene between two of the daemon's polls, faster than the recording
 	// saw it poll); never across a write of the client asking.
 	for from := s.lastWrite; len(match) == 0 && from >= 0 && s.c.Exchanges[from].Client != who; {
-		prev := from - 1
-		for prev >= 0 && !s.c.Exchanges[prev].write() {
-			prev--
-		}
+		prev := s.c.writeBefore(from)
 		candidates(prev+1, from)
 		if len(match) > 0 {
 			match = match[len(match)-1:]
@@ -271,10 +259,7 @@ func (s *Server) read(w http.ResponseWriter, service, method, path string, body 
 		from = prev
 	}
 	for to := end; len(match) == 0 && to < len(s.c.Exchanges) && s.c.Exchanges[to].Client != who; {
-		next := to + 1
-		for next < len(s.c.Exchanges) && !s.c.Exchanges[next].write() {
-			next++
-		}
+		next := s.c.writeFrom(to + 1)
 		candidates(to+1, next)
 		to = next
 	}
@@ -316,7 +301,7 @@ func (s *Server) read(w http.ResponseWriter, service, method, path string, body 
 // clientOf tells the daemon's requests (keystone.UserAgent) from the rest,
 // as Derive does.
 func clientOf(r *http.Request) string {
-	if strings.Contains(r.UserAgent(), "yunion-mps-daemon") {
+	if daemonAgent(r.UserAgent()) {
 		return "daemon"
 	}
 	return "cloudpods"
@@ -347,32 +332,14 @@ func (s *Server) answer(w http.ResponseWriter, i int, body []byte) {
 	_, _ = w.Write([]byte(s.b.Fill(string(e.Response))))
 }
 
-// login is what a keystone password login sends.
-type login struct {
-	Auth struct {
-		Identity struct {
-			Password struct {
-				User struct {
-					Name     string `json:"name"`
-					Password string `json:"password"`
-				} `json:"user"`
-			} `json:"password"`
-			Token struct {
-				ID string `json:"id"`
-			} `json:"token"`
-		} `json:"identity"`
-	} `json:"auth"`
-}
-
 func loginUser(body []byte) string {
-	var l login
-	_ = json.Unmarshal(body, &l)
+	l, _ := parseLogin(body)
 	return l.Auth.Identity.Password.User.Name
 }
 
 func (s *Server) passwordOK(body []byte) bool {
-	var l login
-	if json.Unmarshal(body, &l) != nil {
+	l, ok := parseLogin(body)
+	if !ok {
 		return false
 	}
 	if id := l.Auth.Identity.Token.ID; id != "" {

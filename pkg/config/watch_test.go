@@ -1,7 +1,8 @@
-package agent
+package config
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -9,20 +10,38 @@ import (
 	"time"
 )
 
-func startWatcher(t *testing.T) (*watcher, string) {
+// devicesYAML is a device YAML of two GPUs, split n0 and n1 ways.
+func devicesYAML(n0, n1 int) string {
+	return fmt.Sprintf("devices:\n- path: 0000:1A:00.0\n  type: NVIDIA_MPS\n  virtual_number: %d\n- path: 0000:DB:00.0\n  type: NVIDIA_MPS\n  virtual_number: %d\n", n0, n1)
+}
+
+// writeAtomic saves content over path as an editor that saves atomically
+// does: a new file renamed over the old one.
+func writeAtomic(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func startWatcher(t *testing.T) (*Watcher, string) {
 	t.Helper()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "devices.yml")
-	if err := os.WriteFile(file, []byte(fourAndTwo), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(devicesYAML(4, 2)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w, err := newWatcher(slog.New(slog.DiscardHandler), []string{file})
+	w, err := NewWatcher(slog.New(slog.DiscardHandler), []string{file})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go w.run(ctx)
-	t.Cleanup(func() { cancel(); w.close() })
+	go w.Run(ctx)
+	t.Cleanup(func() { cancel(); w.Close() })
 	return w, file
 }
 
@@ -34,16 +53,16 @@ func TestWatcherWaitsForAnInPlaceWriteToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	content := yamlFor(12, 2)
+	content := devicesYAML(12, 2)
 	chunks := []string{content[:20], content[20:61], content[61:]}
 	var last time.Time
 	for _, c := range chunks {
 		select {
-		case <-w.events:
+		case <-w.Events():
 			t.Fatal("a file half written was announced")
 		case <-time.After(250 * time.Millisecond):
 		}
-		if !w.saving() {
+		if !w.Saving() {
 			t.Error("an in-place save in progress is not reported")
 		}
 		if _, err := f.WriteString(c); err != nil {
@@ -55,7 +74,7 @@ func TestWatcherWaitsForAnInPlaceWriteToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-w.events:
+	case <-w.Events():
 		if since := time.Since(last); since < writeQuiet {
 			t.Errorf("announced %s after the last write, before the file was quiet for %s", since, writeQuiet)
 		}
@@ -63,11 +82,11 @@ func TestWatcherWaitsForAnInPlaceWriteToEnd(t *testing.T) {
 		t.Fatal("the finished file was never announced")
 	}
 	select {
-	case <-w.events:
+	case <-w.Events():
 		t.Error("one save announced twice")
 	case <-time.After(2 * debounce):
 	}
-	if w.saving() {
+	if w.Saving() {
 		t.Error("still saving after the announcement")
 	}
 }
@@ -77,9 +96,9 @@ func TestWatcherWaitsForAnInPlaceWriteToEnd(t *testing.T) {
 func TestWatcherAnnouncesAnAtomicSaveAtOnce(t *testing.T) {
 	w, file := startWatcher(t)
 	start := time.Now()
-	writeAtomic(t, file, yamlFor(3, 2))
+	writeAtomic(t, file, devicesYAML(3, 2))
 	select {
-	case <-w.events:
+	case <-w.Events():
 		if d := time.Since(start); d >= writeQuiet {
 			t.Errorf("an atomic save waited %s, as long as an in-place one", d)
 		}

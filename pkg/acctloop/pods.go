@@ -1,4 +1,4 @@
-package agent
+package acctloop
 
 import (
 	"maps"
@@ -17,17 +17,26 @@ import (
 // Cloudpods' own pods (issue 45): the wiring of pkg/pod into the
 // accounting, and of the pods it measured into the status. The rules are
 // pkg/accounting's (pods.go); here are what they are fed (the slices each
-// server holds, from the backend's last rows) and what is shown.
+// server holds, from the backend's last answer: Inputs.Held) and what is
+// shown.
 
-// podFinder is the accounting's finder of Cloudpods pods, nil (no pods
-// looked for) when mps_pod_cgroup_parent is empty.
-func podFinder(hc *config.HostConf) accounting.PodFinder {
+// PodFinder is the accounting's finder of Cloudpods pods on the host of
+// hc (accounting.Options.Pods), nil (no pods looked for) when
+// mps_pod_cgroup_parent is empty.
+func PodFinder(hc *config.HostConf) accounting.PodFinder {
 	f := pod.NewFinder(pod.Options{CgroupParent: hc.PodCgroupParent, StateDir: hc.ContainerdStateDirectory,
 		Namespace: pod.DefaultNamespace, ServersPath: hc.ServersPath})
 	if f == nil {
 		return nil
 	}
 	return f
+}
+
+// Held is a device a holder keeps, as the backend answered: a per-slice
+// row names the server's id, a GPU row of Cloudpods its name.
+type Held struct {
+	Device vdev.Device
+	Holder string
 }
 
 // podHolding is what one server holds of one GPU: first is its slice of
@@ -40,27 +49,25 @@ type podHolding struct {
 	first  vdev.Name
 }
 
-// podHoldings are, by pod name, the slices of the GPUs of uuids each
-// holder of the last rows holds (a per-slice row names the server's id,
-// a GPU row of Cloudpods its name): a pod's cap there is theirs summed.
-// It runs in the main loop, which owns a.listed.
-func (a *Agent) podHoldings(uuids []gpu.UUID) map[string]podHolding {
-	if a.config().Host.PodCgroupParent == "" {
+// podHoldings are, by pod name, the slices of the enforced GPUs each
+// holder of in.Held holds: a pod's cap there is theirs summed.
+func (in Inputs) podHoldings() map[string]podHolding {
+	if in.Held == nil {
 		return nil
 	}
 	out := map[string]podHolding{}
-	for _, l := range a.listed {
-		g := l.Device.GPU.UUID
-		if l.Guest == "" || !slices.Contains(uuids, g) {
+	for _, h := range in.Held {
+		g := h.Device.GPU.UUID
+		if h.Holder == "" || !slices.Contains(in.GPUs, g) {
 			continue
 		}
-		name := accounting.PodName(g, l.Guest)
-		h := out[name]
-		if h.slices == 0 || l.Device.Index < firstIndex(h.first) {
-			h.first = l.Device.Name()
+		name := accounting.PodName(g, h.Holder)
+		p := out[name]
+		if p.slices == 0 || h.Device.Index < firstIndex(p.first) {
+			p.first = h.Device.Name()
 		}
-		h.gpu, h.slices, h.cap = g, h.slices+1, h.cap+l.Device.MemoryLimit.Bytes()
-		out[name] = h
+		p.gpu, p.slices, p.cap = g, p.slices+1, p.cap+h.Device.MemoryLimit.Bytes()
+		out[name] = p
 	}
 	return out
 }
@@ -73,7 +80,7 @@ func firstIndex(n vdev.Name) int {
 // withPodViews is r as the views are written from it: each pod's use on
 // its first slice's view too, the view the NRI plugin gives its
 // containers (a pod's clients are billed to the pod, not to the slice).
-func (in acctInputs) withPodViews(r accounting.Report) accounting.Report {
+func (in Inputs) withPodViews(r accounting.Report) accounting.Report {
 	if len(in.pods) == 0 || r.Usage.PerDevice == nil {
 		return r
 	}
@@ -92,7 +99,7 @@ func (in acctInputs) withPodViews(r accounting.Report) accounting.Report {
 }
 
 // addPods puts the pods' caps beside the devices'.
-func (in acctInputs) addPods(caps map[string]uint64) {
+func (in Inputs) addPods(caps map[string]uint64) {
 	for name, h := range in.pods {
 		caps[name] = uint64(h.cap)
 	}
@@ -102,7 +109,7 @@ func (in acctInputs) addPods(caps map[string]uint64) {
 // (sampled nil: every GPU) into the status, with held (the slices their
 // servers hold); the other GPUs' stay as the last pass that sampled them
 // left them. A pass of no accounting (off) clears them.
-func (a *Agent) notePods(r accounting.Report, sampled map[gpu.UUID]bool, held map[string]podHolding) {
+func (l *Loop) notePods(r accounting.Report, sampled map[gpu.UUID]bool, held map[string]podHolding) {
 	last := map[string]string{}
 	for _, s := range r.Steps {
 		last[s.Device] = s.Step
@@ -123,22 +130,29 @@ func (a *Agent) notePods(r accounting.Report, sampled map[gpu.UUID]bool, held ma
 			Slices: h.slices, MemoryLimit: h.cap, UsedBytes: units.Bytes(d.UsedBytes), Clients: len(d.Clients),
 			OverCap: over[name], LastStep: last[name]})
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if r.Usage.PerDevice != nil && sampled != nil {
-		for _, p := range a.status.Pods {
+		for _, p := range l.st.pods {
 			if !sampled[gpu.UUID(p.GPU)] {
 				pods = append(pods, p)
 			}
 		}
 		slices.SortFunc(pods, func(x, y status.Pod) int { return strings.Compare(x.Name, y.Name) })
 	}
-	for i := range pods {
-		for _, g := range a.status.GPUs {
-			if g.UUID == pods[i].GPU {
-				pods[i].GPUIndex = g.Index
+	l.st.pods = pods
+}
+
+// fillPods puts the pods in st, each with its GPU's index as st lists the
+// GPUs (-1: a GPU it does not list).
+func (p *statusPart) fillPods(st *status.Status) {
+	st.Pods = slices.Clone(p.pods)
+	for i := range st.Pods {
+		st.Pods[i].GPUIndex = -1
+		for _, g := range st.GPUs {
+			if g.UUID == st.Pods[i].GPU {
+				st.Pods[i].GPUIndex = g.Index
 			}
 		}
 	}
-	a.status.Pods = pods
 }

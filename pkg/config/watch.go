@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"context"
@@ -22,16 +22,18 @@ import (
 // for writeQuiet, well past the pauses of a writer that is still at it (a
 // shell pipeline, a slow copy; at least 250 ms between chunks is covered).
 // A writer that pauses longer than writeQuiet is seen midway; the checks of
-// the configuration and the hold of guard.go are what stand in its way then.
+// the configuration and the agent's hold of a risky change (pkg/agent,
+// guard.go) are what stand in its way then.
 const (
 	debounce   = 50 * time.Millisecond
 	writeQuiet = time.Second
 )
 
-// watcher reports edits of a set of files. It watches their directories, not
-// the files: editors that save by writing a new file and renaming it over the
-// old one replace the inode a file watch would be on.
-type watcher struct {
+// Watcher reports edits of a set of files (host.conf and the device YAML it
+// names), each save once it is complete (above). It watches their
+// directories, not the files: editors that save by writing a new file and
+// renaming it over the old one replace the inode a file watch would be on.
+type Watcher struct {
 	fs     *fsnotify.Watcher
 	log    *slog.Logger
 	events chan struct{}
@@ -44,18 +46,19 @@ type watcher struct {
 	inPlace bool
 }
 
-func newWatcher(log *slog.Logger, files []string) (*watcher, error) {
+// NewWatcher watches files; it reports nothing until Run.
+func NewWatcher(log *slog.Logger, files []string) (*Watcher, error) {
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, fmt.Errorf("watching the configuration: %w", err)
 	}
-	w := &watcher{fs: fw, log: log, events: make(chan struct{}, 1), files: map[string]bool{}, dirs: map[string]bool{}}
-	w.set(files)
+	w := &Watcher{fs: fw, log: log, events: make(chan struct{}, 1), files: map[string]bool{}, dirs: map[string]bool{}}
+	w.Set(files)
 	return w, nil
 }
 
-// set replaces the watched files (host.conf may name another device YAML).
-func (w *watcher) set(files []string) {
+// Set replaces the watched files (host.conf may name another device YAML).
+func (w *Watcher) Set(files []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.files = map[string]bool{}
@@ -77,23 +80,27 @@ func (w *watcher) set(files []string) {
 	}
 }
 
-// saving reports a watched file written in place that has not been quiet
+// Saving reports a watched file written in place that has not been quiet
 // for writeQuiet yet: a reload now could read it half written.
-func (w *watcher) saving() bool {
+func (w *Watcher) Saving() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.inPlace
 }
 
-func (w *watcher) wanted(name string) bool {
+func (w *Watcher) wanted(name string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	abs, err := filepath.Abs(name)
 	return err == nil && w.files[abs]
 }
 
-// run forwards debounced edits to events until ctx ends.
-func (w *watcher) run(ctx context.Context) {
+// Events has a value when a watched file's save is complete; one pending
+// at most (a reload reads the latest files).
+func (w *Watcher) Events() <-chan struct{} { return w.events }
+
+// Run forwards debounced edits to Events until ctx ends.
+func (w *Watcher) Run(ctx context.Context) {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	defer t.Stop()
@@ -135,4 +142,5 @@ func (w *watcher) run(ctx context.Context) {
 	}
 }
 
-func (w *watcher) close() { _ = w.fs.Close() }
+// Close stops watching.
+func (w *Watcher) Close() { _ = w.fs.Close() }
