@@ -1,25 +1,21 @@
 package agent
 
 import (
-	"fmt"
-	"slices"
-	"strings"
 	"time"
 
-	"yunion.io/x/mps-daemon/pkg/plan"
 	"yunion.io/x/mps-daemon/pkg/status"
 )
 
 // A reload whose plan would take every virtual device off the host, or
-// would drop the device YAML's NVIDIA_MPS entries for cuda_mps_replicas, is
-// what a file caught empty or half written looks like (a truncated host.conf
-// turns sharing off; a truncated device YAML has no entry left). Applying it
-// deletes every free device, and the next good save creates them again with
-// new ids, under other caps. Such a reload is held back instead: logged, shown
-// in /status (config_held), systemd's status line and the metric
-// mps_daemon_config_held; and applied only once the files have held exactly
-// the same bytes for mps_reload_hold_time of the configuration in force
-// (30 s by default). An operator who means it waits that long; a save that
+// would drop the device YAML's NVIDIA_MPS entries for cuda_mps_replicas
+// (plan.Risk), is what a file caught empty or half written looks like (a
+// truncated host.conf turns sharing off; a truncated device YAML has no
+// entry left). Applying it deletes every free device, and the next good
+// save creates them again with new ids, under other caps. Such a reload is
+// held back instead: logged, shown in /status (config_held), systemd's
+// status line and the metric mps_daemon_config_held; and applied only once
+// the files have held exactly the same bytes for mps_reload_hold_time of
+// the configuration in force (30 s by default). An operator who means it waits that long; a save that
 // was caught midway is over long before. Refusing it outright would leave
 // "turn sharing off" with no way but a restart, and a restart would apply
 // it without any check.
@@ -29,27 +25,6 @@ import (
 type heldChange struct {
 	status.Held
 	digest string
-}
-
-// riskOf says why going from the plan in force to next needs the files to
-// settle first, or "" when it does not.
-func riskOf(cur, next *plan.Plan) string {
-	if cur == nil || next == nil {
-		return ""
-	}
-	if n := cur.VirtualDevices(); n > 0 && next.VirtualDevices() == 0 {
-		why := "nothing would be shared"
-		if !next.Enabled {
-			why = "enable_cuda_mps is not true (an empty host.conf turns sharing off)"
-		}
-		return fmt.Sprintf("it would remove all %d virtual devices of the host: %s", n, why)
-	}
-	fromYAML := slices.ContainsFunc(cur.GPUs, func(g plan.GPUPlan) bool { return g.Source != plan.SourceReplicas })
-	fallback := len(next.GPUs) > 0 && !slices.ContainsFunc(next.GPUs, func(g plan.GPUPlan) bool { return g.Source != plan.SourceReplicas })
-	if fromYAML && fallback {
-		return fmt.Sprintf("the device YAML names no GPU any more: every GPU would fall back to cuda_mps_replicas (%d each), where the device YAML's entries set N until now", next.GPUs[0].VirtualNumber)
-	}
-	return ""
 }
 
 // holdOrRelease decides about a risky change with this digest: it is held
@@ -93,20 +68,4 @@ func (a *Agent) heldDue() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return a.held.ApplyAt, true
-}
-
-// heldLine is what systemd's status line adds for a stalled loop, a held
-// change and keys waiting for a restart.
-func heldLine(st status.Status) string {
-	var line string
-	if msg := st.Loop.StallMessage(time.Now()); msg != "" {
-		line += "; " + msg
-	}
-	if h := st.ConfigHeld; h != nil {
-		line += fmt.Sprintf("; config change held back until %s: %s", h.ApplyAt.Format(time.TimeOnly), h.Reason)
-	}
-	if len(st.RestartPending) > 0 {
-		line += "; restart to apply " + strings.Join(st.RestartPending, ",")
-	}
-	return line
 }

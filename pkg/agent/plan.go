@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/metrics"
 	"yunion.io/x/mps-daemon/pkg/mps"
@@ -66,7 +67,7 @@ func CheckConfig(ctx context.Context, w io.Writer, cfg *Config, mode Mode, backe
 			fmt.Fprintf(w, "skipped:   %s:%d: type %q belongs to another agent\n", cfg.Devices.Path, e.Line, e.Type)
 		}
 	}
-	fmt.Fprintf(w, "view:      %s\n", viewPlan(cfg.Host.ViewLibrary))
+	fmt.Fprintf(w, "view:      %s\n", entries.DescribeView(cfg.Host.ViewLibrary))
 	fmt.Fprintln(w)
 	return p.Write(w)
 }

@@ -170,35 +170,8 @@ func (a *Agent) succeed() {
 	}
 }
 
-// statusLine is the one line systemctl status shows.
-func (a *Agent) statusLine() string {
-	st := a.Status()
-	unhealthy := 0
-	for _, g := range st.GPUs {
-		if !g.Healthy {
-			unhealthy++
-		}
-	}
-	line := fmt.Sprintf("%d GPUs, %d virtual devices", len(st.GPUs), st.VirtualDevices)
-	if unhealthy > 0 {
-		line += fmt.Sprintf(", %d GPUs unhealthy", unhealthy)
-	}
-	if st.InventoryReachable {
-		line += ", inventory reachable"
-	} else {
-		line += ", inventory unreachable"
-	}
-	if st.Simulated {
-		line = "SIMULATED: " + line
-	}
-	line += heldLine(st)
-	if st.ConfigError != "" {
-		line += "; config error, running the last good one: " + firstLine(st.ConfigError)
-	} else if !st.Ready && st.LastError != "" {
-		line += "; " + firstLine(st.LastError)
-	}
-	return line
-}
+// statusLine is the one line systemctl status shows (status.Status.Line).
+func (a *Agent) statusLine() string { return a.Status().Line(time.Now()) }
 
 // pipeLog gives a GPU its own pipe and log directory under the roots, or,
 // in the single layout, the roots themselves (layout.go); its control

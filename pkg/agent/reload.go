@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/plan"
 	"yunion.io/x/mps-daemon/pkg/systemd"
 )
 
@@ -91,7 +92,7 @@ func (a *Agent) assess(ctx context.Context, cur, next *Config) (risk string, err
 		return "", err
 	}
 	cp, _ := planFor(cur, gpus, a.opts.SysfsRoot, a.opts.DevRoot) // the part in force that still fits
-	return riskOf(cp, np), nil
+	return plan.Risk(cp, np), nil
 }
 
 // noteRestartOnly shows the restart-only keys changed on disk: a warning
@@ -119,9 +120,4 @@ func (a *Agent) watchedFiles(cfg *Config) []string {
 		files = append(files, cfg.Host.ContainerDeviceConfigFile)
 	}
 	return files
-}
-
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
 }

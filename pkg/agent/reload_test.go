@@ -10,58 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"yunion.io/x/mps-daemon/pkg/config"
-	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/plan"
 	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/statusview"
 )
-
-func TestRiskOf(t *testing.T) {
-	gpus := twoGPUs()
-	build := func(hc, devices string) *plan.Plan {
-		t.Helper()
-		h, err := config.ParseHostConf("host.conf", []byte(hc))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var df *config.DeviceFile
-		if devices != "-" {
-			if df, err = config.ParseDevices("dev.yml", []byte(devices)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		p, err := plan.Build(h, df, gpus, gpu.Resolver{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	on := "enable_cuda_mps: true\n"
-	yaml := build(on, fourAndTwo)
-	replicas := build(on, "")
-	for _, tc := range []struct {
-		name      string
-		cur, next *plan.Plan
-		want      string
-	}{
-		{"resize", yaml, build(on, yamlFor(2, 2)), ""},
-		{"one GPU out", yaml, build(on, onlyGPU0), ""},
-		{"sharing off", yaml, build("", fourAndTwo), "it would remove all 6 virtual devices of the host: enable_cuda_mps is not true (an empty host.conf turns sharing off)"},
-		{"YAML emptied", yaml, replicas, "the device YAML names no GPU any more: every GPU would fall back to cuda_mps_replicas (10 each), where the device YAML's entries set N until now"},
-		{"no device file any more", yaml, build(on, "-"), "the device YAML names no GPU any more: every GPU would fall back to cuda_mps_replicas (10 each), where the device YAML's entries set N until now"},
-		{"replicas to YAML", replicas, yaml, ""},
-		{"replicas stay", replicas, build(on+"cuda_mps_replicas: 4\n", ""), ""},
-		{"replicas, sharing off", replicas, build("", ""), "it would remove all 20 virtual devices of the host: enable_cuda_mps is not true (an empty host.conf turns sharing off)"},
-		{"nothing to nothing", build("", ""), build("", fourAndTwo), ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := riskOf(tc.cur, tc.next); got != tc.want {
-				t.Errorf("got  %q\nwant %q", got, tc.want)
-			}
-		})
-	}
-}
 
 // reloadHarness runs the agent on files, reloading by hand.
 func reloadHarness(t *testing.T) *harness {

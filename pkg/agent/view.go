@@ -1,11 +1,6 @@
 package agent
 
 import (
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
-
 	"yunion.io/x/mps-daemon/pkg/cdi"
 	"yunion.io/x/mps-daemon/pkg/entries"
 	"yunion.io/x/mps-daemon/pkg/status"
@@ -32,7 +27,7 @@ type viewChoice struct {
 func (e *entriesStation) chooseView(cfg *Config) viewChoice {
 	lib := cfg.Host.ViewLibrary
 	c := viewChoice{state: status.View{Library: lib, State: status.ViewOn}}
-	switch why := libraryProblem(lib); {
+	switch why := entries.LibraryProblem(lib); {
 	case lib == "":
 		c.state.State = status.ViewOff
 	case why != "":
@@ -59,37 +54,6 @@ func (e *entriesStation) notePruned(res entries.Result) {
 		}
 	}
 	e.viewPruneErr = msg
-}
-
-// libraryProblem says why the view's library cannot be mounted, "" when it
-// can (a regular file, through links: a bind mount follows them).
-func libraryProblem(path string) string {
-	if path == "" {
-		return ""
-	}
-	fi, err := os.Stat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Sprintf("%s does not exist (package yunion-mps-daemon installs it): containers see the whole GPU", path)
-	case err != nil:
-		return fmt.Sprintf("%v: containers see the whole GPU", err)
-	case !fi.Mode().IsRegular():
-		return fmt.Sprintf("%s is not a regular file (%s): containers see the whole GPU", path, fi.Mode().Type())
-	}
-	return ""
-}
-
-// viewPlan is what check-config says of the view: a missing library is
-// not an error (the daemon serves the devices without it), but the
-// operator is told.
-func viewPlan(lib string) string {
-	switch why := libraryProblem(lib); {
-	case lib == "":
-		return "off (mps_view_library is empty): containers see the whole GPU's memory"
-	case why != "":
-		return "MISSING, the devices are served without it: " + why
-	}
-	return lib + ": containers see their device's cap as the GPU's memory"
 }
 
 // noteView records what the entries gave containers of the view c chose
