@@ -13,6 +13,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/mps"
+	"yunion.io/x/mps-daemon/pkg/nri"
 	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/units"
 	"yunion.io/x/mps-daemon/pkg/vdev"
@@ -202,5 +203,50 @@ func TestTheMPSStationAlone(t *testing.T) {
 	}
 	if _, err := h.controlDefaults(1); err == nil {
 		t.Error("GPU 1's control daemon still answers after its retirement")
+	}
+}
+
+// The NRI station hands the plugin, in the single layout, the pipe root
+// and, by GPU and holder, the devices each holder of the holdings keeps on
+// a planned GPU, each with its identity file; a free device, and one of a
+// GPU out of the plan, are not handed. Without a plugin it does nothing.
+func TestTheNRIStationAlone(t *testing.T) {
+	h := newHarness(t, "mps_pipe_layout: single\n", fourAndTwo)
+	plugin := nri.New(filepath.Join(h.dir, "nri.sock"), nil)
+	n := &nriStation{plugin: plugin, entries: h.agent.entries}
+	r := h.roundOf(t)
+	g0 := twoGPUs()[0]
+	slice := func(i int) vdev.Device {
+		return vdev.Device{GPU: g0, Index: i, MemoryLimit: 1024, ThreadPercentage: 25}
+	}
+	elsewhere := vdev.Device{GPU: gpu.Info{UUID: "GPU-0000000f-aaaa-bbbb-cccc-dddddddddddd", Index: -1}, Index: 1, MemoryLimit: 1024}
+	r.listed = map[vdev.Name]listed{
+		slice(2).Name():  {Device: slice(2), ID: "d2", Holder: "server-a", ClassKnown: true},
+		slice(0).Name():  {Device: slice(0), ID: "d0", Holder: "server-a", ClassKnown: true},
+		slice(1).Name():  {Device: slice(1), ID: "d1"},
+		elsewhere.Name(): {Device: elsewhere, ID: "d9", Holder: "server-b"},
+	}
+	if err := n.publish(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	d := plugin.Devices()
+	if d.PipeRoot != h.cfg.Host.CudaMPSPipeDirectory || d.CDI.Dir != h.cfg.Host.CDIDirectory {
+		t.Errorf("pipe root %q, CDI options %+v", d.PipeRoot, d.CDI)
+	}
+	if len(d.Held) != 1 || len(d.Held[g0.UUID]) != 1 {
+		t.Fatalf("held %+v: want server-a's two slices of GPU 0 alone", d.Held)
+	}
+	got := d.Held[g0.UUID]["server-a"]
+	if len(got) != 2 {
+		t.Fatalf("server-a's slices %+v", got)
+	}
+	for _, dev := range got {
+		want, _ := h.agent.entries.host.Identity.Path(dev.Name())
+		if dev.IdentityFile != want || dev.ViewDir != "" || dev.PipeDir != h.cfg.Host.CudaMPSPipeDirectory || dev.ID == "" {
+			t.Errorf("%s as handed: %+v", dev.Name(), dev)
+		}
+	}
+	if err := (&nriStation{entries: h.agent.entries}).publish(context.Background(), r); err != nil {
+		t.Errorf("without a plugin: %v", err)
 	}
 }

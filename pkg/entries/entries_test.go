@@ -150,3 +150,30 @@ func TestClaimsViews(t *testing.T) {
 		t.Errorf("without its views the claims' spec is\n%s", spec)
 	}
 }
+
+// Entry is a device's entry as the spec has it, written by no one: its
+// identity file, and its view directory only while the view is on.
+func TestEntry(t *testing.T) {
+	dir := t.TempDir()
+	s := ForHost(dir, t.TempDir())
+	d := base(filepath.Join(dir, "pipe"))
+	e, err := s.Entry(d)
+	idf, _ := s.Identity.Path(d.Name())
+	if err != nil || e.IdentityFile != idf || e.ViewDir != "" {
+		t.Errorf("view off: %+v, %v", e, err)
+	}
+	s.CDI.View = s.ViewOf(filepath.Join(dir, view.LibraryFile))
+	e, err = s.Entry(d)
+	vd, _ := s.Views.Store().Path(d.Name())
+	if err != nil || e.IdentityFile != idf || e.ViewDir != vd || vd == "" {
+		t.Errorf("view on: %+v, %v", e, err)
+	}
+	if _, err := os.Stat(idf); !os.IsNotExist(err) {
+		t.Errorf("Entry wrote the identity file: %v", err)
+	}
+	bad := d
+	bad.GPU.UUID = "../x"
+	if _, err := s.Entry(bad); err == nil {
+		t.Error("a name that is no file's: no error")
+	}
+}

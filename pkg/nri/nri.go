@@ -205,6 +205,13 @@ func (p *Plugin) Set(d Devices) {
 	p.devs = d
 }
 
+// Devices are what containers are adjusted from now (the last Set).
+func (p *Plugin) Devices() Devices {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.devs
+}
+
 // State says whether containerd has the plugin, and the last failure.
 func (p *Plugin) State() (connected bool, err string) {
 	p.mu.Lock()

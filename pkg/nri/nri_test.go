@@ -128,3 +128,21 @@ func TestAdjustLeavesTheRest(t *testing.T) {
 		}
 	}
 }
+
+// Add files each slice under its GPU and holder, whatever order they come
+// in; Adjust still takes the lowest, and Set hands them to the plugin.
+func TestAddFilesSlicesByGPUAndHolder(t *testing.T) {
+	d := Devices{PipeRoot: pipe, CDI: cdi.Options{DevRoot: t.TempDir()}}
+	d.Add(server, slice(gpuA, 2))
+	d.Add("gpu-pod-2", slice(gpuA, 3))
+	d.Add(server, slice(gpuA, 1))
+	d.Add(server, slice(gpuB, 0))
+	if len(d.Held) != 2 || len(d.Held[gpuA][server]) != 2 || len(d.Held[gpuA]["gpu-pod-2"]) != 1 || len(d.Held[gpuB][server]) != 1 {
+		t.Fatalf("held %+v", d.Held)
+	}
+	p := New(filepath.Join(t.TempDir(), "nri.sock"), nil)
+	p.Set(d)
+	if _, dec := Adjust(p.Devices(), pod(server, ""), cloudpods(string(gpuA))); dec.Device.Name() != vdev.NameOf(gpuA, 1) {
+		t.Errorf("edits of %s (%s), want slice 1", dec.Device.Name(), dec.Reason)
+	}
+}
