@@ -115,7 +115,11 @@ var leaves = map[string][]string{
 	"pkg/units":        {},
 	"pkg/pci":          {},
 	"pkg/atomicfile":   {},
-	"pkg/restcall":     {},
+	// restcall tells a refused TLS connection in words (webtls.Refusal);
+	// webtls is TLS for every listener and client (exporter-toolkit's web
+	// configuration, CA and client certificate files).
+	"pkg/restcall":     {"pkg/webtls"},
+	"pkg/webtls":       {},
 	"pkg/systemd":      {},
 	"pkg/version":      {},
 	"pkg/logging":      {},
