@@ -118,11 +118,11 @@ var leaves = map[string][]string{
 	// restcall tells a refused TLS connection in words (webtls.Refusal);
 	// webtls is TLS for every listener and client (exporter-toolkit's web
 	// configuration, CA and client certificate files).
-	"pkg/restcall":     {"pkg/webtls"},
-	"pkg/webtls":       {},
-	"pkg/systemd":      {},
-	"pkg/version":      {},
-	"pkg/logging":      {},
+	"pkg/restcall": {"pkg/webtls"},
+	"pkg/webtls":   {},
+	"pkg/systemd":  {},
+	"pkg/version":  {},
+	"pkg/logging":  {},
 }
 
 func isLeaf(dir string) bool {
