@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -25,6 +24,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 	"yunion.io/x/mps-daemon/pkg/logging"
 	"yunion.io/x/mps-daemon/pkg/version"
+	"yunion.io/x/mps-daemon/pkg/webtls"
 )
 
 type flags struct {
@@ -36,6 +36,7 @@ type flags struct {
 	region         string
 	publicURL      string
 	keystoneTTL    time.Duration
+	webConfigFile  string
 }
 
 // shutdownTimeout is how long requests in flight get to finish on SIGTERM.
@@ -82,6 +83,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			"the inventory's URL in the service catalog (default: the address each client used)")
 		fl.DurationVar(&f.keystoneTTL, "keystone-token-ttl", server.DefaultKeystoneTokenTTL,
 			"how long a token from POST /v3/auth/tokens is good for")
+		fl.StringVar(&f.webConfigFile, "web.config.file", "",
+			"web configuration file (TLS, client certificates, basic auth) in the Prometheus exporters' format; empty: plain HTTP")
 	}
 	root.AddCommand(serveC, tokenCommand(&f, stdout, stderr))
 	root.SetArgs(args)
@@ -114,9 +117,9 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", f.listen)
+	ln, wc, err := listen(f, log)
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", f.listen, err)
+		return err
 	}
 	api := server.New(st, server.Options{Region: f.region, PublicURL: f.publicURL, KeystoneTokenTTL: f.keystoneTTL},
 		log.With("component", "api"))
@@ -133,17 +136,17 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- webtls.Serve(ln, srv, wc, log) }()
 	// The line comes before the address file: whoever waits for the file
 	// to know the inventory is up finds the line already written.
-	log.Info("serving", "address", ln.Addr().String(), "db", store.RedactDSN(f.db), "backend", st.Dialect())
+	log.Info("serving", append([]any{"address", ln.Addr().String(), "db", store.RedactDSN(f.db), "backend", st.Dialect()}, wc.Attrs()...)...)
 	if f.addressFile != "" {
 		if err := writeAddress(f.addressFile, ln.Addr().String()); err != nil {
 			_ = srv.Close()
 			return err
 		}
 	}
-	stopSystemd := superviseWithSystemd(ctx, st, f.adminTokenFile, ln.Addr(), log)
+	stopSystemd := superviseWithSystemd(ctx, st, f.adminTokenFile, ln.Addr(), wc, log)
 	defer stopSystemd()
 
 	select {

@@ -19,7 +19,10 @@ import (
 type RefusedError struct {
 	// Cause is why, in an operator's words.
 	Cause string
-	Err   error
+	// ClientCertificate: the server refused the handshake for this
+	// client's certificate, or for want of one.
+	ClientCertificate bool
+	Err               error
 }
 
 func (e *RefusedError) Error() string {
@@ -73,9 +76,13 @@ func Refusal(err error, trust string) *RefusedError {
 		// An alert the server sent: crypto/tls's text of it.
 		switch alert := strings.TrimPrefix(oe.Err.Error(), "tls: "); alert {
 		case "certificate required":
-			return refused("the server requires a client certificate and none was presented")
+			r := refused("the server requires a client certificate and none was presented")
+			r.ClientCertificate = true
+			return r
 		case "bad certificate", "unknown certificate authority", "certificate expired", "unsupported certificate", "certificate revoked", "certificate unknown":
-			return refused("the server did not accept this client's certificate (%s)", alert)
+			r := refused("the server did not accept this client's certificate, or the lack of one (%s)", alert)
+			r.ClientCertificate = true
+			return r
 		default:
 			return refused("the server refused the TLS handshake (%s)", alert)
 		}

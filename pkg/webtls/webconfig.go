@@ -107,6 +107,16 @@ func (wc WebConfig) ClientCertificates() bool {
 	return false
 }
 
+// RequiresClientCertificate says whether the listener refuses a client
+// that presents no certificate.
+func (wc WebConfig) RequiresClientCertificate() bool {
+	switch wc.ClientAuth {
+	case "RequireAnyClientCert", "RequireClientCert", "RequireAndVerifyClientCert":
+		return true
+	}
+	return false
+}
+
 // Attrs are the web configuration for the line that says the listener
 // serves: whether TLS, client certificates and basic auth are on.
 func (wc WebConfig) Attrs() []any {
