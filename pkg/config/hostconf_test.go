@@ -112,6 +112,11 @@ func TestParseHostConfValues(t *testing.T) {
 		{"view library elsewhere", "mps_view_library: /opt/mps//libyunion-mps-view.so", func(h *HostConf) { h.ViewLibrary = "/opt/mps/libyunion-mps-view.so" }},
 		{"view off", `mps_view_library: ""`, func(h *HostConf) { h.ViewLibrary = "" }},
 		{"view off, key = value", "mps_view_library = \"\"\nenable_cuda_mps = true\n", func(h *HostConf) { h.ViewLibrary = ""; h.EnableCudaMPS = true }},
+		{"TLS files", "mps_inventory_url: https://inventory.example:9330\nmps_inventory_ca_file: /etc/yunion/pki/ca.crt\nmps_inventory_cert_file: /etc/yunion/pki/gpu-1.crt\nmps_inventory_key_file: /etc/yunion/pki/gpu-1.key\nmps_web_config_file: /etc/yunion/mps-web.yml", func(h *HostConf) {
+			h.InventoryURL = "https://inventory.example:9330"
+			h.InventoryCAFile, h.InventoryCertFile, h.InventoryKeyFile = "/etc/yunion/pki/ca.crt", "/etc/yunion/pki/gpu-1.crt", "/etc/yunion/pki/gpu-1.key"
+			h.WebConfigFile = "/etc/yunion/mps-web.yml"
+		}},
 		{"alias", "x: &n 6\ncuda_mps_replicas: *n", func(h *HostConf) { h.CudaMPSReplicas = 6; h.Unknown = []string{"x"} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -169,6 +174,9 @@ func TestParseHostConfErrors(t *testing.T) {
 		{"relative cdi directory", "mps_cdi_directory: cdi", []string{`host.conf:1: mps_cdi_directory: want an absolute path, got "cdi"`}},
 		{"relative view library", "mps_view_library: libyunion-mps-view.so", []string{`host.conf:1: mps_view_library: want an absolute path, got "libyunion-mps-view.so"`}},
 		{"view library a list", "mps_view_library: [a]", []string{`host.conf:1: mps_view_library: want a single value, got a list`}},
+		{"relative CA file", "mps_inventory_ca_file: ca.crt", []string{`host.conf:1: mps_inventory_ca_file: want an absolute path, got "ca.crt"`}},
+		{"relative web config", "mps_web_config_file: web.yml", []string{`host.conf:1: mps_web_config_file: want an absolute path, got "web.yml"`}},
+		{"client key without its certificate", "port: 1\nmps_inventory_key_file: /k.pem", []string{`host.conf:2: mps_inventory_key_file: set mps_inventory_cert_file too: the client certificate and its key go together`}},
 		{"empty binary", `mps_control_binary: ""`, []string{`host.conf:1: mps_control_binary: must not be empty`}},
 		{"top level list", "- enable_cuda_mps\n", []string{`host.conf:1: want key: value lines at the top level, got a list`}},
 		{"top level scalar", "enable_cuda_mps\n", []string{`host.conf:1: want key: value lines at the top level, got "enable_cuda_mps"`}},

@@ -27,6 +27,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.yaml.in/yaml/v2"
@@ -67,7 +68,8 @@ func LoadWebConfig(path string) (WebConfig, error) {
 	}
 	var c web.Config
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
-		return WebConfig{}, fmt.Errorf("web config file %s: %w", path, err)
+		// yaml's errors are one line per field: folded into one.
+		return WebConfig{}, fmt.Errorf("web config file %s: %s", path, strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " "))
 	}
 	c.TLSConfig.SetDirectory(filepath.Dir(path))
 	// The files it names are read by the toolkit as they are, at every
