@@ -8,6 +8,7 @@ import (
 	"net/url"
 
 	"yunion.io/x/mps-daemon/pkg/inventory/client"
+	"yunion.io/x/mps-daemon/pkg/webtls"
 )
 
 // errorLine is the one line mpsctl prints for a failed command. The server's
@@ -29,6 +30,10 @@ func (a *app) errorLine(err error) string {
 	}
 	if errors.Is(err, context.Canceled) {
 		return "Error: interrupted"
+	}
+	if refused, ok := errors.AsType[*webtls.RefusedError](err); ok {
+		return oneLine(fmt.Sprintf("Error: the inventory at %s: TLS refused: %s (--ca-file, %s or host.conf's mps_inventory_ca_file says whom to trust)",
+			a.endpoint.URL, refused.Cause, EnvCAFile))
 	}
 	if cause, ok := a.unreachable(err); ok {
 		return oneLine(fmt.Sprintf("Error: cannot reach the inventory at %s: %s (set --url or %s)",
