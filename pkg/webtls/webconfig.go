@@ -52,6 +52,8 @@ type WebConfig struct {
 	ClientAuth string
 	// Users is how many basic_auth_users there are.
 	Users int
+	// certPEM is tls_server_config's inline cert, when it has one.
+	certPEM string
 }
 
 // LoadWebConfig reads and checks the web configuration file at path as the
@@ -87,7 +89,7 @@ func LoadWebConfig(path string) (WebConfig, error) {
 	}
 	return WebConfig{
 		Path: path, TLS: c.TLSConfig.IsEnabled(), CertFile: c.TLSConfig.TLSCertPath,
-		ClientAuth: c.TLSConfig.ClientAuth, Users: len(c.Users),
+		ClientAuth: c.TLSConfig.ClientAuth, Users: len(c.Users), certPEM: c.TLSConfig.TLSCert,
 	}, nil
 }
 

@@ -88,9 +88,9 @@ var Cases = []Case{
 	// Issue 47: a web configuration the listener could not serve, a CA file
 	// no connection to the inventory could verify with.
 	{Name: "web config file with a misspelt key", Check: "web config file", Conf: map[string]string{"mps_web_config_file": "$DIR/bad-web.yml"},
-		Want: "mps_web_config_file: web config file $DIR/bad-web.yml: yaml: unmarshal errors:; line 2: field cert_flie not found in type web.TLSConfig"},
+		Want: "bad-web.yml: yaml: unmarshal errors:; line 2: field cert_flie not found in type web.TLSConfig"},
 	{Name: "inventory CA file without a certificate", Check: "inventory TLS files", Conf: map[string]string{"mps_inventory_ca_file": "$DIR/not-a-ca.crt"},
-		Want: "mps_inventory_ca_file $DIR/not-a-ca.crt: no PEM certificate in it"},
+		Want: "not-a-ca.crt: no PEM certificate in it"},
 	{Name: "client certificate without its key", Check: "files", Conf: map[string]string{"mps_inventory_cert_file": "$DIR/host.crt"},
 		Want: "mps_inventory_cert_file: set mps_inventory_key_file too: the client certificate and its key go together"},
 	{Name: "sync interval 1ns", Check: "files", Conf: map[string]string{"mps_sync_interval": "1ns"},
