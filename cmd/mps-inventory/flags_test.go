@@ -18,6 +18,8 @@ func TestServeFlagsChecked(t *testing.T) {
 		{[]string{"--region", ""}, "--region: empty"},
 		{[]string{"--public-url", "ftp://x"}, `--public-url "ftp://x": not an http(s) URL`},
 		{[]string{"--public-url", "inventory:9330"}, "not an http(s) URL"},
+		{[]string{"--host-certificates"}, "--host-certificates: the web configuration (--web.config.file) must verify client certificates"},
+		{[]string{"--web.config.file", "/nonexistent/web.yml"}, "--web.config.file: web config file: stat /nonexistent/web.yml"},
 	} {
 		var out, errOut bytes.Buffer
 		db := filepath.Join(t.TempDir(), "inventory.db")

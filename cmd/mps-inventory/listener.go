@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -22,6 +23,9 @@ func listen(f flags, log *slog.Logger) (net.Listener, webtls.WebConfig, error) {
 	}
 	if wc.TLS && strings.HasPrefix(strings.ToLower(f.publicURL), "http://") {
 		return nil, wc, fmt.Errorf("--public-url %s: the inventory serves only HTTPS (--web.config.file %s), and the catalog would send climc to plain HTTP", f.publicURL, wc.Path)
+	}
+	if f.hostCerts && !wc.ClientCertificates() {
+		return nil, wc, errors.New("--host-certificates: the web configuration (--web.config.file) must verify client certificates: client_auth_type VerifyClientCertIfGiven or RequireAndVerifyClientCert, with client_ca_file")
 	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {

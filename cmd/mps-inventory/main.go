@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -37,6 +36,7 @@ type flags struct {
 	publicURL      string
 	keystoneTTL    time.Duration
 	webConfigFile  string
+	hostCerts      bool
 }
 
 // shutdownTimeout is how long requests in flight get to finish on SIGTERM.
@@ -85,6 +85,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			"how long a token from POST /v3/auth/tokens is good for")
 		fl.StringVar(&f.webConfigFile, "web.config.file", "",
 			"web configuration file (TLS, client certificates, basic auth) in the Prometheus exporters' format; empty: plain HTTP")
+		fl.BoolVar(&f.hostCerts, "host-certificates", false,
+			"a request without a token whose client certificate verified against the web configuration's client_ca_file acts as a host token of the host its common name names")
 	}
 	root.AddCommand(serveC, tokenCommand(&f, stdout, stderr))
 	root.SetArgs(args)
@@ -121,7 +123,7 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	api := server.New(st, server.Options{Region: f.region, PublicURL: f.publicURL, KeystoneTokenTTL: f.keystoneTTL},
+	api := server.New(st, server.Options{Region: f.region, PublicURL: f.publicURL, KeystoneTokenTTL: f.keystoneTTL, HostCertificates: f.hostCerts},
 		log.With("component", "api"))
 	summaries, stopSummaries := context.WithCancel(context.WithoutCancel(ctx))
 	summariesDone := make(chan struct{})
@@ -139,7 +141,7 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 	go func() { served <- webtls.Serve(ln, srv, wc, log) }()
 	// The line comes before the address file: whoever waits for the file
 	// to know the inventory is up finds the line already written.
-	log.Info("serving", append([]any{"address", ln.Addr().String(), "db", store.RedactDSN(f.db), "backend", st.Dialect()}, wc.Attrs()...)...)
+	log.Info("serving", append([]any{"address", ln.Addr().String(), "db", store.RedactDSN(f.db), "backend", st.Dialect(), "host_certificates", f.hostCerts}, wc.Attrs()...)...)
 	if f.addressFile != "" {
 		if err := writeAddress(f.addressFile, ln.Addr().String()); err != nil {
 			_ = srv.Close()
@@ -178,21 +180,4 @@ func openStore(ctx context.Context, f flags, stderr io.Writer) (*store.Store, *s
 		return nil, nil, err
 	}
 	return st, log, nil
-}
-
-// checkServeFlags refuses serve flags the server cannot work with.
-func checkServeFlags(f flags) error {
-	if f.region == "" {
-		return errors.New("--region: empty")
-	}
-	if f.keystoneTTL < time.Minute || f.keystoneTTL > 30*24*time.Hour {
-		return fmt.Errorf("--keystone-token-ttl %s: must be between 1m and 720h", f.keystoneTTL)
-	}
-	if f.publicURL != "" {
-		u, err := url.Parse(f.publicURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("--public-url %q: not an http(s) URL", f.publicURL)
-		}
-	}
-	return nil
 }

@@ -62,11 +62,11 @@ func (s *tlsSite) renew(t *testing.T, issued pki.Issued) {
 // startTLSInventory starts mps-inventory serving s's web configuration
 // on listen over the database and token file of f, and returns it with
 // its https:// URL once it serves.
-func startTLSInventory(t *testing.T, s *tlsSite, listen string, f *inventoryFiles) (*proc, string) {
+func startTLSInventory(t *testing.T, s *tlsSite, listen string, f *inventoryFiles, extra ...string) (*proc, string) {
 	t.Helper()
 	addrFile := filepath.Join(t.TempDir(), "addr")
-	p := start(t, "mps-inventory", "--listen", listen, "--db", f.db, "--admin-token-file", f.tokenFile, "--address-file", addrFile,
-		"--web.config.file", s.webConfig)
+	p := start(t, "mps-inventory", append([]string{"--listen", listen, "--db", f.db, "--admin-token-file", f.tokenFile, "--address-file", addrFile,
+		"--web.config.file", s.webConfig}, extra...)...)
 	var addr string
 	eventually(t, "inventory address file", func() (bool, string) {
 		b, err := os.ReadFile(addrFile)
@@ -419,5 +419,47 @@ func TestPlainInventoryBeyondLoopbackWarns(t *testing.T) {
 	p.logs(t, "plain HTTP beyond loopback: every host's, mpsctl's and climc's token")
 	if n := strings.Count(p.Output(), "plain HTTP beyond loopback"); n != 1 {
 		t.Errorf("%d warnings, want one", n)
+	}
+}
+
+// A host without a token: its client certificate, of the hosts' CA and
+// with its name as common name, registers it and its devices as its host
+// token would (mps-inventory --host-certificates); a certificate naming
+// another host is refused what that host's token would be refused.
+func TestDaemonRegistersWithItsClientCertificate(t *testing.T) {
+	t.Parallel()
+	s := newTLSSite(t)
+	hosts := pki.NewCA(t, "hosts CA")
+	hosts.WriteCA(t, filepath.Join(s.dir, "hosts-ca.crt"))
+	s.webConfig = pki.WebConfig(t, s.dir, "tls_server_config:\n  cert_file: inventory.crt\n  key_file: inventory.key\n"+
+		"  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: hosts-ca.crt\n")
+	inv, url := startTLSInventory(t, s, "127.0.0.1:0", newInventoryFiles(t), "--host-certificates")
+	inv.logs(t, "host_certificates=true")
+
+	withCert := func(cn, hostName string) (*env, string, *proc) {
+		addr := freePort(t)
+		e := newEnv(t, url, addr)
+		f := hosts.Issue(t, pki.Leaf{CommonName: cn, Client: true}).WriteFiles(t, e.dir, "host")
+		setKey(t, e.hostConf, "mps_inventory_token_file", `""`)
+		setKey(t, e.hostConf, "mps_host_name", hostName)
+		appendConf(t, e, "mps_inventory_ca_file: "+s.caFile+"\nmps_inventory_cert_file: "+f.Cert+"\nmps_inventory_key_file: "+f.Key+"\n")
+		return e, addr, startDaemon(t, e)
+	}
+	_, addr, d := withCert("e2e-host", "e2e-host")
+	waitStatus(t, addr, func(st status.Status) bool { return st.Ready && st.InventoryReachable }, d)
+	l := listTLS(t, url, s.caFile)
+	if l.Total != 10 {
+		t.Fatalf("devices registered with the client certificate: %d, want 10", l.Total)
+	}
+	out, errOut, code := run(t, append(mpsctlEnv(t, url), "MPS_INVENTORY_CA_FILE="+s.caFile), "mpsctl", "-o", "json", "host-list")
+	var hl api.HostList
+	if code != 0 || json.Unmarshal([]byte(out), &hl) != nil || hl.Total != 1 || hl.Hosts[0].Name != "e2e-host" || l.IsolatedDevices[0].HostID != hl.Hosts[0].ID {
+		t.Errorf("hosts: exit %d %s%s", code, out, errOut)
+	}
+
+	_, addr, d = withCert("gpu-2", "gpu-3")
+	st := waitStatus(t, addr, func(st status.Status) bool { return st.LastError != "" }, d)
+	if !strings.Contains(st.LastError, "token for host gpu-2 may not register host gpu-3") || st.InventoryReachable {
+		t.Errorf("a certificate of another host: %s", st.LastError)
 	}
 }
