@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/webtls"
@@ -32,8 +33,11 @@ func (a *app) errorLine(err error) string {
 		return "Error: interrupted"
 	}
 	if refused, ok := errors.AsType[*webtls.RefusedError](err); ok {
-		return oneLine(fmt.Sprintf("Error: the inventory at %s: TLS refused: %s (--ca-file, %s or host.conf's mps_inventory_ca_file says whom to trust)",
-			a.endpoint.URL, refused.Cause, EnvCAFile))
+		advice := ""
+		if strings.Contains(refused.Cause, "server's certificate") {
+			advice = fmt.Sprintf(" (--ca-file, %s or host.conf's mps_inventory_ca_file says whom to trust)", EnvCAFile)
+		}
+		return oneLine(fmt.Sprintf("Error: the inventory at %s: TLS refused: %s%s", a.endpoint.URL, refused.Cause, advice))
 	}
 	if cause, ok := a.unreachable(err); ok {
 		return oneLine(fmt.Sprintf("Error: cannot reach the inventory at %s: %s (set --url or %s)",
