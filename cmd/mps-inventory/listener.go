@@ -24,6 +24,9 @@ func listen(f flags, log *slog.Logger) (net.Listener, webtls.WebConfig, error) {
 	if wc.TLS && strings.HasPrefix(strings.ToLower(f.publicURL), "http://") {
 		return nil, wc, fmt.Errorf("--public-url %s: the inventory serves only HTTPS (--web.config.file %s), and the catalog would send climc to plain HTTP", f.publicURL, wc.Path)
 	}
+	if wc.Users > 0 {
+		return nil, wc, fmt.Errorf("--web.config.file %s: basic_auth_users: the inventory's clients (mps-daemon, mpsctl, climc) authenticate with API and keystone tokens, which basic auth would shut out; leave basic_auth_users out (tokens, and client certificates, are the inventory's authentication)", wc.Path)
+	}
 	if f.hostCerts && !wc.ClientCertificates() {
 		return nil, wc, errors.New("--host-certificates: the web configuration (--web.config.file) must verify client certificates: client_auth_type VerifyClientCertIfGiven or RequireAndVerifyClientCert, with client_ca_file")
 	}
