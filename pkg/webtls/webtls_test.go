@@ -2,6 +2,7 @@ package webtls_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -77,7 +78,37 @@ func serve(t *testing.T, wc webtls.WebConfig, h http.Handler) string {
 			t.Errorf("Serve: %v", err)
 		}
 	})
+	waitServing(t, ln.Addr().String(), wc.TLS)
 	return ln.Addr().String()
+}
+
+// waitServing waits until the server on addr answers a connection: Serve
+// reads the web configuration's files when it starts, so a test must not
+// change them before (the listener accepts into its queue meanwhile, and
+// a handshake waits).
+func waitServing(t *testing.T, addr string, useTLS bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(200 * time.Millisecond))
+		if useTLS {
+			err = tls.Client(conn, &tls.Config{InsecureSkipVerify: true}).Handshake() //nolint:gosec // only whether it answers
+		} else {
+			_, err = io.WriteString(conn, "GET / HTTP/1.0\r\n\r\n")
+			if err == nil {
+				_, err = conn.Read(make([]byte, 1))
+			}
+		}
+		conn.Close()
+		var ne net.Error
+		if err == nil || !errors.As(err, &ne) || !ne.Timeout() {
+			return // an answer, or a refusal: it serves
+		}
+	}
+	t.Fatalf("nothing serves at %s", addr)
 }
 
 // echo answers the serial of the client's certificate, or "none".
