@@ -38,7 +38,7 @@ type site struct {
 	caFile string
 }
 
-func newSite(t *testing.T) *site {
+func newSite(t testing.TB) *site {
 	t.Helper()
 	s := &site{dir: t.TempDir(), ca: pki.NewCA(t, "site CA")}
 	s.server = s.ca.Issue(t, pki.Leaf{}).WriteFiles(t, s.dir, "server")
@@ -49,7 +49,7 @@ func newSite(t *testing.T) *site {
 // webConfig writes the web configuration file: TLS with the site's
 // server certificate, then extra (YAML at the top level or under
 // tls_server_config, as the caller indents it).
-func (s *site) webConfig(t *testing.T, extra string) webtls.WebConfig {
+func (s *site) webConfig(t testing.TB, extra string) webtls.WebConfig {
 	t.Helper()
 	path := pki.WebConfig(t, s.dir, fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\n%s", s.server.Cert, s.server.Key, extra))
 	wc, err := webtls.LoadWebConfig(path)
@@ -61,7 +61,7 @@ func (s *site) webConfig(t *testing.T, extra string) webtls.WebConfig {
 
 // serve serves h on loopback as wc says until the test ends and returns
 // the listener's address.
-func serve(t *testing.T, wc webtls.WebConfig, h http.Handler) string {
+func serve(t testing.TB, wc webtls.WebConfig, h http.Handler) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -86,7 +86,7 @@ func serve(t *testing.T, wc webtls.WebConfig, h http.Handler) string {
 // reads the web configuration's files when it starts, so a test must not
 // change them before (the listener accepts into its queue meanwhile, and
 // a handshake waits).
-func waitServing(t *testing.T, addr string, useTLS bool) {
+func waitServing(t testing.TB, addr string, useTLS bool) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
@@ -476,5 +476,37 @@ func TestInClear(t *testing.T) {
 		if tls.InClear(a) {
 			t.Errorf("TLS on %s counted in clear", tt.addr)
 		}
+	}
+}
+
+// A local tool trusts exactly the certificate the listener's web
+// configuration names, whatever names it holds (it dials loopback); a
+// listener serving another certificate is refused.
+func TestLocalClientPinsTheListenersCertificate(t *testing.T) {
+	s := newSite(t)
+	// A certificate for the host's name only: not for 127.0.0.1.
+	named := s.ca.Issue(t, pki.Leaf{DNS: []string{"gpu-1.example"}}).WriteFiles(t, s.dir, "named")
+	path := pki.WebConfig(t, t.TempDir(), fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\n", named.Cert, named.Key))
+	wc, err := webtls.LoadWebConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, wc, echo)
+	c, err := wc.LocalClient(webtls.Client{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _, _, err := get(t, c, "https://"+addr+"/"); err != nil || code != 200 {
+		t.Fatalf("the listener's own certificate: %d %v", code, err)
+	}
+	// Another listener, of another certificate of the same CA: refused.
+	other := serve(t, s.webConfig(t, ""), echo)
+	_, _, _, _, err = get(t, c, "https://"+other+"/")
+	if r := webtls.Refusal(err, ""); r == nil || !strings.Contains(r.Cause, "serves another certificate than its web configuration") {
+		t.Errorf("another certificate: %v", err)
+	}
+	// Without TLS, a plain client.
+	if c, err := (webtls.WebConfig{}).LocalClient(webtls.Client{}); err != nil || c.Transport != nil {
+		t.Errorf("plain: %+v %v", c, err)
 	}
 }
