@@ -20,7 +20,9 @@ func BenchmarkRequest(b *testing.B) {
 		name  string
 		setup func(b *testing.B) (webtls.WebConfig, *http.Client, []string)
 	}{
-		{"plain", func(*testing.B) (webtls.WebConfig, *http.Client, []string) { return webtls.WebConfig{}, &http.Client{}, nil }},
+		{"plain", func(*testing.B) (webtls.WebConfig, *http.Client, []string) {
+			return webtls.WebConfig{}, &http.Client{}, nil
+		}},
 		{"tls", func(b *testing.B) (webtls.WebConfig, *http.Client, []string) {
 			s := newSite(b)
 			return s.webConfig(b, ""), webtls.Client{CAFile: s.caFile}.HTTPClient(), nil
