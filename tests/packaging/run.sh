@@ -305,7 +305,7 @@ printf 's3cret\n' >"$WORK/deb-root/root/prometheus.password"
 cp "$WORK/deb-root/etc/default/yunion-mps-inventory" "$WORK/inventory.default.orig"
 cp "$WORK/deb-root/etc/yunion/host.conf" "$WORK/host.conf.orig"
 in_ct_sh 'sed -i "s|^MPS_INVENTORY_OPTS=\"|MPS_INVENTORY_OPTS=\"--web.config.file /etc/yunion/mps-inventory-web.yml |" /etc/default/yunion-mps-inventory'
-in_ct_sh 'sed -i "s|^mps_inventory_url: .*|mps_inventory_url: https://localhost:9330|" /etc/yunion/host.conf'
+in_ct_sh 'sed -i "s|^mps_inventory_url: .*|mps_inventory_url: https://127.0.0.1:9330|" /etc/yunion/host.conf'
 in_ct_sh 'printf "mps_inventory_ca_file: /etc/yunion/pki/ca.crt\nmps_web_config_file: /etc/yunion/mps-daemon-web.yml\n" >>/etc/yunion/host.conf'
 out=$(in_ct mps-daemon check-config --simulate 8xH100 2>&1) || fail "check-config with TLS: $out"
 in_ct timeout 120 systemctl restart yunion-mps-inventory
