@@ -166,7 +166,7 @@ func TestListenAddressMustBeThisMachines(t *testing.T) {
 // token file and the region's CA file, which it never reads (issue 40:
 // check-config refused a missing token file that the mode started on).
 func TestTheKubernetesModeRefusesWhatItReads(t *testing.T) {
-	cloudpodsOnly := map[string]bool{"inventory token": true, "ssl_ca_certs": true}
+	cloudpodsOnly := map[string]bool{"inventory token": true, "ssl_ca_certs": true, "inventory TLS files": true}
 	for _, e := range badEdits {
 		if e.check == "files" {
 			continue // LoadConfig's, the same in both modes
