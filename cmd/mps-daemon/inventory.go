@@ -30,7 +30,12 @@ func inventory(cfg *agent.Config, log *slog.Logger) (inv backend.RowStore, where
 	if err != nil {
 		return nil, "", err
 	}
-	c := client.New(client.Options{URL: hc.InventoryURL, Token: token, TokenSource: hc.TokenValue, Timeout: hc.InventoryTimeout, Log: log.With("component", "inventory")})
+	tls := hc.InventoryTLS()
+	if tls.Configured() && !strings.HasPrefix(strings.ToLower(hc.InventoryURL), "https://") {
+		log.Warn("mps_inventory_ca_file or mps_inventory_cert_file is set but mps_inventory_url is not https://: the inventory is reached in plain HTTP, nothing is verified", "url", hc.InventoryURL)
+	}
+	c := client.New(client.Options{URL: hc.InventoryURL, Token: token, TokenSource: hc.TokenValue, Timeout: hc.InventoryTimeout,
+		HTTPClient: tls.HTTPClient(), Log: log.With("component", "inventory")})
 	return c, "mps-inventory " + hc.InventoryURL, nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,6 +19,9 @@ func TestServeFlagsChecked(t *testing.T) {
 		{[]string{"--region", ""}, "--region: empty"},
 		{[]string{"--public-url", "ftp://x"}, `--public-url "ftp://x": not an http(s) URL`},
 		{[]string{"--public-url", "inventory:9330"}, "not an http(s) URL"},
+		{[]string{"--host-certificates"}, "--host-certificates: the web configuration (--web.config.file) must verify client certificates"},
+		{[]string{"--web.config.file", "/nonexistent/web.yml"}, "--web.config.file: web config file: stat /nonexistent/web.yml"},
+		{[]string{"--web.config.file", basicAuthOnly(t)}, "basic_auth_users: the inventory's clients (mps-daemon, mpsctl, climc) authenticate with API and keystone tokens"},
 	} {
 		var out, errOut bytes.Buffer
 		db := filepath.Join(t.TempDir(), "inventory.db")
@@ -26,4 +30,14 @@ func TestServeFlagsChecked(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", tt.args, code, errOut.String(), tt.want)
 		}
 	}
+}
+
+// basicAuthOnly is a web configuration with a user and no TLS.
+func basicAuthOnly(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "web.yml")
+	if err := os.WriteFile(path, []byte("basic_auth_users:\n  prometheus: $2a$10$GPYVE0mNQwZAZrkVqt7D4OJ9gYHDCwjLd718M7FO/5o66GBOlGp.6\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

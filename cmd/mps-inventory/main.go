@@ -11,9 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,6 +23,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 	"yunion.io/x/mps-daemon/pkg/logging"
 	"yunion.io/x/mps-daemon/pkg/version"
+	"yunion.io/x/mps-daemon/pkg/webtls"
 )
 
 type flags struct {
@@ -36,6 +35,8 @@ type flags struct {
 	region         string
 	publicURL      string
 	keystoneTTL    time.Duration
+	webConfigFile  string
+	hostCerts      bool
 }
 
 // shutdownTimeout is how long requests in flight get to finish on SIGTERM.
@@ -82,6 +83,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			"the inventory's URL in the service catalog (default: the address each client used)")
 		fl.DurationVar(&f.keystoneTTL, "keystone-token-ttl", server.DefaultKeystoneTokenTTL,
 			"how long a token from POST /v3/auth/tokens is good for")
+		fl.StringVar(&f.webConfigFile, "web.config.file", "",
+			"web configuration file (TLS, client certificates, basic auth) in the Prometheus exporters' format; empty: plain HTTP")
+		fl.BoolVar(&f.hostCerts, "host-certificates", false,
+			"a request without a token whose client certificate verified against the web configuration's client_ca_file acts as a host token of the host its common name names")
 	}
 	root.AddCommand(serveC, tokenCommand(&f, stdout, stderr))
 	root.SetArgs(args)
@@ -114,11 +119,11 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", f.listen)
+	ln, wc, err := listen(f, log)
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", f.listen, err)
+		return err
 	}
-	api := server.New(st, server.Options{Region: f.region, PublicURL: f.publicURL, KeystoneTokenTTL: f.keystoneTTL},
+	api := server.New(st, server.Options{Region: f.region, PublicURL: f.publicURL, KeystoneTokenTTL: f.keystoneTTL, HostCertificates: f.hostCerts},
 		log.With("component", "api"))
 	summaries, stopSummaries := context.WithCancel(context.WithoutCancel(ctx))
 	summariesDone := make(chan struct{})
@@ -133,17 +138,17 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- webtls.Serve(ln, srv, wc, log) }()
 	// The line comes before the address file: whoever waits for the file
 	// to know the inventory is up finds the line already written.
-	log.Info("serving", "address", ln.Addr().String(), "db", store.RedactDSN(f.db), "backend", st.Dialect())
+	log.Info("serving", append([]any{"address", ln.Addr().String(), "db", store.RedactDSN(f.db), "backend", st.Dialect(), "host_certificates", f.hostCerts}, wc.Attrs()...)...)
 	if f.addressFile != "" {
 		if err := writeAddress(f.addressFile, ln.Addr().String()); err != nil {
 			_ = srv.Close()
 			return err
 		}
 	}
-	stopSystemd := superviseWithSystemd(ctx, st, f.adminTokenFile, ln.Addr(), log)
+	stopSystemd := superviseWithSystemd(ctx, st, f.adminTokenFile, ln.Addr(), wc, log)
 	defer stopSystemd()
 
 	select {
@@ -175,21 +180,4 @@ func openStore(ctx context.Context, f flags, stderr io.Writer) (*store.Store, *s
 		return nil, nil, err
 	}
 	return st, log, nil
-}
-
-// checkServeFlags refuses serve flags the server cannot work with.
-func checkServeFlags(f flags) error {
-	if f.region == "" {
-		return errors.New("--region: empty")
-	}
-	if f.keystoneTTL < time.Minute || f.keystoneTTL > 30*24*time.Hour {
-		return fmt.Errorf("--keystone-token-ttl %s: must be between 1m and 720h", f.keystoneTTL)
-	}
-	if f.publicURL != "" {
-		u, err := url.Parse(f.publicURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("--public-url %q: not an http(s) URL", f.publicURL)
-		}
-	}
-	return nil
 }

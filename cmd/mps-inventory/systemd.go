@@ -17,6 +17,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
 	"yunion.io/x/mps-daemon/pkg/loopback"
 	"yunion.io/x/mps-daemon/pkg/systemd"
+	"yunion.io/x/mps-daemon/pkg/webtls"
 )
 
 // The systemd side of `mps-inventory serve` (yunion-mps-inventory.service is
@@ -30,29 +31,46 @@ type notifyFunc func(state string) error
 
 // probeURL is the /healthz URL of the server listening on addr, reached over
 // loopback when it listens on every address.
-func probeURL(addr net.Addr) string {
+func probeURL(addr net.Addr, scheme string) string {
 	dial, err := loopback.Address(addr.String())
 	if err != nil {
 		dial = addr.String()
 	}
-	return "http://" + dial + "/healthz"
+	return scheme + "://" + dial + "/healthz"
 }
 
-// watchdog sends WATCHDOG=1 on every tick on which GET url answers 200
-// within timeout, so systemd restarts a server whose API no longer answers.
+// prober asks the API whether it answers: GET /healthz, 200. Behind a web
+// configuration that asks every client for a password or a certificate,
+// which the probe has not, the toolkit's refusal is the answer: a 401
+// (basic_auth_users), or a handshake that demands a certificate
+// (client_auth_type Require*); either comes from the process serving the
+// API, through the same listener and handshake.
+type prober struct {
+	url    string
+	client *http.Client
+	wc     webtls.WebConfig
+}
+
+func newProber(addr net.Addr, wc webtls.WebConfig, timeout time.Duration) prober {
+	c := probeClient(wc)
+	c.Timeout = timeout
+	return prober{url: probeURL(addr, wc.Scheme()), client: c, wc: wc}
+}
+
+// watchdog sends WATCHDOG=1 on every tick on which the API answers the
+// probe, so systemd restarts a server whose API no longer answers.
 // /healthz does not touch the database: a PostgreSQL outage must not turn
 // into restarts that cannot help (/readyz reports it). It returns when ctx
 // ends.
-func watchdog(ctx context.Context, url string, timeout time.Duration, ticks <-chan time.Time, notify notifyFunc, log *slog.Logger) {
-	client := &http.Client{Timeout: timeout}
+func watchdog(ctx context.Context, p prober, ticks <-chan time.Time, notify notifyFunc, log *slog.Logger) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticks:
 		}
-		if err := probe(ctx, client, url); err != nil {
-			log.Warn("the API does not answer: no watchdog ping", "url", url, "error", err)
+		if err := p.probe(ctx); err != nil {
+			log.Warn("the API does not answer: no watchdog ping", "url", p.url, "error", err)
 			continue
 		}
 		if err := notify("WATCHDOG=1"); err != nil {
@@ -61,19 +79,25 @@ func watchdog(ctx context.Context, url string, timeout time.Duration, ticks <-ch
 	}
 }
 
-func probe(ctx context.Context, client *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+func (p prober) probe(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url, nil)
 	if err != nil {
-		return fmt.Errorf("probing %s: %w", url, err)
+		return fmt.Errorf("probing %s: %w", p.url, err)
 	}
-	resp, err := client.Do(req)
+	resp, err := p.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("probing %s: %w", url, err)
+		if r := webtls.Refusal(err, ""); r != nil && p.wc.RequiresClientCertificate() && r.ClientCertificate {
+			return nil
+		}
+		return fmt.Errorf("probing %s: %w", p.url, err)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode == http.StatusUnauthorized && p.wc.Users > 0 {
+		return nil
+	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("probing %s: status %d", url, resp.StatusCode)
+		return fmt.Errorf("probing %s: status %d", p.url, resp.StatusCode)
 	}
 	return nil
 }
@@ -109,7 +133,7 @@ func reloader(ctx context.Context, sigs <-chan os.Signal, reload func(context.Co
 // token file is written and the API answers, so a daemon ordered after this
 // unit finds both. The returned stop ends both before the database closes.
 // SIGHUP is caught before READY=1 (Go's default for it is to exit).
-func superviseWithSystemd(ctx context.Context, st *store.Store, adminTokenFile string, addr net.Addr, log *slog.Logger) (stop func()) {
+func superviseWithSystemd(ctx context.Context, st *store.Store, adminTokenFile string, addr net.Addr, wc webtls.WebConfig, log *slog.Logger) (stop func()) {
 	bg, stopBG := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	hup := make(chan os.Signal, 1)
@@ -126,7 +150,7 @@ func superviseWithSystemd(ctx context.Context, st *store.Store, adminTokenFile s
 	var tick *time.Ticker
 	if interval > 0 {
 		tick = time.NewTicker(interval)
-		wg.Go(func() { watchdog(bg, probeURL(addr), interval, tick.C, systemd.Notify, log) })
+		wg.Go(func() { watchdog(bg, newProber(addr, wc, interval), tick.C, systemd.Notify, log) })
 	}
 	if err := systemd.Notify(systemd.Ready); err != nil {
 		log.Warn("sd_notify", "error", err)

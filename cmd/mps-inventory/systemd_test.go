@@ -14,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/pki"
 	"yunion.io/x/mps-daemon/pkg/inventory/server"
 	"yunion.io/x/mps-daemon/pkg/inventory/store"
+	"yunion.io/x/mps-daemon/pkg/webtls"
 )
 
 // notes records sd_notify states in order; next blocks until the next one.
@@ -65,7 +67,7 @@ func TestProbeURL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := probeURL(addr); got != tc.want {
+			if got := probeURL(addr, "http"); got != tc.want {
 				t.Errorf("probeURL(%s) = %s, want %s", tc.listen, got, tc.want)
 			}
 		})
@@ -103,7 +105,7 @@ func TestWatchdogPingsOnlyWhileTheAPIAnswers(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan struct{})
 			go func() {
-				watchdog(ctx, srv.URL+"/healthz", 5*time.Second, ticks, n.notify, slog.New(slog.DiscardHandler))
+				watchdog(ctx, prober{url: srv.URL + "/healthz", client: &http.Client{Timeout: 5 * time.Second}}, ticks, n.notify, slog.New(slog.DiscardHandler))
 				close(done)
 			}()
 			ticks <- time.Now()
@@ -120,6 +122,51 @@ func TestWatchdogPingsOnlyWhileTheAPIAnswers(t *testing.T) {
 			<-done
 			if got, ok := n.none(); !ok {
 				t.Errorf("sent %q, want nothing", got)
+			}
+		})
+	}
+}
+
+// Behind a web configuration the probe speaks TLS to the loopback
+// address (which the certificate need not name), and counts the
+// toolkit's refusal of a client without password or certificate as the
+// API answering; a 503 still is not.
+func TestWatchdogProbesThroughTheWebConfig(t *testing.T) {
+	ca := pki.NewCA(t, "site CA")
+	dir := t.TempDir()
+	// A certificate for the inventory's name only, not for 127.0.0.1.
+	f := ca.Issue(t, pki.Leaf{DNS: []string{"inventory.example"}}).WriteFiles(t, dir, "server")
+	clientCA := ca.WriteCA(t, filepath.Join(dir, "ca.crt"))
+	tlsConf := "tls_server_config:\n  cert_file: " + f.Cert + "\n  key_file: " + f.Key + "\n"
+	for _, tc := range []struct {
+		name     string
+		extra    string
+		status   int
+		wantPing bool
+	}{
+		{name: "TLS", status: http.StatusOK, wantPing: true},
+		{name: "TLS, answers 503", status: http.StatusServiceUnavailable},
+		{name: "basic auth", extra: "basic_auth_users:\n  prometheus: $2a$10$GPYVE0mNQwZAZrkVqt7D4OJ9gYHDCwjLd718M7FO/5o66GBOlGp.6\n", status: http.StatusOK, wantPing: true},
+		{name: "client certificates required", extra: "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: " + clientCA + "\n", status: http.StatusOK, wantPing: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wc, err := webtls.LoadWebConfig(pki.WebConfig(t, t.TempDir(), tlsConf+tc.extra))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(tc.status) }), ReadHeaderTimeout: 5 * time.Second}
+			go func() { _ = webtls.Serve(ln, srv, wc, slog.New(slog.DiscardHandler)) }()
+			defer srv.Close()
+			p := newProber(ln.Addr(), wc, 5*time.Second)
+			if !strings.HasPrefix(p.url, "https://127.0.0.1:") {
+				t.Fatalf("probe URL %s", p.url)
+			}
+			if err := p.probe(t.Context()); (err == nil) != tc.wantPing {
+				t.Errorf("probe: %v, want alive %v", err, tc.wantPing)
 			}
 		})
 	}

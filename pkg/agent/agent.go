@@ -16,8 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"sync"
 	"time"
 
@@ -195,7 +193,7 @@ func (a *Agent) config() *Config {
 func (a *Agent) Run(ctx context.Context) error {
 	hc := a.config().Host
 	a.logConfig()
-	srvErr, stopHTTP, err := a.serveHTTP(ctx, hc.ListenAddress)
+	srvErr, stopHTTP, err := a.serveHTTP(ctx, hc.ListenAddress, hc.WebConfigFile)
 	if err != nil {
 		return err
 	}
@@ -303,25 +301,6 @@ func (a *Agent) Run(ctx context.Context) error {
 			reconcile(true)
 		}
 	}
-}
-
-func (a *Agent) serveHTTP(ctx context.Context, addr string) (<-chan error, func(), error) {
-	if addr == "" {
-		return nil, func() {}, nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("listening on mps_listen_address %s: %w", addr, err)
-	}
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	a.log.Info("serving health and metrics", "address", ln.Addr().String())
-	return errc, func() {
-		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutCtx)
-	}, nil
 }
 
 func (a *Agent) sendNotify(state string) {

@@ -14,6 +14,7 @@ import (
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/metrics"
 	"yunion.io/x/mps-daemon/pkg/plan"
+	"yunion.io/x/mps-daemon/pkg/webtls"
 )
 
 // Validate is the one validation of a configuration, whichever way it
@@ -64,6 +65,8 @@ var validations = []struct {
 	{"inventory token", checkToken},
 	{"ssl_ca_certs", checkCACerts},
 	{"listen address", checkListenAddress},
+	{"web config file", checkWebConfig},
+	{"inventory TLS files", checkInventoryTLS},
 }
 
 // Validations names Validate's checks, in order (for tests).
@@ -114,6 +117,38 @@ func checkCACerts(_ context.Context, v *validation) error {
 	}
 	if _, err := cp.CACerts(); err != nil {
 		return fmt.Errorf("%s: %w", at(hc, "ssl_ca_certs"), err)
+	}
+	return nil
+}
+
+// checkWebConfig reads mps_web_config_file as the listener will serve it
+// (webtls.LoadWebConfig: its keys, certificate and key, client CAs,
+// users), in either mode.
+func checkWebConfig(_ context.Context, v *validation) error {
+	hc := v.cfg.Host
+	if hc.WebConfigFile == "" || hc.ListenAddress == "" {
+		return nil
+	}
+	if _, err := webtls.LoadWebConfig(hc.WebConfigFile); err != nil {
+		return fmt.Errorf("%s: mps_web_config_file: %w", at(hc, "mps_web_config_file"), err)
+	}
+	return nil
+}
+
+// checkInventoryTLS reads mps_inventory_ca_file and the client
+// certificate as a connection to mps-inventory will. The Kubernetes mode
+// never reads them.
+func checkInventoryTLS(_ context.Context, v *validation) error {
+	hc := v.cfg.Host
+	if v.mode != ModeCloudpods || hc.Backend() != config.BackendInventory {
+		return nil
+	}
+	if err := hc.InventoryTLS().Check(); err != nil {
+		key := "mps_inventory_cert_file" // the errors begin with the setting's name
+		if strings.HasPrefix(err.Error(), "mps_inventory_ca_file") {
+			key = "mps_inventory_ca_file"
+		}
+		return fmt.Errorf("%s: %w", at(hc, key), err)
 	}
 	return nil
 }

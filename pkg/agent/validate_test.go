@@ -42,6 +42,12 @@ var badEdits = []badEdit{
 	{name: "listen address of another machine", check: "listen address",
 		conf: "mps_listen_address: 192.0.2.1:9331\n",
 		want: "mps_listen_address: 192.0.2.1 is not an address of this machine: the daemon could not listen on it"},
+	{name: "web config file that is no YAML mapping", check: "web config file",
+		conf: "mps_web_config_file: $DIR/not-a-ca.crt\n",
+		want: "not-a-ca.crt: yaml: unmarshal errors:"},
+	{name: "inventory CA file without a certificate", check: "inventory TLS files",
+		conf: "mps_inventory_ca_file: $DIR/not-a-ca.crt\n",
+		want: "not-a-ca.crt: no PEM certificate in it"},
 	{name: "host name longer than the inventory takes", check: "files",
 		conf: "mps_host_name: " + strings.Repeat("h", 10000) + "\n",
 		want: "mps_host_name: 10000 bytes, longer than the 128 the inventory allows for a host's name"},
@@ -160,7 +166,7 @@ func TestListenAddressMustBeThisMachines(t *testing.T) {
 // token file and the region's CA file, which it never reads (issue 40:
 // check-config refused a missing token file that the mode started on).
 func TestTheKubernetesModeRefusesWhatItReads(t *testing.T) {
-	cloudpodsOnly := map[string]bool{"inventory token": true, "ssl_ca_certs": true}
+	cloudpodsOnly := map[string]bool{"inventory token": true, "ssl_ca_certs": true, "inventory TLS files": true}
 	for _, e := range badEdits {
 		if e.check == "files" {
 			continue // LoadConfig's, the same in both modes

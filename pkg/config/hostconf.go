@@ -18,6 +18,7 @@ import (
 
 	"yunion.io/x/mps-daemon/pkg/api"
 	"yunion.io/x/mps-daemon/pkg/restcall"
+	"yunion.io/x/mps-daemon/pkg/webtls"
 )
 
 // DefaultHostConfPath is where Cloudpods keeps host.conf.
@@ -51,8 +52,15 @@ type HostConf struct {
 	InventoryToken     string
 	InventoryTokenFile string
 	InventoryTimeout   time.Duration
-	// ListenAddress serves metrics and health checks.
+	// InventoryCAFile holds the CAs that may sign an https://
+	// InventoryURL's certificate (empty: the system's roots);
+	// InventoryCertFile and InventoryKeyFile the host's client
+	// certificate, when the inventory asks for one (InventoryTLS).
+	InventoryCAFile, InventoryCertFile, InventoryKeyFile string
+	// ListenAddress serves metrics and health checks; WebConfigFile is
+	// its web configuration (TLS, basic auth; empty: plain HTTP).
 	ListenAddress           string
+	WebConfigFile           string
 	StateDirectory          string
 	SetExclusiveComputeMode bool
 	ControlBinary           string
@@ -192,6 +200,17 @@ func (hc *HostConf) TokenValue() (string, error) {
 	return token, nil
 }
 
+// InventoryTLS is how a client of mps_inventory_url verifies it and,
+// when the inventory asks, proves the host: mps_inventory_ca_file,
+// mps_inventory_cert_file and mps_inventory_key_file, read again at each
+// new connection (webtls.Client).
+func (hc *HostConf) InventoryTLS() webtls.Client {
+	return webtls.Client{
+		CAFile: hc.InventoryCAFile, CertFile: hc.InventoryCertFile, KeyFile: hc.InventoryKeyFile,
+		CASetting: "mps_inventory_ca_file", CertSetting: "mps_inventory_cert_file",
+	}
+}
+
 // LoadHostConf reads and checks host.conf. A missing file is an error that
 // satisfies errors.Is(err, fs.ErrNotExist).
 func LoadHostConf(path string) (*HostConf, error) {
@@ -261,6 +280,13 @@ func ParseHostConf(path string, data []byte) (*HostConf, error) {
 	}
 	if f := hc.Cloudpods.SSLCACerts; f != "" && !filepath.IsAbs(f) {
 		hc.Cloudpods.SSLCACerts = filepath.Join(dir, f)
+	}
+	if (hc.InventoryCertFile == "") != (hc.InventoryKeyFile == "") {
+		set, unset := "mps_inventory_cert_file", "mps_inventory_key_file"
+		if hc.InventoryCertFile == "" {
+			set, unset = unset, set
+		}
+		errs = append(errs, errorf(path, hc.lines[set], set, "set %s too: the client certificate and its key go together", unset))
 	}
 	if hc.InventoryToken != "" && hc.InventoryTokenFile != "" && hc.Line("mps_inventory_token_file") > 0 {
 		errs = append(errs, errorf(path, hc.lines["mps_inventory_token_file"], "mps_inventory_token_file",

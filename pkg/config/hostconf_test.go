@@ -118,6 +118,11 @@ func TestParseHostConfValues(t *testing.T) {
 			}},
 		{"NRI", "mps_nri: true\nmps_nri_socket: /run/nri/nri.sock", func(h *HostConf) { h.NRI, h.NRISocket = true, "/run/nri/nri.sock" }},
 		{"view off, key = value", "mps_view_library = \"\"\nenable_cuda_mps = true\n", func(h *HostConf) { h.ViewLibrary = ""; h.EnableCudaMPS = true }},
+		{"TLS files", "mps_inventory_url: https://inventory.example:9330\nmps_inventory_ca_file: /etc/yunion/pki/ca.crt\nmps_inventory_cert_file: /etc/yunion/pki/gpu-1.crt\nmps_inventory_key_file: /etc/yunion/pki/gpu-1.key\nmps_web_config_file: /etc/yunion/mps-web.yml", func(h *HostConf) {
+			h.InventoryURL = "https://inventory.example:9330"
+			h.InventoryCAFile, h.InventoryCertFile, h.InventoryKeyFile = "/etc/yunion/pki/ca.crt", "/etc/yunion/pki/gpu-1.crt", "/etc/yunion/pki/gpu-1.key"
+			h.WebConfigFile = "/etc/yunion/mps-web.yml"
+		}},
 		{"alias", "x: &n 6\ncuda_mps_replicas: *n", func(h *HostConf) { h.CudaMPSReplicas = 6; h.Unknown = []string{"x"} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -177,6 +182,9 @@ func TestParseHostConfErrors(t *testing.T) {
 		{"relative cgroup parent", "mps_pod_cgroup_parent: cloudpods", []string{`host.conf:1: mps_pod_cgroup_parent: want an absolute path, got "cloudpods"`}},
 		{"NRI not a bool", "mps_nri: sometimes", []string{`host.conf:1: mps_nri: want true or false, got "sometimes"`}},
 		{"view library a list", "mps_view_library: [a]", []string{`host.conf:1: mps_view_library: want a single value, got a list`}},
+		{"relative CA file", "mps_inventory_ca_file: ca.crt", []string{`host.conf:1: mps_inventory_ca_file: want an absolute path, got "ca.crt"`}},
+		{"relative web config", "mps_web_config_file: web.yml", []string{`host.conf:1: mps_web_config_file: want an absolute path, got "web.yml"`}},
+		{"client key without its certificate", "port: 1\nmps_inventory_key_file: /k.pem", []string{`host.conf:2: mps_inventory_key_file: set mps_inventory_cert_file too: the client certificate and its key go together`}},
 		{"empty binary", `mps_control_binary: ""`, []string{`host.conf:1: mps_control_binary: must not be empty`}},
 		{"top level list", "- enable_cuda_mps\n", []string{`host.conf:1: want key: value lines at the top level, got a list`}},
 		{"top level scalar", "enable_cuda_mps\n", []string{`host.conf:1: want key: value lines at the top level, got "enable_cuda_mps"`}},

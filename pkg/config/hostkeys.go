@@ -75,6 +75,13 @@ var hostKeys = []hostKey{
 	key("mps_inventory_url", func(h *HostConf) *string { return &h.InventoryURL }, httpURL, restart),
 	key("mps_inventory_token", func(h *HostConf) *string { return &h.InventoryToken }, scalarValue, restart),
 	key("mps_inventory_token_file", func(h *HostConf) *string { return &h.InventoryTokenFile }, scalarValue, restart),
+	// TLS (docs/operations.md, "TLS"): the keys are wired at start, the
+	// files they name read again at each connection, so a renewed
+	// certificate or CA bundle needs no restart.
+	key("mps_inventory_ca_file", func(h *HostConf) *string { return &h.InventoryCAFile }, optionalPath, restart),
+	key("mps_inventory_cert_file", func(h *HostConf) *string { return &h.InventoryCertFile }, optionalPath, restart),
+	key("mps_inventory_key_file", func(h *HostConf) *string { return &h.InventoryKeyFile }, optionalPath, restart),
+	key("mps_web_config_file", func(h *HostConf) *string { return &h.WebConfigFile }, optionalPath, restart),
 	key("mps_control_binary", func(h *HostConf) *string { return &h.ControlBinary }, nonEmpty, restart),
 	key("mps_host_name", func(h *HostConf) *string { return &h.HostName }, hostName, restart),
 	key("mps_sysfs_root", func(h *HostConf) *string { return &h.SysfsRoot }, absPath, restart),

@@ -10,6 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/pki"
 	"yunion.io/x/mps-daemon/pkg/config"
 )
 
@@ -18,18 +19,27 @@ const scrapePath = "../../packaging/prometheus/scrape.yml"
 type scrapeJob struct {
 	JobName       string `yaml:"job_name"`
 	MetricsPath   string `yaml:"metrics_path"`
+	Scheme        string `yaml:"scheme"`
 	Authorization *struct {
 		Type            string `yaml:"type"`
 		CredentialsFile string `yaml:"credentials_file"`
 	} `yaml:"authorization"`
+	TLSConfig *struct {
+		CAFile string `yaml:"ca_file"`
+	} `yaml:"tls_config"`
+	BasicAuth *struct {
+		Username     string `yaml:"username"`
+		PasswordFile string `yaml:"password_file"`
+	} `yaml:"basic_auth"`
 	StaticConfigs []struct {
 		Targets []string `yaml:"targets"`
 	} `yaml:"static_configs"`
 }
 
 // The example scrape config reaches the daemon and the inventory on their
-// default ports, at /metrics, with a token where the inventory wants one;
-// with promtool, Prometheus itself accepts it.
+// default ports, at /metrics, over HTTPS verified against a CA file (issue
+// 47: the daemon with basic auth, the inventory with a token); with
+// promtool, Prometheus itself accepts it.
 func TestScrapeConfig(t *testing.T) {
 	b, err := os.ReadFile(scrapePath)
 	if err != nil {
@@ -52,11 +62,11 @@ func TestScrapeConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		job, port string
-		token     bool
+		job, port        string
+		token, basicAuth bool
 	}{
-		{"mps-daemon", daemonPort, false},
-		{"mps-inventory", inv.Port(), true},
+		{"mps-daemon", daemonPort, false, true},
+		{"mps-inventory", inv.Port(), true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.job, func(t *testing.T) {
@@ -79,6 +89,13 @@ func TestScrapeConfig(t *testing.T) {
 			if hasToken != tt.token {
 				t.Errorf("bearer token %v, want %v", hasToken, tt.token)
 			}
+			if j.Scheme != "https" || j.TLSConfig == nil || j.TLSConfig.CAFile == "" {
+				t.Errorf("scheme %q, tls_config %+v: want https verified against a CA file", j.Scheme, j.TLSConfig)
+			}
+			hasBasic := j.BasicAuth != nil && j.BasicAuth.Username != "" && j.BasicAuth.PasswordFile != ""
+			if hasBasic != tt.basicAuth {
+				t.Errorf("basic auth %v, want %v", hasBasic, tt.basicAuth)
+			}
 		})
 	}
 
@@ -90,6 +107,17 @@ func TestScrapeConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	local := strings.ReplaceAll(string(b), jobs["mps-inventory"].Authorization.CredentialsFile, token)
+	// And the CA (a real one) and password files.
+	for f, content := range map[string][]byte{
+		jobs["mps-daemon"].TLSConfig.CAFile:       pki.NewCA(t, "site CA").PEM,
+		jobs["mps-daemon"].BasicAuth.PasswordFile: []byte("s3cret\n"),
+	} {
+		here := filepath.Join(dir, filepath.Base(f))
+		if err := os.WriteFile(here, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		local = strings.ReplaceAll(local, f, here)
+	}
 	path := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(path, []byte(local), 0o644); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/webtls"
 )
 
 // Environment variables mpsctl reads; the names are part of its interface.
@@ -15,6 +16,7 @@ const (
 	EnvURL      = "MPS_INVENTORY_URL"
 	EnvToken    = "MPS_INVENTORY_TOKEN"
 	EnvHostConf = "MPS_HOST_CONF"
+	EnvCAFile   = "MPS_INVENTORY_CA_FILE"
 )
 
 // DefaultURL is the inventory mpsctl talks to when nothing names one: the
@@ -25,6 +27,9 @@ const DefaultURL = "http://127.0.0.1:9330"
 // environment.
 type endpointInputs struct {
 	FlagURL, FlagToken string
+	// FlagCAFile, FlagCertFile and FlagKeyFile are --ca-file,
+	// --cert-file and --key-file.
+	FlagCAFile, FlagCertFile, FlagKeyFile string
 	// HostConf is the path of host.conf after --host-conf and MPS_HOST_CONF.
 	HostConf string
 	Env      func(string) string
@@ -37,6 +42,9 @@ type endpointInputs struct {
 type endpoint struct {
 	URL   string
 	Token string
+	// TLS is whom an https:// URL is trusted to be, and the client
+	// certificate presented if the inventory asks for one.
+	TLS webtls.Client
 }
 
 // loadHostConfFunc reads host.conf; config.LoadHostConf in production.
@@ -45,8 +53,13 @@ type loadHostConfFunc func(path string) (*config.HostConf, error)
 // resolveEndpoint finds the inventory. URL and token are each taken from the
 // first of: flag, environment, host.conf, default (DefaultURL, and the
 // token in config.DefaultInventoryTokenFile, where a local mps-inventory
-// keeps its admin token, when that file exists). host.conf is read only
-// when a flag or variable leaves something open. A host.conf that is
+// keeps its admin token, when that file exists). The CA file likewise
+// (--ca-file, MPS_INVENTORY_CA_FILE, mps_inventory_ca_file; none: the
+// system's roots), and the client certificate (--cert-file and
+// --key-file, else host.conf's mps_inventory_cert_file and
+// mps_inventory_key_file). host.conf is read only when a flag or variable
+// leaves something open: the URL, the token, or an https:// URL's CA
+// file. A host.conf that is
 // missing or not readable (mpsctl run as non-root on a host whose host.conf
 // is root-only) is skipped silently, as if absent; one that is readable but
 // broken gives a single warning and is otherwise ignored, so a typo in a
@@ -57,7 +70,16 @@ type loadHostConfFunc func(path string) (*config.HostConf, error)
 func resolveEndpoint(in endpointInputs, load loadHostConfFunc) (ep endpoint, warnings []string) {
 	ep.URL = first(in.FlagURL, in.Env(EnvURL))
 	ep.Token = first(in.FlagToken, in.Env(EnvToken))
-	if ep.URL != "" && ep.Token != "" {
+	switch {
+	case in.FlagCAFile != "":
+		ep.TLS.CAFile, ep.TLS.CASetting = in.FlagCAFile, "--ca-file"
+	case in.Env(EnvCAFile) != "":
+		ep.TLS.CAFile, ep.TLS.CASetting = in.Env(EnvCAFile), EnvCAFile
+	}
+	if in.FlagCertFile != "" || in.FlagKeyFile != "" {
+		ep.TLS.CertFile, ep.TLS.KeyFile, ep.TLS.CertSetting = in.FlagCertFile, in.FlagKeyFile, "--cert-file"
+	}
+	if ep.URL != "" && ep.Token != "" && (ep.TLS.CAFile != "" || !strings.HasPrefix(strings.ToLower(ep.URL), "https://")) {
 		return ep, nil
 	}
 	hc, warn := readHostConf(in.HostConf, load)
@@ -72,6 +94,12 @@ func resolveEndpoint(in endpointInputs, load loadHostConfFunc) (ep endpoint, war
 	}
 	if ep.URL == "" {
 		ep.URL = hc.InventoryURL
+	}
+	if ep.TLS.CAFile == "" && hc.InventoryCAFile != "" {
+		ep.TLS.CAFile, ep.TLS.CASetting = hc.InventoryCAFile, hostConfKey(hc, "mps_inventory_ca_file")
+	}
+	if ep.TLS.CertFile == "" && ep.TLS.KeyFile == "" && hc.InventoryCertFile != "" {
+		ep.TLS.CertFile, ep.TLS.KeyFile, ep.TLS.CertSetting = hc.InventoryCertFile, hc.InventoryKeyFile, hostConfKey(hc, "mps_inventory_cert_file")
 	}
 	if ep.Token == "" {
 		tok, err := hc.TokenValue()
@@ -109,6 +137,14 @@ func readHostConf(path string, load loadHostConfFunc) (*config.HostConf, string)
 		return nil, oneLine(fmt.Sprintf("Warning: ignoring %s: %v", path, err))
 	}
 	return hc, ""
+}
+
+// hostConfKey names a key of host.conf in messages.
+func hostConfKey(hc *config.HostConf, key string) string {
+	if hc.Path == "" {
+		return key
+	}
+	return hc.Path + ": " + key
 }
 
 func first(vals ...string) string {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/config"
+	"yunion.io/x/mps-daemon/pkg/webtls"
 )
 
 // envMap is a fake environment for one test.
@@ -37,6 +38,8 @@ func TestResolveEndpoint(t *testing.T) {
 	adminToken := writeFile(t, dir, "admin.token", "local-admin-token\n")
 	noAdminToken := filepath.Join(dir, "no-admin.token")
 
+	withCA := writeFile(t, dir, "ca.conf", "mps_inventory_url: https://10.0.0.8:9330\nmps_inventory_token: conf-token\nmps_inventory_ca_file: /etc/yunion/pki/ca.crt\nmps_inventory_cert_file: /etc/yunion/pki/gpu-1.crt\nmps_inventory_key_file: /etc/yunion/pki/gpu-1.key\n")
+
 	tests := []struct {
 		name      string
 		in        endpointInputs
@@ -48,6 +51,34 @@ func TestResolveEndpoint(t *testing.T) {
 			in: endpointInputs{FlagURL: "http://flag:1", FlagToken: "flag-token", HostConf: withURL,
 				Env: envMap(map[string]string{EnvURL: "http://env:2", EnvToken: "env-token"})},
 			want: endpoint{URL: "http://flag:1", Token: "flag-token"},
+		},
+		{
+			name: "host.conf's CA file and client certificate",
+			in:   endpointInputs{HostConf: withCA, Env: envMap(nil)},
+			want: endpoint{URL: "https://10.0.0.8:9330", Token: "conf-token", TLS: webtls.Client{
+				CAFile: "/etc/yunion/pki/ca.crt", CASetting: withCA + ": mps_inventory_ca_file",
+				CertFile: "/etc/yunion/pki/gpu-1.crt", KeyFile: "/etc/yunion/pki/gpu-1.key", CertSetting: withCA + ": mps_inventory_cert_file"}},
+		},
+		{
+			name: "an https:// URL and token from flags still take host.conf's CA file",
+			in:   endpointInputs{FlagURL: "https://inventory.example", FlagToken: "t", HostConf: withCA, Env: envMap(nil)},
+			want: endpoint{URL: "https://inventory.example", Token: "t", TLS: webtls.Client{
+				CAFile: "/etc/yunion/pki/ca.crt", CASetting: withCA + ": mps_inventory_ca_file",
+				CertFile: "/etc/yunion/pki/gpu-1.crt", KeyFile: "/etc/yunion/pki/gpu-1.key", CertSetting: withCA + ": mps_inventory_cert_file"}},
+		},
+		{
+			name: "--ca-file beats the environment and host.conf",
+			in: endpointInputs{FlagCAFile: "/flag-ca.pem", FlagCertFile: "/c.pem", FlagKeyFile: "/k.pem", HostConf: withCA,
+				Env: envMap(map[string]string{EnvCAFile: "/env-ca.pem"})},
+			want: endpoint{URL: "https://10.0.0.8:9330", Token: "conf-token", TLS: webtls.Client{
+				CAFile: "/flag-ca.pem", CASetting: "--ca-file", CertFile: "/c.pem", KeyFile: "/k.pem", CertSetting: "--cert-file"}},
+		},
+		{
+			name: "the environment's CA file beats host.conf's",
+			in:   endpointInputs{HostConf: withCA, Env: envMap(map[string]string{EnvCAFile: "/env-ca.pem"})},
+			want: endpoint{URL: "https://10.0.0.8:9330", Token: "conf-token", TLS: webtls.Client{
+				CAFile: "/env-ca.pem", CASetting: EnvCAFile,
+				CertFile: "/etc/yunion/pki/gpu-1.crt", KeyFile: "/etc/yunion/pki/gpu-1.key", CertSetting: withCA + ": mps_inventory_cert_file"}},
 		},
 		{
 			name: "env beats host.conf",

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/inventory/client"
+	"yunion.io/x/mps-daemon/pkg/webtls"
 )
 
 // errorLine is the one line mpsctl prints for a failed command. The server's
@@ -29,6 +31,13 @@ func (a *app) errorLine(err error) string {
 	}
 	if errors.Is(err, context.Canceled) {
 		return "Error: interrupted"
+	}
+	if refused, ok := errors.AsType[*webtls.RefusedError](err); ok {
+		advice := ""
+		if strings.Contains(refused.Cause, "server's certificate") {
+			advice = fmt.Sprintf(" (--ca-file, %s or host.conf's mps_inventory_ca_file says whom to trust)", EnvCAFile)
+		}
+		return oneLine(fmt.Sprintf("Error: the inventory at %s: TLS refused: %s%s", a.endpoint.URL, refused.Cause, advice))
 	}
 	if cause, ok := a.unreachable(err); ok {
 		return oneLine(fmt.Sprintf("Error: cannot reach the inventory at %s: %s (set --url or %s)",

@@ -38,7 +38,13 @@ Finding the inventory, first match wins, for the URL and the token each:
      A missing or unreadable host.conf is skipped silently; a broken one is
      skipped with a warning.
   4. ` + DefaultURL + `, and the admin token a local mps-inventory keeps in
-     ` + config.DefaultInventoryTokenFile + ` (readable by root) when that file exists.`
+     ` + config.DefaultInventoryTokenFile + ` (readable by root) when that file exists.
+
+An https:// inventory's certificate is verified against --ca-file, else
+MPS_INVENTORY_CA_FILE, else host.conf's mps_inventory_ca_file, else the
+system's roots; --cert-file and --key-file (else host.conf's
+mps_inventory_cert_file and mps_inventory_key_file) are presented when the
+inventory asks for a client certificate.`
 
 // runtimeError marks an error of a command that parsed and ran, so that Run
 // can tell it (exit 1) from an error of the command line (exit 2).
@@ -58,6 +64,8 @@ type app struct {
 	hostConf string
 	timeout  time.Duration
 	output   string
+	// caFile, certFile and keyFile are --ca-file, --cert-file, --key-file.
+	caFile, certFile, keyFile string
 
 	// endpoint is resolved once the flags are parsed.
 	endpoint endpoint
@@ -103,6 +111,9 @@ func (a *app) rootCommand() *cobra.Command {
 	f.StringVar(&a.url, "url", "", "inventory URL (env "+EnvURL+")")
 	f.StringVar(&a.token, "token", "", "inventory bearer token (env "+EnvToken+")")
 	f.StringVar(&a.hostConf, "host-conf", hostConfDefault, "host.conf to find the local inventory in (env "+EnvHostConf+")")
+	f.StringVar(&a.caFile, "ca-file", "", "PEM file of the CAs that may sign an https:// inventory's certificate (env "+EnvCAFile+"; default: host.conf's mps_inventory_ca_file, else the system's roots)")
+	f.StringVar(&a.certFile, "cert-file", "", "client certificate (PEM) to present when the inventory asks for one (default: host.conf's mps_inventory_cert_file)")
+	f.StringVar(&a.keyFile, "key-file", "", "the client certificate's key (PEM)")
 	f.DurationVar(&a.timeout, "timeout", 10*time.Second, "timeout of each request to the inventory")
 	f.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 
@@ -121,10 +132,13 @@ func (a *app) setup() error {
 		return fmt.Errorf("invalid --timeout %s: must be positive", a.timeout)
 	}
 	ep, warnings := resolveEndpoint(endpointInputs{
-		FlagURL:   a.url,
-		FlagToken: a.token,
-		HostConf:  a.hostConf,
-		Env:       a.env,
+		FlagURL:      a.url,
+		FlagToken:    a.token,
+		FlagCAFile:   a.caFile,
+		FlagCertFile: a.certFile,
+		FlagKeyFile:  a.keyFile,
+		HostConf:     a.hostConf,
+		Env:          a.env,
 	}, config.LoadHostConf)
 	for _, w := range warnings {
 		fmt.Fprintln(a.stderr, w)
@@ -132,6 +146,9 @@ func (a *app) setup() error {
 	// From --url or MPS_INVENTORY_URL (host.conf's is checked by
 	// pkg/config): a usage error.
 	if err := client.CheckURL(ep.URL); err != nil {
+		return fmt.Errorf("invalid %w", err)
+	}
+	if err := ep.TLS.Check(); err != nil {
 		return fmt.Errorf("invalid %w", err)
 	}
 	a.endpoint = ep
@@ -142,11 +159,12 @@ func (a *app) setup() error {
 // the user is waiting and can run it again.
 func (a *app) client() *client.Client {
 	return client.New(client.Options{
-		URL:     a.endpoint.URL,
-		Token:   a.endpoint.Token,
-		Timeout: a.timeout,
-		Retries: -1,
-		Log:     slog.New(slog.DiscardHandler),
+		URL:        a.endpoint.URL,
+		Token:      a.endpoint.Token,
+		Timeout:    a.timeout,
+		Retries:    -1,
+		HTTPClient: a.endpoint.TLS.HTTPClient(),
+		Log:        slog.New(slog.DiscardHandler),
 	})
 }
 

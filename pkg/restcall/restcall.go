@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+
+	"yunion.io/x/mps-daemon/pkg/webtls"
 )
 
 // Request is one call: method, full URL, extra headers and a JSON body.
@@ -63,8 +65,11 @@ type Caller struct {
 	MaxAnswer int64
 }
 
-// Do sends r once and reads its answer. A failed exchange is a
-// *NoAnswerError; an answer of any status is an Answer and no error.
+// Do sends r once and reads its answer. A connection refused for TLS (a
+// certificate that does not verify, one side without TLS: another try
+// fails the same) is a *webtls.RefusedError, its cause in words; another
+// failed exchange is a *NoAnswerError; an answer of any status is an
+// Answer and no error.
 func (c Caller) Do(ctx context.Context, r Request) (Answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
@@ -85,6 +90,9 @@ func (c Caller) Do(ctx context.Context, r Request) (Answer, error) {
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
+		if refused := webtls.Refusal(err, ""); refused != nil {
+			return Answer{}, refused
+		}
 		return Answer{}, &NoAnswerError{err}
 	}
 	defer resp.Body.Close()
@@ -94,6 +102,9 @@ func (c Caller) Do(ctx context.Context, r Request) (Answer, error) {
 	}
 	if int64(len(b)) > c.MaxAnswer {
 		return Answer{}, fmt.Errorf("%w: more than %d bytes (status %d)", ErrAnswerTooLarge, c.MaxAnswer, resp.StatusCode)
+	}
+	if refused := webtls.PlainToTLS(resp.StatusCode, b); refused != nil {
+		return Answer{}, refused
 	}
 	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+
+	"yunion.io/x/mps-daemon/pkg/webtls"
 )
 
 func caller() Caller {
@@ -198,5 +200,28 @@ func TestIsHTTPURL(t *testing.T) {
 		if got := IsHTTPURL(raw); got != want {
 			t.Errorf("IsHTTPURL(%q) = %v, want %v", raw, got, want)
 		}
+	}
+}
+
+// A certificate the client does not trust, and a plain request to a TLS
+// port: refusals with their cause, not "no answer" (another try would
+// fail the same), so callers do not retry them at once.
+func TestTLSRefusalsAreNotNoAnswer(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{}`)) }))
+	defer srv.Close()
+	_, err := caller().Do(t.Context(), Request{Method: "GET", URL: srv.URL})
+	var refused *webtls.RefusedError
+	if !errors.As(err, &refused) || IsNoAnswer(err) || !strings.Contains(refused.Cause, "is signed by") {
+		t.Errorf("an untrusted certificate: %v", err)
+	}
+	_, err = caller().Do(t.Context(), Request{Method: "GET", URL: strings.Replace(srv.URL, "https://", "http://", 1)})
+	if !errors.As(err, &refused) || IsNoAnswer(err) || !strings.Contains(refused.Cause, "make it https://") {
+		t.Errorf("plain HTTP to the TLS port: %v", err)
+	}
+	// The server's own certificate trusted: an answer.
+	c := caller()
+	c.HTTP = srv.Client()
+	if ans, err := c.Do(t.Context(), Request{Method: "GET", URL: srv.URL}); err != nil || ans.Status != 200 {
+		t.Errorf("trusted: %+v %v", ans, err)
 	}
 }

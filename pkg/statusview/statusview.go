@@ -22,11 +22,32 @@ import (
 )
 
 // Fetch GETs /status from the daemon at address (host:port, or a
-// URL) within timeout. An unreachable daemon is one line that says so.
+// URL) over plain HTTP within timeout (Daemon.Fetch).
 func Fetch(ctx context.Context, address string, timeout time.Duration) (status.Status, error) {
+	return Daemon{Address: address}.Fetch(ctx, timeout)
+}
+
+// Daemon is where a running daemon's /status is read, and how.
+type Daemon struct {
+	// Address is host:port (http://), or a URL.
+	Address string
+	// HTTP is the client (TLS, a client certificate); nil a plain one.
+	HTTP *http.Client
+	// User and Password are sent as basic auth when User is set.
+	User, Password string
+}
+
+// Fetch GETs /status within timeout. An unreachable daemon, or one that
+// asks for a password it was not given, is one line that says so.
+func (d Daemon) Fetch(ctx context.Context, timeout time.Duration) (status.Status, error) {
+	address := d.Address
 	base := address
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
+	}
+	hc := d.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -34,7 +55,10 @@ func Fetch(ctx context.Context, address string, timeout time.Duration) (status.S
 	if err != nil {
 		return status.Status{}, fmt.Errorf("daemon address %q: %w", address, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if d.User != "" {
+		req.SetBasicAuth(d.User, d.Password)
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
@@ -43,6 +67,9 @@ func Fetch(ctx context.Context, address string, timeout time.Duration) (status.S
 		return status.Status{}, fmt.Errorf("no daemon answers at %s (is yunion-mps-daemon running, with that mps_listen_address?): %w", address, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized {
+		return status.Status{}, fmt.Errorf("the daemon at %s asks for a user and password (basic_auth_users of its mps_web_config_file): give --user and --password-file", address)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return status.Status{}, fmt.Errorf("the daemon at %s answered /status with %s", address, resp.Status)
 	}

@@ -288,6 +288,60 @@ assert_contains "mpsctl list" "$list" "NVIDIA_MPS"
 assert_contains "dpkg -L yunion-mps-daemon" "$(in_ct dpkg -L yunion-mps-daemon)" "/usr/bin/mpsctl"
 assert_eq "/usr/bin/climc" "$(in_ct_sh 'if test -e /usr/bin/climc; then echo present; else echo absent; fi')" "absent"
 
+step "deb: TLS (issue 47): the inventory and the daemon's listener behind web configuration files, certificates of the runbook's openssl commands"
+# docs/operations.md's commands, on this machine's openssl (site-pki.sh);
+# the certificates copied where the runbook puts them.
+tests/packaging/site-pki.sh "$WORK/pki" >"$WORK/pki.log" 2>&1 || { cat "$WORK/pki.log"; fail "site-pki.sh"; }
+mkdir -p "$WORK/deb-root/etc/yunion/pki"
+cp "$WORK"/pki/{ca,inventory,daemon}.{crt,key} "$WORK/deb-root/etc/yunion/pki/"
+in_ct_sh 'chmod 0600 /etc/yunion/pki/*.key'
+# Prometheus' password for the daemon's listener: "s3cret" (htpasswd -nbBC 10).
+printf '%s\n' 'tls_server_config:' '  cert_file: pki/inventory.crt' '  key_file: pki/inventory.key' \
+	>"$WORK/deb-root/etc/yunion/mps-inventory-web.yml"
+printf '%s\n' 'tls_server_config:' '  cert_file: pki/daemon.crt' '  key_file: pki/daemon.key' 'basic_auth_users:' \
+	'  prometheus: $2a$10$GPYVE0mNQwZAZrkVqt7D4OJ9gYHDCwjLd718M7FO/5o66GBOlGp.6' \
+	>"$WORK/deb-root/etc/yunion/mps-daemon-web.yml"
+printf 's3cret\n' >"$WORK/deb-root/root/prometheus.password"
+cp "$WORK/deb-root/etc/default/yunion-mps-inventory" "$WORK/inventory.default.orig"
+cp "$WORK/deb-root/etc/yunion/host.conf" "$WORK/host.conf.orig"
+in_ct_sh 'sed -i "s|^MPS_INVENTORY_OPTS=\"|MPS_INVENTORY_OPTS=\"--web.config.file /etc/yunion/mps-inventory-web.yml |" /etc/default/yunion-mps-inventory'
+in_ct_sh 'sed -i "s|^mps_inventory_url: .*|mps_inventory_url: https://127.0.0.1:9330|" /etc/yunion/host.conf'
+in_ct_sh 'printf "mps_inventory_ca_file: /etc/yunion/pki/ca.crt\nmps_web_config_file: /etc/yunion/mps-daemon-web.yml\n" >>/etc/yunion/host.conf'
+out=$(in_ct mps-daemon check-config --simulate 8xH100 2>&1) || fail "check-config with TLS: $out"
+in_ct timeout 120 systemctl restart yunion-mps-inventory
+in_ct timeout 120 systemctl restart yunion-mps-daemon
+assert_eq "active with TLS" "$(in_ct systemctl is-active yunion-mps-inventory yunion-mps-daemon | sort -u)" "active"
+wait_for "the daemon registered its devices through HTTPS" '[ "$(mpsctl isolated-device-list --limit 2048 | grep -c NVIDIA_MPS)" = 6 ]' 120
+assert_contains "inventory: serving TLS" "$(in_ct journalctl -u yunion-mps-inventory --no-pager)" "tls=true"
+assert_contains "daemon's listener: TLS and basic auth" "$(in_ct journalctl -u yunion-mps-daemon --no-pager)" "basic_auth_users=1"
+out=$(in_ct mpsctl --url http://127.0.0.1:9330 isolated-device-list 2>&1 || true)
+assert_contains "plain HTTP to the inventory" "$out" "the server speaks only HTTPS at this address"
+wait_for "the daemon reaches the inventory over HTTPS (mps-daemon status over TLS, with basic auth)" \
+	'mps-daemon status --user prometheus --password-file /root/prometheus.password | grep -q reachable' 120
+out=$(in_ct mps-daemon status --user prometheus --password-file /root/prometheus.password 2>&1) || fail "mps-daemon status over TLS: $out"
+assert_contains "mps-daemon status over TLS with basic auth" "$out" "reachable"
+out=$(in_ct mps-daemon status 2>&1 || true)
+assert_contains "mps-daemon status without the password" "$out" "asks for a user and password"
+# A renewal: new certificate files, no restart; the daemon stays
+# registered and new connections get the renewed certificate.
+tests/packaging/site-pki.sh "$WORK/pki2" >"$WORK/pki2.log" 2>&1 || { cat "$WORK/pki2.log"; fail "site-pki.sh"; }
+pid=$(in_ct systemctl show -p MainPID --value yunion-mps-inventory)
+cp "$WORK/pki2/ca.crt" "$WORK/deb-root/etc/yunion/pki/ca-next.crt"
+in_ct_sh 'cat /etc/yunion/pki/ca-next.crt >>/etc/yunion/pki/ca.crt'
+cp "$WORK/pki2/inventory.key" "$WORK/deb-root/etc/yunion/pki/inventory.key.new"
+cp "$WORK/pki2/inventory.crt" "$WORK/deb-root/etc/yunion/pki/inventory.crt.new"
+in_ct_sh 'cd /etc/yunion/pki && chmod 0600 inventory.key.new && mv inventory.key.new inventory.key && mv inventory.crt.new inventory.crt'
+out=$(in_ct mpsctl isolated-device-list 2>&1) || fail "mpsctl after the renewal: $out"
+assert_eq "inventory not restarted by the renewal" "$(in_ct systemctl show -p MainPID --value yunion-mps-inventory)" "$pid"
+wait_for "the inventory's watchdog still fed over TLS (no restart)" '[ "$(systemctl show -p NRestarts --value yunion-mps-inventory)" = 0 ]' 10
+note "ok: HTTPS only; devices registered through it; renewed certificate served with no restart"
+# Back to the defaults for the steps below.
+cp "$WORK/inventory.default.orig" "$WORK/deb-root/etc/default/yunion-mps-inventory"
+cp "$WORK/host.conf.orig" "$WORK/deb-root/etc/yunion/host.conf"
+in_ct timeout 120 systemctl restart yunion-mps-inventory
+in_ct timeout 120 systemctl restart yunion-mps-daemon
+wait_for "plain HTTP again" '[ "$(mpsctl isolated-device-list --limit 2048 | grep -c NVIDIA_MPS)" = 6 ]' 120
+
 step "deb: apt-get install -y yunion-mps-daemon-kubernetes beside the running daemon"
 pid=$(in_ct systemctl show -p MainPID --value yunion-mps-daemon)
 out=$(in_ct apt-get install -y yunion-mps-daemon-kubernetes 2>&1)

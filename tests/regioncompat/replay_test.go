@@ -106,7 +106,14 @@ func walkCassette(t testing.TB, c *replay.Cassette, st *store.Store, wrap func(h
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := replay.NewBindings(srv.URL)
+	replayRegion(t, c, srv.URL, http.DefaultClient, token)
+}
+
+// replayRegion sends the cassette's region requests to the inventory at
+// base with client, authenticated by token as climc is, and compares the
+// answers.
+func replayRegion(t testing.TB, c *replay.Cassette, base string, client *http.Client, token string) {
+	b := replay.NewBindings(base)
 	b.Bind(c.Cloud.ZoneID, "default") // the inventory's one zone
 	loose, compared := false, 0
 	for i, e := range c.Exchanges {
@@ -118,7 +125,7 @@ func walkCassette(t testing.TB, c *replay.Cassette, st *store.Store, wrap func(h
 		if len(e.Request) > 0 {
 			body = []byte(b.Fill(string(e.Request)))
 		}
-		status, got := send(t, srv.URL, token, e.Method, b.Fill(e.Path), body)
+		status, got := send(t, client, base, token, e.Method, b.Fill(e.Path), body)
 		learnID(b, e, got)
 		want := []byte(b.Fill(string(e.Response)))
 		compared++
@@ -164,7 +171,7 @@ func regionOnly(e replay.Exchange) bool {
 }
 
 // send sends one request with the admin token as climc does.
-func send(t testing.TB, base, token, method, path string, body []byte) (int, []byte) {
+func send(t testing.TB, client *http.Client, base, token, method, path string, body []byte) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, base+path, bytes.NewReader(body))
 	if err != nil {
@@ -173,7 +180,7 @@ func send(t testing.TB, base, token, method, path string, body []byte) (int, []b
 	req.Header.Set("X-Auth-Token", token)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "yunioncloud-go/201708")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,11 +30,11 @@ type Case struct {
 }
 
 // CloudpodsOnly reports a case refused for what only the Cloudpods mode
-// reads: the inventory's token file and the region's CA file, wired at its
-// start. The Kubernetes mode reads neither, so its start, its check-config
+// reads: the inventory's token file and CA file and the region's CA file,
+// wired at its start. The Kubernetes mode reads neither, so its start, its check-config
 // and its reloads take them.
 func (c Case) CloudpodsOnly() bool {
-	return c.Check == "inventory token" || c.Check == "ssl_ca_certs"
+	return c.Check == "inventory token" || c.Check == "ssl_ca_certs" || c.Check == "inventory TLS files"
 }
 
 // claimsYAML shares the first GPU by claims of any size.
@@ -85,6 +85,14 @@ var Cases = []Case{
 		Want: "not-a-ca.crt holds no PEM certificate"},
 	{Name: "listen address of another machine", Check: "listen address", Conf: map[string]string{"mps_listen_address": "192.0.2.1:9331"},
 		Want: "mps_listen_address: 192.0.2.1 is not an address of this machine"},
+	// Issue 47: a web configuration the listener could not serve, a CA file
+	// no connection to the inventory could verify with.
+	{Name: "web config file with a misspelt key", Check: "web config file", Conf: map[string]string{"mps_web_config_file": "$DIR/bad-web.yml"},
+		Want: "bad-web.yml: yaml: unmarshal errors:; line 2: field cert_flie not found in type web.TLSConfig"},
+	{Name: "inventory CA file without a certificate", Check: "inventory TLS files", Conf: map[string]string{"mps_inventory_ca_file": "$DIR/not-a-ca.crt"},
+		Want: "not-a-ca.crt: no PEM certificate in it"},
+	{Name: "client certificate without its key", Check: "files", Conf: map[string]string{"mps_inventory_cert_file": "$DIR/host.crt"},
+		Want: "mps_inventory_cert_file: set mps_inventory_key_file too: the client certificate and its key go together"},
 	{Name: "sync interval 1ns", Check: "files", Conf: map[string]string{"mps_sync_interval": "1ns"},
 		Want: `mps_sync_interval: must be from 1s to 1h, got "1ns"`},
 }
@@ -94,6 +102,9 @@ var Cases = []Case{
 // editor does; gpu0 is the UUID of the host's first GPU.
 func Apply(dir, hostConf, devices, gpu0 string, c Case) error {
 	if err := os.WriteFile(filepath.Join(dir, "not-a-ca.crt"), []byte("not a certificate\n"), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bad-web.yml"), []byte("tls_server_config:\n  cert_flie: server.crt\n"), 0o644); err != nil {
 		return err
 	}
 	if c.Devices != "" {

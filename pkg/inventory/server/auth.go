@@ -14,7 +14,9 @@ import (
 
 // Authentication: every API call carries a token, as `X-Auth-Token:
 // <token>` (Cloudpods' clients) or `Authorization: Bearer <token>` (this
-// project's). A token is an API token from the store's table (see
+// project's); or, with Options.HostCertificates, a host's verified TLS
+// client certificate stands for a host token of that host
+// (certificateHost). A token is an API token from the store's table (see
 // store.CreateToken) or a keystone token the keystone face issued for one
 // (keystone_face.go), which acts with its API token's role and host. /healthz,
 // /readyz and the keystone login (POST /v3/auth/tokens) are served before
@@ -77,6 +79,14 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, ok := presentedToken(r)
 		if !ok {
+			if host, ok, why := s.certificateHost(r); ok {
+				recordPrincipal(w, host)
+				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, host)))
+				return
+			} else if why != "" {
+				s.writeError(w, &httpError{http.StatusUnauthorized, api.ClassUnauthorized, why})
+				return
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="mps-inventory"`)
 			s.writeError(w, &httpError{http.StatusUnauthorized, api.ClassUnauthorized, "missing token (X-Auth-Token or Authorization: Bearer)"})
 			return
@@ -94,6 +104,29 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 		recordPrincipal(w, p.token)
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p.token)))
 	})
+}
+
+// certTokenPrefix begins the token id a certificate's principal is logged
+// and counted under: cert-<serial in hex>.
+const certTokenPrefix = "cert-"
+
+// certificateHost is the principal of a request without a token that
+// presented a client certificate the TLS handshake verified against the
+// listener's client CAs (Options.HostCertificates): a host token of the
+// host named by the certificate's subject common name, with a host
+// token's rights and no more. A verified certificate whose common name is
+// no host name is refused (why says so); without a verified certificate
+// there is no principal and no reason.
+func (s *server) certificateHost(r *http.Request) (tok store.Token, ok bool, why string) {
+	if !s.hostCerts || r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return store.Token{}, false, ""
+	}
+	leaf := r.TLS.VerifiedChains[0][0]
+	name := leaf.Subject.CommonName
+	if name == "" || len(name) > api.MaxNameBytes || api.NameProblem(name) != "" || strings.TrimSpace(name) != name {
+		return store.Token{}, false, fmt.Sprintf("client certificate (serial %s): its subject's common name %q is no host name, and no token was given", leaf.SerialNumber.Text(16), name)
+	}
+	return store.Token{ID: certTokenPrefix + leaf.SerialNumber.Text(16), Name: "certificate " + leaf.Subject.String(), Role: store.RoleHost, Host: name}, true, ""
 }
 
 // forbidden is the 403 of a valid token that may not do what it asked;

@@ -38,6 +38,13 @@ type Options struct {
 	// Now is the clock of the log's summaries (logsummary.go); nil means
 	// time.Now.
 	Now func() time.Time
+	// HostCertificates: a request without a token whose TLS client
+	// certificate verified against the listener's client CAs acts as a
+	// host token of the host its subject's common name names
+	// (certificateHost, auth.go). Only a listener that verifies client
+	// certificates (client_auth_type VerifyClientCertIfGiven or
+	// RequireAndVerifyClientCert) should have it.
+	HostCertificates bool
 }
 
 const (
@@ -53,6 +60,8 @@ type server struct {
 	// region, publicURL and keystoneTTL are Options'.
 	region, publicURL string
 	keystoneTTL       time.Duration
+	// hostCerts is Options.HostCertificates.
+	hostCerts bool
 	// policy is routePolicy(): who may call each route.
 	policy map[string]access
 	// requests counts and times requests by route (metrics.go), served
@@ -111,7 +120,7 @@ func New(st *store.Store, opts Options, log *slog.Logger) *Server {
 		st: st, log: log, maxBody: opts.MaxBodyBytes, policy: routePolicy(), requests: metrics.NewHTTP(metrics.InventoryPrefix),
 		region: cmp.Or(opts.Region, DefaultRegion), publicURL: strings.TrimSuffix(opts.PublicURL, "/"),
 		keystoneTTL: cmp.Or(opts.KeystoneTokenTTL, DefaultKeystoneTokenTTL),
-		summaries:   newSummaries(), now: opts.Now,
+		summaries:   newSummaries(), now: opts.Now, hostCerts: opts.HostCertificates,
 	}
 	if s.now == nil {
 		s.now = time.Now
