@@ -97,8 +97,9 @@ func serve(ctx context.Context, f flags) error {
 }
 
 // runAgent runs the agent on l's host in mode, devices where its devices
-// go (changed: when they changed there), until ctx ends; SIGHUP asks for a
-// reload. what is logged with "starting".
+// go (changed: when they changed there), with its health and metrics
+// server, until ctx ends; SIGHUP asks for a reload. what is logged with
+// "starting".
 func runAgent(ctx context.Context, f flags, l *loaded, mode agent.Mode, devices agent.DeviceBackend, changed <-chan struct{}, what ...any) error {
 	cfg, h, log := l.cfg, l.host, l.log
 	watchdog, err := agent.WatchdogInterval()
@@ -123,7 +124,7 @@ func runAgent(ctx context.Context, f flags, l *loaded, mode agent.Mode, devices 
 		return err
 	}
 	log.Info("starting", append([]any{"version", version.Version, "config", f.config}, what...)...)
-	return a.Run(ctx)
+	return runServing(ctx, a, cfg.Host, log.With("component", "agent"))
 }
 
 func tearDown(ctx context.Context, f flags, force bool) error {

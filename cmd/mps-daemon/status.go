@@ -85,9 +85,9 @@ func statusSource(hostConf string, sf statusFlags) (statusview.Daemon, error) {
 	if err != nil {
 		return d, fmt.Errorf("mps_listen_address: %w", err)
 	}
-	wc, err := webtls.LoadWebConfig(hc.WebConfigFile)
+	wc, err := hc.Listener().Check()
 	if err != nil {
-		return d, fmt.Errorf("mps_web_config_file: %w", err)
+		return d, err
 	}
 	if d.HTTP, err = wc.LocalClient(cert); err != nil {
 		return d, err

@@ -13,13 +13,16 @@ import (
 )
 
 // listen reads the API's web configuration (--web.config.file: TLS,
-// client certificates, basic auth, as node_exporter takes it) and opens
-// its listener. A listener beyond loopback without TLS is one warning
-// saying what crosses the network in clear.
+// client certificates, basic auth, as node_exporter takes it), checks it
+// against the inventory's flags and opens its listener (webtls.Listener,
+// as the daemon opens its own). A listener beyond loopback without TLS
+// is one warning saying what crosses the network in clear.
 func listen(f flags, log *slog.Logger) (net.Listener, webtls.WebConfig, error) {
-	wc, err := webtls.LoadWebConfig(f.webConfigFile)
+	l := webtls.Listener{Address: f.listen, WebConfigFile: f.webConfigFile, WebConfigSetting: "--web.config.file",
+		InClear: "serving plain HTTP beyond loopback: every host's, mpsctl's and climc's token, climc's keystone passwords and the inventory's answers cross the network in clear; whoever reads it can register devices for a host, attach and detach others' devices and read the fleet. Give --web.config.file with tls_server_config (docs/operations.md, \"TLS\")"}
+	wc, err := l.Check()
 	if err != nil {
-		return nil, wc, fmt.Errorf("--web.config.file: %w", err)
+		return nil, wc, err
 	}
 	if wc.TLS && strings.HasPrefix(strings.ToLower(f.publicURL), "http://") {
 		return nil, wc, fmt.Errorf("--public-url %s: the inventory serves only HTTPS (--web.config.file %s), and the catalog would send climc to plain HTTP", f.publicURL, wc.Path)
@@ -30,15 +33,8 @@ func listen(f flags, log *slog.Logger) (net.Listener, webtls.WebConfig, error) {
 	if f.hostCerts && !wc.ClientCertificates() {
 		return nil, wc, errors.New("--host-certificates: the web configuration (--web.config.file) must verify client certificates: client_auth_type VerifyClientCertIfGiven or RequireAndVerifyClientCert, with client_ca_file")
 	}
-	ln, err := net.Listen("tcp", f.listen)
-	if err != nil {
-		return nil, wc, fmt.Errorf("listening on %s: %w", f.listen, err)
-	}
-	if wc.InClear(ln.Addr()) {
-		log.Warn("serving plain HTTP beyond loopback: every host's, mpsctl's and climc's token, climc's keystone passwords and the inventory's answers cross the network in clear; whoever reads it can register devices for a host, attach and detach others' devices and read the fleet. Give --web.config.file with tls_server_config (docs/operations.md, \"TLS\")",
-			"address", ln.Addr().String())
-	}
-	return ln, wc, nil
+	ln, err := l.Listen(wc, log)
+	return ln, wc, err
 }
 
 // probeClient is how the watchdog reaches the API it serves: plain HTTP,

@@ -13,7 +13,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -193,15 +192,10 @@ func (a *Agent) config() *Config {
 func (a *Agent) Run(ctx context.Context) error {
 	hc := a.config().Host
 	a.logConfig()
-	srvErr, stopHTTP, err := a.serveHTTP(ctx, hc.ListenAddress, hc.WebConfigFile)
-	if err != nil {
-		return err
-	}
-	defer stopHTTP()
-
 	var edits <-chan struct{}
 	var w *config.Watcher
 	if a.opts.WatchFiles && a.opts.ConfigPath != "" {
+		var err error
 		w, err = config.NewWatcher(a.log, a.watchedFiles(a.config()))
 		if err != nil {
 			return err
@@ -275,8 +269,6 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.sendNotify("STOPPING=1")
 			a.log.Info("stopping; MPS control daemons keep running for their clients")
 			return nil
-		case err := <-srvErr:
-			return fmt.Errorf("health and metrics server: %w", err)
 		case <-a.opts.Reload:
 			if w != nil && w.Saving() {
 				// The watcher reloads once the save in progress is over.

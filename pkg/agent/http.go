@@ -1,12 +1,8 @@
 package agent
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
@@ -15,7 +11,6 @@ import (
 	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/metrics"
 	"yunion.io/x/mps-daemon/pkg/status"
-	"yunion.io/x/mps-daemon/pkg/webtls"
 )
 
 // telemetry is the agent's /metrics: pkg/metrics' collector, which reads the
@@ -76,7 +71,8 @@ func errorKind(err error) metrics.ErrorKind {
 // Handler serves /healthz (the process answers and its main loop is not
 // stalled), /readyz (that, and the first full reconcile is done and the
 // last one succeeded), /status (what the agent last did, as JSON) and
-// /metrics.
+// /metrics; cmd/mps-daemon serves it on host.conf's listener
+// (config.HostConf.Listener) beside Run.
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -111,39 +107,4 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.Handle("GET /metrics", metrics.Handler(a.met.reg))
 	return mux
-}
-
-// serveHTTP serves Handler on addr (mps_listen_address; "" serves
-// nothing) as the web configuration file webConfig says
-// (mps_web_config_file, pkg/webtls: TLS, client certificates, basic auth;
-// "" plain HTTP). The file is checked before anything listens; the
-// toolkit reads it again at each connection and request, so a renewed
-// certificate or a changed password needs no restart. A listener beyond
-// loopback without TLS is one warning saying what it shows.
-func (a *Agent) serveHTTP(ctx context.Context, addr, webConfig string) (<-chan error, func(), error) {
-	if addr == "" {
-		return nil, func() {}, nil
-	}
-	wc, err := webtls.LoadWebConfig(webConfig)
-	if err != nil {
-		return nil, nil, fmt.Errorf("mps_web_config_file: %w", err)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("listening on mps_listen_address %s: %w", addr, err)
-	}
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute,
-		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
-	errc := make(chan error, 1)
-	go func() { errc <- webtls.Serve(ln, srv, wc, a.log) }()
-	a.log.Info("serving health and metrics", append([]any{"address", ln.Addr().String()}, wc.Attrs()...)...)
-	if wc.InClear(ln.Addr()) {
-		a.log.Warn("serving /metrics and /status in plain HTTP beyond loopback: anyone on the network reads the GPUs, the virtual devices and the guests holding them (and basic auth's passwords, if set); give mps_web_config_file with tls_server_config (docs/monitoring.md)",
-			"address", ln.Addr().String())
-	}
-	return errc, func() {
-		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutCtx)
-	}, nil
 }

@@ -14,7 +14,6 @@ import (
 	"yunion.io/x/mps-daemon/pkg/gpu"
 	"yunion.io/x/mps-daemon/pkg/metrics"
 	"yunion.io/x/mps-daemon/pkg/plan"
-	"yunion.io/x/mps-daemon/pkg/webtls"
 )
 
 // Validate is the one validation of a configuration, whichever way it
@@ -122,15 +121,15 @@ func checkCACerts(_ context.Context, v *validation) error {
 }
 
 // checkWebConfig reads mps_web_config_file as the listener will serve it
-// (webtls.LoadWebConfig: its keys, certificate and key, client CAs,
+// (config.HostConf.Listener: its keys, certificate and key, client CAs,
 // users), in either mode.
 func checkWebConfig(_ context.Context, v *validation) error {
 	hc := v.cfg.Host
 	if hc.WebConfigFile == "" || hc.ListenAddress == "" {
 		return nil
 	}
-	if _, err := webtls.LoadWebConfig(hc.WebConfigFile); err != nil {
-		return fmt.Errorf("%s: mps_web_config_file: %w", at(hc, "mps_web_config_file"), err)
+	if _, err := hc.Listener().Check(); err != nil {
+		return fmt.Errorf("%s: %w", at(hc, "mps_web_config_file"), err)
 	}
 	return nil
 }

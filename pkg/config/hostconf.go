@@ -211,6 +211,17 @@ func (hc *HostConf) InventoryTLS() webtls.Client {
 	}
 }
 
+// Listener is the daemon's listener of /healthz, /readyz, /status and
+// /metrics: mps_listen_address, served as mps_web_config_file says
+// (webtls.Listener; checked at start, by check-config and on a reload).
+func (hc *HostConf) Listener() webtls.Listener {
+	return webtls.Listener{
+		Address: hc.ListenAddress, WebConfigFile: hc.WebConfigFile,
+		AddressSetting: "mps_listen_address", WebConfigSetting: "mps_web_config_file",
+		InClear: "serving /metrics and /status in plain HTTP beyond loopback: anyone on the network reads the GPUs, the virtual devices and the guests holding them (and basic auth's passwords, if set); give mps_web_config_file with tls_server_config (docs/monitoring.md)",
+	}
+}
+
 // LoadHostConf reads and checks host.conf. A missing file is an error that
 // satisfies errors.Is(err, fs.ErrNotExist).
 func LoadHostConf(path string) (*HostConf, error) {

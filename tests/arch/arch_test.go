@@ -121,7 +121,9 @@ var leaves = map[string][]string{
 	"pkg/atomicfile":   {},
 	// restcall tells a refused TLS connection in words (webtls.Refusal);
 	// webtls is TLS for every listener and client (exporter-toolkit's web
-	// configuration, CA and client certificate files).
+	// configuration, CA and client certificate files), and the listeners
+	// themselves (webtls.Listener: mps-inventory's and the daemon's, the
+	// daemon's served by cmd/mps-daemon, not by pkg/agent).
 	"pkg/restcall": {"pkg/webtls"},
 	"pkg/webtls":   {},
 	"pkg/systemd":  {},

@@ -247,7 +247,7 @@ func TestCertificatesRotatedWhileTheDaemonStaysConnected(t *testing.T) {
 	next := pki.NewCA(t, "site CA 2027")
 	restart := func(what string) {
 		t.Helper()
-		if err := inv.stop(t); err != nil {
+		if err := inv.Stop(t); err != nil {
 			t.Fatalf("inventory exit: %v", err)
 		}
 		since := time.Now()
@@ -324,7 +324,7 @@ func TestDaemonRefusesAnInventoryItCannotTrust(t *testing.T) {
 	}
 	// (The wants hold no quotes: the log's logfmt escapes them.)
 	refused("another CA", "TLS refused: the server's certificate", "is signed by", "CN=site CA,O=mps-daemon tests", "not by a CA of "+daemonCA+" (mps_inventory_ca_file)")
-	if strings.Contains(d.Output(), "stopping") || d.exited() {
+	if strings.Contains(d.Output(), "stopping") || d.Exited() {
 		t.Fatalf("the daemon stopped:\n%s", d.Output())
 	}
 
