@@ -91,49 +91,22 @@ func startContainerd(t *testing.T, bin, nriSocket string) *containerd {
 			t.Fatal(err)
 		}
 	}
-	nri := "disable = true"
-	if nriSocket != "" {
-		nri = fmt.Sprintf("disable = false\n  socket_path = %q\n  plugin_path = %q\n  plugin_config_path = %q", nriSocket,
-			filepath.Join(dir, "nri-plugins"), filepath.Join(dir, "nri-conf"))
+	tmpl, err := os.ReadFile(filepath.Join("testdata", "containerd.toml"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	conf := fmt.Sprintf(`version = 3
-root = %[1]q
-state = %[2]q
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.erofs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
-[grpc]
-  address = %[3]q
-[ttrpc]
-  address = "%[3]s.ttrpc"
-[plugins."io.containerd.grpc.v1.cri"]
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-[plugins."io.containerd.cri.v1.images"]
-  snapshotter = "native"
-  [plugins."io.containerd.cri.v1.images".pinned_images]
-    sandbox = %[4]q
-[plugins."io.containerd.cri.v1.runtime"]
-  enable_cdi = false
-  # A sandbox asks for oom_score_adj -998, which a machine that runs the
-  # test unprivileged in its own sandbox refuses.
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.cri.v1.runtime".cni]
-    conf_dir = %[5]q
-  [plugins."io.containerd.cri.v1.runtime".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-        BinaryName = "/usr/sbin/runc"
-        Root = "%[8]s"
-        SystemdCgroup = false
-[plugins."io.containerd.transfer.v1.local"]
-  [[plugins."io.containerd.transfer.v1.local".unpack_config]]
-    platform = "linux/%[7]s"
-    snapshotter = "native"
-[plugins."io.containerd.nri.v1.nri"]
-  %[6]s
-`, filepath.Join(dir, "root"), c.state, c.sock, busyboxImage, filepath.Join(dir, "cni"), nri, runtime.GOARCH, filepath.Join(dir, "runc"))
+	vars := map[string]string{"DIR": dir, "IMAGE": busyboxImage, "RUNC": "/usr/sbin/runc", "ARCH": runtime.GOARCH,
+		"NRI_DISABLE": "true", "NRI_SOCKET": filepath.Join(dir, "nri.sock")}
+	if nriSocket != "" {
+		vars["NRI_DISABLE"], vars["NRI_SOCKET"] = "false", nriSocket
+	}
+	conf := os.Expand(string(tmpl), func(k string) string {
+		v, ok := vars[k]
+		if !ok {
+			t.Fatalf("testdata/containerd.toml: ${%s} is not a name startContainerd fills in", k)
+		}
+		return v
+	})
 	cfg := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)

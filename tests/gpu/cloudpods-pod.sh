@@ -64,47 +64,12 @@ say "containerd $("$BIN/containerd" --version | awk '{print $3}'), $("$BIN/runc"
 
 # containerd: its own root, state, socket and runc root; CRI on, cgroupfs,
 # CDI off, as Cloudpods deploys it; NRI on with its socket here (a
-# container made while no plugin answers gets no edits).
-cat >"$CTR/config.toml" <<CONF
-version = 3
-root = "$CTR/root"
-state = "$CTR/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.erofs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
-[grpc]
-  address = "$CTR/c.sock"
-[ttrpc]
-  address = "$CTR/c.sock.ttrpc"
-[plugins."io.containerd.grpc.v1.cri"]
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-[plugins."io.containerd.cri.v1.images"]
-  snapshotter = "native"
-  [plugins."io.containerd.cri.v1.images".pinned_images]
-    sandbox = "$IMAGE"
-[plugins."io.containerd.cri.v1.runtime"]
-  enable_cdi = false
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.cri.v1.runtime".cni]
-    conf_dir = "$CTR/cni"
-  [plugins."io.containerd.cri.v1.runtime".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-        BinaryName = "$BIN/runc"
-        Root = "$CTR/runc"
-        SystemdCgroup = false
-[plugins."io.containerd.transfer.v1.local"]
-  [[plugins."io.containerd.transfer.v1.local".unpack_config]]
-    platform = "linux/amd64"
-    snapshotter = "native"
-[plugins."io.containerd.nri.v1.nri"]
-  disable = false
-  socket_path = "$CTR/nri.sock"
-  plugin_path = "$CTR/nri-plugins"
-  plugin_config_path = "$CTR/nri-conf"
-CONF
+# container made while no plugin answers gets no edits). The configuration
+# is tests/e2e's (testdata/containerd.toml), its names filled in here.
+DIR=$CTR RUNC=$BIN/runc ARCH=amd64 NRI_DISABLE=false NRI_SOCKET=$CTR/nri.sock IMAGE=$IMAGE python3 -c '
+import os, re, sys
+t = open(sys.argv[1]).read()
+sys.stdout.write(re.sub(r"\$\{(\w+)\}", lambda m: os.environ[m.group(1)], t))' "$HERE/../e2e/testdata/containerd.toml" >"$CTR/config.toml" || exit 1
 mkdir -p "$CTR/cni"
 PATH=$BIN:$PATH "$BIN/containerd" --config "$CTR/config.toml" >"$W/containerd.log" 2>&1 &
 CTRD_PID=$!; PIDS+=($CTRD_PID)
