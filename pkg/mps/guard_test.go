@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/process"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 )
@@ -317,21 +317,7 @@ func TestGuardOnASecondFileSystem(t *testing.T) {
 		guardOnTmpfs(t)
 		return
 	}
-	dir := shortDir(t)
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestGuardOnASecondFileSystem$", "-test.v")
-	cmd.Env = append(os.Environ(), "MPS_GUARD_TMPFS_CHILD=1", "MPS_GUARD_TMPFS_DIR="+dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil && strings.Contains(err.Error(), "operation not permitted") {
-		t.Skipf("no user namespace here: %v", err)
-	}
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestGuardOnASecondFileSystem") {
-		t.Fatalf("in a user and mount namespace: %v\n%s", err, out)
-	}
+	process.InNamespace(t, "TestGuardOnASecondFileSystem", "MPS_GUARD_TMPFS_CHILD=1", "MPS_GUARD_TMPFS_DIR="+shortDir(t))
 }
 
 func guardOnTmpfs(t *testing.T) {

@@ -4,15 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/process"
 	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/mps/mpssim"
 	"yunion.io/x/mps-daemon/pkg/status"
@@ -133,21 +132,7 @@ func foreign(st status.Status, kind string) uint64 {
 // the private directory hidden; its output is "name: answer" lines.
 func runPod(t *testing.T, pipe, private, gpu string) string {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestPodCannotQuitOrReconfigureMPS$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), "E2E_BIN_DIR="+binDir, "E2E_POD_PIPE="+pipe, "E2E_POD_PRIVATE="+private, "E2E_POD_GPU="+gpu)
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil && strings.Contains(err.Error(), "operation not permitted") {
-		t.Skipf("no user namespace here: %v", err)
-	}
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestPodCannotQuitOrReconfigureMPS") {
-		t.Fatalf("the pod: %v\n%s", err, out)
-	}
-	return string(out)
+	return process.InNamespace(t, "TestPodCannotQuitOrReconfigureMPS", "E2E_BIN_DIR="+binDir, "E2E_POD_PIPE="+pipe, "E2E_POD_PRIVATE="+private, "E2E_POD_GPU="+gpu)
 }
 
 func podField(out, name string) string {

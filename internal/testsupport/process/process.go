@@ -2,7 +2,8 @@
 // suites that start them (tests/e2e, tests/k8s): built once per test binary
 // (Build, from TestMain), started in the background with their output kept
 // (Start) and stopped when the test ends, and Eventually, the one poll of
-// a condition under a bound.
+// a condition under a bound; InNamespace, a test run again as root of a
+// user and mount namespace of its own.
 package process
 
 import (
