@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"testing"
 
+	"yunion.io/x/mps-daemon/internal/testsupport/pki"
 	"yunion.io/x/mps-daemon/pkg/webtls"
 )
 
@@ -34,7 +35,7 @@ func BenchmarkRequest(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			wc, c, auth := bc.setup(b)
-			addr := serve(b, wc, echo)
+			addr := pki.Serve(b, wc, echo)
 			url := wc.Scheme() + "://" + addr + "/"
 			req, err := http.NewRequest(http.MethodGet, url, nil)
 			if err != nil {

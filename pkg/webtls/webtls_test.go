@@ -1,12 +1,8 @@
 package webtls_test
 
 import (
-	"context"
-	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -59,58 +55,6 @@ func (s *site) webConfig(t testing.TB, extra string) webtls.WebConfig {
 	return wc
 }
 
-// serve serves h on loopback as wc says until the test ends and returns
-// the listener's address.
-func serve(t testing.TB, wc webtls.WebConfig, h http.Handler) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan error, 1)
-	go func() { done <- webtls.Serve(ln, srv, wc, slog.New(slog.DiscardHandler)) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	waitServing(t, ln.Addr().String(), wc.TLS)
-	return ln.Addr().String()
-}
-
-// waitServing waits until the server on addr answers a connection: Serve
-// reads the web configuration's files when it starts, so a test must not
-// change them before (the listener accepts into its queue meanwhile, and
-// a handshake waits).
-func waitServing(t testing.TB, addr string, useTLS bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = conn.SetDeadline(time.Now().Add(200 * time.Millisecond))
-		if useTLS {
-			err = tls.Client(conn, &tls.Config{InsecureSkipVerify: true}).Handshake() //nolint:gosec // only whether it answers
-		} else {
-			_, err = io.WriteString(conn, "GET / HTTP/1.0\r\n\r\n")
-			if err == nil {
-				_, err = conn.Read(make([]byte, 1))
-			}
-		}
-		conn.Close()
-		var ne net.Error
-		if err == nil || !errors.As(err, &ne) || !ne.Timeout() {
-			return // an answer, or a refusal: it serves
-		}
-	}
-	t.Fatalf("nothing serves at %s", addr)
-}
-
 // echo answers the serial of the client's certificate, or "none".
 var echo = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
@@ -151,7 +95,7 @@ func TestNoWebConfigServesPlainHTTP(t *testing.T) {
 	if err != nil || wc.TLS || wc.Scheme() != "http" {
 		t.Fatalf("no file: %+v %v", wc, err)
 	}
-	addr := serve(t, wc, echo)
+	addr := pki.Serve(t, wc, echo)
 	if code, body, _, _, err := get(t, &http.Client{}, "http://"+addr+"/"); err != nil || code != 200 || body != "none" {
 		t.Fatalf("plain GET: %d %q %v", code, body, err)
 	}
@@ -164,7 +108,7 @@ func TestServesHTTPSVerifiedAgainstTheCAFile(t *testing.T) {
 	if !wc.TLS || wc.Scheme() != "https" || wc.CertFile != s.server.Cert {
 		t.Fatalf("web config: %+v", wc)
 	}
-	addr := serve(t, wc, echo)
+	addr := pki.Serve(t, wc, echo)
 	c := webtls.Client{CAFile: s.caFile, CASetting: "mps_inventory_ca_file"}
 	if err := c.Check(); err != nil {
 		t.Fatal(err)
@@ -184,7 +128,7 @@ func TestServesHTTPSVerifiedAgainstTheCAFile(t *testing.T) {
 // client tells as what it is.
 func TestPlainHTTPToTheTLSPortIsToldAsSuch(t *testing.T) {
 	s := newSite(t)
-	addr := serve(t, s.webConfig(t, ""), echo)
+	addr := pki.Serve(t, s.webConfig(t, ""), echo)
 	resp, err := http.Get("http://" + addr + "/")
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +158,7 @@ func TestRefusals(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return serve(t, wc, echo)
+		return pki.Serve(t, wc, echo)
 	}
 	plainLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -272,7 +216,7 @@ func TestRefusals(t *testing.T) {
 // with no restart, while a connection made before goes on.
 func TestCertificateRotatedWhileClientsStayConnected(t *testing.T) {
 	s := newSite(t)
-	addr := serve(t, s.webConfig(t, ""), echo)
+	addr := pki.Serve(t, s.webConfig(t, ""), echo)
 	c := webtls.Client{CAFile: s.caFile}
 	kept := c.HTTPClient()
 	_, _, first, _, err := get(t, kept, "https://"+addr+"/")
@@ -315,7 +259,7 @@ func TestCertificateRotatedWhileClientsStayConnected(t *testing.T) {
 // on and serves the pair once it is whole.
 func TestHalfRenewedCertificateFailsOnlyThoseHandshakes(t *testing.T) {
 	s := newSite(t)
-	addr := serve(t, s.webConfig(t, ""), echo)
+	addr := pki.Serve(t, s.webConfig(t, ""), echo)
 	c := webtls.Client{CAFile: s.caFile}
 	renewed := s.ca.Issue(t, pki.Leaf{})
 	pki.Replace(t, s.server.Cert, renewed.CertPEM) // the key still the old one
@@ -334,7 +278,7 @@ func TestBasicAuth(t *testing.T) {
 	if wc.Users != 1 {
 		t.Fatalf("users: %+v", wc)
 	}
-	addr := serve(t, wc, echo)
+	addr := pki.Serve(t, wc, echo)
 	hc := webtls.Client{CAFile: s.caFile}.HTTPClient()
 	for _, tt := range []struct {
 		auth []string
@@ -362,7 +306,7 @@ func TestClientCertificates(t *testing.T) {
 	if !wc.ClientCertificates() {
 		t.Fatalf("client certificates: %+v", wc)
 	}
-	addr := serve(t, wc, echo)
+	addr := pki.Serve(t, wc, echo)
 	dir := t.TempDir()
 	gpu1 := hosts.Issue(t, pki.Leaf{CommonName: "gpu-1", Client: true})
 	f := gpu1.WriteFiles(t, dir, "gpu-1")
@@ -491,7 +435,7 @@ func TestLocalClientPinsTheListenersCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := serve(t, wc, echo)
+	addr := pki.Serve(t, wc, echo)
 	c, err := wc.LocalClient(webtls.Client{})
 	if err != nil {
 		t.Fatal(err)
@@ -500,7 +444,7 @@ func TestLocalClientPinsTheListenersCertificate(t *testing.T) {
 		t.Fatalf("the listener's own certificate: %d %v", code, err)
 	}
 	// Another listener, of another certificate of the same CA: refused.
-	other := serve(t, s.webConfig(t, ""), echo)
+	other := pki.Serve(t, s.webConfig(t, ""), echo)
 	_, _, _, _, err = get(t, c, "https://"+other+"/")
 	if r := webtls.Refusal(err, ""); r == nil || !strings.Contains(r.Cause, "serves another certificate than its web configuration") {
 		t.Errorf("another certificate: %v", err)

@@ -2,10 +2,8 @@ package regioncompat
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -40,22 +38,8 @@ func TestInventoryAnswersTheRecordedClimcOverHTTPS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: server.New(st, server.Options{}, slog.New(slog.DiscardHandler)), ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan error, 1)
-	go func() { done <- webtls.Serve(ln, srv, wc, slog.New(slog.DiscardHandler)) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("serving: %v", err)
-		}
-	})
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	addr := pki.Serve(t, wc, server.New(st, server.Options{}, slog.New(slog.DiscardHandler)))
+	_, port, _ := net.SplitHostPort(addr)
 	base := "https://localhost:" + port // the name the certificate is for
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.Pool(ca)}}}
 
@@ -84,7 +68,7 @@ func TestInventoryAnswersTheRecordedClimcOverHTTPS(t *testing.T) {
 	replayRegion(t, c, compute, client, keystoneToken)
 
 	// Plain HTTP to that port is no answer climc could use.
-	resp, err := http.Get("http://" + ln.Addr().String() + "/v3/auth/tokens")
+	resp, err := http.Get("http://" + addr + "/v3/auth/tokens")
 	if err != nil {
 		t.Fatal(err)
 	}

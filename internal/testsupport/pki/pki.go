@@ -3,7 +3,8 @@
 // expired, not yet valid, for another name), written as PEM files the way
 // an operator's openssl commands write them (docs/operations.md, "A site CA
 // and per-host certificates"), and a web configuration file pointing at
-// them. Every key is ECDSA P-256: quick to make, as a test makes dozens.
+// them, and Serve, a handler served through pkg/webtls until the test
+// ends. Every key is ECDSA P-256: quick to make, as a test makes dozens.
 package pki
 
 import (
