@@ -22,10 +22,12 @@ type Options struct {
 	ProcRoot   string
 	Identities func() (identity.Table, error)
 	Pods       PodFinder
-	// Grace, Killer and Now go to its Enforcer (see EnforcerOptions).
-	Grace  time.Duration
-	Killer Killer
-	Now    func() time.Time
+	// Grace, ActiveWait, Killer and Now go to its Enforcer (see
+	// EnforcerOptions).
+	Grace      time.Duration
+	ActiveWait time.Duration
+	Killer     Killer
+	Now        func() time.Time
 	// Uptime is how long the host has been up (CLOCK_BOOTTIME), which a
 	// process's start time in /proc counts from; nil reads the clock.
 	Uptime func() time.Duration
@@ -132,7 +134,7 @@ func New(o Options) *Accountant {
 	log = log.With("component", "accounting")
 	m := &Mapper{ProcRoot: o.ProcRoot, Identities: o.Identities, Pods: o.Pods}
 	// NewEnforcer fails only without Procs, which is set here.
-	enf, _ := NewEnforcer(EnforcerOptions{Grace: o.Grace, Killer: o.Killer, Procs: m, Now: o.Now, Log: log})
+	enf, _ := NewEnforcer(EnforcerOptions{Grace: o.Grace, ActiveWait: o.ActiveWait, Killer: o.Killer, Procs: m, Now: o.Now, Log: log})
 	a := &Accountant{mapper: m, enf: enf, log: log, over: map[string]bool{}, reported: reportKeys{},
 		now: o.Now, uptime: o.Uptime, overSince: map[string]time.Time{}, underAt: map[string]time.Time{}, seen: map[int]seenClient{},
 		known: map[int]knownClient{}}

@@ -19,8 +19,10 @@ import (
 // (limit.go, qos.go, the hidden container clients of DecideHidden) it
 // knows then: so the client is checked at once, by the same rules as on a
 // tick, and under enforce a client that escapes is sent SIGKILL there and
-// then (Action.KillFirst), before it holds any memory. A client killed so
-// in the H200 probe never finished its cuInit.
+// then (Action.KillFirst), before it holds any memory: once its server
+// says its context is up (Action.AwaitActive), 100 ms before it can
+// allocate, never while it is still connecting, which would wedge the
+// server (docs/gpu-runs/probe-wedge-2026-11-29.txt).
 //
 // What stands between the line and the signal: its PID may have been
 // reused (the client came and went, and another process took its PID), so
@@ -69,6 +71,19 @@ const (
 type Skipped struct {
 	PID    int
 	Reason string
+}
+
+// Activated tells the accounting of clients whose context is up (their
+// MPS server's ACTIVE lines): those caught as they connected are killed
+// now under enforce (Action.AwaitActive). The report holds the steps
+// taken.
+func (a *Accountant) Activated(ctx context.Context, p config.AccountingPolicy, pids []int) ConnectReport {
+	r := ConnectReport{Report: Report{Policy: p}}
+	if !a.setPolicy(ctx, p) || len(pids) == 0 || p != config.AccountingEnforce {
+		return r
+	}
+	r.Steps = a.enf.Activated(ctx, pids)
+	return r
 }
 
 // ConnectReport is what Connected did: Report's Usage holds the clients
@@ -144,7 +159,7 @@ func (a *Accountant) Connected(ctx context.Context, p config.AccountingPolicy, c
 	acts = append(acts, DecideHidden(u, p, h, acts)...)
 	for i := range acts {
 		a.annotate(&acts[i], DetectedConnect)
-		acts[i].KillFirst = true
+		acts[i].KillFirst, acts[i].AwaitActive = true, true
 	}
 	r.Decision.Actions = acts
 	for _, e := range r.Usage.Escapes {

@@ -61,12 +61,14 @@ func (r *connectRig) connected(p config.AccountingPolicy, pids ...int) ConnectRe
 func limitEnv(v string) string { return vdev.EnvMemoryLimit + "=" + v }
 
 // Every environment the accounting knows to escape the device's memory
-// limit, and a container client that hid its identity, is sent SIGKILL
-// the moment it connects (nothing is asked of MPS first: it holds no
-// memory yet); the honest ones are left alone; under report nobody is
-// signalled and every escape is logged once. Each termination says how
-// long the escape lasted: from the client's start.
-func TestConnectedKillsEscapesAtOnce(t *testing.T) {
+// limit, and a container client that hid its identity, is found the
+// moment it connects and sent SIGKILL the moment its server says its
+// context is up (nothing is asked of MPS first: it holds no memory yet;
+// never sooner: a client killed while connecting wedges its server); the
+// honest ones are left alone; under report nobody is signalled and every
+// escape is logged once. Each termination says how long the escape
+// lasted: from the client's start.
+func TestConnectedKillsEscapesOnceTheirContextIsUp(t *testing.T) {
 	honest := map[int]string{10: limitEnv("0=20480M"), 11: limitEnv("0=1024M"), 12: ""}
 	escaping := map[int]string{
 		20: limitEnv("x"), 21: limitEnv("0=0"), 22: limitEnv("0=1M,0=999999M"), 23: limitEnv("0=20480M,1=1M"),
@@ -109,11 +111,21 @@ func TestConnectedKillsEscapesAtOnce(t *testing.T) {
 				}
 				return
 			}
+			if len(r.killer.sent) != 0 || len(rep.Steps) != 0 {
+				t.Fatalf("signalled %v (steps %+v) before any context was up", r.killer.sent, rep.Steps)
+			}
+			if got := r.acct.enf.Terminating(); len(got) != 8 {
+				t.Errorf("%d terminations under way before the contexts are up, want 8", len(got))
+			}
+			act := r.acct.Activated(context.Background(), policy, pids)
 			want := []string{"20:KILL", "21:KILL", "22:KILL", "23:KILL", "24:KILL", "25:KILL", "26:KILL", "30:KILL"}
 			if got := slices.Sorted(slices.Values(r.killer.sent)); !slices.Equal(got, want) {
 				t.Errorf("signals %v, want %v", got, want)
 			}
-			for _, s := range rep.Steps {
+			if len(act.Steps) != 8 {
+				t.Errorf("steps %+v, want 8", act.Steps)
+			}
+			for _, s := range act.Steps {
 				least, _, ok := s.Escape.Lasted(s.At)
 				// Started 9 s after boot, on a host up 1000 s.
 				if s.Step != StepSIGKILL || !s.First || s.Detected != DetectedConnect || s.Escape.From != EscapeFromStart ||
@@ -197,6 +209,7 @@ func TestConnectedChecksABurst(t *testing.T) {
 	if rep.Checked != 100 || rep.Again != 100 {
 		t.Errorf("checked %d, again %d; want 100 and 100", rep.Checked, rep.Again)
 	}
+	r.acct.Activated(context.Background(), config.AccountingEnforce, pids)
 	if got := slices.Sorted(slices.Values(r.killer.sent)); !slices.Equal(got, want) {
 		t.Errorf("signals %v, want %v", got, want)
 	}
@@ -215,6 +228,7 @@ func TestConnectedFindsTheGPUInTheSingleLayout(t *testing.T) {
 	if len(rep.Usage.Escapes) != 1 || rep.Usage.Escapes[0].Device != gpuB+"::0" || len(rep.Usage.Unknown) != 0 {
 		t.Fatalf("escapes %+v, unknown %+v; want 50 on %s::0", rep.Usage.Escapes, rep.Usage.Unknown, gpuB)
 	}
+	r.acct.Activated(context.Background(), config.AccountingEnforce, []int{50})
 	if fmt.Sprint(r.killer.sent) != "[50:KILL]" {
 		t.Errorf("signals %v", r.killer.sent)
 	}
@@ -296,5 +310,59 @@ func TestPollKnowsItsClients(t *testing.T) {
 	r.proc.addContainer(70, 1, 600, "d", gpuA+"::1")
 	if rep := poll(); len(rep.Usage.PerDevice[gpuA+"::1"].Clients) != 1 || len(rep.Usage.PerDevice[gpuA+"::0"].Clients) != 0 {
 		t.Errorf("a reused PID billed as the process it was: %+v", rep.Usage.PerDevice)
+	}
+}
+
+// A client caught as it connected whose context never says it came up
+// (its server.log not followed, or it asked for no context) is killed
+// ActiveWait after, on the next pass, and only then.
+func TestConnectedKillsAtTheDeadlineWithoutActive(t *testing.T) {
+	r := newConnectRig(t)
+	r.client(60, 900, limitEnv("x"))
+	r.connected(config.AccountingEnforce, 60)
+	r.clock.advance(ActiveWait - time.Millisecond)
+	if steps := r.acct.enf.Run(context.Background(), Usage{}, nil, r.terms); len(steps) != 0 || len(r.killer.sent) != 0 {
+		t.Fatalf("before ActiveWait: steps %+v, signals %v", steps, r.killer.sent)
+	}
+	r.clock.advance(time.Millisecond)
+	steps := r.acct.enf.Run(context.Background(), Usage{}, nil, r.terms)
+	if fmt.Sprint(r.killer.sent) != "[60:KILL]" || len(steps) != 1 || !steps[0].First || steps[0].Step != StepSIGKILL || steps[0].Detected != DetectedConnect {
+		t.Errorf("at ActiveWait: steps %+v, signals %v; want 60 killed, its first step", steps, r.killer.sent)
+	}
+}
+
+// A client whose ACTIVE line was read before it was found to escape is
+// killed at once; one found again by a pass that saw it on the GPU
+// (its context is up, whatever the log says) is too; a client gone
+// before its context came up is let go.
+func TestConnectedKillsAtOnceWhenTheContextIsKnownUp(t *testing.T) {
+	r := newConnectRig(t)
+	for _, pid := range []int{61, 62, 63} {
+		r.client(pid, 900, limitEnv("x"))
+	}
+	r.acct.Activated(context.Background(), config.AccountingEnforce, []int{61})
+	rep := r.connected(config.AccountingEnforce, 61, 62, 63)
+	if fmt.Sprint(r.killer.sent) != "[61:KILL]" || len(rep.Steps) != 1 {
+		t.Fatalf("signals %v, steps %+v; want 61 killed at once, its ACTIVE line read first", r.killer.sent, rep.Steps)
+	}
+	steps := r.acct.enf.Run(context.Background(), Usage{}, []Action{{PID: 62, GPU: gpuA, Device: gpuA + "::0", Cause: CauseMemory, KillFirst: true, StartTicks: 900}}, r.terms)
+	if fmt.Sprint(r.killer.sent) != "[61:KILL 62:KILL]" || len(steps) != 1 || !steps[0].First {
+		t.Fatalf("signals %v, steps %+v; want 62 killed once a pass saw it on the GPU", r.killer.sent, steps)
+	}
+	r.proc.exit(63)
+	r.clock.advance(ActiveWait)
+	steps = r.acct.enf.Run(context.Background(), Usage{}, nil, r.terms)
+	if len(r.killer.sent) != 2 || len(steps) != 1 || steps[0].Step != StepGone {
+		t.Errorf("signals %v, steps %+v; want 63, gone, never signalled", r.killer.sent, steps)
+	}
+}
+
+// Under report, a context coming up kills nobody.
+func TestActivatedUnderReportKillsNobody(t *testing.T) {
+	r := newConnectRig(t)
+	r.client(64, 900, limitEnv("x"))
+	r.connected(config.AccountingReport, 64)
+	if rep := r.acct.Activated(context.Background(), config.AccountingReport, []int{64}); len(rep.Steps) != 0 || len(r.killer.sent) != 0 {
+		t.Errorf("steps %+v, signals %v", rep.Steps, r.killer.sent)
 	}
 }

@@ -62,6 +62,15 @@ type Action struct {
 	// within milliseconds, terminate_client cannot reach a client still
 	// waiting for its server, and a SIGTERM can be caught.
 	KillFirst bool
+	// AwaitActive: the SIGKILL waits for the client's context to be up
+	// (its MPS server's ACTIVE line, Enforcer.Activated), or ActiveWait.
+	// A client caught as it connects is killed no sooner: one killed
+	// between connecting to its server and sending it its credentials
+	// leaves the server taking no new client and every control command
+	// that asks it hanging, until the server is killed
+	// (docs/gpu-runs/probe-wedge-2026-11-29.txt). Its context comes up
+	// about 100 ms before it can allocate.
+	AwaitActive bool
 	// Grace, when set, is how long the client gets after each step
 	// instead of the Enforcer's: PollGrace for a device over its cap found
 	// by the poll.

@@ -19,6 +19,22 @@ import (
 // step (SIGTERM, then SIGKILL).
 const DefaultGrace = 5 * time.Second
 
+// ActiveWait is how long a client to be killed once its context is up
+// (Action.AwaitActive) is waited for: its server's ACTIVE line comes
+// 10-15 ms after the client connects to a running server and about 400 ms
+// after when the client starts the server (H200); a client that never
+// says so (its server.log not followed, or it has not asked for a
+// context) is killed then, between two connections as likely as not.
+const ActiveWait = 2 * time.Second
+
+// activeKept is how long a client's ACTIVE line is remembered, for a
+// decision to kill it that comes after the line.
+const activeKept = 10 * time.Second
+
+// stepAwaitActive: nothing sent yet, the client's context awaited
+// (Action.AwaitActive); not a step taken, so not reported.
+const stepAwaitActive = "await_active"
+
 // Terminator is one GPU's MPS control; *mps.Controller is one.
 type Terminator interface {
 	TerminateClient(ctx context.Context, serverPID, clientPID int) error
@@ -101,6 +117,9 @@ type Step struct {
 type EnforcerOptions struct {
 	// Grace is how long each step gets before the next; 0 means DefaultGrace.
 	Grace time.Duration
+	// ActiveWait is how long a client's context is awaited
+	// (Action.AwaitActive); 0 means ActiveWait.
+	ActiveWait time.Duration
 	// Killer signals processes; nil means SyscallKiller.
 	Killer Killer
 	// Procs tells whether a PID is still the process an action was about:
@@ -124,11 +143,15 @@ type EnforcerOptions struct {
 // and stayed listed until SIGTERM (see mps.Controller.TerminateClient).
 type Enforcer struct {
 	grace   time.Duration
+	awaitUp time.Duration
 	killer  Killer
 	procs   interface{ StartTicks(int) (uint64, error) }
 	now     func() time.Time
 	log     *slog.Logger
 	pending map[int]*pendingKill
+	// active are the clients whose context came up lately (Activated),
+	// with when the Enforcer heard.
+	active map[int]time.Time
 }
 
 type pendingKill struct {
@@ -144,9 +167,12 @@ func NewEnforcer(o EnforcerOptions) (*Enforcer, error) {
 	if o.Procs == nil {
 		return nil, errors.New("accounting enforcer: no process reader")
 	}
-	e := &Enforcer{grace: o.Grace, killer: o.Killer, procs: o.Procs, now: o.Now, log: o.Log, pending: map[int]*pendingKill{}}
+	e := &Enforcer{grace: o.Grace, awaitUp: o.ActiveWait, killer: o.Killer, procs: o.Procs, now: o.Now, log: o.Log, pending: map[int]*pendingKill{}, active: map[int]time.Time{}}
 	if e.grace <= 0 {
 		e.grace = DefaultGrace
+	}
+	if e.awaitUp <= 0 {
+		e.awaitUp = ActiveWait
 	}
 	if e.killer == nil {
 		e.killer = SyscallKiller{}
@@ -209,6 +235,9 @@ func (e *Enforcer) Run(ctx context.Context, u Usage, actions []Action, terms map
 			continue
 		}
 		switch p.step {
+		case stepAwaitActive:
+			// Its context never said it came up.
+			steps = append(steps, e.signal(ctx, p, syscall.SIGKILL, StepSIGKILL, now))
 		case StepTerminateClient, StepFailed:
 			steps = append(steps, e.signal(ctx, p, syscall.SIGTERM, StepSIGTERM, now))
 		case StepSIGTERM:
@@ -219,8 +248,14 @@ func (e *Enforcer) Run(ctx context.Context, u Usage, actions []Action, terms map
 		}
 	}
 	servers := map[gpu.UUID]clientServers{}
+	e.forgetActive(now)
 	for _, a := range actions {
-		if _, ok := e.pending[a.PID]; ok {
+		if p, ok := e.pending[a.PID]; ok {
+			if p.step == stepAwaitActive && !a.AwaitActive {
+				// Found again by a pass that saw it on the GPU: its
+				// context is up.
+				steps = append(steps, e.signal(ctx, p, syscall.SIGKILL, StepSIGKILL, now))
+			}
 			continue
 		}
 		if !e.same(a) {
@@ -232,6 +267,10 @@ func (e *Enforcer) Run(ctx context.Context, u Usage, actions []Action, terms map
 		e.pending[a.PID] = p
 		if a.KillFirst {
 			p.first = true
+			if _, up := e.active[a.PID]; a.AwaitActive && !up {
+				p.step, p.deadline = stepAwaitActive, now.Add(e.awaitUp)
+				continue
+			}
 			steps = append(steps, e.signal(ctx, p, syscall.SIGKILL, StepSIGKILL, now))
 			continue
 		}
@@ -249,6 +288,32 @@ func (e *Enforcer) Run(ctx context.Context, u Usage, actions []Action, terms map
 		steps = append(steps, e.signal(ctx, p, syscall.SIGTERM, StepSIGTERM, now))
 	}
 	return steps
+}
+
+// Activated hears of clients whose context is up: those awaited
+// (Action.AwaitActive) are sent SIGKILL now, and the others remembered a
+// while, for a decision that comes after their line. It returns what it
+// did.
+func (e *Enforcer) Activated(ctx context.Context, pids []int) []Step {
+	now := e.now()
+	e.forgetActive(now)
+	var steps []Step
+	for _, pid := range pids {
+		e.active[pid] = now
+		if p, ok := e.pending[pid]; ok && p.step == stepAwaitActive {
+			steps = append(steps, e.signal(ctx, p, syscall.SIGKILL, StepSIGKILL, now))
+		}
+	}
+	return steps
+}
+
+// forgetActive drops the clients heard of longer than activeKept ago.
+func (e *Enforcer) forgetActive(now time.Time) {
+	for pid, at := range e.active {
+		if now.Sub(at) > activeKept {
+			delete(e.active, pid)
+		}
+	}
 }
 
 // clientServers is one GPU's client -> server map, or why there is none.

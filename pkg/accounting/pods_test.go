@@ -187,8 +187,14 @@ func TestPodLimitEscapeKilledAtConnect(t *testing.T) {
 		ncs = append(ncs, NewClient{PID: pid, GPUs: []gpu.UUID{gpuB, gpuA}, At: r.clock.now()})
 	}
 	rep := r.acct.Connected(context.Background(), config.AccountingEnforce, ncs, caps, nil, map[gpu.UUID]Terminator{gpuA: r.term})
+	if len(rep.Steps) != 0 {
+		t.Fatalf("steps %v before the contexts are up", stepNames(rep.Steps))
+	}
+	esc := rep.Usage.Escapes
+	rep = r.acct.Activated(context.Background(), config.AccountingEnforce, []int{10, 11, 12, 13})
+	rep.Usage.Escapes = esc
 	if got := stepNames(rep.Steps); !slices.Equal(got, []string{"10:sigkill"}) {
-		t.Fatalf("steps %v, want 10 killed at once", got)
+		t.Fatalf("steps %v, want 10 killed once its context is up", got)
 	}
 	if s := rep.Steps[0]; s.Server != "server-1" || s.Cause != CauseLimit || s.Detected != DetectedConnect || s.GPU != gpuA {
 		t.Errorf("step %+v", s)

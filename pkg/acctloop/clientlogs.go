@@ -55,7 +55,7 @@ func (c *clientLogs) set(ctx context.Context, want map[string][]gpu.UUID) {
 		c.wg.Go(func() {
 			f.cl.Follow(fctx, func(ctx context.Context, l mps.Lines) error {
 				select {
-				case c.out <- logBatch{path: path, lines: l.Clients, foreign: l.Foreign}:
+				case c.out <- logBatch{path: path, lines: l.Clients, active: l.Active, foreign: l.Foreign}:
 					return nil
 				case <-ctx.Done():
 					return ctx.Err()

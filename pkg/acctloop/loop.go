@@ -11,9 +11,11 @@
 //   - a client as it connects: each control daemon's control.log is
 //     followed (mps.ClientLog), and every NEW CLIENT line has its client
 //     checked at once (accounting.Accountant.Connected), 100 ms or more
-//     before its first allocation can be granted; a command another
-//     program sent that changed a server's limits has them put back at
-//     once (foreign.go);
+//     before its first allocation can be granted; one to be killed is
+//     killed once the server.log beside says its context is up
+//     (accounting.Accountant.Activated), never while it connects; a
+//     command another program sent that changed a server's limits has
+//     them put back at once (foreign.go);
 //   - a poll of the GPUs that have clients, every PollInterval: one NVML
 //     call per GPU (its MPS clients and their memory), so a device pushed
 //     over its cap in a way no environment shows is caught within that
@@ -197,10 +199,12 @@ func (l *Loop) Publish(in Inputs, tick bool) {
 }
 
 // logBatch is what one control.log's follower read: clients connecting,
-// and commands another program sent (foreign.go).
+// clients whose context is up (server.log), and commands another program
+// sent (foreign.go).
 type logBatch struct {
 	path    string
 	lines   []mps.NewClient
+	active  []mps.ActiveClient
 	foreign []mps.Command
 }
 
@@ -264,6 +268,7 @@ func (l *Loop) Run(ctx context.Context) {
 							active[g] = true // polled from now on, its memory watched
 						}
 					}
+					l.activated(ctx, *in, b.path, b.active)
 					select {
 					case b = <-batches:
 					default:

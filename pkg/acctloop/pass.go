@@ -101,6 +101,24 @@ func (l *Loop) checkConnected(ctx context.Context, in Inputs, path string, lines
 	l.observe(r.Report)
 }
 
+// activated tells the accounting of the clients whose context came up
+// (the server.log beside the control.log at path): those caught as they
+// connected are killed now under enforce.
+func (l *Loop) activated(ctx context.Context, in Inputs, path string, active []mps.ActiveClient) {
+	if len(active) == 0 || len(in.Logs[path]) == 0 || in.Policy == config.AccountingOff {
+		return
+	}
+	pids := make([]int, len(active))
+	for i, a := range active {
+		pids[i] = a.PID
+	}
+	r := l.acct.Activated(ctx, in.Policy, pids)
+	if len(r.Steps) > 0 {
+		l.noteConnected(r)
+		l.observe(r.Report)
+	}
+}
+
 // observe counts the enforcement steps of one pass, and how long each
 // escape had lasted at its first, so an operator can alert on them; use
 // per device is read from the status.

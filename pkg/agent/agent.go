@@ -87,6 +87,10 @@ type Options struct {
 	Reload <-chan struct{}
 	// Killer signals clients that accounting terminates; nil is kill(2).
 	Killer accounting.Killer
+	// ActiveWait is how long a client caught as it connects is waited on
+	// for its context before it is killed anyway; 0 is
+	// accounting.ActiveWait.
+	ActiveWait time.Duration
 	// WatchFiles follows edits of host.conf and the device YAML (fsnotify on
 	// their directories, so editors that replace the file are seen).
 	WatchFiles bool
@@ -171,7 +175,7 @@ func New(opts Options) (*Agent, error) {
 	a.devices = &devicesStation{opts: &a.opts, log: a.log}
 	a.nri = &nriStation{plugin: opts.NRI, entries: a.entries}
 	a.acct = a.newAccounting(accounting.New(accounting.Options{ProcRoot: hc.ProcRoot, Identities: host.Identity.Table, Pods: acctloop.PodFinder(hc),
-		Killer: opts.Killer, Log: opts.Log}))
+		Killer: opts.Killer, ActiveWait: opts.ActiveWait, Log: opts.Log}))
 	return a, nil
 }
 

@@ -591,3 +591,40 @@ func TestUnfollowedLogFallsBackToPolling(t *testing.T) {
 		t.Errorf("termination %+v; want found by the poll, SIGKILL at once", term)
 	}
 }
+
+// A client caught escaping as it connects is killed once its server says
+// its context is up, not while it is still connecting (killed then, it
+// would wedge its MPS server: docs/gpu-runs/probe-wedge-2026-11-29.txt):
+// found and reported at its NEW CLIENT line, alive until its ACTIVE line.
+func TestAnEscapeIsKilledOnceItsContextIsUp(t *testing.T) {
+	h := newHarness(t, connectTick, fourAndTwo)
+	o := h.agent.opts
+	o.ActiveWait = time.Hour // only the ACTIVE line can set the kill off
+	a, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.agent = a
+	h.runLoops(t)
+	dev := twoGPUs()[0].UUID.String() + "::0"
+	h.runner.HoldContexts(true)
+	c := startChild(t, envWith(h.cdiEntries(t)[dev].environ(), vdev.EnvMemoryLimit+"=x"))
+	h.connect(t, c)
+	waitFor(t, "the escape found as the client connected", func() bool {
+		s := h.agent.Status()
+		return s.Accounting != nil && slices.ContainsFunc(s.Accounting.QoSEscapes, func(e clientreport.Escape) bool { return e.PID == c.pid() })
+	})
+	if !c.alive() {
+		t.Fatalf("client %d killed before its context was up: %v", c.pid(), c.state)
+	}
+	if err := h.runner.ContextUp(c.pid()); err != nil {
+		t.Fatal(err)
+	}
+	if !c.killed(t) {
+		t.Fatalf("client %d ended with %v, want SIGKILL once its context was up", c.pid(), c.state)
+	}
+	waitFor(t, "the termination in /status", func() bool {
+		term, ok := termination(h.agent.Status(), c.pid())
+		return ok && term.Detected == accounting.DetectedConnect && term.Step == accounting.StepSIGKILL
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,7 +22,9 @@ import (
 
 // Following control.log: the accounting learns of a client the moment it
 // connects (ClientLog.Run hands each NEW CLIENT line on), without asking
-// anything while no client comes. The directory is watched (fsnotify), not
+// anything while no client comes. The server.log beside it is followed
+// the same way for the moment a client's context is up (its ACTIVE line,
+// serverlog.go), before which a client is not killed. The directory is watched (fsnotify), not
 // the file, so a file that does not exist yet, is replaced or comes back
 // is seen; the file is read from the offset last read, in bounded chunks,
 // lines longer than MaxLogLine skipped. What is in the file when following
@@ -59,12 +62,13 @@ type ClientLogState struct {
 	// read as it grows. When false, Error says why.
 	Following bool
 	Error     string
-	// Clients counts NEW CLIENT lines read; Malformed those that could not
-	// be read; LongLines lines skipped for their length; Restarts the
-	// times the file was found truncated or replaced and read again from
-	// its start; Trouble is the last trouble met.
-	Clients, Malformed, LongLines, Restarts uint64
-	Trouble                                 string
+	// Clients counts NEW CLIENT lines read, Active server.log's ACTIVE
+	// lines; Malformed those that could not be read; LongLines lines
+	// skipped for their length; Restarts the times a file was found
+	// truncated or replaced and read again from its start; Trouble is the
+	// last trouble met.
+	Clients, Active, Malformed, LongLines, Restarts uint64
+	Trouble                                         string
 	// Foreign counts, by kind, the commands changing something that this
 	// process did not send (while watched: Watch); LastForeign is the
 	// last of them, with its time.
@@ -72,19 +76,26 @@ type ClientLogState struct {
 	LastForeign string
 }
 
-// Lines is what one read of control.log found: the clients that connected
-// and, while watched, the commands others sent.
+// Lines is what one read of control.log and server.log found: the clients
+// that connected, those whose context is up and, while watched, the
+// commands others sent.
 type Lines struct {
 	Clients []NewClient
+	Active  []ActiveClient
 	Foreign []Command
 }
 
-// ClientLog follows one control daemon's control.log. Its State may be
-// read from any goroutine; Run runs in one.
+func (l Lines) empty() bool { return len(l.Clients)+len(l.Active)+len(l.Foreign) == 0 }
+
+// ClientLog follows one control daemon's control.log, and its servers'
+// server.log in the same directory. Its State may be read from any
+// goroutine; Run runs in one.
 type ClientLog struct {
 	path string
-	log  *slog.Logger
-	loc  *time.Location
+	// server is server.log's path.
+	server string
+	log    *slog.Logger
+	loc    *time.Location
 
 	mu     sync.Mutex
 	st     ClientLogState
@@ -112,7 +123,7 @@ func NewClientLog(path string, log *slog.Logger) *ClientLog {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &ClientLog{path: path, log: log.With("control_log", path), loc: time.Local,
+	return &ClientLog{path: path, server: filepath.Join(filepath.Dir(path), "server.log"), log: log.With("control_log", path), loc: time.Local,
 		st: ClientLogState{Path: path}, warned: map[string]bool{}}
 }
 
@@ -137,8 +148,14 @@ func (c *ClientLog) Run(ctx context.Context, send func(context.Context, []NewCli
 	})
 }
 
-// Follow is Run handing on the foreign commands too (Watch).
+// Follow follows both files until ctx ends, handing on what each read of
+// them found (control.log's lines first), in order; see Run.
 func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines) error) {
+	c.follow(ctx, send)
+}
+
+// follow is Follow.
+func (c *ClientLog) follow(ctx context.Context, send func(context.Context, Lines) error) {
 	dir := filepath.Dir(c.path)
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -147,15 +164,18 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 		return
 	}
 	defer w.Close()
-	r := &logReader{c: c, initial: true}
+	r := &logReader{c: c, path: c.path, name: "control.log", parse: c.controlLine, initial: true}
 	defer r.close()
+	sr := &logReader{c: c, path: c.server, name: "server.log", parse: c.serverLine, initial: true}
+	defer sr.close()
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	watched, wait := false, logRetryFirst
 	// wake: something to read; check: look whether the file was
-	// truncated or replaced too (a plain write of more lines needs not).
-	wake, check := false, false
-	base := filepath.Base(c.path)
+	// truncated or replaced too (a plain write of more lines needs not);
+	// for control.log, then server.log.
+	wake, check := [2]bool{}, [2]bool{}
+	readers := [2]*logReader{r, sr}
 	for {
 		if !watched {
 			if err := w.Add(dir); err != nil {
@@ -164,18 +184,24 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 				wait = min(2*wait, logRetryMax)
 			} else {
 				watched, wait = true, logRetryFirst
-				wake, check = true, true
+				wake, check = [2]bool{true, true}, [2]bool{true, true}
 				c.following(true, "")
 			}
 		}
-		if watched && wake {
-			if batch := r.read(ctx, check); len(batch.Clients)+len(batch.Foreign) > 0 {
+		if watched && (wake[0] || wake[1]) {
+			var batch Lines
+			for i, lr := range readers {
+				if wake[i] {
+					batch = lr.read(ctx, check[i], batch)
+				}
+			}
+			if !batch.empty() {
 				if err := send(ctx, batch); err != nil {
 					return
 				}
 			}
 		}
-		wake, check = false, false
+		wake, check = [2]bool{}, [2]bool{}
 		select {
 		case <-ctx.Done():
 			return
@@ -189,20 +215,28 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 					// The directory went (with the file held open, its
 					// watch would not say so): watched again once back.
 					r.close()
+					sr.close()
 					_ = w.Remove(dir)
 					watched = false
-				case !strings.HasPrefix(filepath.Base(ev.Name), base):
-					// Another file of the log directory (server.log).
-				case ev.Op == fsnotify.Write:
-					wake = true
 				default:
-					// Made, deleted, renamed: a new file may be there.
-					wake, check = true, true
-					if ev.Name == c.path && ev.Has(fsnotify.Remove) {
-						// Deleted: what is written to it now is seen by
-						// no one, and the file held open would keep the
-						// directory's own removal from being reported.
-						r.drop = true
+					i := slices.IndexFunc(readers[:], func(lr *logReader) bool {
+						return strings.HasPrefix(filepath.Base(ev.Name), filepath.Base(lr.path))
+					})
+					switch {
+					case i < 0:
+						// Another file of the log directory.
+					case ev.Op == fsnotify.Write:
+						wake[i] = true
+					default:
+						// Made, deleted, renamed: a new file may be there.
+						wake[i], check[i] = true, true
+						if ev.Name == readers[i].path && ev.Has(fsnotify.Remove) {
+							// Deleted: what is written to it now is seen
+							// by no one, and the file held open would
+							// keep the directory's own removal from being
+							// reported.
+							readers[i].drop = true
+						}
 					}
 				}
 				select {
@@ -216,7 +250,7 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 				return
 			}
 			// An overflow loses events, never data: reading catches up.
-			wake, check = true, true
+			wake, check = [2]bool{true, true}, [2]bool{true, true}
 			c.trouble("watch", "watching control.log: "+err.Error())
 		case <-retry.C:
 		}
@@ -259,10 +293,15 @@ func (c *ClientLog) trouble(kind, msg string, count ...*uint64) {
 	c.log.Log(context.Background(), level, msg, "kind", kind)
 }
 
-// logReader reads control.log from where it left off.
+// logReader reads one log file (control.log or server.log) from where it
+// left off.
 type logReader struct {
 	c *ClientLog
-	f *os.File
+	// path is the file's, name its name in messages; parse reads one of
+	// its lines into out.
+	path, name string
+	parse      func(line []byte, out *Lines)
+	f          *os.File
 	// dev and ino name the file open, off is how far it was read.
 	dev, ino uint64
 	off      int64
@@ -284,6 +323,11 @@ type logReader struct {
 // in place: more than a line's time and PID.
 const tailBytes = 64
 
+// trouble is ClientLog.trouble, each kind kept apart per file.
+func (r *logReader) trouble(kind, msg string, count ...*uint64) {
+	r.c.trouble(r.name+" "+kind, msg, count...)
+}
+
 func (r *logReader) close() {
 	r.drop = false
 	if r.f != nil {
@@ -292,13 +336,12 @@ func (r *logReader) close() {
 	}
 }
 
-// read returns the NEW CLIENT lines written since the last read. With
+// read adds to out what was written since the last read. With
 // check, or when nothing new was there, it looks whether the file was
 // truncated or replaced too, and follows (the lines written past the
 // offset read of a file truncated and written again between two reads
 // are read as they come, the rest of it not).
-func (r *logReader) read(ctx context.Context, check bool) Lines {
-	var out Lines
+func (r *logReader) read(ctx context.Context, check bool, out Lines) Lines {
 	initial := r.initial
 	r.initial = false
 	for range 3 { // reading, then a switch to a new file at most twice
@@ -329,22 +372,21 @@ func (r *logReader) read(ctx context.Context, check bool) Lines {
 // open opens the file, never blocking (a FIFO put there is refused); at
 // the start of following (initial), from its end.
 func (r *logReader) open(initial bool) bool {
-	c := r.c
-	fd, err := unix.Open(c.path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	fd, err := unix.Open(r.path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false // not yet: the daemon makes it when it starts
 	}
 	if err != nil {
-		c.trouble("open", fmt.Sprintf("opening control.log: %v", err))
+		r.trouble("open", fmt.Sprintf("opening %s: %v", r.name, err))
 		return false
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		_ = unix.Close(fd)
-		c.trouble("not a file", "control.log is not a regular file: not read")
+		r.trouble("not a file", r.name+" is not a regular file: not read")
 		return false
 	}
-	r.f, r.dev, r.ino, r.off, r.part, r.skip, r.tail = os.NewFile(uintptr(fd), c.path), uint64(st.Dev), st.Ino, 0, nil, false, nil
+	r.f, r.dev, r.ino, r.off, r.part, r.skip, r.tail = os.NewFile(uintptr(fd), r.path), uint64(st.Dev), st.Ino, 0, nil, false, nil
 	if initial {
 		r.off = st.Size
 		// What ends the history is the tail to compare with.
@@ -370,7 +412,7 @@ func (r *logReader) drain(ctx context.Context, out Lines) Lines {
 			return out
 		}
 		if err != nil {
-			r.c.trouble("read", fmt.Sprintf("reading control.log: %v", err))
+			r.trouble("read", fmt.Sprintf("reading %s: %v", r.name, err))
 			return out
 		}
 	}
@@ -392,7 +434,7 @@ func (r *logReader) lines(data []byte, out Lines) Lines {
 		if i < 0 {
 			if len(r.part)+len(data) > MaxLogLine {
 				r.part, r.skip = r.part[:0], true
-				c.trouble("long line", fmt.Sprintf("control.log: a line longer than %d bytes skipped", MaxLogLine), &c.st.LongLines)
+				r.trouble("long line", fmt.Sprintf("%s: a line longer than %d bytes skipped", r.name, MaxLogLine), &c.st.LongLines)
 				return out
 			}
 			r.part = append(r.part, data...)
@@ -405,25 +447,45 @@ func (r *logReader) lines(data []byte, out Lines) Lines {
 		data = data[i+1:]
 		r.part = r.part[:0]
 		if len(line) > MaxLogLine {
-			c.trouble("long line", fmt.Sprintf("control.log: a line longer than %d bytes skipped", MaxLogLine), &c.st.LongLines)
+			r.trouble("long line", fmt.Sprintf("%s: a line longer than %d bytes skipped", r.name, MaxLogLine), &c.st.LongLines)
 			continue
 		}
-		nc, err := ParseNewClient(line, c.loc)
-		switch {
-		case err == nil:
-			c.mu.Lock()
-			c.st.Clients++
-			c.mu.Unlock()
-			out.Clients = append(out.Clients, nc)
-		case !errors.Is(err, ErrNotNewClient):
-			c.trouble("malformed", "control.log: "+err.Error(), &c.st.Malformed)
-		case c.guard != nil:
-			if cmd, ok := c.foreign(line); ok {
-				out.Foreign = append(out.Foreign, cmd)
-			}
-		}
+		r.parse(line, &out)
 	}
 	return out
+}
+
+// controlLine reads a line of control.log: a client connecting, or (while
+// watched) a command.
+func (c *ClientLog) controlLine(line []byte, out *Lines) {
+	nc, err := ParseNewClient(line, c.loc)
+	switch {
+	case err == nil:
+		c.mu.Lock()
+		c.st.Clients++
+		c.mu.Unlock()
+		out.Clients = append(out.Clients, nc)
+	case !errors.Is(err, ErrNotNewClient):
+		c.trouble("malformed", "control.log: "+err.Error(), &c.st.Malformed)
+	case c.guard != nil:
+		if cmd, ok := c.foreign(line); ok {
+			out.Foreign = append(out.Foreign, cmd)
+		}
+	}
+}
+
+// serverLine reads a line of server.log: a client whose context is up.
+func (c *ClientLog) serverLine(line []byte, out *Lines) {
+	ac, err := ParseActiveClient(line, c.loc)
+	switch {
+	case err == nil:
+		c.mu.Lock()
+		c.st.Active++
+		c.mu.Unlock()
+		out.Active = append(out.Active, ac)
+	case !errors.Is(err, ErrNotActiveClient):
+		c.trouble("server.log malformed", "server.log: "+err.Error(), &c.st.Malformed)
+	}
 }
 
 // foreign reads a command line of control.log: a command changing
@@ -514,20 +576,20 @@ func (r *logReader) switched() bool {
 		return true
 	}
 	var st unix.Stat_t
-	err := unix.Stat(c.path, &st)
+	err := unix.Stat(r.path, &st)
 	switch {
 	case err == nil && (uint64(st.Dev) != r.dev || st.Ino != r.ino):
 		if cur.Nlink > 0 && st.Size == 0 {
 			return false // renamed away, still written: the new file is empty
 		}
 		r.close()
-		c.trouble("replaced", "control.log replaced: the new file is read from its start", &c.st.Restarts)
+		r.trouble("replaced", r.name+" replaced: the new file is read from its start", &c.st.Restarts)
 		return true
 	case err != nil && !errors.Is(err, syscall.ENOENT):
-		c.trouble("stat", fmt.Sprintf("looking at control.log: %v", err))
+		r.trouble("stat", fmt.Sprintf("looking at %s: %v", r.name, err))
 	case cur.Size < r.off || r.rewritten():
 		r.off, r.part, r.skip, r.tail = 0, r.part[:0], false, r.tail[:0]
-		c.trouble("truncated", "control.log truncated: read again from its start", &c.st.Restarts)
+		r.trouble("truncated", r.name+" truncated: read again from its start", &c.st.Restarts)
 		return true
 	}
 	return false

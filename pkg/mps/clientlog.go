@@ -98,8 +98,12 @@ func ParseNewClient(line []byte, loc *time.Location) (NewClient, error) {
 
 // controlHeader reports whether h is what follows the time in the control
 // daemon's own header: " Control", spaces, its PID.
-func controlHeader(h []byte) bool {
-	rest, ok := bytes.CutPrefix(h, []byte(" Control "))
+func controlHeader(h []byte) bool { return daemonHeader(h, " Control ") }
+
+// daemonHeader reports whether h is what follows the time in an MPS
+// daemon's own header: who (" Control " or " Server "), spaces, its PID.
+func daemonHeader(h []byte, who string) bool {
+	rest, ok := bytes.CutPrefix(h, []byte(who))
 	if !ok {
 		return false
 	}

@@ -326,6 +326,7 @@ func runClientContract(t *testing.T, r mps.Runner, env mps.Env, gpu, other strin
 			got := connect(t, append([]string{"CUDA_MPS_PIPE_DIRECTORY=" + env.PipeDir}, k.env...))
 			if k.sees {
 				checkNewClientLine(t, env, got)
+				checkActiveLine(t, env, got)
 			}
 			switch {
 			case !k.sees:
@@ -369,6 +370,33 @@ func checkNewClientLine(t *testing.T, env mps.Env, got clientSaw) {
 	// The log's times have a millisecond; the clocks are the same host's.
 	if at := lines[0].At; at.Before(got.Began.Add(-time.Second)) || at.After(got.Ended.Add(time.Second)) {
 		t.Errorf("client %d's NEW CLIENT line at %s, outside its run %s .. %s", got.PID, at, got.Began, got.Ended)
+	}
+}
+
+// checkActiveLine: the client's server logged its context up in
+// server.log, an ACTIVE line of its PID at a time within its run
+// (mps.ParseActiveClient; docs/gpu-runs/probe-wedge-2026-11-29.txt): the
+// moment from which the accounting may kill it without wedging the
+// server.
+func checkActiveLine(t *testing.T, env mps.Env, got clientSaw) {
+	t.Helper()
+	raw, err := os.ReadFile(mps.ServerLog(env))
+	if err != nil {
+		t.Fatalf("server.log: %v", err)
+	}
+	var lines []mps.ActiveClient
+	for _, l := range strings.Split(string(raw), "\n") {
+		if ac, err := mps.ParseActiveClient([]byte(l), nil); err == nil && ac.PID == got.PID {
+			lines = append(lines, ac)
+		} else if err != nil && !errors.Is(err, mps.ErrNotActiveClient) {
+			t.Errorf("server.log line %q: %v", l, err)
+		}
+	}
+	if len(lines) == 0 {
+		t.Fatalf("no ACTIVE line of client PID %d in %s", got.PID, mps.ServerLog(env))
+	}
+	if at := lines[0].At; at.Before(got.Began.Add(-time.Second)) || at.After(got.Ended.Add(time.Second)) {
+		t.Errorf("client %d's ACTIVE line at %s, outside its run %s .. %s", got.PID, at, got.Began, got.Ended)
 	}
 }
 

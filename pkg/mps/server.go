@@ -2,10 +2,15 @@ package mps
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 )
+
+// WedgedHint says what a server that does not answer its status may be:
+// one a client wedged by dying while it connected (serverlog.go).
+const WedgedHint = "a server that never answers again was likely wedged by a client that died while connecting to it: its running clients go on, new ones cannot connect until that GPU's MPS is restarted (docs/containers.md, \"An MPS server wedged by a dying client\")"
 
 // ServerStatus is what get_server_status prints for a live server.
 type ServerStatus string
@@ -21,6 +26,11 @@ const (
 // ServerStatus asks for one server's status.
 func (c *Controller) ServerStatus(ctx context.Context, pid int) (ServerStatus, error) {
 	out, err := c.command(ctx, "get_server_status "+strconv.Itoa(pid))
+	if errors.Is(err, context.DeadlineExceeded) {
+		// What a server wedged by a client that died while connecting
+		// looks like (serverlog.go): said, for the operator.
+		return "", fmt.Errorf("status of MPS server %d: %w (%s)", pid, err, WedgedHint)
+	}
 	if err != nil {
 		return "", fmt.Errorf("status of MPS server %d: %w", pid, err)
 	}

@@ -41,7 +41,9 @@ import (
 //   - lazy servers: AddClient starts one with the defaults of that moment;
 //   - a client's connection (AddClient, Connect) logged in control.log as
 //     the real daemon logs it: two NEW CLIENT lines, the first saying
-//     whether the server had to be started (mps-probe-escape.txt);
+//     whether the server had to be started (mps-probe-escape.txt), and in
+//     server.log as the real server logs it: each connection, then the
+//     client's context ACTIVE (probe-wedge-2026-11-29.txt);
 //   - one command per invocation (the real client reads only the first
 //     line; Run refuses a command holding a newline);
 //   - quit (pid file and log fifo removed) versus Kill (`kill -9`: nothing
@@ -65,7 +67,7 @@ import (
 // per GPU) answer side by side, as real ones do.
 type Runner struct {
 	log *slog.Logger
-	// mu guards deviceName, cudaOrder and dirs.
+	// mu guards deviceName, cudaOrder, dirs and held.
 	mu sync.Mutex
 	// dirs holds each pipe directory's mutex, taken before its flock.
 	dirs map[string]*sync.Mutex
@@ -81,6 +83,45 @@ type Runner struct {
 	// (fastest first), what a daemon started without CUDA_VISIBLE_DEVICES
 	// numbers its devices by.
 	cudaOrder []string
+	// hold: connecting clients' contexts stay down until ContextUp; held
+	// are those clients, with their server's log directory and PID.
+	hold bool
+	held map[int]heldClient
+}
+
+// heldClient is a connected client whose context is not up yet.
+type heldClient struct {
+	logDir string
+	server int
+}
+
+// HoldContexts, while on, has clients that connect stop short of their
+// context: their server.log gets no ACTIVE line until ContextUp, as a
+// client between its connection and its context (10-15 ms on an H200)
+// or one that never asks for a context.
+func (s *Runner) HoldContexts(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hold = on
+}
+
+// ContextUp brings up the context of a client held by HoldContexts: its
+// server logs its second connection and the context ACTIVE.
+func (s *Runner) ContextUp(pid int) error {
+	s.mu.Lock()
+	h, ok := s.held[pid]
+	delete(s.held, pid)
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("simulated MPS client %d: no context held", pid)
+	}
+	s.contextUp(mps.Env{LogDir: h.logDir}, h.server, pid)
+	return nil
+}
+
+func (s *Runner) contextUp(env mps.Env, server, pid int) {
+	s.serverLog(env, server, fmt.Sprintf("Client {PID: %d, Context ID: 1} connected", pid))
+	s.serverLog(env, server, fmt.Sprintf("Status of client {PID: %d, Context ID: 1} is ACTIVE", pid))
 }
 
 const (
@@ -285,8 +326,21 @@ func (s *Runner) connect(d *simState, pid int, comm, ns string) *simServer {
 	} else {
 		s.controlLog(env, d.PID, who+"Server already exists")
 	}
+	s.serverLog(env, srv.PID, fmt.Sprintf("Client {PID: %d, Context ID: 0} connected", pid))
 	s.controlLog(env, d.PID, "Accepting connection...")
 	s.controlLog(env, d.PID, who+"Server already exists")
+	s.mu.Lock()
+	hold := s.hold
+	if hold {
+		if s.held == nil {
+			s.held = map[int]heldClient{}
+		}
+		s.held[pid] = heldClient{logDir: d.LogDir, server: srv.PID}
+	}
+	s.mu.Unlock()
+	if !hold {
+		s.contextUp(env, srv.PID, pid)
+	}
 	return srv
 }
 
@@ -442,16 +496,27 @@ func (s *Runner) quitFiles(pipeDir string) {
 
 // controlLog appends a line to control.log in the real daemon's format.
 func (s *Runner) controlLog(env mps.Env, pid int, msg string) {
+	s.logLine(env, "control.log", "Control", pid, msg)
+}
+
+// serverLog appends a line to server.log in the real server's format
+// (docs/gpu-runs/probe-wedge-2026-11-29.txt): a client's connections, and
+// its context up.
+func (s *Runner) serverLog(env mps.Env, pid int, msg string) {
+	s.logLine(env, "server.log", "Server", pid, msg)
+}
+
+func (s *Runner) logLine(env mps.Env, file, who string, pid int, msg string) {
 	if env.LogDir == "" {
 		return
 	}
-	f, err := os.OpenFile(filepath.Join(env.LogDir, "control.log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(filepath.Join(env.LogDir, file), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
-		s.log.Debug("simulated MPS control: control.log", "error", err)
+		s.log.Debug("simulated MPS control: "+file, "error", err)
 		return
 	}
 	defer f.Close()
-	_, _ = fmt.Fprintf(f, "[%s Control %5d] %s\n", time.Now().Format("2006-01-02 15:04:05.000"), pid, msg)
+	_, _ = fmt.Fprintf(f, "[%s %s %5d] %s\n", time.Now().Format("2006-01-02 15:04:05.000"), who, pid, msg)
 }
 
 // procUID is the real UID of a client process, from /proc; 0 for a

@@ -283,7 +283,7 @@ class Variant:
         time.sleep(10)
         out, ms = self.ctl("get_server_list", 3)
         print("get_server_list 10 s later: %s (%.0f ms)" % ("timeout" if out is None else repr(out), ms))
-        srv = [pid for pid in self.mps_pids() if "server" in sh("tr '\\0' ' ' </proc/%d/cmdline" % pid)]
+        srv = [pid for pid in self.mps_pids() if (sh("tr '\\0' ' ' </proc/%d/cmdline" % pid).split() or [""])[0].endswith("nvidia-cuda-mps-server")]
         print("SIGKILL of the MPS server(s) %s" % srv)
         for pid in srv:
             os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,89 @@
+package mps
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// An MPS server writes server.log next to its control daemon's control.log.
+// For each of a client's connections it logs the connection, and once the
+// client's context on the device is up (measured on an H200, driver
+// 580.159.04, docs/gpu-runs/probe-wedge-2026-11-29.txt):
+//
+//	[2026-11-29 08:11:33.213 Server  1489] Client {PID: 2359, Context ID: 0} connected
+//	[2026-11-29 08:11:33.225 Server  1489] Client {PID: 2359, Context ID: 1} connected
+//	[2026-11-29 08:11:33.225 Server  1489] Status of client {PID: 2359, Context ID: 1} is ACTIVE
+//
+// The ACTIVE line comes about 12 ms after the client's first NEW CLIENT
+// line in control.log and about 100 ms before its context is usable: from
+// then on the client has finished talking to the control daemon and to
+// the server, and can be killed without harm to either. Killed earlier,
+// between connecting to the server and sending it its credentials, it
+// leaves the server taking no new client and every control command that
+// asks the server (get_server_status, get_client_list, terminate_client,
+// quit) hanging for good ("User did not send valid credentials" is the
+// server's last line), until the server is killed: the same probe wedged
+// it at the first such kill with a command sent right after, and after 13
+// with one sent 80 ms later. Killed after the ACTIVE line, never (120
+// tries).
+
+// ServerLog is the file the MPS servers of a control daemon in env write
+// their log to.
+func ServerLog(env Env) string { return filepath.Join(env.LogDir, "server.log") }
+
+// ActiveClient is one "Status of client ... is ACTIVE" line of server.log:
+// a client whose context is up.
+type ActiveClient struct {
+	// PID is the client's, in the host's PID namespace (as NEW CLIENT
+	// lines name it).
+	PID int
+	// Context is the server's number of the client's connection.
+	Context int
+	// At is the line's time.
+	At time.Time
+}
+
+// ErrNotActiveClient: a server.log line that is not an ACTIVE line.
+var ErrNotActiveClient = errors.New("not an ACTIVE client line")
+
+const (
+	activeMark   = "] Status of client {PID: "
+	activeSuffix = "} is ACTIVE"
+)
+
+// ParseActiveClient reads one line of server.log (without its newline):
+// an ACTIVE line, ErrNotActiveClient for any other, or an error naming
+// what is wrong with an ACTIVE line that cannot be read. The time is read
+// in loc (the server's local time; nil is time.Local).
+func ParseActiveClient(line []byte, loc *time.Location) (ActiveClient, error) {
+	i := bytes.Index(line, []byte(activeMark))
+	if i < 0 || !bytes.HasSuffix(line, []byte(activeSuffix)) {
+		return ActiveClient{}, ErrNotActiveClient
+	}
+	if loc == nil {
+		loc = time.Local
+	}
+	if len(line) < 1+len(controlTimeLayout) || line[0] != '[' || 1+len(controlTimeLayout) > i ||
+		!daemonHeader(line[1+len(controlTimeLayout):i], " Server ") {
+		return ActiveClient{}, ErrNotActiveClient
+	}
+	at, err := time.ParseInLocation(controlTimeLayout, string(line[1:1+len(controlTimeLayout)]), loc)
+	if err != nil {
+		return ActiveClient{}, fmt.Errorf("ACTIVE line %.80q: its time: %w", line, err)
+	}
+	rest := line[i+len(activeMark) : len(line)-len(activeSuffix)]
+	num, ctxPart, ok := bytes.Cut(rest, []byte(", Context ID: "))
+	pid, err := strconv.Atoi(string(num))
+	if !ok || err != nil || pid <= 0 || pid > maxPID || num[0] == '+' {
+		return ActiveClient{}, fmt.Errorf("ACTIVE line %.80q: PID %.20q", line, num)
+	}
+	n, err := strconv.Atoi(string(ctxPart))
+	if err != nil || n < 0 || ctxPart[0] == '+' {
+		return ActiveClient{}, fmt.Errorf("ACTIVE line %.80q: context %.20q", line, ctxPart)
+	}
+	return ActiveClient{PID: pid, Context: n, At: at}, nil
+}
