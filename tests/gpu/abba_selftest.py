@@ -14,9 +14,9 @@
   1.0 far more often than 5% of the time;
 - end to end: view_probe.py serve-fake clients (no PyTorch: a busy loop
   with an injected per-process bias and per-block noise, timed for real)
-  driven by abba.py through the same FIFOs, 12 a side, started in parallel
-  and pinned to one core once ready, as view.sh starts the real ones (here
-  without ASLR: see run_abba): equal kinds (the same injected biases, 0.5%
+  driven by abba.py through the same FIFOs, 12 a side, started in parallel,
+  as view.sh starts the real ones (here without ASLR and unpinned unless
+  ABBA_CPU=N: see run_abba; serve's pinning has a test of its own): equal kinds (the same injected biases, 0.5%
   between processes, on both sides) give an interval covering 1.0 whose
   half-width is within 1% (the control passes); the "with" kind 3% slower
   is detected (the interval below 0.99: view.sh's check fails).
@@ -130,9 +130,34 @@ class Calibration(unittest.TestCase):
         self.assertEqual(failed, self.RUNS // 4, "view.sh's check (lower bound at least 0.99) fails")
 
 
+class Pinning(unittest.TestCase):
+    def test_serve_pins_every_thread_once_ready(self):
+        d = tempfile.mkdtemp(prefix="abba-selftest.")
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", d], check=False))
+        for f in ("cmd.p", "res.p"):
+            os.mkfifo(os.path.join(d, f))
+        p = subprocess.Popen([sys.executable, os.path.join(HERE, "view_probe.py"), "serve-fake", "p", d, "0", "1", "0", "1"])
+        self.addCleanup(lambda: (p.poll() is None and p.kill(), p.wait()))
+        deadline = time.monotonic() + 30
+        while not os.path.exists(os.path.join(d, "ready.p")):
+            self.assertIsNone(p.poll(), "serve-fake ended before it was ready")
+            self.assertLess(time.monotonic(), deadline, "serve-fake was not ready in 30 s")
+            time.sleep(0.05)
+        for tid in os.listdir(f"/proc/{p.pid}/task"):
+            with open(f"/proc/{p.pid}/task/{tid}/status") as f:
+                allowed = [line.split()[1] for line in f if line.startswith("Cpus_allowed_list:")]
+            self.assertEqual(allowed, ["0"], f"thread {tid}")
+        with open(os.path.join(d, "cmd.p"), "w") as cmd, open(os.path.join(d, "res.p")) as res:
+            cmd.write("g 1\n")
+            cmd.flush()
+            self.assertGreater(float(res.readline()), 0)
+            cmd.write("q\n")
+        self.assertEqual(p.wait(timeout=30), 0)
+
+
 class EndToEnd(unittest.TestCase):
     K = 12
-    SECONDS = 15
+    SECONDS = 25
 
     def run_abba(self, slowdown):
         """2K serve-fake clients through the FIFOs, as view.sh runs the real
@@ -141,7 +166,12 @@ class EndToEnd(unittest.TestCase):
         self.addCleanup(lambda: subprocess.run(["rm", "-rf", d], check=False))
         rng = random.Random(46)
         factors = [math.exp(rng.gauss(0, 0.005)) for _ in range(self.K)]
-        cpu = str(os.cpu_count() - 1) if (os.cpu_count() or 1) > 1 else "-"
+        # Unpinned unless ABBA_CPU names a core: on a shared build machine
+        # no core is quiet, and a busy one ruins blocks of a few ms (a CPU
+        # hog on the pinned core here: the half-width went from 0.6% to
+        # 4-6%); unpinned, the one client running finds a free core.
+        # view.sh pins on the idle GPU host (Pinning tests the pinning).
+        cpu = os.environ.get("ABBA_CPU", "-")
         # Without ASLR: a Python loop's speed depends on its layout by ~2%
         # from process to process here, which would drown the bias injected;
         # the fake kinds are the same program, so their layouts are alike.
@@ -178,7 +208,9 @@ class EndToEnd(unittest.TestCase):
         kv = self.run_abba(0.0)
         self.assertLessEqual(kv["view.lo"], 1.0)
         self.assertGreaterEqual(kv["view.hi"], 1.0)
-        self.assertLessEqual(kv["control.halfwidth"], 0.01)
+        self.assertLessEqual(kv["control.halfwidth"], 0.01,
+                             f"the machine is too busy for the method to tell 1% (each process's speed known to "
+                             f"{kv['process.precision']}%): run again on a quieter one")
         self.assertGreater(kv["spread.without"], 0.25, "the injected 0.5% per-process bias shows")
 
     def test_with_three_percent_slower_is_detected(self):
