@@ -11,12 +11,20 @@ tests/gpu/view-probe.sh). One mode a process; prints "key value" lines.
             synchronized each step), SECONDS each round, a round when
             DIR/go.ROLE.N appears; steps/s of each round into DIR/ROLE.N
             (tests/gpu/view-probe.sh)
-  serve ROLE DIR
+  serve ROLE DIR [CPU]
             the blocks tests/gpu/abba.py asks for, one at a time: reads
             "g N" (N small PyTorch steps as bench's) or "c N" (a CPU-bound
             Python loop of N iterations, no CUDA) from the FIFO
             DIR/cmd.ROLE, answers each with its seconds on DIR/res.ROLE;
-            "q" ends it
+            "q" ends it. Once warmed up (200 steps), every thread of the
+            process is pinned to core CPU ("-": none), and only then is
+            DIR/ready.ROLE made: the imports and CUDA start of many clients
+            run in parallel, their blocks on one core
+  serve-fake ROLE DIR CPU FACTOR NOISE SEED
+            serve without PyTorch or a GPU, for abba.py's self-test
+            (tests/gpu/abba_selftest.py): "g N" is a busy loop of
+            N x 1000 x FACTOR x (1 + NOISE x a normal draw, seeded by SEED)
+            iterations, timed for real
 """
 import os
 import sys
@@ -196,7 +204,46 @@ def bench_mode(role, d, rounds, seconds):
         os.rename(os.path.join(d, f"{role}.{r}.tmp"), os.path.join(d, f"{role}.{r}"))
 
 
-def serve_mode(role, d):
+def pin(cpu):
+    """Every thread of this process (PyTorch's and the driver's included) on
+    core cpu; threads made later inherit it."""
+    if cpu == "-":
+        return
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), {int(cpu)})
+        except ProcessLookupError:
+            pass  # a thread that ended meanwhile
+
+
+def cpu_loop(n):
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+
+
+def serve_loop(role, d, cpu, gpu_block):
+    """Pins, says ready, then answers abba.py's blocks until "q"."""
+    cpu_loop(100000)
+    pin(cpu)
+    open(os.path.join(d, f"ready.{role}"), "w").close()
+    with open(os.path.join(d, f"cmd.{role}")) as cmd, open(os.path.join(d, f"res.{role}"), "w") as res:
+        for line in cmd:
+            kind, n = (line.split() + ["0"])[:2]
+            n = int(n)
+            if kind == "q":
+                break
+            t0 = time.perf_counter()
+            if kind == "g":
+                gpu_block(n)
+            else:
+                cpu_loop(n)
+            res.write(f"{time.perf_counter() - t0:.9f}\n")
+            res.flush()
+
+
+def serve_mode(role, d, cpu):
     import torch
     torch.manual_seed(0)
     ws = [torch.randn(2048, 2048, dtype=torch.float16, device="cuda") / 45 for _ in range(6)]
@@ -208,30 +255,23 @@ def serve_mode(role, d):
             x = torch.relu(x @ w)
         torch.cuda.synchronize()
 
-    def cpu(n):
-        s = 0
-        for i in range(n):
-            s += i * i
-        return s
+    def gpu_block(n):
+        for _ in range(n):
+            step()
 
     for _ in range(200):
         step()
-    cpu(100000)
-    open(os.path.join(d, f"ready.{role}"), "w").close()
-    with open(os.path.join(d, f"cmd.{role}")) as cmd, open(os.path.join(d, f"res.{role}"), "w") as res:
-        for line in cmd:
-            kind, n = (line.split() + ["0"])[:2]
-            n = int(n)
-            if kind == "q":
-                break
-            t0 = time.perf_counter()
-            if kind == "g":
-                for _ in range(n):
-                    step()
-            else:
-                cpu(n)
-            res.write(f"{time.perf_counter() - t0:.9f}\n")
-            res.flush()
+    serve_loop(role, d, cpu, gpu_block)
+
+
+def serve_fake_mode(role, d, cpu, factor, noise, seed):
+    import random
+    rng = random.Random(seed)
+
+    def gpu_block(n):
+        cpu_loop(max(1, int(n * 1000 * factor * (1 + noise * rng.gauss(0, 1)))))
+
+    serve_loop(role, d, cpu, gpu_block)
 
 
 mode = sys.argv[1]
@@ -246,6 +286,8 @@ elif mode == "nvml":
 elif mode == "bench":
     bench_mode(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
 elif mode == "serve":
-    serve_mode(sys.argv[2], sys.argv[3])
+    serve_mode(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else "-")
+elif mode == "serve-fake":
+    serve_fake_mode(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]), float(sys.argv[6]), int(sys.argv[7]))
 else:
     sys.exit(f"unknown mode {mode}")
