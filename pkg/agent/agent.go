@@ -125,6 +125,8 @@ type Agent struct {
 	// loop-owned: only the Run loop (or a test calling Reconcile) touches
 	// these, never concurrently.
 	readySent bool
+	// trim hands the heap's free memory back to the OS (memory.go).
+	trim heapTrim
 	// onReload follows a new configuration (the file watcher re-aims).
 	onReload func(*Config)
 	// held is a configuration change held back (guard.go).
@@ -164,7 +166,7 @@ func New(opts Options) (*Agent, error) {
 	hc := opts.Config.Host
 	override := struct{ sys, dev string }{opts.SysfsRoot, opts.DevRoot}
 	opts.SysfsRoot, opts.DevRoot = cmp.Or(opts.SysfsRoot, hc.SysfsRoot), cmp.Or(opts.DevRoot, hc.DevRoot)
-	a := &Agent{opts: opts, log: opts.Log.With("component", "agent"), notify: opts.Notifier, rootOverride: override, cfg: opts.Config, generation: 1}
+	a := &Agent{opts: opts, log: opts.Log.With("component", "agent"), notify: opts.Notifier, rootOverride: override, cfg: opts.Config, generation: 1, trim: newHeapTrim()}
 	a.status.Simulated, a.status.ConfigGeneration = opts.Simulated, 1
 	hostname, _ := HostName(hc) // unreadable: no Hostname label; the reconcile reports the error
 	a.met = newTelemetry(hostname, a.Status)
@@ -296,6 +298,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-next.C:
 			reconcile(true)
 		}
+		a.trim.after(time.Now())
 	}
 }
 

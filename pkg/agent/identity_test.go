@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/entries"

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"runtime/debug"
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/backend"
@@ -165,8 +164,8 @@ func (a *Agent) succeed() {
 		// The start's garbage (the first specs encoded, the inventory's
 		// answers) goes back to the OS at once instead of being scavenged
 		// over the following minutes: an idle daemon's resident memory is
-		// its live heap, not the start's peak.
-		debug.FreeOSMemory()
+		// its live heap, not the start's peak (memory.go).
+		a.trim.trim(time.Now())
 	}
 }
 

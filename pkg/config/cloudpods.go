@@ -7,7 +7,7 @@ import (
 	"net"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"yunion.io/x/mps-daemon/pkg/restcall"
 )

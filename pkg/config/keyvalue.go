@@ -5,7 +5,7 @@ import (
 	"bytes"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // parseKeyValueLines reads host.conf in the other form Cloudpods accepts

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // An NVIDIA_MPS entry may name the slices of its GPU that serve

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"yunion.io/x/mps-daemon/internal/testsupport/pki"
 	"yunion.io/x/mps-daemon/pkg/config"
