@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sort"
 
 	"yunion.io/x/mps-daemon/pkg/clientreport"
 	"yunion.io/x/mps-daemon/pkg/gpu"
@@ -74,10 +75,10 @@ func (m Mismatch) gpuPID() (gpu.UUID, int) { return m.GPU, m.PID }
 
 // byGPUThenPID sorts reported processes as logs and /status list them.
 func byGPUThenPID[T interface{ gpuPID() (gpu.UUID, int) }](s []T) {
-	slices.SortFunc(s, func(a, b T) int {
-		ag, ap := a.gpuPID()
-		bg, bp := b.gpuPID()
-		return cmp.Or(cmp.Compare(ag, bg), cmp.Compare(ap, bp))
+	sort.Slice(s, func(i, j int) bool {
+		ag, ap := s[i].gpuPID()
+		bg, bp := s[j].gpuPID()
+		return cmp.Or(cmp.Compare(ag, bg), cmp.Compare(ap, bp)) < 0
 	})
 }
 
@@ -177,7 +178,7 @@ func (u *Usage) sort() {
 	byGPUThenPID(u.Unknown)
 	byGPUThenPID(u.Mismatches)
 	for name, d := range u.PerDevice {
-		slices.SortFunc(d.Clients, func(a, b Client) int { return cmp.Compare(a.PID, b.PID) })
+		sort.Slice(d.Clients, func(i, j int) bool { return d.Clients[i].PID < d.Clients[j].PID })
 		d.PIDs = make([]int, len(d.Clients))
 		for i, c := range d.Clients {
 			d.PIDs[i] = c.PID

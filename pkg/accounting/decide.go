@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sort"
 	"time"
 
 	"yunion.io/x/mps-daemon/pkg/config"
@@ -206,8 +207,9 @@ func Decide(u Usage, caps map[string]uint64, p config.AccountingPolicy, h Histor
 		}
 		// Most growth first, then the newest, then the larger PID so the
 		// order is total.
-		slices.SortFunc(candidates, func(a, b candidate) int {
-			return cmp.Or(cmp.Compare(b.growth, a.growth), cmp.Compare(b.StartTicks, a.StartTicks), cmp.Compare(b.PID, a.PID))
+		sort.Slice(candidates, func(i, j int) bool {
+			a, b := candidates[i], candidates[j]
+			return cmp.Or(cmp.Compare(b.growth, a.growth), cmp.Compare(b.StartTicks, a.StartTicks), cmp.Compare(b.PID, a.PID)) < 0
 		})
 		for _, c := range candidates {
 			if used <= capBytes {

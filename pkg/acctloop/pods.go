@@ -3,7 +3,7 @@ package acctloop
 import (
 	"maps"
 	"slices"
-	"strings"
+	"sort"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/config"
@@ -138,7 +138,7 @@ func (l *Loop) notePods(r accounting.Report, sampled map[gpu.UUID]bool, held map
 				pods = append(pods, p)
 			}
 		}
-		slices.SortFunc(pods, func(x, y status.Pod) int { return strings.Compare(x.Name, y.Name) })
+		sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
 	}
 	l.st.pods = pods
 }

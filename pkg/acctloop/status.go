@@ -1,9 +1,9 @@
 package acctloop
 
 import (
-	"cmp"
 	"maps"
 	"slices"
+	"sort"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/claim"
@@ -214,7 +214,7 @@ func keepOthers[T any](cur, prev []T, mine func(gpu.UUID) bool, gpuOf func(T) gp
 			cur = append(cur, p)
 		}
 	}
-	slices.SortStableFunc(cur, func(x, y T) int { return cmp.Compare(gpuOf(x), gpuOf(y)) })
+	sort.SliceStable(cur, func(i, j int) bool { return gpuOf(cur[i]) < gpuOf(cur[j]) })
 	return cur
 }
 

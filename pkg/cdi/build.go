@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 
 	specs "tags.cncf.io/container-device-interface/specs-go"
@@ -91,9 +92,7 @@ func Edits(opts Options, d Device) (specs.ContainerEdits, error) {
 // slice so the same inputs give the same bytes whatever their order.
 func build(o settled, devs []Device, nodes nodeSet) *specs.Spec {
 	sorted := slices.Clone(devs)
-	slices.SortFunc(sorted, func(a, b Device) int {
-		return cmp.Or(cmp.Compare(a.GPU.UUID, b.GPU.UUID), cmp.Compare(a.Index, b.Index))
-	})
+	sort.Slice(sorted, func(i, j int) bool { return byGPUIndex(sorted[i], sorted[j]) < 0 })
 	// No annotations: they need cdiVersion 0.6.0, which Debian 12's Podman
 	// (4.3.1) refuses (docs/runs/podman-cdi-version.md). The file's header
 	// names its writer; the identity file and YUNION_MPS_VIRTUAL_DEVICE name
@@ -212,4 +211,9 @@ func viewMounts(v View, d Device) []*specs.Mount {
 		Type:          "bind",
 		Options:       slices.Clone(readOnlyMountOptions),
 	}}
+}
+
+// byGPUIndex orders devices by GPU, then index on it: the spec's order.
+func byGPUIndex(a, b Device) int {
+	return cmp.Or(cmp.Compare(a.GPU.UUID, b.GPU.UUID), cmp.Compare(a.Index, b.Index))
 }

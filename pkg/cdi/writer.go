@@ -2,9 +2,9 @@ package cdi
 
 import (
 	"bytes"
-	"cmp"
 	"maps"
 	"slices"
+	"sort"
 )
 
 // Writer is Sync with a memory of the last spec it encoded and of
@@ -107,8 +107,6 @@ func keyOf(devs []Device) []Device {
 	for i := range key {
 		key[i].GPU.MemoryUsed, key[i].GPU.ComputeMode = 0, 0
 	}
-	slices.SortStableFunc(key, func(a, b Device) int {
-		return cmp.Or(cmp.Compare(a.GPU.UUID, b.GPU.UUID), cmp.Compare(a.Index, b.Index))
-	})
+	sort.SliceStable(key, func(i, j int) bool { return byGPUIndex(key[i], key[j]) < 0 })
 	return key
 }

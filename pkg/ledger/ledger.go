@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -255,8 +256,9 @@ func Published(current []Device, claims map[string]Claim) []Device {
 		}
 	}
 	devs := slices.Collect(maps.Values(out))
-	slices.SortFunc(devs, func(a, b Device) int {
-		return cmp.Or(cmp.Compare(a.GPUUUID, b.GPUUUID), compareBool(a.ClaimsDevice, b.ClaimsDevice), cmp.Compare(a.Index, b.Index))
+	sort.Slice(devs, func(i, j int) bool {
+		a, b := devs[i], devs[j]
+		return cmp.Or(cmp.Compare(a.GPUUUID, b.GPUUUID), compareBool(a.ClaimsDevice, b.ClaimsDevice), cmp.Compare(a.Index, b.Index)) < 0
 	})
 	return devs
 }

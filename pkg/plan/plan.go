@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
@@ -92,7 +93,7 @@ func (p *Plan) SharedMemoryLimits(order []gpu.UUID) []units.MiB {
 // SharedMemoryLimits) is its GPU's own cap too.
 func (p *Plan) SharedOrder() []gpu.UUID {
 	gps := slices.Clone(p.GPUs)
-	slices.SortStableFunc(gps, func(a, b GPUPlan) int { return cmp.Compare(b.Cap(), a.Cap()) })
+	sort.SliceStable(gps, func(i, j int) bool { return gps[i].Cap() > gps[j].Cap() })
 	out := make([]gpu.UUID, len(gps))
 	for i, gp := range gps {
 		out[i] = gp.GPU.UUID
@@ -193,9 +194,9 @@ func Build(hc *config.HostConf, df *config.DeviceFile, gpus []gpu.Info, r gpu.Re
 				p.Unshared = append(p.Unshared, g)
 			}
 		}
-		slices.SortFunc(p.Unshared, func(a, b gpu.Info) int { return a.PCI.Compare(b.PCI) })
+		sort.Slice(p.Unshared, func(i, j int) bool { return p.Unshared[i].PCI.Compare(p.Unshared[j].PCI) < 0 })
 	}
-	slices.SortFunc(p.GPUs, func(a, b GPUPlan) int { return a.GPU.PCI.Compare(b.GPU.PCI) })
+	sort.Slice(p.GPUs, func(i, j int) bool { return p.GPUs[i].GPU.PCI.Compare(p.GPUs[j].GPU.PCI) < 0 })
 	return p, errors.Join(errs...)
 }
 

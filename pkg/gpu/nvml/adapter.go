@@ -6,7 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
+	"sort"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -96,7 +96,7 @@ func (a *Adapter) Devices(ctx context.Context) ([]gpu.Info, error) {
 		}
 		infos = append(infos, info)
 	}
-	slices.SortFunc(infos, func(x, y gpu.Info) int { return x.PCI.Compare(y.PCI) })
+	sort.Slice(infos, func(i, j int) bool { return infos[i].PCI.Compare(infos[j].PCI) < 0 })
 	a.log.Debug("GPUs listed", "count", len(infos))
 	return infos, nil
 }

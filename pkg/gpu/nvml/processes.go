@@ -5,7 +5,7 @@ package nvml
 import (
 	"context"
 	"fmt"
-	"slices"
+	"sort"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -57,6 +57,6 @@ func mpsProcesses(d device, uuid gpu.UUID) ([]gpu.Process, error) {
 	for pid, used := range byPID {
 		out = append(out, gpu.Process{PID: pid, UsedMemoryBytes: used})
 	}
-	slices.SortFunc(out, func(x, y gpu.Process) int { return x.PID - y.PID })
+	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
 	return out, nil
 }
