@@ -284,7 +284,7 @@ func (l *Loop) noteClientLogs(logs map[string][]gpu.UUID, states map[string]mps.
 	var out []status.ClientLog
 	for _, path := range slices.Sorted(maps.Keys(logs)) {
 		s := states[path]
-		cl := status.ClientLog{Path: path, Following: s.Following, Error: s.Error, Clients: s.Clients, Malformed: s.Malformed,
+		cl := status.ClientLog{Path: path, Following: s.Following, Error: s.Error, Clients: s.Clients, Active: s.Active, Malformed: s.Malformed,
 			LongLines: s.LongLines, Restarts: s.Restarts, Trouble: s.Trouble, LastForeign: s.LastForeign}
 		for k, n := range s.Foreign {
 			if cl.ForeignCommands == nil {

@@ -627,4 +627,8 @@ func TestAnEscapeIsKilledOnceItsContextIsUp(t *testing.T) {
 		term, ok := termination(h.agent.Status(), c.pid())
 		return ok && term.Detected == accounting.DetectedConnect && term.Step == accounting.StepSIGKILL
 	})
+	waitFor(t, "the ACTIVE line counted in /status", func() bool {
+		nc := newClients(h.agent.Status())
+		return nc != nil && slices.ContainsFunc(nc.Logs, func(l status.ClientLog) bool { return l.Active >= 1 })
+	})
 }

@@ -245,9 +245,13 @@ type ClientLog struct {
 	// GPUs are polled).
 	Following bool   `json:"following"`
 	Error     string `json:"error,omitempty"`
-	// Clients counts its NEW CLIENT lines read; Trouble is the last
-	// trouble met (a malformed line, a line too long, a truncation).
+	// Clients counts its NEW CLIENT lines read, Active the ACTIVE lines
+	// of the server.log beside it (a client's context up: the moment a
+	// client caught as it connected is killed); Trouble is the last
+	// trouble met in either (a malformed line, a line too long, a
+	// truncation).
 	Clients   uint64 `json:"clients"`
+	Active    uint64 `json:"active_clients"`
 	Malformed uint64 `json:"malformed_lines,omitempty"`
 	LongLines uint64 `json:"long_lines,omitempty"`
 	Restarts  uint64 `json:"restarts,omitempty"`
