@@ -20,11 +20,12 @@ import (
 const DefaultGrace = 5 * time.Second
 
 // ActiveWait is how long a client to be killed once its context is up
-// (Action.AwaitActive) is waited for: its server's ACTIVE line comes
-// 10-15 ms after the client connects to a running server and about 400 ms
-// after when the client starts the server (H200); a client that never
-// says so (its server.log not followed, or it has not asked for a
-// context) is killed then, between two connections as likely as not.
+// (Action.AwaitActive) is waited for: its server's ACTIVE line came 10-15
+// ms after the client connected to a running server and 345 ms after
+// when the client had to wait for the server to start (H200,
+// docs/gpu-runs/probe-wedge-2026-11-29.txt). A client that never says so
+// (its server.log not followed, or it asked for no context) is killed
+// then; only then can the kill land in the middle of a connection.
 const ActiveWait = 2 * time.Second
 
 // activeKept is how long a client's ACTIVE line is remembered, for a

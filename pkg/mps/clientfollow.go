@@ -21,7 +21,7 @@ import (
 )
 
 // Following control.log: the accounting learns of a client the moment it
-// connects (ClientLog.Run hands each NEW CLIENT line on), without asking
+// connects (ClientLog.Follow hands each NEW CLIENT line on), without asking
 // anything while no client comes. The server.log beside it is followed
 // the same way for the moment a client's context is up (its ACTIVE line,
 // serverlog.go), before which a client is not killed. The directory is watched (fsnotify), not
@@ -89,7 +89,7 @@ func (l Lines) empty() bool { return len(l.Clients)+len(l.Active)+len(l.Foreign)
 
 // ClientLog follows one control daemon's control.log, and its servers'
 // server.log in the same directory. Its State may be read from any
-// goroutine; Run runs in one.
+// goroutine; Follow runs in one.
 type ClientLog struct {
 	path string
 	// server is server.log's path.
@@ -111,11 +111,11 @@ type ClientLog struct {
 // Watch has the commands of control.log read too: those changing
 // something that g says this process did not send are logged (a warning
 // each, up to foreignWarnings a minute), counted in State and handed on
-// (Lines.Foreign). Set it before Run.
+// (Lines.Foreign). Set it before Follow.
 func (c *ClientLog) Watch(g *Guard) { c.guard = g }
 
-// OnChange has f called, from Run's goroutine, each time the log starts
-// or stops being followed; set it before Run.
+// OnChange has f called, from Follow's goroutine, each time the log starts
+// or stops being followed; set it before Follow.
 func (c *ClientLog) OnChange(f func()) { c.changed = f }
 
 // NewClientLog follows the control.log at path.
@@ -136,26 +136,11 @@ func (c *ClientLog) State() ClientLogState {
 	return st
 }
 
-// Run follows the file until ctx ends, handing each batch of NEW CLIENT
-// lines read to send, in order. send may block (the file keeps what is not
-// read yet, so nothing is lost); an error from it ends Run.
-func (c *ClientLog) Run(ctx context.Context, send func(context.Context, []NewClient) error) {
-	c.Follow(ctx, func(ctx context.Context, l Lines) error {
-		if len(l.Clients) == 0 {
-			return nil
-		}
-		return send(ctx, l.Clients)
-	})
-}
-
-// Follow follows both files until ctx ends, handing on what each read of
-// them found (control.log's lines first), in order; see Run.
+// Follow follows both files until ctx ends, handing what each read of them
+// found (control.log's lines first) to send, in order. send may block (the
+// files keep what is not read yet, so nothing is lost); an error from it
+// ends Follow.
 func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines) error) {
-	c.follow(ctx, send)
-}
-
-// follow is Follow.
-func (c *ClientLog) follow(ctx context.Context, send func(context.Context, Lines) error) {
 	dir := filepath.Dir(c.path)
 	w, err := fsnotify.NewWatcher()
 	if err != nil {

@@ -82,8 +82,8 @@ func ParseNewClient(line []byte, loc *time.Location) (NewClient, error) {
 	}
 	rest := line[i+len(newClientMark):]
 	num, rest, _ := bytes.Cut(rest, []byte{' '})
-	pid, err := strconv.Atoi(string(num))
-	if err != nil || pid <= 0 || pid > maxPID || num[0] == '+' {
+	pid, ok := parsePID(num)
+	if !ok {
 		return NewClient{}, fmt.Errorf("NEW CLIENT line %.80q: PID %.20q", line, num)
 	}
 	nc := NewClient{PID: pid, UID: -1, At: at}
@@ -94,6 +94,13 @@ func ParseNewClient(line []byte, loc *time.Location) (NewClient, error) {
 		}
 	}
 	return nc, nil
+}
+
+// parsePID reads a PID as the daemons log it: decimal, no sign, within
+// Linux's PID range.
+func parsePID(num []byte) (int, bool) {
+	pid, err := strconv.Atoi(string(num))
+	return pid, err == nil && pid > 0 && pid <= maxPID && num[0] != '+'
 }
 
 // controlHeader reports whether h is what follows the time in the control

@@ -79,11 +79,14 @@ func FuzzParseNewClient(f *testing.F) {
 	})
 }
 
-// followed runs a ClientLog on path, collecting what it hands on.
+// followed runs a ClientLog on path, collecting what it hands on: the
+// clients connecting (got) and, in order with them, every client handed
+// on as "new PID" or, from server.log, "active PID" (seen).
 type followed struct {
 	cl     *ClientLog
 	mu     sync.Mutex
 	got    []NewClient
+	seen   []string
 	notify chan struct{}
 	block  chan struct{} // while open, send waits on it
 }
@@ -96,7 +99,7 @@ func follow(t *testing.T, path string) *followed {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		f.cl.Run(ctx, func(ctx context.Context, b []NewClient) error {
+		f.cl.Follow(ctx, func(ctx context.Context, l Lines) error {
 			f.mu.Lock()
 			block := f.block
 			f.mu.Unlock()
@@ -108,7 +111,13 @@ func follow(t *testing.T, path string) *followed {
 				}
 			}
 			f.mu.Lock()
-			f.got = append(f.got, b...)
+			f.got = append(f.got, l.Clients...)
+			for _, nc := range l.Clients {
+				f.seen = append(f.seen, fmt.Sprintf("new %d", nc.PID))
+			}
+			for _, ac := range l.Active {
+				f.seen = append(f.seen, fmt.Sprintf("active %d", ac.PID))
+			}
 			f.mu.Unlock()
 			select {
 			case f.notify <- struct{}{}:
@@ -122,7 +131,7 @@ func follow(t *testing.T, path string) *followed {
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			t.Error("Run did not return after its context ended")
+			t.Error("Follow did not return after its context ended")
 		}
 	})
 	return f

@@ -2,13 +2,11 @@ package mps
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -69,54 +67,23 @@ func FuzzParseActiveClient(f *testing.F) {
 	})
 }
 
-// both runs Follow on the control.log of a fresh directory, collecting
-// the clients connecting and those whose context is up, in the order
-// handed on.
-type both struct {
-	cl   *ClientLog
-	mu   sync.Mutex
-	seen []string // "new PID" or "active PID"
-}
-
-func followBoth(t *testing.T) (*both, string) {
+// followDir follows the control.log of a fresh directory (and so the
+// server.log beside it), from when it is followed.
+func followDir(t *testing.T) (*followed, string) {
 	t.Helper()
 	dir := t.TempDir()
-	b := &both{cl: NewClientLog(filepath.Join(dir, "control.log"), nil)}
-	b.cl.loc = time.UTC
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		b.cl.Follow(ctx, func(_ context.Context, l Lines) error {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			for _, nc := range l.Clients {
-				b.seen = append(b.seen, fmt.Sprintf("new %d", nc.PID))
-			}
-			for _, ac := range l.Active {
-				b.seen = append(b.seen, fmt.Sprintf("active %d", ac.PID))
-			}
-			return nil
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("Follow did not return after its context ended")
-		}
-	})
-	await(t, "following", func() bool { return b.cl.State().Following })
-	return b, dir
+	f := follow(t, filepath.Join(dir, "control.log"))
+	await(t, "following", func() bool { return f.cl.State().Following })
+	return f, dir
 }
 
-func (b *both) waitFor(t *testing.T, want string) {
+// waitSeen waits until the clients handed on hold want, in that order.
+func (f *followed) waitSeen(t *testing.T, want string) {
 	t.Helper()
 	await(t, want, func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return strings.Contains(strings.Join(b.seen, ","), want)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return strings.Contains(strings.Join(f.seen, ","), want)
 	})
 }
 
@@ -129,24 +96,24 @@ func activeLine(pid int) string {
 // and a server.log replaced (a control daemon started again) is read from
 // its start.
 func TestClientLogHandsOnActiveClients(t *testing.T) {
-	b, dir := followBoth(t)
+	b, dir := followDir(t)
 	server := filepath.Join(dir, "server.log")
 	appendTo(t, server, activeLine(70)) // made after following began: read
-	b.waitFor(t, "active 70")
+	b.waitSeen(t, "active 70")
 	appendTo(t, filepath.Join(dir, "control.log"), line(71))
 	appendTo(t, server, "[2026-11-29 08:11:33.213 Server  1489] Client {PID: 71, Context ID: 0} connected\n"+activeLine(71))
-	b.waitFor(t, "new 71,active 71")
+	b.waitSeen(t, "new 71,active 71")
 	next := filepath.Join(dir, "server.log.new")
 	appendTo(t, next, activeLine(72))
 	if err := os.Rename(next, server); err != nil {
 		t.Fatal(err)
 	}
-	b.waitFor(t, "active 72")
+	b.waitSeen(t, "active 72")
 	if st := b.cl.State(); st.Clients != 1 || st.Active != 3 || st.Malformed != 0 {
 		t.Errorf("state %+v", st)
 	}
 	appendTo(t, server, "[2026-11-29 08:11:33.225 Server  1489] Status of client {PID: x, Context ID: 1} is ACTIVE\n"+activeLine(73))
-	b.waitFor(t, "active 73")
+	b.waitSeen(t, "active 73")
 	if st := b.cl.State(); st.Malformed != 1 || !strings.Contains(st.Trouble, "server.log") {
 		t.Errorf("a malformed ACTIVE line: state %+v", st)
 	}
@@ -171,9 +138,9 @@ func TestClientLogReadsARealServerLog(t *testing.T) {
 		if len(pids) != want {
 			t.Fatalf("%s: %d ACTIVE lines, want %d", name, len(pids), want)
 		}
-		b, dir := followBoth(t)
+		b, dir := followDir(t)
 		appendTo(t, filepath.Join(dir, "server.log"), string(raw))
-		b.waitFor(t, strings.Join(pids, ","))
+		b.waitSeen(t, strings.Join(pids, ","))
 		if st := b.cl.State(); st.Malformed != 0 || st.LongLines != 0 {
 			t.Errorf("%s: state %+v", name, st)
 		}
