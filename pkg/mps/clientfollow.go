@@ -156,6 +156,8 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	watched, wait := false, logRetryFirst
+	// announce: watched anew, Following to be said once read.
+	announce := false
 	// wake: something to read; check: look whether the file was
 	// truncated or replaced too (a plain write of more lines needs not);
 	// for control.log, then server.log.
@@ -170,7 +172,7 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 			} else {
 				watched, wait = true, logRetryFirst
 				wake, check = [2]bool{true, true}, [2]bool{true, true}
-				c.following(true, "")
+				announce = true
 			}
 		}
 		if watched && (wake[0] || wake[1]) {
@@ -179,6 +181,12 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 				if wake[i] {
 					batch = lr.read(ctx, check[i], batch)
 				}
+			}
+			if announce {
+				// Said once the files are read up to where following
+				// starts: a line written after this is handed on.
+				announce = false
+				c.following(true, "")
 			}
 			if !batch.empty() {
 				if err := send(ctx, batch); err != nil {
