@@ -4,9 +4,10 @@
  * cuGetProcAddress) reaches their functions. Only lookups of our names
  * are answered here: on a real handle, if glibc's dlsym finds there the
  * real library's function of that name, the caller gets ours instead; in
- * the global scope (RTLD_DEFAULT) before the real library is loaded, the
- * caller gets what it would get without us (usually nothing), so a probe
- * for the driver is not fooled by our exports.
+ * the global scope (RTLD_DEFAULT, or the program's own handle) before the
+ * real library is loaded, the caller gets what it would get without us
+ * (usually nothing), so a probe for the driver is not fooled by our
+ * exports.
  *
  * Everything else must reach glibc exactly as if we were not here: for
  * RTLD_NEXT and RTLD_DEFAULT glibc resolves relative to the object that
@@ -96,21 +97,42 @@ static void *swap(const char *name, void *p)
 	return p;
 }
 
+/* HERE(p): p passes through here, so the call that made it is never a
+ * tail call: glibc must see this library as the caller of the lookups
+ * below (RTLD_NEXT: the objects after ours), not the program that called
+ * the trampoline. */
+#define HERE(p) __asm__ volatile("" : "+r"(p))
+
+/* ours_early: p, found by a lookup of name on a handle, is our export
+ * while the real library is not loaded. Only a handle whose scope holds
+ * us finds it: the program's own, dlopen(NULL) (ctypes.CDLL(None)), whose
+ * scope is the global one; that lookup then gets what RTLD_DEFAULT's does
+ * (view_dlsym_absent). dlvsym never finds our exports, which have no
+ * version of the caller's asking. */
+static int ours_early(const char *name, void *p)
+{
+	int f = real_index(name);
+
+	return p && p == ours((enum fn_id)f) && !real_loaded(fn_lib((enum fn_id)f));
+}
+
 void *view_dlsym_answer(void *handle, const char *name)
 {
-	return swap(name, real_dlsym()(handle, name));
+	void *p = real_dlsym()(handle, name);
+
+	HERE(p);
+	if (ours_early(name, p)) {
+		p = real_dlsym()(RTLD_NEXT, name);
+		HERE(p);
+		TRACE("dlsym: no real library yet", name, p != NULL);
+	}
+	return swap(name, p);
 }
 
 void *view_dlvsym_answer(void *handle, const char *name, const char *version)
 {
 	return swap(name, real_dlvsym()(handle, name, version));
 }
-
-/* HERE(p): p passes through here, so the call that made it is never a
- * tail call: glibc must see this library as the caller of the lookups
- * below (RTLD_NEXT: the objects after ours), not the program that called
- * the trampoline. */
-#define HERE(p) __asm__ volatile("" : "+r"(p))
 
 /* view_dlsym_absent: the global scope's definition as if we were not in
  * it: another object's before ours (the program's own, say), else the
