@@ -25,7 +25,6 @@
 HIDDEN void *view_dlsym_answer(void *handle, const char *name);
 HIDDEN void *view_dlvsym_answer(void *handle, const char *name, const char *version);
 HIDDEN void *view_dlsym_absent(void *handle, const char *name);
-HIDDEN void *view_dlvsym_absent(void *handle, const char *name, const char *version);
 
 enum route { GLIBC, ANSWER, ABSENT };
 
@@ -65,6 +64,10 @@ HIDDEN void *view_dlsym_route(void *handle, const char *name)
 	}
 }
 
+/* view_dlvsym_route: as view_dlsym_route, but a lookup in the global
+ * scope always goes to glibc: dlvsym accepts only a definition of the
+ * version asked for, and our exports have none ("Base"), so it never
+ * finds ours there (tenant/test/run.sh, the probe: vsym). */
 HIDDEN void *view_dlvsym_route(void *handle, const char *name, const char *version)
 {
 	dlvsym_fn real = real_dlvsym();
@@ -72,11 +75,9 @@ HIDDEN void *view_dlvsym_route(void *handle, const char *name, const char *versi
 	(void)version;
 	if (!real)
 		return NULL;
-	switch (route(handle, name)) {
-	case ANSWER: return (void *)view_dlvsym_answer;
-	case ABSENT: return (void *)view_dlvsym_absent;
-	default: return (void *)real;
-	}
+	if (handle != RTLD_DEFAULT && route(handle, name) == ANSWER)
+		return (void *)view_dlvsym_answer;
+	return (void *)real;
 }
 
 /* swap: ours for p when p is the real function of that name. */
@@ -153,16 +154,3 @@ void *view_dlsym_absent(void *handle, const char *name)
 	return p;
 }
 
-void *view_dlvsym_absent(void *handle, const char *name, const char *version)
-{
-	void *p = real_dlvsym()(RTLD_DEFAULT, name, version);
-	int f = real_index(name);
-
-	(void)handle;
-	HERE(p);
-	if (p && p == ours((enum fn_id)f)) {
-		p = real_dlvsym()(RTLD_NEXT, name, version);
-		HERE(p);
-	}
-	return p;
-}

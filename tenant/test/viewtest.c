@@ -26,12 +26,14 @@
  *                          libnvidia-ml.so.1 (dlsym(RTLD_DEFAULT) of
  *                          cuMemGetInfo_v2 and nvmlDeviceGetMemoryInfo,
  *                          dlsym on the program's own handle, dlopen(NULL),
- *                          as ctypes.CDLL(None) does, a weak reference to
+ *                          as ctypes.CDLL(None) does, dlvsym(RTLD_DEFAULT)
+ *                          of cuMemGetInfo_v2, a weak reference to
  *                          cuMemGetInfo_v2 called), and then after (dlopen
  *                          RTLD_GLOBAL):
  *                          probe before cuda=<null|set> dlerror=<0|1>
  *                            nvml=<null|set> main=<null|set>
- *                            weak=<null|set> weak.rc=<rc> loaded=<0|1>
+ *                            vsym=<null|set> weak=<null|set> weak.rc=<rc>
+ *                            loaded=<0|1>
  *                          probe after cuda=... nvml=... main=... weak.rc=<rc>
  *                          (loaded: libcuda.so.1 is in the process; rc -1:
  *                          not called)
@@ -375,14 +377,15 @@ static void probe(void)
 	void *n = dlsym(RTLD_DEFAULT, "nvmlDeviceGetMemoryInfo");
 	void *self = dlopen(NULL, RTLD_LAZY);
 	void *m = self ? dlsym(self, "cuMemGetInfo_v2") : NULL;
+	void *vs = dlvsym(RTLD_DEFAULT, "cuMemGetInfo_v2", "LIBCUDA_TEST");
 	size_t f = 0, t = 0;
 	int rc = cuMemGetInfo_v2 ? cuMemGetInfo_v2(&f, &t) : -1;
 	int loaded = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) != NULL;
 	CUresult (*init)(unsigned int);
 
 	dlerror();
-	printf("probe before cuda=%s dlerror=%d nvml=%s main=%s weak=%s weak.rc=%d loaded=%d\n", set(c), err,
-	       set(n), set(m), set((void *)cuMemGetInfo_v2), rc, loaded);
+	printf("probe before cuda=%s dlerror=%d nvml=%s main=%s vsym=%s weak=%s weak.rc=%d loaded=%d\n", set(c), err,
+	       set(n), set(m), set(vs), set((void *)cuMemGetInfo_v2), rc, loaded);
 	if (!dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL) || !dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_GLOBAL)) {
 		fail("dlopen");
 		return;
