@@ -376,14 +376,16 @@ for e in "LD_PRELOAD=$out/$A/libyunion-mps-view.so"; do
 done
 
 echo "== a probe for the driver before it is loaded is not fooled"
-# viewtest probe: dlsym(RTLD_DEFAULT) of our names, and a weak reference,
+# viewtest probe: dlsym(RTLD_DEFAULT) of our names, dlsym on the program's
+# own handle (dlopen(NULL), as Python's ctypes.CDLL(None)), dlvsym in the
+# global scope (glibc takes no unversioned definition for it), a weak reference,
 # before and after the process loads libcuda.so.1 and libnvidia-ml.so.1.
-PROBE_WITHOUT="probe before cuda=null dlerror=1 nvml=null weak=null weak.rc=-1 loaded=0
-probe after cuda=set nvml=set weak.rc=-1"
-PROBE_WITH="probe before cuda=null dlerror=1 nvml=null weak=set weak.rc=3 loaded=0
-probe after cuda=set nvml=set weak.rc=201"
+PROBE_WITHOUT="probe before cuda=null dlerror=1 nvml=null main=null vsym=null weak=null weak.rc=-1 loaded=0
+probe after cuda=set nvml=set main=set weak.rc=-1"
+PROBE_WITH="probe before cuda=null dlerror=1 nvml=null main=null vsym=null weak=set weak.rc=3 loaded=0
+probe after cuda=set nvml=set main=set weak.rc=201"
 same "$A: no library: the probe's premise" "$PROBE_WITHOUT" "$("$W/$A/viewtest" probe 2>&1)"
-same "$A: before the driver is loaded dlsym(RTLD_DEFAULT) finds none of our names; our export, called through a weak reference, says not initialised (3) and loads nothing; after, the real function answers (201: no context)" \
+same "$A: before the driver is loaded dlsym(RTLD_DEFAULT) and dlsym(dlopen(NULL)) find none of our names; our export, called through a weak reference, says not initialised (3) and loads nothing; after, the real function answers (201: no context)" \
 	"$PROBE_WITH" "$(vt $A probe)"
 
 echo "== through /etc/ld.so.preload, as a container has it"

@@ -24,13 +24,17 @@
  * viewtest probe           what a program asking "is the driver here?"
  *                          learns before it loads libcuda.so.1 and
  *                          libnvidia-ml.so.1 (dlsym(RTLD_DEFAULT) of
- *                          cuMemGetInfo_v2 and nvmlDeviceGetMemoryInfo, a
- *                          weak reference to cuMemGetInfo_v2 called), and
- *                          then after (dlopen RTLD_GLOBAL):
+ *                          cuMemGetInfo_v2 and nvmlDeviceGetMemoryInfo,
+ *                          dlsym on the program's own handle, dlopen(NULL),
+ *                          as ctypes.CDLL(None) does, dlvsym(RTLD_DEFAULT)
+ *                          of cuMemGetInfo_v2, a weak reference to
+ *                          cuMemGetInfo_v2 called), and then after (dlopen
+ *                          RTLD_GLOBAL):
  *                          probe before cuda=<null|set> dlerror=<0|1>
- *                            nvml=<null|set> weak=<null|set> weak.rc=<rc>
+ *                            nvml=<null|set> main=<null|set>
+ *                            vsym=<null|set> weak=<null|set> weak.rc=<rc>
  *                            loaded=<0|1>
- *                          probe after cuda=... nvml=... weak.rc=<rc>
+ *                          probe after cuda=... nvml=... main=... weak.rc=<rc>
  *                          (loaded: libcuda.so.1 is in the process; rc -1:
  *                          not called)
  */
@@ -371,20 +375,24 @@ static void probe(void)
 	void *c = dlsym(RTLD_DEFAULT, "cuMemGetInfo_v2");
 	int err = dlerror() != NULL;
 	void *n = dlsym(RTLD_DEFAULT, "nvmlDeviceGetMemoryInfo");
+	void *self = dlopen(NULL, RTLD_LAZY);
+	void *m = self ? dlsym(self, "cuMemGetInfo_v2") : NULL;
+	void *vs = dlvsym(RTLD_DEFAULT, "cuMemGetInfo_v2", "LIBCUDA_TEST");
 	size_t f = 0, t = 0;
 	int rc = cuMemGetInfo_v2 ? cuMemGetInfo_v2(&f, &t) : -1;
 	int loaded = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) != NULL;
 	CUresult (*init)(unsigned int);
 
 	dlerror();
-	printf("probe before cuda=%s dlerror=%d nvml=%s weak=%s weak.rc=%d loaded=%d\n", set(c), err, set(n),
-	       set((void *)cuMemGetInfo_v2), rc, loaded);
+	printf("probe before cuda=%s dlerror=%d nvml=%s main=%s vsym=%s weak=%s weak.rc=%d loaded=%d\n", set(c), err,
+	       set(n), set(m), set(vs), set((void *)cuMemGetInfo_v2), rc, loaded);
 	if (!dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL) || !dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_GLOBAL)) {
 		fail("dlopen");
 		return;
 	}
 	c = dlsym(RTLD_DEFAULT, "cuMemGetInfo_v2");
 	n = dlsym(RTLD_DEFAULT, "nvmlDeviceGetMemoryInfo");
+	m = self ? dlsym(self, "cuMemGetInfo_v2") : NULL;
 	init = (CUresult(*)(unsigned int))dlsym(RTLD_DEFAULT, "cuInit");
 	if (!init || init(0)) {
 		fail("cuInit");
@@ -392,7 +400,7 @@ static void probe(void)
 	}
 	/* Initialised, no context: the real function says so (201). */
 	rc = cuMemGetInfo_v2 ? cuMemGetInfo_v2(&f, &t) : -1;
-	printf("probe after cuda=%s nvml=%s weak.rc=%d\n", set(c), set(n), rc);
+	printf("probe after cuda=%s nvml=%s main=%s weak.rc=%d\n", set(c), set(n), set(m), rc);
 }
 
 #ifdef LINKED
