@@ -27,15 +27,13 @@ variant down (SIGKILL of its server and control daemon) and goes on.
 Prints one "try" line per try and "## " sections; times in ms.
 """
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 
-NEW_CLIENT = re.compile(rb"\] NEW CLIENT (\d+) from user")
-
+import follow_log
 
 def now():
     return time.monotonic()
@@ -49,8 +47,9 @@ def sh(cmd, timeout=10):
 
 
 class Follower(threading.Thread):
-    """Tails control.log from its end; calls on_line(pid, n) for each NEW
-    CLIENT line (n: how many lines that pid has had, 1 for its first)."""
+    """Follows control.log as clients/follow_log.py does; calls
+    on_line(pid, n) for each NEW CLIENT line (n: how many lines that pid
+    has had, 1 for its first)."""
 
     def __init__(self, path, on_line):
         super().__init__(daemon=True)
@@ -58,24 +57,12 @@ class Follower(threading.Thread):
         self.count = {}
 
     def run(self):
-        while not os.path.exists(self.path) and not self.stop:
-            time.sleep(0.001)
-        with open(self.path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            rest = b""
-            while not self.stop:
-                chunk = f.read(65536)
-                if not chunk:
-                    time.sleep(0.001)
-                    continue
-                lines = (rest + chunk).split(b"\n")
-                rest = lines.pop()
-                for line in lines:
-                    m = NEW_CLIENT.search(line)
-                    if m:
-                        pid = int(m.group(1))
-                        self.count[pid] = self.count.get(pid, 0) + 1
-                        self.on_line(pid, self.count[pid])
+        for line in follow_log.follow(self.path, lambda: self.stop):
+            m = line and follow_log.NEW_CLIENT.search(line)
+            if m:
+                pid = int(m.group(1))
+                self.count[pid] = self.count.get(pid, 0) + 1
+                self.on_line(pid, self.count[pid])
 
 
 class Variant:
