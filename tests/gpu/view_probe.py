@@ -171,7 +171,10 @@ def nvml_mode():
     print("nvml.v2.reserved", m2.reserved)
 
 
-def bench_mode(role, d, rounds, seconds):
+def small_step():
+    """One step of the small-kernel workload both throughput methods time:
+    batch 8 through six 2048x2048 fp16 layers, synchronized (CPU-bound:
+    the launch path is what a library in the process could slow)."""
     import torch
     torch.manual_seed(0)
     ws = [torch.randn(2048, 2048, dtype=torch.float16, device="cuda") / 45 for _ in range(6)]
@@ -183,6 +186,11 @@ def bench_mode(role, d, rounds, seconds):
             x = torch.relu(x @ w)
         torch.cuda.synchronize()
 
+    return step
+
+
+def bench_mode(role, d, rounds, seconds):
+    step = small_step()
     for _ in range(50):
         step()
     open(os.path.join(d, f"ready.{role}"), "w").close()
@@ -244,16 +252,7 @@ def serve_loop(role, d, cpu, gpu_block):
 
 
 def serve_mode(role, d, cpu):
-    import torch
-    torch.manual_seed(0)
-    ws = [torch.randn(2048, 2048, dtype=torch.float16, device="cuda") / 45 for _ in range(6)]
-    x0 = torch.randn(8, 2048, dtype=torch.float16, device="cuda")
-
-    def step():
-        x = x0
-        for w in ws:
-            x = torch.relu(x @ w)
-        torch.cuda.synchronize()
+    step = small_step()
 
     def gpu_block(n):
         for _ in range(n):
