@@ -261,7 +261,6 @@ func (l *Loop) Run(ctx context.Context) {
 			clear(lastPoll)
 			l.opts.Step(ctx, "accounting: clients connecting", func(ctx context.Context) {
 				for more := true; more; {
-					l.undoForeign(ctx, *in, b.path, b.foreign)
 					if len(b.lines) > 0 {
 						l.checkConnected(ctx, *in, b.path, b.lines)
 						for _, g := range in.Logs[b.path] {
@@ -269,6 +268,10 @@ func (l *Loop) Run(ctx context.Context) {
 						}
 					}
 					l.activated(ctx, *in, b.path, b.active)
+					// After the clients: a put-back is a few control
+					// commands per GPU, which another program's commands
+					// must not put before a kill at connect.
+					l.undoForeign(ctx, *in, b.path, b.foreign)
 					select {
 					case b = <-batches:
 					default:

@@ -39,14 +39,14 @@ type Held struct {
 	Holder string
 }
 
-// podHolding is what one server holds of one GPU: first is its slice of
-// the lowest index, whose CDI edits (and view) the NRI plugin gives its
-// pod's containers.
+// podHolding is what one server holds of one GPU: first is the index of
+// its slice of the lowest index, whose CDI edits (and view) the NRI plugin
+// gives its pod's containers.
 type podHolding struct {
 	gpu    gpu.UUID
 	slices int
 	cap    units.Bytes
-	first  vdev.Name
+	first  int
 }
 
 // podHoldings are, by pod name, the slices of the enforced GPUs each
@@ -63,18 +63,13 @@ func (in Inputs) podHoldings() map[string]podHolding {
 		}
 		name := accounting.PodName(g, h.Holder)
 		p := out[name]
-		if p.slices == 0 || h.Device.Index < firstIndex(p.first) {
-			p.first = h.Device.Name()
+		if p.slices == 0 || h.Device.Index < p.first {
+			p.first = h.Device.Index
 		}
 		p.gpu, p.slices, p.cap = g, p.slices+1, p.cap+h.Device.MemoryLimit.Bytes()
 		out[name] = p
 	}
 	return out
-}
-
-func firstIndex(n vdev.Name) int {
-	_, i, _ := vdev.ParseName(n.String())
-	return i
 }
 
 // withPodViews is r as the views are written from it: each pod's use on
@@ -90,9 +85,10 @@ func (in Inputs) withPodViews(r accounting.Report) accounting.Report {
 		if !ok || p.UsedBytes == 0 {
 			continue
 		}
-		d := per[h.first.String()]
+		first := vdev.NameOf(h.gpu, h.first).String()
+		d := per[first]
 		d.UsedBytes += p.UsedBytes
-		per[h.first.String()] = d
+		per[first] = d
 	}
 	r.Usage.PerDevice = per
 	return r

@@ -38,7 +38,7 @@ func TestPodsCapIsWhatTheirServersHold(t *testing.T) {
 	if caps[p1] != uint64(units.MiB(3072).Bytes()) || caps[p2] != uint64(units.MiB(1024).Bytes()) || len(in.pods) != 2 {
 		t.Errorf("caps %v, pods %+v", caps, in.pods)
 	}
-	if h := in.pods[p1]; h.first != vdev.NameOf(gpuA, 1) || h.slices != 2 {
+	if h := in.pods[p1]; h.first != 1 || h.slices != 2 {
 		t.Errorf("srv-1's holding %+v: want its 2 slices, the first index 1", h)
 	}
 	none := Inputs{GPUs: []gpu.UUID{gpuA}}

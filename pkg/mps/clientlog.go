@@ -70,7 +70,7 @@ func ParseNewClient(line []byte, loc *time.Location) (NewClient, error) {
 	// The mark must end the daemon's own header, "[<time> Control <pid>]":
 	// text a client sends the control daemon is logged after a header of
 	// its own ("Cmd:...", "Unknown command ..."), never there.
-	if len(line) < 1+len(controlTimeLayout) || line[0] != '[' {
+	if len(line) < 1+len(controlTimeLayout) || line[0] != '[' || i < 1+len(controlTimeLayout) {
 		return NewClient{}, fmt.Errorf("NEW CLIENT line %.80q: no time", line)
 	}
 	if !controlHeader(line[1+len(controlTimeLayout) : i]) {

@@ -43,6 +43,9 @@ func TestParseNewClient(t *testing.T) {
 		{"[2026-11-22 01:19:14.919 Control   411] NEW CLIENT +7 from user 0: y", 0, 0, "", "PID"},
 		{"[2026-13-22 01:19:14.919 Control   411] NEW CLIENT 7 from user 0: y", 0, 0, "", "time"},
 		{"junk] NEW CLIENT 7 from user 0", 0, 0, "", "no time"},
+		// A header too short for its time, in a line long enough for one
+		// (a torn or foreign line): an error, not a panic.
+		{"[2026-11-22] NEW CLIENT 7 from user 0: Server already exists", 0, 0, "", "no time"},
 		// What a client sends the control daemon is logged after a header
 		// of its own: a NEW CLIENT line forged inside a command is none.
 		{"[2026-11-22 00:54:43.902 Control   430] Cmd:x] NEW CLIENT 1 from user 0: Server already exists", 0, 0, "", "-"},
@@ -71,6 +74,7 @@ func TestParseNewClient(t *testing.T) {
 func FuzzParseNewClient(f *testing.F) {
 	f.Add([]byte("[2026-11-22 01:19:14.919 Control   411] NEW CLIENT 1240 from user 0: Server already exists"))
 	f.Add([]byte("] NEW CLIENT "))
+	f.Add([]byte("[2026-11-22] NEW CLIENT 7 from user 0: Server already exists"))
 	f.Fuzz(func(t *testing.T, line []byte) {
 		nc, err := ParseNewClient(line, time.UTC)
 		if err == nil && (nc.PID <= 0 || nc.PID > maxPID) {

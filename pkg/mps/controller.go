@@ -247,7 +247,7 @@ func CheckPipeDir(dir string) error {
 	if dir == "" {
 		return errors.New("MPS pipe directory is empty")
 	}
-	sock := filepath.Join(dir, "control_privileged")
+	sock := filepath.Join(dir, PrivilegedSocket)
 	if len(sock) > maxSocketPath {
 		return fmt.Errorf("MPS pipe directory %s is too long: %s is %d bytes, unix sockets allow %d",
 			dir, sock, len(sock), maxSocketPath)
