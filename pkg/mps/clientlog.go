@@ -64,21 +64,15 @@ func ParseNewClient(line []byte, loc *time.Location) (NewClient, error) {
 	if i < 0 {
 		return NewClient{}, ErrNotNewClient
 	}
-	if loc == nil {
-		loc = time.Local
-	}
 	// The mark must end the daemon's own header, "[<time> Control <pid>]":
 	// text a client sends the control daemon is logged after a header of
 	// its own ("Cmd:...", "Unknown command ..."), never there.
-	if len(line) < 1+len(controlTimeLayout) || line[0] != '[' || i < 1+len(controlTimeLayout) {
-		return NewClient{}, fmt.Errorf("NEW CLIENT line %.80q: no time", line)
-	}
-	if !controlHeader(line[1+len(controlTimeLayout) : i]) {
+	at, err := headerTime(line, i, " Control ", loc)
+	switch {
+	case errors.Is(err, errNotOwnHeader):
 		return NewClient{}, ErrNotNewClient
-	}
-	at, err := time.ParseInLocation(controlTimeLayout, string(line[1:1+len(controlTimeLayout)]), loc)
-	if err != nil {
-		return NewClient{}, fmt.Errorf("NEW CLIENT line %.80q: its time: %w", line, err)
+	case err != nil:
+		return NewClient{}, fmt.Errorf("NEW CLIENT line %.80q: %w", line, err)
 	}
 	rest := line[i+len(newClientMark):]
 	num, rest, _ := bytes.Cut(rest, []byte{' '})
@@ -103,13 +97,38 @@ func parsePID(num []byte) (int, bool) {
 	return pid, err == nil && pid > 0 && pid <= maxPID && num[0] != '+'
 }
 
-// controlHeader reports whether h is what follows the time in the control
-// daemon's own header: " Control", spaces, its PID.
-func controlHeader(h []byte) bool { return daemonHeader(h, " Control ") }
+// Why headerTime read no time: the line has none where a header's is, or
+// what stands before the mark is not the daemon's own header.
+var (
+	errNoTime       = errors.New("no time")
+	errNotOwnHeader = errors.New("not the daemon's own header")
+)
 
-// daemonHeader reports whether h is what follows the time in an MPS
-// daemon's own header: who (" Control " or " Server "), spaces, its PID.
-func daemonHeader(h []byte, who string) bool {
+// headerTime reads the time of a line of an MPS daemon's log whose mark
+// starts at i, right after the daemon's own header "[<time> <who> <pid>]"
+// (who " Control " or " Server "): errNoTime or errNotOwnHeader when it is
+// not there, an error naming the time when that cannot be read (in loc;
+// nil is time.Local).
+func headerTime(line []byte, i int, who string, loc *time.Location) (time.Time, error) {
+	if len(line) < 1+len(controlTimeLayout) || line[0] != '[' || i < 1+len(controlTimeLayout) {
+		return time.Time{}, errNoTime
+	}
+	if !ownHeader(line[1+len(controlTimeLayout):i], who) {
+		return time.Time{}, errNotOwnHeader
+	}
+	if loc == nil {
+		loc = time.Local
+	}
+	at, err := time.ParseInLocation(controlTimeLayout, string(line[1:1+len(controlTimeLayout)]), loc)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("its time: %w", err)
+	}
+	return at, nil
+}
+
+// ownHeader reports whether h is what follows the time in an MPS daemon's
+// own header: who, spaces, its PID.
+func ownHeader(h []byte, who string) bool {
 	rest, ok := bytes.CutPrefix(h, []byte(who))
 	if !ok {
 		return false

@@ -92,18 +92,15 @@ const MaxCommandLine = 256
 // loc (nil: time.Local).
 func ParseCommand(line []byte, loc *time.Location) (Command, error) {
 	i := bytes.Index(line, []byte(commandMark))
-	if i < 0 || len(line) < 1+len(controlTimeLayout) || line[0] != '[' || i < 1+len(controlTimeLayout) {
+	if i < 0 {
 		return Command{}, ErrNotCommand
 	}
-	if !controlHeader(line[1+len(controlTimeLayout) : i]) {
+	at, err := headerTime(line, i, " Control ", loc)
+	switch {
+	case errors.Is(err, errNoTime), errors.Is(err, errNotOwnHeader):
 		return Command{}, ErrNotCommand
-	}
-	if loc == nil {
-		loc = time.Local
-	}
-	at, err := time.ParseInLocation(controlTimeLayout, string(line[1:1+len(controlTimeLayout)]), loc)
-	if err != nil {
-		return Command{}, fmt.Errorf("Cmd line %.80q: its time: %w", line, err)
+	case err != nil:
+		return Command{}, fmt.Errorf("Cmd line %.80q: %w", line, err)
 	}
 	text := line[i+len(commandMark):]
 	if len(text) > MaxCommandLine {

@@ -68,16 +68,12 @@ func ParseActiveClient(line []byte, loc *time.Location) (ActiveClient, error) {
 	if i < 0 || !bytes.HasSuffix(line, []byte(activeSuffix)) {
 		return ActiveClient{}, ErrNotActiveClient
 	}
-	if loc == nil {
-		loc = time.Local
-	}
-	if len(line) < 1+len(controlTimeLayout) || line[0] != '[' || 1+len(controlTimeLayout) > i ||
-		!daemonHeader(line[1+len(controlTimeLayout):i], " Server ") {
+	at, err := headerTime(line, i, " Server ", loc)
+	switch {
+	case errors.Is(err, errNoTime), errors.Is(err, errNotOwnHeader):
 		return ActiveClient{}, ErrNotActiveClient
-	}
-	at, err := time.ParseInLocation(controlTimeLayout, string(line[1:1+len(controlTimeLayout)]), loc)
-	if err != nil {
-		return ActiveClient{}, fmt.Errorf("ACTIVE line %.80q: its time: %w", line, err)
+	case err != nil:
+		return ActiveClient{}, fmt.Errorf("ACTIVE line %.80q: %w", line, err)
 	}
 	rest := line[i+len(activeMark) : len(line)-len(activeSuffix)]
 	num, ctxPart, found := bytes.Cut(rest, []byte(", Context ID: "))
