@@ -20,7 +20,7 @@ func TestServeFlagsChecked(t *testing.T) {
 		{[]string{"--public-url", "ftp://x"}, `--public-url "ftp://x": not an http(s) URL`},
 		{[]string{"--public-url", "inventory:9330"}, "not an http(s) URL"},
 		{[]string{"--host-certificates"}, "--host-certificates: the web configuration (--web.config.file) must verify client certificates"},
-		{[]string{"--web.config.file", "/nonexistent/web.yml"}, "--web.config.file: web config file: stat /nonexistent/web.yml"},
+		{[]string{"--web.config.file", "/nonexistent/web.yml"}, "--web.config.file: web config file: open /nonexistent/web.yml"},
 		{[]string{"--web.config.file", basicAuthOnly(t)}, "basic_auth_users: the inventory's clients (mps-daemon, mpsctl, climc) authenticate with API and keystone tokens"},
 	} {
 		var out, errOut bytes.Buffer

@@ -98,7 +98,7 @@ func TestMpsctlOverHTTPS(t *testing.T) {
 			}
 		})
 	}
-	if r := list(nil, "--ca-file", filepath.Join(dir, "nope.crt")); r.Code != ExitUsage || !strings.Contains(r.Stderr, "--ca-file: stat "+filepath.Join(dir, "nope.crt")) {
+	if r := list(nil, "--ca-file", filepath.Join(dir, "nope.crt")); r.Code != ExitUsage || !strings.Contains(r.Stderr, "--ca-file: open "+filepath.Join(dir, "nope.crt")) {
 		t.Errorf("an absent CA file: exit %d %q", r.Code, r.Stderr)
 	}
 

@@ -386,7 +386,7 @@ func TestClientCheckNamesTheSetting(t *testing.T) {
 		c    webtls.Client
 		want string
 	}{
-		{"absent CA file", webtls.Client{CAFile: filepath.Join(s.dir, "nope.pem"), CASetting: "mps_inventory_ca_file"}, "mps_inventory_ca_file: stat " + filepath.Join(s.dir, "nope.pem")},
+		{"absent CA file", webtls.Client{CAFile: filepath.Join(s.dir, "nope.pem"), CASetting: "mps_inventory_ca_file"}, "mps_inventory_ca_file: open " + filepath.Join(s.dir, "nope.pem")},
 		{"no certificate in it", webtls.Client{CAFile: s.server.Key, CASetting: "--ca-file"}, "--ca-file " + s.server.Key + ": no PEM certificate"},
 		{"certificate without key", webtls.Client{CertFile: s.server.Cert, CertSetting: "mps_inventory_cert_file"}, "mps_inventory_cert_file: give both"},
 	} {
