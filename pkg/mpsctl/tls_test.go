@@ -1,16 +1,10 @@
 package mpsctl
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"net"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"yunion.io/x/mps-daemon/internal/testsupport/pki"
 	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
@@ -36,22 +30,7 @@ func serveTLS(t *testing.T, st *store.Store, ca *pki.CA, extra string) (url, tok
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: server.New(st, server.Options{}, nil), ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan error, 1)
-	go func() { done <- webtls.Serve(ln, srv, wc, slog.New(slog.DiscardHandler)) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("serving: %v", err)
-		}
-	})
-	return "https://" + ln.Addr().String(), token, dir
+	return "https://" + pki.Serve(t, wc, server.New(st, server.Options{}, nil)), token, dir
 }
 
 // mpsctl verifies an HTTPS inventory against the CA file it is given
