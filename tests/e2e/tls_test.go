@@ -116,21 +116,6 @@ func fetch(t *testing.T, c *http.Client, url, user, password string) (int, strin
 	return resp.StatusCode, string(b), serial
 }
 
-// listTLS lists the inventory's devices with mpsctl over HTTPS.
-func listTLS(t *testing.T, url, caFile string) api.IsolatedDeviceList {
-	t.Helper()
-	env := append(mpsctlEnv(t, url), "MPS_INVENTORY_CA_FILE="+caFile)
-	out, errOut, code := run(t, env, "mpsctl", "-o", "json", "isolated-device-list", "--limit", "100")
-	if code != 0 {
-		t.Fatalf("mpsctl list over HTTPS: exit %d: %s", code, errOut)
-	}
-	var l api.IsolatedDeviceList
-	if err := json.Unmarshal([]byte(out), &l); err != nil {
-		t.Fatalf("mpsctl -o json: %v\n%s", err, out)
-	}
-	return l
-}
-
 // plainStatus reads the daemon's /status on a plain listener.
 func plainStatus(t *testing.T, addr string) (status.Status, bool) {
 	t.Helper()
@@ -168,7 +153,7 @@ func TestHTTPSInventoryAndTheDaemonsTLSListener(t *testing.T) {
 	appendConf(t, e, "mps_inventory_ca_file: "+s.caFile+"\nmps_web_config_file: "+daemonWeb+"\n")
 	d := startDaemon(t, e)
 	eventually(t, "a reconcile through HTTPS", func() (bool, string) { return reconciles(d) > 0, d.Output() })
-	if l := listTLS(t, url, s.caFile); l.Total != 10 {
+	if l := listAll(t, url, "MPS_INVENTORY_CA_FILE="+s.caFile); l.Total != 10 {
 		t.Fatalf("devices registered over HTTPS: %d, want 10", l.Total)
 	}
 	d.logs(t, "tls=true")
@@ -261,7 +246,7 @@ func TestCertificatesRotatedWhileTheDaemonStaysConnected(t *testing.T) {
 	restart("a reconcile with the new CA's certificate and the bundle")
 	pki.Replace(t, daemonCA, next.PEM)
 	restart("a reconcile with the new CA alone")
-	if l := listTLS(t, url, daemonCA); l.Total != 10 {
+	if l := listAll(t, url, "MPS_INVENTORY_CA_FILE="+daemonCA); l.Total != 10 {
 		t.Errorf("after the rotations: %d devices, want 10", l.Total)
 	}
 }
@@ -366,7 +351,7 @@ func TestDaemonRefusesAnInventoryItCannotTrust(t *testing.T) {
 	// A certificate it trusts: the daemon registers on its next retry.
 	s.renew(t, s.ca.Issue(t, pki.Leaf{}))
 	waitStatus(t, daemonAddr, func(st status.Status) bool { return st.Ready && st.InventoryReachable }, d)
-	if l := listTLS(t, url, s.caFile); l.Total != 10 {
+	if l := listAll(t, url, "MPS_INVENTORY_CA_FILE="+s.caFile); l.Total != 10 {
 		t.Errorf("after the refusals: %d devices, want 10", l.Total)
 	}
 }
@@ -447,7 +432,7 @@ func TestDaemonRegistersWithItsClientCertificate(t *testing.T) {
 	}
 	_, addr, d := withCert("e2e-host", "e2e-host")
 	waitStatus(t, addr, func(st status.Status) bool { return st.Ready && st.InventoryReachable }, d)
-	l := listTLS(t, url, s.caFile)
+	l := listAll(t, url, "MPS_INVENTORY_CA_FILE="+s.caFile)
 	if l.Total != 10 {
 		t.Fatalf("devices registered with the client certificate: %d, want 10", l.Total)
 	}
