@@ -16,10 +16,11 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"yunion.io/x/mps-daemon/pkg/atomicfile"
 )
 
 // CA is a certificate authority of one test.
@@ -156,14 +157,11 @@ func (ca *CA) WriteCA(t testing.TB, path string) string {
 	return path
 }
 
-// Replace writes data to path whole: a temporary file beside it, renamed.
+// Replace writes data to path (0600) whole, as atomicfile.Replace does: a
+// temporary file beside it, renamed.
 func Replace(t testing.TB, path string, data []byte) {
 	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := atomicfile.Replace(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
