@@ -75,6 +75,9 @@ func TestMpsctlOverHTTPS(t *testing.T) {
 				!strings.Contains(r.Stderr, tt.want) || strings.Count(r.Stderr, "\n") != 1 {
 				t.Errorf("exit %d, stderr %q; want one line with %q", r.Code, r.Stderr, tt.want)
 			}
+			if !strings.Contains(r.Stderr, "says whom to trust") {
+				t.Errorf("no word of the settings that say whom to trust: %q", r.Stderr)
+			}
 		})
 	}
 	if r := list(nil, "--ca-file", filepath.Join(dir, "nope.crt")); r.Code != ExitUsage || !strings.Contains(r.Stderr, "--ca-file: open "+filepath.Join(dir, "nope.crt")) {
@@ -89,7 +92,8 @@ func TestMpsctlOverHTTPS(t *testing.T) {
 		t.Errorf("with a client certificate: exit %d %s", r.Code, r.Stderr)
 	}
 	bad := ca.Issue(t, pki.Leaf{CommonName: "gpu-1", Client: true}).WriteFiles(t, certDir, "stranger")
-	if r := list(nil, "--ca-file", caFile, "--cert-file", bad.Cert, "--key-file", bad.Key); r.Code != ExitRuntime || !strings.Contains(r.Stderr, "did not accept this client's certificate") {
+	if r := list(nil, "--ca-file", caFile, "--cert-file", bad.Cert, "--key-file", bad.Key); r.Code != ExitRuntime || !strings.Contains(r.Stderr, "did not accept this client's certificate") ||
+		strings.Contains(r.Stderr, "says whom to trust") {
 		t.Errorf("a client certificate of another CA: exit %d %q", r.Code, r.Stderr)
 	}
 }

@@ -204,6 +204,9 @@ func TestRefusals(t *testing.T) {
 					t.Errorf("the refusal does not say %q: %v", w, r)
 				}
 			}
+			if server := tt.name != "plain HTTP port"; r.ServerCertificate != server {
+				t.Errorf("ServerCertificate %v, want %v: %v", r.ServerCertificate, server, r)
+			}
 			t.Log(r)
 			if strings.Contains(r.Error(), "\n") {
 				t.Errorf("more than one line: %q", r)
@@ -329,7 +332,7 @@ func TestClientCertificates(t *testing.T) {
 	}
 	stranger := s.ca.Issue(t, pki.Leaf{CommonName: "gpu-1", Client: true}).WriteFiles(t, dir, "stranger")
 	_, _, _, _, err = get(t, webtls.Client{CAFile: s.caFile, CertFile: stranger.Cert, KeyFile: stranger.Key}.HTTPClient(), "https://"+addr+"/")
-	if r := webtls.Refusal(err, ""); r == nil || !strings.Contains(r.Cause, "did not accept this client's certificate") {
+	if r := webtls.Refusal(err, ""); r == nil || !strings.Contains(r.Cause, "did not accept this client's certificate") || !r.ClientCertificate || r.ServerCertificate {
 		t.Errorf("a certificate of another CA: %v", err)
 	}
 }
