@@ -17,14 +17,6 @@ import (
 	"yunion.io/x/mps-daemon/pkg/webtls"
 )
 
-// bcrypt of "s3cret" (htpasswd -nbBC 10): what an operator pastes into
-// basic_auth_users.
-const (
-	promUser     = "prometheus"
-	promPassword = "s3cret"
-	promHash     = "$2a$10$GPYVE0mNQwZAZrkVqt7D4OJ9gYHDCwjLd718M7FO/5o66GBOlGp.6"
-)
-
 // site is a site CA with a server certificate for localhost written in a
 // directory, and a web configuration file serving it.
 type site struct {
@@ -277,7 +269,7 @@ func TestHalfRenewedCertificateFailsOnlyThoseHandshakes(t *testing.T) {
 
 func TestBasicAuth(t *testing.T) {
 	s := newSite(t)
-	wc := s.webConfig(t, fmt.Sprintf("basic_auth_users:\n  %s: %s\n", promUser, promHash))
+	wc := s.webConfig(t, fmt.Sprintf("basic_auth_users:\n  %s: %s\n", pki.BasicAuthUser, pki.BasicAuthHash))
 	if wc.Users != 1 {
 		t.Fatalf("users: %+v", wc)
 	}
@@ -288,9 +280,9 @@ func TestBasicAuth(t *testing.T) {
 		want int
 	}{
 		{nil, 401},
-		{[]string{promUser, "wrong"}, 401},
-		{[]string{"nobody", promPassword}, 401},
-		{[]string{promUser, promPassword}, 200},
+		{[]string{pki.BasicAuthUser, "wrong"}, 401},
+		{[]string{"nobody", pki.BasicAuthPassword}, 401},
+		{[]string{pki.BasicAuthUser, pki.BasicAuthPassword}, 200},
 	} {
 		if code, _, _, _, err := get(t, hc, "https://"+addr+"/", tt.auth...); err != nil || code != tt.want {
 			t.Errorf("auth %v: %d %v, want %d", tt.auth, code, err, tt.want)

@@ -24,14 +24,6 @@ import (
 // /status answer over TLS with basic auth; certificates are replaced on
 // disk while daemons stay connected.
 
-// Prometheus' user of the daemon's listener: the password and its bcrypt
-// hash (htpasswd -nbBC 10 prometheus s3cret).
-const (
-	scrapeUser     = "prometheus"
-	scrapePassword = "s3cret"
-	scrapeHash     = "$2a$10$GPYVE0mNQwZAZrkVqt7D4OJ9gYHDCwjLd718M7FO/5o66GBOlGp.6"
-)
-
 // tlsSite is a site CA with the inventory's certificate and web
 // configuration, in a directory of the test.
 type tlsSite struct {
@@ -149,7 +141,7 @@ func TestHTTPSInventoryAndTheDaemonsTLSListener(t *testing.T) {
 	daemonAddr := freePort(t)
 	e := newEnv(t, url, daemonAddr)
 	s.ca.Issue(t, pki.Leaf{}).WriteFiles(t, e.dir, "daemon")
-	daemonWeb := pki.WebConfig(t, e.dir, fmt.Sprintf("tls_server_config:\n  cert_file: daemon.crt\n  key_file: daemon.key\nbasic_auth_users:\n  %s: %s\n", scrapeUser, scrapeHash))
+	daemonWeb := pki.WebConfig(t, e.dir, fmt.Sprintf("tls_server_config:\n  cert_file: daemon.crt\n  key_file: daemon.key\nbasic_auth_users:\n  %s: %s\n", pki.BasicAuthUser, pki.BasicAuthHash))
 	appendConf(t, e, "mps_inventory_ca_file: "+s.caFile+"\nmps_web_config_file: "+daemonWeb+"\n")
 	d := startDaemon(t, e)
 	eventually(t, "a reconcile through HTTPS", func() (bool, string) { return reconciles(d) > 0, d.Output() })
@@ -169,8 +161,8 @@ func TestHTTPSInventoryAndTheDaemonsTLSListener(t *testing.T) {
 		want           int
 	}{
 		{"", "", http.StatusUnauthorized},
-		{scrapeUser, "wrong", http.StatusUnauthorized},
-		{scrapeUser, scrapePassword, http.StatusOK},
+		{pki.BasicAuthUser, "wrong", http.StatusUnauthorized},
+		{pki.BasicAuthUser, pki.BasicAuthPassword, http.StatusOK},
 	} {
 		code, body, _ := fetch(t, c, "https://"+daemonAddr+"/metrics", tt.user, tt.password)
 		if code != tt.want || (code == http.StatusOK && !strings.Contains(body, "mps_daemon_inventory_reachable 1")) {
@@ -184,10 +176,10 @@ func TestHTTPSInventoryAndTheDaemonsTLSListener(t *testing.T) {
 	// mps-daemon status finds the listener's TLS in host.conf, trusts the
 	// certificate its web configuration names, and asks for the password.
 	pw := filepath.Join(e.dir, "password")
-	if err := os.WriteFile(pw, []byte(scrapePassword+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(pw, []byte(pki.BasicAuthPassword+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, code := run(t, nil, "mps-daemon", "--config", e.hostConf, "status", "--user", scrapeUser, "--password-file", pw)
+	out, errOut, code := run(t, nil, "mps-daemon", "--config", e.hostConf, "status", "--user", pki.BasicAuthUser, "--password-file", pw)
 	if code != 0 || !strings.Contains(out, "mps-daemon on e2e-host") || !strings.Contains(out, "reachable") {
 		t.Errorf("mps-daemon status over TLS: exit %d\n%s%s", code, out, errOut)
 	}

@@ -193,6 +193,15 @@ func serial(t testing.TB) *big.Int {
 	return n
 }
 
+// A user of basic_auth_users, as Prometheus scrapes with it: the name,
+// the password and its bcrypt hash (htpasswd -nbBC 10 prometheus s3cret),
+// what an operator pastes into a web configuration file.
+const (
+	BasicAuthUser     = "prometheus"
+	BasicAuthPassword = "s3cret"
+	BasicAuthHash     = "$2a$10$GPYVE0mNQwZAZrkVqt7D4OJ9gYHDCwjLd718M7FO/5o66GBOlGp.6"
+)
+
 // WebConfig writes a web configuration file (exporter-toolkit's format,
 // node_exporter's --web.config.file) to dir/web.yml with the given body
 // and returns its path.
