@@ -56,16 +56,8 @@ func (s *tlsSite) renew(t *testing.T, issued pki.Issued) {
 // its https:// URL once it serves.
 func startTLSInventory(t *testing.T, s *tlsSite, listen string, f *inventoryFiles, extra ...string) (*proc, string) {
 	t.Helper()
-	addrFile := filepath.Join(t.TempDir(), "addr")
-	p := start(t, "mps-inventory", append([]string{"--listen", listen, "--db", f.db, "--admin-token-file", f.tokenFile, "--address-file", addrFile,
-		"--web.config.file", s.webConfig}, extra...)...)
-	var addr string
-	eventually(t, "inventory address file", func() (bool, string) {
-		b, err := os.ReadFile(addrFile)
-		addr = strings.TrimSpace(string(b))
-		return err == nil && addr != "", p.Output()
-	})
-	url := "https://" + addr
+	p, plain := startInventoryWith(t, listen, f, append([]string{"--web.config.file", s.webConfig}, extra...)...)
+	url := "https://" + strings.TrimPrefix(plain, "http://")
 	registerInventory(t, url, f)
 	return p, url
 }
