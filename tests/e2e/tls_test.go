@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -378,13 +377,9 @@ func TestPlainInventoryBeyondLoopbackWarns(t *testing.T) {
 	if strings.Contains(p.Output(), "plain HTTP beyond loopback") {
 		t.Errorf("warned on loopback:\n%s", p.Output())
 	}
-	ln, err := net.Listen("tcp", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wild := ln.Addr().String()
-	ln.Close()
-	p, _ = startInventoryWith(t, wild, newInventoryFiles(t))
+	// Port 0 on the wildcard address: the inventory picks its port (no
+	// port freed here that another test could take first).
+	p, _ = startInventoryWith(t, "0.0.0.0:0", newInventoryFiles(t))
 	p.logs(t, "plain HTTP beyond loopback: every host's, mpsctl's and climc's token")
 	if n := strings.Count(p.Output(), "plain HTTP beyond loopback"); n != 1 {
 		t.Errorf("%d warnings, want one", n)
