@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"yunion.io/x/mps-daemon/internal/testsupport/pki"
 )
 
 // The keystone face's flags are checked before anything is opened.
@@ -20,7 +22,7 @@ func TestServeFlagsChecked(t *testing.T) {
 		{[]string{"--public-url", "ftp://x"}, `--public-url "ftp://x": not an http(s) URL`},
 		{[]string{"--public-url", "inventory:9330"}, "not an http(s) URL"},
 		{[]string{"--host-certificates"}, "--host-certificates: the web configuration (--web.config.file) must verify client certificates"},
-		{[]string{"--web.config.file", "/nonexistent/web.yml"}, "--web.config.file: web config file: stat /nonexistent/web.yml"},
+		{[]string{"--web.config.file", "/nonexistent/web.yml"}, "--web.config.file: web config file: open /nonexistent/web.yml"},
 		{[]string{"--web.config.file", basicAuthOnly(t)}, "basic_auth_users: the inventory's clients (mps-daemon, mpsctl, climc) authenticate with API and keystone tokens"},
 	} {
 		var out, errOut bytes.Buffer
@@ -36,7 +38,7 @@ func TestServeFlagsChecked(t *testing.T) {
 func basicAuthOnly(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "web.yml")
-	if err := os.WriteFile(path, []byte("basic_auth_users:\n  prometheus: $2a$10$GPYVE0mNQwZAZrkVqt7D4OJ9gYHDCwjLd718M7FO/5o66GBOlGp.6\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("basic_auth_users:\n  "+pki.BasicAuthUser+": "+pki.BasicAuthHash+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path

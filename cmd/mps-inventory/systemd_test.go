@@ -146,7 +146,7 @@ func TestWatchdogProbesThroughTheWebConfig(t *testing.T) {
 	}{
 		{name: "TLS", status: http.StatusOK, wantPing: true},
 		{name: "TLS, answers 503", status: http.StatusServiceUnavailable},
-		{name: "basic auth", extra: "basic_auth_users:\n  prometheus: $2a$10$GPYVE0mNQwZAZrkVqt7D4OJ9gYHDCwjLd718M7FO/5o66GBOlGp.6\n", status: http.StatusOK, wantPing: true},
+		{name: "basic auth", extra: "basic_auth_users:\n  " + pki.BasicAuthUser + ": " + pki.BasicAuthHash + "\n", status: http.StatusOK, wantPing: true},
 		{name: "client certificates required", extra: "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: " + clientCA + "\n", status: http.StatusOK, wantPing: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"strings"
 
 	"yunion.io/x/mps-daemon/pkg/inventory/client"
 	"yunion.io/x/mps-daemon/pkg/webtls"
@@ -34,7 +33,7 @@ func (a *app) errorLine(err error) string {
 	}
 	if refused, ok := errors.AsType[*webtls.RefusedError](err); ok {
 		advice := ""
-		if strings.Contains(refused.Cause, "server's certificate") {
+		if refused.ServerCertificate {
 			advice = fmt.Sprintf(" (--ca-file, %s or host.conf's mps_inventory_ca_file says whom to trust)", EnvCAFile)
 		}
 		return oneLine(fmt.Sprintf("Error: the inventory at %s: TLS refused: %s%s", a.endpoint.URL, refused.Cause, advice))

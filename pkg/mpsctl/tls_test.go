@@ -1,16 +1,10 @@
 package mpsctl
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"net"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"yunion.io/x/mps-daemon/internal/testsupport/pki"
 	"yunion.io/x/mps-daemon/internal/testsupport/storetest"
@@ -36,22 +30,7 @@ func serveTLS(t *testing.T, st *store.Store, ca *pki.CA, extra string) (url, tok
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: server.New(st, server.Options{}, nil), ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan error, 1)
-	go func() { done <- webtls.Serve(ln, srv, wc, slog.New(slog.DiscardHandler)) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("serving: %v", err)
-		}
-	})
-	return "https://" + ln.Addr().String(), token, dir
+	return "https://" + pki.Serve(t, wc, server.New(st, server.Options{}, nil)), token, dir
 }
 
 // mpsctl verifies an HTTPS inventory against the CA file it is given
@@ -96,9 +75,12 @@ func TestMpsctlOverHTTPS(t *testing.T) {
 				!strings.Contains(r.Stderr, tt.want) || strings.Count(r.Stderr, "\n") != 1 {
 				t.Errorf("exit %d, stderr %q; want one line with %q", r.Code, r.Stderr, tt.want)
 			}
+			if !strings.Contains(r.Stderr, "says whom to trust") {
+				t.Errorf("no word of the settings that say whom to trust: %q", r.Stderr)
+			}
 		})
 	}
-	if r := list(nil, "--ca-file", filepath.Join(dir, "nope.crt")); r.Code != ExitUsage || !strings.Contains(r.Stderr, "--ca-file: stat "+filepath.Join(dir, "nope.crt")) {
+	if r := list(nil, "--ca-file", filepath.Join(dir, "nope.crt")); r.Code != ExitUsage || !strings.Contains(r.Stderr, "--ca-file: open "+filepath.Join(dir, "nope.crt")) {
 		t.Errorf("an absent CA file: exit %d %q", r.Code, r.Stderr)
 	}
 
@@ -110,7 +92,8 @@ func TestMpsctlOverHTTPS(t *testing.T) {
 		t.Errorf("with a client certificate: exit %d %s", r.Code, r.Stderr)
 	}
 	bad := ca.Issue(t, pki.Leaf{CommonName: "gpu-1", Client: true}).WriteFiles(t, certDir, "stranger")
-	if r := list(nil, "--ca-file", caFile, "--cert-file", bad.Cert, "--key-file", bad.Key); r.Code != ExitRuntime || !strings.Contains(r.Stderr, "did not accept this client's certificate") {
+	if r := list(nil, "--ca-file", caFile, "--cert-file", bad.Cert, "--key-file", bad.Key); r.Code != ExitRuntime || !strings.Contains(r.Stderr, "did not accept this client's certificate") ||
+		strings.Contains(r.Stderr, "says whom to trust") {
 		t.Errorf("a client certificate of another CA: exit %d %q", r.Code, r.Stderr)
 	}
 }

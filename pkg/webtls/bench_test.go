@@ -30,7 +30,7 @@ func BenchmarkRequest(b *testing.B) {
 		}},
 		{"tls+basic-auth", func(b *testing.B) (webtls.WebConfig, *http.Client, []string) {
 			s := newSite(b)
-			return s.webConfig(b, fmt.Sprintf("basic_auth_users:\n  %s: %s\n", promUser, promHash)), webtls.Client{CAFile: s.caFile}.HTTPClient(), []string{promUser, promPassword}
+			return s.webConfig(b, fmt.Sprintf("basic_auth_users:\n  %s: %s\n", pki.BasicAuthUser, pki.BasicAuthHash)), webtls.Client{CAFile: s.caFile}.HTTPClient(), []string{pki.BasicAuthUser, pki.BasicAuthPassword}
 		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

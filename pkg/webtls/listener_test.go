@@ -48,7 +48,7 @@ func TestListenerWarnsOnlyInClearBeyondLoopback(t *testing.T) {
 func TestListenerNamesItsSettings(t *testing.T) {
 	absent := filepath.Join(t.TempDir(), "web.yml")
 	l := webtls.Listener{Address: "127.0.0.1:0", WebConfigFile: absent, AddressSetting: "mps_listen_address", WebConfigSetting: "mps_web_config_file"}
-	if _, err := l.Check(); err == nil || !strings.HasPrefix(err.Error(), "mps_web_config_file: web config file: stat "+absent) {
+	if _, err := l.Check(); err == nil || !strings.HasPrefix(err.Error(), "mps_web_config_file: web config file: open "+absent) {
 		t.Errorf("Check of an absent file: %v", err)
 	}
 	l.WebConfigFile = ""

@@ -22,6 +22,10 @@ type RefusedError struct {
 	// ClientCertificate: the server refused the handshake for this
 	// client's certificate, or for want of one.
 	ClientCertificate bool
+	// ServerCertificate: the server's certificate did not verify against
+	// what the client trusts (its CA, validity or names): what to trust
+	// is the client's setting to look at.
+	ServerCertificate bool
 	Err               error
 }
 
@@ -50,24 +54,29 @@ func Refusal(err error, trust string) *RefusedError {
 	refused := func(format string, args ...any) *RefusedError {
 		return &RefusedError{Cause: fmt.Sprintf(format, args...), Err: err}
 	}
+	serverCert := func(format string, args ...any) *RefusedError {
+		r := refused(format, args...)
+		r.ServerCertificate = true
+		return r
+	}
 	if ua, ok := errors.AsType[x509.UnknownAuthorityError](err); ok && ua.Cert != nil {
-		return refused("the server's certificate (%s) is signed by %q, not by a CA of %s", subject(ua.Cert), ua.Cert.Issuer.String(), trust)
+		return serverCert("the server's certificate (%s) is signed by %q, not by a CA of %s", subject(ua.Cert), ua.Cert.Issuer.String(), trust)
 	}
 	if he, ok := errors.AsType[x509.HostnameError](err); ok && he.Certificate != nil {
-		return refused("the server's certificate is for %s, not for %q, the host the client was told to reach", names(he.Certificate), he.Host)
+		return serverCert("the server's certificate is for %s, not for %q, the host the client was told to reach", names(he.Certificate), he.Host)
 	}
 	if ci, ok := errors.AsType[x509.CertificateInvalidError](err); ok && ci.Cert != nil {
 		now := time.Now()
 		switch {
 		case ci.Reason == x509.Expired && now.After(ci.Cert.NotAfter):
-			return refused("the server's certificate (%s) expired at %s", subject(ci.Cert), ci.Cert.NotAfter.UTC().Format(time.RFC3339))
+			return serverCert("the server's certificate (%s) expired at %s", subject(ci.Cert), ci.Cert.NotAfter.UTC().Format(time.RFC3339))
 		case ci.Reason == x509.Expired:
-			return refused("the server's certificate (%s) is not valid before %s (is this host's clock right?)", subject(ci.Cert), ci.Cert.NotBefore.UTC().Format(time.RFC3339))
+			return serverCert("the server's certificate (%s) is not valid before %s (is this host's clock right?)", subject(ci.Cert), ci.Cert.NotBefore.UTC().Format(time.RFC3339))
 		}
-		return refused("the server's certificate (%s) is not valid: %s", subject(ci.Cert), ci.Error())
+		return serverCert("the server's certificate (%s) is not valid: %s", subject(ci.Cert), ci.Error())
 	}
 	if cv, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
-		return refused("the server's certificate did not verify against %s: %v", trust, cv.Err)
+		return serverCert("the server's certificate did not verify against %s: %v", trust, cv.Err)
 	}
 	if _, ok := errors.AsType[tls.RecordHeaderError](err); ok {
 		return refused("the server does not speak TLS at this address (an https:// URL to a plain HTTP port?)")

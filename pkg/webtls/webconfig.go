@@ -19,18 +19,19 @@ package webtls
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.yaml.in/yaml/v2"
+
+	"yunion.io/x/mps-daemon/pkg/atomicfile"
 )
 
 // maxFileBytes bounds the web configuration file and the PEM files it and
@@ -183,30 +184,20 @@ func (w warnings) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (w warnings) WithGroup(name string) slog.Handler { return warnings{w.Handler.WithGroup(name)} }
 
-// readRegular reads a regular file of at most maxFileBytes: a FIFO, a
-// device or a directory is refused before it is opened, so nothing blocks
-// on it.
+// readRegular reads a regular file of at most maxFileBytes through the
+// project's bounded reader (atomicfile.Read: opened without blocking, so a
+// FIFO, a device or a directory put there, even after a check, is refused
+// and nothing hangs on it), in this package's words.
 func readRegular(path string) ([]byte, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, err
+	data, err := atomicfile.Read(path, maxFileBytes, true)
+	var re *atomicfile.ReadError
+	switch {
+	case !errors.As(err, &re):
+		return data, err
+	case re.Mode.Type() != 0:
+		return nil, fmt.Errorf("%s: not a regular file but %s", path, kind(re.Mode))
 	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file but %s", path, kind(fi.Mode()))
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if len(data) > maxFileBytes {
-		return nil, fmt.Errorf("%s: more than the %d bytes a configuration or certificate file may have", path, maxFileBytes)
-	}
-	return data, nil
+	return nil, fmt.Errorf("%s: more than the %d bytes a configuration or certificate file may have", path, maxFileBytes)
 }
 
 // kind names a file mode that is not a regular file's.

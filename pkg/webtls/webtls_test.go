@@ -17,14 +17,6 @@ import (
 	"yunion.io/x/mps-daemon/pkg/webtls"
 )
 
-// bcrypt of "s3cret" (htpasswd -nbBC 10): what an operator pastes into
-// basic_auth_users.
-const (
-	promUser     = "prometheus"
-	promPassword = "s3cret"
-	promHash     = "$2a$10$GPYVE0mNQwZAZrkVqt7D4OJ9gYHDCwjLd718M7FO/5o66GBOlGp.6"
-)
-
 // site is a site CA with a server certificate for localhost written in a
 // directory, and a web configuration file serving it.
 type site struct {
@@ -204,6 +196,9 @@ func TestRefusals(t *testing.T) {
 					t.Errorf("the refusal does not say %q: %v", w, r)
 				}
 			}
+			if server := tt.name != "plain HTTP port"; r.ServerCertificate != server {
+				t.Errorf("ServerCertificate %v, want %v: %v", r.ServerCertificate, server, r)
+			}
 			t.Log(r)
 			if strings.Contains(r.Error(), "\n") {
 				t.Errorf("more than one line: %q", r)
@@ -274,7 +269,7 @@ func TestHalfRenewedCertificateFailsOnlyThoseHandshakes(t *testing.T) {
 
 func TestBasicAuth(t *testing.T) {
 	s := newSite(t)
-	wc := s.webConfig(t, fmt.Sprintf("basic_auth_users:\n  %s: %s\n", promUser, promHash))
+	wc := s.webConfig(t, fmt.Sprintf("basic_auth_users:\n  %s: %s\n", pki.BasicAuthUser, pki.BasicAuthHash))
 	if wc.Users != 1 {
 		t.Fatalf("users: %+v", wc)
 	}
@@ -285,9 +280,9 @@ func TestBasicAuth(t *testing.T) {
 		want int
 	}{
 		{nil, 401},
-		{[]string{promUser, "wrong"}, 401},
-		{[]string{"nobody", promPassword}, 401},
-		{[]string{promUser, promPassword}, 200},
+		{[]string{pki.BasicAuthUser, "wrong"}, 401},
+		{[]string{"nobody", pki.BasicAuthPassword}, 401},
+		{[]string{pki.BasicAuthUser, pki.BasicAuthPassword}, 200},
 	} {
 		if code, _, _, _, err := get(t, hc, "https://"+addr+"/", tt.auth...); err != nil || code != tt.want {
 			t.Errorf("auth %v: %d %v, want %d", tt.auth, code, err, tt.want)
@@ -329,7 +324,7 @@ func TestClientCertificates(t *testing.T) {
 	}
 	stranger := s.ca.Issue(t, pki.Leaf{CommonName: "gpu-1", Client: true}).WriteFiles(t, dir, "stranger")
 	_, _, _, _, err = get(t, webtls.Client{CAFile: s.caFile, CertFile: stranger.Cert, KeyFile: stranger.Key}.HTTPClient(), "https://"+addr+"/")
-	if r := webtls.Refusal(err, ""); r == nil || !strings.Contains(r.Cause, "did not accept this client's certificate") {
+	if r := webtls.Refusal(err, ""); r == nil || !strings.Contains(r.Cause, "did not accept this client's certificate") || !r.ClientCertificate || r.ServerCertificate {
 		t.Errorf("a certificate of another CA: %v", err)
 	}
 }
@@ -386,7 +381,7 @@ func TestClientCheckNamesTheSetting(t *testing.T) {
 		c    webtls.Client
 		want string
 	}{
-		{"absent CA file", webtls.Client{CAFile: filepath.Join(s.dir, "nope.pem"), CASetting: "mps_inventory_ca_file"}, "mps_inventory_ca_file: stat " + filepath.Join(s.dir, "nope.pem")},
+		{"absent CA file", webtls.Client{CAFile: filepath.Join(s.dir, "nope.pem"), CASetting: "mps_inventory_ca_file"}, "mps_inventory_ca_file: open " + filepath.Join(s.dir, "nope.pem")},
 		{"no certificate in it", webtls.Client{CAFile: s.server.Key, CASetting: "--ca-file"}, "--ca-file " + s.server.Key + ": no PEM certificate"},
 		{"certificate without key", webtls.Client{CertFile: s.server.Cert, CertSetting: "mps_inventory_cert_file"}, "mps_inventory_cert_file: give both"},
 	} {

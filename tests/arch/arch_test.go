@@ -123,9 +123,10 @@ var leaves = map[string][]string{
 	// webtls is TLS for every listener and client (exporter-toolkit's web
 	// configuration, CA and client certificate files), and the listeners
 	// themselves (webtls.Listener: mps-inventory's and the daemon's, the
-	// daemon's served by cmd/mps-daemon, not by pkg/agent).
+	// daemon's served by cmd/mps-daemon, not by pkg/agent); it reads the
+	// files an operator names through atomicfile's bounded reader.
 	"pkg/restcall": {"pkg/webtls"},
-	"pkg/webtls":   {},
+	"pkg/webtls":   {"pkg/atomicfile"},
 	"pkg/systemd":  {},
 	"pkg/version":  {},
 	"pkg/logging":  {},

@@ -76,12 +76,12 @@ func mpsctlEnv(t *testing.T, url string) []string {
 	return []string{"MPS_INVENTORY_URL=" + url, "MPS_INVENTORY_TOKEN=" + tokenFor(t, url)}
 }
 
-// startInventoryWith starts mps-inventory on its own files and returns its
-// URL once it serves.
-func startInventoryWith(t *testing.T, listen string, f *inventoryFiles) (*proc, string) {
+// startInventoryWith starts mps-inventory on its own files, extra added
+// to its flags, and returns its http:// URL once it serves.
+func startInventoryWith(t *testing.T, listen string, f *inventoryFiles, extra ...string) (*proc, string) {
 	t.Helper()
 	addrFile := filepath.Join(t.TempDir(), "addr")
-	p := start(t, "mps-inventory", "--listen", listen, "--db", f.db, "--admin-token-file", f.tokenFile, "--address-file", addrFile)
+	p := start(t, "mps-inventory", append([]string{"--listen", listen, "--db", f.db, "--admin-token-file", f.tokenFile, "--address-file", addrFile}, extra...)...)
 	var addr string
 	eventually(t, "inventory address file", func() (bool, string) {
 		b, err := os.ReadFile(addrFile)

@@ -93,9 +93,11 @@ func startDaemon(t *testing.T, e *env) *proc {
 // reconciles counts the daemon's completed reconciles.
 func reconciles(p *proc) int { return strings.Count(p.Output(), "msg=reconciled") }
 
-func listAll(t *testing.T, url string) api.IsolatedDeviceList {
+// listAll lists the inventory's devices with mpsctl, env added to its
+// environment (MPS_INVENTORY_CA_FILE= for an HTTPS inventory).
+func listAll(t *testing.T, url string, env ...string) api.IsolatedDeviceList {
 	t.Helper()
-	out, errOut, code := run(t, mpsctlEnv(t, url), "mpsctl", "-o", "json", "isolated-device-list", "--limit", "100")
+	out, errOut, code := run(t, append(mpsctlEnv(t, url), env...), "mpsctl", "-o", "json", "isolated-device-list", "--limit", "100")
 	if code != 0 {
 		t.Fatalf("mpsctl list: exit %d: %s", code, errOut)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,14 +22,6 @@ import (
 // one given another CA refuses and says why; the daemon's own /metrics and
 // /status answer over TLS with basic auth; certificates are replaced on
 // disk while daemons stay connected.
-
-// Prometheus' user of the daemon's listener: the password and its bcrypt
-// hash (htpasswd -nbBC 10 prometheus s3cret).
-const (
-	scrapeUser     = "prometheus"
-	scrapePassword = "s3cret"
-	scrapeHash     = "$2a$10$GPYVE0mNQwZAZrkVqt7D4OJ9gYHDCwjLd718M7FO/5o66GBOlGp.6"
-)
 
 // tlsSite is a site CA with the inventory's certificate and web
 // configuration, in a directory of the test.
@@ -64,16 +55,8 @@ func (s *tlsSite) renew(t *testing.T, issued pki.Issued) {
 // its https:// URL once it serves.
 func startTLSInventory(t *testing.T, s *tlsSite, listen string, f *inventoryFiles, extra ...string) (*proc, string) {
 	t.Helper()
-	addrFile := filepath.Join(t.TempDir(), "addr")
-	p := start(t, "mps-inventory", append([]string{"--listen", listen, "--db", f.db, "--admin-token-file", f.tokenFile, "--address-file", addrFile,
-		"--web.config.file", s.webConfig}, extra...)...)
-	var addr string
-	eventually(t, "inventory address file", func() (bool, string) {
-		b, err := os.ReadFile(addrFile)
-		addr = strings.TrimSpace(string(b))
-		return err == nil && addr != "", p.Output()
-	})
-	url := "https://" + addr
+	p, plain := startInventoryWith(t, listen, f, append([]string{"--web.config.file", s.webConfig}, extra...)...)
+	url := "https://" + strings.TrimPrefix(plain, "http://")
 	registerInventory(t, url, f)
 	return p, url
 }
@@ -116,21 +99,6 @@ func fetch(t *testing.T, c *http.Client, url, user, password string) (int, strin
 	return resp.StatusCode, string(b), serial
 }
 
-// listTLS lists the inventory's devices with mpsctl over HTTPS.
-func listTLS(t *testing.T, url, caFile string) api.IsolatedDeviceList {
-	t.Helper()
-	env := append(mpsctlEnv(t, url), "MPS_INVENTORY_CA_FILE="+caFile)
-	out, errOut, code := run(t, env, "mpsctl", "-o", "json", "isolated-device-list", "--limit", "100")
-	if code != 0 {
-		t.Fatalf("mpsctl list over HTTPS: exit %d: %s", code, errOut)
-	}
-	var l api.IsolatedDeviceList
-	if err := json.Unmarshal([]byte(out), &l); err != nil {
-		t.Fatalf("mpsctl -o json: %v\n%s", err, out)
-	}
-	return l
-}
-
 // plainStatus reads the daemon's /status on a plain listener.
 func plainStatus(t *testing.T, addr string) (status.Status, bool) {
 	t.Helper()
@@ -164,11 +132,11 @@ func TestHTTPSInventoryAndTheDaemonsTLSListener(t *testing.T) {
 	daemonAddr := freePort(t)
 	e := newEnv(t, url, daemonAddr)
 	s.ca.Issue(t, pki.Leaf{}).WriteFiles(t, e.dir, "daemon")
-	daemonWeb := pki.WebConfig(t, e.dir, fmt.Sprintf("tls_server_config:\n  cert_file: daemon.crt\n  key_file: daemon.key\nbasic_auth_users:\n  %s: %s\n", scrapeUser, scrapeHash))
+	daemonWeb := pki.WebConfig(t, e.dir, fmt.Sprintf("tls_server_config:\n  cert_file: daemon.crt\n  key_file: daemon.key\nbasic_auth_users:\n  %s: %s\n", pki.BasicAuthUser, pki.BasicAuthHash))
 	appendConf(t, e, "mps_inventory_ca_file: "+s.caFile+"\nmps_web_config_file: "+daemonWeb+"\n")
 	d := startDaemon(t, e)
 	eventually(t, "a reconcile through HTTPS", func() (bool, string) { return reconciles(d) > 0, d.Output() })
-	if l := listTLS(t, url, s.caFile); l.Total != 10 {
+	if l := listAll(t, url, "MPS_INVENTORY_CA_FILE="+s.caFile); l.Total != 10 {
 		t.Fatalf("devices registered over HTTPS: %d, want 10", l.Total)
 	}
 	d.logs(t, "tls=true")
@@ -184,8 +152,8 @@ func TestHTTPSInventoryAndTheDaemonsTLSListener(t *testing.T) {
 		want           int
 	}{
 		{"", "", http.StatusUnauthorized},
-		{scrapeUser, "wrong", http.StatusUnauthorized},
-		{scrapeUser, scrapePassword, http.StatusOK},
+		{pki.BasicAuthUser, "wrong", http.StatusUnauthorized},
+		{pki.BasicAuthUser, pki.BasicAuthPassword, http.StatusOK},
 	} {
 		code, body, _ := fetch(t, c, "https://"+daemonAddr+"/metrics", tt.user, tt.password)
 		if code != tt.want || (code == http.StatusOK && !strings.Contains(body, "mps_daemon_inventory_reachable 1")) {
@@ -199,10 +167,10 @@ func TestHTTPSInventoryAndTheDaemonsTLSListener(t *testing.T) {
 	// mps-daemon status finds the listener's TLS in host.conf, trusts the
 	// certificate its web configuration names, and asks for the password.
 	pw := filepath.Join(e.dir, "password")
-	if err := os.WriteFile(pw, []byte(scrapePassword+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(pw, []byte(pki.BasicAuthPassword+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, code := run(t, nil, "mps-daemon", "--config", e.hostConf, "status", "--user", scrapeUser, "--password-file", pw)
+	out, errOut, code := run(t, nil, "mps-daemon", "--config", e.hostConf, "status", "--user", pki.BasicAuthUser, "--password-file", pw)
 	if code != 0 || !strings.Contains(out, "mps-daemon on e2e-host") || !strings.Contains(out, "reachable") {
 		t.Errorf("mps-daemon status over TLS: exit %d\n%s%s", code, out, errOut)
 	}
@@ -261,7 +229,7 @@ func TestCertificatesRotatedWhileTheDaemonStaysConnected(t *testing.T) {
 	restart("a reconcile with the new CA's certificate and the bundle")
 	pki.Replace(t, daemonCA, next.PEM)
 	restart("a reconcile with the new CA alone")
-	if l := listTLS(t, url, daemonCA); l.Total != 10 {
+	if l := listAll(t, url, "MPS_INVENTORY_CA_FILE="+daemonCA); l.Total != 10 {
 		t.Errorf("after the rotations: %d devices, want 10", l.Total)
 	}
 }
@@ -366,7 +334,7 @@ func TestDaemonRefusesAnInventoryItCannotTrust(t *testing.T) {
 	// A certificate it trusts: the daemon registers on its next retry.
 	s.renew(t, s.ca.Issue(t, pki.Leaf{}))
 	waitStatus(t, daemonAddr, func(st status.Status) bool { return st.Ready && st.InventoryReachable }, d)
-	if l := listTLS(t, url, s.caFile); l.Total != 10 {
+	if l := listAll(t, url, "MPS_INVENTORY_CA_FILE="+s.caFile); l.Total != 10 {
 		t.Errorf("after the refusals: %d devices, want 10", l.Total)
 	}
 }
@@ -409,13 +377,9 @@ func TestPlainInventoryBeyondLoopbackWarns(t *testing.T) {
 	if strings.Contains(p.Output(), "plain HTTP beyond loopback") {
 		t.Errorf("warned on loopback:\n%s", p.Output())
 	}
-	ln, err := net.Listen("tcp", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wild := ln.Addr().String()
-	ln.Close()
-	p, _ = startInventoryWith(t, wild, newInventoryFiles(t))
+	// Port 0 on the wildcard address: the inventory picks its port (no
+	// port freed here that another test could take first).
+	p, _ = startInventoryWith(t, "0.0.0.0:0", newInventoryFiles(t))
 	p.logs(t, "plain HTTP beyond loopback: every host's, mpsctl's and climc's token")
 	if n := strings.Count(p.Output(), "plain HTTP beyond loopback"); n != 1 {
 		t.Errorf("%d warnings, want one", n)
@@ -447,7 +411,7 @@ func TestDaemonRegistersWithItsClientCertificate(t *testing.T) {
 	}
 	_, addr, d := withCert("e2e-host", "e2e-host")
 	waitStatus(t, addr, func(st status.Status) bool { return st.Ready && st.InventoryReachable }, d)
-	l := listTLS(t, url, s.caFile)
+	l := listAll(t, url, "MPS_INVENTORY_CA_FILE="+s.caFile)
 	if l.Total != 10 {
 		t.Fatalf("devices registered with the client certificate: %d, want 10", l.Total)
 	}

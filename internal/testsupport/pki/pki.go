@@ -16,10 +16,11 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"yunion.io/x/mps-daemon/pkg/atomicfile"
 )
 
 // CA is a certificate authority of one test.
@@ -156,14 +157,11 @@ func (ca *CA) WriteCA(t testing.TB, path string) string {
 	return path
 }
 
-// Replace writes data to path whole: a temporary file beside it, renamed.
+// Replace writes data to path (0600) whole, as atomicfile.Replace does: a
+// temporary file beside it, renamed.
 func Replace(t testing.TB, path string, data []byte) {
 	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := atomicfile.Replace(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -194,6 +192,15 @@ func serial(t testing.TB) *big.Int {
 	}
 	return n
 }
+
+// A user of basic_auth_users, as Prometheus scrapes with it: the name,
+// the password and its bcrypt hash (htpasswd -nbBC 10 prometheus s3cret),
+// what an operator pastes into a web configuration file.
+const (
+	BasicAuthUser     = "prometheus"
+	BasicAuthPassword = "s3cret"
+	BasicAuthHash     = "$2a$10$GPYVE0mNQwZAZrkVqt7D4OJ9gYHDCwjLd718M7FO/5o66GBOlGp.6"
+)
 
 // WebConfig writes a web configuration file (exporter-toolkit's format,
 // node_exporter's --web.config.file) to dir/web.yml with the given body
