@@ -45,8 +45,11 @@ import (
 // own lines are under 200 bytes, so a longer one is skipped (and counted).
 const MaxLogLine = 4096
 
-// logChunk is how much is read at a time.
-const logChunk = 64 << 10
+// logChunk is how much is read at a time: twice the longest line kept.
+// Each followed file holds its own buffer for the daemon's life (two per
+// GPU), and MPS writes a few lines per client, so a larger one buys
+// nothing but resident memory.
+const logChunk = 2 * MaxLogLine
 
 // Waits before watching a log directory that does not exist is tried
 // again, doubling up to the second.

@@ -99,28 +99,25 @@ status_json() { python3 -c 'import json,sys,urllib.request; print(json.dumps(jso
 following() { status_json | python3 -c 'import json,sys; n=json.load(sys.stdin).get("new_clients") or {}; l=n.get("logs") or []; sys.exit(0 if l and all(x["following"] for x in l) else 1)'; }
 until_ok 20 following; check "the control daemon's control.log is followed" $? "($(status_json | python3 -c 'import json,sys; print(json.load(sys.stdin).get("new_clients"))'))"
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$DPID/stat"; }
-# own_rss: the daemon's RSS less NVML's (kB): its libraries' pages (smaps)
-# and the anonymous memory nvmlInit allocates, measured in a process of
-# our own (clients/nvml_cost.c rss; run.sh says why)
-gcc -O2 -o "$W/nvml_cost" "$C/nvml_cost.c" -ldl
-NVANON=$("$W/nvml_cost" rss "$UUID" 2>/dev/null | awk '$1=="nvml_anon_kb" {print $2}')
-own_rss() {
-	awk -v a="${NVANON:-0}" '/^[0-9a-f]+-[0-9a-f]+ / {p = $6} /^Rss:/ {all += $2; if (p ~ /lib(nvidia-|cuda)/) nv += $2} END {print all - nv - a, nv}' "/proc/$DPID/smaps"; }
+# The daemon's own memory: lib.sh's own_rss, less NVML's share as it measures it
+nvml_share "$UUID"
 # As docs/benchmarks.md measures idle CPU: utime+stime over 60 s, from 5 s
 # after ready (the health probe's control commands run as child processes,
 # not counted).
 sleep 5
 C0=$(cpu_ticks); sleep 60; C1=$(cpu_ticks)
 IDLE=$(python3 -c "print(round(($C1-$C0)/$(getconf CLK_TCK)/60*100, 3))")
-read -r OWN NV < <(own_rss)
-say "daemon's idle cost with the new detection (control.log followed, no client, nothing polled): CPU $IDLE% of one core over 60 s ($((C1 - C0)) ticks); RSS $(awk '/^VmRSS/ {print $2}' "/proc/$DPID/status") kB, of which NVML's libraries $NV kB and NVML's anonymous memory ${NVANON:-unmeasured} kB, its own $OWN kB"
+OWN=$(own_rss)
+say "daemon's idle cost with the new detection (control.log followed, no client, nothing polled): CPU $IDLE% of one core over 60 s ($((C1 - C0)) ticks); RSS $(awk '/^VmRSS/ {print $2}' "/proc/$DPID/status") kB, of which NVML's ${NVRSS:-unmeasured} kB, its own $OWN kB"
+say "NVML's share, measured in a process of our own (kB):"
+echo "$NVSHARE" | block
 say "daemon's resident mappings over 256 kB, by path (kB resident, kB anonymous), and the Go runtime's figures:"
 awk '/^[0-9a-f]+-[0-9a-f]+ / {p = $6; if (p == "") p = "[anon]"} /^Rss:/ {r[p] += $2} /^Anonymous:/ {a[p] += $2}
 	END {for (k in r) if (r[k] >= 256) printf "%8d %8d %s\n", r[k], a[k], k}' "/proc/$DPID/smaps" | sort -rn | block
 python3 -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "http://$DAEMON_ADDR/metrics" 2>/dev/null |
 	grep -E '^go_(memstats_(heap_(inuse|idle|released|sys)|stack_inuse|sys)_bytes|goroutines|threads|sched_gomaxprocs_threads|gc_gogc_percent) ' | block
 check "the daemon's idle CPU is at most 0.1% of one core" "$(python3 -c "import sys; sys.exit(0 if $IDLE <= 0.1 else 1)"; echo $?)" "($IDLE%)"
-check "the daemon's own resident memory (less NVML's) is at most 20 MiB" "$([ -n "$NVANON" ] && [ "$OWN" -le 20480 ]; echo $?)" "($OWN kB)"
+check "the daemon's own resident memory (less NVML's) is at most 20 MiB" "$([ -n "$NVRSS" ] && [ "$OWN" -le 20480 ]; echo $?)" "($OWN kB)"
 
 say
 say "## 4. The harm test: 20 tries of every escaping form against a neighbour allocating right after"

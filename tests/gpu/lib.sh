@@ -89,3 +89,24 @@ cleanup() {
 	(cd "$W" && tar czf "$OUT/logs.tgz" *.log) 2>/dev/null
 }
 trap cleanup EXIT
+# The daemon's own resident memory (issue 39's check, as issue 46 made it
+# exact): its RSS less what NVML takes in any process that uses it, which
+# no daemon using NVML can shed. NVML's share is measured in a process of
+# our own making the daemon's calls (clients/nvml_cost.c rss): the pages of
+# each file that appears in it with nvmlInit (libnvidia-ml, the libcuda it
+# loads and their own dependencies, such as libm: not the daemon's,
+# which links libc only), their relocated data included, and the growth of
+# its anonymous memory (nvmlInit's allocations, about 15 MiB on driver
+# 580: docs/gpu-runs/nvml-rss-probe.txt). Earlier suites took the
+# libraries' pages by path from the daemon's smaps and subtracted
+# RssAnon's growth too, counting the libraries' relocated data twice
+# (1.3 MB, libcuda's) and libm as the daemon's.
+# nvml_share UUID: sets NVRSS (kB; empty if the probe failed) and NVSHARE
+# (its parts, for the report)
+nvml_share() {
+	gcc -O2 -o "$W/nvml_cost" "$C/nvml_cost.c" -ldl 2>>"$W/client.log"
+	NVSHARE=$("$W/nvml_cost" rss "$1" 2>&1)
+	NVRSS=$(echo "$NVSHARE" | awk '$1 == "nvml_rss_kb" {print $2}')
+}
+# own_rss: the daemon's VmRSS less NVRSS, kB
+own_rss() { echo $(( $(awk '/^VmRSS/ {print $2}' "/proc/$DPID/status") - ${NVRSS:-0} )); }

@@ -85,6 +85,7 @@ for c in "get_default_device_pinned_mem_limit 0" get_default_active_thread_perce
 # start's garbage was collected, its own memory was 21,720 kB on an H100
 # where a minute later the escape suite measured 19,036 kB).
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$DPID/stat"; }
+nvml_share "$UUID"
 sleep 5
 C0=$(cpu_ticks); sleep 60; C1=$(cpu_ticks)
 RSS=$(awk '/^VmRSS/ {print $2}' "/proc/$DPID/status")
@@ -101,17 +102,16 @@ awk '/^[0-9a-f]+-[0-9a-f]+ /{p=($6==""?"[anon]":$6)} /^Rss:/{r[p]+=$2} /^Anonymo
 curl -sf "http://$DAEMON_ADDR/metrics" | grep -E '^go_memstats_(heap_(inuse|idle|released|sys)|stack_inuse|sys)_bytes|^go_gc_gogc|^go_gc_gomemlimit' | block
 # The check is of the daemon's own memory (issue 39): the whole RSS (42 MiB
 # on an H200, driver 580) failed issue 22's 30 MiB on every run, NVML's
-# share of it being what no daemon using NVML can shed: its libraries'
-# pages (libnvidia-ml and the libcuda its nvmlInit loads, by path in
-# smaps) and the anonymous memory nvmlInit allocates (about 15 MiB,
-# docs/gpu-runs/nvml-rss-probe.txt: not told apart from the daemon's own in
-# smaps, so measured in a process of our own making the same calls,
-# clients/nvml_cost.c rss).
-gcc -O2 -o "$W/nvml_cost" "$C/nvml_cost.c" -ldl 2>>"$W/client.log"
-NVANON=$("$W/nvml_cost" rss "$UUID" 2>/dev/null | awk '$1=="nvml_anon_kb" {print $2}')
-read -r OWN NV < <(awk '/^[0-9a-f]+-[0-9a-f]+ / {p = $6} /^Rss:/ {all += $2; if (p ~ /lib(nvidia-|cuda)/) nv += $2} END {print all - nv, nv}' "/proc/$DPID/smaps")
-OWN=$((OWN - ${NVANON:-0}))
-check "the daemon's own resident memory (its RSS less NVML's) is at most 20 MiB" "$([ -n "$NVANON" ] && [ "$OWN" -le 20480 ]; echo $?)" "($OWN kB own; $RSS kB in all, less NVML's libraries $NV kB and NVML's anonymous memory ${NVANON:-unmeasured} kB)"
+# share of it being what no daemon using NVML can shed (lib.sh's
+# nvml_share says how it is measured). The anonymous mappings over 1 MiB
+# of address space are listed too: the OS threads' stacks among them
+# (NVML's calls run on them), the Go heap's arenas, nvmlInit's arenas.
+OWN=$((RSS - ${NVRSS:-0}))
+say "NVML's share, measured in a process of our own (kB):"
+echo "$NVSHARE" | block
+say "daemon's anonymous mappings over 1 MiB of address space (kB size, kB resident):"
+awk '/^[0-9a-f]+-[0-9a-f]+ / {a = ($6 == "")} /^Size:/ {s = $2} /^Rss:/ {if (a && s >= 1024) printf "%8d %8d\n", s, $2}' "/proc/$DPID/smaps" | sort -k2 -rn | head -20 | block
+check "the daemon's own resident memory (its RSS less NVML's) is at most 20 MiB" "$([ -n "$NVRSS" ] && [ "$OWN" -le 20480 ]; echo $?)" "($OWN kB own; $RSS kB in all, less NVML's ${NVRSS:-unmeasured} kB)"
 
 say
 say "## 3. A CUDA client given a virtual device's environment cannot allocate past its cap"

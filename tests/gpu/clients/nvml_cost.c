@@ -10,11 +10,18 @@
  *   nvml_cost watch UUID S MS    every MS ms for S seconds, each change of
  *                                the MPS clients' memory: "seen <time>
  *                                <pid>:<MiB> ..." (CLOCK_REALTIME seconds)
- *   nvml_cost rss UUID           the anonymous memory NVML takes in its
+ *   nvml_cost rss UUID           the resident memory NVML takes in its
  *                                caller (nvmlInit and the calls the daemon
- *                                makes): "nvml_anon_kb <RssAnon after less
- *                                before>", for tests/gpu/run.sh's check of
- *                                the daemon's own memory
+ *                                makes), for the GPU suites' check of the
+ *                                daemon's own memory: "nvml_lib <kB> <path>"
+ *                                for each file mapped by then that was not
+ *                                before dlopen (its pages, its relocated
+ *                                data among them), "nvml_anon_kb <kB>" the
+ *                                growth of the mappings of no file (heap,
+ *                                stack, anonymous), and "nvml_rss_kb <kB>"
+ *                                their sum. The files mapped before (the
+ *                                program, libc, the loader) are left out:
+ *                                the daemon maps those itself.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -90,23 +97,61 @@ static int compute(nvmlDevice_t d)
 	return rc == 0 ? (int)n : -rc;
 }
 
-static long rss_anon_kb(void)
+/* The resident kB of each mapping in /proc/self/smaps, by path. */
+#define MAXMAPS 256
+struct mapped {
+	char path[256];
+	long kb;
+};
+
+static int smaps(struct mapped *m)
 {
-	char line[256];
-	long kb = -1;
-	FILE *f = fopen("/proc/self/status", "r");
+	char line[512], path[256];
+	int n = 0, cur = -1;
+	FILE *f = fopen("/proc/self/smaps", "r");
 	if (f == NULL)
 		return -1;
-	while (fgets(line, sizeof line, f) != NULL)
-		if (sscanf(line, "RssAnon: %ld", &kb) == 1)
-			break;
+	while (fgets(line, sizeof line, f) != NULL) {
+		unsigned long a, b;
+		long kb;
+		path[0] = 0;
+		if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %255s", &a, &b, path) >= 2 && strchr(line, '-') < strchr(line, ' ')) {
+			cur = -1;
+			for (int i = 0; i < n; i++)
+				if (strcmp(m[i].path, path) == 0)
+					cur = i;
+			if (cur < 0 && n < MAXMAPS) {
+				cur = n++;
+				strcpy(m[cur].path, path);
+				m[cur].kb = 0;
+			}
+		} else if (cur >= 0 && sscanf(line, "Rss: %ld kB", &kb) == 1)
+			m[cur].kb += kb;
+	}
 	fclose(f);
+	return n;
+}
+
+/* anonymous: a mapping of no file (the heap, a stack, Go's or malloc's arenas). */
+static int anonymous(const char *path)
+{
+	return path[0] == 0 || (path[0] == '[' && strcmp(path, "[vdso]") != 0 && strcmp(path, "[vvar]") != 0 && strcmp(path, "[vsyscall]") != 0);
+}
+
+static long anon_kb(const struct mapped *m, int n)
+{
+	long kb = 0;
+	for (int i = 0; i < n; i++)
+		if (anonymous(m[i].path))
+			kb += m[i].kb;
 	return kb;
 }
 
+static struct mapped before[MAXMAPS], after[MAXMAPS];
+
 int main(int argc, char **argv)
 {
-	long anon0 = rss_anon_kb();
+	int nbefore = smaps(before);
 	if (argc < 3) {
 		printf("usage: nvml_cost cost UUID N | list UUID | watch UUID S MS\n");
 		return 2;
@@ -160,7 +205,23 @@ int main(int argc, char **argv)
 		getMem(d, &m);
 		for (int k = 0; k < 10; k++)
 			mps(d);
-		printf("nvml_anon_kb %ld\n", rss_anon_kb() - anon0);
+		int nafter = smaps(after);
+		if (nbefore < 0 || nafter < 0) {
+			printf("fail reading /proc/self/smaps\n");
+			return 1;
+		}
+		long libs = 0;
+		for (int i = 0; i < nafter; i++) {
+			int old = 0;
+			for (int j = 0; j < nbefore; j++)
+				old |= strcmp(after[i].path, before[j].path) == 0;
+			if (!old && after[i].path[0] == '/') {
+				printf("nvml_lib %ld %s\n", after[i].kb, after[i].path);
+				libs += after[i].kb;
+			}
+		}
+		long anon = anon_kb(after, nafter) - anon_kb(before, nbefore);
+		printf("nvml_anon_kb %ld\nnvml_rss_kb %ld\n", anon, libs + anon);
 		return 0;
 	}
 	if (strcmp(argv[1], "list") == 0) {
