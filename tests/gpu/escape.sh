@@ -117,7 +117,7 @@ awk '/^[0-9a-f]+-[0-9a-f]+ / {p = $6; if (p == "") p = "[anon]"} /^Rss:/ {r[p] +
 python3 -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "http://$DAEMON_ADDR/metrics" 2>/dev/null |
 	grep -E '^go_(memstats_(heap_(inuse|idle|released|sys)|stack_inuse|sys)_bytes|goroutines|threads|sched_gomaxprocs_threads|gc_gogc_percent) ' | block
 check "the daemon's idle CPU is at most 0.1% of one core" "$(python3 -c "import sys; sys.exit(0 if $IDLE <= 0.1 else 1)"; echo $?)" "($IDLE%)"
-check "the daemon's own resident memory (less NVML's) is at most 20 MiB" "$([ -n "$NVRSS" ] && [ "$OWN" -le 20480 ]; echo $?)" "($OWN kB)"
+check "the daemon's own resident memory (less NVML's) is at most $((OWN_MAX_KB / 1024)) MiB" "$([ -n "$NVRSS" ] && [ "$OWN" -le "$OWN_MAX_KB" ]; echo $?)" "($OWN kB)"
 
 say
 say "## 4. The harm test: 20 tries of every escaping form against a neighbour allocating right after"

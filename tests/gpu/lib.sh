@@ -94,8 +94,8 @@ trap cleanup EXIT
 # no daemon using NVML can shed. NVML's share is measured in a process of
 # our own making the daemon's calls (clients/nvml_cost.c rss): the pages of
 # each file that appears in it with nvmlInit (libnvidia-ml, the libcuda it
-# loads and their own dependencies, such as libm: not the daemon's,
-# which links libc only), their relocated data included, and the growth of
+# loads and their own dependencies, such as libm: the daemon links only
+# libc, libpthread and libdl), their relocated data included, and the growth of
 # its anonymous memory (nvmlInit's allocations, about 15 MiB on driver
 # 580: docs/gpu-runs/nvml-rss-probe.txt). Earlier suites took the
 # libraries' pages by path from the daemon's smaps and subtracted
@@ -108,5 +108,18 @@ nvml_share() {
 	NVSHARE=$("$W/nvml_cost" rss "$1" 2>&1)
 	NVRSS=$(echo "$NVSHARE" | awk '$1 == "nvml_rss_kb" {print $2}')
 }
+# OWN_MAX_KB: the bar, 24 MiB. Issue 39 set 20 MiB against what the
+# suites then measured (19.0-19.6 MB), but that measure counted libcuda's
+# relocated data twice (1.3 MB) and libm (0.3 MB) as the daemon's: by this
+# one those builds were at about 20-20.5 MB, at the bar already. Since
+# then the binary grew 1.2 MB (15.3 to 16.5 MB: TLS on every listener,
+# the NRI plugin, the server.log follower, less issue 46's 0.56 MB of
+# cuts), and it is resident nearly whole; the H200 measured 22.1 MB
+# (docs/benchmarks.md, "The daemon's own memory"). The one measured lever
+# left, a position-dependent build (2.4 MB), is not taken for a daemon
+# that runs as root. 24 MiB leaves room for the run-to-run spread (about
+# 0.5 MB: where in its collection cycle the heap is read) and still fails
+# on a leak or a dependency's bulk; raising it again needs an issue.
+OWN_MAX_KB=24576
 # own_rss: the daemon's VmRSS less NVRSS, kB
 own_rss() { echo $(( $(awk '/^VmRSS/ {print $2}' "/proc/$DPID/status") - ${NVRSS:-0} )); }

@@ -20,8 +20,9 @@
  *                                growth of the mappings of no file (heap,
  *                                stack, anonymous), and "nvml_rss_kb <kB>"
  *                                their sum. The files mapped before (the
- *                                program, libc, the loader) are left out:
- *                                the daemon maps those itself.
+ *                                program, the loader, and what the daemon
+ *                                links: libc, libpthread, libdl) are left
+ *                                out: the daemon maps those itself.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -151,6 +152,10 @@ static struct mapped before[MAXMAPS], after[MAXMAPS];
 
 int main(int argc, char **argv)
 {
+	/* what the daemon links (readelf -d: libc, libpthread, libdl) is
+	   mapped before the snapshot: only what NVML brings is NVML's */
+	dlopen("libpthread.so.0", RTLD_NOW | RTLD_GLOBAL);
+	dlopen("libdl.so.2", RTLD_NOW | RTLD_GLOBAL);
 	int nbefore = smaps(before);
 	if (argc < 3) {
 		printf("usage: nvml_cost cost UUID N | list UUID | watch UUID S MS\n");
