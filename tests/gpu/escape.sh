@@ -99,7 +99,8 @@ status_json() { python3 -c 'import json,sys,urllib.request; print(json.dumps(jso
 following() { status_json | python3 -c 'import json,sys; n=json.load(sys.stdin).get("new_clients") or {}; l=n.get("logs") or []; sys.exit(0 if l and all(x["following"] for x in l) else 1)'; }
 until_ok 20 following; check "the control daemon's control.log is followed" $? "($(status_json | python3 -c 'import json,sys; print(json.load(sys.stdin).get("new_clients"))'))"
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$DPID/stat"; }
-# The daemon's own memory: lib.sh's own_rss, less NVML's share as it measures it
+# The daemon's own memory (lib.sh's own_rss): its RSS less NVML's share,
+# which nvml_share measures in a process of our own
 nvml_share "$UUID"
 # As docs/benchmarks.md measures idle CPU: utime+stime over 60 s, from 5 s
 # after ready (the health probe's control commands run as child processes,
