@@ -15,7 +15,7 @@
 //     killed once the server.log beside says its context is up
 //     (accounting.Accountant.Activated), never while it connects; a
 //     command another program sent that changed a server's limits has
-//     them put back at once (foreign.go);
+//     them put back at once, at most once a second for a server (foreign.go);
 //   - a poll of the GPUs that have clients, every PollInterval: one NVML
 //     call per GPU (its MPS clients and their memory), so a device pushed
 //     over its cap in a way no environment shows is caught within that
@@ -82,6 +82,10 @@ type Options struct {
 	// PollInterval is how often the GPUs that have clients are polled; 0
 	// is DefaultPollInterval.
 	PollInterval time.Duration
+	// PutBackEvery is the least time between two put-backs of the limits
+	// of one server another program changed (foreign.go); 0 is
+	// DefaultPutBackEvery.
+	PutBackEvery time.Duration
 	Log          *slog.Logger
 }
 
@@ -174,6 +178,9 @@ func New(o Options) *Loop {
 	if o.PollInterval <= 0 {
 		o.PollInterval = DefaultPollInterval
 	}
+	if o.PutBackEvery <= 0 {
+		o.PutBackEvery = DefaultPutBackEvery
+	}
 	if o.Step == nil {
 		o.Step = func(ctx context.Context, _ string, f func(context.Context)) { f(ctx) }
 	}
@@ -225,6 +232,17 @@ func (l *Loop) Run(ctx context.Context) {
 	poll.Stop()
 	defer poll.Stop()
 	armed := false
+	// The put-backs of servers another program changed, and when the
+	// next one spaced out is due (foreign.go).
+	backs := newPutBacks(l.opts.PutBackEvery)
+	later := time.NewTimer(time.Hour)
+	later.Stop()
+	defer later.Stop()
+	putBackLater := func(at time.Time, pending bool) {
+		if pending {
+			later.Reset(time.Until(at))
+		}
+	}
 	full := func() {
 		clear(lastPoll)
 		l.opts.Step(ctx, "accounting", func(ctx context.Context) {
@@ -268,16 +286,24 @@ func (l *Loop) Run(ctx context.Context) {
 						}
 					}
 					l.activated(ctx, *in, b.path, b.active)
-					// After the clients: a put-back is a few control
-					// commands per GPU, which another program's commands
-					// must not put before a kill at connect.
-					l.undoForeign(ctx, *in, b.path, b.foreign)
+					backs.changed(b.path, b.foreign)
 					select {
 					case b = <-batches:
 					default:
 						more = false
 					}
 				}
+				// After the clients: a put-back is a few control
+				// commands per GPU, which another program's commands
+				// must not put before a kill at connect.
+				putBackLater(l.undoForeign(ctx, *in, backs, time.Now()))
+			})
+		case <-later.C:
+			if in == nil {
+				continue
+			}
+			l.opts.Step(ctx, "accounting: put-backs", func(ctx context.Context) {
+				putBackLater(l.undoForeign(ctx, *in, backs, time.Now()))
 			})
 		case <-changed:
 			// Said in the status below; a GPU whose log is not followed

@@ -1,14 +1,11 @@
 package acctloop
 
 import (
-	"context"
-	"errors"
 	"testing"
 
 	"yunion.io/x/mps-daemon/pkg/accounting"
 	"yunion.io/x/mps-daemon/pkg/config"
 	"yunion.io/x/mps-daemon/pkg/gpu"
-	"yunion.io/x/mps-daemon/pkg/mps"
 	"yunion.io/x/mps-daemon/pkg/pod"
 	"yunion.io/x/mps-daemon/pkg/status"
 	"yunion.io/x/mps-daemon/pkg/units"
@@ -89,43 +86,4 @@ func TestPodsInTheStatusAndTheirView(t *testing.T) {
 	if len(st.Pods) != 0 {
 		t.Errorf("accounting off, pods %+v", st.Pods)
 	}
-}
-
-// control records the limits put back on servers.
-type control struct {
-	accounting.Terminator
-	set map[int]mps.Limits
-	err error
-}
-
-func (c *control) SetServerLimits(_ context.Context, server int, l mps.Limits) error {
-	if c.err != nil {
-		return c.err
-	}
-	c.set[server] = l
-	return nil
-}
-
-// A command another program sent that changed a server's thread share or
-// pinned memory has the server's limits put back, once a server, on every
-// GPU of that control log's daemon; a command that changes no limit, or a
-// GPU not enforced, is left alone, and a failure to put them back is only
-// logged.
-func TestForeignLimitsPutBack(t *testing.T) {
-	a, b := &control{set: map[int]mps.Limits{}}, &control{set: map[int]mps.Limits{}}
-	want := mps.Limits{MemoryLimit: 4096, ThreadPercentage: 50}
-	in := Inputs{Logs: map[string][]gpu.UUID{"/p/control.log": {gpuA, gpuB}}, Controls: map[gpu.UUID]Control{gpuA: a},
-		Limits: map[gpu.UUID]mps.Limits{gpuA: want}}
-	l := New(Options{})
-	l.undoForeign(context.Background(), in, "/p/control.log", []mps.Command{
-		{Name: "set_active_thread_percentage", Server: 42, Line: "set_active_thread_percentage 42 10"},
-		{Name: "set_device_pinned_mem_limit", Server: 42, Line: "set_device_pinned_mem_limit 42 0 99G"},
-		{Name: "get_server_list", Line: "get_server_list"},
-		{Name: "shutdown_server", Server: 43, Line: "shutdown_server 43"},
-	})
-	if len(a.set) != 1 || a.set[42] != want || len(b.set) != 0 {
-		t.Errorf("put back: GPU A %v, GPU B %v; want server 42 to %+v on A alone", a.set, b.set, want)
-	}
-	a.err = errors.New("control daemon away")
-	l.undoForeign(context.Background(), in, "/p/control.log", []mps.Command{{Name: "set_active_thread_percentage", Server: 44}})
 }

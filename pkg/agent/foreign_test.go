@@ -29,7 +29,8 @@ func foreignCount(s status.Status, kind string) uint64 {
 // so); a process given only the pipe directory (a Cloudpods pod) cannot
 // quit the daemon or set its defaults, and is served; the commands it sends
 // a server are noticed and counted, and the server's thread percentage and
-// pinned memory it changed are put back to the daemon's own.
+// pinned memory it changed are put back to the daemon's own, a change
+// right after a put-back too.
 func TestForeignCommandsRefusedNoticedAndUndone(t *testing.T) {
 	for _, layout := range []string{"single", "per-gpu"} {
 		t.Run(layout, func(t *testing.T) {
@@ -96,6 +97,15 @@ func TestForeignCommandsRefusedNoticedAndUndone(t *testing.T) {
 			if !strings.Contains(last, "set_device_pinned_mem_limit "+srv) {
 				t.Errorf("the last foreign command: %q", last)
 			}
+			// A change right after that put-back, within the least time
+			// between two put-backs of a server (acctloop.DefaultPutBackEvery),
+			// is put back too, once that time is up.
+			pod("set_active_thread_percentage " + srv + " 13")
+			waitFor(t, "a change right after a put-back put back", func() bool {
+				got, err := h.runner.EnforcedLimitsOn(pipe, v.ServerPID, gpu0)
+				return err == nil && got.ThreadPercentage == own.ThreadPercentage && got.MemoryLimit == own.MemoryLimit &&
+					foreignCount(h.agent.Status(), "server") == 3
+			})
 			// The agent's own commands (the put-back's set_* among them,
 			// logged after the pod's) are not counted: once a last
 			// command of the pod's, logged after them, is counted, the
@@ -104,9 +114,9 @@ func TestForeignCommandsRefusedNoticedAndUndone(t *testing.T) {
 				t.Fatal(err)
 			}
 			pod("shutdown_server 1")
-			waitFor(t, "the pod's last command counted", func() bool { return foreignCount(h.agent.Status(), "server") >= 3 })
-			if s := h.agent.Status(); foreignCount(s, "daemon") != 2 || foreignCount(s, "server") != 3 {
-				t.Errorf("after the agent's own commands: %d daemon, %d server foreign commands; want the pod's 2 and 3", foreignCount(s, "daemon"), foreignCount(s, "server"))
+			waitFor(t, "the pod's last command counted", func() bool { return foreignCount(h.agent.Status(), "server") >= 4 })
+			if s := h.agent.Status(); foreignCount(s, "daemon") != 2 || foreignCount(s, "server") != 4 {
+				t.Errorf("after the agent's own commands: %d daemon, %d server foreign commands; want the pod's 2 and 4", foreignCount(s, "daemon"), foreignCount(s, "server"))
 			}
 			if up, err := h.runner.Run(context.Background(), mps.Env{PipeDir: pipe}, "get_server_list"); err != nil || up.ExitCode != 0 {
 				t.Errorf("the control daemon after the pod's quit: %+v, %v", up, err)
