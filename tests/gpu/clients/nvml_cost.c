@@ -98,37 +98,49 @@ static int compute(nvmlDevice_t d)
 	return rc == 0 ? (int)n : -rc;
 }
 
-/* The resident kB of each mapping in /proc/self/smaps, by path. */
-#define MAXMAPS 256
+/* The resident kB of each mapping in /proc/self/smaps, by path (the whole
+   rest of its header line: a path may hold spaces; "" for a mapping of no
+   file). A header line is told from a field line ("Rss:   4 kB") by its
+   form, start-end perms offset dev inode; its line is read whole, however
+   long its path. More than MAXMAPS paths is an error, not a silent cut. */
+#define MAXMAPS 1024
 struct mapped {
-	char path[256];
+	char *path;
 	long kb;
 };
 
 static int smaps(struct mapped *m)
 {
-	char line[512], path[256];
+	char *line = NULL;
+	size_t cap = 0;
 	int n = 0, cur = -1;
 	FILE *f = fopen("/proc/self/smaps", "r");
 	if (f == NULL)
 		return -1;
-	while (fgets(line, sizeof line, f) != NULL) {
-		unsigned long a, b;
+	while (getline(&line, &cap, f) > 0) {
+		unsigned long a, b, off, ino;
+		char perms[8];
+		int at = -1;
 		long kb;
-		path[0] = 0;
-		if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %255s", &a, &b, path) >= 2 && strchr(line, '-') < strchr(line, ' ')) {
+		if (sscanf(line, "%lx-%lx %7s %lx %*x:%*x %lu %n", &a, &b, perms, &off, &ino, &at) == 5 && at > 0) {
+			char *path = line + at;
+			path[strcspn(path, "\n")] = 0;
 			cur = -1;
-			for (int i = 0; i < n; i++)
+			for (int i = 0; i < n && cur < 0; i++)
 				if (strcmp(m[i].path, path) == 0)
 					cur = i;
-			if (cur < 0 && n < MAXMAPS) {
+			if (cur < 0) {
+				if (n == MAXMAPS || (m[n].path = strdup(path)) == NULL) {
+					n = -1;
+					break;
+				}
 				cur = n++;
-				strcpy(m[cur].path, path);
 				m[cur].kb = 0;
 			}
 		} else if (cur >= 0 && sscanf(line, "Rss: %ld kB", &kb) == 1)
 			m[cur].kb += kb;
 	}
+	free(line);
 	fclose(f);
 	return n;
 }
@@ -158,7 +170,7 @@ int main(int argc, char **argv)
 	dlopen("libdl.so.2", RTLD_NOW | RTLD_GLOBAL);
 	int nbefore = smaps(before);
 	if (argc < 3) {
-		printf("usage: nvml_cost cost UUID N | list UUID | watch UUID S MS\n");
+		printf("usage: nvml_cost cost UUID N | list UUID | watch UUID S MS | rss UUID\n");
 		return 2;
 	}
 	void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
@@ -212,7 +224,7 @@ int main(int argc, char **argv)
 			mps(d);
 		int nafter = smaps(after);
 		if (nbefore < 0 || nafter < 0) {
-			printf("fail reading /proc/self/smaps\n");
+			printf("fail reading /proc/self/smaps (or more than %d mapped paths)\n", MAXMAPS);
 			return 1;
 		}
 		long libs = 0;
