@@ -17,7 +17,7 @@
 #  1. the client contract against the real control daemon, with its NEW
 #     CLIENT lines (TestClientContractReal);
 #  2. what MPS itself does with each escaping form, no daemon of ours;
-#  3. the daemon up, virtual_number 4: its own RSS (less NVML's libraries)
+#  3. the daemon up, virtual_number 4: its own RSS (less NVML's share, lib.sh)
 #     and its idle CPU with the new detection;
 #  4. the harm test: devices 0 and 1 hold about their cap, device 2's
 #     tenant has its context up; device 3's tenant starts with an escaping
@@ -98,7 +98,6 @@ check "4 devices, cap $CAP MiB each" "$([ "$(count)" = 4 ] && [ -n "$CAP" ]; ech
 status_json() { python3 -c 'import json,sys,urllib.request; print(json.dumps(json.load(urllib.request.urlopen(sys.argv[1], timeout=5)).get("accounting") or {}))' "http://$DAEMON_ADDR/status"; }
 following() { status_json | python3 -c 'import json,sys; n=json.load(sys.stdin).get("new_clients") or {}; l=n.get("logs") or []; sys.exit(0 if l and all(x["following"] for x in l) else 1)'; }
 until_ok 20 following; check "the control daemon's control.log is followed" $? "($(status_json | python3 -c 'import json,sys; print(json.load(sys.stdin).get("new_clients"))'))"
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$DPID/stat"; }
 # The daemon's own memory (lib.sh's own_rss): its RSS less NVML's share,
 # which nvml_share measures in a process of our own
 nvml_share "$UUID"
@@ -108,13 +107,12 @@ nvml_share "$UUID"
 sleep 5
 C0=$(cpu_ticks); sleep 60; C1=$(cpu_ticks)
 IDLE=$(python3 -c "print(round(($C1-$C0)/$(getconf CLK_TCK)/60*100, 3))")
-OWN=$(own_rss)
-say "daemon's idle cost with the new detection (control.log followed, no client, nothing polled): CPU $IDLE% of one core over 60 s ($((C1 - C0)) ticks); RSS $(awk '/^VmRSS/ {print $2}' "/proc/$DPID/status") kB, of which NVML's ${NVRSS:-unmeasured} kB, its own $OWN kB"
+RSS=$(vm_rss); OWN=$(own_rss "$RSS")
+say "daemon's idle cost with the new detection (control.log followed, no client, nothing polled): CPU $IDLE% of one core over 60 s ($((C1 - C0)) ticks); RSS $RSS kB, of which NVML's ${NVRSS:-unmeasured} kB, its own $OWN kB"
 say "NVML's share, measured in a process of our own (kB):"
 echo "$NVSHARE" | block
 say "daemon's resident mappings over 256 kB, by path (kB resident, kB anonymous), and the Go runtime's figures:"
-awk '/^[0-9a-f]+-[0-9a-f]+ / {p = $6; if (p == "") p = "[anon]"} /^Rss:/ {r[p] += $2} /^Anonymous:/ {a[p] += $2}
-	END {for (k in r) if (r[k] >= 256) printf "%8d %8d %s\n", r[k], a[k], k}' "/proc/$DPID/smaps" | sort -rn | block
+rss_by_path | block
 python3 -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "http://$DAEMON_ADDR/metrics" 2>/dev/null |
 	grep -E '^go_(memstats_(heap_(inuse|idle|released|sys)|stack_inuse|sys)_bytes|goroutines|threads|sched_gomaxprocs_threads|gc_gogc_percent) ' | block
 check "the daemon's idle CPU is at most 0.1% of one core" "$(python3 -c "import sys; sys.exit(0 if $IDLE <= 0.1 else 1)"; echo $?)" "($IDLE%)"

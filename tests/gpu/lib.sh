@@ -121,5 +121,15 @@ nvml_share() {
 # 0.5 MB: where in its collection cycle the heap is read) and still fails
 # on a leak or a dependency's bulk; raising it again needs an issue.
 OWN_MAX_KB=24576
-# own_rss: the daemon's VmRSS less NVRSS, kB
-own_rss() { echo $(( $(awk '/^VmRSS/ {print $2}' "/proc/$DPID/status") - ${NVRSS:-0} )); }
+# vm_rss: the daemon's VmRSS, kB. own_rss RSS: RSS less NVRSS, kB (RSS read
+# once by the caller, so that the figures it reports add up)
+vm_rss() { awk '/^VmRSS/ {print $2}' "/proc/$DPID/status"; }
+own_rss() { echo $(( $1 - ${NVRSS:-0} )); }
+# cpu_ticks: the daemon's utime + stime, clock ticks
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$DPID/stat"; }
+# rss_by_path: the daemon's resident mappings of 256 kB or more, by path
+# (kB resident, kB anonymous; [anon] the mappings of no file)
+rss_by_path() {
+	awk '/^[0-9a-f]+-[0-9a-f]+ / {p = $6; if (p == "") p = "[anon]"} /^Rss:/ {r[p] += $2} /^Anonymous:/ {a[p] += $2}
+		END {for (k in r) if (r[k] >= 256) printf "%8d %8d %s\n", r[k], a[k], k}' "/proc/$DPID/smaps" | sort -rn
+}

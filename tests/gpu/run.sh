@@ -84,11 +84,10 @@ for c in "get_default_device_pinned_mem_limit 0" get_default_active_thread_perce
 # idle daemon's, not the first seconds' (25 s after ready, before the
 # start's garbage was collected, its own memory was 21,720 kB on an H100
 # where a minute later the escape suite measured 19,036 kB).
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$DPID/stat"; }
 nvml_share "$UUID"
 sleep 5
 C0=$(cpu_ticks); sleep 60; C1=$(cpu_ticks)
-RSS=$(awk '/^VmRSS/ {print $2}' "/proc/$DPID/status")
+RSS=$(vm_rss)
 say "daemon's own cost, idle with 4 devices: RSS $((RSS / 1024)) MiB ($RSS kB), CPU $(python3 -c "print(round(($C1-$C0)/$(getconf CLK_TCK)/60*100, 3))")% of one core over 60 s"
 # What the RSS is made of (issue 22): RssAnon is the daemon's heaps (Go's,
 # and NVML's own malloc), RssFile the pages of mapped files (the binary,
@@ -97,8 +96,7 @@ say "daemon's own cost, idle with 4 devices: RSS $((RSS / 1024)) MiB ($RSS kB), 
 # and anonymous kB, and the Go runtime's view of its memory (/metrics).
 say "daemon's RSS by kind: $(grep -E '^(RssAnon|RssFile|RssShmem|VmHWM|Threads)' "/proc/$DPID/status" | tr -s ' \t' ' ' | tr '\n' ';')"
 say "daemon's resident mappings over 256 kB, by path (kB resident, kB anonymous):"
-awk '/^[0-9a-f]+-[0-9a-f]+ /{p=($6==""?"[anon]":$6)} /^Rss:/{r[p]+=$2} /^Anonymous:/{a[p]+=$2}
-	END{for(k in r) if(r[k]>=256) printf "%8d %8d %s\n", r[k], a[k], k}' "/proc/$DPID/smaps" | sort -rn | block
+rss_by_path | block
 curl -sf "http://$DAEMON_ADDR/metrics" | grep -E '^go_memstats_(heap_(inuse|idle|released|sys)|stack_inuse|sys)_bytes|^go_gc_gogc|^go_gc_gomemlimit' | block
 # The check is of the daemon's own memory (issue 39): the whole RSS (42 MiB
 # on an H200, driver 580) failed issue 22's 30 MiB on every run, NVML's
@@ -106,7 +104,7 @@ curl -sf "http://$DAEMON_ADDR/metrics" | grep -E '^go_memstats_(heap_(inuse|idle
 # nvml_share says how it is measured). The anonymous mappings over 1 MiB
 # of address space are listed too: the OS threads' stacks among them
 # (NVML's calls run on them), the Go heap's arenas, nvmlInit's arenas.
-OWN=$((RSS - ${NVRSS:-0}))
+OWN=$(own_rss "$RSS")
 say "NVML's share, measured in a process of our own (kB):"
 echo "$NVSHARE" | block
 say "daemon's anonymous mappings over 1 MiB of address space (kB size, kB resident):"
