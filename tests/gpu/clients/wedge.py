@@ -20,7 +20,7 @@ with a 3 s timeout, and the neighbour's allocation with a 5 s one. A variant wit
 daemon's poll). A try whose check times out is a wedge: the probe records
 the processes' kernel stacks and the logs, then (on the first wedge only)
 what still works and what brings the control daemon back, then tears the
-variant down (SIGKILL of its server and control daemon) and goes on.
+variant down (SIGKILL of its server and control daemon, never another's) and goes on.
 
   python3 wedge.py EC NVML_COST UUID WORKDIR TRIES DEADLINE_S VARIANT...
 
@@ -238,8 +238,15 @@ class Variant:
         threading.Thread(target=run, daemon=True).start()
 
     def mps_pids(self):
-        out = sh("pgrep -f '[n]vidia-cuda-mps-(control|server)'")
-        return [int(x) for x in out.split()]
+        """This variant's control daemon (the MPS process whose environment
+        names its pipe directory: started from self.env) and its server (a
+        child of it), not another's: the first recovery run's SIGKILL
+        reached a server the host already ran."""
+        pids = [int(x) for x in sh("pgrep -f '[n]vidia-cuda-mps-(control|server)'").split()]
+        mine = "CUDA_MPS_PIPE_DIRECTORY=" + self.pipe
+        ctl = [p for p in pids if mine in sh("tr '\\0' '\\n' </proc/%d/environ" % p).splitlines()]
+        ppid = lambda p: (sh("awk '{print $4}' /proc/%d/stat" % p).split() or ["0"])[0]
+        return ctl + [p for p in pids if p not in ctl and ppid(p) in [str(c) for c in ctl]]
 
     def diagnose(self):
         print("## %s: the wedge, %s" % (self.name, time.strftime("%H:%M:%S")), flush=True)
@@ -299,8 +306,7 @@ class Variant:
         if out is None:
             print("teardown: quit timed out; SIGKILL of the control daemon and server", flush=True)
             for pid in self.mps_pids():
-                if self.pipe in sh("tr '\\0' ' ' </proc/%d/environ" % pid):
-                    os.kill(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
         time.sleep(1)
 
 
