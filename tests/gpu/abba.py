@@ -4,10 +4,11 @@ is the process (tests/gpu/view.sh, section 3; issue 46).
   python3 abba.py DIR SECONDS K [GPU_STEPS]
 
 Why processes: two PyTorch processes doing the same work on the same core
-differ by a fixed 0.5-1% each (where the loader and the allocator put their
+differ by a fixed amount each (where the loader and the allocator put their
 memory, ASLR, their MPS client slot): on the H200 two clients without the
 view differed by 1.1% over 1,045 rounds whose own interval was +-0.2%
-(docs/gpu-runs/gpu-view-2026-11-29.md). Rounds cannot average away a bias
+(docs/gpu-runs/gpu-view-2026-11-29.md), and the standard deviation between
+12 processes of a kind was 0.5-2.3% (gpu-view-2026-11-29-b.md to -d.md). Rounds cannot average away a bias
 that a process keeps for its life; only more processes can. So K fresh
 processes a side are the samples, and the rounds only serve to know each
 process's own speed well.
@@ -36,7 +37,9 @@ Statistic:
      over the rounds (robust to a block that a host hiccup slowed). Its
      distribution-free 95% interval (order statistics) is how well the
      process's own speed is known: "process.precision" is the median over
-     the processes of its half-width, meant to be < 0.1%.
+     the processes of its half-width (0.6-0.7% on the H200's runs of
+     11-29, docs/gpu-runs/gpu-view-2026-11-29-b.md to -d.md: a part of the
+     spread between processes, not only their biases).
   2. Each process's log throughput is minus its relative block time. The
      ratio with / without is exp of the Hodges-Lehmann estimate of the
      shift between the two kinds' log throughputs: the median of the K*K
@@ -52,10 +55,10 @@ Statistic:
      and decided nothing; the ranks give them no more weight than any
      other process. Welch's ratio and interval are still printed
      (view.welch_*).
-  4. The control: the interval's half-width, exp(t * SE) - 1. At most 1%
-     means the comparison can tell 1% on this host, the process-to-process
-     spread counted; wider, and the comparison decides nothing (more
-     processes, K, narrow it as 1/sqrt(K)). "spread.with" and
+  4. The control: the interval's half-width, exp((hi - lo) / 2) - 1 in
+     logs. At most 1% means the comparison can tell 1% on this host, the
+     process-to-process spread counted; wider, and the comparison decides
+     nothing (more processes, K, narrow it, about as 1/sqrt(K)). "spread.with" and
      "spread.without" are the standard deviations of the kinds' log
      throughputs (in %): the per-process bias the interval had to absorb.
 

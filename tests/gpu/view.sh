@@ -214,7 +214,7 @@ sed 's/^/abba: /' "$BD/abba.out" | tee -a "$REPORT" >/dev/null
 GM=$(val view.ratio "$BD/abba.out") GLO=$(val view.lo "$BD/abba.out") GHI=$(val view.hi "$BD/abba.out")
 HW=$(val control.halfwidth "$BD/abba.out")
 RATIO="$GM (95% CI $GLO..$GHI over $K processes a side, Hodges-Lehmann; half-width $HW; Welch's $(val view.welch_ratio "$BD/abba.out"), $(val view.welch_lo "$BD/abba.out")..$(val view.welch_hi "$BD/abba.out"); spread between processes with $(val spread.with "$BD/abba.out")%, without $(val spread.without "$BD/abba.out")%; $(val rounds "$BD/abba.out") rounds)"
-say "throughput with / without the view, ratio of the processes' geometric means: $RATIO"
+say "throughput with / without the view, the processes' Hodges-Lehmann ratio: $RATIO"
 # in_range X Y: X >= Y (0 when both are numbers and it holds)
 in_range() { python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)' "$@" 2>/dev/null; }
 check "the comparison can tell 1%: the 95% interval's half-width, the spread between processes counted, is at most 1%" \
