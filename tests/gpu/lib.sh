@@ -116,7 +116,7 @@ nvml_share() {
 # the NRI plugin, the server.log follower, less issue 46's 0.56 MB of
 # cuts), and it is resident nearly whole; the H200 measured 22.1 MB
 # (docs/benchmarks.md, "The daemon's own memory"). The one measured lever
-# left, a position-dependent build (2.4 MB), is not taken for a daemon
+# left, a position-dependent build (about 2 MB), is not taken for a daemon
 # that runs as root. 24 MiB leaves room for the run-to-run spread (about
 # 0.5 MB: where in its collection cycle the heap is read) and still fails
 # on a leak or a dependency's bulk; raising it again needs an issue.
