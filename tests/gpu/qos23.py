@@ -214,7 +214,9 @@ def run_ctl(args, pipe, stdin=None, timeout=10):
     env = B.base_env() | {"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": pipe}
     try:
         r = subprocess.run([B.CTL] + args, input=stdin or "", env=env, capture_output=True, text=True, timeout=timeout)
-        return r.returncode, (r.stdout + r.stderr).strip()
+        # written \0: this control's "Unrecognized option" prints a NUL,
+        # which made the reports binary to git and grep (qos23-2026-11-29-*)
+        return r.returncode, (r.stdout + r.stderr).strip().replace("\0", "\\0")
     except subprocess.TimeoutExpired:
         return 124, "timed out"
 
