@@ -178,7 +178,8 @@ func (a *Accountant) Connected(ctx context.Context, p config.AccountingPolicy, c
 		a.log.InfoContext(ctx, "MPS client not checked as it connected", "pid", s.PID, "reason", s.Reason)
 	}
 	if p == config.AccountingEnforce {
-		r.Steps = a.enf.Run(ctx, u, acts, terms)
+		// Nothing sampled: a client checked here is not on the GPU yet.
+		r.Steps = a.enf.Run(ctx, Usage{}, acts, terms)
 	}
 	return r
 }

@@ -345,8 +345,9 @@ func TestConnectedKillsAtOnceWhenTheContextIsKnownUp(t *testing.T) {
 	if fmt.Sprint(r.killer.sent) != "[61:KILL]" || len(rep.Steps) != 1 {
 		t.Fatalf("signals %v, steps %+v; want 61 killed at once, its ACTIVE line read first", r.killer.sent, rep.Steps)
 	}
-	steps := r.acct.enf.Run(context.Background(), Usage{}, []Action{{PID: 62, GPU: gpuA, Device: gpuA + "::0", Cause: CauseMemory, KillFirst: true, StartTicks: 900}}, r.terms)
-	if fmt.Sprint(r.killer.sent) != "[61:KILL 62:KILL]" || len(steps) != 1 || !steps[0].First {
+	procs := map[gpu.UUID][]gpu.Process{gpuA: {{PID: 62, UsedMemoryBytes: 1 << 30}}}
+	steps := r.acct.Poll(context.Background(), config.AccountingEnforce, procs, r.caps, nil, r.terms).Steps
+	if fmt.Sprint(r.killer.sent) != "[61:KILL 62:KILL]" || len(steps) != 1 || !steps[0].First || steps[0].Detected != DetectedConnect {
 		t.Fatalf("signals %v, steps %+v; want 62 killed once a pass saw it on the GPU", r.killer.sent, steps)
 	}
 	r.proc.exit(63)

@@ -64,7 +64,8 @@ type Action struct {
 	// waiting for its server, and a SIGTERM can be caught.
 	KillFirst bool
 	// AwaitActive: the SIGKILL waits for the client's context to be up
-	// (its MPS server's ACTIVE line, Enforcer.Activated), or ActiveWait.
+	// (its MPS server's ACTIVE line, Enforcer.Activated, or a pass's
+	// sample listing it on the GPU), or ActiveWait.
 	// A client caught as it connects is killed no sooner: one killed
 	// between connecting to its server and sending it its credentials
 	// leaves the server taking no new client and every control command

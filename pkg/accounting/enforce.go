@@ -214,15 +214,21 @@ func (e *Enforcer) Reset(ctx context.Context) {
 }
 
 // Run first moves on the terminations under way whose grace has passed
-// (u is the current sample: a client still listed there has not gone),
-// then starts the new actions; terms has each GPU's MPS control, by UUID.
-// It returns what it did.
+// (u is the current sample: a client still listed there has not gone,
+// and one awaited whose context is up), then starts the new actions;
+// terms has each GPU's MPS control, by UUID. It returns what it did.
 func (e *Enforcer) Run(ctx context.Context, u Usage, actions []Action, terms map[gpu.UUID]Terminator) []Step {
 	var steps []Step
 	now := e.now()
 	listed := listedPIDs(u)
 	for _, pid := range slices.Sorted(maps.Keys(e.pending)) {
 		p := e.pending[pid]
+		if p.step == stepAwaitActive && listed[pid] {
+			// Listed on the GPU: its context is up, whatever its
+			// server.log says.
+			steps = append(steps, e.signal(ctx, p, syscall.SIGKILL, StepSIGKILL, now))
+			continue
+		}
 		if now.Before(p.deadline) {
 			continue
 		}
@@ -251,12 +257,7 @@ func (e *Enforcer) Run(ctx context.Context, u Usage, actions []Action, terms map
 	servers := map[gpu.UUID]clientServers{}
 	e.forgetActive(now)
 	for _, a := range actions {
-		if p, ok := e.pending[a.PID]; ok {
-			if p.step == stepAwaitActive && !a.AwaitActive {
-				// Found again by a pass that saw it on the GPU: its
-				// context is up.
-				steps = append(steps, e.signal(ctx, p, syscall.SIGKILL, StepSIGKILL, now))
-			}
+		if _, ok := e.pending[a.PID]; ok {
 			continue
 		}
 		if !e.same(a) {

@@ -186,20 +186,18 @@ func TestPodLimitEscapeKilledAtConnect(t *testing.T) {
 	for _, pid := range []int{10, 11, 12, 13} {
 		ncs = append(ncs, NewClient{PID: pid, GPUs: []gpu.UUID{gpuB, gpuA}, At: r.clock.now()})
 	}
-	rep := r.acct.Connected(context.Background(), config.AccountingEnforce, ncs, caps, nil, map[gpu.UUID]Terminator{gpuA: r.term})
-	if len(rep.Steps) != 0 {
-		t.Fatalf("steps %v before the contexts are up", stepNames(rep.Steps))
+	conn := r.acct.Connected(context.Background(), config.AccountingEnforce, ncs, caps, nil, map[gpu.UUID]Terminator{gpuA: r.term})
+	if len(conn.Steps) != 0 {
+		t.Fatalf("steps %v before the contexts are up", stepNames(conn.Steps))
 	}
-	esc := rep.Usage.Escapes
-	rep = r.acct.Activated(context.Background(), config.AccountingEnforce, []int{10, 11, 12, 13})
-	rep.Usage.Escapes = esc
-	if got := stepNames(rep.Steps); !slices.Equal(got, []string{"10:sigkill"}) {
+	if len(conn.Usage.Escapes) != 1 || conn.Usage.Escapes[0].Server != "server-1" {
+		t.Errorf("escapes %+v", conn.Usage.Escapes)
+	}
+	act := r.acct.Activated(context.Background(), config.AccountingEnforce, []int{10, 11, 12, 13})
+	if got := stepNames(act.Steps); !slices.Equal(got, []string{"10:sigkill"}) {
 		t.Fatalf("steps %v, want 10 killed once its context is up", got)
 	}
-	if s := rep.Steps[0]; s.Server != "server-1" || s.Cause != CauseLimit || s.Detected != DetectedConnect || s.GPU != gpuA {
+	if s := act.Steps[0]; s.Server != "server-1" || s.Cause != CauseLimit || s.Detected != DetectedConnect || s.GPU != gpuA {
 		t.Errorf("step %+v", s)
-	}
-	if len(rep.Usage.Escapes) != 1 || rep.Usage.Escapes[0].Server != "server-1" {
-		t.Errorf("escapes %+v", rep.Usage.Escapes)
 	}
 }

@@ -20,7 +20,8 @@
 //     call per GPU (its MPS clients and their memory), so a device pushed
 //     over its cap in a way no environment shows is caught within that
 //     interval. A GPU has clients while the last poll listed some, or a
-//     client connected since; an idle GPU is not polled at all. A GPU
+//     client connected since, and stays polled while a termination is
+//     under way; an idle GPU is not polled at all. A GPU
 //     whose control.log cannot be followed is polled idle too: its new
 //     clients are found that way instead;
 //   - a pass over every GPU on each health tick.
@@ -322,9 +323,15 @@ func (l *Loop) Run(ctx context.Context) {
 					if !samePolled(lastPoll, procs, gpus) || l.acct.Terminating() > 0 {
 						l.passSampled(ctx, *in, gpus, procs)
 					}
+					// A termination under way keeps the GPUs polled: its
+					// next step (the kill at ActiveWait of a client caught
+					// as it connected, the next signal once a grace is
+					// up) is taken by a pass, and a client whose context
+					// is not up is not listed by NVML.
+					terminating := l.acct.Terminating() > 0
 					for _, g := range gpus {
 						if ps, listed := procs[g]; listed {
-							active[g] = len(ps) > 0
+							active[g] = len(ps) > 0 || terminating
 							lastPoll[g] = ps
 						} else {
 							delete(lastPoll, g) // a GPU NVML could not list stays as it was

@@ -632,3 +632,30 @@ func TestAnEscapeIsKilledOnceItsContextIsUp(t *testing.T) {
 		return nc != nil && slices.ContainsFunc(nc.Logs, func(l status.ClientLog) bool { return l.Active >= 1 })
 	})
 }
+
+// A client caught escaping as it connects whose context never comes up
+// (no ACTIVE line: NVML does not list it either) is killed once
+// ActiveWait is up, by the polls, not left for the health tick (ten
+// minutes away here).
+func TestAnEscapeWithoutItsContextIsKilledAtActiveWait(t *testing.T) {
+	h := newHarness(t, connectTick, fourAndTwo)
+	o := h.agent.opts
+	o.ActiveWait = 300 * time.Millisecond // past the first poll, 100 ms after the connection
+	a, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.agent = a
+	h.runLoops(t)
+	dev := twoGPUs()[0].UUID.String() + "::0"
+	h.runner.HoldContexts(true)
+	c := startChild(t, envWith(h.cdiEntries(t)[dev].environ(), vdev.EnvMemoryLimit+"=x"))
+	h.connect(t, c)
+	if !c.killed(t) {
+		t.Fatalf("client %d ended with %v, want SIGKILL once ActiveWait was up", c.pid(), c.state)
+	}
+	waitFor(t, "the termination in /status", func() bool {
+		term, ok := termination(h.agent.Status(), c.pid())
+		return ok && term.Detected == accounting.DetectedConnect && term.Step == accounting.StepSIGKILL
+	})
+}
