@@ -11,10 +11,11 @@ const trimEvery = time.Minute
 
 // heapTrim gives the garbage of the daemon's work back to the OS. Go's
 // scavenger returns free heap only down to about the next collection's goal
-// (twice the live heap, at least 4 MiB, plus a tenth), so between
-// collections an idle daemon keeps the last reconciles', probes', scrapes'
-// and accounting passes' garbage resident: 1-2 MiB on a live heap of 3
-// (docs/benchmarks.md, "The daemon's own memory"). The loop trims once
+// (the live heap and GOGC percent of it more, at least 4 MiB scaled by
+// GOGC/100, plus a tenth), so between collections an idle daemon keeps the
+// last reconciles', probes', scrapes' and accounting passes' garbage
+// resident: 1-2 MiB beside about 3 MiB of heap in use (docs/benchmarks.md,
+// "The daemon's own memory"). The loop trims once
 // ready and then after its steps at most once every trimEvery: a forced
 // collection and a scavenge (debug.FreeOSMemory), 2.6 ms of CPU on such a
 // heap (BenchmarkHeapTrim), 0.004% of a core at once a minute. Only the
