@@ -185,6 +185,10 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 					batch = lr.read(ctx, check[i], batch)
 				}
 			}
+			c.mu.Lock()
+			c.st.Clients += uint64(len(batch.Clients))
+			c.st.Active += uint64(len(batch.Active))
+			c.mu.Unlock()
 			if announce {
 				// Said once the files are read up to where following
 				// starts: a line written after this is handed on.
@@ -294,9 +298,9 @@ func (c *ClientLog) trouble(kind, msg string, count ...*uint64) {
 type logReader struct {
 	c *ClientLog
 	// path is the file's, name its name in messages; parse reads one of
-	// its lines into out.
+	// its lines into out, or says what is wrong with a line it cannot.
 	path, name string
-	parse      func(line []byte, out *Lines)
+	parse      func(line []byte, out *Lines) error
 	f          *os.File
 	// dev and ino name the file open, off is how far it was read.
 	dev, ino uint64
@@ -446,42 +450,41 @@ func (r *logReader) lines(data []byte, out Lines) Lines {
 			r.trouble("long line", fmt.Sprintf("%s: a line longer than %d bytes skipped", r.name, MaxLogLine), &c.st.LongLines)
 			continue
 		}
-		r.parse(line, &out)
+		if err := r.parse(line, &out); err != nil {
+			r.trouble("malformed", r.name+": "+err.Error(), &c.st.Malformed)
+		}
 	}
 	return out
 }
 
 // controlLine reads a line of control.log: a client connecting, or (while
-// watched) a command.
-func (c *ClientLog) controlLine(line []byte, out *Lines) {
+// watched) a command; the error of a NEW CLIENT line that cannot be read.
+func (c *ClientLog) controlLine(line []byte, out *Lines) error {
 	nc, err := ParseNewClient(line, c.loc)
 	switch {
 	case err == nil:
-		c.mu.Lock()
-		c.st.Clients++
-		c.mu.Unlock()
 		out.Clients = append(out.Clients, nc)
 	case !errors.Is(err, ErrNotNewClient):
-		c.trouble("malformed", "control.log: "+err.Error(), &c.st.Malformed)
+		return err
 	case c.guard != nil:
 		if cmd, ok := c.foreign(line); ok {
 			out.Foreign = append(out.Foreign, cmd)
 		}
 	}
+	return nil
 }
 
-// serverLine reads a line of server.log: a client whose context is up.
-func (c *ClientLog) serverLine(line []byte, out *Lines) {
+// serverLine reads a line of server.log: a client whose context is up;
+// the error of an ACTIVE line that cannot be read.
+func (c *ClientLog) serverLine(line []byte, out *Lines) error {
 	ac, err := ParseActiveClient(line, c.loc)
 	switch {
 	case err == nil:
-		c.mu.Lock()
-		c.st.Active++
-		c.mu.Unlock()
 		out.Active = append(out.Active, ac)
 	case !errors.Is(err, ErrNotActiveClient):
-		c.trouble("server.log malformed", "server.log: "+err.Error(), &c.st.Malformed)
+		return err
 	}
+	return nil
 }
 
 // foreign reads a command line of control.log: a command changing
