@@ -309,7 +309,7 @@ type logReader struct {
 	// from its end.
 	initial bool
 	part    []byte // the unfinished last line
-	skip    bool   // inside a line longer than MaxLogLine
+	skip    bool   // inside a line longer than MaxLogLine, or history's last
 	buf     []byte
 	// drop: a file at the path was deleted; the one read is closed, once
 	// read to its end, if it was that one.
@@ -389,10 +389,13 @@ func (r *logReader) open(initial bool) bool {
 	r.f, r.dev, r.ino, r.off, r.part, r.skip, r.tail = os.NewFile(uintptr(fd), r.path), uint64(st.Dev), st.Ino, 0, nil, false, nil
 	if initial {
 		r.off = st.Size
-		// What ends the history is the tail to compare with.
+		// What ends the history is the tail to compare with. A history
+		// ending inside a line (being written) is history to the end of
+		// that line: what follows is not a line of its own.
 		b := make([]byte, min(st.Size, tailBytes))
 		if n, _ := r.f.ReadAt(b, st.Size-int64(len(b))); n == len(b) {
 			r.tail = b
+			r.skip = n > 0 && b[n-1] != '\n'
 		}
 	}
 	return true

@@ -367,3 +367,21 @@ func TestClientLogReadsARealControlLog(t *testing.T) {
 }
 
 func mkfifo(path string) error { return unix.Mkfifo(path, 0o644) }
+
+// A log whose history ends inside a line (the daemon was writing it as
+// following began): the rest of that line is history too, not a line of
+// its own (read alone it is a NEW CLIENT line without its header: counted
+// malformed, warned of).
+func TestClientLogSkipsTheRestOfAHistoryLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "control.log")
+	half := line(90)
+	cut := strings.Index(half, "]")
+	appendTo(t, path, line(89)+half[:cut])
+	f := follow(t, path)
+	await(t, "following", func() bool { return f.cl.State().Following })
+	appendTo(t, path, half[cut:]+line(2))
+	f.waitPIDs(t, 2)
+	if st := f.cl.State(); st.Malformed != 0 || st.Clients != 1 {
+		t.Errorf("state %+v; want client 2 alone, nothing malformed", st)
+	}
+}
