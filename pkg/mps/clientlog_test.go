@@ -249,7 +249,7 @@ func TestClientLogSkipsLongLinesAndReportsMalformedOnes(t *testing.T) {
 		strings.Repeat("y", MaxLogLine+1)+"\n"+line(6))
 	f.waitPIDs(t, 1, 6)
 	st := f.cl.State()
-	if st.LongLines != 2 || st.Malformed != 1 || !strings.Contains(st.Trouble, "") {
+	if st.LongLines != 2 || st.Malformed != 1 || !strings.Contains(st.Trouble, "control.log: a line longer than") {
 		t.Errorf("state %+v; want 2 long lines (the first swallowing client 5's line) and 1 malformed", st)
 	}
 }
