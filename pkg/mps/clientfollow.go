@@ -1,6 +1,7 @@
 package mps
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -426,7 +427,7 @@ func (r *logReader) drain(ctx context.Context, out Lines) Lines {
 func (r *logReader) lines(data []byte, out Lines) Lines {
 	c := r.c
 	for len(data) > 0 {
-		i := indexNL(data)
+		i := bytes.IndexByte(data, '\n')
 		if r.skip {
 			if i < 0 {
 				return out
@@ -557,15 +558,6 @@ func (r *logReader) rewritten() bool {
 	b := make([]byte, len(r.tail))
 	n, _ := r.f.ReadAt(b, r.off-int64(len(b)))
 	return n != len(b) || string(b) != string(r.tail)
-}
-
-func indexNL(b []byte) int {
-	for i, x := range b {
-		if x == '\n' {
-			return i
-		}
-	}
-	return -1
 }
 
 // switched reports whether the file read was truncated or replaced, and
