@@ -153,20 +153,28 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 		return
 	}
 	defer w.Close()
-	r := &logReader{c: c, path: c.path, name: "control.log", parse: c.controlLine, initial: true}
-	defer r.close()
-	sr := &logReader{c: c, path: c.server, name: "server.log", parse: c.serverLine, initial: true}
-	defer sr.close()
+	readers := []*logReader{
+		{c: c, path: c.path, name: "control.log", parse: c.controlLine, initial: true},
+		{c: c, path: c.server, name: "server.log", parse: c.serverLine, initial: true},
+	}
+	closeAll := func() {
+		for _, r := range readers {
+			r.close()
+		}
+	}
+	defer closeAll()
+	// wakeAll: every file to be read, and looked at for a truncation or
+	// replacement.
+	wakeAll := func() {
+		for _, r := range readers {
+			r.wake, r.check = true, true
+		}
+	}
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	watched, wait := false, logRetryFirst
 	// announce: watched anew, Following to be said once read.
 	announce := false
-	// wake: something to read; check: look whether the file was
-	// truncated or replaced too (a plain write of more lines needs not);
-	// for control.log, then server.log.
-	wake, check := [2]bool{}, [2]bool{}
-	readers := [2]*logReader{r, sr}
 	for {
 		if !watched {
 			if err := w.Add(dir); err != nil {
@@ -175,15 +183,15 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 				wait = min(2*wait, logRetryMax)
 			} else {
 				watched, wait = true, logRetryFirst
-				wake, check = [2]bool{true, true}, [2]bool{true, true}
+				wakeAll()
 				announce = true
 			}
 		}
-		if watched && (wake[0] || wake[1]) {
+		if watched && slices.ContainsFunc(readers, func(r *logReader) bool { return r.wake }) {
 			var batch Lines
-			for i, lr := range readers {
-				if wake[i] {
-					batch = lr.read(ctx, check[i], batch)
+			for _, r := range readers { // control.log's lines first
+				if r.wake {
+					batch = r.read(ctx, batch)
 				}
 			}
 			c.mu.Lock()
@@ -202,7 +210,6 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 				}
 			}
 		}
-		wake, check = [2]bool{}, [2]bool{}
 		select {
 		case <-ctx.Done():
 			return
@@ -211,33 +218,29 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 				return
 			}
 			for more := true; more; {
+				i := slices.IndexFunc(readers, func(r *logReader) bool {
+					return strings.HasPrefix(filepath.Base(ev.Name), filepath.Base(r.path))
+				})
 				switch {
 				case ev.Has(fsnotify.Remove|fsnotify.Rename) && gone(dir):
 					// The directory went (with the file held open, its
 					// watch would not say so): watched again once back.
-					r.close()
-					sr.close()
+					closeAll()
 					_ = w.Remove(dir)
 					watched = false
+				case i < 0:
+					// Another file of the log directory.
+				case ev.Op == fsnotify.Write:
+					readers[i].wake = true
 				default:
-					i := slices.IndexFunc(readers[:], func(lr *logReader) bool {
-						return strings.HasPrefix(filepath.Base(ev.Name), filepath.Base(lr.path))
-					})
-					switch {
-					case i < 0:
-						// Another file of the log directory.
-					case ev.Op == fsnotify.Write:
-						wake[i] = true
-					default:
-						// Made, deleted, renamed: a new file may be there.
-						wake[i], check[i] = true, true
-						if ev.Name == readers[i].path && ev.Has(fsnotify.Remove) {
-							// Deleted: what is written to it now is seen
-							// by no one, and the file held open would
-							// keep the directory's own removal from being
-							// reported.
-							readers[i].drop = true
-						}
+					// Made, deleted, renamed: a new file may be there.
+					r := readers[i]
+					r.wake, r.check = true, true
+					if ev.Name == r.path && ev.Has(fsnotify.Remove) {
+						// Deleted: what is written to it now is seen by
+						// no one, and the file held open would keep the
+						// directory's own removal from being reported.
+						r.drop = true
 					}
 				}
 				select {
@@ -251,8 +254,8 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 				return
 			}
 			// An overflow loses events, never data: reading catches up.
-			wake, check = [2]bool{true, true}, [2]bool{true, true}
-			c.trouble("watch", "watching control.log: "+err.Error())
+			wakeAll()
+			c.trouble("watch", "watching the log directory: "+err.Error())
 		case <-retry.C:
 		}
 	}
@@ -312,6 +315,10 @@ type logReader struct {
 	part    []byte // the unfinished last line
 	skip    bool   // inside a line longer than MaxLogLine, or history's last
 	buf     []byte
+	// wake: something to read; check: look whether the file was
+	// truncated or replaced too (a plain write of more lines needs not).
+	// read clears both.
+	wake, check bool
 	// drop: a file at the path was deleted; the one read is closed, once
 	// read to its end, if it was that one.
 	drop bool
@@ -337,14 +344,14 @@ func (r *logReader) close() {
 	}
 }
 
-// read adds to out what was written since the last read. With
-// check, or when nothing new was there, it looks whether the file was
-// truncated or replaced too, and follows (the lines written past the
-// offset read of a file truncated and written again between two reads
-// are read as they come, the rest of it not).
-func (r *logReader) read(ctx context.Context, check bool, out Lines) Lines {
-	initial := r.initial
-	r.initial = false
+// read adds to out what was written since the last read. With check, or
+// when nothing new was there, it looks whether the file was truncated or
+// replaced too, and follows (the lines written past the offset read of a
+// file truncated and written again between two reads are read as they
+// come, the rest of it not).
+func (r *logReader) read(ctx context.Context, out Lines) Lines {
+	initial, check := r.initial, r.check
+	r.initial, r.wake, r.check = false, false, false
 	for range 3 { // reading, then a switch to a new file at most twice
 		if r.f == nil && !r.open(initial) {
 			return out
