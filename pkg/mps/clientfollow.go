@@ -25,13 +25,14 @@ import (
 // connects (ClientLog.Follow hands each NEW CLIENT line on), without asking
 // anything while no client comes. The server.log beside it is followed
 // the same way for the moment a client's context is up (its ACTIVE line,
-// serverlog.go), before which a client is not killed. The directory is watched (fsnotify), not
-// the file, so a file that does not exist yet, is replaced or comes back
-// is seen; the file is read from the offset last read, in bounded chunks,
-// lines longer than MaxLogLine skipped. What is in the file when following
-// begins is history and is not read (the accounting's first pass covers
-// the clients already connected); a file that appears later, or replaces
-// it, is read from its start.
+// serverlog.go), before which a client is not killed. The directory is
+// watched (fsnotify), not the file, so a file that does not exist yet, is
+// replaced or comes back is seen; the file is read from the offset last
+// read, in bounded chunks, lines longer than MaxLogLine skipped. What is
+// in the file when following begins is history and is not read, to the
+// end of the line it ends in (the accounting's first pass covers the
+// clients already connected); a file that appears later, or replaces it,
+// is read from its start.
 //
 // Rotation: a file truncated in place (copytruncate) is read again from
 // its start. A file renamed away while the control daemon keeps writing to
@@ -42,8 +43,9 @@ import (
 // directory, or deleted while the daemon writes to it, is not seen until
 // a new one appears: the accounting's poll stands in meanwhile.
 
-// MaxLogLine bounds a line of control.log kept for parsing: the daemon's
-// own lines are under 200 bytes, so a longer one is skipped (and counted).
+// MaxLogLine bounds a line of control.log or server.log kept for parsing:
+// the daemons' own lines are under 200 bytes, so a longer one is skipped
+// (and counted).
 const MaxLogLine = 4096
 
 // logChunk is how much is read at a time: twice the longest line kept.
