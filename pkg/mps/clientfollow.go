@@ -1,6 +1,7 @@
 package mps
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,13 +25,14 @@ import (
 // connects (ClientLog.Follow hands each NEW CLIENT line on), without asking
 // anything while no client comes. The server.log beside it is followed
 // the same way for the moment a client's context is up (its ACTIVE line,
-// serverlog.go), before which a client is not killed. The directory is watched (fsnotify), not
-// the file, so a file that does not exist yet, is replaced or comes back
-// is seen; the file is read from the offset last read, in bounded chunks,
-// lines longer than MaxLogLine skipped. What is in the file when following
-// begins is history and is not read (the accounting's first pass covers
-// the clients already connected); a file that appears later, or replaces
-// it, is read from its start.
+// serverlog.go), before which a client is not killed. The directory is
+// watched (fsnotify), not the file, so a file that does not exist yet, is
+// replaced or comes back is seen; the file is read from the offset last
+// read, in bounded chunks, lines longer than MaxLogLine skipped. What is
+// in the file when following begins is history and is not read, to the
+// end of the line it ends in (the accounting's first pass covers the
+// clients already connected); a file that appears later, or replaces it,
+// is read from its start.
 //
 // Rotation: a file truncated in place (copytruncate) is read again from
 // its start. A file renamed away while the control daemon keeps writing to
@@ -41,8 +43,9 @@ import (
 // directory, or deleted while the daemon writes to it, is not seen until
 // a new one appears: the accounting's poll stands in meanwhile.
 
-// MaxLogLine bounds a line of control.log kept for parsing: the daemon's
-// own lines are under 200 bytes, so a longer one is skipped (and counted).
+// MaxLogLine bounds a line of control.log or server.log kept for parsing:
+// the daemons' own lines are under 200 bytes, so a longer one is skipped
+// (and counted).
 const MaxLogLine = 4096
 
 // logChunk is how much is read at a time: twice the longest line kept.
@@ -152,20 +155,28 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 		return
 	}
 	defer w.Close()
-	r := &logReader{c: c, path: c.path, name: "control.log", parse: c.controlLine, initial: true}
-	defer r.close()
-	sr := &logReader{c: c, path: c.server, name: "server.log", parse: c.serverLine, initial: true}
-	defer sr.close()
+	readers := []*logReader{
+		{c: c, path: c.path, name: "control.log", parse: c.controlLine, initial: true},
+		{c: c, path: c.server, name: "server.log", parse: c.serverLine, initial: true},
+	}
+	closeAll := func() {
+		for _, r := range readers {
+			r.close()
+		}
+	}
+	defer closeAll()
+	// wakeAll: every file to be read, and looked at for a truncation or
+	// replacement.
+	wakeAll := func() {
+		for _, r := range readers {
+			r.wake, r.check = true, true
+		}
+	}
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	watched, wait := false, logRetryFirst
 	// announce: watched anew, Following to be said once read.
 	announce := false
-	// wake: something to read; check: look whether the file was
-	// truncated or replaced too (a plain write of more lines needs not);
-	// for control.log, then server.log.
-	wake, check := [2]bool{}, [2]bool{}
-	readers := [2]*logReader{r, sr}
 	for {
 		if !watched {
 			if err := w.Add(dir); err != nil {
@@ -174,17 +185,21 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 				wait = min(2*wait, logRetryMax)
 			} else {
 				watched, wait = true, logRetryFirst
-				wake, check = [2]bool{true, true}, [2]bool{true, true}
+				wakeAll()
 				announce = true
 			}
 		}
-		if watched && (wake[0] || wake[1]) {
+		if watched && slices.ContainsFunc(readers, func(r *logReader) bool { return r.wake }) {
 			var batch Lines
-			for i, lr := range readers {
-				if wake[i] {
-					batch = lr.read(ctx, check[i], batch)
+			for _, r := range readers { // control.log's lines first
+				if r.wake {
+					batch = r.read(ctx, batch)
 				}
 			}
+			c.mu.Lock()
+			c.st.Clients += uint64(len(batch.Clients))
+			c.st.Active += uint64(len(batch.Active))
+			c.mu.Unlock()
 			if announce {
 				// Said once the files are read up to where following
 				// starts: a line written after this is handed on.
@@ -197,7 +212,6 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 				}
 			}
 		}
-		wake, check = [2]bool{}, [2]bool{}
 		select {
 		case <-ctx.Done():
 			return
@@ -206,33 +220,29 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 				return
 			}
 			for more := true; more; {
+				i := slices.IndexFunc(readers, func(r *logReader) bool {
+					return strings.HasPrefix(filepath.Base(ev.Name), filepath.Base(r.path))
+				})
 				switch {
 				case ev.Has(fsnotify.Remove|fsnotify.Rename) && gone(dir):
 					// The directory went (with the file held open, its
 					// watch would not say so): watched again once back.
-					r.close()
-					sr.close()
+					closeAll()
 					_ = w.Remove(dir)
 					watched = false
+				case i < 0:
+					// Another file of the log directory.
+				case ev.Op == fsnotify.Write:
+					readers[i].wake = true
 				default:
-					i := slices.IndexFunc(readers[:], func(lr *logReader) bool {
-						return strings.HasPrefix(filepath.Base(ev.Name), filepath.Base(lr.path))
-					})
-					switch {
-					case i < 0:
-						// Another file of the log directory.
-					case ev.Op == fsnotify.Write:
-						wake[i] = true
-					default:
-						// Made, deleted, renamed: a new file may be there.
-						wake[i], check[i] = true, true
-						if ev.Name == readers[i].path && ev.Has(fsnotify.Remove) {
-							// Deleted: what is written to it now is seen
-							// by no one, and the file held open would
-							// keep the directory's own removal from being
-							// reported.
-							readers[i].drop = true
-						}
+					// Made, deleted, renamed: a new file may be there.
+					r := readers[i]
+					r.wake, r.check = true, true
+					if ev.Name == r.path && ev.Has(fsnotify.Remove) {
+						// Deleted: what is written to it now is seen by
+						// no one, and the file held open would keep the
+						// directory's own removal from being reported.
+						r.drop = true
 					}
 				}
 				select {
@@ -246,8 +256,8 @@ func (c *ClientLog) Follow(ctx context.Context, send func(context.Context, Lines
 				return
 			}
 			// An overflow loses events, never data: reading catches up.
-			wake, check = [2]bool{true, true}, [2]bool{true, true}
-			c.trouble("watch", "watching control.log: "+err.Error())
+			wakeAll()
+			c.trouble("watch", "watching the log directory: "+err.Error())
 		case <-retry.C:
 		}
 	}
@@ -294,9 +304,9 @@ func (c *ClientLog) trouble(kind, msg string, count ...*uint64) {
 type logReader struct {
 	c *ClientLog
 	// path is the file's, name its name in messages; parse reads one of
-	// its lines into out.
+	// its lines into out, or says what is wrong with a line it cannot.
 	path, name string
-	parse      func(line []byte, out *Lines)
+	parse      func(line []byte, out *Lines) error
 	f          *os.File
 	// dev and ino name the file open, off is how far it was read.
 	dev, ino uint64
@@ -305,8 +315,12 @@ type logReader struct {
 	// from its end.
 	initial bool
 	part    []byte // the unfinished last line
-	skip    bool   // inside a line longer than MaxLogLine
+	skip    bool   // inside a line longer than MaxLogLine, or history's last
 	buf     []byte
+	// wake: something to read; check: look whether the file was
+	// truncated or replaced too (a plain write of more lines needs not).
+	// read clears both.
+	wake, check bool
 	// drop: a file at the path was deleted; the one read is closed, once
 	// read to its end, if it was that one.
 	drop bool
@@ -332,14 +346,14 @@ func (r *logReader) close() {
 	}
 }
 
-// read adds to out what was written since the last read. With
-// check, or when nothing new was there, it looks whether the file was
-// truncated or replaced too, and follows (the lines written past the
-// offset read of a file truncated and written again between two reads
-// are read as they come, the rest of it not).
-func (r *logReader) read(ctx context.Context, check bool, out Lines) Lines {
-	initial := r.initial
-	r.initial = false
+// read adds to out what was written since the last read. With check, or
+// when nothing new was there, it looks whether the file was truncated or
+// replaced too, and follows (the lines written past the offset read of a
+// file truncated and written again between two reads are read as they
+// come, the rest of it not).
+func (r *logReader) read(ctx context.Context, out Lines) Lines {
+	initial, check := r.initial, r.check
+	r.initial, r.wake, r.check = false, false, false
 	for range 3 { // reading, then a switch to a new file at most twice
 		if r.f == nil && !r.open(initial) {
 			return out
@@ -385,10 +399,13 @@ func (r *logReader) open(initial bool) bool {
 	r.f, r.dev, r.ino, r.off, r.part, r.skip, r.tail = os.NewFile(uintptr(fd), r.path), uint64(st.Dev), st.Ino, 0, nil, false, nil
 	if initial {
 		r.off = st.Size
-		// What ends the history is the tail to compare with.
+		// What ends the history is the tail to compare with. A history
+		// ending inside a line (being written) is history to the end of
+		// that line: what follows is not a line of its own.
 		b := make([]byte, min(st.Size, tailBytes))
 		if n, _ := r.f.ReadAt(b, st.Size-int64(len(b))); n == len(b) {
 			r.tail = b
+			r.skip = n > 0 && b[n-1] != '\n'
 		}
 	}
 	return true
@@ -419,7 +436,7 @@ func (r *logReader) drain(ctx context.Context, out Lines) Lines {
 func (r *logReader) lines(data []byte, out Lines) Lines {
 	c := r.c
 	for len(data) > 0 {
-		i := indexNL(data)
+		i := bytes.IndexByte(data, '\n')
 		if r.skip {
 			if i < 0 {
 				return out
@@ -446,42 +463,41 @@ func (r *logReader) lines(data []byte, out Lines) Lines {
 			r.trouble("long line", fmt.Sprintf("%s: a line longer than %d bytes skipped", r.name, MaxLogLine), &c.st.LongLines)
 			continue
 		}
-		r.parse(line, &out)
+		if err := r.parse(line, &out); err != nil {
+			r.trouble("malformed", r.name+": "+err.Error(), &c.st.Malformed)
+		}
 	}
 	return out
 }
 
 // controlLine reads a line of control.log: a client connecting, or (while
-// watched) a command.
-func (c *ClientLog) controlLine(line []byte, out *Lines) {
+// watched) a command; the error of a NEW CLIENT line that cannot be read.
+func (c *ClientLog) controlLine(line []byte, out *Lines) error {
 	nc, err := ParseNewClient(line, c.loc)
 	switch {
 	case err == nil:
-		c.mu.Lock()
-		c.st.Clients++
-		c.mu.Unlock()
 		out.Clients = append(out.Clients, nc)
 	case !errors.Is(err, ErrNotNewClient):
-		c.trouble("malformed", "control.log: "+err.Error(), &c.st.Malformed)
+		return err
 	case c.guard != nil:
 		if cmd, ok := c.foreign(line); ok {
 			out.Foreign = append(out.Foreign, cmd)
 		}
 	}
+	return nil
 }
 
-// serverLine reads a line of server.log: a client whose context is up.
-func (c *ClientLog) serverLine(line []byte, out *Lines) {
+// serverLine reads a line of server.log: a client whose context is up;
+// the error of an ACTIVE line that cannot be read.
+func (c *ClientLog) serverLine(line []byte, out *Lines) error {
 	ac, err := ParseActiveClient(line, c.loc)
 	switch {
 	case err == nil:
-		c.mu.Lock()
-		c.st.Active++
-		c.mu.Unlock()
 		out.Active = append(out.Active, ac)
 	case !errors.Is(err, ErrNotActiveClient):
-		c.trouble("server.log malformed", "server.log: "+err.Error(), &c.st.Malformed)
+		return err
 	}
+	return nil
 }
 
 // foreign reads a command line of control.log: a command changing
@@ -551,15 +567,6 @@ func (r *logReader) rewritten() bool {
 	b := make([]byte, len(r.tail))
 	n, _ := r.f.ReadAt(b, r.off-int64(len(b)))
 	return n != len(b) || string(b) != string(r.tail)
-}
-
-func indexNL(b []byte) int {
-	for i, x := range b {
-		if x == '\n' {
-			return i
-		}
-	}
-	return -1
 }
 
 // switched reports whether the file read was truncated or replaced, and

@@ -249,7 +249,7 @@ func TestClientLogSkipsLongLinesAndReportsMalformedOnes(t *testing.T) {
 		strings.Repeat("y", MaxLogLine+1)+"\n"+line(6))
 	f.waitPIDs(t, 1, 6)
 	st := f.cl.State()
-	if st.LongLines != 2 || st.Malformed != 1 || !strings.Contains(st.Trouble, "") {
+	if st.LongLines != 2 || st.Malformed != 1 || !strings.Contains(st.Trouble, "control.log: a line longer than") {
 		t.Errorf("state %+v; want 2 long lines (the first swallowing client 5's line) and 1 malformed", st)
 	}
 }
@@ -367,3 +367,21 @@ func TestClientLogReadsARealControlLog(t *testing.T) {
 }
 
 func mkfifo(path string) error { return unix.Mkfifo(path, 0o644) }
+
+// A log whose history ends inside a line (the daemon was writing it as
+// following began): the rest of that line is history too, not a line of
+// its own (read alone it is a NEW CLIENT line without its header: counted
+// malformed, warned of).
+func TestClientLogSkipsTheRestOfAHistoryLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "control.log")
+	half := line(90)
+	cut := strings.Index(half, "]")
+	appendTo(t, path, line(89)+half[:cut])
+	f := follow(t, path)
+	await(t, "following", func() bool { return f.cl.State().Following })
+	appendTo(t, path, half[cut:]+line(2))
+	f.waitPIDs(t, 2)
+	if st := f.cl.State(); st.Malformed != 0 || st.Clients != 1 {
+		t.Errorf("state %+v; want client 2 alone, nothing malformed", st)
+	}
+}

@@ -352,25 +352,10 @@ func runClientContract(t *testing.T, r mps.Runner, env mps.Env, gpu, other strin
 // accounting learns of new clients from.
 func checkNewClientLine(t *testing.T, env mps.Env, got clientSaw) {
 	t.Helper()
-	raw, err := os.ReadFile(mps.ControlLog(env))
-	if err != nil {
-		t.Fatalf("control.log: %v", err)
-	}
-	var lines []mps.NewClient
-	for _, l := range strings.Split(string(raw), "\n") {
-		if nc, err := mps.ParseNewClient([]byte(l), nil); err == nil && nc.PID == got.PID {
-			lines = append(lines, nc)
-		} else if err != nil && !errors.Is(err, mps.ErrNotNewClient) {
-			t.Errorf("control.log line %q: %v", l, err)
-		}
-	}
-	if len(lines) == 0 {
-		t.Fatalf("no NEW CLIENT line of client PID %d in %s", got.PID, mps.ControlLog(env))
-	}
-	// The log's times have a millisecond; the clocks are the same host's.
-	if at := lines[0].At; at.Before(got.Began.Add(-time.Second)) || at.After(got.Ended.Add(time.Second)) {
-		t.Errorf("client %d's NEW CLIENT line at %s, outside its run %s .. %s", got.PID, at, got.Began, got.Ended)
-	}
+	checkLogLine(t, mps.ControlLog(env), "NEW CLIENT", mps.ErrNotNewClient, got, func(l []byte) (int, time.Time, error) {
+		nc, err := mps.ParseNewClient(l, nil)
+		return nc.PID, nc.At, err
+	})
 }
 
 // checkActiveLine: the client's server logged its context up in
@@ -380,23 +365,37 @@ func checkNewClientLine(t *testing.T, env mps.Env, got clientSaw) {
 // server.
 func checkActiveLine(t *testing.T, env mps.Env, got clientSaw) {
 	t.Helper()
-	raw, err := os.ReadFile(mps.ServerLog(env))
+	checkLogLine(t, mps.ServerLog(env), "ACTIVE", mps.ErrNotActiveClient, got, func(l []byte) (int, time.Time, error) {
+		ac, err := mps.ParseActiveClient(l, nil)
+		return ac.PID, ac.At, err
+	})
+}
+
+// checkLogLine: the log at path has a line of the client's PID (what, as
+// parse reads it), the first at a time within its run, and every line is
+// one parse reads or one it calls notLine.
+func checkLogLine(t *testing.T, path, what string, notLine error, got clientSaw, parse func([]byte) (pid int, at time.Time, err error)) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("server.log: %v", err)
+		t.Fatalf("%s: %v", filepath.Base(path), err)
 	}
-	var lines []mps.ActiveClient
+	var first *time.Time
 	for _, l := range strings.Split(string(raw), "\n") {
-		if ac, err := mps.ParseActiveClient([]byte(l), nil); err == nil && ac.PID == got.PID {
-			lines = append(lines, ac)
-		} else if err != nil && !errors.Is(err, mps.ErrNotActiveClient) {
-			t.Errorf("server.log line %q: %v", l, err)
+		pid, at, err := parse([]byte(l))
+		switch {
+		case err == nil && pid == got.PID && first == nil:
+			first = &at
+		case err != nil && !errors.Is(err, notLine):
+			t.Errorf("%s line %q: %v", filepath.Base(path), l, err)
 		}
 	}
-	if len(lines) == 0 {
-		t.Fatalf("no ACTIVE line of client PID %d in %s", got.PID, mps.ServerLog(env))
+	if first == nil {
+		t.Fatalf("no %s line of client PID %d in %s", what, got.PID, path)
 	}
-	if at := lines[0].At; at.Before(got.Began.Add(-time.Second)) || at.After(got.Ended.Add(time.Second)) {
-		t.Errorf("client %d's ACTIVE line at %s, outside its run %s .. %s", got.PID, at, got.Began, got.Ended)
+	// The log's times have a millisecond; the clocks are the same host's.
+	if at := *first; at.Before(got.Began.Add(-time.Second)) || at.After(got.Ended.Add(time.Second)) {
+		t.Errorf("client %d's %s line at %s, outside its run %s .. %s", got.PID, what, at, got.Began, got.Ended)
 	}
 }
 

@@ -149,6 +149,10 @@ func TestControllerCallsHaveTimeouts(t *testing.T) {
 	if _, err := c.Ensure(t.Context()); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Ensure on a wedged daemon = %v, want a deadline error", err)
 	}
+	// A server's status unanswered names the likely wedge, for the operator.
+	if _, err := c.ServerStatus(t.Context(), 4200001); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), mps.WedgedHint) {
+		t.Fatalf("ServerStatus on a wedged daemon = %v, want a deadline error naming the wedge", err)
+	}
 }
 
 func TestControllerLogsEachCommand(t *testing.T) {

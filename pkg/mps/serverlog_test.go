@@ -146,3 +146,25 @@ func TestClientLogReadsARealServerLog(t *testing.T) {
 		}
 	}
 }
+
+// A FIFO where server.log belongs is never opened for reading, and
+// reported naming server.log; control.log beside it is followed all the
+// same, and server.log once a file is there.
+func TestClientLogRefusesAFIFOAtServerLog(t *testing.T) {
+	dir := t.TempDir()
+	server := filepath.Join(dir, "server.log")
+	if err := mkfifo(server); err != nil {
+		t.Skip("no FIFO here:", err)
+	}
+	b := follow(t, filepath.Join(dir, "control.log"))
+	await(t, "the FIFO reported", func() bool {
+		return strings.Contains(b.cl.State().Trouble, "server.log is not a regular file")
+	})
+	appendTo(t, filepath.Join(dir, "control.log"), line(80))
+	b.waitSeen(t, "new 80")
+	if err := os.Remove(server); err != nil {
+		t.Fatal(err)
+	}
+	appendTo(t, server, activeLine(80))
+	b.waitSeen(t, "new 80,active 80")
+}
