@@ -18,22 +18,25 @@ import (
 //	[2026-11-29 08:11:33.225 Server  1489] Client {PID: 2359, Context ID: 1} connected
 //	[2026-11-29 08:11:33.225 Server  1489] Status of client {PID: 2359, Context ID: 1} is ACTIVE
 //
-// The ACTIVE line comes about 12 ms after the client's first NEW CLIENT
-// line in control.log when the server runs (345 ms when the client had
-// to wait for it to start), and about 100 ms before the client's context
-// is usable: from then on the client has finished talking to the control
+// The ACTIVE line comes 13-20 ms after the client's first connection to a
+// running server (72-73 ms for the first three clients of a server just
+// started: the 12 clients of testdata/server-killed-with-context.log,
+// the probe's record), and about 100 ms before the client's context is
+// usable: from then on the client has finished talking to the control
 // daemon and to the server, and can be killed without harm to either.
 // Killed earlier, between connecting to the server and sending it its
 // credentials, it leaves the server taking no new client and every
 // control command that asks the server (get_server_status,
 // get_client_list and quit were tried) hanging for good ("User did not
-// send valid credentials" is the server's last line): the same probe
-// wedged it at the first such kill with a command sent right after, and
-// after 13 with one sent 80 ms later; killing the server alone brought
-// the control daemon's answers back but not new clients (the -recovery
-// run). Killed once its context was up (the probe, 120 tries, a status
-// asked after each) or right after its ACTIVE line (tests/gpu/escape.sh
-// section 4 on the same host, 120 tries, later clients served), never.
+// send valid credentials" is the server's last line): with a command
+// that asks the server sent right after each kill and again about 80 ms
+// later, the same probe wedged it at the first kill (get_client_list), or
+// at the 13th and the 17th (get_server_status, two runs); killing the
+// server alone brought the control daemon's answers back but not new
+// clients (the -recovery run). Killed once its context was up (the probe,
+// 120 tries, a status asked after each) or right after its ACTIVE line
+// (tests/gpu/escape.sh section 4 on the same host, 120 tries, later
+// clients served), never.
 
 // ServerLog is the file the MPS servers of a control daemon in env write
 // their log to.

@@ -97,7 +97,8 @@ type heldClient struct {
 
 // HoldContexts, while on, has clients that connect stop short of their
 // context: their server.log gets no ACTIVE line until ContextUp, as a
-// client between its connection and its context (10-15 ms on an H200)
+// client between its connection and its context (13-20 ms on an H200's
+// running server: pkg/mps/testdata/server-killed-with-context.log)
 // or one that never asks for a context.
 func (s *Runner) HoldContexts(on bool) {
 	s.mu.Lock()
