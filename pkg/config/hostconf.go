@@ -303,11 +303,34 @@ func ParseHostConf(path string, data []byte) (*HostConf, error) {
 		errs = append(errs, errorf(path, hc.lines["mps_inventory_token_file"], "mps_inventory_token_file",
 			"set only one of mps_inventory_token (line %d) and mps_inventory_token_file", hc.lines["mps_inventory_token"]))
 	}
+	if err := hc.checkLogDirectory(); err != nil {
+		errs = append(errs, err)
+	}
 	errs = append(errs, hc.checkCloudpods()...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return hc, nil
+}
+
+// checkLogDirectory refuses an MPS log directory in the pipe directory or
+// under it. Cloudpods' pods get the pipe root mounted read-write, and the
+// accounting acts on the lines of the control daemons' control.log and
+// their servers' server.log: a tenant that could write them could have a
+// client killed before its context is up, which wedges its MPS server for
+// every tenant of the GPU (pkg/mps/serverlog.go).
+func (hc *HostConf) checkLogDirectory() *Error {
+	pipe, logs := filepath.Clean(hc.CudaMPSPipeDirectory), filepath.Clean(hc.CudaMPSLogDirectory)
+	rel, err := filepath.Rel(pipe, logs)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return nil
+	}
+	key := "cuda_mps_log_directory"
+	if hc.Line(key) == 0 {
+		key = "cuda_mps_pipe_directory"
+	}
+	return errorf(hc.Path, hc.Line(key), key, "the MPS log directory %s is in the pipe directory %s, which Cloudpods' pods mount read-write: "+
+		"a pod could write the log lines the daemon acts on; keep it out of the pipe directory", logs, pipe)
 }
 
 // virtualNumber reads a number of virtual devices (cuda_mps_replicas, a
