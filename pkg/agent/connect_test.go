@@ -597,19 +597,7 @@ func TestUnfollowedLogFallsBackToPolling(t *testing.T) {
 // would wedge its MPS server: docs/gpu-runs/probe-wedge-2026-11-29.txt):
 // found and reported at its NEW CLIENT line, alive until its ACTIVE line.
 func TestAnEscapeIsKilledOnceItsContextIsUp(t *testing.T) {
-	h := newHarness(t, connectTick, fourAndTwo)
-	o := h.agent.opts
-	o.ActiveWait = time.Hour // only the ACTIVE line can set the kill off
-	a, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.agent = a
-	h.runLoops(t)
-	dev := twoGPUs()[0].UUID.String() + "::0"
-	h.runner.HoldContexts(true)
-	c := startChild(t, envWith(h.cdiEntries(t)[dev].environ(), vdev.EnvMemoryLimit+"=x"))
-	h.connect(t, c)
+	h, c := escapeHeldShortOfItsContext(t, time.Hour) // only the ACTIVE line can set the kill off
 	waitFor(t, "the escape found as the client connected", func() bool {
 		s := h.agent.Status()
 		return s.Accounting != nil && slices.ContainsFunc(s.Accounting.QoSEscapes, func(e clientreport.Escape) bool { return e.PID == c.pid() })
@@ -638,9 +626,25 @@ func TestAnEscapeIsKilledOnceItsContextIsUp(t *testing.T) {
 // ActiveWait is up, by the polls, not left for the health tick (ten
 // minutes away here).
 func TestAnEscapeWithoutItsContextIsKilledAtActiveWait(t *testing.T) {
+	h, c := escapeHeldShortOfItsContext(t, 300*time.Millisecond) // past the first poll, 100 ms after the connection
+	if !c.killed(t) {
+		t.Fatalf("client %d ended with %v, want SIGKILL once ActiveWait was up", c.pid(), c.state)
+	}
+	waitFor(t, "the termination in /status", func() bool {
+		term, ok := termination(h.agent.Status(), c.pid())
+		return ok && term.Detected == accounting.DetectedConnect && term.Step == accounting.StepSIGKILL
+	})
+}
+
+// escapeHeldShortOfItsContext starts the agent's loops with activeWait,
+// and a client of GPU 0's first device with an escaping memory limit list
+// that connects and stops short of its context (no ACTIVE line until
+// ContextUp).
+func escapeHeldShortOfItsContext(t *testing.T, activeWait time.Duration) (*harness, *child) {
+	t.Helper()
 	h := newHarness(t, connectTick, fourAndTwo)
 	o := h.agent.opts
-	o.ActiveWait = 300 * time.Millisecond // past the first poll, 100 ms after the connection
+	o.ActiveWait = activeWait
 	a, err := New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -651,11 +655,5 @@ func TestAnEscapeWithoutItsContextIsKilledAtActiveWait(t *testing.T) {
 	h.runner.HoldContexts(true)
 	c := startChild(t, envWith(h.cdiEntries(t)[dev].environ(), vdev.EnvMemoryLimit+"=x"))
 	h.connect(t, c)
-	if !c.killed(t) {
-		t.Fatalf("client %d ended with %v, want SIGKILL once ActiveWait was up", c.pid(), c.state)
-	}
-	waitFor(t, "the termination in /status", func() bool {
-		term, ok := termination(h.agent.Status(), c.pid())
-		return ok && term.Detected == accounting.DetectedConnect && term.Step == accounting.StepSIGKILL
-	})
+	return h, c
 }
