@@ -153,6 +153,12 @@ func TestControllerCallsHaveTimeouts(t *testing.T) {
 	if _, err := c.ServerStatus(t.Context(), 4200001); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), mps.WedgedHint) {
 		t.Fatalf("ServerStatus on a wedged daemon = %v, want a deadline error naming the wedge", err)
 	}
+	// The caller's own deadline passing says nothing of the server.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := c.ServerStatus(ctx, 4200001); !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), mps.WedgedHint) {
+		t.Fatalf("ServerStatus past the caller's deadline = %v, want a deadline error without the wedge", err)
+	}
 }
 
 func TestControllerLogsEachCommand(t *testing.T) {

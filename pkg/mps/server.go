@@ -26,9 +26,10 @@ const (
 // ServerStatus asks for one server's status.
 func (c *Controller) ServerStatus(ctx context.Context, pid int) (ServerStatus, error) {
 	out, err := c.command(ctx, "get_server_status "+strconv.Itoa(pid))
-	if errors.Is(err, context.DeadlineExceeded) {
-		// What a server wedged by a client that died while connecting
-		// looks like (serverlog.go): said, for the operator.
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		// The command's own timeout, not the caller's deadline: what a
+		// server wedged by a client that died while connecting looks
+		// like (serverlog.go), said for the operator.
 		return "", fmt.Errorf("status of MPS server %d: %w (%s)", pid, err, WedgedHint)
 	}
 	if err != nil {
